@@ -1,0 +1,3 @@
+from autotuner.cli import main
+
+main()

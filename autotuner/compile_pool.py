@@ -1,0 +1,81 @@
+"""Compile candidates ahead of timing in a process pool (compile is CPU work, timing is GPU work).
+
+Each pool process builds the problem's inputs once and launches each config it is handed once; Triton
+writes the compiled kernel to its on-disk cache, so the trial worker's first launch only loads it. A
+compile error or an out-of-resources config is reported from here and never reaches the trial worker.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import time
+from concurrent.futures import Future, ProcessPoolExecutor
+from typing import Any
+
+from autotuner.runner import Outcome, WorkerSpec, _short, classify
+
+_STATE: dict[str, Any] = {}
+
+
+def _init(spec: WorkerSpec) -> None:
+    import torch
+
+    from autotuner.device import current_device
+    from autotuner.registry import get_op, load_plugins
+
+    load_plugins(list(spec.plugins))
+    if spec.device_index is not None:
+        torch.cuda.set_device(spec.device_index)
+    op = get_op(spec.op)
+    problem = op.problem_type(**spec.problem)
+    _STATE.update(op=op, inputs=op.make_inputs(problem, current_device(spec.device_index)), torch=torch)
+
+
+def _compile(config: dict[str, Any]) -> Outcome | float:
+    """Seconds the first launch took (compile included), or the Outcome of a config that cannot run."""
+    t0 = time.perf_counter()
+    try:
+        _STATE["op"].run(_STATE["inputs"], config)
+        _STATE["torch"].cuda.synchronize()
+    except Exception as exc:
+        status = classify(exc)
+        if status in ("compile_error", "out_of_resources", "invalid"):
+            return Outcome(status, error=_short(exc))
+        raise  # a crash here is left to the isolated trial worker to reproduce and record
+    return time.perf_counter() - t0
+
+
+class CompilePool:
+    def __init__(self, spec: WorkerSpec, workers: int) -> None:
+        self.spec = spec
+        self.workers = workers
+        self._pool: ProcessPoolExecutor | None = None
+
+    def _ensure(self) -> ProcessPoolExecutor:
+        if self._pool is None:
+            self._pool = ProcessPoolExecutor(self.workers, mp_context=mp.get_context("spawn"),
+                                             initializer=_init, initargs=(self.spec,))
+        return self._pool
+
+    def submit(self, config: dict[str, Any]) -> Future[Outcome | float]:
+        return self._ensure().submit(_compile, config)
+
+    def result(self, fut: Future[Outcome | float], timeout: float) -> Outcome | float | None:
+        """The compile result, or None when the pool failed or ran out of time (the trial worker decides)."""
+        try:
+            return fut.result(timeout=timeout)
+        except Exception:
+            self.reset()
+            return None
+
+    def reset(self) -> None:
+        if self._pool is not None:
+            for proc in list(getattr(self._pool, "_processes", {}).values()):
+                proc.kill()
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None

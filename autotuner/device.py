@@ -1,0 +1,76 @@
+"""Device identity: what a stored result is keyed by, and the limits constraints read.
+
+With a CUDA device: its name and compute capability make the key; SM count, memory and the opt-in shared
+memory per block are recorded. With none, kernels run in Triton's interpreter and the device is
+`cpu-interpreter`.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import kernels  # noqa: F401  (selects the interpreter before anything imports triton's jit)
+from kernels._backend import interpreting
+
+INTERPRETER = "cpu-interpreter"
+# The interpreter has no shared memory; it is given a Hopper GPU's opt-in limit so that its space is the
+# space a tuning run on such a GPU would see.
+INTERPRETER_SMEM = 232448
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    name: str
+    capability: tuple[int, int]
+    sm_count: int
+    total_memory: int
+    smem_per_block: int
+    torch_device: str
+
+    @property
+    def key(self) -> str:
+        if self.name == INTERPRETER:
+            return INTERPRETER
+        return f"{self.name} (sm_{self.capability[0]}{self.capability[1]})"
+
+    @property
+    def is_interpreter(self) -> bool:
+        return self.name == INTERPRETER
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["key"] = self.key
+        return d
+
+
+def _smem_optin(index: int, props: Any) -> int:
+    value = getattr(props, "shared_memory_per_block_optin", None)
+    if value:
+        return int(value)
+    from triton.runtime import driver
+
+    return int(driver.active.utils.get_device_properties(index)["max_shared_mem"])
+
+
+@functools.cache
+def current_device(index: int | None = None) -> DeviceInfo:
+    """The device kernels launch on: CUDA device `index` (default: the current one) or the interpreter."""
+    if interpreting():
+        return DeviceInfo(INTERPRETER, (0, 0), os.cpu_count() or 1, 0, INTERPRETER_SMEM, "cpu")
+    import torch
+
+    if not torch.cuda.is_available():
+        raise RuntimeError("TRITON_INTERPRET is off but no CUDA device is visible; set TRITON_INTERPRET=1 to run on the CPU")
+    idx = torch.cuda.current_device() if index is None else index
+    props = torch.cuda.get_device_properties(idx)
+    return DeviceInfo(
+        name=props.name,
+        capability=(props.major, props.minor),
+        sm_count=props.multi_processor_count,
+        total_memory=props.total_memory,
+        smem_per_block=_smem_optin(idx, props),
+        torch_device=f"cuda:{idx}",
+    )

@@ -1,0 +1,224 @@
+"""Trials in a worker subprocess: a crash, an illegal memory access or a hang kills and restarts it.
+
+The parent sends a config; the worker launches it (compiling on first use), checks the output against the
+reference, times it, and answers. No answer within the per-trial timeout: the worker is killed and the
+trial is a `timeout`. The worker dying: a `crash`. A CUDA error poisons the context, so the worker answers
+`crash` and exits, and the next trial gets a fresh one.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import time
+import traceback
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any
+
+from autotuner.timing import Timing
+
+
+@dataclass(frozen=True)
+class Outcome:
+    status: str  # ok, invalid, compile_error, out_of_resources, wrong_result, crash, timeout
+    timing: Timing | None = None
+    compile_s: float | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """Everything a worker process needs to rebuild the op, the problem and the inputs."""
+
+    op: str
+    problem: dict[str, Any]
+    plugins: tuple[str, ...] = ()
+    device_index: int | None = None
+    warmup_ms: float = 25.0
+    rep_ms: float = 100.0
+
+
+def classify(exc: BaseException) -> str:
+    name = type(exc).__name__
+    text = str(exc).lower()
+    if name == "OutOfResources" or "out of resource" in text:
+        return "out_of_resources"
+    if name in ("CompilationError", "CompileTimeAssertionFailure") or "compilationerror" in text:
+        return "compile_error"
+    if "cuda error" in text or "illegal memory access" in text or "illegal address" in text or name == "AcceleratorError":
+        return "crash"
+    if isinstance(exc, (ValueError, TypeError)):
+        return "invalid"
+    return "crash"
+
+
+def _short(exc: BaseException) -> str:
+    lines = "".join(traceback.format_exception_only(type(exc), exc)).strip().splitlines()
+    return "\n".join(lines[-6:])[:2000]
+
+
+class _Bench:
+    """Lives in the worker process: the op, inputs, reference, and how to measure one config."""
+
+    def __init__(self, spec: WorkerSpec) -> None:
+        import torch
+
+        from autotuner.device import current_device
+        from autotuner.registry import get_op, load_plugins
+
+        load_plugins(list(spec.plugins))
+        if spec.device_index is not None and torch.cuda.is_available():
+            torch.cuda.set_device(spec.device_index)
+        self.spec = spec
+        self.device = current_device(spec.device_index)
+        self.op = get_op(spec.op)
+        self.problem = self.op.problem_type(**spec.problem)
+        self.inputs = self.op.make_inputs(self.problem, self.device)
+        self.ref = self.op.reference(self.inputs)
+        self.torch = torch
+
+    def _sync(self) -> None:
+        if not self.device.is_interpreter:
+            self.torch.cuda.synchronize()
+
+    def _time(self, fn: Any) -> Timing:
+        from autotuner.timing import time_fn
+
+        return time_fn(fn, self.device.is_interpreter, self.spec.warmup_ms, self.spec.rep_ms)
+
+    def measure(self, config: dict[str, Any]) -> Outcome:
+        from kernels._checks import poison_outputs
+
+        t0 = time.perf_counter()
+        poison_outputs(True)  # the checked run starts from NaN outputs: an unwritten element fails
+        try:
+            out = self.op.run(self.inputs, config)  # compiles on first use (or loads the compile cache)
+            self._sync()
+        except Exception as exc:
+            return Outcome(classify(exc), error=_short(exc))
+        finally:
+            poison_outputs(False)  # timed runs allocate without a fill
+        compile_s = time.perf_counter() - t0
+        verdict = self.op.check(out, self.ref, self.problem)
+        if not verdict.ok:
+            return Outcome("wrong_result", compile_s=compile_s, error=verdict.message)
+        try:
+            timing = self._time(lambda: self.op.run(self.inputs, config))
+        except Exception as exc:
+            return Outcome(classify(exc), compile_s=compile_s, error=_short(exc))
+        return Outcome("ok", timing, compile_s)
+
+    def baseline(self) -> Outcome:
+        try:
+            return Outcome("ok", self._time(lambda: self.op.baseline(self.inputs)))
+        except Exception as exc:
+            return Outcome("crash", error=_short(exc))
+
+
+def _worker_main(conn: Connection, spec: WorkerSpec) -> None:
+    try:
+        bench = _Bench(spec)
+    except Exception as exc:
+        conn.send(("setup_failed", _short(exc)))
+        return
+    conn.send(("ready", None))
+    while True:
+        try:
+            kind, payload = conn.recv()
+        except EOFError:
+            return
+        if kind == "stop":
+            return
+        outcome = bench.measure(payload) if kind == "measure" else bench.baseline()
+        conn.send(("outcome", outcome))
+        if outcome.status == "crash":
+            return  # a CUDA error leaves the context unusable: start fresh
+
+
+class WorkerSetupError(RuntimeError):
+    pass
+
+
+class TrialRunner:
+    """Parent side: one worker process at a time, restarted after a crash or a timeout."""
+
+    def __init__(self, spec: WorkerSpec, trial_timeout_s: float = 60.0, setup_timeout_s: float = 600.0) -> None:
+        self.spec = spec
+        self.trial_timeout_s = trial_timeout_s
+        self.setup_timeout_s = setup_timeout_s
+        self._ctx = mp.get_context("spawn")
+        self._proc: Any = None
+        self._conn: Connection | None = None
+        self.restarts = 0
+
+    def _start(self) -> None:
+        parent, child = self._ctx.Pipe()
+        proc = self._ctx.Process(target=_worker_main, args=(child, self.spec), daemon=True)
+        proc.start()
+        child.close()
+        if not parent.poll(self.setup_timeout_s):
+            proc.kill()
+            raise WorkerSetupError(f"the trial worker did not start within {self.setup_timeout_s:.0f} s")
+        try:
+            kind, payload = parent.recv()
+        except EOFError:
+            proc.join(5)
+            raise WorkerSetupError(f"the trial worker died while starting (exit code {proc.exitcode})") from None
+        if kind != "ready":
+            raise WorkerSetupError(f"the trial worker could not set up the problem: {payload}")
+        self._proc, self._conn = proc, parent
+
+    def _kill(self) -> None:
+        if self._proc is not None:
+            self._proc.kill()
+            self._proc.join(5)
+        if self._conn is not None:
+            self._conn.close()
+        self._proc, self._conn = None, None
+        self.restarts += 1
+
+    def _ask(self, kind: str, payload: Any) -> Outcome:
+        if self._proc is None or not self._proc.is_alive():
+            if self._proc is not None:
+                self._kill()
+            self._start()
+        assert self._conn is not None
+        try:
+            self._conn.send((kind, payload))
+            if not self._conn.poll(self.trial_timeout_s):
+                self._kill()
+                return Outcome("timeout", error=f"no answer within {self.trial_timeout_s:g} s; the worker was killed")
+            _, outcome = self._conn.recv()
+        except (EOFError, BrokenPipeError, ConnectionResetError):
+            code = None
+            if self._proc is not None:
+                self._proc.join(5)  # the pipe closes before the process is reaped; wait for its exit code
+                code = self._proc.exitcode
+            self._kill()
+            return Outcome("crash", error=f"the trial worker died (exit code {code})")
+        if outcome.status == "crash":
+            self._kill()
+        return outcome
+
+    def measure(self, config: dict[str, Any]) -> Outcome:
+        return self._ask("measure", config)
+
+    def baseline(self) -> Outcome:
+        return self._ask("baseline", None)
+
+    def close(self) -> None:
+        if self._conn is not None and self._proc is not None and self._proc.is_alive():
+            try:
+                self._conn.send(("stop", None))
+                self._proc.join(5)
+            except (BrokenPipeError, OSError):
+                pass
+        if self._proc is not None and self._proc.is_alive():
+            self._proc.kill()
+        self._proc, self._conn = None, None
+
+    def __enter__(self) -> TrialRunner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,205 @@
+"""Search strategies over a finite list of valid configs, through Optuna's ask/tell.
+
+    search = make_search("tpe", candidates, params, budget=49, seed=0, first=[default, *warm_starts])
+    while (config := search.ask()) is not None:
+        search.tell(config, measured_ms_or_None)
+
+Every strategy measures the `first` configs (the default and warm starts) before anything else, never
+proposes a config twice, and never proposes one outside the candidates (constraints are applied before
+the search sees the space). `tpe` is Optuna's multivariate TPE over the parameters as ordinal indices,
+followed by a local refinement around the best configs found (neighbours one step away in one or two
+parameters), which is where the last few percent usually are.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import optuna
+
+from search_spaces.space import Config, Param, config_key
+
+STRATEGIES = ("tpe", "random", "exhaustive")
+
+
+class Search:
+    """Base: measures `first`, then whatever `_propose` yields, skipping duplicates and non-candidates."""
+
+    def __init__(self, candidates: Sequence[Config], params: Sequence[Param], budget: int | None, seed: int,
+                 first: Sequence[Config] = ()) -> None:
+        self.params = [p for p in params if any(c[p.name] != candidates[0][p.name] for c in candidates)] \
+            if candidates else []
+        self.all_params = list(params)
+        self.candidates = {config_key(c): dict(c) for c in candidates}
+        self.budget = budget if budget is not None else len(self.candidates)
+        self.rng = random.Random(seed)
+        self.seed = seed
+        self.results: dict[str, float | None] = {}
+        self.pending: set[str] = set()
+        self._first = [dict(c) for c in first if config_key(c) in self.candidates]
+        self._proposals: Iterator[Config] | None = None
+
+    # -- public ---------------------------------------------------------------------------------------
+    def ask(self) -> Config | None:
+        while self._first:
+            c = self._first.pop(0)
+            if self._fresh(c):
+                return self._take(c)
+        if self._proposals is None:
+            self._proposals = self._propose()
+        for c in self._proposals:
+            if self._fresh(c):
+                return self._take(c)
+        return None
+
+    def tell(self, config: Config, ms: float | None) -> None:
+        key = config_key(config)
+        self.pending.discard(key)
+        self.results[key] = ms
+        self._learn(config, ms)
+
+    @property
+    def measured(self) -> int:
+        return len(self.results)
+
+    def best(self, n: int = 1) -> list[tuple[Config, float]]:
+        ok = [(self.candidates[k], v) for k, v in self.results.items() if v is not None]
+        return sorted(ok, key=lambda kv: kv[1])[:n]
+
+    # -- for subclasses -------------------------------------------------------------------------------
+    def _propose(self) -> Iterator[Config]:
+        raise NotImplementedError
+
+    def _learn(self, config: Config, ms: float | None) -> None:
+        pass
+
+    def _fresh(self, c: Config) -> bool:
+        key = config_key(c)
+        return key in self.candidates and key not in self.results and key not in self.pending
+
+    def _take(self, c: Config) -> Config:
+        self.pending.add(config_key(c))
+        return dict(self.candidates[config_key(c)])
+
+    def _unmeasured(self) -> list[Config]:
+        return [c for k, c in self.candidates.items() if k not in self.results and k not in self.pending]
+
+
+class Exhaustive(Search):
+    def _propose(self) -> Iterator[Config]:
+        yield from list(self.candidates.values())
+
+
+class RandomSearch(Search):
+    def _propose(self) -> Iterator[Config]:
+        order = list(self.candidates.values())
+        self.rng.shuffle(order)
+        yield from order
+
+
+class TPESearch(Search):
+    """Optuna TPE over ordinal parameter indices, then local refinement around the best configs."""
+
+    EXPLORE_FRACTION = 0.3  # of the trial budget spent on TPE before refining locally
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        self.dists: dict[str, optuna.distributions.BaseDistribution] = {p.name: optuna.distributions.IntDistribution(0, len(p.values) - 1) for p in self.params}
+        sampler = optuna.samplers.TPESampler(seed=self.seed, multivariate=True, n_startup_trials=8, n_ei_candidates=64)
+        self.study = optuna.create_study(direction="minimize", sampler=sampler)
+
+    def _index(self, c: Config) -> dict[str, int]:
+        return {p.name: p.values.index(c[p.name]) for p in self.params}
+
+    def _config(self, idx: dict[str, Any]) -> Config:
+        base = dict(next(iter(self.candidates.values())))
+        for p in self.params:
+            base[p.name] = p.values[int(idx[p.name])]
+        return base
+
+    def _penalty(self) -> float:
+        ok = [v for v in self.results.values() if v is not None]
+        return 2.0 * max(ok) if ok else 1e9
+
+    def _learn(self, config: Config, ms: float | None) -> None:
+        trial = optuna.trial.create_trial(
+            params=self._index(config), distributions=self.dists,
+            value=ms if ms is not None else self._penalty(),
+        )
+        self.study.add_trial(trial)
+
+    def _explore(self) -> Iterator[Config]:
+        misses = 0
+        while self.measured + len(self.pending) < self.EXPLORE_FRACTION * self.budget and misses < 200:
+            trial = self.study.ask(self.dists)
+            config = self._config(trial.params)
+            key = config_key(config)
+            if key not in self.candidates:  # breaks a constraint: teach TPE that region is bad
+                self.study.tell(trial, self._penalty())
+                misses += 1
+                continue
+            self.study.tell(trial, state=optuna.trial.TrialState.FAIL)  # the real result arrives via _learn
+            if self._fresh(config):
+                misses = 0
+                yield config
+            else:
+                misses += 1
+
+    def _neighbours(self, c: Config, span: int) -> list[Config]:
+        """Configs differing from c by one step in one parameter (span 1), or in two parameters (span 2)."""
+        out: list[Config] = []
+        idx = self._index(c)
+        names = [p.name for p in self.params]
+        steps = [(n, d) for n in names for d in (-1, 1)]
+        moves = [[s] for s in steps] if span == 1 else [[a, b] for i, a in enumerate(steps) for b in steps[i + 1:]
+                                                          if a[0] != b[0]]
+        for move in moves:
+            j = dict(idx)
+            for name, d in move:
+                j[name] += d
+            if all(0 <= j[p.name] < len(p.values) for p in self.params):
+                cand = self._config(j)
+                if config_key(cand) in self.candidates:
+                    out.append(cand)
+        return out
+
+    def _refine(self) -> Iterator[Config]:
+        """Hill-climb: neighbours of the best config so far, widening to two-parameter moves and runners-up."""
+        while True:
+            proposed = False
+            for rank in range(3):
+                best = self.best(rank + 1)
+                if len(best) <= rank:
+                    break
+                for span in (1, 2):
+                    for c in self._neighbours(best[rank][0], span):
+                        if self._fresh(c):
+                            proposed = True
+                            yield c
+                            break  # re-rank after every measurement
+                    if proposed:
+                        break
+                if proposed:
+                    break
+            if not proposed:
+                break
+        rest = self._unmeasured()
+        self.rng.shuffle(rest)
+        yield from rest
+
+    def _propose(self) -> Iterator[Config]:
+        yield from self._explore()
+        yield from self._refine()
+
+
+def make_search(strategy: str, candidates: Sequence[Config], params: Sequence[Param], budget: int | None = None,
+                seed: int = 0, first: Sequence[Config] = ()) -> Search:
+    classes = {"tpe": TPESearch, "random": RandomSearch, "exhaustive": Exhaustive}
+    if strategy not in classes:
+        raise ValueError(f"unknown strategy {strategy!r}; accepted: {', '.join(STRATEGIES)}")
+    if not candidates:
+        raise ValueError("the space has no valid config for this problem on this device")
+    return classes[strategy](candidates, params, budget, seed, first)

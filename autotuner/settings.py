@@ -1,0 +1,20 @@
+"""One settings class, read from AUTOTUNER_* environment variables; built in entry points and passed down."""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="AUTOTUNER_", extra="ignore")
+
+    db_url: str | None = Field(None, description="SQLAlchemy URL; default: a SQLite file in the user's data dir")
+    url: str | None = Field(None, description="Base URL of a remote autotuner service for lookups")
+    token: str | None = Field(None, description="Bearer token the service requires for writes")
+    tune_on_miss: bool = False
+    plugins: list[str] = Field(default_factory=list, description="Modules that register extra ops on import")
+    trial_timeout_s: float = Field(60.0, gt=0, description="A trial (compile + check + timing) running longer is killed")
+    compile_workers: int = Field(0, ge=0, description="Processes compiling ahead of timing (0: from the CPU count)")
+    warmup_ms: float = Field(25.0, gt=0)
+    rep_ms: float = Field(100.0, gt=0)

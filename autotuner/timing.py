@@ -1,0 +1,91 @@
+"""Timing a launch: CUDA events with warm-up and the L2 flushed between repetitions, or, in Triton's
+interpreter, a wall clock (said plainly: interpreter timings say nothing about GPU speed).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+CUDA_EVENTS = "cuda-events"
+WALL_CLOCK = "wall-clock (interpreter)"
+
+
+@dataclass(frozen=True)
+class Timing:
+    median_ms: float
+    p20_ms: float
+    p80_ms: float
+    reps: int
+    clock: str
+
+
+def _quantile(sorted_ms: list[float], q: float) -> float:
+    if len(sorted_ms) == 1:
+        return sorted_ms[0]
+    return statistics.quantiles(sorted_ms, n=100, method="inclusive")[int(q * 100) - 1]
+
+
+def _summarise(times: list[float], clock: str) -> Timing:
+    times = sorted(times)
+    return Timing(statistics.median(times), _quantile(times, 0.2), _quantile(times, 0.8), len(times), clock)
+
+
+_FLUSH: dict[str, torch.Tensor] = {}
+
+
+def _flush_buffer(device: torch.device) -> torch.Tensor:
+    """A buffer twice the L2 (at least 256 MiB): zeroing it evicts the inputs from the cache."""
+    key = str(device)
+    if key not in _FLUSH:
+        l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 64 << 20)
+        _FLUSH[key] = torch.empty(max(2 * l2, 256 << 20) // 4, dtype=torch.int32, device=device)
+    return _FLUSH[key]
+
+
+def time_cuda(fn: Callable[[], Any], warmup_ms: float = 25.0, rep_ms: float = 100.0,
+              min_reps: int = 10, max_reps: int = 1000) -> Timing:
+    """Median of per-repetition CUDA-event times; the L2 is flushed before each repetition."""
+    device = torch.device("cuda", torch.cuda.current_device())
+    flush = _flush_buffer(device)
+    fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(5):
+        flush.zero_()
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    estimate = max(start.elapsed_time(end) / 5, 1e-3)
+    for _ in range(max(1, int(warmup_ms / estimate))):
+        fn()
+    reps = max(min_reps, min(max_reps, int(rep_ms / estimate)))
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    for i in range(reps):
+        flush.zero_()
+        starts[i].record()
+        fn()
+        ends[i].record()
+    torch.cuda.synchronize()
+    return _summarise([s.elapsed_time(e) for s, e in zip(starts, ends, strict=False)], CUDA_EVENTS)
+
+
+def time_wall(fn: Callable[[], Any], reps: int = 3) -> Timing:
+    fn()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return _summarise(times, WALL_CLOCK)
+
+
+def time_fn(fn: Callable[[], Any], interpreter: bool, warmup_ms: float = 25.0, rep_ms: float = 100.0) -> Timing:
+    return time_wall(fn) if interpreter else time_cuda(fn, warmup_ms, rep_ms)

@@ -1,0 +1,139 @@
+"""Engines and sessions. SQLite gets WAL, a busy timeout and foreign keys; a new database is migrated to
+the latest schema on first use; a file that is not an autotuner database, or one from a newer schema,
+is refused untouched.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config as AlembicConfig
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Engine, create_engine, event, inspect
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, DatabaseError, OperationalError
+from sqlalchemy.orm import Session, sessionmaker
+
+MIGRATIONS = Path(__file__).parent / "migrations"
+SQLITE_BUSY_TIMEOUT_MS = 60_000
+
+
+class DatabaseUnavailable(RuntimeError):
+    """The database cannot be reached or opened (dead server, unreadable file, bad URL)."""
+
+
+class NotAutotunerDatabase(RuntimeError):
+    """The database holds tables that autotuner did not create, or a schema newer than this version knows."""
+
+
+def default_url() -> str:
+    from platformdirs import user_data_dir
+
+    path = Path(user_data_dir("autotuner", appauthor=False)) / "autotuner.db"
+    return f"sqlite:///{path}"
+
+
+def _sqlite_pragmas(dbapi_conn, _record) -> None:  # type: ignore[no-untyped-def]
+    cur = dbapi_conn.cursor()
+    cur.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+    cur.execute("PRAGMA synchronous = NORMAL")
+    cur.execute("PRAGMA foreign_keys = ON")
+    cur.close()
+
+
+def make_engine(url: str | None = None) -> Engine:
+    """An engine for `url` (default: a SQLite file in the user's data directory); nothing is migrated here."""
+    url = url or default_url()
+    try:
+        parsed = make_url(url)
+    except ArgumentError as exc:
+        raise DatabaseUnavailable(f"bad database URL {url!r}: {exc}") from None
+    if parsed.get_backend_name() == "sqlite":
+        if parsed.database and parsed.database != ":memory:":
+            Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(parsed, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
+        event.listen(engine, "connect", _sqlite_pragmas)
+        return engine
+    return create_engine(parsed, pool_pre_ping=True, connect_args={"connect_timeout": 5}
+                         if parsed.get_backend_name() == "postgresql" else {})
+
+
+def _alembic_config(connection) -> AlembicConfig:  # type: ignore[no-untyped-def]
+    cfg = AlembicConfig()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    cfg.attributes["connection"] = connection
+    return cfg
+
+
+def head_revision() -> str:
+    head = ScriptDirectory(str(MIGRATIONS)).get_current_head()
+    assert head is not None
+    return head
+
+
+def schema_state(engine: Engine) -> str:
+    """'empty', 'current', 'old' (migratable), or raise NotAutotunerDatabase / DatabaseUnavailable."""
+    try:
+        with engine.connect() as conn:
+            tables = set(inspect(conn).get_table_names())
+            current = MigrationContext.configure(conn).get_current_revision()
+    except (OperationalError, DatabaseError) as exc:
+        raise DatabaseUnavailable(f"cannot open the database at {engine.url!r}: {exc.orig}") from None
+    if not tables:
+        return "empty"
+    if current is None:
+        raise NotAutotunerDatabase(
+            f"{engine.url!r} holds tables ({', '.join(sorted(tables)[:5])}) but is not an autotuner database; "
+            "it was left untouched. Point AUTOTUNER_DB_URL or --db elsewhere."
+        )
+    script = ScriptDirectory(str(MIGRATIONS))
+    try:
+        script.get_revision(current)
+    except Exception:
+        raise NotAutotunerDatabase(
+            f"{engine.url!r} has schema revision {current!r}, newer than this autotuner knows "
+            f"(latest {head_revision()!r}); upgrade autotuner. The database was left untouched."
+        ) from None
+    return "current" if current == head_revision() else "old"
+
+
+def upgrade(engine: Engine) -> str:
+    """Bring the schema to the latest revision; returns the state it was found in."""
+    state = schema_state(engine)
+    if engine.dialect.name == "sqlite":
+        # WAL is a property of the file: set only once the file is known to be ours (or new).
+        with engine.connect() as conn:
+            conn.exec_driver_sql("PRAGMA journal_mode = WAL")
+    if state != "current":
+        with engine.begin() as conn:
+            command.upgrade(_alembic_config(conn), "head")
+    return state
+
+
+_READY: set[str] = set()
+
+
+def open_engine(url: str | None = None) -> Engine:
+    """An engine whose schema is current: a new database is created at the latest schema on first use."""
+    engine = make_engine(url)
+    key = str(engine.url)
+    if key not in _READY or os.environ.get("AUTOTUNER_RECHECK_SCHEMA"):
+        upgrade(engine)
+        _READY.add(key)
+    return engine
+
+
+def session_factory(engine: Engine) -> sessionmaker[Session]:
+    return sessionmaker(engine, expire_on_commit=False)
+
+
+@contextmanager
+def session_scope(engine: Engine) -> Iterator[Session]:
+    """One transaction: committed on success, rolled back on error."""
+    with session_factory(engine)() as session, session.begin():
+        yield session

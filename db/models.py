@@ -1,0 +1,119 @@
+"""SQLAlchemy 2 models. Rows are not API schemas: api/ converts them."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import JSON, BigInteger, DateTime, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class Base(DeclarativeBase):
+    type_annotation_map = {dict[str, Any]: JSON}
+
+
+TRIAL_STATUSES = ("ok", "invalid", "compile_error", "out_of_resources", "wrong_result", "crash", "timeout")
+RUN_STATUSES = ("running", "done", "failed", "interrupted")
+JOB_STATES = ("queued", "running", "done", "failed")
+
+
+class Device(Base):
+    __tablename__ = "devices"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    key: Mapped[str] = mapped_column(String(200), unique=True)
+    name: Mapped[str] = mapped_column(String(200))
+    capability: Mapped[str] = mapped_column(String(16))
+    sm_count: Mapped[int] = mapped_column(Integer)
+    total_memory: Mapped[int] = mapped_column(BigInteger)
+    smem_per_block: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class TuningRun(Base):
+    __tablename__ = "tuning_runs"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    op: Mapped[str] = mapped_column(String(64))
+    problem_key: Mapped[str] = mapped_column(String(200))
+    problem: Mapped[dict[str, Any]]
+    device_id: Mapped[int] = mapped_column(ForeignKey("devices.id"))
+    kernel_hash: Mapped[str] = mapped_column(String(64))
+    triton_version: Mapped[str] = mapped_column(String(32))
+    torch_version: Mapped[str] = mapped_column(String(64))
+    strategy: Mapped[str] = mapped_column(String(32))
+    budget_trials: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    budget_seconds: Mapped[float | None] = mapped_column(Float, nullable=True)
+    clock: Mapped[str] = mapped_column(String(32))
+    status: Mapped[str] = mapped_column(String(16), default="running")
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    device: Mapped[Device] = relationship()
+    trials: Mapped[list[Trial]] = relationship(back_populates="run", order_by="Trial.id")
+
+
+class Trial(Base):
+    __tablename__ = "trials"
+    __table_args__ = (UniqueConstraint("run_id", "config_key", name="uq_trial_run_config"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("tuning_runs.id", ondelete="CASCADE"), index=True)
+    config: Mapped[dict[str, Any]]
+    config_key: Mapped[str] = mapped_column(String(400))
+    status: Mapped[str] = mapped_column(String(32))
+    median_ms: Mapped[float | None] = mapped_column(Float, nullable=True)
+    p20_ms: Mapped[float | None] = mapped_column(Float, nullable=True)
+    p80_ms: Mapped[float | None] = mapped_column(Float, nullable=True)
+    retimed_ms: Mapped[float | None] = mapped_column(Float, nullable=True)
+    compile_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    run: Mapped[TuningRun] = relationship(back_populates="trials")
+
+
+class BestConfig(Base):
+    __tablename__ = "best_configs"
+    __table_args__ = (
+        UniqueConstraint("op", "problem_key", "device_id", "kernel_hash", "triton_version", name="uq_best_result_key"),
+        Index("ix_best_lookup", "op", "device_id"),
+    )
+    id: Mapped[int] = mapped_column(primary_key=True)
+    op: Mapped[str] = mapped_column(String(64))
+    problem_key: Mapped[str] = mapped_column(String(200))
+    problem: Mapped[dict[str, Any]]
+    device_id: Mapped[int] = mapped_column(ForeignKey("devices.id"))
+    kernel_hash: Mapped[str] = mapped_column(String(64))
+    triton_version: Mapped[str] = mapped_column(String(32))
+    config: Mapped[dict[str, Any]]
+    median_ms: Mapped[float] = mapped_column(Float)
+    default_ms: Mapped[float | None] = mapped_column(Float, nullable=True)
+    torch_ms: Mapped[float | None] = mapped_column(Float, nullable=True)
+    run_id: Mapped[int | None] = mapped_column(ForeignKey("tuning_runs.id", ondelete="SET NULL"), nullable=True)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    device: Mapped[Device] = relationship()
+
+
+class Job(Base):
+    __tablename__ = "jobs"
+    __table_args__ = (Index("ix_jobs_claim", "state", "priority", "id"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    op: Mapped[str] = mapped_column(String(64))
+    shape: Mapped[str] = mapped_column(String(200))
+    dtype: Mapped[str] = mapped_column(String(16))
+    options: Mapped[dict[str, Any]]
+    strategy: Mapped[str] = mapped_column(String(32), default="tpe")
+    budget_trials: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    budget_seconds: Mapped[float | None] = mapped_column(Float, nullable=True)
+    priority: Mapped[int] = mapped_column(Integer, default=0)
+    state: Mapped[str] = mapped_column(String(16), default="queued")
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    worker: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    run_id: Mapped[int | None] = mapped_column(ForeignKey("tuning_runs.id", ondelete="SET NULL"), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)

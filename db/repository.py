@@ -1,0 +1,156 @@
+"""Repository functions: the only place that writes SQL. Keyword arguments only; callers own the session."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Select, func, select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.orm import Session, selectinload
+
+from db.models import BestConfig, Device, Job, Trial, TuningRun, utcnow
+
+RESULT_KEY = ("op", "problem_key", "device_id", "kernel_hash", "triton_version")
+
+
+def _insert(session: Session):  # type: ignore[no-untyped-def]
+    return sqlite_insert if session.get_bind().dialect.name == "sqlite" else pg_insert
+
+
+def upsert_device(session: Session, *, key: str, name: str, capability: str, sm_count: int, total_memory: int,
+                  smem_per_block: int) -> int:
+    """The device's id, inserting it once even when several processes race."""
+    stmt = _insert(session)(Device).values(
+        key=key, name=name, capability=capability, sm_count=sm_count, total_memory=total_memory,
+        smem_per_block=smem_per_block, created_at=utcnow(),
+    ).on_conflict_do_nothing(index_elements=["key"])
+    session.execute(stmt)
+    return int(session.execute(select(Device.id).where(Device.key == key)).scalar_one())
+
+
+def list_devices(session: Session) -> list[Device]:
+    return list(session.scalars(select(Device).order_by(Device.id)))
+
+
+def start_run(session: Session, *, op: str, problem_key: str, problem: dict[str, Any], device_id: int,
+              kernel_hash: str, triton_version: str, torch_version: str, strategy: str,
+              budget_trials: int | None, budget_seconds: float | None, clock: str) -> int:
+    run = TuningRun(op=op, problem_key=problem_key, problem=problem, device_id=device_id, kernel_hash=kernel_hash,
+                    triton_version=triton_version, torch_version=torch_version, strategy=strategy,
+                    budget_trials=budget_trials, budget_seconds=budget_seconds, clock=clock, status="running",
+                    started_at=utcnow())
+    session.add(run)
+    session.flush()
+    return run.id
+
+
+def finish_run(session: Session, *, run_id: int, status: str, error: str | None = None) -> None:
+    session.execute(update(TuningRun).where(TuningRun.id == run_id)
+                    .values(status=status, error=error, finished_at=utcnow()))
+
+
+def record_trial(session: Session, *, run_id: int, config: dict[str, Any], config_key: str, status: str,
+                 median_ms: float | None = None, p20_ms: float | None = None, p80_ms: float | None = None,
+                 compile_s: float | None = None, error: str | None = None) -> int:
+    trial = Trial(run_id=run_id, config=config, config_key=config_key, status=status, median_ms=median_ms,
+                  p20_ms=p20_ms, p80_ms=p80_ms, compile_s=compile_s, error=error, created_at=utcnow())
+    session.add(trial)
+    session.flush()
+    return trial.id
+
+
+def set_retimed(session: Session, *, trial_id: int, retimed_ms: float) -> None:
+    session.execute(update(Trial).where(Trial.id == trial_id).values(retimed_ms=retimed_ms))
+
+
+def save_best(session: Session, *, op: str, problem_key: str, problem: dict[str, Any], device_id: int,
+              kernel_hash: str, triton_version: str, config: dict[str, Any], median_ms: float,
+              default_ms: float | None, torch_ms: float | None, run_id: int | None,
+              updated_at: datetime | None = None) -> bool:
+    """Insert the best config for its result key, or replace the stored one only if this one is faster.
+
+    One atomic statement (INSERT .. ON CONFLICT DO UPDATE .. WHERE faster), so concurrent writers can never
+    leave a slower config behind. Returns True when this row was written.
+    """
+    ins = _insert(session)
+    stmt = ins(BestConfig).values(
+        op=op, problem_key=problem_key, problem=problem, device_id=device_id, kernel_hash=kernel_hash,
+        triton_version=triton_version, config=config, median_ms=median_ms, default_ms=default_ms,
+        torch_ms=torch_ms, run_id=run_id, updated_at=updated_at or utcnow(),
+    )
+    cols = ("problem", "config", "median_ms", "default_ms", "torch_ms", "run_id", "updated_at")
+    stmt = stmt.on_conflict_do_update(
+        index_elements=list(RESULT_KEY),
+        set_={c: stmt.excluded[c] for c in cols},
+        where=BestConfig.median_ms > stmt.excluded.median_ms,
+    )
+    result: Any = session.execute(stmt)
+    return bool(result.rowcount)
+
+
+def _best_query(op: str | None, device_key: str | None, problem_key: str | None) -> Select[Any]:
+    q = select(BestConfig).join(Device).options(selectinload(BestConfig.device))
+    if op:
+        q = q.where(BestConfig.op == op)
+    if device_key:
+        q = q.where(Device.key == device_key)
+    if problem_key:
+        q = q.where(BestConfig.problem_key == problem_key)
+    return q.order_by(BestConfig.id)
+
+
+def find_best(session: Session, *, op: str | None = None, device_key: str | None = None,
+              problem_key: str | None = None) -> list[BestConfig]:
+    """Stored best configs (every kernel hash and Triton version); the caller decides exact vs stale."""
+    return list(session.scalars(_best_query(op, device_key, problem_key)))
+
+
+def get_run(session: Session, *, run_id: int) -> TuningRun | None:
+    return session.scalar(select(TuningRun).where(TuningRun.id == run_id)
+                          .options(selectinload(TuningRun.trials), selectinload(TuningRun.device)))
+
+
+def list_runs(session: Session, *, op: str | None = None, device_key: str | None = None,
+              problem_key: str | None = None) -> list[TuningRun]:
+    q = select(TuningRun).join(Device).options(selectinload(TuningRun.trials), selectinload(TuningRun.device))
+    if op:
+        q = q.where(TuningRun.op == op)
+    if device_key:
+        q = q.where(Device.key == device_key)
+    if problem_key:
+        q = q.where(TuningRun.problem_key == problem_key)
+    return list(session.scalars(q.order_by(TuningRun.id)))
+
+
+def count_trials(session: Session, *, run_id: int | None = None) -> int:
+    q = select(func.count(Trial.id))
+    if run_id is not None:
+        q = q.where(Trial.run_id == run_id)
+    return int(session.scalar(q) or 0)
+
+
+def add_job(session: Session, *, op: str, shape: str, dtype: str, options: dict[str, Any], strategy: str,
+            budget_trials: int | None, budget_seconds: float | None, priority: int = 0) -> int:
+    job = Job(op=op, shape=shape, dtype=dtype, options=options, strategy=strategy, budget_trials=budget_trials,
+              budget_seconds=budget_seconds, priority=priority, state="queued", created_at=utcnow())
+    session.add(job)
+    session.flush()
+    return job.id
+
+
+def find_run(session: Session, *, op: str, problem_key: str, device_id: int, started_at: datetime) -> int | None:
+    return session.scalar(select(TuningRun.id).where(
+        TuningRun.op == op, TuningRun.problem_key == problem_key, TuningRun.device_id == device_id,
+        TuningRun.started_at == started_at))
+
+
+def insert_run(session: Session, *, fields: dict[str, Any], trials: list[dict[str, Any]]) -> int:
+    """A whole run with its trials, as exported (import path)."""
+    run = TuningRun(**fields)
+    session.add(run)
+    session.flush()
+    session.add_all([Trial(run_id=run.id, **t) for t in trials])
+    session.flush()
+    return run.id

@@ -1,0 +1,42 @@
+"""Choose the Triton backend before any kernel is decorated.
+
+With no CUDA device, kernels run through Triton's interpreter: TRITON_INTERPRET=1 is set here unless the
+user set it themselves. Triton reads the variable when `@triton.jit` runs, so this module is imported first
+by `kernels/__init__.py`.
+"""
+
+from __future__ import annotations
+
+import os
+
+
+def _cuda_available() -> bool:
+    try:
+        import torch
+
+        return bool(torch.cuda.is_available())
+    except Exception:  # pragma: no cover - torch missing or broken driver
+        return False
+
+
+def select_backend() -> None:
+    if "TRITON_INTERPRET" not in os.environ and not _cuda_available():
+        os.environ["TRITON_INTERPRET"] = "1"
+
+
+def interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "yes", "on")
+
+
+def dot_needs_upcast(dtype: object) -> bool:
+    """Triton's interpreter multiplies bfloat16 bit patterns in `tl.dot` (triton-lang/triton#11584).
+
+    Kernels take this as a constexpr and convert bfloat16 dot operands to float32 under the interpreter
+    only; on a GPU the native bfloat16 path is compiled.
+    """
+    import torch
+
+    return interpreting() and dtype == torch.bfloat16
+
+
+select_backend()

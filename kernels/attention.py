@@ -1,0 +1,181 @@
+"""Flash-attention forward: O = softmax(Q K^T * sm_scale [+ causal mask]) V, online softmax in float32.
+
+q, k, v: (batch, heads, seq, head_dim) with head_dim 64 or 128, any strides with a contiguous last
+dimension; seq need not be a multiple of the block. Causal masking is top-left aligned (query i sees keys
+0..i). Each program computes BLOCK_M query rows of one (batch, head), streaming BLOCK_N keys at a time.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels._backend import dot_needs_upcast
+from kernels._checks import (
+    check_config,
+    check_last_dim_contiguous,
+    check_pow2,
+    check_same_device,
+    check_tensor,
+    new_output,
+)
+
+DTYPES = (torch.float16, torch.bfloat16)
+HEAD_DIMS = (64, 128)
+PARAMS = ("BLOCK_M", "BLOCK_N")
+
+
+@triton.jit
+def _attn_inner(
+    acc, l_i, m_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn, start_m, lo, hi, S, qk_scale,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DIAGONAL: tl.constexpr, EVEN_N: tl.constexpr,
+    UPCAST: tl.constexpr,
+):
+    offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    k_ptrs += lo * stride_kn
+    v_ptrs += lo * stride_vn
+    for start_n in range(lo, hi, BLOCK_N):
+        cols = start_n + offs_n
+        if EVEN_N:
+            k = tl.load(k_ptrs)
+        else:
+            k = tl.load(k_ptrs, mask=cols[None, :] < S, other=0.0)
+        if UPCAST:
+            k = k.to(tl.float32)
+        qk = tl.dot(q, k) * qk_scale
+        if DIAGONAL:
+            qk = tl.where(offs_m[:, None] >= cols[None, :], qk, -float("inf"))
+        if not EVEN_N:
+            qk = tl.where(cols[None, :] < S, qk, -float("inf"))
+        m_new = tl.maximum(m_i, tl.max(qk, 1))
+        p = tl.math.exp2(qk - m_new[:, None])
+        alpha = tl.math.exp2(m_i - m_new)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None]
+        if EVEN_N:
+            v = tl.load(v_ptrs)
+        else:
+            v = tl.load(v_ptrs, mask=cols[:, None] < S, other=0.0)
+        if UPCAST:
+            acc = tl.dot(p.to(v.dtype).to(tl.float32), v.to(tl.float32), acc)
+        else:
+            acc = tl.dot(p.to(v.dtype), v, acc)
+        m_i = m_new
+        k_ptrs += BLOCK_N * stride_kn
+        v_ptrs += BLOCK_N * stride_vn
+    return acc, l_i, m_i
+
+
+@triton.jit
+def attention_kernel(
+    q_ptr, k_ptr, v_ptr, o_ptr,
+    stride_qb, stride_qh, stride_qm,
+    stride_kb, stride_kh, stride_kn,
+    stride_vb, stride_vh, stride_vn,
+    stride_ob, stride_oh, stride_om,
+    H, S, qk_scale,
+    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    CAUSAL: tl.constexpr, EVEN_N: tl.constexpr,
+    UPCAST: tl.constexpr,  # interpreter only: bfloat16 dot operands go through float32
+):
+    start_m = tl.program_id(0)
+    bh = tl.program_id(1)
+    b = bh // H
+    h = bh % H
+    q_base = q_ptr + b.to(tl.int64) * stride_qb + h.to(tl.int64) * stride_qh
+    k_base = k_ptr + b.to(tl.int64) * stride_kb + h.to(tl.int64) * stride_kh
+    v_base = v_ptr + b.to(tl.int64) * stride_vb + h.to(tl.int64) * stride_vh
+    o_base = o_ptr + b.to(tl.int64) * stride_ob + h.to(tl.int64) * stride_oh
+
+    offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM)
+    q = tl.load(q_base + offs_m[:, None] * stride_qm + offs_d[None, :], mask=offs_m[:, None] < S, other=0.0)
+    if UPCAST:
+        q = q.to(tl.float32)
+    k_ptrs = k_base + offs_d[:, None] + offs_n[None, :] * stride_kn  # K^T tile [HEAD_DIM, BLOCK_N]
+    v_ptrs = v_base + offs_n[:, None] * stride_vn + offs_d[None, :]
+
+    m_i = tl.full((BLOCK_M,), -float("inf"), tl.float32)
+    l_i = tl.zeros((BLOCK_M,), tl.float32)
+    acc = tl.zeros((BLOCK_M, HEAD_DIM), tl.float32)
+    if CAUSAL:
+        # Blocks fully below the diagonal need no mask; the diagonal block(s) do.
+        diag_lo = start_m * BLOCK_M
+        acc, l_i, m_i = _attn_inner(acc, l_i, m_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn, start_m,
+                                    0, diag_lo, S, qk_scale, BLOCK_M, BLOCK_N, False, EVEN_N, UPCAST)
+        acc, l_i, m_i = _attn_inner(acc, l_i, m_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn, start_m,
+                                    diag_lo, tl.minimum(diag_lo + BLOCK_M, S), S, qk_scale,
+                                    BLOCK_M, BLOCK_N, True, EVEN_N, UPCAST)
+    else:
+        acc, l_i, m_i = _attn_inner(acc, l_i, m_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn, start_m,
+                                    0, S, S, qk_scale, BLOCK_M, BLOCK_N, False, EVEN_N, UPCAST)
+    # Rows past the end of the sequence saw no keys; keep them finite (they are never stored).
+    l_i = tl.where(l_i == 0.0, 1.0, l_i)
+    o = acc / l_i[:, None]
+    tl.store(o_base + offs_m[:, None] * stride_om + offs_d[None, :], o.to(o_ptr.dtype.element_ty),
+             mask=offs_m[:, None] < S)
+
+
+def attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    config: Mapping[str, Any],
+    causal: bool = False,
+    sm_scale: float | None = None,
+) -> torch.Tensor:
+    """softmax(q k^T * sm_scale) v over (batch, heads, seq, head_dim); sm_scale defaults to 1/sqrt(head_dim)."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        check_tensor(name, t, DTYPES, ndim=4)
+        check_last_dim_contiguous(name, t)
+    if not (q.dtype == k.dtype == v.dtype):
+        raise TypeError(f"q, k and v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if not (q.shape == k.shape == v.shape):
+        raise ValueError(
+            f"q, k and v must have one shape (batch, heads, seq, head_dim); got {tuple(q.shape)}, "
+            f"{tuple(k.shape)}, {tuple(v.shape)}"
+        )
+    if q.shape[-1] not in HEAD_DIMS:
+        raise ValueError(f"head_dim {q.shape[-1]} is not supported; accepted: {', '.join(map(str, HEAD_DIMS))}")
+    check_same_device(q=q, k=k, v=v)
+    cfg = check_config(config, PARAMS, "attention")
+    check_pow2("attention", cfg, PARAMS)
+    if causal and cfg["BLOCK_N"] > cfg["BLOCK_M"]:
+        raise ValueError(f"attention: causal needs BLOCK_N <= BLOCK_M, got BLOCK_M={cfg['BLOCK_M']} BLOCK_N={cfg['BLOCK_N']}")
+    B, H, S, D = q.shape
+    scale = (1.0 / math.sqrt(D)) if sm_scale is None else float(sm_scale)
+    o = new_output(q.shape, q.dtype, q.device)
+    grid = (triton.cdiv(S, cfg["BLOCK_M"]), B * H)
+    attention_kernel[grid](
+        q, k, v, o,
+        q.stride(0), q.stride(1), q.stride(2),
+        k.stride(0), k.stride(1), k.stride(2),
+        v.stride(0), v.stride(1), v.stride(2),
+        o.stride(0), o.stride(1), o.stride(2),
+        H, S, scale * 1.4426950408889634,  # log2(e): the kernel uses exp2
+        HEAD_DIM=D, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], CAUSAL=bool(causal),
+        EVEN_N=S % cfg["BLOCK_N"] == 0, UPCAST=dot_needs_upcast(q.dtype),
+        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+    )
+    return o
+
+
+def reference(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False, sm_scale: float | None = None
+) -> torch.Tensor:
+    return torch.nn.functional.scaled_dot_product_attention(
+        q.float(), k.float(), v.float(), is_causal=causal, scale=sm_scale
+    )
+
+
+def baseline(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
+             sm_scale: float | None = None) -> torch.Tensor:
+    """torch.nn.functional.scaled_dot_product_attention in the input dtype (flash/cuDNN backends)."""
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=sm_scale)

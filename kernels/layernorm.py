@@ -1,0 +1,128 @@
+"""Layer normalisation over the last dimension: y = (x - mean) / sqrt(var + eps) * weight + bias.
+
+x[..., N] with optional weight[N] and bias[N]. Each program normalises ROWS rows. When BLOCK_N covers the
+row the tile stays in registers; otherwise the row is read in BLOCK_N chunks (mean, then variance, then
+the output: three reads). Statistics are float32; the output has the input dtype.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels._checks import (
+    check_config,
+    check_last_dim_contiguous,
+    check_pow2,
+    check_same_device,
+    check_tensor,
+    new_output,
+)
+
+DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+PARAMS = ("BLOCK_N", "ROWS")
+
+
+@triton.jit
+def layernorm_kernel(
+    x_ptr, y_ptr, w_ptr, b_ptr,
+    n_rows, N, eps,
+    stride_xm, stride_ym,
+    BLOCK_N: tl.constexpr, ROWS: tl.constexpr, SINGLE_PASS: tl.constexpr,
+    HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr,
+):
+    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    row_ok = rows < n_rows
+    cols = tl.arange(0, BLOCK_N)
+    x_row = x_ptr + rows.to(tl.int64)[:, None] * stride_xm
+    y_row = y_ptr + rows.to(tl.int64)[:, None] * stride_ym
+    if SINGLE_PASS:
+        col_ok = cols < N
+        mask = row_ok[:, None] & col_ok[None, :]
+        x = tl.load(x_row + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        mean = tl.sum(x, axis=1) / N
+        d = tl.where(mask, x - mean[:, None], 0.0)
+        rstd = 1.0 / tl.sqrt(tl.sum(d * d, axis=1) / N + eps)
+        y = d * rstd[:, None]
+        if HAS_WEIGHT:
+            y = y * tl.load(w_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+        if HAS_BIAS:
+            y = y + tl.load(b_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+        tl.store(y_row + cols[None, :], y.to(y_ptr.dtype.element_ty), mask=mask)
+    else:
+        acc = tl.zeros((ROWS, BLOCK_N), tl.float32)
+        for start in range(0, N, BLOCK_N):
+            c = start + cols
+            acc += tl.load(x_row + c[None, :], mask=row_ok[:, None] & (c[None, :] < N), other=0.0).to(tl.float32)
+        mean = tl.sum(acc, axis=1) / N
+        acc = tl.zeros((ROWS, BLOCK_N), tl.float32)
+        for start in range(0, N, BLOCK_N):
+            c = start + cols
+            mask = row_ok[:, None] & (c[None, :] < N)
+            x = tl.load(x_row + c[None, :], mask=mask, other=0.0).to(tl.float32)
+            d = tl.where(mask, x - mean[:, None], 0.0)
+            acc += d * d
+        rstd = 1.0 / tl.sqrt(tl.sum(acc, axis=1) / N + eps)
+        for start in range(0, N, BLOCK_N):
+            c = start + cols
+            col_ok = c < N
+            mask = row_ok[:, None] & col_ok[None, :]
+            x = tl.load(x_row + c[None, :], mask=mask, other=0.0).to(tl.float32)
+            y = (x - mean[:, None]) * rstd[:, None]
+            if HAS_WEIGHT:
+                y = y * tl.load(w_ptr + c, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+            if HAS_BIAS:
+                y = y + tl.load(b_ptr + c, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+            tl.store(y_row + c[None, :], y.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+def layer_norm(
+    x: torch.Tensor,
+    weight: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    eps: float,
+    config: Mapping[str, Any],
+) -> torch.Tensor:
+    """Normalise x[..., N] over its last dimension; weight and bias (shape (N,)) may each be None."""
+    check_tensor("x", x, DTYPES)
+    N = x.shape[-1]
+    for name, t in (("weight", weight), ("bias", bias)):
+        if t is not None:
+            check_tensor(name, t, DTYPES, ndim=1)
+            if t.shape[0] != N:
+                raise ValueError(f"{name} has shape {tuple(t.shape)}, expected ({N},) to match x's last dimension")
+            check_last_dim_contiguous(name, t)
+    if not isinstance(eps, (int, float)) or isinstance(eps, bool) or not eps > 0:
+        raise ValueError(f"eps must be a positive number, got {eps!r}")
+    check_same_device(x=x, weight=weight, bias=bias)
+    check_last_dim_contiguous("x", x)
+    cfg = check_config(config, PARAMS, "layernorm")
+    check_pow2("layernorm", cfg, PARAMS)
+    x2 = x.reshape(-1, N)
+    n_rows = x2.shape[0]
+    y = new_output((n_rows, N), x.dtype, x.device)
+    grid = (triton.cdiv(n_rows, cfg["ROWS"]),)
+    layernorm_kernel[grid](
+        x2, y, weight if weight is not None else y, bias if bias is not None else y,
+        n_rows, N, float(eps), x2.stride(0), y.stride(0),
+        BLOCK_N=cfg["BLOCK_N"], ROWS=cfg["ROWS"], SINGLE_PASS=cfg["BLOCK_N"] >= N,
+        HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None,
+        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+    )
+    return y.reshape(x.shape)
+
+
+def reference(
+    x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float
+) -> torch.Tensor:
+    w = weight.float() if weight is not None else None
+    b = bias.float() if bias is not None else None
+    return torch.nn.functional.layer_norm(x.float(), (x.shape[-1],), w, b, eps)
+
+
+def baseline(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float) -> torch.Tensor:
+    return torch.nn.functional.layer_norm(x, (x.shape[-1],), weight, bias, eps)

@@ -1,0 +1,156 @@
+"""Matrix product C[M, N] = A[M, K] @ B[K, N] (+ bias[N]) (+ activation), fp32 accumulation.
+
+Tiles of BLOCK_M x BLOCK_N are visited in grouped order (GROUP_M rows of tiles at a time) so that tiles
+sharing rows of A and columns of B run close together and hit in L2. The output has the input dtype.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels._backend import dot_needs_upcast
+from kernels._checks import check_config, check_pow2, check_same_device, check_tensor, new_output
+
+DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+EPILOGUES = ("none", "bias", "bias_relu", "bias_gelu", "relu", "gelu")
+PARAMS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M")
+
+
+@triton.jit
+def matmul_kernel(
+    a_ptr, b_ptr, c_ptr, bias_ptr,
+    M, N, K,
+    stride_am, stride_ak,
+    stride_bk, stride_bn,
+    stride_cm, stride_cn,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    EPILOGUE: tl.constexpr,  # 0 none, 1 bias, 2 bias+relu, 3 bias+gelu(tanh), 4 relu, 5 gelu(tanh)
+    EVEN_K: tl.constexpr,
+    UPCAST: tl.constexpr,  # interpreter only: bfloat16 dot operands go through float32
+):
+    pid = tl.program_id(0)
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    num_pid_in_group = GROUP_M * num_pid_n
+    group_id = pid // num_pid_in_group
+    first_pid_m = group_id * GROUP_M
+    group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
+    pid_m = first_pid_m + ((pid % num_pid_in_group) % group_size_m)
+    pid_n = (pid % num_pid_in_group) // group_size_m
+
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    # Rows/columns past the edge are clamped (wrapped) for loads; they are masked on the store.
+    offs_am = tl.max_contiguous(tl.multiple_of(offs_m % M, BLOCK_M), BLOCK_M)
+    offs_bn = tl.max_contiguous(tl.multiple_of(offs_n % N, BLOCK_N), BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    a_ptrs = a_ptr + offs_am[:, None] * stride_am + offs_k[None, :] * stride_ak
+    b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_bn[None, :] * stride_bn
+
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        if EVEN_K:
+            a = tl.load(a_ptrs)
+            b = tl.load(b_ptrs)
+        else:
+            k_left = K - k * BLOCK_K
+            a = tl.load(a_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
+            b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
+        if UPCAST:
+            a = a.to(tl.float32)
+            b = b.to(tl.float32)
+        acc = tl.dot(a, b, acc)
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+
+    if EPILOGUE == 1 or EPILOGUE == 2 or EPILOGUE == 3:
+        bias = tl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)
+        acc = acc + bias[None, :]
+    if EPILOGUE == 2 or EPILOGUE == 4:
+        acc = tl.maximum(acc, 0.0)
+    if EPILOGUE == 3 or EPILOGUE == 5:
+        # gelu(x) = 0.5 x (1 + tanh(u)) = x * sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3)
+        u = 0.7978845608028654 * (acc + 0.044715 * acc * acc * acc)
+        acc = acc / (1.0 + tl.exp(-2.0 * u))
+
+    c = acc.to(c_ptr.dtype.element_ty)
+    c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
+    tl.store(c_ptrs, c, mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
+
+
+def _validate(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, epilogue: str) -> None:
+    check_tensor("a", a, DTYPES, ndim=2)
+    check_tensor("b", b, DTYPES, ndim=2)
+    if a.dtype != b.dtype:
+        raise TypeError(f"a and b must have one dtype, got {a.dtype} and {b.dtype}")
+    if a.shape[1] != b.shape[0]:
+        raise ValueError(f"inner dimensions differ: a is {tuple(a.shape)} (M, K), b is {tuple(b.shape)} (K, N)")
+    if epilogue not in EPILOGUES:
+        raise ValueError(f"unknown epilogue {epilogue!r}; accepted: {', '.join(EPILOGUES)}")
+    if epilogue.startswith("bias"):
+        if bias is None:
+            raise ValueError(f"epilogue {epilogue!r} needs a bias of shape ({b.shape[1]},)")
+        check_tensor("bias", bias, DTYPES, ndim=1)
+        if bias.shape[0] != b.shape[1]:
+            raise ValueError(f"bias has shape {tuple(bias.shape)}, expected ({b.shape[1]},) to match N")
+    elif bias is not None:
+        raise ValueError(f"a bias was given with epilogue {epilogue!r}; use 'bias', 'bias_relu' or 'bias_gelu'")
+    check_same_device(a=a, b=b, bias=bias)
+
+
+def matmul(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    config: Mapping[str, Any],
+    bias: torch.Tensor | None = None,
+    epilogue: str = "none",
+) -> torch.Tensor:
+    """C = epilogue(A @ B + bias). Any strides are accepted; config holds BLOCK_M/N/K, GROUP_M, num_warps, num_stages."""
+    _validate(a, b, bias, epilogue)
+    cfg = check_config(config, PARAMS, "matmul")
+    check_pow2("matmul", cfg, ("BLOCK_M", "BLOCK_N", "BLOCK_K"))
+    M, K = a.shape
+    N = b.shape[1]
+    c = new_output((M, N), a.dtype, a.device)
+    grid = (triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"]),)
+    matmul_kernel[grid](
+        a, b, c, bias if bias is not None else c,
+        M, N, K,
+        a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
+        BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], GROUP_M=cfg["GROUP_M"],
+        EPILOGUE=EPILOGUES.index(epilogue), EVEN_K=K % cfg["BLOCK_K"] == 0,
+        UPCAST=dot_needs_upcast(a.dtype),
+        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+    )
+    return c
+
+
+def reference(
+    a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, epilogue: str = "none"
+) -> torch.Tensor:
+    """torch in float32 (TF32 off), the same epilogue; returned in float32."""
+    out = torch.matmul(a.float(), b.float())
+    if bias is not None:
+        out = out + bias.float()
+    if epilogue.endswith("relu"):
+        out = torch.relu(out)
+    elif epilogue.endswith("gelu"):
+        out = torch.nn.functional.gelu(out, approximate="tanh")
+    return out
+
+
+def baseline(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, epilogue: str = "none") -> torch.Tensor:
+    """torch eager in the input dtype (cuBLAS), with the same epilogue."""
+    out = torch.matmul(a, b)
+    if bias is not None:
+        out = out + bias
+    if epilogue.endswith("relu"):
+        out = torch.relu(out)
+    elif epilogue.endswith("gelu"):
+        out = torch.nn.functional.gelu(out, approximate="tanh")
+    return out

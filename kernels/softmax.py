@@ -1,0 +1,103 @@
+"""Row-wise softmax over the last dimension of x[..., n_cols], any column count.
+
+Each program handles ROWS rows as one [ROWS, BLOCK_N] tile. When BLOCK_N covers the row the tile stays in
+registers (one read, one write); otherwise the row is streamed in BLOCK_N chunks with an online max/sum
+(two reads, one write). Computation is in float32; the output has the input dtype.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels._checks import (
+    check_config,
+    check_last_dim_contiguous,
+    check_pow2,
+    check_same_device,
+    check_tensor,
+    new_output,
+)
+
+DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+PARAMS = ("BLOCK_N", "ROWS")
+
+
+@triton.jit
+def softmax_kernel(
+    x_ptr, y_ptr,
+    n_rows, n_cols,
+    stride_xm, stride_ym,
+    BLOCK_N: tl.constexpr, ROWS: tl.constexpr, SINGLE_PASS: tl.constexpr,
+):
+    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    row_ok = rows < n_rows
+    cols = tl.arange(0, BLOCK_N)
+    x_row = x_ptr + rows.to(tl.int64)[:, None] * stride_xm
+    y_row = y_ptr + rows.to(tl.int64)[:, None] * stride_ym
+    if SINGLE_PASS:
+        mask = row_ok[:, None] & (cols[None, :] < n_cols)
+        x = tl.load(x_row + cols[None, :], mask=mask, other=-float("inf")).to(tl.float32)
+        x = x - tl.max(x, axis=1)[:, None]
+        e = tl.exp(x)
+        y = e / tl.sum(e, axis=1)[:, None]
+        tl.store(y_row + cols[None, :], y.to(y_ptr.dtype.element_ty), mask=mask)
+    else:
+        m = tl.full((ROWS,), -float("inf"), tl.float32)
+        s = tl.zeros((ROWS,), tl.float32)
+        for start in range(0, n_cols, BLOCK_N):
+            c = start + cols
+            mask = row_ok[:, None] & (c[None, :] < n_cols)
+            x = tl.load(x_row + c[None, :], mask=mask, other=-float("inf")).to(tl.float32)
+            m_new = tl.maximum(m, tl.max(x, axis=1))
+            # Rows past the end stay at -inf; keep them finite so no NaN is produced (they are never stored).
+            m_safe = tl.where(m_new == -float("inf"), 0.0, m_new)
+            s = s * tl.exp(m - m_safe) + tl.sum(tl.exp(x - m_safe[:, None]), axis=1)
+            m = m_new
+        m_safe = tl.where(m == -float("inf"), 0.0, m)
+        inv = 1.0 / s
+        for start in range(0, n_cols, BLOCK_N):
+            c = start + cols
+            mask = row_ok[:, None] & (c[None, :] < n_cols)
+            x = tl.load(x_row + c[None, :], mask=mask, other=-float("inf")).to(tl.float32)
+            y = tl.exp(x - m_safe[:, None]) * inv[:, None]
+            tl.store(y_row + c[None, :], y.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+def softmax(x: torch.Tensor, config: Mapping[str, Any]) -> torch.Tensor:
+    """softmax(x, dim=-1) for x of any rank >= 1 whose last dimension is contiguous."""
+    check_tensor("x", x, DTYPES)
+    check_same_device(x=x)
+    check_last_dim_contiguous("x", x)
+    cfg = check_config(config, PARAMS, "softmax")
+    check_pow2("softmax", cfg, PARAMS)
+    n_cols = x.shape[-1]
+    x2 = x.reshape(-1, n_cols)
+    n_rows = x2.shape[0]
+    y = new_output((n_rows, n_cols), x.dtype, x.device)
+    grid = (triton.cdiv(n_rows, cfg["ROWS"]),)
+    softmax_kernel[grid](
+        x2, y, n_rows, n_cols, x2.stride(0), y.stride(0),
+        BLOCK_N=cfg["BLOCK_N"], ROWS=cfg["ROWS"], SINGLE_PASS=cfg["BLOCK_N"] >= n_cols,
+        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+    )
+    return y.reshape(x.shape)
+
+
+def reference(x: torch.Tensor) -> torch.Tensor:
+    return torch.softmax(x.float(), dim=-1)
+
+
+def manual(x: torch.Tensor) -> torch.Tensor:
+    """Unfused softmax from primitive ops, as people write it by hand (for benchmarks)."""
+    z = x - x.max(dim=-1, keepdim=True).values
+    e = torch.exp(z)
+    return e / e.sum(dim=-1, keepdim=True)
+
+
+def baseline(x: torch.Tensor) -> torch.Tensor:
+    return torch.softmax(x, dim=-1)

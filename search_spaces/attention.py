@@ -1,0 +1,127 @@
+"""Flash-attention forward: problem (batch, heads, seq, head_dim, dtype, causal), space, inputs, cost."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from search_spaces.problem import ELEMENT_BYTES, TORCH_DTYPES, ProblemError, dims_str, parse_dims, parse_dtype
+from search_spaces.space import Config, DeviceLimits, Param, Space, clamp, next_pow2
+
+DTYPES = ("float16", "bfloat16")
+HEAD_DIMS = (64, 128)
+MAX_PER_THREAD = 256  # fp32 values of the accumulator and score tiles per thread
+
+
+@dataclass(frozen=True)
+class AttentionProblem:
+    batch: int
+    heads: int
+    seq: int
+    head_dim: int
+    dtype: str = "float16"
+    causal: bool = False
+
+    def __post_init__(self) -> None:
+        if self.head_dim not in HEAD_DIMS:
+            raise ProblemError(f"head_dim {self.head_dim} is not supported; accepted: {', '.join(map(str, HEAD_DIMS))}")
+
+    @classmethod
+    def parse(cls, shape: object, dtype: object = "float16", causal: bool = False) -> AttentionProblem:
+        b, h, s, d = parse_dims(shape, (4,), "BATCHxHEADSxSEQxHEAD_DIM, e.g. 4x32x2048x128")
+        return cls(b, h, s, d, parse_dtype(dtype, DTYPES), bool(causal))
+
+    @property
+    def shape(self) -> str:
+        return dims_str(self.batch, self.heads, self.seq, self.head_dim)
+
+    @property
+    def key(self) -> str:
+        return f"{self.shape}:{self.dtype}:{'causal' if self.causal else 'full'}"
+
+    def dims(self) -> tuple[int, ...]:
+        return (self.batch, self.heads, self.seq, self.head_dim)
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return TORCH_DTYPES[self.dtype]
+
+
+def make_inputs(p: AttentionProblem, device: str) -> dict[str, Any]:
+    g = torch.Generator(device="cpu").manual_seed(0)
+    q, k, v = (torch.randn(p.batch, p.heads, p.seq, p.head_dim, generator=g).to(device=device, dtype=p.torch_dtype)
+               for _ in range(3))
+    return {"q": q, "k": k, "v": v, "causal": p.causal}
+
+
+def problem_from_inputs(inputs: dict[str, Any]) -> AttentionProblem:
+    b, h, s, d = inputs["q"].shape
+    return AttentionProblem(b, h, s, d, parse_dtype(inputs["q"].dtype, DTYPES), bool(inputs.get("causal", False)))
+
+
+def flops(p: AttentionProblem) -> float:
+    f = 4.0 * p.batch * p.heads * p.seq * p.seq * p.head_dim
+    return f / 2 if p.causal else f
+
+
+def bytes_moved(p: AttentionProblem) -> float:
+    return 4.0 * p.batch * p.heads * p.seq * p.head_dim * ELEMENT_BYTES[p.dtype]
+
+
+def smem_bytes(c: Config, p: AttentionProblem) -> int:
+    """The Q tile plus num_stages K and V tiles."""
+    return (c["BLOCK_M"] + 2 * c["num_stages"] * c["BLOCK_N"]) * p.head_dim * ELEMENT_BYTES[p.dtype]
+
+
+def _fits_smem(c: Config, p: AttentionProblem, d: DeviceLimits) -> str | None:
+    need = smem_bytes(c, p)
+    if need > d.smem_per_block:
+        return f"shared memory {need} B (Q tile + num_stages x (K + V tiles)) exceeds the device's {d.smem_per_block} B per block"
+    return None
+
+
+def _causal_blocks(c: Config, p: AttentionProblem, d: DeviceLimits) -> str | None:
+    if p.causal and c["BLOCK_N"] > c["BLOCK_M"]:
+        return f"causal attention needs BLOCK_N <= BLOCK_M (got {c['BLOCK_N']} > {c['BLOCK_M']})"
+    return None
+
+
+def _tiles_vs_seq(c: Config, p: AttentionProblem, d: DeviceLimits) -> str | None:
+    useful = max(16, next_pow2(p.seq))
+    for name in ("BLOCK_M", "BLOCK_N"):
+        if c[name] > useful:
+            return f"{name}={c[name]} is larger than useful for seq={p.seq} (at most {useful})"
+    return None
+
+
+def _warps_vs_tile(c: Config, p: AttentionProblem, d: DeviceLimits) -> str | None:
+    if c["BLOCK_M"] < 16 * c["num_warps"]:
+        return f"{c['num_warps']} warps need BLOCK_M >= {16 * c['num_warps']} (16 query rows per warp), got {c['BLOCK_M']}"
+    per_thread = c["BLOCK_M"] * (p.head_dim + c["BLOCK_N"]) // (32 * c["num_warps"])
+    if per_thread > MAX_PER_THREAD:
+        return f"{per_thread} fp32 accumulator and score values per thread (at most {MAX_PER_THREAD}): more warps or smaller tiles"
+    return None
+
+
+def default(p: AttentionProblem, d: DeviceLimits) -> Config:
+    bm = clamp(next_pow2(p.seq), 16, 128)
+    bn = clamp(next_pow2(p.seq), 16, 64)
+    warps = 8 if bm >= 128 else 4 if bm >= 64 else 2 if bm >= 32 else 1
+    cfg = {"BLOCK_M": bm, "BLOCK_N": min(bn, bm), "num_warps": warps, "num_stages": 3}
+    while cfg["num_stages"] > 1 and _fits_smem(cfg, p, d):
+        cfg["num_stages"] -= 1
+    return cfg
+
+
+SPACE: Space[AttentionProblem] = Space(
+    params=(
+        Param("BLOCK_M", (16, 32, 64, 128, 256)),
+        Param("BLOCK_N", (16, 32, 64, 128)),
+        Param("num_warps", (1, 2, 4, 8)),
+        Param("num_stages", (1, 2, 3, 4)),
+    ),
+    constraints=(_fits_smem, _causal_blocks, _tiles_vs_seq, _warps_vs_tile),
+    default_fn=default,
+)

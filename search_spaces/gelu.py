@@ -1,0 +1,98 @@
+"""GELU, element-wise: the problem is the element count (any shape flattens to it), dtype and form."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from search_spaces.problem import ELEMENT_BYTES, TORCH_DTYPES, ProblemError, parse_dims, parse_dtype
+from search_spaces.space import Config, DeviceLimits, Param, Space, clamp, next_pow2, pow2_range
+
+DTYPES = ("float16", "bfloat16", "float32")
+APPROXIMATIONS = ("tanh", "none")
+
+
+@dataclass(frozen=True)
+class GeluProblem:
+    n: int
+    dtype: str = "float16"
+    approximate: str = "tanh"
+
+    def __post_init__(self) -> None:
+        if self.approximate not in APPROXIMATIONS:
+            raise ProblemError(f"approximate={self.approximate!r} is not supported; accepted: {', '.join(APPROXIMATIONS)}")
+
+    @classmethod
+    def parse(cls, shape: object, dtype: object = "float16", approximate: str = "tanh") -> GeluProblem:
+        dims = parse_dims(shape, (1, 2, 3, 4, 5), "any shape, e.g. 4096x4096 or 16777216 (only the element count matters)")
+        n = 1
+        for d in dims:
+            n *= d
+        return cls(n, parse_dtype(dtype, DTYPES), approximate)
+
+    @property
+    def shape(self) -> str:
+        return str(self.n)
+
+    @property
+    def key(self) -> str:
+        return f"{self.n}:{self.dtype}:{self.approximate}"
+
+    def dims(self) -> tuple[int, ...]:
+        return (self.n,)
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return TORCH_DTYPES[self.dtype]
+
+
+def make_inputs(p: GeluProblem, device: str) -> dict[str, Any]:
+    g = torch.Generator(device="cpu").manual_seed(0)
+    return {"x": (3.0 * torch.randn(p.n, generator=g)).to(device=device, dtype=p.torch_dtype), "approximate": p.approximate}
+
+
+def problem_from_inputs(inputs: dict[str, Any]) -> GeluProblem:
+    x = inputs["x"]
+    return GeluProblem(x.numel(), parse_dtype(x.dtype, DTYPES), inputs.get("approximate", "tanh"))
+
+
+def flops(p: GeluProblem) -> float:
+    return 10.0 * p.n
+
+
+def bytes_moved(p: GeluProblem) -> float:
+    return 2.0 * p.n * ELEMENT_BYTES[p.dtype]
+
+
+def _block_vs_problem(c: Config, p: GeluProblem, d: DeviceLimits) -> str | None:
+    useful = max(128, next_pow2(p.n))
+    if c["BLOCK_SIZE"] > useful:
+        return f"BLOCK_SIZE={c['BLOCK_SIZE']} is larger than useful for {p.n} elements (at most {useful})"
+    return None
+
+
+def _warps_vs_block(c: Config, p: GeluProblem, d: DeviceLimits) -> str | None:
+    per_thread = c["BLOCK_SIZE"] // (32 * c["num_warps"])
+    if per_thread < 1:
+        return f"BLOCK_SIZE={c['BLOCK_SIZE']} has fewer elements than {c['num_warps']} warps have threads"
+    if per_thread > 32:
+        return f"BLOCK_SIZE={c['BLOCK_SIZE']} over {c['num_warps']} warps is {per_thread} elements per thread (at most 32)"
+    return None
+
+
+def default(p: GeluProblem, d: DeviceLimits) -> Config:
+    block = clamp(next_pow2(p.n), 128, 1024)
+    return {"BLOCK_SIZE": block, "num_warps": clamp(block // 256, 1, 4), "num_stages": 1}
+
+
+SPACE: Space[GeluProblem] = Space(
+    params=(
+        Param("BLOCK_SIZE", pow2_range(128, 16384)),
+        Param("num_warps", (1, 2, 4, 8, 16)),
+        Param("num_stages", (1,)),
+    ),
+    constraints=(_block_vs_problem, _warps_vs_block),
+    default_fn=default,
+)

@@ -1,0 +1,131 @@
+"""Matmul: C[M, N] = A[M, K] @ B[K, N] with an optional bias epilogue. Problem, space, default, inputs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from search_spaces.problem import ELEMENT_BYTES, TORCH_DTYPES, ProblemError, dims_str, parse_dims, parse_dtype
+from search_spaces.space import Config, DeviceLimits, Param, Space, clamp, next_pow2
+
+DTYPES = ("float16", "bfloat16", "float32")
+EPILOGUES = ("none", "bias", "bias_relu", "bias_gelu", "relu", "gelu")
+
+
+@dataclass(frozen=True)
+class MatmulProblem:
+    M: int
+    N: int
+    K: int
+    dtype: str = "float16"
+    epilogue: str = "none"
+
+    def __post_init__(self) -> None:
+        if self.epilogue not in EPILOGUES:
+            raise ProblemError(f"unknown epilogue {self.epilogue!r}; accepted: {', '.join(EPILOGUES)}")
+
+    @classmethod
+    def parse(cls, shape: object, dtype: object = "float16", epilogue: str = "none") -> MatmulProblem:
+        M, N, K = parse_dims(shape, (3,), "MxNxK, e.g. 4096x4096x4096")
+        return cls(M, N, K, parse_dtype(dtype, DTYPES), epilogue)
+
+    @property
+    def shape(self) -> str:
+        return dims_str(self.M, self.N, self.K)
+
+    @property
+    def key(self) -> str:
+        tail = "" if self.epilogue == "none" else f":{self.epilogue}"
+        return f"{self.shape}:{self.dtype}{tail}"
+
+    def dims(self) -> tuple[int, ...]:
+        return (self.M, self.N, self.K)
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return TORCH_DTYPES[self.dtype]
+
+
+def make_inputs(p: MatmulProblem, device: str) -> dict[str, Any]:
+    g = torch.Generator(device="cpu").manual_seed(0)
+    a = torch.randn(p.M, p.K, generator=g).to(device=device, dtype=p.torch_dtype)
+    b = torch.randn(p.K, p.N, generator=g).to(device=device, dtype=p.torch_dtype)
+    bias = None if not p.epilogue.startswith("bias") else torch.randn(p.N, generator=g).to(device=device, dtype=p.torch_dtype)
+    return {"a": a, "b": b, "bias": bias, "epilogue": p.epilogue}
+
+
+def problem_from_inputs(inputs: dict[str, Any]) -> MatmulProblem:
+    a, b = inputs["a"], inputs["b"]
+    return MatmulProblem(a.shape[0], b.shape[1], a.shape[1], parse_dtype(a.dtype, DTYPES), inputs.get("epilogue", "none"))
+
+
+def flops(p: MatmulProblem) -> float:
+    return 2.0 * p.M * p.N * p.K
+
+
+def bytes_moved(p: MatmulProblem) -> float:
+    e = ELEMENT_BYTES[p.dtype]
+    return float(e * (p.M * p.K + p.K * p.N + p.M * p.N + (p.N if p.epilogue.startswith("bias") else 0)))
+
+
+def smem_bytes(c: Config, p: MatmulProblem) -> int:
+    """Shared memory of the software pipeline: num_stages tiles of A and of B."""
+    return c["num_stages"] * (c["BLOCK_M"] * c["BLOCK_K"] + c["BLOCK_K"] * c["BLOCK_N"]) * ELEMENT_BYTES[p.dtype]
+
+
+def _fits_smem(c: Config, p: MatmulProblem, d: DeviceLimits) -> str | None:
+    need = smem_bytes(c, p)
+    if need > d.smem_per_block:
+        return f"shared memory {need} B (num_stages x (A tile + B tile)) exceeds the device's {d.smem_per_block} B per block"
+    return None
+
+
+def _tile_vs_problem(c: Config, p: MatmulProblem, d: DeviceLimits) -> str | None:
+    for block, dim, name in (("BLOCK_M", p.M, "M"), ("BLOCK_N", p.N, "N"), ("BLOCK_K", p.K, "K")):
+        useful = max(32, next_pow2(dim))
+        if c[block] > useful:
+            return f"{block}={c[block]} is larger than useful for {name}={dim} (at most {useful})"
+    return None
+
+
+def _warps_vs_tile(c: Config, p: MatmulProblem, d: DeviceLimits) -> str | None:
+    per_thread = c["BLOCK_M"] * c["BLOCK_N"] // (32 * c["num_warps"])
+    if per_thread < 8:
+        return f"{c['num_warps']} warps for a {c['BLOCK_M']}x{c['BLOCK_N']} tile leave {per_thread} outputs per thread (need >= 8)"
+    return None
+
+
+def _grouping(c: Config, p: MatmulProblem, d: DeviceLimits) -> str | None:
+    rows = -(-p.M // c["BLOCK_M"])
+    if c["GROUP_M"] > 1 and rows == 1:
+        return f"GROUP_M={c['GROUP_M']} has no effect with one row of tiles (M={p.M}, BLOCK_M={c['BLOCK_M']})"
+    return None
+
+
+def default(p: MatmulProblem, d: DeviceLimits) -> Config:
+    """Tutorial-style 128x128x64 tiles, shrunk to the problem, with as many stages as shared memory allows."""
+    bm = clamp(next_pow2(p.M), 32, 128)
+    bn = clamp(next_pow2(p.N), 32, 128)
+    bk = clamp(next_pow2(p.K), 32, 64 if p.dtype != "float32" else 32)
+    warps = 8 if bm * bn >= 128 * 128 else 4
+    cfg = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8 if -(-p.M // bm) > 1 else 1,
+           "num_warps": warps, "num_stages": 4}
+    while cfg["num_stages"] > 2 and _fits_smem(cfg, p, d):
+        cfg["num_stages"] -= 1
+    return cfg
+
+
+SPACE: Space[MatmulProblem] = Space(
+    params=(
+        Param("BLOCK_M", (32, 64, 128, 256)),
+        Param("BLOCK_N", (32, 64, 128, 256)),
+        Param("BLOCK_K", (32, 64, 128)),
+        Param("GROUP_M", (1, 8)),
+        Param("num_warps", (4, 8)),
+        Param("num_stages", (2, 3, 4, 5)),
+    ),
+    constraints=(_fits_smem, _tile_vs_problem, _warps_vs_tile, _grouping),
+    default_fn=default,
+)

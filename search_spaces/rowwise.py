@@ -1,0 +1,116 @@
+"""Row-wise reductions over the last dimension (softmax, layernorm): one problem type and one space shape.
+
+A problem is (rows, cols, dtype); a program handles ROWS rows as a [ROWS, BLOCK_N] tile, looping over the
+row in BLOCK_N chunks when BLOCK_N < cols.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+
+from search_spaces.problem import ELEMENT_BYTES, TORCH_DTYPES, dims_str, parse_dims, parse_dtype
+from search_spaces.space import Config, DeviceLimits, Param, Space, clamp, next_pow2, pow2_range
+
+DTYPES = ("float16", "bfloat16", "float32")
+MAX_PER_THREAD = 64  # fp32 elements of the tile held per thread before registers spill
+
+
+@dataclass(frozen=True)
+class RowwiseProblem:
+    rows: int
+    cols: int
+    dtype: str = "float16"
+    layout: ClassVar[str] = "ROWSxCOLS (the last dimension is reduced), e.g. 4096x4096"
+
+    @classmethod
+    def parse(cls, shape: object, dtype: object = "float16") -> RowwiseProblem:
+        """'ROWSxCOLS', or more dimensions whose leading ones are flattened into rows."""
+        dims = parse_dims(shape, (1, 2, 3, 4, 5), cls.layout)
+        rows = 1
+        for d in dims[:-1]:
+            rows *= d
+        return cls(rows, dims[-1], parse_dtype(dtype, DTYPES))
+
+    @property
+    def shape(self) -> str:
+        return dims_str(self.rows, self.cols)
+
+    @property
+    def key(self) -> str:
+        return f"{self.shape}:{self.dtype}"
+
+    def dims(self) -> tuple[int, ...]:
+        return (self.rows, self.cols)
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return TORCH_DTYPES[self.dtype]
+
+
+def random_rows(p: RowwiseProblem, device: str, scale: float = 2.0) -> torch.Tensor:
+    g = torch.Generator(device="cpu").manual_seed(0)
+    return (scale * torch.randn(p.rows, p.cols, generator=g)).to(device=device, dtype=p.torch_dtype)
+
+
+def element_bytes(p: RowwiseProblem) -> int:
+    return ELEMENT_BYTES[p.dtype]
+
+
+def _block_vs_row(c: Config, p: RowwiseProblem, d: DeviceLimits) -> str | None:
+    useful = max(32, next_pow2(p.cols))
+    if c["BLOCK_N"] > useful:
+        return f"BLOCK_N={c['BLOCK_N']} is larger than useful for {p.cols} columns (at most {useful})"
+    return None
+
+
+def _rows_vs_problem(c: Config, p: RowwiseProblem, d: DeviceLimits) -> str | None:
+    if c["ROWS"] > next_pow2(p.rows):
+        return f"ROWS={c['ROWS']} is more rows per program than the problem has ({p.rows})"
+    return None
+
+
+def _warps_vs_tile(c: Config, p: RowwiseProblem, d: DeviceLimits) -> str | None:
+    tile = c["ROWS"] * c["BLOCK_N"]
+    threads = 32 * c["num_warps"]
+    if tile < threads:
+        return f"a {c['ROWS']}x{c['BLOCK_N']} tile has fewer elements than {c['num_warps']} warps have threads"
+    if tile // threads > MAX_PER_THREAD:
+        return f"a {c['ROWS']}x{c['BLOCK_N']} tile over {c['num_warps']} warps puts {tile // threads} elements in each thread's registers (at most {MAX_PER_THREAD})"
+    return None
+
+
+def _stages_need_loop(c: Config, p: RowwiseProblem, d: DeviceLimits) -> str | None:
+    if c["num_stages"] > 1 and c["BLOCK_N"] >= p.cols:
+        return "num_stages > 1 pipelines a loop, and with BLOCK_N covering the row there is none"
+    return None
+
+
+def default(p: RowwiseProblem, d: DeviceLimits) -> Config:
+    """The whole row in one block (up to 16384 columns), a few rows per program for short rows."""
+    block = clamp(next_pow2(p.cols), 32, 16384)
+    rows = clamp(2048 // block, 1, min(16, next_pow2(p.rows)))
+    warps = clamp(rows * block // 1024, 1, 16)
+    while rows * block < 32 * warps:
+        warps //= 2
+    return {"BLOCK_N": block, "ROWS": rows, "num_warps": warps, "num_stages": 1 if block >= p.cols else 2}
+
+
+def make_space() -> Space[RowwiseProblem]:
+    return Space(
+        params=(
+            Param("BLOCK_N", pow2_range(32, 65536)),
+            Param("ROWS", (1, 2, 4, 8, 16)),
+            Param("num_warps", (1, 2, 4, 8, 16)),
+            Param("num_stages", (1, 2)),
+        ),
+        constraints=(_block_vs_row, _rows_vs_problem, _warps_vs_tile, _stages_need_loop),
+        default_fn=default,
+    )
+
+
+def problem_from_x(x: torch.Tensor, cls: type[RowwiseProblem]) -> Any:
+    rows = x.numel() // x.shape[-1]
+    return cls(rows, x.shape[-1], parse_dtype(x.dtype, DTYPES))

@@ -1,0 +1,132 @@
+"""The generic machinery of a tuning space: parameters, constraints with reasons, candidates, defaults."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Generic, Protocol, TypeVar
+
+Config = dict[str, int]
+
+
+class DeviceLimits(Protocol):
+    """What constraints read from the device (autotuner.device.DeviceInfo provides it)."""
+
+    @property
+    def smem_per_block(self) -> int: ...
+
+    @property
+    def sm_count(self) -> int: ...
+
+
+class ConfigError(ValueError):
+    """A config outside the space, or one that breaks a constraint."""
+
+
+P = TypeVar("P")
+Constraint = Callable[[Config, Any, DeviceLimits], "str | None"]
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    values: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Rejection:
+    config: Config
+    reason: str
+
+
+@dataclass(frozen=True)
+class Candidates:
+    valid: list[Config]
+    rejected: list[Rejection]
+
+
+def config_key(config: Mapping[str, Any]) -> str:
+    """One canonical string per config: sorted JSON."""
+    return json.dumps(dict(config), sort_keys=True, separators=(",", ":"))
+
+
+@dataclass(frozen=True)
+class Space(Generic[P]):
+    """Parameters with candidate values, constraints `(config, problem, device) -> reason | None`, a default."""
+
+    params: tuple[Param, ...]
+    constraints: tuple[Constraint, ...]
+    default_fn: Callable[[P, DeviceLimits], Config]
+    notes: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(p.name for p in self.params)
+
+    def grid(self) -> Iterator[Config]:
+        for values in itertools.product(*(p.values for p in self.params)):
+            yield dict(zip(self.names, values, strict=False))
+
+    def violations(self, config: Mapping[str, Any], problem: P, device: DeviceLimits) -> list[str]:
+        """Every reason this config cannot run on this problem and device (empty when it is valid)."""
+        reasons = []
+        unknown = sorted(set(config) - set(self.names))
+        if unknown:
+            reasons.append(f"unknown parameter(s) {', '.join(unknown)}; the space has {', '.join(self.names)}")
+        for p in self.params:
+            if p.name not in config:
+                reasons.append(f"{p.name} is missing")
+            elif config[p.name] not in p.values:
+                reasons.append(f"{p.name}={config[p.name]!r} is outside the space; accepted: {list(p.values)}")
+        if reasons:
+            return reasons
+        cfg = {k: int(v) for k, v in config.items()}
+        for check in self.constraints:
+            reason = check(cfg, problem, device)
+            if reason:
+                reasons.append(reason)
+        return reasons
+
+    def validate(self, config: Mapping[str, Any], problem: P, device: DeviceLimits) -> Config:
+        """Return the config as a plain dict, or raise ConfigError naming every broken rule."""
+        reasons = self.violations(config, problem, device)
+        if reasons:
+            raise ConfigError(f"config {config_key(config)} is not valid for {problem}: " + "; ".join(reasons))
+        return {k: int(config[k]) for k in self.names}
+
+    def enumerate(self, problem: P, device: DeviceLimits) -> Candidates:
+        valid: list[Config] = []
+        rejected: list[Rejection] = []
+        for cfg in self.grid():
+            reasons = self.violations(cfg, problem, device)
+            if reasons:
+                rejected.append(Rejection(cfg, "; ".join(reasons)))
+            else:
+                valid.append(cfg)
+        return Candidates(valid, rejected)
+
+    def candidates(self, problem: P, device: DeviceLimits) -> list[Config]:
+        """The valid configs for this problem on this device, after every constraint."""
+        return self.enumerate(problem, device).valid
+
+    def default(self, problem: P, device: DeviceLimits) -> Config:
+        """The hand-written heuristic config; always valid (checked here)."""
+        return self.validate(self.default_fn(problem, device), problem, device)
+
+
+def next_pow2(n: int) -> int:
+    return 1 << max(0, (int(n) - 1).bit_length())
+
+
+def clamp(v: int, lo: int, hi: int) -> int:
+    return max(lo, min(hi, v))
+
+
+def pow2_range(lo: int, hi: int) -> tuple[int, ...]:
+    out, v = [], lo
+    while v <= hi:
+        out.append(v)
+        v *= 2
+    return tuple(out)

@@ -1,0 +1,72 @@
+"""Shared fixtures. Kernels run through Triton's interpreter when there is no CUDA device."""
+
+from __future__ import annotations
+
+import os
+import random
+import uuid
+
+import pytest
+
+import kernels  # noqa: F401  (selects the interpreter before triton's jit runs)
+from autotuner.device import DeviceInfo, current_device
+from kernels._checks import poison_outputs
+
+poison_outputs(True)  # every output in the tests starts as NaN, so an unwritten element fails
+
+
+@pytest.fixture(scope="session")
+def device() -> DeviceInfo:
+    return current_device()
+
+
+@pytest.fixture
+def small_smem_device() -> DeviceInfo:
+    """A device with an sm_75-class 64 KiB shared-memory limit, to exercise the constraint."""
+    return DeviceInfo("Small GPU", (7, 5), 40, 16 << 30, 65536, "cuda:0")
+
+
+def pick_configs(valid: list[dict], default: dict, n_random: int, seed: int) -> list[dict]:
+    """The smallest and largest tiles, the default, and a few seeded random ones; no duplicates."""
+
+    def tile(c: dict) -> int:
+        size = 1
+        for k, v in c.items():
+            if k.startswith("BLOCK") or k == "ROWS":
+                size *= v
+        return size
+
+    chosen = [min(valid, key=tile), max(valid, key=tile), default]
+    chosen += random.Random(seed).sample(valid, min(n_random, len(valid)))
+    out, seen = [], set()
+    for c in chosen:
+        key = tuple(sorted(c.items()))
+        if key not in seen:
+            seen.add(key)
+            out.append(c)
+    return out
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return f"autotuner: TRITON_INTERPRET={os.environ.get('TRITON_INTERPRET', '0')}, device={current_device().key}"
+
+
+PG_URL = os.environ.get("AUTOTUNER_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def url(request, tmp_path):
+    """A fresh database on each backend: a SQLite file, and a new database on the real PostgreSQL server."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'r.db'}"
+        return
+    from sqlalchemy import create_engine, text
+
+    name = f"autotuner_test_{uuid.uuid4().hex[:10]}"
+    admin = create_engine(PG_URL, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    yield PG_URL.rsplit("/", 1)[0] + "/" + name
+    with admin.connect() as conn:
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    admin.dispose()

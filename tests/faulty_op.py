@@ -1,0 +1,65 @@
+"""A plugin op for fault injection: its MODE parameter makes a trial succeed, crash, hang, hit an
+(emulated) illegal memory access, return a wrong result, or fail to compile.
+
+The worker process imports this module through `Settings.plugins`, exactly as a user's plugin would be.
+On the interpreter there is no GPU to fault, so the illegal access is raised the way PyTorch surfaces
+one (a RuntimeError carrying CUDA's message); the crash and the hang are real (the process exits, or
+sleeps past the trial timeout).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+import time
+from typing import Any
+
+import torch
+
+from autotuner.correctness import ELEMENTWISE_TOLERANCE
+from autotuner.registry import Op, op_names, register_op
+from search_spaces import gelu as s_gelu
+from search_spaces.space import Param, Space
+
+k_gelu = importlib.import_module("kernels.gelu")
+
+OK, CRASH, HANG, ILLEGAL, WRONG, COMPILE = range(6)
+
+
+class CompilationError(Exception):
+    """Stands in for triton.compiler.errors.CompilationError (classified by name)."""
+
+
+def launch(x: torch.Tensor, approximate: str, config: dict[str, Any]) -> torch.Tensor:
+    mode = config["MODE"]
+    if mode == CRASH:
+        os._exit(3)
+    if mode == HANG:
+        time.sleep(3600)
+    if mode == ILLEGAL:
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+    if mode == COMPILE:
+        raise CompilationError("at 3:4: unsupported operation")
+    out = k_gelu.gelu(x, {"BLOCK_SIZE": config["BLOCK_SIZE"], "num_warps": 1, "num_stages": 1}, approximate)
+    return out * 1.5 if mode == WRONG else out
+
+
+def baseline(x: torch.Tensor, approximate: str = "tanh") -> torch.Tensor:
+    return k_gelu.baseline(x, approximate)
+
+
+def _only_ok_tiles(c: dict[str, int], p: Any, d: Any) -> str | None:
+    return "faulty modes use BLOCK_SIZE=128" if c["MODE"] != OK and c["BLOCK_SIZE"] != 128 else None
+
+
+SPACE: Space[Any] = Space(
+    params=(Param("MODE", (OK, CRASH, HANG, ILLEGAL, WRONG, COMPILE)), Param("BLOCK_SIZE", (128, 256)),
+            Param("num_warps", (1,)), Param("num_stages", (1,))),
+    constraints=(_only_ok_tiles,),
+    default_fn=lambda p, d: {"MODE": OK, "BLOCK_SIZE": 128, "num_warps": 1, "num_stages": 1},
+)
+
+if "faulty" not in op_names():
+    register_op(Op("faulty", s_gelu.GeluProblem, SPACE, sys.modules[__name__], launch, k_gelu.reference, s_gelu,
+                   ELEMENTWISE_TOLERANCE, ("approximate",), s_gelu.DTYPES))

@@ -1,0 +1,58 @@
+"""GPU tier: every op correct on a CUDA device at realistic shapes, with its default and a few other configs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from autotuner.device import current_device
+from autotuner.registry import get_op
+from tests.conftest import pick_configs
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="GPU tier: no CUDA device here"),
+]
+
+CASES = [
+    ("matmul", "4096x4096x4096", "float16", {}),
+    ("matmul", "8192x8192x8192", "bfloat16", {}),
+    ("matmul", "32x4096x4096", "float16", {}),
+    ("matmul", "1000x1000x1000", "float32", {}),
+    ("matmul", "4096x4096x4096", "float16", {"epilogue": "bias_gelu"}),
+    ("matmul", "2049x1023x511", "bfloat16", {"epilogue": "bias_relu"}),
+    ("softmax", "4096x4096", "float16", {}),
+    ("softmax", "1024x32768", "float32", {}),
+    ("softmax", "65536x256", "float16", {}),
+    ("softmax", "1000x3001", "bfloat16", {}),
+    ("layernorm", "4096x4096", "float16", {}),
+    ("layernorm", "16384x1024", "bfloat16", {}),
+    ("layernorm", "1000x70000", "float32", {}),
+    ("gelu", "4096x4096", "float16", {"approximate": "tanh"}),
+    ("gelu", "16777216", "float32", {"approximate": "none"}),
+    ("gelu", "1000003", "bfloat16", {"approximate": "tanh"}),
+    ("attention", "4x32x2048x128", "float16", {"causal": True}),
+    ("attention", "4x32x2048x128", "float16", {"causal": False}),
+    ("attention", "1x16x8192x64", "bfloat16", {"causal": True}),
+    ("attention", "2x8x1000x64", "float16", {"causal": False}),
+]
+
+
+@pytest.mark.parametrize("name, shape, dtype, opts", CASES, ids=[f"{c[0]}-{c[1]}-{c[2]}" for c in CASES])
+def test_op_on_gpu(name, shape, dtype, opts):
+    device = current_device()
+    op = get_op(name)
+    problem = op.parse_problem(shape, dtype, **opts)
+    inputs = op.make_inputs(problem, device)
+    ref = op.reference(inputs)
+    default = op.space.default(problem, device)
+    for config in pick_configs(op.space.candidates(problem, device), default, 2, seed=7):
+        try:
+            out = op.run(inputs, config)
+        except Exception as exc:  # a non-default config may exceed real resources; the tuner records those
+            if config != default and "OutOfResources" in type(exc).__name__:
+                continue
+            raise
+        torch.cuda.synchronize()
+        result = op.check(out, ref, problem)
+        assert result.ok, f"{name} {problem.key} {config}: {result.message}"

@@ -1,0 +1,112 @@
+"""The repository and schema on both backends: a real SQLite file and the real PostgreSQL server."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+from sqlalchemy import text
+
+from autotuner.device import DeviceInfo
+from autotuner.registry import get_op
+from autotuner.store import Store
+from db import repository as repo
+from db.engine import (
+    DatabaseUnavailable,
+    NotAutotunerDatabase,
+    head_revision,
+    make_engine,
+    schema_state,
+    session_scope,
+    upgrade,
+)
+
+GPU = DeviceInfo("NVIDIA H100 80GB HBM3", (9, 0), 132, 80 << 30, 232448, "cuda:0")
+
+
+def test_new_database_is_created_at_the_latest_schema(url):
+    engine = make_engine(url)
+    assert schema_state(engine) == "empty"
+    Store(url)  # first use migrates
+    assert schema_state(engine) == "current"
+    assert upgrade(engine) == "current"
+    with engine.connect() as conn:
+        assert conn.execute(text("select version_num from alembic_version")).scalar() == head_revision()
+
+
+def test_runs_trials_and_best_configs_round_trip(url):
+    store = Store(url)
+    op = get_op("matmul")
+    problem = op.parse_problem("4096x4096x4096")
+    run_id = store.start_run(op=op, problem=problem, device=GPU, strategy="tpe", budget_trials=10,
+                             budget_seconds=None, clock="cuda-events")
+    cfg = op.space.default(problem, GPU)
+    tid = store.record_trial(run_id=run_id, config=cfg, config_key="k1", status="ok", median_ms=0.25, p20_ms=0.24,
+                             p80_ms=0.26, compile_s=1.5)
+    store.record_trial(run_id=run_id, config=cfg, config_key="k2", status="out_of_resources", error="smem")
+    store.set_retimed(trial_id=tid, retimed_ms=0.251)
+    store.finish_run(run_id=run_id, status="done")
+    assert store.save_best(op=op, problem=problem, device=GPU, config=cfg, median_ms=0.251, default_ms=0.3,
+                           torch_ms=0.2, run_id=run_id)
+    with session_scope(store.engine) as s:
+        run = repo.get_run(s, run_id=run_id)
+        assert run is not None and run.status == "done" and run.device.key == GPU.key
+        assert [t.status for t in run.trials] == ["ok", "out_of_resources"]
+        assert run.trials[0].retimed_ms == 0.251 and run.trials[0].p80_ms == 0.26
+        assert [d.key for d in repo.list_devices(s)] == [GPU.key]
+    best = store.best(op=op, problem=problem, device=GPU)
+    assert best is not None and best.config == cfg and best.median_ms == 0.251 and not best.stale
+
+
+def test_stale_when_kernel_hash_or_triton_differs(url):
+    store = Store(url)
+    op = get_op("softmax")
+    problem = op.parse_problem("4096x4096")
+    device_id = store.device_id(GPU)
+    with session_scope(store.engine) as s:
+        repo.save_best(s, op="softmax", problem_key=problem.key, problem={"rows": 4096, "cols": 4096, "dtype": "float16"},
+                       device_id=device_id, kernel_hash="0123456789abcdef", triton_version="0.0.1",
+                       config={"BLOCK_N": 4096, "ROWS": 1, "num_warps": 8, "num_stages": 1}, median_ms=0.1,
+                       default_ms=None, torch_ms=None, run_id=None)
+    best = store.best(op=op, problem=problem, device=GPU)
+    assert best is not None and best.stale
+    assert "kernel source changed" in (best.stale_reason or "") and "Triton version differs" in (best.stale_reason or "")
+    assert store.nearest(op=op, problem=op.parse_problem("2048x4096"), device=GPU) == []  # stale is never a warm start
+
+
+def test_nearest_prefers_same_n_and_k_for_matmul(url):
+    store = Store(url)
+    op = get_op("matmul")
+    for shape, ms in (("4096x4096x4096", 1.0), ("64x4096x4096", 0.1), ("128x1024x1024", 0.1)):
+        p = op.parse_problem(shape)
+        store.save_best(op=op, problem=p, device=GPU, config=op.space.default(p, GPU), median_ms=ms, default_ms=None,
+                        torch_ms=None, run_id=None)
+    near = store.nearest(op=op, problem=op.parse_problem("100x4096x4096"), device=GPU)
+    assert [p.key for p, _ in near] == ["64x4096x4096:float16", "4096x4096x4096:float16", "128x1024x1024:float16"]
+    assert store.nearest(op=op, problem=op.parse_problem("100x4096x4096", "bfloat16"), device=GPU) == []
+
+
+def test_sqlite_foreign_file_and_newer_schema_are_refused_untouched(tmp_path):
+    foreign = tmp_path / "foreign.db"
+    with sqlite3.connect(foreign) as con:
+        con.execute("create table t (x int)")
+    garbage = tmp_path / "garbage.db"
+    garbage.write_bytes(b"this is not a database at all" * 100)
+    for path, error in ((foreign, NotAutotunerDatabase), (garbage, DatabaseUnavailable)):
+        before = path.read_bytes()
+        with pytest.raises(error):
+            Store(f"sqlite:///{path}")
+        assert path.read_bytes() == before
+    newer = tmp_path / "newer.db"
+    Store(f"sqlite:///{newer}")
+    with sqlite3.connect(newer) as con:
+        con.execute("update alembic_version set version_num = '9999_from_the_future'")
+    before = newer.read_bytes()
+    with pytest.raises(NotAutotunerDatabase, match="newer than this autotuner knows"):
+        upgrade(make_engine(f"sqlite:///{newer}"))
+    assert newer.read_bytes() == before
+
+
+def test_dead_postgres_is_a_clear_error():
+    with pytest.raises(DatabaseUnavailable, match="cannot open the database"):
+        schema_state(make_engine("postgresql+psycopg://postgres@127.0.0.1:1/nothing"))

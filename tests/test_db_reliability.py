@@ -1,0 +1,157 @@
+"""Reliability: concurrent writers, a killed tuning run, export/import round trips; SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from sqlalchemy import func, select
+
+from autotuner.device import DeviceInfo
+from autotuner.registry import get_op
+from autotuner.store import Store
+from autotuner.transfer import export_data, import_data, triton_configs, vllm_files
+from db.engine import session_scope
+from db.models import BestConfig, Trial, TuningRun
+
+GPU = DeviceInfo("NVIDIA H100 80GB HBM3", (9, 0), 132, 80 << 30, 232448, "cuda:0")
+WRITERS, TRIALS_EACH = 8, 25
+
+
+def _writer(db_url: str, seed: int, queue: mp.Queue) -> None:
+    rng = random.Random(seed)
+    op = get_op("matmul")
+    problem = op.parse_problem("4096x4096x4096")
+    store = Store(db_url)
+    run_id = store.start_run(op=op, problem=problem, device=GPU, strategy="tpe", budget_trials=TRIALS_EACH,
+                             budget_seconds=None, clock="cuda-events")
+    written = []
+    for i in range(TRIALS_EACH):
+        ms = rng.uniform(0.2, 1.0)
+        cfg = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 3, "i": i}
+        store.record_trial(run_id=run_id, config=cfg, config_key=f"{seed}-{i}", status="ok", median_ms=ms)
+        store.save_best(op=op, problem=problem, device=GPU, config=cfg, median_ms=ms, default_ms=None, torch_ms=None,
+                        run_id=run_id)
+        written.append(ms)
+    store.finish_run(run_id=run_id, status="done")
+    queue.put(written)
+
+
+def test_eight_processes_write_at_once(url):
+    Store(url)  # create the schema once, as `autotuner db upgrade` would
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    procs = [ctx.Process(target=_writer, args=(url, seed, queue)) for seed in range(WRITERS)]
+    for p in procs:
+        p.start()
+    results = [queue.get(timeout=300) for _ in procs]
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0, "a writer failed (e.g. 'database is locked')"
+    store = Store(url)
+    with session_scope(store.engine) as s:
+        assert s.scalar(select(func.count(Trial.id))) == WRITERS * TRIALS_EACH
+        assert s.scalar(select(func.count(TuningRun.id)).where(TuningRun.status == "done")) == WRITERS
+        best = s.scalars(select(BestConfig)).one()
+    assert best.median_ms == min(ms for r in results for ms in r)
+
+
+def _ok_trials(db_url: str) -> int:
+    store = Store(db_url)
+    with session_scope(store.engine) as s:
+        return int(s.scalar(select(func.count(Trial.id)).where(Trial.status == "ok")) or 0)
+
+
+def test_a_killed_tuning_run_keeps_every_measured_trial(tmp_path):
+    db_url = f"sqlite:///{tmp_path / 'killed.db'}"
+    proc = subprocess.Popen([sys.executable, "-m", "autotuner", "tune", "softmax", "--shape", "32x300",
+                             "--strategy", "exhaustive", "--trials", "500", "--db", db_url, "--json"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.time() + 240
+    seen = 0
+    while time.time() < deadline and seen < 3:
+        time.sleep(0.5)
+        if os.path.exists(tmp_path / "killed.db"):
+            try:
+                seen = _ok_trials(db_url)
+            except Exception:
+                seen = 0
+    assert seen >= 3, "the run never got going"
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(30)
+    assert _ok_trials(db_url) >= seen
+    store = Store(db_url)
+    with session_scope(store.engine) as s:
+        run = s.scalars(select(TuningRun)).one()
+        assert run.status == "running" and run.finished_at is None  # it died; nothing pretended otherwise
+
+
+def _fill(store: Store) -> None:
+    op = get_op("matmul")
+    for shape, ms in (("4096x4096x4096", 0.25), ("32x4096x4096", 0.02), ("4096x4096x4096", 0.3)):
+        problem = op.parse_problem(shape)
+        run_id = store.start_run(op=op, problem=problem, device=GPU, strategy="tpe", budget_trials=2,
+                                 budget_seconds=30.0, clock="cuda-events")
+        cfg = op.space.default(problem, GPU)
+        store.record_trial(run_id=run_id, config=cfg, config_key="a", status="ok", median_ms=ms, p20_ms=ms * 0.9,
+                           p80_ms=ms * 1.1, compile_s=1.0)
+        store.record_trial(run_id=run_id, config=cfg, config_key="b", status="timeout", error="no answer")
+        store.finish_run(run_id=run_id, status="done")
+        store.save_best(op=op, problem=problem, device=GPU, config=cfg, median_ms=ms, default_ms=ms * 1.2,
+                        torch_ms=ms * 0.9, run_id=run_id)
+
+
+def test_export_import_round_trips_exactly(url, tmp_path):
+    source = Store(url)
+    _fill(source)
+    data = export_data(source.engine)
+    assert len(data["runs"]) == 3 and len(data["best_configs"]) == 2
+    target = Store(f"sqlite:///{tmp_path / 'copy.db'}")
+    counts = import_data(target.engine, json.loads(json.dumps(data)))
+    assert counts == {"devices": 1, "runs": 3, "trials": 6, "best_configs": 2}
+    assert export_data(target.engine) == data
+    assert import_data(target.engine, data) == {"devices": 0, "runs": 0, "trials": 0, "best_configs": 0}
+    only = export_data(source.engine, op="matmul", problem_key="32x4096x4096:float16")
+    assert [b["problem_key"] for b in only["best_configs"]] == ["32x4096x4096:float16"]
+
+
+def test_import_never_replaces_a_faster_result(url, tmp_path):
+    store = Store(url)
+    _fill(store)
+    data = export_data(store.engine)
+    for b in data["best_configs"]:
+        b["median_ms"] *= 2  # the same results, but slower
+        b["config"] = {**b["config"], "num_stages": 2}
+    import_data(store.engine, data)
+    op = get_op("matmul")
+    best = store.best(op=op, problem=op.parse_problem("4096x4096x4096"), device=GPU)
+    assert best is not None and best.median_ms == 0.25 and best.config["num_stages"] != 2
+
+
+def test_import_rejects_what_is_not_an_export(url):
+    store = Store(url)
+    with pytest.raises(ValueError, match="not an autotuner export"):
+        import_data(store.engine, {"runs": []})
+
+
+def test_triton_and_vllm_exports(url):
+    store = Store(url)
+    _fill(store)
+    data = export_data(store.engine)
+    source = triton_configs(data, "matmul")
+    namespace: dict = {}
+    exec(source, namespace)  # noqa: S102  (our own generated code: it must be valid Python)
+    assert len(namespace["configs"]) == 2
+    assert {c.num_warps for c in namespace["configs"]} <= {4, 8}
+    files = vllm_files(data)
+    assert list(files) == ["N=4096,K=4096,device_name=NVIDIA_H100_80GB_HBM3,dtype=float16.json"]
+    table = files["N=4096,K=4096,device_name=NVIDIA_H100_80GB_HBM3,dtype=float16.json"]
+    assert list(table) == ["32", "4096"] and set(table["32"]) == {"BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K",
+                                                                  "GROUP_SIZE_M", "num_warps", "num_stages"}

@@ -1,0 +1,118 @@
+"""Every op, every dtype it supports, several configs of its space, on odd shapes, against the reference.
+
+Launchers fill outputs with NaN first, so an element the kernel never writes fails the comparison.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from autotuner.registry import get_op
+from tests.conftest import pick_configs
+
+CASES = {
+    "matmul": [("37x29x53", {}), ("130x70x90", {"epilogue": "bias_gelu"}), ("33x65x17", {"epilogue": "bias"}),
+               ("19x45x40", {"epilogue": "bias_relu"}), ("23x40x50", {"epilogue": "gelu"}), ("9x33x20", {"epilogue": "relu"})],
+    "softmax": [("13x300", {}), ("5x1000", {}), ("3x7", {})],
+    "layernorm": [("13x300", {}), ("6x1000", {}), ("3x7", {})],
+    "gelu": [("1000", {"approximate": "tanh"}), ("3x5x77", {"approximate": "none"})],
+    "attention": [("1x2x37x64", {"causal": False}), ("1x2x37x64", {"causal": True}), ("2x1x70x128", {"causal": True}),
+                  ("1x1x50x128", {"causal": False})],
+}
+
+
+def _params():
+    for name, cases in CASES.items():
+        for dtype in get_op(name).dtypes:
+            for shape, opts in cases:
+                yield pytest.param(name, shape, dtype, opts, id=f"{name}-{shape}-{dtype}-{'-'.join(map(str, opts.values()))}")
+
+
+@pytest.mark.parametrize("name, shape, dtype, opts", list(_params()))
+def test_op_matches_reference(name, shape, dtype, opts, device):
+    op = get_op(name)
+    problem = op.parse_problem(shape, dtype, **opts)
+    valid = op.space.candidates(problem, device)
+    assert valid, f"no valid config for {problem}"
+    configs = pick_configs(valid, op.space.default(problem, device), n_random=2, seed=hash(shape) % 1000)
+    inputs = op.make_inputs(problem, device)
+    ref = op.reference(inputs)
+    for config in configs:
+        out = op.run(inputs, config)
+        assert out.dtype == problem.torch_dtype
+        result = op.check(out, ref, problem)
+        assert result.ok, f"{name} {problem.key} {config}: {result.message}"
+
+
+def test_check_catches_an_unwritten_element(device):
+    op = get_op("softmax")
+    problem = op.parse_problem("4x100", "float32")
+    inputs = op.make_inputs(problem, device)
+    out = op.run(inputs, op.space.default(problem, device))
+    out[2, 17] = float("nan")
+    assert not op.check(out, op.reference(inputs), problem).ok
+    out[2, 17] = 0.5
+    assert not op.check(out, op.reference(inputs), problem).ok
+
+
+def test_matmul_accepts_strided_operands(device):
+    op = get_op("matmul")
+    a = torch.randn(70, 40).half()
+    b = torch.randn(50, 40).half().t()  # (40, 50), column-major
+    cfg = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 4, "num_stages": 2}
+    out = op.run({"a": a, "b": b}, cfg)
+    assert op.check(out, op.reference({"a": a, "b": b}), op.parse_problem("70x50x40")).ok
+
+
+def test_rowwise_ops_take_leading_dimensions(device):
+    x = torch.randn(2, 3, 129)
+    for name, extra in (("softmax", {}), ("layernorm", {"weight": None, "bias": None, "eps": 1e-5})):
+        op = get_op(name)
+        inputs = {"x": x, **extra}
+        out = op.run(inputs, {"BLOCK_N": 64, "ROWS": 2, "num_warps": 1, "num_stages": 2})
+        assert out.shape == x.shape
+        assert op.check(out, op.reference(inputs), op.parse_problem("6x129", "float32")).ok
+
+
+@pytest.mark.parametrize(
+    "name, inputs, config, message",
+    [
+        ("matmul", {"a": torch.randn(4, 5).half(), "b": torch.randn(6, 3).half()}, None, "inner dimensions differ"),
+        ("matmul", {"a": torch.randn(4, 5).half(), "b": torch.randn(5, 3).float()}, None, "one dtype"),
+        ("matmul", {"a": torch.randn(4, 5).double(), "b": torch.randn(5, 3).double()}, None, "accepted: float16"),
+        ("matmul", {"a": torch.randn(4, 5).half(), "b": torch.randn(5, 3).half(), "epilogue": "bias"}, None, "needs a bias"),
+        ("matmul", {"a": torch.randn(4, 5).half(), "b": torch.randn(5, 3).half(), "epilogue": "swish"}, None, "unknown epilogue"),
+        ("matmul", {"a": torch.randn(4, 5).half(), "b": torch.randn(5, 3).half()}, {"BLOCK_M": 32}, "missing"),
+        ("matmul", {"a": torch.randn(4, 5).half(), "b": torch.randn(5, 3).half()},
+         {"BLOCK_M": 48, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 1}, "power of two"),
+        ("softmax", {"x": torch.randn(4, 6).half().t()}, None, "contiguous in its last dimension"),
+        ("softmax", {"x": torch.randn(4, 6).int()}, None, "accepted"),
+        ("softmax", {"x": torch.randn(0, 6)}, None, "empty"),
+        ("softmax", {"x": [1.0, 2.0]}, None, "must be a torch.Tensor"),
+        ("layernorm", {"x": torch.randn(4, 6), "weight": torch.randn(5), "bias": None, "eps": 1e-5}, None, "to match"),
+        ("layernorm", {"x": torch.randn(4, 6), "weight": None, "bias": None, "eps": -1.0}, None, "eps must be"),
+        ("gelu", {"x": torch.randn(4, 6), "approximate": "sigmoid"}, None, "accepted: tanh, none"),
+        ("gelu", {"x": torch.randn(4, 6).t()}, None, "contiguous"),
+        ("attention", {"q": torch.randn(1, 1, 8, 32).half(), "k": torch.randn(1, 1, 8, 32).half(),
+                       "v": torch.randn(1, 1, 8, 32).half()}, None, "head_dim 32"),
+        ("attention", {"q": torch.randn(1, 1, 8, 64).float(), "k": torch.randn(1, 1, 8, 64).float(),
+                       "v": torch.randn(1, 1, 8, 64).float()}, None, "accepted: float16, bfloat16"),
+        ("attention", {"q": torch.randn(1, 1, 8, 64).half(), "k": torch.randn(1, 1, 9, 64).half(),
+                       "v": torch.randn(1, 1, 9, 64).half()}, None, "one shape"),
+    ],
+)
+def test_launchers_reject_bad_input_clearly(name, inputs, config, message):
+    op = get_op(name)
+    if config is None:
+        config = {p.name: p.values[0] for p in op.space.params}
+    with pytest.raises((TypeError, ValueError), match=message):
+        op.run(inputs, config)
+
+
+def test_cuda_tensors_are_refused_on_the_interpreter(device):
+    if not device.is_interpreter:
+        pytest.skip("interpreter-only check")
+    meta = torch.empty(4, 6, device="meta")
+    with pytest.raises(ValueError, match="must be on the CPU"):
+        get_op("softmax").run({"x": meta}, {"BLOCK_N": 32, "ROWS": 1, "num_warps": 1, "num_stages": 1})

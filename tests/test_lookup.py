@@ -1,0 +1,171 @@
+"""Library calls resolve their config by themselves: cache, database, service, nearest, default."""
+
+from __future__ import annotations
+
+import importlib
+import time
+
+import pytest
+import torch
+from sqlalchemy import select
+
+import kernels
+from autotuner.device import current_device
+from autotuner.lookup import Resolver, resolve, set_resolver
+from autotuner.registry import get_op
+from autotuner.settings import Settings
+from autotuner.store import Store
+from db.engine import session_scope
+from db.models import Job
+
+DEAD_URL = "http://127.0.0.1:9"  # nothing listens on the discard port here
+LOOPING = {"BLOCK_N": 32, "ROWS": 2, "num_warps": 1, "num_stages": 2}  # far from the default: easy to tell apart
+
+
+@pytest.fixture
+def db(tmp_path):
+    return f"sqlite:///{tmp_path / 'lookup.db'}"
+
+
+@pytest.fixture
+def use(monkeypatch):
+    """Install a resolver with the given settings; record the config each softmax launch really receives."""
+    seen: list[dict] = []
+    module = importlib.import_module("kernels.softmax")
+    real = module.softmax
+
+    def spy(x, config):
+        seen.append(dict(config))
+        return real(x, config)
+
+    monkeypatch.setattr(module, "softmax", spy)
+    monkeypatch.setattr(importlib.import_module("kernels.library"), "_softmax", module)
+
+    def install(**settings):
+        set_resolver(Resolver(Settings(**settings)))
+        kernels.clear_cache()
+        return seen
+
+    yield install
+    set_resolver(None)
+    kernels.clear_cache()
+
+
+def _store_best(db, shape, config, dtype="float32"):
+    op = get_op("softmax")
+    problem = op.parse_problem(shape, dtype)
+    Store(db).save_best(op=op, problem=problem, device=current_device(), config=config, median_ms=1.0,
+                        default_ms=2.0, torch_ms=None, run_id=None)
+
+
+def test_a_launch_uses_the_tuned_config_from_the_database(db, use):
+    _store_best(db, "16x100", LOOPING)
+    seen = use(db_url=db)
+    x = torch.randn(16, 100)
+    y = kernels.softmax(x)
+    assert seen == [LOOPING]
+    assert torch.allclose(y, torch.softmax(x, -1), atol=1e-6)
+    kernels.softmax(x)
+    assert seen == [LOOPING, LOOPING]  # the second launch came from the in-process cache
+    res = resolve("softmax", get_op("softmax").parse_problem("16x100", "float32"), current_device())
+    assert (res.source, res.step) == ("exact", "cache") or (res.source, res.step) == ("exact", "database")
+
+
+def test_explicit_config_wins(db, use):
+    _store_best(db, "16x100", LOOPING)
+    seen = use(db_url=db)
+    cfg = {"BLOCK_N": 128, "ROWS": 1, "num_warps": 1, "num_stages": 1}
+    kernels.softmax(torch.randn(16, 100), config=cfg)
+    assert seen == [cfg]
+
+
+def test_nearest_tuned_problem_then_default(db, use):
+    _store_best(db, "16x100", LOOPING)
+    seen = use(db_url=db)
+    kernels.softmax(torch.randn(20, 100))
+    assert seen[-1] == LOOPING
+    res = resolve("softmax", get_op("softmax").parse_problem("20x100", "float32"), current_device())
+    assert res.source == "nearest" and res.from_problem == "16x100:float32"
+    kernels.softmax(torch.randn(20, 100).half())  # another dtype: nothing near, the default
+    problem = get_op("softmax").parse_problem("20x100", "float16")
+    assert seen[-1] == get_op("softmax").space.default(problem, current_device())
+
+
+def test_a_dead_service_never_holds_a_launch_up(db, use):
+    _store_best(db, "16x100", LOOPING)
+    seen = use(db_url=db, url=DEAD_URL)
+    t0 = time.perf_counter()
+    kernels.softmax(torch.randn(16, 100))  # exact in the local database: the service is not needed
+    kernels.softmax(torch.randn(3, 50))  # a miss: asks the dead service once (short timeout), then default
+    first = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    for rows in range(4, 24):
+        kernels.softmax(torch.randn(rows, 70))  # more misses: the failed service is remembered
+    rest = time.perf_counter() - t0
+    assert seen[0] == LOOPING
+    assert first < 3.0 and rest < 10.0
+    res = Resolver(Settings(db_url=db, url=DEAD_URL))
+    problem = get_op("softmax").parse_problem("5x77", "float32")
+    r1 = res.resolve("softmax", problem, current_device())
+    assert any("ConnectError" in t for t in r1.trace) and r1.source == "nearest"
+    r2 = res.resolve("softmax", get_op("softmax").parse_problem("6x77", "float32"), current_device())
+    assert any("skipped, it failed" in t for t in r2.trace)
+
+
+def test_a_broken_database_falls_back_to_the_default(tmp_path, use):
+    bad = tmp_path / "junk.db"
+    bad.write_bytes(b"not sqlite" * 50)
+    seen = use(db_url=f"sqlite:///{bad}")
+    kernels.softmax(torch.randn(4, 30))
+    problem = get_op("softmax").parse_problem("4x30", "float32")
+    assert seen == [get_op("softmax").space.default(problem, current_device())]
+
+
+def test_stale_results_are_never_served_as_exact(db, use):
+    op = get_op("softmax")
+    problem = op.parse_problem("16x100", "float32")
+    store = Store(db)
+    from db import repository as repo
+
+    with session_scope(store.engine) as s:
+        repo.save_best(s, op="softmax", problem_key=problem.key, problem={"rows": 16, "cols": 100, "dtype": "float32"},
+                       device_id=store.device_id(current_device()), kernel_hash="old", triton_version="0.1",
+                       config=LOOPING, median_ms=0.5, default_ms=None, torch_ms=None, run_id=None)
+    use(db_url=db)
+    res = resolve("softmax", problem, current_device())
+    assert res.source == "default" and any("stale" in t for t in res.trace)
+
+
+def test_tune_on_miss_queues_a_job_without_blocking(db, use):
+    use(db_url=db, tune_on_miss=True)
+    t0 = time.perf_counter()
+    kernels.softmax(torch.randn(8, 64))
+    kernels.softmax(torch.randn(8, 64))
+    assert time.perf_counter() - t0 < 5.0
+    store = Store(db)
+    for _ in range(50):
+        with session_scope(store.engine) as s:
+            jobs = list(s.scalars(select(Job)))
+        if jobs:
+            break
+        time.sleep(0.1)
+    assert [(j.op, j.shape, j.dtype, j.state) for j in jobs] == [("softmax", "8x64", "float32", "queued")]
+
+
+def test_every_library_call_matches_torch(db, use):
+    use(db_url=db)
+    a, b, bias = torch.randn(20, 30), torch.randn(30, 17), torch.randn(17)
+    torch.testing.assert_close(kernels.matmul(a, b, bias, activation="relu"), torch.relu(a @ b + bias),
+                               atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(kernels.matmul(a, b, activation="gelu"),
+                               torch.nn.functional.gelu(a @ b, approximate="tanh"), atol=1e-4, rtol=1e-4)
+    x, w, bb = torch.randn(6, 40), torch.randn(40), torch.randn(40)
+    torch.testing.assert_close(kernels.layer_norm(x, w, bb, 1e-5),
+                               torch.nn.functional.layer_norm(x, (40,), w, bb, 1e-5), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(kernels.gelu(x, approximate="none"), torch.nn.functional.gelu(x), atol=1e-5,
+                               rtol=1e-5)
+    q, k, v = (torch.randn(1, 2, 20, 64).half() for _ in range(3))
+    ref = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=True)
+    torch.testing.assert_close(kernels.attention(q, k, v, causal=True).float(), ref, atol=2e-3, rtol=2e-3)
+    with pytest.raises(ValueError, match="activation='tanh' is not supported"):
+        kernels.matmul(a, b, activation="tanh")

@@ -1,0 +1,68 @@
+"""Search strategies and replay: first configs first, no config twice, nothing outside the candidates."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from autotuner.replay import load_landscape, replay
+from autotuner.search import make_search
+from search_spaces.space import Param, config_key
+
+LANDSCAPES = sorted((Path(__file__).resolve().parents[1].parent / "shared" / "landscapes").glob("*.json"))
+PARAMS = [Param("A", (1, 2, 4, 8)), Param("B", (1, 2, 4, 8)), Param("C", (3,))]
+CANDIDATES = [{"A": a, "B": b, "C": 3} for a in (1, 2, 4, 8) for b in (1, 2, 4, 8) if a * b <= 16]
+
+
+def cost(c):
+    return abs(c["A"] - 4) + abs(c["B"] - 2) + 1.0
+
+
+@pytest.mark.parametrize("strategy", ["tpe", "random", "exhaustive"])
+def test_strategies_measure_first_then_distinct_candidates(strategy):
+    first = [{"A": 8, "B": 2, "C": 3}, {"A": 8, "B": 8, "C": 3}, {"A": 1, "B": 1, "C": 3}]  # middle one is invalid
+    search = make_search(strategy, CANDIDATES, PARAMS, budget=len(CANDIDATES), seed=3, first=first)
+    seen = []
+    while (c := search.ask()) is not None:
+        seen.append(c)
+        search.tell(c, None if c["A"] == 2 else cost(c))  # some failures along the way
+    assert seen[:2] == [first[0], first[2]]
+    assert len({config_key(c) for c in seen}) == len(seen) == len(CANDIDATES)
+    assert all(c in CANDIDATES for c in seen)
+    assert search.best(1)[0][0] == {"A": 4, "B": 2, "C": 3}
+
+
+def test_unknown_strategy_and_empty_space_are_clear():
+    with pytest.raises(ValueError, match="accepted: tpe, random, exhaustive"):
+        make_search("grid", CANDIDATES, PARAMS)
+    with pytest.raises(ValueError, match="no valid config"):
+        make_search("tpe", [], PARAMS)
+
+
+@pytest.mark.skipif(not LANDSCAPES, reason="no landscapes in ../shared/landscapes")
+def test_replay_respects_the_budget_and_finds_a_good_config():
+    landscape = load_landscape(LANDSCAPES[0])
+    result = replay(landscape, budget=49, seed=0)
+    assert result["evaluations"] == 49
+    assert result["best_ms"] >= result["optimum_ms"]
+    assert result["best_ms"] == landscape.times[config_key(result["best_config"])]
+
+
+@pytest.mark.skipif(not LANDSCAPES, reason="no landscapes in ../shared/landscapes")
+def test_replay_cli_json():
+    out = subprocess.run([sys.executable, "-m", "autotuner", "replay", str(LANDSCAPES[-1]), "--budget", "20",
+                          "--seed", "1", "--strategy", "random", "--json"], capture_output=True, text=True, check=True)
+    data = json.loads(out.stdout)
+    assert set(data) >= {"evaluations", "best_ms", "optimum_ms", "best_config"}
+    assert data["evaluations"] == 20
+
+
+def test_replay_rejects_a_file_that_is_not_a_landscape(tmp_path):
+    bad = tmp_path / "x.json"
+    bad.write_text('{"op": "matmul"}')
+    with pytest.raises(ValueError, match="is not a landscape"):
+        load_landscape(bad)

@@ -1,0 +1,118 @@
+"""Spaces: constraints read from the device, rejections with reasons, defaults that are valid, clear errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from autotuner.device import DeviceInfo
+from autotuner.registry import UnknownOpError, get_op, op_names
+from search_spaces.problem import ProblemError
+from search_spaces.space import ConfigError
+
+H100 = DeviceInfo("NVIDIA H100 80GB HBM3", (9, 0), 132, 80 << 30, 232448, "cuda:0")
+PROBLEMS = {
+    "matmul": ["4096x4096x4096", "32x4096x4096", "1024x1024x1024", "37x29x53", "8192x8192x8192"],
+    "softmax": ["4096x4096", "16384x1024", "1024x32768", "65536x256", "3x7"],
+    "layernorm": ["4096x4096", "16384x1024", "3x7"],
+    "gelu": ["4096x4096", "16777216", "7"],
+    "attention": ["4x32x2048x128", "1x16x8192x64", "1x2x37x64"],
+}
+
+
+def test_op_names():
+    assert op_names() == ["matmul", "softmax", "layernorm", "gelu", "attention"]
+
+
+@pytest.mark.parametrize("name", list(PROBLEMS))
+@pytest.mark.parametrize("dev", ["h100", "small"])
+def test_default_is_valid_and_in_candidates(name, dev, small_smem_device):
+    device = H100 if dev == "h100" else small_smem_device
+    op = get_op(name)
+    for shape in PROBLEMS[name]:
+        for dtype in op.dtypes:
+            problem = op.parse_problem(shape, dtype)
+            cands = op.space.enumerate(problem, device)
+            default = op.space.default(problem, device)
+            assert default in cands.valid
+            assert len(cands.valid) + len(cands.rejected) == len(list(op.space.grid()))
+            assert all(r.reason for r in cands.rejected)
+
+
+def test_shared_memory_limit_comes_from_the_device(small_smem_device):
+    op = get_op("matmul")
+    problem = op.parse_problem("4096x4096x4096", "float16")
+    big = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 4}
+    assert op.space.violations(big, problem, H100) == []  # 128 KiB fits in 227 KiB
+    reasons = op.space.violations(big, problem, small_smem_device)
+    assert any("shared memory 131072 B" in r and "65536 B" in r for r in reasons), reasons
+    with pytest.raises(ConfigError, match="shared memory"):
+        op.space.validate(big, problem, small_smem_device)
+    assert big not in op.space.candidates(problem, small_smem_device)
+    rejected = {tuple(sorted(r.config.items())): r.reason for r in op.space.enumerate(problem, small_smem_device).rejected}
+    assert "shared memory" in rejected[tuple(sorted(big.items()))]
+
+
+def test_attention_shared_memory_and_causal_rules(small_smem_device):
+    op = get_op("attention")
+    problem = op.parse_problem("1x1x4096x128", "float16", causal=True)
+    cfg = {"BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 8, "num_stages": 3}
+    assert any("shared memory" in r for r in op.space.violations(cfg, problem, small_smem_device))
+    cfg = {"BLOCK_M": 64, "BLOCK_N": 128, "num_warps": 4, "num_stages": 1}
+    assert any("BLOCK_N <= BLOCK_M" in r for r in op.space.violations(cfg, problem, H100))
+
+
+def test_tiles_larger_than_the_problem_are_rejected():
+    op = get_op("matmul")
+    problem = op.parse_problem("32x4096x4096")
+    cands = op.space.candidates(problem, H100)
+    assert cands and all(c["BLOCK_M"] == 32 for c in cands)
+    softmax = get_op("softmax")
+    reasons = softmax.space.violations({"BLOCK_N": 4096, "ROWS": 1, "num_warps": 4, "num_stages": 1},
+                                       softmax.parse_problem("8x1000"), H100)
+    assert any("larger than useful" in r for r in reasons)
+
+
+def test_config_outside_the_space_names_the_parameter():
+    op = get_op("softmax")
+    problem = op.parse_problem("8x1000")
+    with pytest.raises(ConfigError, match=r"ROWS=3 is outside the space; accepted: \[1, 2, 4, 8, 16\]"):
+        op.space.validate({"BLOCK_N": 1024, "ROWS": 3, "num_warps": 4, "num_stages": 1}, problem, H100)
+    with pytest.raises(ConfigError, match="unknown parameter"):
+        op.space.validate({"BLOCK_N": 1024, "ROWS": 1, "num_warps": 4, "num_stages": 1, "X": 1}, problem, H100)
+
+
+@pytest.mark.parametrize(
+    "name, shape, dtype, opts, message",
+    [
+        ("matmul", "4096x4096", "float16", {}, "expected 3: MxNxK"),
+        ("matmul", "4096xabc", "float16", {}, "bad shape string"),
+        ("matmul", "0x4x4", "float16", {}, "at least 1"),
+        ("matmul", "4x4x4", "int8", {}, "unsupported dtype 'int8'; accepted: float16, bfloat16, float32"),
+        ("matmul", "4x4x4", "float16", {"epilogue": "swish"}, "unknown epilogue"),
+        ("softmax", "", "float16", {}, "bad shape string"),
+        ("attention", "4x32x2048", "float16", {}, "BATCHxHEADSxSEQxHEAD_DIM"),
+        ("attention", "4x32x2048x96", "float16", {}, "head_dim 96 is not supported"),
+        ("attention", "4x32x2048x64", "float32", {}, "accepted: float16, bfloat16"),
+        ("gelu", "1000", "float16", {"approximate": "fast"}, "accepted: tanh, none"),
+        ("softmax", "8x8", "float16", {"epilogue": "bias"}, "takes no option"),
+    ],
+)
+def test_bad_problems_give_clear_errors(name, shape, dtype, opts, message):
+    with pytest.raises(ValueError, match=message):
+        get_op(name).parse_problem(shape, dtype, **opts)
+
+
+def test_problem_keys_are_canonical():
+    op = get_op("matmul")
+    assert op.parse_problem("4096X4096x4096", "fp16").key == "4096x4096x4096:float16"
+    assert op.parse_problem("64x64x64", "bf16", epilogue="bias_gelu").key == "64x64x64:bfloat16:bias_gelu"
+    assert get_op("gelu").parse_problem("4096x4096").key == get_op("gelu").parse_problem("16777216").key
+    assert get_op("softmax").parse_problem("2x3x100").key == "6x100:float16"
+    assert get_op("attention").parse_problem("4x32x2048x128", causal=True).key == "4x32x2048x128:float16:causal"
+
+
+def test_unknown_op_lists_the_known_ones():
+    with pytest.raises(UnknownOpError, match="unknown op 'conv'; known ops: matmul, softmax, layernorm, gelu, attention"):
+        get_op("conv")
+    assert issubclass(UnknownOpError, ValueError)
+    assert isinstance(ProblemError("x"), ValueError)

@@ -1,0 +1,159 @@
+"""The tuning engine end to end on the interpreter: real kernels, a real SQLite file, real subprocesses."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from sqlalchemy import select
+
+from autotuner.device import INTERPRETER, DeviceInfo, current_device
+from autotuner.registry import get_op
+from autotuner.settings import Settings
+from autotuner.store import Store
+from autotuner.tuner import tune
+from db.engine import session_scope
+from db.models import BestConfig, Trial, TuningRun
+
+
+@pytest.fixture
+def db_url(tmp_path):
+    return f"sqlite:///{tmp_path / 'tune.db'}"
+
+
+def _cli(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "autotuner", *args], capture_output=True, text=True, check=check,
+                          timeout=600)
+
+
+def test_cli_tune_softmax_then_show(db_url):
+    out = _cli("tune", "softmax", "--shape", "16x100", "--trials", "4", "--db", db_url, "--json")
+    result = json.loads(out.stdout)
+    assert result["clock"].startswith("wall-clock")
+    assert len(result["trials"]) == 4 and result["failures"] == 0
+    assert result["best_config"] is not None and result["best_ms"] > 0
+    assert result["trials"][0]["config"] == result["default_config"]  # the default is measured first
+    shown = json.loads(_cli("show", "softmax", "--shape", "16x100", "--db", db_url, "--json").stdout)
+    assert shown["source"] == "exact" and shown["config"] == result["best_config"]
+    assert shown["median_ms"] == pytest.approx(result["best_ms"])
+    store = Store(db_url)
+    with session_scope(store.engine) as s:
+        trials = list(s.scalars(select(Trial).where(Trial.run_id == result["run_id"])))
+        run = s.get(TuningRun, result["run_id"])
+        assert run is not None and run.status == "done"
+    measured = [t for t in trials if t.status == "ok"]
+    assert len(measured) == 4 and all(t.median_ms and t.p20_ms <= t.median_ms <= t.p80_ms for t in measured)
+    assert all(t.error for t in trials if t.status == "invalid")  # rejections are stored with their reason
+
+
+def test_cli_tune_matmul_flags(db_url):
+    out = _cli("tune", "matmul", "--M", "40", "--N", "24", "--K", "33", "--epilogue", "bias_relu", "--dtype", "bf16",
+               "--trials", "3", "--db", db_url, "--json")
+    result = json.loads(out.stdout)
+    assert result["problem_key"] == "40x24x33:bfloat16:bias_relu"
+    assert result["failures"] == 0 and len(result["trials"]) == 3
+
+
+@pytest.mark.parametrize("args, message", [
+    (["tune", "conv", "--shape", "4x4"], "unknown op 'conv'"),
+    (["tune", "softmax", "--shape", "4x"], "bad shape string"),
+    (["tune", "softmax", "--shape", "4x4", "--dtype", "int8"], "unsupported dtype"),
+    (["tune", "softmax", "--shape", "4x4", "--strategy", "grid"], "unknown strategy"),
+    (["tune", "matmul"], "--M"),
+])
+def test_cli_bad_input_is_a_clear_error(args, message, db_url):
+    out = _cli(*args, "--db", db_url, check=False)
+    assert out.returncode == 2
+    assert message in " ".join(out.stderr.split())
+    assert "Traceback" not in out.stderr
+
+
+def test_cli_refuses_a_foreign_database(tmp_path):
+    path = tmp_path / "other.db"
+    import sqlite3
+
+    with sqlite3.connect(path) as con:
+        con.execute("create table customers (id integer primary key, name text)")
+    before = path.read_bytes()
+    out = _cli("tune", "softmax", "--shape", "8x8", "--db", f"sqlite:///{path}", check=False)
+    assert out.returncode == 2 and "not an autotuner database" in out.stderr
+    assert path.read_bytes() == before
+
+
+def test_failures_are_isolated_recorded_and_the_search_goes_on(db_url):
+    """Crash, hang, illegal memory access, wrong result and compile error: each is stored; the worker restarts."""
+    import tests.faulty_op  # noqa: F401  (registers the op in this process too)
+
+    op = get_op("faulty")
+    problem = op.parse_problem("1000")
+    settings = Settings(db_url=db_url, plugins=["tests.faulty_op"], trial_timeout_s=8)
+    store = Store(db_url)
+    result = tune(op, problem, store=store, settings=settings, strategy="exhaustive", trials=50)
+    statuses = {t.config["MODE"]: t.status for t in result.trials if t.config["BLOCK_SIZE"] == 128}
+    assert statuses == {0: "ok", 1: "crash", 2: "timeout", 3: "crash", 4: "wrong_result", 5: "compile_error"}
+    assert len(result.trials) == 7  # every candidate measured despite the failures
+    assert result.best_config is not None and result.best_config["MODE"] == 0  # a wrong result never wins
+    with session_scope(store.engine) as s:
+        rows = {(t.config["MODE"], t.config["BLOCK_SIZE"]): t for t in
+                s.scalars(select(Trial).where(Trial.run_id == result.run_id, Trial.status != "invalid"))}
+        assert len(rows) == 7
+        assert "illegal memory access" in rows[(3, 128)].error
+        assert "exit code 3" in rows[(1, 128)].error
+        assert "no answer within 8 s" in rows[(2, 128)].error
+        best = s.scalars(select(BestConfig)).one()
+        assert best.config["MODE"] == 0
+
+
+def test_rejected_configs_never_reach_the_worker(db_url):
+    """A device with 32 KiB of shared memory: bigger pipelines are rejected with their reason, never measured."""
+    device = DeviceInfo(INTERPRETER, (0, 0), 2, 0, 32768, "cpu")
+    op = get_op("matmul")
+    problem = op.parse_problem("64x64x64")
+    cands = op.space.enumerate(problem, device)
+    assert any("shared memory" in r.reason for r in cands.rejected)
+    store = Store(db_url)
+    result = tune(op, problem, store=store, settings=Settings(db_url=db_url), strategy="exhaustive",
+                  trials=len(cands.valid), device=device)
+    assert len(result.trials) == len(cands.valid)
+    from search_spaces.matmul import smem_bytes
+
+    assert all(smem_bytes(t.config, problem) <= 32768 for t in result.trials)
+    with session_scope(store.engine) as s:
+        invalid = list(s.scalars(select(Trial).where(Trial.run_id == result.run_id, Trial.status == "invalid")))
+    assert len(invalid) == len(cands.rejected)
+    assert all(t.median_ms is None and t.compile_s is None for t in invalid)
+    assert any("exceeds the device's 32768 B" in t.error for t in invalid)
+
+
+def test_warm_start_from_the_nearest_tuned_problem(db_url):
+    op = get_op("softmax")
+    settings = Settings(db_url=db_url)
+    store = Store(db_url)
+    first = tune(op, op.parse_problem("8x300"), store=store, settings=settings, strategy="random", trials=3, seed=1)
+    second = tune(op, op.parse_problem("16x300"), store=store, settings=settings, trials=3)
+    device = current_device()
+    assert second.trials[0].config == op.space.default(op.parse_problem("16x300"), device)
+    warm = first.best_config
+    if warm != second.trials[0].config and warm in op.space.candidates(op.parse_problem("16x300"), device):
+        assert second.trials[1].config == warm
+
+
+def test_a_slower_result_never_replaces_a_faster_one(db_url):
+    op = get_op("gelu")
+    problem = op.parse_problem("1000")
+    store = Store(db_url)
+    device = current_device()
+    cfg_a = {"BLOCK_SIZE": 128, "num_warps": 1, "num_stages": 1}
+    cfg_b = {"BLOCK_SIZE": 256, "num_warps": 1, "num_stages": 1}
+    assert store.save_best(op=op, problem=problem, device=device, config=cfg_a, median_ms=1.0, default_ms=2.0,
+                           torch_ms=None, run_id=None)
+    assert not store.save_best(op=op, problem=problem, device=device, config=cfg_b, median_ms=1.5, default_ms=2.0,
+                               torch_ms=None, run_id=None)
+    best = store.best(op=op, problem=problem, device=device)
+    assert best is not None and best.config == cfg_a and not best.stale
+    assert store.save_best(op=op, problem=problem, device=device, config=cfg_b, median_ms=0.5, default_ms=2.0,
+                           torch_ms=None, run_id=None)
+    best = store.best(op=op, problem=problem, device=device)
+    assert best is not None and best.config == cfg_b and best.median_ms == 0.5
