@@ -1,4 +1,4 @@
-"""The `autotuner` command line: tune, show, replay, db upgrade."""
+"""The `autotuner` command line: tune, show, replay, export, import, db upgrade (serve and worker: cli_service)."""
 
 from __future__ import annotations
 
@@ -325,6 +325,8 @@ def db_upgrade(db: str | None = typer.Option(None, "--db")) -> None:
 
 
 def main() -> None:
+    from autotuner import cli_service  # noqa: F401  (registers serve and worker)
+
     app()
 
 

@@ -18,3 +18,10 @@ class Settings(BaseSettings):
     compile_workers: int = Field(0, ge=0, description="Processes compiling ahead of timing (0: from the CPU count)")
     warmup_ms: float = Field(25.0, gt=0)
     rep_ms: float = Field(100.0, gt=0)
+
+    # The service and the worker
+    config_cache_s: float = Field(2.0, ge=0, description="The service answers GET /config from memory this long")
+    heartbeat_s: float = Field(10.0, gt=0, description="A worker refreshes its job's heartbeat this often")
+    lease_s: float = Field(120.0, gt=0, description="A running job whose heartbeat is older is queued again")
+    max_attempts: int = Field(3, ge=1, description="A job that failed this many times is marked failed")
+    poll_s: float = Field(2.0, gt=0, description="An idle worker looks for queued jobs this often")

@@ -14,6 +14,7 @@ import triton
 from autotuner.device import DeviceInfo
 from autotuner.nearest import rank
 from autotuner.registry import Op
+from db import queue
 from db import repository as repo
 from db.engine import open_engine, session_scope
 from db.models import BestConfig
@@ -38,8 +39,8 @@ def versions() -> tuple[str, str]:
     return triton.__version__, torch.__version__
 
 
-def _stored(row: BestConfig, kernel_hash: str) -> StoredBest:
-    triton_version = versions()[0]
+def _stored(row: BestConfig, kernel_hash: str, triton_version: str | None = None) -> StoredBest:
+    triton_version = triton_version or versions()[0]
     reasons = []
     if row.kernel_hash != kernel_hash:
         reasons.append(f"kernel source changed (stored hash {row.kernel_hash}, running {kernel_hash})")
@@ -63,14 +64,14 @@ class Store:
         return self._device_ids[device.key]
 
     def start_run(self, *, op: Op, problem: Any, device: DeviceInfo, strategy: str, budget_trials: int | None,
-                  budget_seconds: float | None, clock: str) -> int:
+                  budget_seconds: float | None, clock: str, job_id: int | None = None) -> int:
         device_id = self.device_id(device)
         triton_version, torch_version = versions()
         with session_scope(self.engine) as s:
             return repo.start_run(s, op=op.name, problem_key=problem.key, problem=dataclasses.asdict(problem),
                                   device_id=device_id, kernel_hash=op.kernel_hash, triton_version=triton_version,
                                   torch_version=torch_version, strategy=strategy, budget_trials=budget_trials,
-                                  budget_seconds=budget_seconds, clock=clock)
+                                  budget_seconds=budget_seconds, clock=clock, job_id=job_id)
 
     def record_trial(self, **kw: Any) -> int:
         with session_scope(self.engine) as s:
@@ -99,10 +100,14 @@ class Store:
                                   config=config, median_ms=median_ms, default_ms=default_ms, torch_ms=torch_ms,
                                   run_id=run_id)
 
-    def best(self, *, op: Op, problem: Any, device: DeviceInfo) -> StoredBest | None:
-        """The stored best for this exact problem: the current one if any, else the newest stale one."""
+    def best(self, *, op: Op, problem: Any, device: DeviceInfo, kernel_hash: str | None = None,
+             triton_version: str | None = None) -> StoredBest | None:
+        """The stored best for this exact problem: the current one if any, else the newest stale one.
+
+        Current means the running kernel hash and Triton version, or the ones given (a remote caller's).
+        """
         with session_scope(self.engine) as s:
-            rows = [_stored(r, op.kernel_hash) for r in
+            rows = [_stored(r, kernel_hash or op.kernel_hash, triton_version) for r in
                     repo.find_best(s, op=op.name, device_key=device.key, problem_key=problem.key)]
         if not rows:
             return None
@@ -112,13 +117,14 @@ class Store:
     def queue_job(self, *, op: str, shape: str, dtype: str, options: dict[str, Any], strategy: str = "tpe",
                   budget_trials: int | None = None, budget_seconds: float | None = None, priority: int = 0) -> int:
         with session_scope(self.engine) as s:
-            return repo.add_job(s, op=op, shape=shape, dtype=dtype, options=options, strategy=strategy,
+            return queue.add_job(s, op=op, shape=shape, dtype=dtype, options=options, strategy=strategy,
                                 budget_trials=budget_trials, budget_seconds=budget_seconds, priority=priority)
 
-    def nearest(self, *, op: Op, problem: Any, device: DeviceInfo, limit: int = 3) -> list[tuple[Any, StoredBest]]:
+    def nearest(self, *, op: Op, problem: Any, device: DeviceInfo, limit: int = 3, kernel_hash: str | None = None,
+                triton_version: str | None = None) -> list[tuple[Any, StoredBest]]:
         """Current (not stale) best configs of the nearest tuned problems on the same device."""
         with session_scope(self.engine) as s:
-            rows = [_stored(r, op.kernel_hash) for r in repo.find_best(s, op=op.name, device_key=device.key)]
+            rows = [_stored(r, kernel_hash or op.kernel_hash, triton_version) for r in repo.find_best(s, op=op.name, device_key=device.key)]
         others = []
         for r in rows:
             if r.stale:

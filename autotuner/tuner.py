@@ -95,6 +95,7 @@ def tune(
     seed: int = 0,
     device: DeviceInfo | None = None,
     progress: ProgressFn | None = None,
+    job_id: int | None = None,
 ) -> TuneResult:
     t_start = time.perf_counter()
     device = device or current_device()
@@ -105,7 +106,7 @@ def tune(
     search = make_search(strategy, cands.valid, op.space.params, budget, seed, first=[default, *warm])
     clock = WALL_CLOCK if device.is_interpreter else CUDA_EVENTS
     run_id = store.start_run(op=op, problem=problem, device=device, strategy=strategy, budget_trials=budget,
-                             budget_seconds=time_budget_s, clock=clock)
+                             budget_seconds=time_budget_s, clock=clock, job_id=job_id)
     store.record_rejections(run_id=run_id, rejected=[(r.config, config_key(r.config), r.reason) for r in cands.rejected])
     result = TuneResult(run_id, op.name, problem.key, device.key, clock, strategy, None, None, default, None, None,
                         None, candidates=len(cands.valid), rejected=len(cands.rejected))

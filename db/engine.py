@@ -6,6 +6,7 @@ is refused untouched.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,6 +22,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 SQLITE_BUSY_TIMEOUT_MS = 60_000
+MIGRATION_LOCK = 0x6175746F  # pg_advisory_xact_lock key held while migrating
 
 
 class DatabaseUnavailable(RuntimeError):
@@ -109,9 +111,29 @@ def upgrade(engine: Engine) -> str:
         # WAL is a property of the file: set only once the file is known to be ours (or new).
         with engine.connect() as conn:
             conn.exec_driver_sql("PRAGMA journal_mode = WAL")
-    if state != "current":
+    if state == "current":
+        return state
+    if engine.dialect.name == "postgresql":
+        # Several workers may start at once on a new database: one migrates, the others wait for it.
+        with engine.begin() as conn:
+            conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK})")
+            if MigrationContext.configure(conn).get_current_revision() != head_revision():
+                command.upgrade(_alembic_config(conn), "head")
+        return state
+    try:
         with engine.begin() as conn:
             command.upgrade(_alembic_config(conn), "head")
+    except (OperationalError, DatabaseError):
+        # Another process was migrating the same SQLite file at the same moment; wait for it to finish.
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            time.sleep(0.2)
+            try:
+                if schema_state(engine) == "current":
+                    return state
+            except NotAutotunerDatabase:
+                continue  # its tables exist but its revision is not written yet
+        raise
     return state
 
 

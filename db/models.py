@@ -52,6 +52,9 @@ class TuningRun(Base):
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
     started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    job_id: Mapped[int | None] = mapped_column(
+        ForeignKey("jobs.id", ondelete="SET NULL", use_alter=True, name="fk_tuning_runs_job_id"), nullable=True,
+        index=True)
     device: Mapped[Device] = relationship()
     trials: Mapped[list[Trial]] = relationship(back_populates="run", order_by="Trial.id")
 

@@ -10,7 +10,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session, selectinload
 
-from db.models import BestConfig, Device, Job, Trial, TuningRun, utcnow
+from db.models import BestConfig, Device, Trial, TuningRun, utcnow
 
 RESULT_KEY = ("op", "problem_key", "device_id", "kernel_hash", "triton_version")
 
@@ -36,11 +36,11 @@ def list_devices(session: Session) -> list[Device]:
 
 def start_run(session: Session, *, op: str, problem_key: str, problem: dict[str, Any], device_id: int,
               kernel_hash: str, triton_version: str, torch_version: str, strategy: str,
-              budget_trials: int | None, budget_seconds: float | None, clock: str) -> int:
+              budget_trials: int | None, budget_seconds: float | None, clock: str, job_id: int | None = None) -> int:
     run = TuningRun(op=op, problem_key=problem_key, problem=problem, device_id=device_id, kernel_hash=kernel_hash,
                     triton_version=triton_version, torch_version=torch_version, strategy=strategy,
                     budget_trials=budget_trials, budget_seconds=budget_seconds, clock=clock, status="running",
-                    started_at=utcnow())
+                    started_at=utcnow(), job_id=job_id)
     session.add(run)
     session.flush()
     return run.id
@@ -131,15 +131,6 @@ def count_trials(session: Session, *, run_id: int | None = None) -> int:
     return int(session.scalar(q) or 0)
 
 
-def add_job(session: Session, *, op: str, shape: str, dtype: str, options: dict[str, Any], strategy: str,
-            budget_trials: int | None, budget_seconds: float | None, priority: int = 0) -> int:
-    job = Job(op=op, shape=shape, dtype=dtype, options=options, strategy=strategy, budget_trials=budget_trials,
-              budget_seconds=budget_seconds, priority=priority, state="queued", created_at=utcnow())
-    session.add(job)
-    session.flush()
-    return job.id
-
-
 def find_run(session: Session, *, op: str, problem_key: str, device_id: int, started_at: datetime) -> int | None:
     return session.scalar(select(TuningRun.id).where(
         TuningRun.op == op, TuningRun.problem_key == problem_key, TuningRun.device_id == device_id,
@@ -154,3 +145,16 @@ def insert_run(session: Session, *, fields: dict[str, Any], trials: list[dict[st
     session.add_all([Trial(run_id=run.id, **t) for t in trials])
     session.flush()
     return run.id
+
+
+def page_best(session: Session, *, op: str | None = None, device_key: str | None = None, limit: int = 50,
+              offset: int = 0) -> tuple[list[BestConfig], int]:
+    """One page of stored best configs, newest first, and how many match in all."""
+    q = _best_query(op, device_key, None)
+    total = session.scalar(select(func.count()).select_from(q.order_by(None).subquery()))
+    rows = session.scalars(q.order_by(None).order_by(BestConfig.id.desc()).limit(limit).offset(offset))
+    return list(rows), int(total or 0)
+
+
+def get_best(session: Session, *, best_id: int) -> BestConfig | None:
+    return session.scalar(select(BestConfig).where(BestConfig.id == best_id).options(selectinload(BestConfig.device)))

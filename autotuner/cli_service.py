@@ -1,0 +1,69 @@
+"""`autotuner serve` and `autotuner worker`: the long-running commands."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from datetime import datetime
+
+import typer
+
+from autotuner.cli import _fail, _settings, app, console, err
+
+
+@app.command()
+def serve(
+    host: str = typer.Option("127.0.0.1", "--host", help="address to listen on (0.0.0.0 for every interface)"),
+    port: int = typer.Option(8000, "--port", min=1, max=65535),
+    db: str | None = typer.Option(None, "--db", help="database URL (default: AUTOTUNER_DB_URL or a local SQLite file)"),
+    access_log: bool = typer.Option(False, "--access-log/--no-access-log", help="log every request"),
+    log_level: str = typer.Option("info", "--log-level"),
+) -> None:
+    """Run the HTTP service: GET /config, /results, /devices, /jobs, /healthz, /metrics; POST /jobs.
+
+    Writes need AUTOTUNER_TOKEN set on the server and sent as 'Authorization: Bearer <token>'.
+    """
+    import uvicorn
+
+    from api.app import create_app
+    from db.engine import make_engine
+
+    settings = _settings(db)
+    try:
+        url = make_engine(settings.db_url).url.render_as_string(hide_password=True)
+        application = create_app(settings)
+    except Exception as exc:
+        _fail(str(exc))
+    writes = "enabled (token set)" if settings.token else "disabled (AUTOTUNER_TOKEN is not set)"
+    err.print(f"autotuner service on http://{host}:{port}  database: {url}  writes: {writes}")
+    uvicorn.run(application, host=host, port=port, access_log=access_log, log_level=log_level)
+
+
+@app.command()
+def worker(
+    gpu: int | None = typer.Option(None, "--gpu", min=0, help="CUDA device index to tune on (default: the current one)"),
+    once: bool = typer.Option(False, "--once", help="run one job (if any is queued) and exit"),
+    until_empty: bool = typer.Option(False, "--until-empty", help="exit when no job is queued or running"),
+    name: str | None = typer.Option(None, "--name", help="worker name stored on its jobs (default: host:pid[:gpuN])"),
+    db: str | None = typer.Option(None, "--db", help="database URL (default: AUTOTUNER_DB_URL or a local SQLite file)"),
+) -> None:
+    """Claim queued tuning jobs from the database and run them until stopped.
+
+    SIGTERM or Ctrl-C stops the running job and gives it back to the queue.
+    """
+    from autotuner.device import current_device
+    from autotuner.worker import Worker
+
+    settings = _settings(db)
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    device = current_device(gpu)
+    if gpu is not None and device.is_interpreter:
+        err.print("[yellow]warning:[/] no CUDA device here; --gpu is ignored and jobs run in Triton's interpreter")
+
+    def event(message: str) -> None:
+        console.print(f"[dim]{datetime.now():%H:%M:%S}[/] {message}", highlight=False)
+
+    w = Worker(settings, gpu=gpu, name=name, on_event=event)
+    event(f"worker {w.name} on {device.key}, polling every {settings.poll_s:g} s")
+    handled = w.run(once=once, until_empty=until_empty)
+    event(f"worker {w.name} stopped: {handled} job(s) handled, {w.done} done, {w.failed} failed")

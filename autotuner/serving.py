@@ -1,0 +1,139 @@
+"""What the service answers, independent of HTTP: the config to launch with, results, devices, jobs.
+
+`GET /config` resolves like a library launch does, minus the remote step: the exact tuned result if it is
+current, else (unless `fallback="none"`) the nearest tuned problem's config, else the space's default.
+The service may run on a machine without the GPU it answers for: device limits come from the database,
+and "current" is judged against the caller's kernel hash and Triton version when it sends them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from autotuner.device import DeviceInfo
+from autotuner.registry import Op, UnknownOpError, get_op
+from autotuner.store import Store, StoredBest
+from db import repository as repo
+from db.engine import session_scope
+from db.models import Device
+from search_spaces.problem import ProblemError, parse_dtype
+
+FALLBACKS = ("nearest", "default", "none")
+
+
+class InputError(ValueError):
+    """A request value that is not accepted: names the field and what is accepted."""
+
+    def __init__(self, field: str, message: str, location: str = "query") -> None:
+        super().__init__(message)
+        self.field = field
+        self.message = message
+        self.location = location  # query or body
+
+
+class NotFound(LookupError):
+    pass
+
+
+@dataclass(frozen=True)
+class ConfigAnswer:
+    op: str
+    problem: dict[str, Any]
+    problem_key: str
+    device: str
+    config: dict[str, Any]
+    source: str  # exact, nearest, default
+    median_ms: float | None
+    default_ms: float | None
+    speedup_vs_default: float | None
+    torch_ms: float | None
+    stale: bool
+    stale_reason: str | None
+    tuned_at: datetime | None
+    from_problem: str | None
+    result_id: int | None
+
+
+def device_info(row: Device) -> DeviceInfo:
+    major, _, minor = row.capability.partition(".")
+    return DeviceInfo(row.name, (int(major or 0), int(minor or 0)), row.sm_count, row.total_memory,
+                      row.smem_per_block, "")
+
+
+def parse_request(op_name: str, shape: str, dtype: str, options: dict[str, Any]) -> tuple[Op, Any]:
+    """The op and problem a request names, or an InputError naming the field at fault."""
+    try:
+        op = get_op(op_name)
+    except UnknownOpError as exc:
+        raise InputError("op", str(exc)) from None
+    try:
+        parse_dtype(dtype, op.dtypes)
+    except ProblemError as exc:
+        raise InputError("dtype", str(exc)) from None
+    given = {k: v for k, v in options.items() if v is not None}
+    for name in given:
+        if name not in op.options:
+            raise InputError(name, f"{op.name} takes no option {name!r}; accepted: {', '.join(op.options) or 'none'}")
+    try:
+        return op, op.parse_problem(shape, dtype, **given)
+    except ProblemError as exc:
+        message = str(exc)
+        field = next((n for n in given if n in message), "shape")
+        raise InputError(field, message) from None
+
+
+def pick_device(store: Store, key: str | None) -> DeviceInfo:
+    """The device a request means: the one named, or the only one the database knows."""
+    with session_scope(store.engine) as s:
+        devices = [device_info(d) for d in repo.list_devices(s)]
+    known = ", ".join(repr(d.key) for d in devices) or "none yet (tune something first)"
+    if key is None:
+        if len(devices) == 1:
+            return devices[0]
+        raise InputError("device", f"device is required when the database knows {len(devices)} devices; known: {known}")
+    for d in devices:
+        if d.key == key:
+            return d
+    raise InputError("device", f"unknown device {key!r}; known: {known}")
+
+
+def answer_config(store: Store, op: Op, problem: Any, device: DeviceInfo, *, fallback: str = "nearest",
+                  kernel_hash: str | None = None, triton_version: str | None = None) -> ConfigAnswer:
+    """The config to launch `problem` with on `device`; NotFound when `fallback` is "none" and nothing exact."""
+    if fallback not in FALLBACKS:
+        raise InputError("fallback", f"unknown fallback {fallback!r}; accepted: {', '.join(FALLBACKS)}")
+    best = store.best(op=op, problem=problem, device=device, kernel_hash=kernel_hash, triton_version=triton_version)
+
+    def answer(config: dict[str, Any], source: str, row: StoredBest | None, stale: StoredBest | None,
+               from_problem: str | None) -> ConfigAnswer:
+        speedup = row.default_ms / row.median_ms if row and row.default_ms and row.median_ms else None
+        return ConfigAnswer(op.name, dataclasses.asdict(problem), problem.key, device.key, config, source,
+                            row.median_ms if row else None, row.default_ms if row else None, speedup,
+                            row.torch_ms if row else None, stale is not None,
+                            stale.stale_reason if stale else None, row.updated_at if row else None, from_problem,
+                            row.id if row else None)
+
+    if best is not None and not best.stale:
+        return answer(best.config, "exact", best, None, problem.key)
+    stale = best if best is not None and best.stale else None
+    if fallback == "none":
+        why = f"only a stale result ({stale.stale_reason})" if stale else "no tuned result"
+        raise NotFound(f"{why} for {op.name} {problem.key} on {device.key}")
+    if fallback == "nearest":
+        for other, row in store.nearest(op=op, problem=problem, device=device, kernel_hash=kernel_hash,
+                                        triton_version=triton_version):
+            if not op.space.violations(row.config, problem, device):
+                return answer(row.config, "nearest", row, stale, other.key)
+    return answer(op.space.default(problem, device), "default", None, stale, None)
+
+
+def check_job(op_name: str, shape: str, dtype: str, options: dict[str, Any], strategy: str) -> tuple[Op, Any]:
+    """A job request's op and problem, validated as the worker will parse them."""
+    from autotuner.search import STRATEGIES
+
+    if strategy not in STRATEGIES:
+        raise InputError("strategy", f"unknown strategy {strategy!r}; accepted: {', '.join(STRATEGIES)}")
+    return parse_request(op_name, shape, dtype, options)

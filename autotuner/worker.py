@@ -1,0 +1,171 @@
+"""`autotuner worker`: claim queued jobs, run the tuning engine on them, write their results.
+
+Several workers (several GPUs, several hosts) share one database and never take the same job twice
+(db.queue). While a job runs, a thread refreshes its heartbeat; a job whose worker stopped heartbeating for
+`lease_s` is queued again by whichever worker looks next, and a job that failed `max_attempts` times is
+marked failed with its reason. SIGTERM or Ctrl-C stops the running tuning, gives its job back without
+counting the attempt, and exits.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from types import FrameType
+from typing import Any
+
+from sqlalchemy.exc import SQLAlchemyError
+
+from autotuner.registry import UnknownOpError, get_op, load_plugins
+from autotuner.settings import Settings
+from autotuner.store import Store
+from db import queue
+from db.engine import DatabaseUnavailable, session_scope
+from db.models import utcnow
+from search_spaces.problem import ProblemError
+
+log = logging.getLogger(__name__)
+
+
+class StopWorker(KeyboardInterrupt):
+    """Raised in the main thread when the worker is asked to stop in the middle of a job."""
+
+
+class Worker:
+    def __init__(self, settings: Settings, *, gpu: int | None = None, name: str | None = None,
+                 on_event: Callable[[str], None] | None = None) -> None:
+        self.settings = settings
+        self.gpu = gpu
+        self.name = name or f"{socket.gethostname()}:{os.getpid()}" + (f":gpu{gpu}" if gpu is not None else "")
+        self.on_event = on_event or (lambda message: log.info("%s", message))
+        self.store: Store | None = None
+        self._stopping = False
+        self._busy = False
+        self.done = 0
+        self.failed = 0
+
+    # -- plumbing ---------------------------------------------------------------------------------------
+    def _store(self) -> Store:
+        if self.store is None:
+            self.store = Store(self.settings.db_url)
+        return self.store
+
+    def _session(self) -> Any:
+        return session_scope(self._store().engine)
+
+    def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
+        self._stopping = True
+        if self._busy:
+            raise StopWorker(f"stopped by signal {signum}")
+
+    def _heartbeat(self, job_id: int, stop: threading.Event) -> None:
+        while not stop.wait(self.settings.heartbeat_s):
+            try:
+                with self._session() as s:
+                    mine = queue.heartbeat(s, job_id=job_id, worker=self.name)
+                if not mine:
+                    self.on_event(f"job {job_id} was taken back from this worker; its result will not be recorded")
+                    return
+            except (SQLAlchemyError, DatabaseUnavailable) as exc:
+                self.on_event(f"heartbeat for job {job_id} failed (will retry): {exc}")
+
+    # -- the loop ---------------------------------------------------------------------------------------
+    def requeue_stale(self) -> None:
+        cutoff = utcnow() - timedelta(seconds=self.settings.lease_s)
+        with self._session() as s:
+            for job_id, state in queue.requeue_stale(s, older_than=cutoff, max_attempts=self.settings.max_attempts):
+                self.on_event(f"job {job_id}: its worker stopped heartbeating; now {state}")
+
+    def run(self, *, once: bool = False, until_empty: bool = False) -> int:
+        """Work until stopped; `once`: one job then return; `until_empty`: return when nothing is queued or
+        running. Returns the number of jobs this worker finished (done or failed)."""
+        load_plugins(self.settings.plugins)
+        previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+        handled = 0
+        try:
+            while not self._stopping:
+                try:
+                    self.requeue_stale()
+                    with self._session() as s:
+                        job = queue.claim_job(s, worker=self.name)
+                        claimed = (job.id, job.op, job.shape, job.dtype, dict(job.options), job.strategy,
+                                   job.budget_trials, job.budget_seconds, job.attempts) if job else None
+                        counts = queue.count_jobs_by_state(s) if job is None else {}
+                except (SQLAlchemyError, DatabaseUnavailable) as exc:
+                    self.on_event(f"database unavailable, retrying in {self.settings.poll_s:g} s: {exc}")
+                    time.sleep(self.settings.poll_s)
+                    continue
+                if claimed is None:
+                    if once or (until_empty and counts["queued"] == 0 and counts["running"] == 0):
+                        break
+                    time.sleep(self.settings.poll_s)
+                    continue
+                self.run_job(*claimed)
+                handled += 1
+                if once:
+                    break
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        return handled
+
+    def run_job(self, job_id: int, op_name: str, shape: str, dtype: str, options: dict[str, Any], strategy: str,
+                trials: int | None, seconds: float | None, attempt: int) -> str:
+        """Tune one claimed job and record how it ended; returns the job's new state."""
+        from autotuner.device import current_device
+        from autotuner.tuner import tune
+
+        self.on_event(f"job {job_id}: {op_name} {shape} {dtype} {options or ''} (attempt {attempt}) started")
+        try:
+            op = get_op(op_name)
+            problem = op.parse_problem(shape, dtype, **options)
+        except (UnknownOpError, ProblemError, ValueError) as exc:
+            return self._fail(job_id, f"bad job: {exc}", permanent=True)
+        stop = threading.Event()
+        beat = threading.Thread(target=self._heartbeat, args=(job_id, stop), daemon=True)
+        beat.start()
+        self._busy = True
+        try:
+            if self._stopping:
+                raise StopWorker("stopping")
+            device = current_device(self.gpu)
+            result = tune(op, problem, store=self._store(), settings=self.settings, strategy=strategy,
+                          trials=trials, time_budget_s=seconds, device=device, job_id=job_id)
+        except StopWorker as exc:
+            self._busy = False
+            with self._session() as s:
+                queue.release_job(s, job_id=job_id, worker=self.name, reason=f"worker {self.name} stopped: {exc}")
+            self.on_event(f"job {job_id}: given back ({exc})")
+            return "queued"
+        except Exception as exc:
+            return self._fail(job_id, f"{type(exc).__name__}: {exc}"[:2000])
+        finally:
+            self._busy = False
+            stop.set()
+            beat.join()
+        if result.best_config is None:
+            return self._fail(job_id, f"every measured config failed; see the trials of run {result.run_id}")
+        with self._session() as s:
+            mine = queue.finish_job(s, job_id=job_id, worker=self.name, run_id=result.run_id)
+        if not mine:
+            self.on_event(f"job {job_id}: finished, but it had been taken back; the other worker's result stands")
+            return "taken"
+        self.done += 1
+        self.on_event(f"job {job_id}: done in {result.elapsed_s:.1f} s, best {result.best_ms:.4g} ms "
+                      f"{result.best_config}")
+        return "done"
+
+    def _fail(self, job_id: int, error: str, *, permanent: bool = False) -> str:
+        with self._session() as s:
+            state = queue.fail_attempt(s, job_id=job_id, worker=self.name, error=error,
+                                       max_attempts=self.settings.max_attempts, permanent=permanent)
+        if state == "failed":
+            self.failed += 1
+        self.on_event(f"job {job_id}: attempt failed ({error.splitlines()[0]}); now {state or 'not ours'}")
+        return state or "taken"

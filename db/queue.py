@@ -1,0 +1,146 @@
+"""The job queue's SQL: queue, claim, heartbeat, finish, retry and requeue jobs.
+
+A job is claimed by exactly one worker. PostgreSQL: `SELECT ... FOR UPDATE SKIP LOCKED` inside the claiming
+transaction, so concurrent workers skip each other's rows instead of waiting on them. SQLite has one writer
+at a time: a conditional `UPDATE ... WHERE id = ? AND state = 'queued'` claims the row only if nobody did first.
+
+Every state change made on a worker's behalf is conditional on that worker still holding the job, so a job
+that was taken back from a worker (its heartbeat stopped) is never finished twice.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import func, select, update
+from sqlalchemy.orm import Session
+
+from db.models import JOB_STATES, Job, TuningRun, utcnow
+
+_CLAIM_ORDER = (Job.priority.desc(), Job.id)
+
+
+def add_job(session: Session, *, op: str, shape: str, dtype: str, options: dict[str, Any], strategy: str,
+            budget_trials: int | None, budget_seconds: float | None, priority: int = 0) -> int:
+    job = Job(op=op, shape=shape, dtype=dtype, options=options, strategy=strategy, budget_trials=budget_trials,
+              budget_seconds=budget_seconds, priority=priority, state="queued", attempts=0, created_at=utcnow())
+    session.add(job)
+    session.flush()
+    return job.id
+
+
+def get_job(session: Session, *, job_id: int) -> Job | None:
+    return session.get(Job, job_id)
+
+
+def list_jobs(session: Session, *, state: str | None = None, limit: int = 50, offset: int = 0) -> tuple[list[Job], int]:
+    q = select(Job)
+    count = select(func.count(Job.id))
+    if state:
+        q, count = q.where(Job.state == state), count.where(Job.state == state)
+    rows = list(session.scalars(q.order_by(Job.id.desc()).limit(limit).offset(offset)))
+    return rows, int(session.scalar(count) or 0)
+
+
+def count_jobs_by_state(session: Session) -> dict[str, int]:
+    counts = dict.fromkeys(JOB_STATES, 0)
+    for state, n in session.execute(select(Job.state, func.count(Job.id)).group_by(Job.state)):
+        counts[state] = int(n)
+    return counts
+
+
+def _take(session: Session, job_id: int, worker: str, now: datetime) -> bool:
+    result: Any = session.execute(
+        update(Job).where(Job.id == job_id, Job.state == "queued")
+        .values(state="running", worker=worker, attempts=Job.attempts + 1, heartbeat_at=now, started_at=now,
+                finished_at=None))
+    return bool(result.rowcount == 1)
+
+
+def claim_job(session: Session, *, worker: str) -> Job | None:
+    """The highest-priority, oldest queued job, now running for `worker`; None when nothing is queued."""
+    now = utcnow()
+    pending = select(Job.id).where(Job.state == "queued").order_by(*_CLAIM_ORDER)
+    if session.get_bind().dialect.name == "postgresql":
+        job_id = session.scalar(pending.limit(1).with_for_update(skip_locked=True))
+        if job_id is None or not _take(session, job_id, worker, now):
+            return None
+    else:
+        for job_id in session.scalars(pending.limit(8)):  # another worker may take the first: try the next
+            if _take(session, job_id, worker, now):
+                break
+        else:
+            return None
+    session.flush()
+    return session.get(Job, job_id, populate_existing=True)
+
+
+def heartbeat(session: Session, *, job_id: int, worker: str) -> bool:
+    """Refresh the job's heartbeat; False when the job is no longer this worker's (it was taken back)."""
+    result: Any = session.execute(update(Job).where(Job.id == job_id, Job.worker == worker, Job.state == "running")
+                                  .values(heartbeat_at=utcnow()))
+    return bool(result.rowcount == 1)
+
+
+def finish_job(session: Session, *, job_id: int, worker: str, run_id: int | None) -> bool:
+    result: Any = session.execute(update(Job).where(Job.id == job_id, Job.worker == worker, Job.state == "running")
+                                  .values(state="done", run_id=run_id, error=None, finished_at=utcnow()))
+    return bool(result.rowcount == 1)
+
+
+def fail_attempt(session: Session, *, job_id: int, worker: str, error: str, max_attempts: int,
+                 permanent: bool = False) -> str | None:
+    """Record a failed attempt: queued again, or failed for good after `max_attempts` (or at once if permanent).
+
+    Returns the job's new state, or None when the job was no longer this worker's.
+    """
+    job = session.scalar(select(Job).where(Job.id == job_id, Job.worker == worker, Job.state == "running")
+                         .with_for_update())
+    if job is None:
+        return None
+    if permanent or job.attempts >= max_attempts:
+        job.state, job.finished_at = "failed", utcnow()
+        job.error = error if permanent else f"failed {job.attempts} times; last: {error}"
+    else:
+        job.state, job.worker, job.error = "queued", None, f"attempt {job.attempts} failed: {error}"
+    return job.state
+
+
+def release_job(session: Session, *, job_id: int, worker: str, reason: str) -> bool:
+    """Give a job back without counting the attempt (the worker was asked to stop)."""
+    result: Any = session.execute(
+        update(Job).where(Job.id == job_id, Job.worker == worker, Job.state == "running")
+        .values(state="queued", worker=None, attempts=Job.attempts - 1, error=reason))
+    return bool(result.rowcount == 1)
+
+
+def requeue_stale(session: Session, *, older_than: datetime, max_attempts: int) -> list[tuple[int, str]]:
+    """Jobs whose worker stopped heartbeating before `older_than`: queued again, or failed after `max_attempts`.
+
+    Their unfinished tuning runs are marked interrupted (the trials they stored stay). Returns (job id, new state).
+    """
+    stale = (select(Job.id).where(Job.state == "running", Job.heartbeat_at < older_than).order_by(Job.id))
+    if session.get_bind().dialect.name == "postgresql":
+        stale = stale.with_for_update(skip_locked=True)
+    changed = []
+    for job_id in list(session.scalars(stale)):
+        job = session.get(Job, job_id, populate_existing=True)
+        if job is None or job.state != "running" or job.heartbeat_at is None:
+            continue
+        reason = f"worker {job.worker} stopped heartbeating (last beat {job.heartbeat_at:%Y-%m-%d %H:%M:%S} UTC)"
+        gone = job.attempts >= max_attempts
+        result: Any = session.execute(
+            update(Job).where(Job.id == job_id, Job.state == "running", Job.heartbeat_at == job.heartbeat_at)
+            .values(state="failed" if gone else "queued", worker=None, finished_at=utcnow() if gone else None,
+                    error=f"failed {job.attempts} times; last: {reason}" if gone else reason))
+        if result.rowcount != 1:
+            continue  # another worker requeued it first
+        session.execute(update(TuningRun).where(TuningRun.job_id == job_id, TuningRun.status == "running")
+                        .values(status="interrupted", error=reason, finished_at=utcnow()))
+        changed.append((job_id, "failed" if gone else "queued"))
+    return changed
+
+
+def runs_of_job(session: Session, *, job_id: int) -> list[TuningRun]:
+    return list(session.scalars(select(TuningRun).where(TuningRun.job_id == job_id).order_by(TuningRun.id)))
