@@ -12,6 +12,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import InterfaceError, OperationalError
 
+from api.config_cache import ConfigCache, ConfigFastPath
 from api.metrics import Metrics, MetricsMiddleware
 from autotuner.registry import load_plugins
 from autotuner.serving import InputError, NotFound
@@ -34,7 +35,7 @@ class ServiceState:
         self._failed_at = 0.0
         self._error = ""
         self._lock = threading.Lock()
-        self.config_cache: dict[tuple[Any, ...], tuple[float, bytes, str]] = {}
+        self.config_cache = ConfigCache(settings.config_cache_s)
         self.metrics = Metrics(self.count_jobs)
 
     def store(self) -> Store:
@@ -113,5 +114,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.service = ServiceState(settings)
     app.include_router(router)
     _install_handlers(app)
-    app.add_middleware(MetricsMiddleware, metrics=app.state.service.metrics)
+    service = app.state.service
+    app.add_middleware(ConfigFastPath, cache=service.config_cache, metrics=service.metrics)
+    app.add_middleware(MetricsMiddleware, metrics=service.metrics)  # added last: outermost, sees every request
     return app

@@ -71,7 +71,7 @@ class MetricsMiddleware:
         try:
             await self.app(scope, receive, send_wrapper)
         finally:
-            route = getattr(scope.get("route"), "path", "unmatched")
+            route = scope.get("autotuner.route") or getattr(scope.get("route"), "path", "unmatched")
             method = scope.get("method", "")
             self.metrics.requests.labels(method, route, str(status)).inc()
             self.metrics.latency.labels(method, route).observe(time.perf_counter() - start)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import time
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
@@ -79,36 +78,29 @@ async def get_config(
                                                 "Triton version; default: the server's")] = None,
 ) -> Response:
     """The config to launch with: the exact tuned result, else the nearest tuned problem's, else the default."""
-    key = tuple(request.query_params.multi_items())
-    hit = st.config_cache.get(key)
-    now = time.monotonic()
-    if hit is None or hit[0] < now:
-        unknown = sorted(set(request.query_params) - CONFIG_PARAMS)
-        if unknown:
-            raise serving.InputError(unknown[0], f"unknown query parameter {unknown[0]!r}; accepted: "
-                                                 f"{', '.join(sorted(CONFIG_PARAMS))}")
-        options = {"epilogue": epilogue, "approximate": approximate, "causal": causal}
+    unknown = sorted(set(request.query_params) - CONFIG_PARAMS)
+    if unknown:
+        raise serving.InputError(unknown[0], f"unknown query parameter {unknown[0]!r}; accepted: "
+                                             f"{', '.join(sorted(CONFIG_PARAMS))}")
+    options = {"epilogue": epilogue, "approximate": approximate, "causal": causal}
 
-        def resolve() -> serving.ConfigAnswer:
-            op_, problem = serving.parse_request(op, shape, dtype, options)
-            store = st.store()
-            dev = serving.pick_device(store, device)
-            return serving.answer_config(store, op_, problem, dev, fallback=fallback, kernel_hash=kernel_hash,
-                                         triton_version=triton_version)
-
+    def resolve() -> tuple[int, bytes, str]:
+        op_, problem = serving.parse_request(op, shape, dtype, options)
+        store = st.store()
+        dev = serving.pick_device(store, device)
         try:
-            answer = await run_in_threadpool(resolve)
-        except serving.NotFound:
-            st.metrics.lookups.labels("none").inc()
-            raise
-        body = ConfigOut(**dataclasses.asdict(answer)).model_dump_json().encode()
-        hit = (now + st.settings.config_cache_s, body, answer.source)
-        if st.settings.config_cache_s > 0:
-            if len(st.config_cache) > 100_000:
-                st.config_cache.clear()
-            st.config_cache[key] = hit
-    st.metrics.lookups.labels(hit[2]).inc()
-    return Response(hit[1], media_type="application/json")
+            answer = serving.answer_config(store, op_, problem, dev, fallback=fallback, kernel_hash=kernel_hash,
+                                           triton_version=triton_version)
+        except serving.NotFound as exc:
+            return 404, ErrorOut(detail=str(exc)).model_dump_json().encode(), "none"
+        return 200, ConfigOut(**dataclasses.asdict(answer)).model_dump_json().encode(), answer.source
+
+    async def compute() -> tuple[int, bytes, str]:
+        return await run_in_threadpool(resolve)
+
+    entry = await st.config_cache.get(request.scope["query_string"], compute)
+    st.metrics.lookups.labels(entry.source).inc()
+    return Response(entry.body, status_code=entry.status, media_type="application/json")
 
 
 @router.get("/devices", response_model=list[DeviceOut], tags=["results"], responses=UNAVAILABLE)

@@ -1,0 +1,107 @@
+"""The answer cache in front of `GET /config`, which every launching process may call.
+
+Answers are kept per raw query string for `config_cache_s`. A hit is answered by `ConfigFastPath`, a small ASGI
+middleware, without FastAPI's parameter parsing (a hit was validated when it was first computed). An expired
+answer is still served while one background refresh replaces it, so no request waits on the database once a
+query has been seen, and concurrent misses of one query share a single computation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from api.metrics import Metrics
+
+JSON_HEADERS = [(b"content-type", b"application/json")]
+MAX_ENTRIES = 100_000
+
+
+@dataclass
+class Entry:
+    expires: float
+    status: int
+    body: bytes
+    source: str  # exact, nearest, default, or none (a 404)
+    compute: Callable[[], Awaitable[tuple[int, bytes, str]]]
+    refreshing: bool = False
+
+
+class ConfigCache:
+    def __init__(self, ttl_s: float) -> None:
+        self.ttl_s = ttl_s
+        self.entries: dict[bytes, Entry] = {}
+        self._inflight: dict[bytes, asyncio.Future[Entry]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def _store(self, key: bytes, result: tuple[int, bytes, str],
+               compute: Callable[[], Awaitable[tuple[int, bytes, str]]]) -> Entry:
+        entry = Entry(time.monotonic() + self.ttl_s, *result, compute)
+        if self.ttl_s > 0:
+            if len(self.entries) >= MAX_ENTRIES:
+                self.entries.clear()
+            self.entries[key] = entry
+        return entry
+
+    async def get(self, key: bytes, compute: Callable[[], Awaitable[tuple[int, bytes, str]]]) -> Entry:
+        """The cached answer for `key`, computing it once however many requests ask at the same time."""
+        entry = self.entries.get(key)
+        if entry is not None and entry.expires > time.monotonic():
+            return entry
+        pending = self._inflight.get(key)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        future: asyncio.Future[Entry] = asyncio.get_running_loop().create_future()
+        self._inflight[key] = future
+        try:
+            entry = self._store(key, await compute(), compute)
+            future.set_result(entry)
+            return entry
+        except BaseException as exc:
+            future.set_exception(exc)
+            future.exception()  # retrieved: waiting requests re-raise it, no "never retrieved" warning
+            raise
+        finally:
+            del self._inflight[key]
+
+    def hit(self, key: bytes) -> Entry | None:
+        """A cached answer, fresh or expired; an expired one starts its refresh in the background."""
+        entry = self.entries.get(key)
+        if entry is None:
+            return None
+        if entry.expires <= time.monotonic() and not entry.refreshing:
+            entry.refreshing = True
+            task = asyncio.get_running_loop().create_task(self._refresh(key, entry))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        return entry
+
+    async def _refresh(self, key: bytes, entry: Entry) -> None:
+        try:
+            self._store(key, await entry.compute(), entry.compute)
+        except Exception:
+            self.entries.pop(key, None)  # the next request recomputes it and sees the error itself
+
+
+class ConfigFastPath:
+    """Answers `GET /config` from the cache; everything else (and every miss) goes on to the app."""
+
+    def __init__(self, app: Any, cache: ConfigCache, metrics: Metrics) -> None:
+        self.app = app
+        self.cache = cache
+        self.metrics = metrics
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["path"] == "/config" and scope["method"] == "GET":
+            entry = self.cache.hit(scope["query_string"])
+            if entry is not None:
+                scope["autotuner.route"] = "/config"
+                self.metrics.lookups.labels(entry.source).inc()
+                headers = [*JSON_HEADERS, (b"content-length", str(len(entry.body)).encode())]
+                await send({"type": "http.response.start", "status": entry.status, "headers": headers})
+                await send({"type": "http.response.body", "body": entry.body})
+                return
+        await self.app(scope, receive, send)
