@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import uuid
@@ -54,19 +55,34 @@ def pytest_report_header(config: pytest.Config) -> str:
 PG_URL = os.environ.get("AUTOTUNER_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def url(request, tmp_path):
-    """A fresh database on each backend: a SQLite file, and a new database on the real PostgreSQL server."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'r.db'}"
-        return
+@contextlib.contextmanager
+def _fresh_pg_database():
     from sqlalchemy import create_engine, text
 
     name = f"autotuner_test_{uuid.uuid4().hex[:10]}"
     admin = create_engine(PG_URL, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
         conn.execute(text(f'CREATE DATABASE "{name}"'))
-    yield PG_URL.rsplit("/", 1)[0] + "/" + name
-    with admin.connect() as conn:
-        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    admin.dispose()
+    try:
+        yield PG_URL.rsplit("/", 1)[0] + "/" + name
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def url(request, tmp_path):
+    """A fresh database on each backend: a SQLite file, and a new database on the real PostgreSQL server."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'r.db'}"
+        return
+    with _fresh_pg_database() as pg:
+        yield pg
+
+
+@pytest.fixture
+def pg_url():
+    """A fresh database on the real PostgreSQL server, for PostgreSQL-only behaviour."""
+    with _fresh_pg_database() as pg:
+        yield pg

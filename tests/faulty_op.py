@@ -63,3 +63,20 @@ SPACE: Space[Any] = Space(
 if "faulty" not in op_names():
     register_op(Op("faulty", s_gelu.GeluProblem, SPACE, sys.modules[__name__], launch, k_gelu.reference, s_gelu,
                    ELEMENTWISE_TOLERANCE, ("approximate",), s_gelu.DTYPES))
+
+
+class _UnbuildableInputs:
+    """A space module whose inputs can never be made: every tuning attempt of the `broken` op fails at setup."""
+
+    flops = staticmethod(s_gelu.flops)
+    bytes_moved = staticmethod(s_gelu.bytes_moved)
+    problem_from_inputs = staticmethod(s_gelu.problem_from_inputs)
+
+    @staticmethod
+    def make_inputs(problem: Any, device: str) -> dict[str, Any]:
+        raise RuntimeError(f"cannot allocate inputs for {problem.key} (injected failure)")
+
+
+if "broken" not in op_names():
+    register_op(Op("broken", s_gelu.GeluProblem, SPACE, sys.modules[__name__], launch, k_gelu.reference,
+                   _UnbuildableInputs, ELEMENTWISE_TOLERANCE, ("approximate",), s_gelu.DTYPES))  # type: ignore[arg-type]

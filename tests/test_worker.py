@@ -1,0 +1,202 @@
+"""The job queue and `autotuner worker`, on SQLite and the real PostgreSQL: claiming, heartbeats, retries, and
+several worker processes draining a queue while one of them is killed."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from datetime import timedelta
+
+import pytest
+from sqlalchemy import select
+
+from autotuner.registry import get_op
+from autotuner.settings import Settings
+from autotuner.store import Store
+from autotuner.worker import Worker
+from db import queue
+from db.engine import session_scope
+from db.models import BestConfig, Job, TuningRun, utcnow
+
+FAST = dict(heartbeat_s=0.3, lease_s=3.0, poll_s=0.2)
+
+
+def _queue(store: Store, op: str, shape: str, **kw) -> int:
+    kw.setdefault("trials", 2)
+    return store.queue_job(op=op, shape=shape, dtype=kw.pop("dtype", "float16"), options=kw.pop("options", {}),
+                           budget_trials=kw.pop("trials"), **kw)
+
+
+def _job(store: Store, job_id: int) -> Job:
+    with session_scope(store.engine) as s:
+        job = queue.get_job(s, job_id=job_id)
+        assert job is not None
+        s.expunge(job)
+        return job
+
+
+def test_a_worker_runs_a_job_and_stores_its_result(url):
+    settings = Settings(db_url=url, **FAST)
+    store = Store(url)
+    job_id = _queue(store, "softmax", "6x40")
+    worker = Worker(settings, name="w1")
+    assert worker.run(once=True) == 1
+    job = _job(store, job_id)
+    assert (job.state, job.attempts, job.worker, job.error) == ("done", 1, "w1", None)
+    assert job.started_at is not None and job.finished_at is not None and job.run_id is not None
+    with session_scope(store.engine) as s:
+        run = s.get(TuningRun, job.run_id)
+        assert run is not None and run.status == "done" and run.job_id == job_id and run.problem_key == "6x40:float16"
+        best = s.scalars(select(BestConfig).where(BestConfig.run_id == job.run_id)).one()
+        assert best.op == "softmax" and best.median_ms > 0
+    op = get_op("softmax")
+    stored = store.best(op=op, problem=op.parse_problem("6x40"), device=worker_device())
+    assert stored is not None and not stored.stale and stored.config == best.config
+    assert Worker(settings).run(once=True) == 0  # nothing left: --once returns without waiting
+
+
+def worker_device():
+    from autotuner.device import current_device
+
+    return current_device()
+
+
+def test_jobs_are_claimed_by_priority_then_age_and_never_twice(url):
+    store = Store(url)
+    low = _queue(store, "softmax", "4x8", priority=0)
+    high = _queue(store, "softmax", "4x9", priority=5)
+    low2 = _queue(store, "softmax", "4x10", priority=0)
+    claimed: list[int] = []
+    lock = threading.Lock()
+
+    def claim(name: str) -> None:
+        with session_scope(store.engine) as s:
+            job = queue.claim_job(s, worker=name)
+            if job is not None:
+                with lock:
+                    claimed.append(job.id)
+
+    threads = [threading.Thread(target=claim, args=(f"w{i}",)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(claimed) == sorted([low, high, low2])  # each job once, no more claims than jobs
+    with session_scope(store.engine) as s:
+        assert {j.state for j in s.scalars(select(Job))} == {"running"}
+    # order on an empty-then-refilled queue: priority first, then age
+    store2 = Store(url)
+    a, b = _queue(store2, "softmax", "4x11"), _queue(store2, "softmax", "4x12", priority=9)
+    with session_scope(store2.engine) as s:
+        assert queue.claim_job(s, worker="x").id == b
+    with session_scope(store2.engine) as s:
+        assert queue.claim_job(s, worker="x").id == a
+
+
+@pytest.mark.postgres
+def test_postgres_claims_skip_rows_locked_by_another_transaction(pg_url):
+    store = Store(pg_url)
+    first, second = _queue(store, "softmax", "4x8"), _queue(store, "softmax", "4x9")
+    with session_scope(store.engine) as a:
+        job_a = queue.claim_job(a, worker="a")  # not committed yet: its row stays locked
+        t0 = time.perf_counter()
+        with session_scope(store.engine) as b:
+            job_b = queue.claim_job(b, worker="b")
+        assert time.perf_counter() - t0 < 2  # b did not wait for a's lock
+        assert (job_a.id, job_b.id) == (first, second)
+
+
+def test_a_job_whose_worker_stopped_heartbeating_is_queued_again_then_failed(url):
+    store = Store(url)
+    job_id = _queue(store, "softmax", "4x8")
+    for attempt in (1, 2, 3):
+        with session_scope(store.engine) as s:
+            assert queue.claim_job(s, worker=f"dead{attempt}").id == job_id
+        run_id = store.start_run(op=get_op("softmax"), problem=get_op("softmax").parse_problem("4x8"),
+                                 device=worker_device(), strategy="tpe", budget_trials=2, budget_seconds=None,
+                                 clock="wall", job_id=job_id)
+        with session_scope(store.engine) as s:  # still fresh: nothing happens
+            assert queue.requeue_stale(s, older_than=utcnow() - timedelta(seconds=60), max_attempts=3) == []
+        with session_scope(store.engine) as s:
+            changed = queue.requeue_stale(s, older_than=utcnow() + timedelta(seconds=1), max_attempts=3)
+        assert changed == [(job_id, "queued" if attempt < 3 else "failed")]
+        job = _job(store, job_id)
+        assert f"worker dead{attempt} stopped heartbeating" in job.error
+        with session_scope(store.engine) as s:
+            run = s.get(TuningRun, run_id)
+            assert run.status == "interrupted" and "stopped heartbeating" in run.error
+    assert job.state == "failed" and job.attempts == 3 and job.error.startswith("failed 3 times")
+    # the dead worker's late heartbeat and finish are refused: it no longer holds the job
+    with session_scope(store.engine) as s:
+        assert not queue.heartbeat(s, job_id=job_id, worker="dead3")
+        assert not queue.finish_job(s, job_id=job_id, worker="dead3", run_id=None)
+
+
+def test_a_failing_job_is_retried_then_marked_failed_with_its_reason(url):
+    settings = Settings(db_url=url, plugins=["tests.faulty_op"], **FAST)
+    import tests.faulty_op  # noqa: F401
+
+    store = Store(url)
+    job_id = _queue(store, "broken", "1000", trials=1)
+    states = []
+    for _ in range(3):
+        Worker(settings, name="w").run(once=True)
+        states.append(_job(store, job_id).state)
+    job = _job(store, job_id)
+    assert states == ["queued", "queued", "failed"] and job.attempts == 3
+    assert "failed 3 times" in job.error and "cannot allocate inputs" in job.error
+
+
+def test_a_job_naming_an_unknown_op_fails_at_once(url):
+    store = Store(url)
+    job_id = _queue(store, "no_such_op", "64")
+    Worker(Settings(db_url=url, **FAST), name="w").run(once=True)
+    job = _job(store, job_id)
+    assert job.state == "failed" and job.attempts == 1 and "unknown op 'no_such_op'" in job.error
+
+
+def _worker_proc(url: str, name: str, log) -> subprocess.Popen:
+    env = {**os.environ, "AUTOTUNER_HEARTBEAT_S": "0.3", "AUTOTUNER_LEASE_S": "3", "AUTOTUNER_POLL_S": "0.2"}
+    return subprocess.Popen([sys.executable, "-m", "autotuner", "worker", "--until-empty", "--name", name,
+                             "--db", url], env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_three_workers_drain_twelve_jobs_while_one_is_killed(url, tmp_path):
+    store = Store(url)
+    jobs = [_queue(store, "softmax", f"4x{16 + i}") for i in range(12)]
+    logs = {n: open(tmp_path / f"{n}.log", "w+") for n in ("w1", "w2", "w3")}
+    procs = {n: _worker_proc(url, n, logs[n]) for n in logs}
+    victim_job = None
+    deadline = time.monotonic() + 240
+    while victim_job is None and time.monotonic() < deadline:  # kill w1 in the middle of a job
+        with session_scope(store.engine) as s:
+            victim_job = s.scalar(select(Job.id).where(Job.worker == "w1", Job.state == "running"))
+        time.sleep(0.05)
+    assert victim_job is not None, "w1 never started a job"
+    time.sleep(0.5)
+    os.killpg(procs["w1"].pid, signal.SIGKILL)  # the worker and its trial process, no chance to clean up
+    procs["w1"].wait()
+    for name in ("w2", "w3"):
+        assert procs[name].wait(timeout=max(1, deadline - time.monotonic())) == 0, logs[name].seek(0) or logs[name].read()
+
+    with session_scope(store.engine) as s:
+        rows = {j.id: j for j in s.scalars(select(Job))}
+        runs = list(s.scalars(select(TuningRun)))
+    assert set(rows) == set(jobs)
+    assert all(j.state == "done" for j in rows.values()), {j.id: (j.state, j.error) for j in rows.values()}
+    done_runs = [r.job_id for r in runs if r.status == "done"]
+    assert sorted(done_runs) == sorted(jobs)  # every job done exactly once
+    victim = rows[victim_job]
+    assert victim.attempts == 2 and victim.worker in ("w2", "w3")
+    assert [r.status for r in runs if r.job_id == victim_job] == ["interrupted", "done"]
+    assert all(rows[j].attempts == 1 for j in jobs if j != victim_job)
+    with session_scope(store.engine) as s:
+        assert len(list(s.scalars(select(BestConfig)))) == 12
+    for f in logs.values():
+        f.close()
