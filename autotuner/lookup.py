@@ -74,8 +74,11 @@ class Resolver:
             return None, f"service: skipped, it failed {SERVICE_BACKOFF_S - (self._service_down_until - now):.0f} s ago"
         import httpx
 
+        import triton
+
         params = {"op": op.name, "shape": problem.shape, "dtype": problem.dtype, "device": device.key,
-                  "fallback": "none", **{k: str(getattr(problem, k)).lower() for k in op.options}}
+                  "fallback": "none", "kernel_hash": op.kernel_hash, "triton_version": triton.__version__,
+                  **{k: str(getattr(problem, k)).lower() for k in op.options}}
         try:
             r = httpx.get(url.rstrip("/") + "/config", params=params, timeout=SERVICE_TIMEOUT_S)
         except httpx.HTTPError as exc:
