@@ -9,8 +9,11 @@ import time
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.exception_handlers import http_exception_handler
+from fastapi.responses import JSONResponse, Response
 from sqlalchemy.exc import InterfaceError, OperationalError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match, Route
 
 from api.config_cache import ConfigCache, ConfigFastPath
 from api.metrics import Metrics, MetricsMiddleware
@@ -99,6 +102,15 @@ def _install_handlers(app: FastAPI) -> None:
         log.warning("database unavailable: %s", exc)
         return _error(503, f"the result database is unavailable: {str(exc).splitlines()[0][:300]}",
                       {"Retry-After": "1"})
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        if exc.status_code == 405:
+            # Starlette names only the first route's methods; a path served by several routes allows them all.
+            allowed = sorted({m for r in app.routes if isinstance(r, Route) and r.methods
+                              and r.matches(request.scope)[0] != Match.NONE for m in r.methods})
+            return _error(405, "Method Not Allowed", {"Allow": ", ".join(allowed)})
+        return await http_exception_handler(request, exc)
 
     for exc_type in (DatabaseUnavailable, NotAutotunerDatabase, OperationalError, InterfaceError):
         app.add_exception_handler(exc_type, unavailable)

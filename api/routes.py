@@ -160,7 +160,10 @@ def _job(job: Job) -> JobOut:
 
 
 @router.post("/jobs", status_code=202, response_model=JobOut, tags=["jobs"],
-             responses={401: {"model": ErrorOut}, 403: {"model": ErrorOut}, **UNAVAILABLE})
+             responses={400: {"model": ErrorOut, "description": "The body is not JSON"},
+                        401: {"model": ErrorOut, "description": "No or wrong bearer token"},
+                        403: {"model": ErrorOut, "description": "The server accepts no writes (no token set)"},
+                        **UNAVAILABLE})
 def post_job(st: State, body: JobIn, response: Response,
              credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> JobOut:
     """Queue a tuning job; a worker (`autotuner worker`) picks it up. Needs the server's bearer token."""

@@ -110,7 +110,7 @@ class ResultDetail(ResultOut):
 
 
 class JobIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     op: str = Field(max_length=64, examples=["softmax"])
     shape: str = Field(max_length=100, examples=["4096x4096"])

@@ -73,7 +73,6 @@ class Resolver:
         if now < self._service_down_until:
             return None, f"service: skipped, it failed {SERVICE_BACKOFF_S - (self._service_down_until - now):.0f} s ago"
         import httpx
-
         import triton
 
         params = {"op": op.name, "shape": problem.shape, "dtype": problem.dtype, "device": device.key,
