@@ -81,7 +81,7 @@ def tune(
     causal: bool = typer.Option(False, "--causal", help="attention: causal mask"),
     approximate: str | None = typer.Option(None, "--approximate", help="gelu: tanh or none"),
     trials: int | None = typer.Option(None, "--trials", min=1, help="configs to measure (default: up to 64)"),
-    time_budget: float | None = typer.Option(None, "--time-budget", min=0.1, help="seconds for the whole search"),
+    time_budget: float | None = typer.Option(None, "--time-budget", min=0.1, help="seconds of searching (after the worker is set up; at least one config is measured)"),
     strategy: str = typer.Option("tpe", "--strategy", help="tpe, random or exhaustive"),
     seed: int = typer.Option(0, "--seed"),
     db: str | None = typer.Option(None, "--db", help="database URL (default: AUTOTUNER_DB_URL or a local SQLite file)"),
@@ -325,7 +325,7 @@ def db_upgrade(db: str | None = typer.Option(None, "--db")) -> None:
 
 
 def main() -> None:
-    from autotuner import cli_service  # noqa: F401  (registers serve and worker)
+    from autotuner import cli_bench, cli_service  # noqa: F401  (register bench, report, serve and worker)
 
     app()
 

@@ -121,11 +121,15 @@ def tune(
         with TrialRunner(spec, settings.trial_timeout_s) as runner:
             base = runner.baseline()
             result.torch_ms = base.timing.median_ms if base.timing else None
+            # The time budget is the search's: it starts once the worker is set up (imports, CUDA context,
+            # inputs, the torch baseline), and at least one config is always measured.
+            t_search = time.perf_counter()
 
             def out_of_budget() -> bool:
                 if budget is not None and search.measured >= budget:
                     return True
-                return time_budget_s is not None and time.perf_counter() - t_start >= time_budget_s
+                return (time_budget_s is not None and search.measured > 0
+                        and time.perf_counter() - t_search >= time_budget_s)
 
             while not out_of_budget():
                 room = (budget - search.measured) if budget is not None else n_workers or 1

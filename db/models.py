@@ -120,3 +120,18 @@ class Job(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+
+class DevicePeak(Base):
+    """A ceiling measured once per device: copy bandwidth (GB/s) or a dense matmul rate (TFLOP/s) per dtype."""
+
+    __tablename__ = "device_peaks"
+    __table_args__ = (UniqueConstraint("device_id", "name", name="uq_device_peak"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    device_id: Mapped[int] = mapped_column(ForeignKey("devices.id"))
+    name: Mapped[str] = mapped_column(String(64))
+    value: Mapped[float] = mapped_column(Float)
+    unit: Mapped[str] = mapped_column(String(16))
+    method: Mapped[str] = mapped_column(Text)
+    torch_version: Mapped[str] = mapped_column(String(64))
+    measured_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

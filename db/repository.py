@@ -10,7 +10,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session, selectinload
 
-from db.models import BestConfig, Device, Trial, TuningRun, utcnow
+from db.models import BestConfig, Device, DevicePeak, Trial, TuningRun, utcnow
 
 RESULT_KEY = ("op", "problem_key", "device_id", "kernel_hash", "triton_version")
 
@@ -158,3 +158,17 @@ def page_best(session: Session, *, op: str | None = None, device_key: str | None
 
 def get_best(session: Session, *, best_id: int) -> BestConfig | None:
     return session.scalar(select(BestConfig).where(BestConfig.id == best_id).options(selectinload(BestConfig.device)))
+
+
+def get_peaks(session: Session, *, device_id: int) -> dict[str, DevicePeak]:
+    return {p.name: p for p in session.scalars(select(DevicePeak).where(DevicePeak.device_id == device_id))}
+
+
+def save_peak(session: Session, *, device_id: int, name: str, value: float, unit: str, method: str,
+              torch_version: str) -> None:
+    """Store a measured ceiling, replacing an earlier measurement of the same name."""
+    stmt = _insert(session)(DevicePeak).values(device_id=device_id, name=name, value=value, unit=unit, method=method,
+                                               torch_version=torch_version, measured_at=utcnow())
+    session.execute(stmt.on_conflict_do_update(
+        index_elements=["device_id", "name"],
+        set_={c: stmt.excluded[c] for c in ("value", "unit", "method", "torch_version", "measured_at")}))

@@ -1,0 +1,150 @@
+"""`autotuner bench`: one problem, every way of computing it, on the same inputs, timed alike.
+
+Candidates: torch eager, torch.compile of the same function, the unfused "manual" PyTorch version (softmax,
+gelu), the Triton kernel with the space's default config and with the stored tuned config. Each output is
+checked against the reference first. Timing is interleaved: `rounds` rounds, each timing every candidate in
+turn with CUDA events and the L2 flushed before each repetition, so drift hits all alike; a candidate's time
+is the median of its round medians. On the interpreter the clock is the CPU wall clock (and says so).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+
+from autotuner.device import DeviceInfo
+from autotuner.peaks import Peaks, device_peaks
+from autotuner.registry import Op
+from autotuner.store import Store
+from autotuner.timing import CUDA_EVENTS, WALL_CLOCK, time_fn
+
+COMPUTE_BOUND = ("matmul", "attention")  # reported in TFLOP/s; the others in GB/s
+
+
+@dataclass
+class BenchRow:
+    name: str
+    ms: float | None
+    p20_ms: float | None = None
+    p80_ms: float | None = None
+    tflops: float | None = None
+    gbs: float | None = None
+    roofline: float | None = None
+    vs_eager: float | None = None
+    error: float | None = None
+    note: str = ""
+
+
+@dataclass
+class BenchResult:
+    op: str
+    problem_key: str
+    device: str
+    clock: str
+    peaks: dict[str, Any] | None
+    default_config: dict[str, Any]
+    tuned_config: dict[str, Any] | None
+    rows: list[BenchRow] = field(default_factory=list)
+
+    def row(self, name: str) -> BenchRow | None:
+        return next((r for r in self.rows if r.name == name), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def candidates(op: Op, problem: Any, device: DeviceInfo, store: Store | None, inputs: dict[str, Any],
+               use_compile: bool) -> tuple[dict[str, Callable[[], Any] | str], dict[str, Any], dict[str, Any] | None]:
+    """name -> a callable, or the reason it is left out; plus the default and tuned configs."""
+    out: dict[str, Callable[[], Any] | str] = {"torch eager": lambda: op.baseline(inputs)}
+    if not use_compile:
+        out["torch.compile"] = "left out (--no-compile)"
+    elif device.is_interpreter:
+        out["torch.compile"] = "left out on the interpreter"
+    else:
+        compiled = torch.compile(op.kernel_module.baseline)
+        out["torch.compile"] = lambda: compiled(**inputs)
+    manual = getattr(op.kernel_module, "manual", None)
+    if manual is not None:
+        out["manual (unfused torch)"] = lambda: manual(**inputs)
+    default = op.space.default(problem, device)
+    out["triton default"] = lambda: op.run(inputs, default)
+    best = store.best(op=op, problem=problem, device=device) if store is not None else None
+    tuned = best.config if best is not None and not best.stale else None
+    if tuned is not None:
+        out["triton tuned"] = lambda: op.run(inputs, tuned)
+    else:
+        why = f"stale ({best.stale_reason})" if best is not None else "no tuned result"
+        out["triton tuned"] = f"{why}: run `autotuner tune {op.name} --shape {problem.shape}`"
+    return out, default, tuned
+
+
+def bench(op: Op, problem: Any, device: DeviceInfo, *, store: Store | None, use_compile: bool = True,
+          rounds: int = 5, rep_ms: float = 100.0, remeasure_peaks: bool = False) -> BenchResult:
+    peaks: Peaks | None = device_peaks(store, device, remeasure=remeasure_peaks) if store is not None else None
+    inputs = op.make_inputs(problem, device)
+    fns, default, tuned = candidates(op, problem, device, store, inputs, use_compile)
+    result = BenchResult(op.name, problem.key, device.key, WALL_CLOCK if device.is_interpreter else CUDA_EVENTS,
+                         asdict(peaks) if peaks else None, default, tuned)
+    ref = op.reference(inputs)
+    runnable: dict[str, Callable[[], Any]] = {}
+    for name, fn in fns.items():
+        if isinstance(fn, str):
+            result.rows.append(BenchRow(name, None, note=fn))
+            continue
+        try:
+            check = op.check(fn(), ref, problem)
+        except Exception as exc:  # e.g. torch.compile failing on this machine: report, do not stop
+            result.rows.append(BenchRow(name, None, note=f"failed: {type(exc).__name__}: {str(exc)[:200]}"))
+            continue
+        row = BenchRow(name, None, error=check.error, note="" if check.ok else f"WRONG RESULT: {check.message}")
+        result.rows.append(row)
+        if check.ok:
+            runnable[name] = fn
+    del ref
+    per_round: dict[str, list[Any]] = {name: [] for name in runnable}
+    for _ in range(rounds if not device.is_interpreter else 1):
+        for name, fn in runnable.items():
+            per_round[name].append(time_fn(fn, device.is_interpreter, warmup_ms=10, rep_ms=rep_ms / rounds))
+    flops, nbytes = op.flops(problem), op.bytes(problem)
+    for row in result.rows:
+        timings = per_round.get(row.name)
+        if not timings:
+            continue
+        row.ms = statistics.median(t.median_ms for t in timings)
+        row.p20_ms = statistics.median(t.p20_ms for t in timings)
+        row.p80_ms = statistics.median(t.p80_ms for t in timings)
+        row.tflops = flops / (row.ms * 1e-3) / 1e12
+        row.gbs = nbytes / (row.ms * 1e-3) / 1e9
+        if peaks is not None:
+            row.roofline = peaks.fraction(flops, nbytes, problem.dtype, row.ms)
+    eager = result.row("torch eager")
+    for row in result.rows:
+        if row.ms and eager is not None and eager.ms:
+            row.vs_eager = eager.ms / row.ms
+    return result
+
+
+def profile_table(op: Op, problem: Any, device: DeviceInfo, config: dict[str, Any], calls: int = 20) -> str:
+    """The torch profiler's kernel table for `calls` launches with `config`."""
+    from torch.profiler import ProfilerActivity, profile
+
+    inputs = op.make_inputs(problem, device)
+    op.run(inputs, config)
+    activities = [ProfilerActivity.CPU] + ([] if device.is_interpreter else [ProfilerActivity.CUDA])
+    with profile(activities=activities) as prof:
+        for _ in range(calls):
+            op.run(inputs, config)
+        if not device.is_interpreter:
+            torch.cuda.synchronize()
+    averages = prof.key_averages()
+    if device.is_interpreter:
+        return str(averages.table(sort_by="self_cpu_time_total", row_limit=12))
+    try:
+        return str(averages.table(sort_by="device_time_total", row_limit=12))
+    except (AttributeError, KeyError):  # older torch names it cuda_time_total
+        return str(averages.table(sort_by="cuda_time_total", row_limit=12))

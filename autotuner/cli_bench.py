@@ -1,0 +1,100 @@
+"""`autotuner bench` (every way of computing one problem, timed alike) and `autotuner report` (a PNG)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from autotuner.cli import _fail, _options, _problem, _settings, app, console, err
+
+
+@app.command()
+def bench(
+    op: str = typer.Argument(..., help="matmul, softmax, layernorm, gelu or attention"),
+    shape: str | None = typer.Option(None, "--shape"),
+    M: int | None = typer.Option(None, "--M"),
+    N: int | None = typer.Option(None, "--N"),
+    K: int | None = typer.Option(None, "--K"),
+    dtype: str = typer.Option("float16", "--dtype"),
+    epilogue: str | None = typer.Option(None, "--epilogue"),
+    causal: bool = typer.Option(False, "--causal"),
+    approximate: str | None = typer.Option(None, "--approximate"),
+    rounds: int = typer.Option(5, "--rounds", min=1, help="interleaved timing rounds"),
+    use_compile: bool = typer.Option(True, "--compile/--no-compile", help="include torch.compile"),
+    remeasure_peaks: bool = typer.Option(False, "--remeasure-peaks", help="measure copy bandwidth and matmul peak again"),
+    profile: bool = typer.Option(False, "--profile", help="print the torch profiler's kernel table for the tuned kernel"),
+    db: str | None = typer.Option(None, "--db"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Compare torch eager, torch.compile, the default and the tuned Triton config (and the unfused torch
+    version for softmax and gelu) on the same inputs: time, throughput, roofline fraction, speedups."""
+    from autotuner.bench import COMPUTE_BOUND, profile_table
+    from autotuner.bench import bench as run_bench
+    from autotuner.device import current_device
+    from autotuner.store import Store
+    from db.engine import DatabaseUnavailable, NotAutotunerDatabase
+
+    try:
+        op_obj, problem = _problem(op, shape, dtype, M, N, K, _options(op, epilogue, causal, approximate))
+        store = Store(_settings(db).db_url)
+    except ValueError as exc:
+        _fail(str(exc))
+    except (DatabaseUnavailable, NotAutotunerDatabase) as exc:
+        _fail(str(exc))
+    device = current_device()
+    result = run_bench(op_obj, problem, device, store=store, use_compile=use_compile, rounds=rounds,
+                       remeasure_peaks=remeasure_peaks)
+    config = result.tuned_config or result.default_config
+    table_text = profile_table(op_obj, problem, device, config) if profile else None
+    if as_json:
+        out = result.to_dict()
+        if table_text is not None:
+            out["profile"] = table_text
+        print(json.dumps(out, default=str))
+        return
+    compute = op in COMPUTE_BOUND
+    t = Table(title=f"{op} {problem.key} on {device.key} ({result.clock})")
+    for col in ("", "ms", "p20-p80", "TFLOP/s" if compute else "GB/s", "roofline", "vs torch eager", "note"):
+        t.add_column(col, justify="left" if col in ("", "note") else "right")
+    for r in result.rows:
+        rate = (r.tflops if compute else r.gbs) if r.ms else None
+        t.add_row(r.name, f"{r.ms:.4f}" if r.ms else "-",
+                  f"{r.p20_ms:.4f}-{r.p80_ms:.4f}" if r.p20_ms and r.p80_ms else "",
+                  f"{rate:.1f}" if rate else "", f"{r.roofline:.0%}" if r.roofline else "",
+                  f"{r.vs_eager:.2f}x" if r.vs_eager else "", r.note)
+    console.print(t)
+    if result.peaks:
+        p = result.peaks
+        console.print(f"roofline: measured copy {p['copy_gbs']:.0f} GB/s, matmul " +
+                      ", ".join(f"{k} {v:.0f} TFLOP/s" for k, v in p["matmul_tflops"].items()))
+    tuned, default = result.row("triton tuned"), result.row("triton default")
+    if tuned and default and tuned.ms and default.ms:
+        console.print(f"tuned config {result.tuned_config}: {default.ms / tuned.ms:.2f}x the default config")
+    if device.is_interpreter:
+        err.print("[yellow]No GPU: interpreter wall-clock times say nothing about GPU speed.[/]")
+    if table_text is not None:
+        console.print(f"profile of 20 launches with {config}:")
+        console.print(table_text, markup=False, highlight=False)
+
+
+@app.command()
+def report(
+    output: Path = typer.Option(Path("autotuner-report.png"), "-o", "--output", help="PNG file to write"),
+    op: str | None = typer.Option(None, "--op"),
+    device: str | None = typer.Option(None, "--device", help="device key (default: every device)"),
+    db: str | None = typer.Option(None, "--db"),
+) -> None:
+    """Plot, per tuned problem, the tuned config against the default config against torch (a PNG)."""
+    from autotuner.report import plot_results
+    from autotuner.store import Store
+    from db.engine import DatabaseUnavailable, NotAutotunerDatabase
+
+    try:
+        store = Store(_settings(db).db_url)
+        n = plot_results(store, output, op=op, device_key=device)
+    except (DatabaseUnavailable, NotAutotunerDatabase, ValueError) as exc:
+        _fail(str(exc))
+    console.print(f"wrote {output} ({n} problems)")

@@ -1,0 +1,82 @@
+"""The device's measured ceilings, for roofline fractions: copy bandwidth and dense matmul rate per dtype.
+
+Measured once per device with the same CUDA-event timing as everything else and stored in the database
+(`device_peaks`); `--remeasure` replaces them. Copy: `dst.copy_(src)` of 1 GiB, read plus write bytes.
+Matmul: `torch.matmul` (cuBLAS) at 8192^3, the best of float16/bfloat16 per dtype; float32 with TF32 allowed,
+because Triton's `tl.dot` uses TF32 for float32 inputs by default. A kernel's roofline fraction is the floor
+time max(flops / matmul rate, bytes / copy bandwidth) over its measured time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from autotuner.device import DeviceInfo
+from autotuner.store import Store, versions
+from autotuner.timing import time_cuda
+from db import repository as repo
+from db.engine import session_scope
+
+COPY = "copy_bandwidth"
+DTYPES = ("float16", "bfloat16", "float32")
+COPY_BYTES = 1 << 30
+MATMUL_N = 8192
+
+
+@dataclass(frozen=True)
+class Peaks:
+    copy_gbs: float
+    matmul_tflops: dict[str, float]
+
+    def floor_ms(self, flops: float, nbytes: float, dtype: str) -> float:
+        compute = flops / (self.matmul_tflops.get(dtype, 0.0) * 1e12) if self.matmul_tflops.get(dtype) else 0.0
+        return max(compute, nbytes / (self.copy_gbs * 1e9)) * 1e3
+
+    def fraction(self, flops: float, nbytes: float, dtype: str, ms: float) -> float:
+        return self.floor_ms(flops, nbytes, dtype) / ms
+
+
+def matmul_name(dtype: str) -> str:
+    return f"matmul_{dtype}"
+
+
+def measure_copy(device: DeviceInfo) -> float:
+    src = torch.empty(COPY_BYTES // 4, dtype=torch.float32, device=device.torch_device).uniform_()
+    dst = torch.empty_like(src)
+    t = time_cuda(lambda: dst.copy_(src), warmup_ms=50, rep_ms=300)
+    return 2 * COPY_BYTES / (t.median_ms * 1e-3) / 1e9
+
+
+def measure_matmul(device: DeviceInfo, dtype: str) -> float:
+    torch_dtype = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}[dtype]
+    a = torch.randn(MATMUL_N, MATMUL_N, device=device.torch_device, dtype=torch_dtype)
+    b = torch.randn(MATMUL_N, MATMUL_N, device=device.torch_device, dtype=torch_dtype)
+    previous = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = True
+    try:
+        t = time_cuda(lambda: torch.matmul(a, b), warmup_ms=100, rep_ms=300)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = previous
+    return 2 * MATMUL_N**3 / (t.median_ms * 1e-3) / 1e12
+
+
+def device_peaks(store: Store, device: DeviceInfo, *, remeasure: bool = False) -> Peaks | None:
+    """The stored ceilings of `device`, measuring (and storing) the missing ones; None on the interpreter."""
+    if device.is_interpreter:
+        return None
+    device_id = store.device_id(device)
+    with session_scope(store.engine) as s:
+        stored = {name: p.value for name, p in repo.get_peaks(s, device_id=device_id).items()}
+    wanted = {COPY: ("GB/s", lambda: measure_copy(device), f"copy_ 1 GiB, {2 * COPY_BYTES >> 30} GiB moved")}
+    for dtype in DTYPES:
+        wanted[matmul_name(dtype)] = ("TFLOP/s", lambda d=dtype: measure_matmul(device, d),
+                                      f"torch.matmul {MATMUL_N}^3 {dtype}" + (" (TF32)" if dtype == "float32" else ""))
+    for name, (unit, measure, method) in wanted.items():
+        if remeasure or name not in stored:
+            stored[name] = measure()
+            with session_scope(store.engine) as s:
+                repo.save_peak(s, device_id=device_id, name=name, value=stored[name], unit=unit, method=method,
+                               torch_version=versions()[1])
+    return Peaks(stored[COPY], {d: stored[matmul_name(d)] for d in DTYPES})

@@ -1,0 +1,51 @@
+"""`autotuner report`: one PNG, per tuned problem, of the tuned config against the default config and torch.
+
+Bars are speedups over torch eager (1.0 = as fast as torch), from the stored best configs: the tuned time,
+the default config's time and torch's time measured in the same tuning run. One panel per device.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from autotuner.store import Store
+from db import repository as repo
+from db.engine import session_scope
+
+
+def plot_results(store: Store, output: Path, *, op: str | None = None, device_key: str | None = None) -> int:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    with session_scope(store.engine) as s:
+        rows = [(r.device.key, f"{r.op} {r.problem_key}", r.median_ms, r.default_ms, r.torch_ms)
+                for r in repo.find_best(s, op=op, device_key=device_key) if r.torch_ms]
+    if not rows:
+        raise ValueError("no tuned results with a torch time to plot" + (f" for op {op!r}" if op else "")
+                         + (f" on {device_key!r}" if device_key else ""))
+    devices = sorted({r[0] for r in rows})
+    fig, axes = plt.subplots(len(devices), 1, figsize=(max(8, 0.9 * len(rows) + 3), 4.5 * len(devices)),
+                             squeeze=False)
+    for ax, dev in zip(axes[:, 0], devices, strict=True):
+        mine = sorted((r for r in rows if r[0] == dev), key=lambda r: r[1])
+        xs = range(len(mine))
+        width = 0.27
+        tuned = [r[4] / r[2] for r in mine]
+        default = [r[4] / r[3] if r[3] else 0.0 for r in mine]
+        ax.bar([x - width for x in xs], [1.0] * len(mine), width, label="torch eager", color="#999999")
+        ax.bar(list(xs), default, width, label="Triton, default config", color="#7fa7d9")
+        ax.bar([x + width for x in xs], tuned, width, label="Triton, tuned config", color="#1f5fbf")
+        for x, v in zip(xs, tuned, strict=True):
+            ax.annotate(f"{v:.2f}x", (x + width, v), ha="center", va="bottom", fontsize=8)
+        ax.axhline(1.0, color="black", linewidth=0.6)
+        ax.set_xticks(list(xs), [r[1] for r in mine], rotation=30, ha="right", fontsize=8)
+        ax.set_ylabel("speedup over torch eager")
+        ax.set_title(dev)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    output.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(output, dpi=120)
+    plt.close(fig)
+    return len(rows)

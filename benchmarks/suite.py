@@ -1,0 +1,120 @@
+"""The GPU suite: tune every problem below within a time budget, then bench it (autotuner.bench: torch eager,
+torch.compile, manual, default and tuned Triton, interleaved on the same inputs), and print one markdown table.
+
+    python benchmarks/suite.py [--ops matmul,attention] [--budget-s 25] [--db URL] [--json-out FILE]
+
+Results go to the database like any tuning run (`autotuner report` plots them). Two parts fit a 10-minute
+GPU run each: `--ops matmul,attention` and `--ops softmax,layernorm,gelu`. Targets (issue 7): matmul tuned
+>= 95% of cuBLAS in geometric mean; softmax, layernorm, gelu >= 80% of the measured copy bandwidth and faster
+than torch; attention >= 80% of scaled_dot_product_attention.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from autotuner.bench import COMPUTE_BOUND, bench  # noqa: E402
+from autotuner.device import current_device  # noqa: E402
+from autotuner.registry import get_op  # noqa: E402
+from autotuner.settings import Settings  # noqa: E402
+from autotuner.store import Store  # noqa: E402
+from autotuner.tuner import tune  # noqa: E402
+
+SUITE: list[tuple[str, str, str, dict[str, object]]] = [
+    ("matmul", "4096x4096x4096", "float16", {}),
+    ("matmul", "8192x8192x8192", "bfloat16", {}),
+    ("matmul", "32x4096x4096", "float16", {}),
+    ("matmul", "1024x1024x1024", "float16", {}),
+    ("matmul", "4096x4096x4096", "float16", {"epilogue": "bias_gelu"}),
+    ("softmax", "4096x4096", "float16", {}),
+    ("softmax", "16384x1024", "float16", {}),
+    ("softmax", "1024x32768", "float32", {}),
+    ("softmax", "65536x256", "float16", {}),
+    ("layernorm", "4096x4096", "float16", {}),
+    ("layernorm", "16384x1024", "bfloat16", {}),
+    ("gelu", "4096x4096", "float16", {}),
+    ("gelu", "16777216", "float32", {}),
+    ("attention", "4x32x2048x128", "float16", {"causal": True}),
+    ("attention", "4x32x2048x128", "float16", {"causal": False}),
+    ("attention", "1x16x8192x64", "bfloat16", {"causal": True}),
+]
+
+
+def _ms(row) -> str:  # type: ignore[no-untyped-def]
+    return f"{row.ms:.4f}" if row is not None and row.ms else "-"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--ops", default="matmul,softmax,layernorm,gelu,attention")
+    ap.add_argument("--budget-s", type=float, default=25.0, help="tuning time per problem (search only)")
+    ap.add_argument("--trials", type=int, default=None, help="cap on configs measured per problem")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--db", default=None)
+    ap.add_argument("--json-out", type=Path, default=None)
+    args = ap.parse_args()
+    ops = args.ops.split(",")
+    settings = Settings(db_url=args.db) if args.db else Settings()
+    store = Store(settings.db_url)
+    device = current_device()
+    t0 = time.perf_counter()
+    records = []
+    for op_name, shape, dtype, options in [p for p in SUITE if p[0] in ops]:
+        op = get_op(op_name)
+        problem = op.parse_problem(shape, dtype, **options)
+        t_tune = time.perf_counter()
+        tuned = tune(op, problem, store=store, settings=settings, time_budget_s=args.budget_s, trials=args.trials)
+        tune_s = time.perf_counter() - t_tune
+        result = bench(op, problem, device, store=store, rounds=args.rounds)
+        records.append({"problem": f"{op_name} {problem.key}", "tune_s": tune_s, "trials": len(tuned.trials),
+                        "candidates": tuned.candidates, **result.to_dict()})
+        print(f"[{time.perf_counter() - t0:6.1f} s] {op_name} {problem.key}: tuned in {tune_s:.1f} s "
+              f"({len(tuned.trials)} of {tuned.candidates} configs)", file=sys.stderr, flush=True)
+        if args.json_out:
+            args.json_out.write_text(json.dumps({"device": device.key, "records": records}, default=str, indent=1))
+
+    print(f"\n{device.key}; times in ms (median of {args.rounds} interleaved rounds, L2 flushed), "
+          "roofline = measured floor / time\n")
+    print("| problem | torch eager | torch.compile | manual | Triton default | Triton tuned | tuned vs eager | "
+          "tuned vs default | tuned rate | roofline | tuned config |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    ratios: dict[str, list[float]] = {}
+    for rec in records:
+        rows = {r["name"]: r for r in rec["rows"]}
+
+        class R:  # attribute access for _ms
+            def __init__(self, d):  # type: ignore[no-untyped-def]
+                self.__dict__.update(d or {"ms": None})
+
+        eager, comp, manual = R(rows.get("torch eager")), R(rows.get("torch.compile")), R(rows.get("manual (unfused torch)"))
+        default, tuned = R(rows.get("triton default")), R(rows.get("triton tuned"))
+        compute = rec["op"] in COMPUTE_BOUND
+        rate = (f"{tuned.tflops:.0f} TFLOP/s" if compute else f"{tuned.gbs:.0f} GB/s") if tuned.ms else "-"
+        vs_eager = eager.ms / tuned.ms if tuned.ms and eager.ms else None
+        vs_default = default.ms / tuned.ms if tuned.ms and default.ms else None
+        if vs_eager:
+            ratios.setdefault(rec["op"], []).append(vs_eager)
+        print(f"| {rec['problem']} | {_ms(eager)} | {_ms(comp)} | {_ms(manual) if 'manual (unfused torch)' in rows else 'n/a'} "
+              f"| {_ms(default)} | {_ms(tuned)} | {f'{vs_eager:.2f}x' if vs_eager else '-'} "
+              f"| {f'{vs_default:.2f}x' if vs_default else '-'} | {rate} "
+              f"| {f'{tuned.roofline:.0%}' if tuned.ms and tuned.roofline else '-'} | {rec['tuned_config']} |")
+    print()
+    for op_name, rs in ratios.items():
+        gm = math.exp(sum(math.log(r) for r in rs) / len(rs))
+        print(f"- {op_name}: tuned Triton vs torch eager, geometric mean over {len(rs)} problems: {gm:.3f}x")
+    if records and records[0].get("peaks"):
+        p = records[0]["peaks"]
+        print(f"- measured ceilings: copy {p['copy_gbs']:.0f} GB/s; matmul " +
+              ", ".join(f"{k} {v:.0f} TFLOP/s" for k, v in p["matmul_tflops"].items()))
+    print(f"- whole suite: {time.perf_counter() - t0:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
