@@ -37,6 +37,7 @@ def _summarise(times: list[float], clock: str) -> Timing:
 
 
 _FLUSH: dict[str, torch.Tensor] = {}
+SLEEP_CYCLES_PER_S = 2.0e9  # torch.cuda._sleep counts GPU clock cycles; ~2 GHz boost clocks on current GPUs
 
 
 def _flush_buffer(device: torch.device) -> torch.Tensor:
@@ -49,7 +50,7 @@ def _flush_buffer(device: torch.device) -> torch.Tensor:
 
 
 def time_cuda(fn: Callable[[], Any], warmup_ms: float = 25.0, rep_ms: float = 100.0,
-              min_reps: int = 10, max_reps: int = 1000) -> Timing:
+              min_reps: int = 10, max_reps: int = 300) -> Timing:
     """Median of per-repetition CUDA-event times; the L2 is flushed before each repetition."""
     device = torch.device("cuda", torch.cuda.current_device())
     flush = _flush_buffer(device)
@@ -68,6 +69,17 @@ def time_cuda(fn: Callable[[], Any], warmup_ms: float = 25.0, rep_ms: float = 10
     reps = max(min_reps, min(max_reps, int(rep_ms / estimate)))
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    # Keep the GPU busy while the CPU queues every repetition, so that the Python launch cost of a candidate
+    # (which differs between torch, torch.compile and a Triton launcher) never shows as idle GPU time between
+    # the events: what is measured is the kernel, as a stream of launches would run it.
+    torch.cuda.synchronize()
+    t_cpu = time.perf_counter()
+    for _ in range(3):
+        flush.zero_()
+        fn()
+    cpu_per_rep_s = (time.perf_counter() - t_cpu) / 3  # the CPU's cost of queueing one repetition
+    torch.cuda.synchronize()
+    torch.cuda._sleep(int(min(0.2, 1.5 * reps * cpu_per_rep_s) * SLEEP_CYCLES_PER_S))
     for i in range(reps):
         flush.zero_()
         starts[i].record()

@@ -11,7 +11,7 @@ export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 AUTOTUNER_DB_URL=sqlite:///$
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv,noheader | tee "$OUT/device.txt"
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" | tee -a "$OUT/device.txt"
 timeout "${SUITE_TIMEOUT_S:-540}" python3 benchmarks/suite.py --ops "${OPS:-matmul,attention}" --budget-s "${BUDGET_S:-15}" \
-    --json-out "$OUT/suite.json" > "$OUT/suite.md" 2> "$OUT/suite.log"
+    --rounds "${ROUNDS:-5}" ${NO_COMPILE:+--no-compile} --json-out "$OUT/suite.json" > "$OUT/suite.md" 2> "$OUT/suite.log"
 echo "suite exit $?"
 tail -n 4 "$OUT/suite.log"
 if [ "${PROFILE:-0}" = 1 ]; then
@@ -19,3 +19,4 @@ if [ "${PROFILE:-0}" = 1 ]; then
   tail -n 22 "$OUT/bench_profile.txt"
 fi
 cat "$OUT/suite.md"
+if [ -n "${THEN:-}" ]; then echo "== $THEN"; eval "$THEN" 2>&1 | tail -n 14; fi

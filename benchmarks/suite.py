@@ -57,6 +57,7 @@ def main() -> None:
     ap.add_argument("--budget-s", type=float, default=25.0, help="tuning time per problem (search only)")
     ap.add_argument("--trials", type=int, default=None, help="cap on configs measured per problem")
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--no-compile", action="store_true", help="leave torch.compile out (saves its compile time)")
     ap.add_argument("--db", default=None)
     ap.add_argument("--json-out", type=Path, default=None)
     args = ap.parse_args()
@@ -72,7 +73,7 @@ def main() -> None:
         t_tune = time.perf_counter()
         tuned = tune(op, problem, store=store, settings=settings, time_budget_s=args.budget_s, trials=args.trials)
         tune_s = time.perf_counter() - t_tune
-        result = bench(op, problem, device, store=store, rounds=args.rounds)
+        result = bench(op, problem, device, store=store, rounds=args.rounds, use_compile=not args.no_compile)
         records.append({"problem": f"{op_name} {problem.key}", "tune_s": tune_s, "trials": len(tuned.trials),
                         "candidates": tuned.candidates, **result.to_dict()})
         print(f"[{time.perf_counter() - t0:6.1f} s] {op_name} {problem.key}: tuned in {tune_s:.1f} s "
