@@ -1,0 +1,92 @@
+"""`autotuner bench` and `autotuner report` end to end on the interpreter; roofline arithmetic; migrations."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from alembic import command
+from sqlalchemy import inspect, select, text
+
+from autotuner.peaks import Peaks
+from db.engine import _alembic_config, make_engine, open_engine, session_scope
+from db.models import Job
+
+
+def _cli(*args: str, db: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "autotuner", *args, "--db", db], capture_output=True, text=True,
+                          timeout=300)
+
+
+@pytest.fixture(scope="module")
+def tuned_db(tmp_path_factory):
+    db = f"sqlite:///{tmp_path_factory.mktemp('bench') / 'b.db'}"
+    r = _cli("tune", "softmax", "--shape", "8x40", "--trials", "2", "--json", db=db)
+    assert r.returncode == 0, r.stderr
+    return db
+
+
+def test_bench_compares_every_candidate_on_the_same_inputs(tuned_db):
+    r = _cli("bench", "softmax", "--shape", "8x40", "--rounds", "1", "--json", db=tuned_db)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    rows = {row["name"]: row for row in out["rows"]}
+    assert set(rows) == {"torch eager", "torch.compile", "manual (unfused torch)", "triton default", "triton tuned"}
+    assert rows["torch.compile"]["ms"] is None and "interpreter" in rows["torch.compile"]["note"]
+    for name in ("torch eager", "manual (unfused torch)", "triton default", "triton tuned"):
+        assert rows[name]["ms"] > 0 and rows[name]["error"] < 5e-3 and rows[name]["note"] == "", rows[name]
+        assert rows[name]["gbs"] > 0
+    assert rows["torch eager"]["vs_eager"] == 1.0
+    assert out["clock"].startswith("wall-clock") and out["tuned_config"] is not None and out["peaks"] is None
+
+
+def test_bench_without_a_tuned_result_says_how_to_get_one(tmp_path):
+    r = _cli("bench", "gelu", "--shape", "1000", "--rounds", "1", "--json", db=f"sqlite:///{tmp_path / 'e.db'}")
+    assert r.returncode == 0, r.stderr
+    rows = {row["name"]: row for row in json.loads(r.stdout)["rows"]}
+    assert rows["triton tuned"]["ms"] is None and "autotuner tune gelu --shape 1000" in rows["triton tuned"]["note"]
+    assert rows["triton default"]["ms"] > 0
+
+
+def test_bench_profile_and_bad_input(tuned_db):
+    r = _cli("bench", "softmax", "--shape", "8x40", "--rounds", "1", "--profile", db=tuned_db)
+    assert r.returncode == 0, r.stderr
+    assert "profile of 20 launches" in r.stdout and "Self CPU" in r.stdout
+    bad = _cli("bench", "softmax", "--shape", "8xx", db=tuned_db)
+    assert bad.returncode == 2 and "bad shape string" in bad.stderr
+
+
+def test_report_writes_a_png(tuned_db, tmp_path):
+    png = tmp_path / "r.png"
+    r = _cli("report", "-o", str(png), db=tuned_db)
+    assert r.returncode == 0, r.stderr
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
+    empty = _cli("report", "-o", str(tmp_path / "x.png"), db=f"sqlite:///{tmp_path / 'none.db'}")
+    assert empty.returncode == 2 and "no tuned results" in empty.stderr
+
+
+def test_roofline_floor_is_the_slower_of_compute_and_memory():
+    p = Peaks(copy_gbs=3000.0, matmul_tflops={"float16": 700.0, "bfloat16": 700.0, "float32": 350.0})
+    # matmul 4096^3 fp16: 137.4 GFLOP at 700 TFLOP/s = 0.196 ms; 100 MB at 3 TB/s = 0.034 ms
+    assert p.floor_ms(2 * 4096**3, 100e6, "float16") == pytest.approx(2 * 4096**3 / 700e12 * 1e3)
+    assert p.fraction(2 * 4096**3, 100e6, "float16", 0.25) == pytest.approx(0.1963 / 0.25, rel=1e-3)
+    # softmax 4096^2 fp16: memory bound, 64 MiB moved
+    assert p.floor_ms(5 * 4096**2, 2 * 2 * 4096**2, "float16") == pytest.approx(2 * 2 * 4096**2 / 3000e9 * 1e3)
+
+
+def test_a_database_at_the_first_schema_is_migrated_keeping_its_rows(url):
+    engine = make_engine(url)
+    with engine.begin() as conn:
+        command.upgrade(_alembic_config(conn), "0001")
+    with engine.begin() as conn:
+        conn.execute(text("INSERT INTO jobs (op, shape, dtype, options, strategy, priority, state, attempts, created_at)"
+                          " VALUES ('softmax', '8x8', 'float16', '{}', 'tpe', 0, 'queued', 0, '2026-01-01 00:00:00')"))
+    engine.dispose()
+    migrated = open_engine(url)
+    tables = set(inspect(migrated).get_table_names())
+    assert {"device_peaks", "jobs", "tuning_runs"} <= tables
+    assert "job_id" in {c["name"] for c in inspect(migrated).get_columns("tuning_runs")}
+    with session_scope(migrated) as s:
+        assert [j.shape for j in s.scalars(select(Job))] == ["8x8"]
