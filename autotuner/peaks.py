@@ -9,6 +9,8 @@ time max(flops / matmul rate, bytes / copy bandwidth) over its measured time.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -69,9 +71,10 @@ def device_peaks(store: Store, device: DeviceInfo, *, remeasure: bool = False) -
     device_id = store.device_id(device)
     with session_scope(store.engine) as s:
         stored = {name: p.value for name, p in repo.get_peaks(s, device_id=device_id).items()}
-    wanted = {COPY: ("GB/s", lambda: measure_copy(device), f"copy_ 1 GiB, {2 * COPY_BYTES >> 30} GiB moved")}
+    wanted: dict[str, tuple[str, Callable[[], float], str]] = {
+        COPY: ("GB/s", lambda: measure_copy(device), f"copy_ of 1 GiB ({2 * COPY_BYTES >> 30} GiB moved)")}
     for dtype in DTYPES:
-        wanted[matmul_name(dtype)] = ("TFLOP/s", lambda d=dtype: measure_matmul(device, d),
+        wanted[matmul_name(dtype)] = ("TFLOP/s", functools.partial(measure_matmul, device, dtype),
                                       f"torch.matmul {MATMUL_N}^3 {dtype}" + (" (TF32)" if dtype == "float32" else ""))
     for name, (unit, measure, method) in wanted.items():
         if remeasure or name not in stored:
