@@ -65,5 +65,10 @@ def worker(
 
     w = Worker(settings, gpu=gpu, name=name, on_event=event)
     event(f"worker {w.name} on {device.key}, polling every {settings.poll_s:g} s")
-    handled = w.run(once=once, until_empty=until_empty)
+    from db.engine import NotAutotunerDatabase
+
+    try:
+        handled = w.run(once=once, until_empty=until_empty)
+    except NotAutotunerDatabase as exc:
+        _fail(str(exc))
     event(f"worker {w.name} stopped: {handled} job(s) handled, {w.done} done, {w.failed} failed")
