@@ -28,7 +28,7 @@ from api.schemas import (
 )
 from autotuner import serving
 from autotuner.registry import UnknownOpError, get_op
-from autotuner.store import versions
+from autotuner.store import stored_best
 from db import queue
 from db import repository as repo
 from db.engine import session_scope
@@ -112,16 +112,16 @@ def get_devices(st: State) -> list[DeviceOut]:
 # -- results --------------------------------------------------------------------------------------------
 def _result(row: BestConfig) -> dict[str, Any]:
     try:
-        running_hash: str | None = get_op(row.op).kernel_hash
+        running_hash = get_op(row.op).kernel_hash
     except UnknownOpError:
-        running_hash = None  # an op this server does not load: it cannot vouch for the result
+        running_hash = ""  # an op this server does not load: it cannot vouch for the result
     return dict(
         id=row.id, op=row.op, problem_key=row.problem_key, problem=row.problem, device=row.device.key,
         kernel_hash=row.kernel_hash, triton_version=row.triton_version, config=row.config, median_ms=row.median_ms,
         default_ms=row.default_ms, torch_ms=row.torch_ms,
         speedup_vs_default=row.default_ms / row.median_ms if row.default_ms and row.median_ms else None,
         speedup_vs_torch=row.torch_ms / row.median_ms if row.torch_ms and row.median_ms else None,
-        stale=row.kernel_hash != running_hash or row.triton_version != versions()[0],
+        stale=stored_best(row, running_hash).stale,
         run_id=row.run_id, updated_at=row.updated_at)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -17,6 +17,19 @@ db_app = typer.Typer(no_args_is_help=True, help="Manage the result database.")
 app.add_typer(db_app, name="db")
 console = Console()
 err = Console(stderr=True)
+
+
+# The options that name a problem, shared by tune, show and bench.
+OpArg = Annotated[str, typer.Argument(help="matmul, softmax, layernorm, gelu or attention")]
+ShapeOpt = Annotated[str | None, typer.Option("--shape", help="e.g. 4096x4096x4096 (matmul), 4096x4096 (softmax)")]
+MOpt = Annotated[int | None, typer.Option("--M", help="matmul M (N and K default to M)")]
+NOpt = Annotated[int | None, typer.Option("--N")]
+KOpt = Annotated[int | None, typer.Option("--K")]
+DtypeOpt = Annotated[str, typer.Option("--dtype", help="float16, bfloat16 or float32")]
+EpilogueOpt = Annotated[str | None, typer.Option("--epilogue", help="matmul: none, bias, bias_relu, bias_gelu")]
+CausalOpt = Annotated[bool, typer.Option("--causal", help="attention: causal mask")]
+ApproximateOpt = Annotated[str | None, typer.Option("--approximate", help="gelu: tanh or none")]
+DbOpt = Annotated[str | None, typer.Option("--db", help="database URL (default: AUTOTUNER_DB_URL or a local SQLite file)")]
 
 
 def _fail(message: str, code: int = 2) -> NoReturn:
@@ -71,20 +84,20 @@ def _x(v: float | None) -> str:
 
 @app.command()
 def tune(
-    op: str = typer.Argument(..., help="matmul, softmax, layernorm, gelu or attention"),
-    shape: str | None = typer.Option(None, "--shape", help="e.g. 4096x4096x4096 (matmul), 4096x4096 (softmax)"),
-    M: int | None = typer.Option(None, "--M", help="matmul M (N and K default to M)"),
-    N: int | None = typer.Option(None, "--N"),
-    K: int | None = typer.Option(None, "--K"),
-    dtype: str = typer.Option("float16", "--dtype", help="float16, bfloat16 or float32"),
-    epilogue: str | None = typer.Option(None, "--epilogue", help="matmul: none, bias, bias_relu, bias_gelu"),
-    causal: bool = typer.Option(False, "--causal", help="attention: causal mask"),
-    approximate: str | None = typer.Option(None, "--approximate", help="gelu: tanh or none"),
+    op: OpArg,
+    shape: ShapeOpt = None,
+    M: MOpt = None,
+    N: NOpt = None,
+    K: KOpt = None,
+    dtype: DtypeOpt = "float16",
+    epilogue: EpilogueOpt = None,
+    causal: CausalOpt = False,
+    approximate: ApproximateOpt = None,
     trials: int | None = typer.Option(None, "--trials", min=1, help="configs to measure (default: up to 64)"),
     time_budget: float | None = typer.Option(None, "--time-budget", min=0.1, help="seconds of searching (after the worker is set up; at least one config is measured)"),
     strategy: str = typer.Option("tpe", "--strategy", help="tpe, random or exhaustive"),
     seed: int = typer.Option(0, "--seed"),
-    db: str | None = typer.Option(None, "--db", help="database URL (default: AUTOTUNER_DB_URL or a local SQLite file)"),
+    db: DbOpt = None,
     as_json: bool = typer.Option(False, "--json", help="print the result as JSON"),
 ) -> None:
     """Tune one problem: search its space, store every trial and the winner."""
@@ -147,16 +160,16 @@ def tune(
 
 @app.command()
 def show(
-    op: str = typer.Argument(...),
-    shape: str | None = typer.Option(None, "--shape"),
-    M: int | None = typer.Option(None, "--M"),
-    N: int | None = typer.Option(None, "--N"),
-    K: int | None = typer.Option(None, "--K"),
-    dtype: str = typer.Option("float16", "--dtype"),
-    epilogue: str | None = typer.Option(None, "--epilogue"),
-    causal: bool = typer.Option(False, "--causal"),
-    approximate: str | None = typer.Option(None, "--approximate"),
-    db: str | None = typer.Option(None, "--db"),
+    op: OpArg,
+    shape: ShapeOpt = None,
+    M: MOpt = None,
+    N: NOpt = None,
+    K: KOpt = None,
+    dtype: DtypeOpt = "float16",
+    epilogue: EpilogueOpt = None,
+    causal: CausalOpt = False,
+    approximate: ApproximateOpt = None,
+    db: DbOpt = None,
     as_json: bool = typer.Option(False, "--json"),
     explain: bool = typer.Option(False, "--explain", help="show which lookup step answers a launch, and why"),
 ) -> None:

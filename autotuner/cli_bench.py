@@ -8,25 +8,43 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from autotuner.cli import _fail, _options, _problem, _settings, app, console, err
+from autotuner.cli import (
+    ApproximateOpt,
+    CausalOpt,
+    DbOpt,
+    DtypeOpt,
+    EpilogueOpt,
+    KOpt,
+    MOpt,
+    NOpt,
+    OpArg,
+    ShapeOpt,
+    _fail,
+    _options,
+    _problem,
+    _settings,
+    app,
+    console,
+    err,
+)
 
 
 @app.command()
 def bench(
-    op: str = typer.Argument(..., help="matmul, softmax, layernorm, gelu or attention"),
-    shape: str | None = typer.Option(None, "--shape"),
-    M: int | None = typer.Option(None, "--M"),
-    N: int | None = typer.Option(None, "--N"),
-    K: int | None = typer.Option(None, "--K"),
-    dtype: str = typer.Option("float16", "--dtype"),
-    epilogue: str | None = typer.Option(None, "--epilogue"),
-    causal: bool = typer.Option(False, "--causal"),
-    approximate: str | None = typer.Option(None, "--approximate"),
+    op: OpArg,
+    shape: ShapeOpt = None,
+    M: MOpt = None,
+    N: NOpt = None,
+    K: KOpt = None,
+    dtype: DtypeOpt = "float16",
+    epilogue: EpilogueOpt = None,
+    causal: CausalOpt = False,
+    approximate: ApproximateOpt = None,
     rounds: int = typer.Option(5, "--rounds", min=1, help="interleaved timing rounds"),
     use_compile: bool = typer.Option(True, "--compile/--no-compile", help="include torch.compile"),
     remeasure_peaks: bool = typer.Option(False, "--remeasure-peaks", help="measure copy bandwidth and matmul peak again"),
     profile: bool = typer.Option(False, "--profile", help="print the torch profiler's kernel table for the tuned kernel"),
-    db: str | None = typer.Option(None, "--db"),
+    db: DbOpt = None,
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Compare torch eager, torch.compile, the default and the tuned Triton config (and the unfused torch
@@ -40,9 +58,7 @@ def bench(
     try:
         op_obj, problem = _problem(op, shape, dtype, M, N, K, _options(op, epilogue, causal, approximate))
         store = Store(_settings(db).db_url)
-    except ValueError as exc:
-        _fail(str(exc))
-    except (DatabaseUnavailable, NotAutotunerDatabase) as exc:
+    except (ValueError, DatabaseUnavailable, NotAutotunerDatabase) as exc:
         _fail(str(exc))
     device = current_device()
     result = run_bench(op_obj, problem, device, store=store, use_compile=use_compile, rounds=rounds,

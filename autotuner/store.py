@@ -39,7 +39,8 @@ def versions() -> tuple[str, str]:
     return triton.__version__, torch.__version__
 
 
-def _stored(row: BestConfig, kernel_hash: str, triton_version: str | None = None) -> StoredBest:
+def stored_best(row: BestConfig, kernel_hash: str, triton_version: str | None = None) -> StoredBest:
+    """A stored row judged against a kernel hash and a Triton version (default: the running one)."""
     triton_version = triton_version or versions()[0]
     reasons = []
     if row.kernel_hash != kernel_hash:
@@ -107,7 +108,7 @@ class Store:
         Current means the running kernel hash and Triton version, or the ones given (a remote caller's).
         """
         with session_scope(self.engine) as s:
-            rows = [_stored(r, kernel_hash or op.kernel_hash, triton_version) for r in
+            rows = [stored_best(r, kernel_hash or op.kernel_hash, triton_version) for r in
                     repo.find_best(s, op=op.name, device_key=device.key, problem_key=problem.key)]
         if not rows:
             return None
@@ -124,7 +125,7 @@ class Store:
                 triton_version: str | None = None) -> list[tuple[Any, StoredBest]]:
         """Current (not stale) best configs of the nearest tuned problems on the same device."""
         with session_scope(self.engine) as s:
-            rows = [_stored(r, kernel_hash or op.kernel_hash, triton_version) for r in repo.find_best(s, op=op.name, device_key=device.key)]
+            rows = [stored_best(r, kernel_hash or op.kernel_hash, triton_version) for r in repo.find_best(s, op=op.name, device_key=device.key)]
         others = []
         for r in rows:
             if r.stale:

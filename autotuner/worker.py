@@ -22,13 +22,12 @@ from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from autotuner.registry import UnknownOpError, get_op, load_plugins
+from autotuner.registry import get_op, load_plugins
 from autotuner.settings import Settings
 from autotuner.store import Store
 from db import queue
 from db.engine import DatabaseUnavailable, session_scope
-from db.models import utcnow
-from search_spaces.problem import ProblemError
+from db.models import Job, utcnow
 
 log = logging.getLogger(__name__)
 
@@ -93,20 +92,18 @@ class Worker:
                 try:
                     self.requeue_stale()
                     with self._session() as s:
-                        job = queue.claim_job(s, worker=self.name)
-                        claimed = (job.id, job.op, job.shape, job.dtype, dict(job.options), job.strategy,
-                                   job.budget_trials, job.budget_seconds, job.attempts) if job else None
+                        job = queue.claim_job(s, worker=self.name)  # stays readable: expire_on_commit is off
                         counts = queue.count_jobs_by_state(s) if job is None else {}
                 except (SQLAlchemyError, DatabaseUnavailable) as exc:
                     self.on_event(f"database unavailable, retrying in {self.settings.poll_s:g} s: {exc}")
                     time.sleep(self.settings.poll_s)
                     continue
-                if claimed is None:
+                if job is None:
                     if once or (until_empty and counts["queued"] == 0 and counts["running"] == 0):
                         break
                     time.sleep(self.settings.poll_s)
                     continue
-                self.run_job(*claimed)
+                self.run_job(job)
                 handled += 1
                 if once:
                     break
@@ -115,17 +112,18 @@ class Worker:
                 signal.signal(sig, handler)
         return handled
 
-    def run_job(self, job_id: int, op_name: str, shape: str, dtype: str, options: dict[str, Any], strategy: str,
-                trials: int | None, seconds: float | None, attempt: int) -> str:
+    def run_job(self, job: Job) -> str:
         """Tune one claimed job and record how it ended; returns the job's new state."""
         from autotuner.device import current_device
         from autotuner.tuner import tune
 
-        self.on_event(f"job {job_id}: {op_name} {shape} {dtype} {options or ''} (attempt {attempt}) started")
+        job_id = job.id
+        self.on_event(f"job {job_id}: {job.op} {job.shape} {job.dtype} {job.options or ''} (attempt {job.attempts}) "
+                      "started")
         try:
-            op = get_op(op_name)
-            problem = op.parse_problem(shape, dtype, **options)
-        except (UnknownOpError, ProblemError, ValueError) as exc:
+            op = get_op(job.op)
+            problem = op.parse_problem(job.shape, job.dtype, **job.options)
+        except ValueError as exc:  # an unknown op, shape, dtype or option
             return self._fail(job_id, f"bad job: {exc}", permanent=True)
         stop = threading.Event()
         beat = threading.Thread(target=self._heartbeat, args=(job_id, stop), daemon=True)
@@ -135,8 +133,8 @@ class Worker:
             if self._stopping:
                 raise StopWorker("stopping")
             device = current_device(self.gpu)
-            result = tune(op, problem, store=self._store(), settings=self.settings, strategy=strategy,
-                          trials=trials, time_budget_s=seconds, device=device, job_id=job_id)
+            result = tune(op, problem, store=self._store(), settings=self.settings, strategy=job.strategy,
+                          trials=job.budget_trials, time_budget_s=job.budget_seconds, device=device, job_id=job_id)
         except StopWorker as exc:
             self._busy = False
             with self._session() as s:
