@@ -54,6 +54,9 @@ def _ms(row) -> str:  # type: ignore[no-untyped-def]
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ops", default="matmul,softmax,layernorm,gelu,attention")
+    ap.add_argument("--match", default="",
+                    help="comma-separated substrings of 'op key' (e.g. 'softmax,matmul 1024x'); a problem runs "
+                         "when its op is in --ops and, if given, one substring matches")
     ap.add_argument("--budget-s", type=float, default=25.0, help="tuning time per problem (search only)")
     ap.add_argument("--trials", type=int, default=None, help="cap on configs measured per problem")
     ap.add_argument("--rounds", type=int, default=5)
@@ -67,9 +70,12 @@ def main() -> None:
     device = current_device()
     t0 = time.perf_counter()
     records = []
+    wanted = [m for m in args.match.split(",") if m]
     for op_name, shape, dtype, options in [p for p in SUITE if p[0] in ops]:
         op = get_op(op_name)
         problem = op.parse_problem(shape, dtype, **options)
+        if wanted and not any(m in f"{op_name} {problem.key}" for m in wanted):
+            continue
         t_tune = time.perf_counter()
         tuned = tune(op, problem, store=store, settings=settings, time_budget_s=args.budget_s, trials=args.trials)
         tune_s = time.perf_counter() - t_tune
