@@ -124,6 +124,8 @@ def vllm_files(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
     for b in data["best_configs"]:
         if b["op"] != "matmul" or b["problem"].get("epilogue", "none") != "none":
             continue
+        if b["config"].get("SPLIT_K", 1) != 1:
+            continue  # vLLM's kernel has no split-K: such a config cannot be expressed there
         p = b["problem"]
         device = re.sub(r"[^A-Za-z0-9_\-]+", "_", names.get(b["device"], b["device"])).strip("_")
         fname = f"N={p['N']},K={p['K']},device_name={device},dtype={p['dtype']}.json"

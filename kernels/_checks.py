@@ -51,20 +51,24 @@ def check_last_dim_contiguous(name: str, t: torch.Tensor) -> None:
         )
 
 
-def check_config(config: Mapping[str, Any], required: Iterable[str], kernel: str) -> dict[str, Any]:
-    """The launcher takes an explicit config: every tunable name must be there and be a positive int."""
+def check_config(config: Mapping[str, Any], required: Iterable[str], kernel: str,
+                 optional: Mapping[str, int] | None = None) -> dict[str, Any]:
+    """The launcher takes an explicit config: every tunable name must be there and be a positive int; the
+    `optional` ones take their given value when left out."""
     if not isinstance(config, Mapping):
         raise TypeError(f"{kernel}: config must be a mapping of parameter names to ints, got {type(config).__name__}")
-    cfg = dict(config)
+    cfg = {**(optional or {}), **config}
     missing = [k for k in required if k not in cfg]
     if missing:
         raise ValueError(f"{kernel}: config is missing {', '.join(missing)}; required: {', '.join(required)}")
-    for k in list(required) + ["num_warps", "num_stages"]:
+    for k in [*required, *(optional or {}), "num_warps", "num_stages"]:
         v = cfg.get(k)
         if v is None and k in ("num_warps", "num_stages"):
             continue
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"{kernel}: config[{k!r}] must be a positive int, got {v!r}")
+        least = 0 if k in (optional or {}) else 1  # an optional one may be a 0/1 switch
+        if isinstance(v, bool) or not isinstance(v, int) or v < least:
+            kind = "a non-negative" if least == 0 else "a positive"
+            raise ValueError(f"{kernel}: config[{k!r}] must be {kind} int, got {v!r}")
     cfg.setdefault("num_warps", 4)
     cfg.setdefault("num_stages", 2)
     return cfg

@@ -14,8 +14,9 @@ from typing import Any
 import torch
 import triton
 import triton.language as tl
+from triton.runtime import _allocation
 
-from kernels._backend import dot_needs_upcast
+from kernels._backend import dot_needs_upcast, interpreting
 from kernels._checks import (
     check_config,
     check_last_dim_contiguous,
@@ -28,37 +29,48 @@ from kernels._checks import (
 DTYPES = (torch.float16, torch.bfloat16)
 HEAD_DIMS = (64, 128)
 PARAMS = ("BLOCK_M", "BLOCK_N")
+OPTIONAL = {"TMA": 0}  # TMA=1: tiles move through Hopper's tensor memory accelerator (descriptors)
 
 
 @triton.jit
 def _attn_inner(
-    acc, l_i, m_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn, start_m, lo, hi, S, qk_scale,
+    acc, l_i, m_i, q, k_ptrs, v_ptrs, k_desc, v_desc, kv_row0, stride_kn, stride_vn, start_m, lo, hi, S, qk_scale,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DIAGONAL: tl.constexpr, EVEN_N: tl.constexpr,
-    UPCAST: tl.constexpr,
+    UPCAST: tl.constexpr, TMA: tl.constexpr,
 ):
     offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
     k_ptrs += lo * stride_kn
     v_ptrs += lo * stride_vn
     for start_n in range(lo, hi, BLOCK_N):
+        start_n = tl.multiple_of(start_n, BLOCK_N)
         cols = start_n + offs_n
-        if EVEN_N:
+        if TMA:  # rows past the end of the sequence come back as zeros
+            k = k_desc.load([kv_row0 + start_n, 0]).T
+        elif EVEN_N:
             k = tl.load(k_ptrs)
         else:
             k = tl.load(k_ptrs, mask=cols[None, :] < S, other=0.0)
         if UPCAST:
             k = k.to(tl.float32)
-        qk = tl.dot(q, k) * qk_scale
-        if DIAGONAL:
-            qk = tl.where(offs_m[:, None] >= cols[None, :], qk, -float("inf"))
-        if not EVEN_N:
-            qk = tl.where(cols[None, :] < S, qk, -float("inf"))
-        m_new = tl.maximum(m_i, tl.max(qk, 1))
-        p = tl.math.exp2(qk - m_new[:, None])
+        qk = tl.dot(q, k)
+        if DIAGONAL or not EVEN_N:
+            keep = cols[None, :] < S
+            if DIAGONAL:
+                keep = keep & (offs_m[:, None] >= cols[None, :])
+            qk = tl.where(keep, qk * qk_scale, -float("inf"))
+            m_new = tl.maximum(m_i, tl.max(qk, 1))
+            qk = qk - m_new[:, None]
+        else:  # the scale folds into one multiply-add
+            m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+            qk = qk * qk_scale - m_new[:, None]
+        p = tl.math.exp2(qk)
         alpha = tl.math.exp2(m_i - m_new)
         l_i = l_i * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None]
-        if EVEN_N:
+        if TMA:
+            v = v_desc.load([kv_row0 + start_n, 0])
+        elif EVEN_N:
             v = tl.load(v_ptrs)
         else:
             v = tl.load(v_ptrs, mask=cols[:, None] < S, other=0.0)
@@ -82,9 +94,13 @@ def attention_kernel(
     H, S, qk_scale,
     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     CAUSAL: tl.constexpr, EVEN_N: tl.constexpr,
+    TMA: tl.constexpr,  # load tiles with the tensor memory accelerator (Hopper and later)
     UPCAST: tl.constexpr,  # interpreter only: bfloat16 dot operands go through float32
 ):
-    start_m = tl.program_id(0)
+    if CAUSAL:  # the longest rows (most key blocks) first, so the short ones fill the tail
+        start_m = tl.num_programs(0) - 1 - tl.program_id(0)
+    else:
+        start_m = tl.program_id(0)
     bh = tl.program_id(1)
     b = bh // H
     h = bh % H
@@ -96,11 +112,22 @@ def attention_kernel(
     offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
-    q = tl.load(q_base + offs_m[:, None] * stride_qm + offs_d[None, :], mask=offs_m[:, None] < S, other=0.0)
-    if UPCAST:
-        q = q.to(tl.float32)
     k_ptrs = k_base + offs_d[:, None] + offs_n[None, :] * stride_kn  # K^T tile [HEAD_DIM, BLOCK_N]
     v_ptrs = v_base + offs_n[:, None] * stride_vn + offs_d[None, :]
+    if TMA:  # one (seq, head_dim) matrix per (batch, head); out-of-range rows read as zeros, stores clip
+        q_desc = tl.make_tensor_descriptor(q_base, shape=[S, HEAD_DIM], strides=[stride_qm, 1],
+                                           block_shape=[BLOCK_M, HEAD_DIM])
+        k_desc = tl.make_tensor_descriptor(k_base, shape=[S, HEAD_DIM], strides=[stride_kn, 1],
+                                           block_shape=[BLOCK_N, HEAD_DIM])
+        v_desc = tl.make_tensor_descriptor(v_base, shape=[S, HEAD_DIM], strides=[stride_vn, 1],
+                                           block_shape=[BLOCK_N, HEAD_DIM])
+        q = q_desc.load([start_m * BLOCK_M, 0])
+    else:
+        k_desc = k_base  # unused
+        v_desc = v_base
+        q = tl.load(q_base + offs_m[:, None] * stride_qm + offs_d[None, :], mask=offs_m[:, None] < S, other=0.0)
+    if UPCAST:
+        q = q.to(tl.float32)
 
     m_i = tl.full((BLOCK_M,), -float("inf"), tl.float32)
     l_i = tl.zeros((BLOCK_M,), tl.float32)
@@ -108,19 +135,49 @@ def attention_kernel(
     if CAUSAL:
         # Blocks fully below the diagonal need no mask; the diagonal block(s) do.
         diag_lo = start_m * BLOCK_M
-        acc, l_i, m_i = _attn_inner(acc, l_i, m_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn, start_m,
-                                    0, diag_lo, S, qk_scale, BLOCK_M, BLOCK_N, False, EVEN_N, UPCAST)
-        acc, l_i, m_i = _attn_inner(acc, l_i, m_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn, start_m,
-                                    diag_lo, tl.minimum(diag_lo + BLOCK_M, S), S, qk_scale,
-                                    BLOCK_M, BLOCK_N, True, EVEN_N, UPCAST)
+        acc, l_i, m_i = _attn_inner(acc, l_i, m_i, q, k_ptrs, v_ptrs, k_desc, v_desc, 0, stride_kn, stride_vn,
+                                    start_m, 0, diag_lo, S, qk_scale, BLOCK_M, BLOCK_N, False, True, UPCAST, TMA)
+        acc, l_i, m_i = _attn_inner(acc, l_i, m_i, q, k_ptrs, v_ptrs, k_desc, v_desc, 0, stride_kn, stride_vn,
+                                    start_m, diag_lo, tl.minimum(diag_lo + BLOCK_M, S), S, qk_scale,
+                                    BLOCK_M, BLOCK_N, True, EVEN_N, UPCAST, TMA)
     else:
-        acc, l_i, m_i = _attn_inner(acc, l_i, m_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn, start_m,
-                                    0, S, S, qk_scale, BLOCK_M, BLOCK_N, False, EVEN_N, UPCAST)
+        acc, l_i, m_i = _attn_inner(acc, l_i, m_i, q, k_ptrs, v_ptrs, k_desc, v_desc, 0, stride_kn, stride_vn,
+                                    start_m, 0, S, S, qk_scale, BLOCK_M, BLOCK_N, False, EVEN_N, UPCAST, TMA)
     # Rows past the end of the sequence saw no keys; keep them finite (they are never stored).
     l_i = tl.where(l_i == 0.0, 1.0, l_i)
-    o = acc / l_i[:, None]
-    tl.store(o_base + offs_m[:, None] * stride_om + offs_d[None, :], o.to(o_ptr.dtype.element_ty),
-             mask=offs_m[:, None] < S)
+    o = (acc / l_i[:, None]).to(o_ptr.dtype.element_ty)
+    if TMA:
+        o_desc = tl.make_tensor_descriptor(o_base, shape=[S, HEAD_DIM], strides=[stride_om, 1],
+                                           block_shape=[BLOCK_M, HEAD_DIM])
+        o_desc.store([start_m * BLOCK_M, 0], o)
+    else:
+        tl.store(o_base + offs_m[:, None] * stride_om + offs_d[None, :], o, mask=offs_m[:, None] < S)
+
+
+def _descriptor_scratch(size: int, alignment: int, stream: int | None) -> torch.Tensor:
+    return torch.empty(size, dtype=torch.int8, device="cuda")
+
+
+def _tma_ready(*tensors: torch.Tensor) -> bool:
+    """Whether TMA descriptors can address these tensors: a Hopper (or later) GPU or the interpreter, 16-byte
+    aligned bases and strides. When not, the kernel loads through pointers (same result). Device-side
+    descriptors need scratch memory from an allocator; one is installed unless the caller set their own."""
+    t0 = tensors[0]
+    if not interpreting() and torch.cuda.get_device_capability(t0.device)[0] < 9:
+        return False
+    for t in tensors:
+        if t.data_ptr() % 16 or any((s * t.element_size()) % 16 for s in t.stride()[:3]):
+            return False
+    if not interpreting():
+        _ensure_allocator()
+    return True
+
+
+def _ensure_allocator() -> None:
+    holder = getattr(_allocation, "_allocator", None)
+    current = holder.get() if holder is not None else None
+    if current is None or isinstance(current, getattr(_allocation, "NullAllocator", ())):
+        triton.set_allocator(_descriptor_scratch)
 
 
 def attention(
@@ -145,13 +202,16 @@ def attention(
     if q.shape[-1] not in HEAD_DIMS:
         raise ValueError(f"head_dim {q.shape[-1]} is not supported; accepted: {', '.join(map(str, HEAD_DIMS))}")
     check_same_device(q=q, k=k, v=v)
-    cfg = check_config(config, PARAMS, "attention")
+    cfg = check_config(config, PARAMS, "attention", OPTIONAL)
     check_pow2("attention", cfg, PARAMS)
+    if cfg["TMA"] not in (0, 1):
+        raise ValueError(f"attention: config['TMA'] must be 0 or 1, got {cfg['TMA']}")
     if causal and cfg["BLOCK_N"] > cfg["BLOCK_M"]:
         raise ValueError(f"attention: causal needs BLOCK_N <= BLOCK_M, got BLOCK_M={cfg['BLOCK_M']} BLOCK_N={cfg['BLOCK_N']}")
     B, H, S, D = q.shape
     scale = (1.0 / math.sqrt(D)) if sm_scale is None else float(sm_scale)
     o = new_output(q.shape, q.dtype, q.device)
+    tma = bool(cfg["TMA"]) and _tma_ready(q, k, v, o)
     grid = (triton.cdiv(S, cfg["BLOCK_M"]), B * H)
     attention_kernel[grid](
         q, k, v, o,
@@ -161,7 +221,7 @@ def attention(
         o.stride(0), o.stride(1), o.stride(2),
         H, S, scale * 1.4426950408889634,  # log2(e): the kernel uses exp2
         HEAD_DIM=D, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], CAUSAL=bool(causal),
-        EVEN_N=S % cfg["BLOCK_N"] == 0, UPCAST=dot_needs_upcast(q.dtype),
+        EVEN_N=S % cfg["BLOCK_N"] == 0, TMA=tma, UPCAST=dot_needs_upcast(q.dtype),
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
     )
     return o

@@ -2,6 +2,12 @@
 
 Tiles of BLOCK_M x BLOCK_N are visited in grouped order (GROUP_M rows of tiles at a time) so that tiles
 sharing rows of A and columns of B run close together and hit in L2. The output has the input dtype.
+
+Split-K (SPLIT_K > 1, for problems with too few output tiles to fill the GPU, e.g. M=32): SPLIT_K programs
+share one output tile, each summing a slice of K. Each writes its float32 partial to a workspace and bumps the
+tile's counter; the program that arrives last adds the others' partials, applies the epilogue, writes C and
+resets the counter to zero. One launch, no memset: the counters are kept per device and stream and are
+always left at zero.
 """
 
 from __future__ import annotations
@@ -19,16 +25,18 @@ from kernels._checks import check_config, check_pow2, check_same_device, check_t
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 EPILOGUES = ("none", "bias", "bias_relu", "bias_gelu", "relu", "gelu")
 PARAMS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M")
+OPTIONAL = {"SPLIT_K": 1}  # tunable, with the value a config that leaves it out means
 
 
 @triton.jit
 def matmul_kernel(
-    a_ptr, b_ptr, c_ptr, bias_ptr,
+    a_ptr, b_ptr, c_ptr, bias_ptr, ws_ptr, count_ptr,
     M, N, K,
     stride_am, stride_ak,
     stride_bk, stride_bn,
     stride_cm, stride_cn,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    SPLIT_K: tl.constexpr,
     EPILOGUE: tl.constexpr,  # 0 none, 1 bias, 2 bias+relu, 3 bias+gelu(tanh), 4 relu, 5 gelu(tanh)
     EVEN_K: tl.constexpr,
     UPCAST: tl.constexpr,  # interpreter only: bfloat16 dot operands go through float32
@@ -49,11 +57,19 @@ def matmul_kernel(
     offs_am = tl.max_contiguous(tl.multiple_of(offs_m % M, BLOCK_M), BLOCK_M)
     offs_bn = tl.max_contiguous(tl.multiple_of(offs_n % N, BLOCK_N), BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
-    a_ptrs = a_ptr + offs_am[:, None] * stride_am + offs_k[None, :] * stride_ak
-    b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_bn[None, :] * stride_bn
+    # This program's slice of K, in whole BLOCK_K steps (all of K when SPLIT_K == 1).
+    k_steps = tl.cdiv(K, BLOCK_K)
+    k_first = 0
+    k_last = k_steps
+    if SPLIT_K > 1:
+        per_split = tl.cdiv(k_steps, SPLIT_K)
+        k_first = tl.program_id(1) * per_split
+        k_last = tl.minimum(k_first + per_split, k_steps)
+    a_ptrs = a_ptr + offs_am[:, None] * stride_am + (k_first * BLOCK_K + offs_k)[None, :] * stride_ak
+    b_ptrs = b_ptr + (k_first * BLOCK_K + offs_k)[:, None] * stride_bk + offs_bn[None, :] * stride_bn
 
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k in range(0, tl.cdiv(K, BLOCK_K)):
+    for k in range(k_first, k_last):
         if EVEN_K:
             a = tl.load(a_ptrs)
             b = tl.load(b_ptrs)
@@ -68,6 +84,22 @@ def matmul_kernel(
         a_ptrs += BLOCK_K * stride_ak
         b_ptrs += BLOCK_K * stride_bk
 
+    c_mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    if SPLIT_K > 1:
+        # Partials live in ws[tile, split, BLOCK_M, BLOCK_N]; the last program of the tile to arrive sums them.
+        split = tl.program_id(1)
+        tile = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+        ws_tile = ws_ptr + pid.to(tl.int64) * (SPLIT_K * BLOCK_M * BLOCK_N)
+        tl.store(ws_tile + split * (BLOCK_M * BLOCK_N) + tile, acc)
+        arrived = tl.atomic_add(count_ptr + pid, 1, sem="acq_rel", scope="gpu")  # orders the store above
+        last = arrived == SPLIT_K - 1
+        # Scalar conditions become tile masks by comparison (the interpreter does not broadcast scalar masks).
+        for s in tl.static_range(SPLIT_K):
+            wanted = tile < tl.where(last & (s != split), BLOCK_M * BLOCK_N, 0)
+            acc += tl.load(ws_tile + s * (BLOCK_M * BLOCK_N) + tile, mask=wanted, other=0.0, cache_modifier=".cg")
+        tl.atomic_xchg(count_ptr + pid, 0, mask=last, sem="relaxed", scope="gpu")  # ready for the next launch
+        c_mask = c_mask & (tile < tl.where(last, BLOCK_M * BLOCK_N, 0))
+
     if EPILOGUE == 1 or EPILOGUE == 2 or EPILOGUE == 3:
         bias = tl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)
         acc = acc + bias[None, :]
@@ -80,7 +112,22 @@ def matmul_kernel(
 
     c = acc.to(c_ptr.dtype.element_ty)
     c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
-    tl.store(c_ptrs, c, mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
+    tl.store(c_ptrs, c, mask=c_mask)
+
+
+_COUNTERS: dict[tuple[str, int], torch.Tensor] = {}
+
+
+def _tile_counters(device: torch.device, tiles: int) -> torch.Tensor:
+    """Zeroed int32 counters, one per output tile, kept per (device, stream): every launch leaves them at zero,
+    and launches on one stream never overlap, so they are zeroed once, not per call."""
+    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
+    key = (str(device), stream)
+    counters = _COUNTERS.get(key)
+    if counters is None or counters.numel() < tiles:
+        counters = torch.zeros(max(tiles, 1024), dtype=torch.int32, device=device)
+        _COUNTERS[key] = counters
+    return counters
 
 
 def _validate(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, epilogue: str) -> None:
@@ -110,19 +157,27 @@ def matmul(
     bias: torch.Tensor | None = None,
     epilogue: str = "none",
 ) -> torch.Tensor:
-    """C = epilogue(A @ B + bias). Any strides are accepted; config holds BLOCK_M/N/K, GROUP_M, num_warps, num_stages."""
+    """C = epilogue(A @ B + bias). Any strides are accepted; config holds BLOCK_M/N/K, GROUP_M, num_warps,
+    num_stages and optionally SPLIT_K (1 when left out)."""
     _validate(a, b, bias, epilogue)
-    cfg = check_config(config, PARAMS, "matmul")
-    check_pow2("matmul", cfg, ("BLOCK_M", "BLOCK_N", "BLOCK_K"))
+    cfg = check_config(config, PARAMS, "matmul", OPTIONAL)
+    check_pow2("matmul", cfg, ("BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLIT_K"))
     M, K = a.shape
     N = b.shape[1]
     c = new_output((M, N), a.dtype, a.device)
-    grid = (triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"]),)
-    matmul_kernel[grid](
-        a, b, c, bias if bias is not None else c,
+    tiles = triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"])
+    split = cfg["SPLIT_K"]
+    if split > 1:
+        workspace = torch.empty(tiles * split * cfg["BLOCK_M"] * cfg["BLOCK_N"], dtype=torch.float32, device=a.device)
+        counters = _tile_counters(a.device, tiles)
+    else:
+        workspace = counters = c  # unused
+    matmul_kernel[(tiles, split)](
+        a, b, c, bias if bias is not None else c, workspace, counters,
         M, N, K,
         a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
         BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], GROUP_M=cfg["GROUP_M"],
+        SPLIT_K=split,
         EPILOGUE=EPILOGUES.index(epilogue), EVEN_K=K % cfg["BLOCK_K"] == 0,
         UPCAST=dot_needs_upcast(a.dtype),
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],

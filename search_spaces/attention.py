@@ -105,11 +105,18 @@ def _warps_vs_tile(c: Config, p: AttentionProblem, d: DeviceLimits) -> str | Non
     return None
 
 
+def _tma_needs_hopper(c: Config, p: AttentionProblem, d: DeviceLimits) -> str | None:
+    cap = getattr(d, "capability", (9, 0))
+    if c["TMA"] and not getattr(d, "is_interpreter", False) and cap[0] < 9:
+        return f"TMA=1 needs a Hopper or later GPU (compute capability 9.0), this one is {cap[0]}.{cap[1]}"
+    return None
+
+
 def default(p: AttentionProblem, d: DeviceLimits) -> Config:
     bm = clamp(next_pow2(p.seq), 16, 128)
     bn = clamp(next_pow2(p.seq), 16, 64)
     warps = 8 if bm >= 128 else 4 if bm >= 64 else 2 if bm >= 32 else 1
-    cfg = {"BLOCK_M": bm, "BLOCK_N": min(bn, bm), "num_warps": warps, "num_stages": 3}
+    cfg = {"BLOCK_M": bm, "BLOCK_N": min(bn, bm), "TMA": 0, "num_warps": warps, "num_stages": 3}
     while cfg["num_stages"] > 1 and _fits_smem(cfg, p, d):
         cfg["num_stages"] -= 1
     return cfg
@@ -119,9 +126,10 @@ SPACE: Space[AttentionProblem] = Space(
     params=(
         Param("BLOCK_M", (16, 32, 64, 128, 256)),
         Param("BLOCK_N", (16, 32, 64, 128)),
+        Param("TMA", (0, 1), implied=0),
         Param("num_warps", (1, 2, 4, 8)),
         Param("num_stages", (1, 2, 3, 4)),
     ),
-    constraints=(_fits_smem, _causal_blocks, _tiles_vs_seq, _warps_vs_tile),
+    constraints=(_fits_smem, _causal_blocks, _tiles_vs_seq, _warps_vs_tile, _tma_needs_hopper),
     default_fn=default,
 )

@@ -104,6 +104,18 @@ def _grouping(c: Config, p: MatmulProblem, d: DeviceLimits) -> str | None:
     return None
 
 
+def _split_k(c: Config, p: MatmulProblem, d: DeviceLimits) -> str | None:
+    if c["SPLIT_K"] == 1:
+        return None
+    tiles = -(-p.M // c["BLOCK_M"]) * -(-p.N // c["BLOCK_N"])
+    if tiles >= d.sm_count:
+        return f"SPLIT_K={c['SPLIT_K']}: {tiles} output tiles already fill the device's {d.sm_count} SMs"
+    steps = -(-p.K // c["BLOCK_K"])
+    if steps < 4 * c["SPLIT_K"]:
+        return f"SPLIT_K={c['SPLIT_K']} leaves fewer than 4 BLOCK_K steps per split (K={p.K}, BLOCK_K={c['BLOCK_K']})"
+    return None
+
+
 def default(p: MatmulProblem, d: DeviceLimits) -> Config:
     """Tutorial-style 128x128x64 tiles, shrunk to the problem, with as many stages as shared memory allows."""
     bm = clamp(next_pow2(p.M), 32, 128)
@@ -111,7 +123,7 @@ def default(p: MatmulProblem, d: DeviceLimits) -> Config:
     bk = clamp(next_pow2(p.K), 32, 64 if p.dtype != "float32" else 32)
     warps = 8 if bm * bn >= 128 * 128 else 4
     cfg = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8 if -(-p.M // bm) > 1 else 1,
-           "num_warps": warps, "num_stages": 4}
+           "SPLIT_K": 1, "num_warps": warps, "num_stages": 4}
     while cfg["num_stages"] > 2 and _fits_smem(cfg, p, d):
         cfg["num_stages"] -= 1
     return cfg
@@ -123,9 +135,10 @@ SPACE: Space[MatmulProblem] = Space(
         Param("BLOCK_N", (32, 64, 128, 256)),
         Param("BLOCK_K", (32, 64, 128)),
         Param("GROUP_M", (1, 8)),
+        Param("SPLIT_K", (1, 2, 4, 8), implied=1),
         Param("num_warps", (4, 8)),
         Param("num_stages", (2, 3, 4, 5)),
     ),
-    constraints=(_fits_smem, _tile_vs_problem, _warps_vs_tile, _grouping),
+    constraints=(_fits_smem, _tile_vs_problem, _warps_vs_tile, _grouping, _split_k),
     default_fn=default,
 )

@@ -33,6 +33,7 @@ Constraint = Callable[[Config, Any, DeviceLimits], "str | None"]
 class Param:
     name: str
     values: tuple[int, ...]
+    implied: int | None = None  # the value a config that leaves this parameter out means (None: required)
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,7 @@ class Space(Generic[P]):
         unknown = sorted(set(config) - set(self.names))
         if unknown:
             reasons.append(f"unknown parameter(s) {', '.join(unknown)}; the space has {', '.join(self.names)}")
+        config = self.complete(config)
         for p in self.params:
             if p.name not in config:
                 reasons.append(f"{p.name} is missing")
@@ -94,7 +96,12 @@ class Space(Generic[P]):
         reasons = self.violations(config, problem, device)
         if reasons:
             raise ConfigError(f"config {config_key(config)} is not valid for {problem}: " + "; ".join(reasons))
+        config = self.complete(config)
         return {k: int(config[k]) for k in self.names}
+
+    def complete(self, config: Mapping[str, Any]) -> dict[str, Any]:
+        """The config with every left-out parameter that has an implied value set to it."""
+        return {**{p.name: p.implied for p in self.params if p.implied is not None}, **config}
 
     def enumerate(self, problem: P, device: DeviceLimits) -> Candidates:
         valid: list[Config] = []

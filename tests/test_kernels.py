@@ -5,6 +5,8 @@ Launchers fill outputs with NaN first, so an element the kernel never writes fai
 
 from __future__ import annotations
 
+import importlib
+
 import pytest
 import torch
 
@@ -63,6 +65,24 @@ def test_matmul_accepts_strided_operands(device):
     cfg = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 4, "num_stages": 2}
     out = op.run({"a": a, "b": b}, cfg)
     assert op.check(out, op.reference({"a": a, "b": b}), op.parse_problem("70x50x40")).ok
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+@pytest.mark.parametrize("shape, epilogue, split", [("32x64x256", "none", 4), ("40x96x200", "bias_gelu", 2),
+                                                    ("70x33x520", "relu", 8), ("33x32x96", "bias", 2)])
+def test_matmul_split_k_matches_reference_and_leaves_counters_at_zero(shape, epilogue, split, dtype, device):
+    km = importlib.import_module("kernels.matmul")  # the package exports a function of the same name
+    op = get_op("matmul")
+    problem = op.parse_problem(shape, dtype, epilogue=epilogue)
+    inputs = op.make_inputs(problem, device)
+    cfg = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16 if problem.K < 256 else 32, "GROUP_M": 1, "SPLIT_K": split,
+           "num_warps": 4, "num_stages": 2}
+    ref = op.reference(inputs)
+    for _ in range(2):  # the second launch reuses the tile counters the first left behind
+        result = op.check(op.run(inputs, cfg), ref, problem)
+        assert result.ok, f"{problem.key} SPLIT_K={split}: {result.message}"
+        counters = km._tile_counters(inputs["a"].device, 1)
+        assert int(counters.abs().sum()) == 0
 
 
 def test_rowwise_ops_take_leading_dimensions(device):

@@ -52,6 +52,21 @@ def test_shared_memory_limit_comes_from_the_device(small_smem_device):
     assert "shared memory" in rejected[tuple(sorted(big.items()))]
 
 
+def test_matmul_split_k_only_where_tiles_do_not_fill_the_device():
+    op = get_op("matmul")
+    skinny, square = op.parse_problem("32x4096x4096", "float16"), op.parse_problem("4096x4096x4096", "float16")
+    cfg = {"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 128, "GROUP_M": 1, "SPLIT_K": 4, "num_warps": 4, "num_stages": 4}
+    assert op.space.violations(cfg, skinny, H100) == []  # 64 tiles on 132 SMs, 8 K steps per split
+    big = {**cfg, "BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8}
+    assert any("already fill" in r for r in op.space.violations(big, square, H100))
+    assert any("fewer than 4 BLOCK_K steps" in r for r in op.space.violations({**cfg, "SPLIT_K": 8, "BLOCK_K": 128},
+                                                                               op.parse_problem("32x4096x2048"), H100))
+    # A config that leaves SPLIT_K out (written before it existed) means SPLIT_K=1.
+    old = {k: v for k, v in big.items() if k != "SPLIT_K"}
+    assert op.space.validate(old, square, H100)["SPLIT_K"] == 1
+    assert not any(c["SPLIT_K"] > 1 for c in op.space.candidates(square, H100))
+
+
 def test_attention_shared_memory_and_causal_rules(small_smem_device):
     op = get_op("attention")
     problem = op.parse_problem("1x1x4096x128", "float16", causal=True)

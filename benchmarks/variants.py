@@ -1,0 +1,146 @@
+"""Hand-picked configs and kernel variants timed side by side with torch, to see what a space should hold. (GPU.)
+
+Each config is checked against the reference first (three launches, so split-K counters are reused), then
+timed like `autotuner bench` (CUDA events, L2 flushed, median of 3 calls of time_cuda).
+
+    python benchmarks/variants.py [--only attention,matmul,gelu,softmax]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+from autotuner.device import current_device  # noqa: E402
+from autotuner.registry import get_op  # noqa: E402
+from autotuner.timing import time_cuda  # noqa: E402
+
+DEV = "cuda"
+
+
+def ms(fn) -> float:  # type: ignore[no-untyped-def]
+    return statistics.median(time_cuda(fn).median_ms for _ in range(3))
+
+
+def sweep(op_name: str, shape: str, dtype: str, configs: list[dict[str, int]], **opts: object) -> None:
+    op = get_op(op_name)
+    problem = op.parse_problem(shape, dtype, **opts)
+    inputs = op.make_inputs(problem, DEV)
+    ref = op.reference(inputs)
+    torch_ms = ms(lambda: op.baseline(inputs))
+    work = op.space_module.flops(problem) if op_name in ("matmul", "attention") else op.space_module.bytes_moved(problem)
+    unit = "TFLOP/s" if op_name in ("matmul", "attention") else "GB/s"
+    scale = 1e-9 if unit == "TFLOP/s" else 1e-6
+    print(f"\n### {op_name} {problem.key}: torch {torch_ms:.4f} ms ({work / torch_ms * scale:.0f} {unit})\n")
+    print(f"| config | ms | {unit} | vs torch |")
+    print("|---|---|---|---|")
+    for cfg in configs:
+        try:
+            for _ in range(3):
+                result = op.check(op.run(inputs, cfg), ref, problem)
+                if not result.ok:
+                    raise RuntimeError(result.message)
+            t = ms(lambda cfg=cfg: op.run(inputs, cfg))
+            print(f"| {cfg} | {t:.4f} | {work / t * scale:.0f} | {torch_ms / t:.3f}x |", flush=True)
+        except Exception as exc:  # noqa: BLE001 - report and go on
+            print(f"| {cfg} | failed: {str(exc).splitlines()[0][:120]} | | |", flush=True)
+
+
+def attention() -> None:
+    tiles = [(64, 64, 4, 3), (128, 64, 8, 3), (128, 64, 4, 3), (128, 128, 8, 3), (128, 128, 8, 2), (128, 32, 4, 4),
+             (128, 64, 8, 4)]
+    for shape, dtype, causal in (("4x32x2048x128", "float16", True), ("4x32x2048x128", "float16", False),
+                                 ("1x16x8192x64", "bfloat16", True)):
+        cfgs = [{"BLOCK_M": m, "BLOCK_N": n, "TMA": t, "num_warps": w, "num_stages": s}
+                for (m, n, w, s) in tiles for t in (0, 1)]
+        sweep("attention", shape, dtype, cfgs, causal=causal)
+
+
+def matmul() -> None:
+    base = {"GROUP_M": 1, "num_warps": 4}
+    skinny = [{"BLOCK_M": 32, "BLOCK_N": n, "BLOCK_K": k, "SPLIT_K": sk, "num_stages": st, **base}
+              for (n, k, st) in ((64, 128, 4), (32, 128, 4), (64, 64, 5), (128, 64, 4)) for sk in (1, 2, 4, 8)]
+    sweep("matmul", "32x4096x4096", "float16", skinny)
+    small = [{"BLOCK_M": m, "BLOCK_N": n, "BLOCK_K": 64, "GROUP_M": 8, "SPLIT_K": sk, "num_warps": w, "num_stages": st}
+             for (m, n, w, st) in ((64, 128, 4, 5), (128, 128, 8, 4), (128, 64, 4, 4), (64, 64, 4, 4))
+             for sk in (1, 2, 4)]
+    sweep("matmul", "1024x1024x1024", "float16", small)
+
+
+@triton.jit
+def _gelu_stream(x_ptr, y_ptr, n, BLOCK_SIZE: tl.constexpr):
+    offs = tl.program_id(0).to(tl.int64) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+    u = 0.7978845608028654 * (x + 0.044715 * x * x * x)
+    y = x / (1.0 + tl.exp(-2.0 * u))
+    tl.store(y_ptr + offs, y.to(y_ptr.dtype.element_ty), mask=mask, cache_modifier=".cs")
+
+
+@triton.jit
+def _gelu_persistent(x_ptr, y_ptr, n, BLOCK_SIZE: tl.constexpr):
+    step = tl.num_programs(0).to(tl.int64) * BLOCK_SIZE
+    for start in range(tl.program_id(0).to(tl.int64) * BLOCK_SIZE, n, step):
+        offs = start + tl.arange(0, BLOCK_SIZE)
+        mask = offs < n
+        x = tl.load(x_ptr + offs, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+        u = 0.7978845608028654 * (x + 0.044715 * x * x * x)
+        y = x / (1.0 + tl.exp(-2.0 * u))
+        tl.store(y_ptr + offs, y.to(y_ptr.dtype.element_ty), mask=mask, cache_modifier=".cs")
+
+
+def _gelu_variants(shape: str, dtype: str, sms: int) -> None:
+    op = get_op("gelu")
+    problem = op.parse_problem(shape, dtype)
+    x = op.make_inputs(problem, DEV)["x"]
+    y = torch.empty_like(x)
+    ref = torch.nn.functional.gelu(x.float(), approximate="tanh")
+    n = x.numel()
+    runs = {f"streaming hints, block {b} w{w}": (lambda b=b, w=w: _gelu_stream[(triton.cdiv(n, b),)](x, y, n, b, num_warps=w))
+            for (b, w) in ((1024, 4), (2048, 4), (4096, 8))}
+    runs.update({f"persistent {k}x{sms} programs, block {b} w{w}":
+                 (lambda k=k, b=b, w=w: _gelu_persistent[(k * sms,)](x, y, n, b, num_warps=w))
+                 for (k, b, w) in ((4, 2048, 8), (8, 1024, 4), (16, 1024, 4), (8, 4096, 8))})
+    bytes_ = op.space_module.bytes_moved(problem)
+    for name, fn in runs.items():
+        fn()
+        err = (y.float() - ref).abs().max().item()
+        t = ms(fn)
+        print(f"| {name} | {t:.4f} | {bytes_ / t * 1e-6:.0f} | max err {err:.1e} |", flush=True)
+
+
+def gelu() -> None:
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    for shape, dtype in (("4096x4096", "float16"), ("16777216", "float32")):
+        sweep("gelu", shape, dtype, [{"BLOCK_SIZE": b, "num_warps": w, "num_stages": 1}
+                                     for (b, w) in ((1024, 4), (2048, 4), (4096, 8), (8192, 8))])
+        _gelu_variants(shape, dtype, sms)
+
+
+def softmax() -> None:
+    cfgs = [{"BLOCK_N": b, "ROWS": 1, "num_warps": w, "num_stages": s}
+            for b in (1024, 2048, 4096, 8192, 16384) for w in (4, 8, 16) for s in (1, 2)
+            if 32 * w <= b and b // (32 * w) <= 64]
+    cfgs.append({"BLOCK_N": 32768, "ROWS": 1, "num_warps": 16, "num_stages": 1})
+    sweep("softmax", "1024x32768", "float32", cfgs)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--only", default="attention,matmul,gelu,softmax")
+    args = ap.parse_args()
+    print(current_device().key)
+    for part in args.only.split(","):
+        globals()[part]()
+
+
+if __name__ == "__main__":
+    main()
