@@ -12,6 +12,7 @@ from search_spaces.space import Config, DeviceLimits, Param, Space, clamp, next_
 
 DTYPES = ("float16", "bfloat16", "float32")
 EPILOGUES = ("none", "bias", "bias_relu", "bias_gelu", "relu", "gelu")
+MIN_K_PER_SPLIT = 1024  # H100: 32x4096x4096 gains from 2 splits, 1024^3 loses 2x from any (benchmarks/variants.py)
 
 
 @dataclass(frozen=True)
@@ -110,9 +111,9 @@ def _split_k(c: Config, p: MatmulProblem, d: DeviceLimits) -> str | None:
     tiles = -(-p.M // c["BLOCK_M"]) * -(-p.N // c["BLOCK_N"])
     if tiles >= d.sm_count:
         return f"SPLIT_K={c['SPLIT_K']}: {tiles} output tiles already fill the device's {d.sm_count} SMs"
-    steps = -(-p.K // c["BLOCK_K"])
-    if steps < 4 * c["SPLIT_K"]:
-        return f"SPLIT_K={c['SPLIT_K']} leaves fewer than 4 BLOCK_K steps per split (K={p.K}, BLOCK_K={c['BLOCK_K']})"
+    if p.K // c["SPLIT_K"] < MIN_K_PER_SPLIT:
+        return (f"SPLIT_K={c['SPLIT_K']} leaves {p.K // c['SPLIT_K']} of K={p.K} per split (at least {MIN_K_PER_SPLIT}: "
+                "below that, the partial sums' round trip costs more than the split saves)")
     return None
 
 

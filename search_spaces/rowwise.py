@@ -89,8 +89,8 @@ def _stages_need_loop(c: Config, p: RowwiseProblem, d: DeviceLimits) -> str | No
 
 
 def default(p: RowwiseProblem, d: DeviceLimits) -> Config:
-    """The whole row in one block (up to 16384 columns), a few rows per program for short rows."""
-    block = clamp(next_pow2(p.cols), 32, 16384)
+    """The whole row in one block (up to 32768 columns), a few rows per program for short rows."""
+    block = clamp(next_pow2(p.cols), 32, 32768)
     rows = clamp(2048 // block, 1, min(16, next_pow2(p.rows)))
     warps = clamp(rows * block // 1024, 1, 16)
     while rows * block < 32 * warps:
