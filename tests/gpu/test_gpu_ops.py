@@ -56,3 +56,40 @@ def test_op_on_gpu(name, shape, dtype, opts):
         torch.cuda.synchronize()
         result = op.check(out, ref, problem)
         assert result.ok, f"{name} {problem.key} {config}: {result.message}"
+
+
+@pytest.mark.parametrize("shape, epilogue, split", [("32x4096x4096", "none", 2), ("33x1000x4100", "bias_gelu", 4),
+                                                    ("64x512x8192", "relu", 8)])
+def test_matmul_split_k_on_gpu(shape, epilogue, split):
+    """Split-K's cross-program handoff (partials, counter, last-arriver sum) under real concurrency, launched
+    several times back to back so the counters are reused."""
+    op = get_op("matmul")
+    problem = op.parse_problem(shape, "float16", epilogue=epilogue)
+    inputs = op.make_inputs(problem, current_device())
+    ref = op.reference(inputs)
+    cfg = {"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 128, "GROUP_M": 1, "SPLIT_K": split, "num_warps": 4, "num_stages": 4}
+    outs = [op.run(inputs, cfg) for _ in range(5)]
+    torch.cuda.synchronize()
+    for out in outs:
+        result = op.check(out, ref, problem)
+        assert result.ok, f"{problem.key} SPLIT_K={split}: {result.message}"
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("shape", ["2x8x1000x64", "1x4x777x128"])
+def test_attention_tma_on_gpu(shape, causal):
+    """TMA descriptors: sequence ends inside a block (zero-filled loads, clipped stores), and strided heads."""
+    if torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("TMA needs compute capability 9.0")
+    op = get_op("attention")
+    problem = op.parse_problem(shape, "float16", causal=causal)
+    inputs = op.make_inputs(problem, current_device())
+    for cfg in ({"BLOCK_M": 64, "BLOCK_N": 64, "TMA": 1, "num_warps": 4, "num_stages": 3},
+                {"BLOCK_M": 128, "BLOCK_N": 64, "TMA": 1, "num_warps": 8, "num_stages": 2}):
+        result = op.check(op.run(inputs, cfg), op.reference(inputs), problem)
+        assert result.ok, f"{problem.key} {cfg}: {result.message}"
+    q, k, v = (t.transpose(1, 2).contiguous().transpose(1, 2) for t in (inputs["q"], inputs["k"], inputs["v"]))
+    strided = {**inputs, "q": q, "k": k, "v": v}  # (batch, seq, heads, dim) memory, viewed as (b, h, s, d)
+    result = op.check(op.run(strided, {"BLOCK_M": 64, "BLOCK_N": 64, "TMA": 1, "num_warps": 4, "num_stages": 3}),
+                      op.reference(inputs), problem)
+    assert result.ok, f"{problem.key} strided: {result.message}"
