@@ -15,7 +15,8 @@ from rich.table import Table
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Autotune Triton kernels and serve the results.")
 db_app = typer.Typer(no_args_is_help=True, help="Manage the result database.")
 app.add_typer(db_app, name="db")
-console = Console()
+# Piped into a log, rich would wrap tables at 80 columns; a log has room for the whole row.
+console = Console(width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True)
 
 

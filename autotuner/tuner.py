@@ -101,7 +101,8 @@ def tune(
     device = device or current_device()
     cands = op.space.enumerate(problem, device)
     default = op.space.default(problem, device)
-    warm = [r.config for _, r in store.nearest(op=op, problem=problem, device=device)]
+    # Completed: a config stored before a parameter existed means that parameter's implied value.
+    warm = [op.space.complete(r.config) for _, r in store.nearest(op=op, problem=problem, device=device)]
     budget = trials if trials is not None else (None if time_budget_s else max(1, min(len(cands.valid), 64)))
     search = make_search(strategy, cands.valid, op.space.params, budget, seed, first=[default, *warm])
     clock = WALL_CLOCK if device.is_interpreter else CUDA_EVENTS
