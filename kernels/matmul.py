@@ -91,7 +91,9 @@ def matmul_kernel(
         tile = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
         ws_tile = ws_ptr + pid.to(tl.int64) * (SPLIT_K * BLOCK_M * BLOCK_N)
         tl.store(ws_tile + split * (BLOCK_M * BLOCK_N) + tile, acc)
-        arrived = tl.atomic_add(count_ptr + pid, 1, sem="acq_rel", scope="gpu")  # orders the store above
+        # A scalar atomic is issued by one thread: the barrier puts every warp's stores before its release.
+        tl.debug_barrier()
+        arrived = tl.atomic_add(count_ptr + pid, 1, sem="acq_rel", scope="gpu")
         last = arrived == SPLIT_K - 1
         # Scalar conditions become tile masks by comparison (the interpreter does not broadcast scalar masks).
         for s in tl.static_range(SPLIT_K):
