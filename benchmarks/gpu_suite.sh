@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # One device call of the GPU suite (benchmarks/suite.py): OPS picks the part, BUDGET_S the tuning seconds per
-# problem, MATCH (optional) substrings of the problems to keep. Installs the carried wheels, then tunes and benches each problem; the markdown table is printed
-# last. Logs, the suite's JSON and the SQLite database (for `autotuner report`) go to $OUT.
-#   OPS=matmul,attention BUDGET_S=15 bash benchmarks/gpu_suite.sh
-#   OPS=softmax,layernorm,gelu BUDGET_S=10 PROFILE=1 bash benchmarks/gpu_suite.sh
+# problem, MATCH (optional) substrings of the problems to keep. Installs the carried wheels, then tunes and
+# benches each problem; the markdown table is printed last. Logs, the suite's JSON and the SQLite database
+# (for `autotuner report`) go to $OUT.
+#   OPS=matmul,attention BUDGET_S=30 bash benchmarks/gpu_suite.sh                (session 3: 340 s)
+#   OPS=softmax,layernorm,gelu BUDGET_S=20 PROFILE=1 bash benchmarks/gpu_suite.sh (session 3: 234 s)
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1

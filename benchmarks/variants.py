@@ -54,13 +54,17 @@ def sweep(op_name: str, shape: str, dtype: str, configs: list[dict[str, int]], *
             print(f"| {cfg} | failed: {str(exc).splitlines()[0][:120]} | | |", flush=True)
 
 
-def attention() -> None:
-    tiles = [(64, 64, 4, 3), (128, 64, 8, 3), (128, 64, 4, 3), (128, 128, 8, 3), (128, 128, 8, 2), (128, 32, 4, 4),
-             (128, 64, 8, 4)]
+def attention(tiles: str = "", tma: str = "0,1", shapes: str = "") -> None:
+    """tiles: 'M,N,warps,stages;...' (a default list if empty); shapes: a filter on the problem names."""
+    picked = [tuple(int(v) for v in t.split(",")) for t in tiles.split(";") if t] or [
+        (64, 64, 4, 3), (128, 64, 8, 3), (128, 64, 4, 3), (128, 128, 8, 3), (128, 128, 8, 2), (128, 32, 4, 4),
+        (128, 64, 8, 4)]
     for shape, dtype, causal in (("4x32x2048x128", "float16", True), ("4x32x2048x128", "float16", False),
                                  ("1x16x8192x64", "bfloat16", True)):
+        if shapes and not any(f in f"{shape}:{'causal' if causal else 'full'}" for f in shapes.split(",")):
+            continue
         cfgs = [{"BLOCK_M": m, "BLOCK_N": n, "TMA": t, "num_warps": w, "num_stages": s}
-                for (m, n, w, s) in tiles for t in (0, 1)]
+                for (m, n, w, s) in picked for t in map(int, tma.split(",")) if not (causal and n > m)]
         sweep("attention", shape, dtype, cfgs, causal=causal)
 
 
@@ -136,10 +140,16 @@ def softmax() -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--only", default="attention,matmul,gelu,softmax")
+    ap.add_argument("--attention-tiles", default="", help="'M,N,warps,stages;...' for the attention part")
+    ap.add_argument("--attention-tma", default="0,1")
+    ap.add_argument("--attention-shapes", default="", help="e.g. '2048x128:causal,2048x128:full'")
     args = ap.parse_args()
     print(current_device().key)
     for part in args.only.split(","):
-        globals()[part]()
+        if part == "attention":
+            attention(args.attention_tiles, args.attention_tma, args.attention_shapes)
+        else:
+            globals()[part]()
 
 
 if __name__ == "__main__":
