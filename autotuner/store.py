@@ -122,8 +122,9 @@ class Store:
                                 budget_trials=budget_trials, budget_seconds=budget_seconds, priority=priority)
 
     def nearest(self, *, op: Op, problem: Any, device: DeviceInfo, limit: int = 3, kernel_hash: str | None = None,
-                triton_version: str | None = None) -> list[tuple[Any, StoredBest]]:
-        """Current (not stale) best configs of the nearest tuned problems on the same device."""
+                triton_version: str | None = None, any_options: bool = False) -> list[tuple[Any, StoredBest]]:
+        """Current (not stale) best configs of the nearest tuned problems on the same device (`any_options`:
+        also those differing in dtype, epilogue, causal..., ranked after the matching ones; for warm starts)."""
         with session_scope(self.engine) as s:
             rows = [stored_best(r, kernel_hash or op.kernel_hash, triton_version) for r in repo.find_best(s, op=op.name, device_key=device.key)]
         others = []
@@ -134,4 +135,4 @@ class Store:
                 others.append((op.problem_type(**r.problem), r))
             except (TypeError, ValueError):
                 continue
-        return [(p, r) for _, p, r in rank(problem, others)[:limit]]
+        return [(p, r) for _, p, r in rank(problem, others, any_options)[:limit]]
