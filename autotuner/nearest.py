@@ -1,4 +1,4 @@
-"""The nearest tuned problem: same op, dtype and device; distance in log space of the dimensions.
+"""The nearest tuned problem: same op and device; distance in log space of the dimensions.
 
 For matmul, problems with the same N and K come first, nearest M first (LLM GEMMs vary only in M, with
 the batch of tokens). Other options (dtype, epilogue, causal, approximate) must match too, except for a search's
