@@ -57,15 +57,16 @@ def check_config(config: Mapping[str, Any], required: Iterable[str], kernel: str
     `optional` ones take their given value when left out."""
     if not isinstance(config, Mapping):
         raise TypeError(f"{kernel}: config must be a mapping of parameter names to ints, got {type(config).__name__}")
-    cfg = {**(optional or {}), **config}
+    optional = optional or {}
+    cfg = {**optional, **config}
     missing = [k for k in required if k not in cfg]
     if missing:
         raise ValueError(f"{kernel}: config is missing {', '.join(missing)}; required: {', '.join(required)}")
-    for k in [*required, *(optional or {}), "num_warps", "num_stages"]:
+    for k in [*required, *optional, "num_warps", "num_stages"]:
         v = cfg.get(k)
         if v is None and k in ("num_warps", "num_stages"):
             continue
-        least = 0 if k in (optional or {}) else 1  # an optional one may be a 0/1 switch
+        least = 0 if k in optional else 1  # an optional one may be a 0/1 switch
         if isinstance(v, bool) or not isinstance(v, int) or v < least:
             kind = "a non-negative" if least == 0 else "a positive"
             raise ValueError(f"{kernel}: config[{k!r}] must be {kind} int, got {v!r}")

@@ -34,7 +34,7 @@ OPTIONAL = {"TMA": 0}  # TMA=1: tiles move through Hopper's tensor memory accele
 
 @triton.jit
 def _attn_inner(
-    acc, l_i, m_i, q, k_ptrs, v_ptrs, k_desc, v_desc, kv_row0, stride_kn, stride_vn, start_m, lo, hi, S, qk_scale,
+    acc, l_i, m_i, q, k_ptrs, v_ptrs, k_desc, v_desc, stride_kn, stride_vn, start_m, lo, hi, S, qk_scale,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DIAGONAL: tl.constexpr, EVEN_N: tl.constexpr,
     UPCAST: tl.constexpr, TMA: tl.constexpr,
 ):
@@ -46,7 +46,7 @@ def _attn_inner(
         start_n = tl.multiple_of(start_n, BLOCK_N)
         cols = start_n + offs_n
         if TMA:  # rows past the end of the sequence come back as zeros
-            k = k_desc.load([kv_row0 + start_n, 0]).T
+            k = k_desc.load([start_n, 0]).T
         elif EVEN_N:
             k = tl.load(k_ptrs)
         else:
@@ -69,7 +69,7 @@ def _attn_inner(
         l_i = l_i * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None]
         if TMA:
-            v = v_desc.load([kv_row0 + start_n, 0])
+            v = v_desc.load([start_n, 0])
         elif EVEN_N:
             v = tl.load(v_ptrs)
         else:
@@ -135,13 +135,13 @@ def attention_kernel(
     if CAUSAL:
         # Blocks fully below the diagonal need no mask; the diagonal block(s) do.
         diag_lo = start_m * BLOCK_M
-        acc, l_i, m_i = _attn_inner(acc, l_i, m_i, q, k_ptrs, v_ptrs, k_desc, v_desc, 0, stride_kn, stride_vn,
+        acc, l_i, m_i = _attn_inner(acc, l_i, m_i, q, k_ptrs, v_ptrs, k_desc, v_desc, stride_kn, stride_vn,
                                     start_m, 0, diag_lo, S, qk_scale, BLOCK_M, BLOCK_N, False, True, UPCAST, TMA)
-        acc, l_i, m_i = _attn_inner(acc, l_i, m_i, q, k_ptrs, v_ptrs, k_desc, v_desc, 0, stride_kn, stride_vn,
+        acc, l_i, m_i = _attn_inner(acc, l_i, m_i, q, k_ptrs, v_ptrs, k_desc, v_desc, stride_kn, stride_vn,
                                     start_m, diag_lo, tl.minimum(diag_lo + BLOCK_M, S), S, qk_scale,
                                     BLOCK_M, BLOCK_N, True, EVEN_N, UPCAST, TMA)
     else:
-        acc, l_i, m_i = _attn_inner(acc, l_i, m_i, q, k_ptrs, v_ptrs, k_desc, v_desc, 0, stride_kn, stride_vn,
+        acc, l_i, m_i = _attn_inner(acc, l_i, m_i, q, k_ptrs, v_ptrs, k_desc, v_desc, stride_kn, stride_vn,
                                     start_m, 0, S, S, qk_scale, BLOCK_M, BLOCK_N, False, EVEN_N, UPCAST, TMA)
     # Rows past the end of the sequence saw no keys; keep them finite (they are never stored).
     l_i = tl.where(l_i == 0.0, 1.0, l_i)
