@@ -9,6 +9,7 @@ timed like `autotuner bench` (CUDA events, L2 flushed, median of 3 calls of time
 from __future__ import annotations
 
 import argparse
+import importlib
 import statistics
 import sys
 from pathlib import Path
@@ -54,8 +55,10 @@ def sweep(op_name: str, shape: str, dtype: str, configs: list[dict[str, int]], *
             print(f"| {cfg} | failed: {str(exc).splitlines()[0][:120]} | | |", flush=True)
 
 
-def attention(tiles: str = "", tma: str = "0,1", shapes: str = "") -> None:
-    """tiles: 'M,N,warps,stages;...' (a default list if empty); shapes: a filter on the problem names."""
+def attention(tiles: str = "", tma: str = "0,1", shapes: str = "", l2_shares: str = "") -> None:
+    """tiles: 'M,N,warps,stages;...' (a default list if empty); shapes: a filter on the problem names;
+    l2_shares: values of kernels.attention.L2_SHARE to compare on causal problems (0: one head at a time)."""
+    attention_module = importlib.import_module("kernels.attention")
     picked = [tuple(int(v) for v in t.split(",")) for t in tiles.split(";") if t] or [
         (64, 64, 4, 3), (128, 64, 8, 3), (128, 64, 4, 3), (128, 128, 8, 3), (128, 128, 8, 2), (128, 32, 4, 4),
         (128, 64, 8, 4)]
@@ -65,7 +68,11 @@ def attention(tiles: str = "", tma: str = "0,1", shapes: str = "") -> None:
             continue
         cfgs = [{"BLOCK_M": m, "BLOCK_N": n, "TMA": t, "num_warps": w, "num_stages": s}
                 for (m, n, w, s) in picked for t in map(int, tma.split(",")) if not (causal and n > m)]
-        sweep("attention", shape, dtype, cfgs, causal=causal)
+        for share in ([float(x) for x in l2_shares.split(",") if x] or [None]) if causal else [None]:
+            if share is not None:
+                attention_module.L2_SHARE = share
+                print(f"\nL2_SHARE={share}")
+            sweep("attention", shape, dtype, cfgs, causal=causal)
 
 
 def matmul() -> None:
@@ -114,6 +121,8 @@ def _gelu_variants(shape: str, dtype: str, sms: int) -> None:
                  (lambda k=k, b=b, w=w: _gelu_persistent[(k * sms,)](x, y, n, b, num_warps=w))
                  for (k, b, w) in ((4, 2048, 8), (8, 1024, 4), (16, 1024, 4), (8, 4096, 8))})
     bytes_ = op.space_module.bytes_moved(problem)
+    t = ms(lambda: y.copy_(x))  # the same bytes read and written, no arithmetic: what no GELU can beat
+    print(f"| torch copy_ of the same tensor | {t:.4f} | {bytes_ / t * 1e-6:.0f} | (floor) |", flush=True)
     for name, fn in runs.items():
         fn()
         err = (y.float() - ref).abs().max().item()
@@ -143,11 +152,12 @@ def main() -> None:
     ap.add_argument("--attention-tiles", default="", help="'M,N,warps,stages;...' for the attention part")
     ap.add_argument("--attention-tma", default="0,1")
     ap.add_argument("--attention-shapes", default="", help="e.g. '2048x128:causal,2048x128:full'")
+    ap.add_argument("--attention-l2-shares", default="", help="e.g. '0,0.5' (causal problems)")
     args = ap.parse_args()
     print(current_device().key)
     for part in args.only.split(","):
         if part == "attention":
-            attention(args.attention_tiles, args.attention_tma, args.attention_shapes)
+            attention(args.attention_tiles, args.attention_tma, args.attention_shapes, args.attention_l2_shares)
         else:
             globals()[part]()
 

@@ -2,7 +2,8 @@
 
 q, k, v: (batch, heads, seq, head_dim) with head_dim 64 or 128, any strides with a contiguous last
 dimension; seq need not be a multiple of the block. Causal masking is top-left aligned (query i sees keys
-0..i). Each program computes BLOCK_M query rows of one (batch, head), streaming BLOCK_N keys at a time.
+0..i). Each program computes BLOCK_M query rows of one (batch, head), streaming BLOCK_N keys at a time; causal
+launches run the longest query blocks first over groups of heads that share the L2 (`causal_group`).
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ from kernels._checks import (
 DTYPES = (torch.float16, torch.bfloat16)
 HEAD_DIMS = (64, 128)
 PARAMS = ("BLOCK_M", "BLOCK_N")
+L2_SHARE = 1.0  # of the L2, for the keys and values of the heads a causal launch runs longest-first together
+DEFAULT_L2_BYTES = 50 << 20  # the interpreter's stand-in (an H100's L2)
 OPTIONAL = {"TMA": 0}  # TMA=1: tiles move through Hopper's tensor memory accelerator (descriptors)
 
 
@@ -91,17 +94,27 @@ def attention_kernel(
     stride_kb, stride_kh, stride_kn,
     stride_vb, stride_vh, stride_vn,
     stride_ob, stride_oh, stride_om,
-    H, S, qk_scale,
+    H, S, qk_scale, GROUP_BH,
     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     CAUSAL: tl.constexpr, EVEN_N: tl.constexpr,
     TMA: tl.constexpr,  # load tiles with the tensor memory accelerator (Hopper and later)
     UPCAST: tl.constexpr,  # interpreter only: bfloat16 dot operands go through float32
 ):
-    if CAUSAL:  # the longest rows (most key blocks) first, so the short ones fill the tail
-        start_m = tl.num_programs(0) - 1 - tl.program_id(0)
+    pid = tl.program_id(0)
+    num_m = tl.cdiv(S, BLOCK_M)
+    if CAUSAL:
+        # Longest rows (most key blocks) first, so that short ones fill the tail: over groups of GROUP_BH
+        # (batch, head) pairs whose keys and values fit in the L2 together, query blocks in descending order.
+        per_group = GROUP_BH * num_m
+        group = pid // per_group
+        first_bh = group * GROUP_BH
+        group_size = tl.minimum(tl.num_programs(0) // num_m - first_bh, GROUP_BH)
+        r = pid - group * per_group
+        start_m = num_m - 1 - r // group_size
+        bh = first_bh + r % group_size
     else:
-        start_m = tl.program_id(0)
-    bh = tl.program_id(1)
+        start_m = pid % num_m
+        bh = pid // num_m
     b = bh // H
     h = bh % H
     q_base = q_ptr + b.to(tl.int64) * stride_qb + h.to(tl.int64) * stride_qh
@@ -152,6 +165,17 @@ def attention_kernel(
         o_desc.store([start_m * BLOCK_M, 0], o)
     else:
         tl.store(o_base + offs_m[:, None] * stride_om + offs_d[None, :], o, mask=offs_m[:, None] < S)
+
+
+def causal_group(q: torch.Tensor) -> int:
+    """How many (batch, head) pairs a causal launch orders together, longest query blocks first: as many
+    as have their keys and values in L2_SHARE of the L2 cache (at least 1, at most all)."""
+    if q.is_cuda:
+        l2 = getattr(torch.cuda.get_device_properties(q.device), "L2_cache_size", DEFAULT_L2_BYTES)
+    else:
+        l2 = DEFAULT_L2_BYTES
+    kv_bytes = 2 * q.shape[2] * q.shape[3] * q.element_size()
+    return max(1, min(q.shape[0] * q.shape[1], int(l2 * L2_SHARE) // kv_bytes))
 
 
 def _descriptor_scratch(size: int, alignment: int, stream: int | None) -> torch.Tensor:
@@ -212,14 +236,14 @@ def attention(
     scale = (1.0 / math.sqrt(D)) if sm_scale is None else float(sm_scale)
     o = new_output(q.shape, q.dtype, q.device)
     tma = bool(cfg["TMA"]) and _tma_ready(q, k, v, o)
-    grid = (triton.cdiv(S, cfg["BLOCK_M"]), B * H)
+    grid = (triton.cdiv(S, cfg["BLOCK_M"]) * B * H,)
     attention_kernel[grid](
         q, k, v, o,
         q.stride(0), q.stride(1), q.stride(2),
         k.stride(0), k.stride(1), k.stride(2),
         v.stride(0), v.stride(1), v.stride(2),
         o.stride(0), o.stride(1), o.stride(2),
-        H, S, scale * 1.4426950408889634,  # log2(e): the kernel uses exp2
+        H, S, scale * 1.4426950408889634, causal_group(q) if causal else 1,  # log2(e): exp2 in the kernel
         HEAD_DIM=D, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], CAUSAL=bool(causal),
         EVEN_N=S % cfg["BLOCK_N"] == 0, TMA=tma, UPCAST=dot_needs_upcast(q.dtype),
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],

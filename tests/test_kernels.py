@@ -136,3 +136,22 @@ def test_cuda_tensors_are_refused_on_the_interpreter(device):
     meta = torch.empty(4, 6, device="meta")
     with pytest.raises(ValueError, match="must be on the CPU"):
         get_op("softmax").run({"x": meta}, {"BLOCK_N": 32, "ROWS": 1, "num_warps": 1, "num_stages": 1})
+
+
+@pytest.mark.parametrize("group", [1, 2, 5])
+def test_causal_attention_runs_every_block_in_head_groups(group, monkeypatch, device):
+    """Causal launches order query blocks longest first within groups of heads (sized for the L2): a group
+    of one, groups that leave a partial last one (5 heads in twos), and one group of all must each run every
+    (head, query block) exactly once."""
+    ka = importlib.import_module("kernels.attention")  # the package exports a function of the same name
+    op = get_op("attention")
+    problem = op.parse_problem("5x1x70x64", "float16", causal=True)
+    inputs = op.make_inputs(problem, device)
+    kv_bytes = 2 * 70 * 64 * 2
+    monkeypatch.setattr(ka, "L2_SHARE", (group + 0.5) * kv_bytes / ka.DEFAULT_L2_BYTES)
+    assert ka.causal_group(inputs["q"]) == group
+    ref = op.reference(inputs)
+    for tma in (0, 1):
+        cfg = {"BLOCK_M": 16, "BLOCK_N": 16, "TMA": tma, "num_warps": 1, "num_stages": 2}
+        result = op.check(op.run(inputs, cfg), ref, problem)
+        assert result.ok, f"group {group} {cfg}: {result.message}"
