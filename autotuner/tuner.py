@@ -107,7 +107,8 @@ def tune(
     near = store.nearest(op=op, problem=problem, device=device, any_options=True)
     warm = [op.space.complete(r.config) for _, r in near]
     budget = trials if trials is not None else (None if time_budget_s else max(1, min(len(cands.valid), 64)))
-    search = make_search(strategy, cands.valid, op.space.params, budget, seed, first=[default, *warm])
+    first = [default, *warm, *op.space.seeds(problem, device)]
+    search = make_search(strategy, cands.valid, op.space.params, budget, seed, first=first)
     clock = WALL_CLOCK if device.is_interpreter else CUDA_EVENTS
     run_id = store.start_run(op=op, problem=problem, device=device, strategy=strategy, budget_trials=budget,
                              budget_seconds=time_budget_s, clock=clock, job_id=job_id)

@@ -122,6 +122,14 @@ def default(p: AttentionProblem, d: DeviceLimits) -> Config:
     return cfg
 
 
+def seeds(p: AttentionProblem, d: DeviceLimits) -> list[Config]:
+    """The winners of hand sweeps on an H100 (benchmarks/RESULTS.md, session 4): one warpgroup of 128 or 64
+    query rows with TMA loads (two programs per SM). A search measures them right after the default."""
+    return [{"BLOCK_M": 128, "BLOCK_N": 64, "TMA": 1, "num_warps": 4, "num_stages": 2},
+            {"BLOCK_M": 128, "BLOCK_N": 64, "TMA": 1, "num_warps": 4, "num_stages": 3},
+            {"BLOCK_M": 64, "BLOCK_N": 64, "TMA": 1, "num_warps": 4, "num_stages": 3}]
+
+
 SPACE: Space[AttentionProblem] = Space(
     params=(
         Param("BLOCK_M", (16, 32, 64, 128, 256)),
@@ -132,4 +140,5 @@ SPACE: Space[AttentionProblem] = Space(
     ),
     constraints=(_fits_smem, _causal_blocks, _tiles_vs_seq, _warps_vs_tile, _tma_needs_hopper),
     default_fn=default,
+    seeds_fn=seeds,
 )

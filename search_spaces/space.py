@@ -55,12 +55,14 @@ def config_key(config: Mapping[str, Any]) -> str:
 
 @dataclass(frozen=True)
 class Space(Generic[P]):
-    """Parameters with candidate values, constraints `(config, problem, device) -> reason | None`, a default."""
+    """Parameters with candidate values, constraints `(config, problem, device) -> reason | None`, a default,
+    and optionally seeds: configs that measured well before on some device, for a search to try early."""
 
     params: tuple[Param, ...]
     constraints: tuple[Constraint, ...]
     default_fn: Callable[[P, DeviceLimits], Config]
     notes: dict[str, str] = field(default_factory=dict)
+    seeds_fn: Callable[[P, DeviceLimits], list[Config]] | None = None
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -121,6 +123,11 @@ class Space(Generic[P]):
     def default(self, problem: P, device: DeviceLimits) -> Config:
         """The hand-written heuristic config; always valid (checked here)."""
         return self.validate(self.default_fn(problem, device), problem, device)
+
+    def seeds(self, problem: P, device: DeviceLimits) -> list[Config]:
+        """The seeds that are valid for this problem and device (the others are left out)."""
+        seeds = self.seeds_fn(problem, device) if self.seeds_fn else []
+        return [self.validate(c, problem, device) for c in seeds if not self.violations(c, problem, device)]
 
 
 def next_pow2(n: int) -> int:

@@ -78,6 +78,16 @@ def test_attention_shared_memory_and_causal_rules(small_smem_device):
     assert any("BLOCK_N <= BLOCK_M" in r for r in op.space.violations(cfg, problem, H100))
 
 
+def test_attention_seeds_are_valid_where_they_can_run(small_smem_device):
+    op = get_op("attention")
+    big, tiny = op.parse_problem("4x32x2048x128", causal=True), op.parse_problem("1x2x37x64")
+    seeds = op.space.seeds(big, H100)
+    assert seeds and all(op.space.violations(c, big, H100) == [] for c in seeds)
+    assert all(c in op.space.candidates(big, H100) for c in seeds)
+    assert op.space.seeds(big, small_smem_device) == []  # TMA needs Hopper; the tiles need more shared memory
+    assert all(c["BLOCK_M"] <= 64 for c in op.space.seeds(tiny, H100))  # 128-row tiles are too big for 37 rows
+
+
 def test_tiles_larger_than_the_problem_are_rejected():
     op = get_op("matmul")
     problem = op.parse_problem("32x4096x4096")

@@ -156,6 +156,16 @@ def test_warm_start_from_the_causal_twin(db_url):
     assert first.best_config in [t.config for t in second.trials[:2]]
 
 
+def test_the_space_seeds_are_measured_after_the_default(db_url):
+    op = get_op("attention")
+    problem = op.parse_problem("1x1x128x64", causal=True)
+    device = current_device()
+    seeds = op.space.seeds(problem, device)
+    assert len(seeds) >= 2
+    result = tune(op, problem, store=Store(db_url), settings=Settings(db_url=db_url), trials=1 + len(seeds))
+    assert [t.config for t in result.trials] == [op.space.default(problem, device), *seeds]
+
+
 def test_a_slower_result_never_replaces_a_faster_one(db_url):
     op = get_op("gelu")
     problem = op.parse_problem("1000")
