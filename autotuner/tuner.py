@@ -104,6 +104,7 @@ def tune(
     # Warm starts: the nearest tuned problems' winners, the causal twin or another epilogue too (on the H100 the
     # causal 2048 winner ran the full problem 6% faster than the best of 80 trials of its own search).
     # Completed: a config stored before a parameter existed means that parameter's implied value.
+    # Then the space's seeds (configs that won hand sweeps on some GPU), if it names any.
     near = store.nearest(op=op, problem=problem, device=device, any_options=True)
     warm = [op.space.complete(r.config) for _, r in near]
     budget = trials if trials is not None else (None if time_budget_s else max(1, min(len(cands.valid), 64)))
