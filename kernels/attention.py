@@ -8,6 +8,7 @@ launches run the longest query blocks first over groups of heads that share the 
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -167,13 +168,16 @@ def attention_kernel(
         tl.store(o_base + offs_m[:, None] * stride_om + offs_d[None, :], o, mask=offs_m[:, None] < S)
 
 
+@functools.cache
+def _l2_bytes(device: torch.device) -> int:
+    """The device's L2 size, read once per device (every causal launch asks)."""
+    return int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", DEFAULT_L2_BYTES))
+
+
 def causal_group(q: torch.Tensor) -> int:
     """How many (batch, head) pairs a causal launch orders together, longest query blocks first: as many
     as have their keys and values in L2_SHARE of the L2 cache (at least 1, at most all)."""
-    if q.is_cuda:
-        l2 = getattr(torch.cuda.get_device_properties(q.device), "L2_cache_size", DEFAULT_L2_BYTES)
-    else:
-        l2 = DEFAULT_L2_BYTES
+    l2 = _l2_bytes(q.device) if q.is_cuda else DEFAULT_L2_BYTES
     kv_bytes = 2 * q.shape[2] * q.shape[3] * q.element_size()
     return max(1, min(q.shape[0] * q.shape[1], int(l2 * L2_SHARE) // kv_bytes))
 
