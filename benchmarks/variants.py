@@ -55,9 +55,10 @@ def sweep(op_name: str, shape: str, dtype: str, configs: list[dict[str, int]], *
             print(f"| {cfg} | failed: {str(exc).splitlines()[0][:120]} | | |", flush=True)
 
 
-def attention(tiles: str = "", tma: str = "0,1", shapes: str = "", l2_shares: str = "") -> None:
+def attention(tiles: str = "", tma: str = "0,1", shapes: str = "", l2_shares: str = "", host_desc: str = "") -> None:
     """tiles: 'M,N,warps,stages;...' (a default list if empty); shapes: a filter on the problem names;
-    l2_shares: values of kernels.attention.L2_SHARE to compare on causal problems (0: one head at a time)."""
+    l2_shares: values of kernels.attention.L2_SHARE to compare on causal problems (0: one head at a time);
+    host_desc: values of kernels.attention.HOST_DESCRIPTORS to compare (0: every program makes its own)."""
     attention_module = importlib.import_module("kernels.attention")
     picked = [tuple(int(v) for v in t.split(",")) for t in tiles.split(";") if t] or [
         (64, 64, 4, 3), (128, 64, 8, 3), (128, 64, 4, 3), (128, 128, 8, 3), (128, 128, 8, 2), (128, 32, 4, 4),
@@ -67,12 +68,17 @@ def attention(tiles: str = "", tma: str = "0,1", shapes: str = "", l2_shares: st
         if shapes and not any(f in f"{shape}:{'causal' if causal else 'full'}" for f in shapes.split(",")):
             continue
         cfgs = [{"BLOCK_M": m, "BLOCK_N": n, "TMA": t, "num_warps": w, "num_stages": s}
-                for (m, n, w, s) in picked for t in map(int, tma.split(",")) if not (causal and n > m)]
-        for share in ([float(x) for x in l2_shares.split(",") if x] or [None]) if causal else [None]:
-            if share is not None:
-                attention_module.L2_SHARE = share
-                print(f"\nL2_SHARE={share}")
-            sweep("attention", shape, dtype, cfgs, causal=causal)
+                for (m, n, w, s) in picked for t in map(int, tma.split(","))]
+        shares = ([float(x) for x in l2_shares.split(",") if x] or [None]) if causal else [None]
+        for share in shares:
+            for host in [int(x) for x in host_desc.split(",") if x] or [None]:
+                if share is not None:
+                    attention_module.L2_SHARE = share
+                    print(f"\nL2_SHARE={share}")
+                if host is not None:
+                    attention_module.HOST_DESCRIPTORS = bool(host)
+                    print(f"\nHOST_DESCRIPTORS={bool(host)}")
+                sweep("attention", shape, dtype, cfgs, causal=causal)
 
 
 def matmul() -> None:
@@ -153,11 +159,13 @@ def main() -> None:
     ap.add_argument("--attention-tma", default="0,1")
     ap.add_argument("--attention-shapes", default="", help="e.g. '2048x128:causal,2048x128:full'")
     ap.add_argument("--attention-l2-shares", default="", help="e.g. '0,0.5' (causal problems)")
+    ap.add_argument("--attention-host-desc", default="", help="e.g. '1,0' (launcher-made TMA descriptors or not)")
     args = ap.parse_args()
     print(current_device().key)
     for part in args.only.split(","):
         if part == "attention":
-            attention(args.attention_tiles, args.attention_tma, args.attention_shapes, args.attention_l2_shares)
+            attention(args.attention_tiles, args.attention_tma, args.attention_shapes, args.attention_l2_shares,
+                      args.attention_host_desc)
         else:
             globals()[part]()
 

@@ -17,6 +17,7 @@ import torch
 import triton
 import triton.language as tl
 from triton.runtime import _allocation
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 from kernels._backend import dot_needs_upcast, interpreting
 from kernels._checks import (
@@ -33,12 +34,13 @@ HEAD_DIMS = (64, 128)
 PARAMS = ("BLOCK_M", "BLOCK_N")
 L2_SHARE = 1.0  # of the L2, for the keys and values of the heads a causal launch runs longest-first together
 DEFAULT_L2_BYTES = 50 << 20  # the interpreter's stand-in (an H100's L2)
+HOST_DESCRIPTORS = True  # TMA descriptors made once by the launcher where the layout allows (see _host_descriptors)
 OPTIONAL = {"TMA": 0}  # TMA=1: tiles move through Hopper's tensor memory accelerator (descriptors)
 
 
 @triton.jit
 def _attn_inner(
-    acc, l_i, m_i, q, k_ptrs, v_ptrs, k_desc, v_desc, stride_kn, stride_vn, start_m, lo, hi, S, qk_scale,
+    acc, l_i, m_i, q, k_ptrs, v_ptrs, k_desc, v_desc, row0, stride_kn, stride_vn, start_m, lo, hi, S, qk_scale,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DIAGONAL: tl.constexpr, EVEN_N: tl.constexpr,
     UPCAST: tl.constexpr, TMA: tl.constexpr,
 ):
@@ -50,7 +52,7 @@ def _attn_inner(
         start_n = tl.multiple_of(start_n, BLOCK_N)
         cols = start_n + offs_n
         if TMA:  # rows past the end of the sequence come back as zeros
-            k = k_desc.load([start_n, 0]).T
+            k = k_desc.load([row0 + start_n, 0]).T
         elif EVEN_N:
             k = tl.load(k_ptrs)
         else:
@@ -73,7 +75,7 @@ def _attn_inner(
         l_i = l_i * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None]
         if TMA:
-            v = v_desc.load([start_n, 0])
+            v = v_desc.load([row0 + start_n, 0])
         elif EVEN_N:
             v = tl.load(v_ptrs)
         else:
@@ -91,6 +93,7 @@ def _attn_inner(
 @triton.jit
 def attention_kernel(
     q_ptr, k_ptr, v_ptr, o_ptr,
+    q_host, k_host, v_host, o_host,  # HOST_DESC: descriptors built by the launcher; else unused
     stride_qb, stride_qh, stride_qm,
     stride_kb, stride_kh, stride_kn,
     stride_vb, stride_vh, stride_vn,
@@ -99,6 +102,7 @@ def attention_kernel(
     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     CAUSAL: tl.constexpr, EVEN_N: tl.constexpr,
     TMA: tl.constexpr,  # load tiles with the tensor memory accelerator (Hopper and later)
+    HOST_DESC: tl.constexpr,  # TMA through the launcher's (batch*heads*seq, head_dim) descriptors
     UPCAST: tl.constexpr,  # interpreter only: bfloat16 dot operands go through float32
 ):
     pid = tl.program_id(0)
@@ -128,17 +132,25 @@ def attention_kernel(
     offs_d = tl.arange(0, HEAD_DIM)
     k_ptrs = k_base + offs_d[:, None] + offs_n[None, :] * stride_kn  # K^T tile [HEAD_DIM, BLOCK_N]
     v_ptrs = v_base + offs_n[:, None] * stride_vn + offs_d[None, :]
-    if TMA:  # one (seq, head_dim) matrix per (batch, head); out-of-range rows read as zeros, stores clip
+    if TMA and HOST_DESC:  # every tile lies inside its (batch, head): seq is a multiple of both blocks
+        row0 = bh * S
+        q_desc, k_desc, v_desc, o_desc = q_host, k_host, v_host, o_host
+    elif TMA:  # one (seq, head_dim) matrix per (batch, head), made by each program; rows past seq read as
+        row0 = 0  # zeros and stores clip
         q_desc = tl.make_tensor_descriptor(q_base, shape=[S, HEAD_DIM], strides=[stride_qm, 1],
                                            block_shape=[BLOCK_M, HEAD_DIM])
         k_desc = tl.make_tensor_descriptor(k_base, shape=[S, HEAD_DIM], strides=[stride_kn, 1],
                                            block_shape=[BLOCK_N, HEAD_DIM])
         v_desc = tl.make_tensor_descriptor(v_base, shape=[S, HEAD_DIM], strides=[stride_vn, 1],
                                            block_shape=[BLOCK_N, HEAD_DIM])
-        q = q_desc.load([start_m * BLOCK_M, 0])
+        o_desc = tl.make_tensor_descriptor(o_base, shape=[S, HEAD_DIM], strides=[stride_om, 1],
+                                           block_shape=[BLOCK_M, HEAD_DIM])
     else:
-        k_desc = k_base  # unused
-        v_desc = v_base
+        row0 = 0
+        q_desc, k_desc, v_desc, o_desc = q_base, k_base, v_base, o_base  # unused
+    if TMA:
+        q = q_desc.load([row0 + start_m * BLOCK_M, 0])
+    else:
         q = tl.load(q_base + offs_m[:, None] * stride_qm + offs_d[None, :], mask=offs_m[:, None] < S, other=0.0)
     if UPCAST:
         q = q.to(tl.float32)
@@ -147,23 +159,22 @@ def attention_kernel(
     l_i = tl.zeros((BLOCK_M,), tl.float32)
     acc = tl.zeros((BLOCK_M, HEAD_DIM), tl.float32)
     if CAUSAL:
-        # Blocks fully below the diagonal need no mask; the diagonal block(s) do.
-        diag_lo = start_m * BLOCK_M
-        acc, l_i, m_i = _attn_inner(acc, l_i, m_i, q, k_ptrs, v_ptrs, k_desc, v_desc, stride_kn, stride_vn,
+        # Key blocks wholly left of the diagonal need no mask; the one(s) the diagonal crosses do. With
+        # BLOCK_N > BLOCK_M the masked block starts at the key block holding this query block's first row.
+        diag_lo = (start_m * BLOCK_M) // BLOCK_N * BLOCK_N
+        acc, l_i, m_i = _attn_inner(acc, l_i, m_i, q, k_ptrs, v_ptrs, k_desc, v_desc, row0, stride_kn, stride_vn,
                                     start_m, 0, diag_lo, S, qk_scale, BLOCK_M, BLOCK_N, False, True, UPCAST, TMA)
-        acc, l_i, m_i = _attn_inner(acc, l_i, m_i, q, k_ptrs, v_ptrs, k_desc, v_desc, stride_kn, stride_vn,
-                                    start_m, diag_lo, tl.minimum(diag_lo + BLOCK_M, S), S, qk_scale,
+        acc, l_i, m_i = _attn_inner(acc, l_i, m_i, q, k_ptrs, v_ptrs, k_desc, v_desc, row0, stride_kn, stride_vn,
+                                    start_m, diag_lo, tl.minimum((start_m + 1) * BLOCK_M, S), S, qk_scale,
                                     BLOCK_M, BLOCK_N, True, EVEN_N, UPCAST, TMA)
     else:
-        acc, l_i, m_i = _attn_inner(acc, l_i, m_i, q, k_ptrs, v_ptrs, k_desc, v_desc, stride_kn, stride_vn,
+        acc, l_i, m_i = _attn_inner(acc, l_i, m_i, q, k_ptrs, v_ptrs, k_desc, v_desc, row0, stride_kn, stride_vn,
                                     start_m, 0, S, S, qk_scale, BLOCK_M, BLOCK_N, False, EVEN_N, UPCAST, TMA)
     # Rows past the end of the sequence saw no keys; keep them finite (they are never stored).
     l_i = tl.where(l_i == 0.0, 1.0, l_i)
     o = (acc / l_i[:, None]).to(o_ptr.dtype.element_ty)
     if TMA:
-        o_desc = tl.make_tensor_descriptor(o_base, shape=[S, HEAD_DIM], strides=[stride_om, 1],
-                                           block_shape=[BLOCK_M, HEAD_DIM])
-        o_desc.store([start_m * BLOCK_M, 0], o)
+        o_desc.store([row0 + start_m * BLOCK_M, 0], o)
     else:
         tl.store(o_base + offs_m[:, None] * stride_om + offs_d[None, :], o, mask=offs_m[:, None] < S)
 
@@ -201,6 +212,18 @@ def _tma_ready(*tensors: torch.Tensor) -> bool:
     return True
 
 
+def _host_descriptors(cfg: Mapping[str, int], *tensors: torch.Tensor) -> list[TensorDescriptor] | None:
+    """One descriptor per tensor over its (batch*heads*seq, head_dim) rows, made here instead of by every
+    program, when each tensor's rows stack that way and no tile crosses from one (batch, head) into the next."""
+    B, H, S, D = tensors[0].shape
+    if not HOST_DESCRIPTORS or S % cfg["BLOCK_M"] or S % cfg["BLOCK_N"] or B * H * S >= 2**31:
+        return None
+    if any(t.stride(1) != S * t.stride(2) or t.stride(0) != H * t.stride(1) for t in tensors):
+        return None
+    return [TensorDescriptor(t, [B * H * S, D], [t.stride(2), 1], [cfg[block], D])
+            for t, block in zip(tensors, ("BLOCK_M", "BLOCK_N", "BLOCK_N", "BLOCK_M"), strict=True)]
+
+
 def _ensure_allocator() -> None:
     holder = getattr(_allocation, "_allocator", None)
     current = holder.get() if holder is not None else None
@@ -234,22 +257,22 @@ def attention(
     check_pow2("attention", cfg, PARAMS)
     if cfg["TMA"] not in (0, 1):
         raise ValueError(f"attention: config['TMA'] must be 0 or 1, got {cfg['TMA']}")
-    if causal and cfg["BLOCK_N"] > cfg["BLOCK_M"]:
-        raise ValueError(f"attention: causal needs BLOCK_N <= BLOCK_M, got BLOCK_M={cfg['BLOCK_M']} BLOCK_N={cfg['BLOCK_N']}")
     B, H, S, D = q.shape
     scale = (1.0 / math.sqrt(D)) if sm_scale is None else float(sm_scale)
     o = new_output(q.shape, q.dtype, q.device)
     tma = bool(cfg["TMA"]) and _tma_ready(q, k, v, o)
+    host = _host_descriptors(cfg, q, k, v, o) if tma else None
     grid = (triton.cdiv(S, cfg["BLOCK_M"]) * B * H,)
     attention_kernel[grid](
         q, k, v, o,
+        *(host or (q, k, v, o)),
         q.stride(0), q.stride(1), q.stride(2),
         k.stride(0), k.stride(1), k.stride(2),
         v.stride(0), v.stride(1), v.stride(2),
         o.stride(0), o.stride(1), o.stride(2),
         H, S, scale * 1.4426950408889634, causal_group(q) if causal else 1,  # log2(e): exp2 in the kernel
         HEAD_DIM=D, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], CAUSAL=bool(causal),
-        EVEN_N=S % cfg["BLOCK_N"] == 0, TMA=tma, UPCAST=dot_needs_upcast(q.dtype),
+        EVEN_N=S % cfg["BLOCK_N"] == 0, TMA=tma, HOST_DESC=host is not None, UPCAST=dot_needs_upcast(q.dtype),
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
     )
     return o

@@ -82,12 +82,6 @@ def _fits_smem(c: Config, p: AttentionProblem, d: DeviceLimits) -> str | None:
     return None
 
 
-def _causal_blocks(c: Config, p: AttentionProblem, d: DeviceLimits) -> str | None:
-    if p.causal and c["BLOCK_N"] > c["BLOCK_M"]:
-        return f"causal attention needs BLOCK_N <= BLOCK_M (got {c['BLOCK_N']} > {c['BLOCK_M']})"
-    return None
-
-
 def _tiles_vs_seq(c: Config, p: AttentionProblem, d: DeviceLimits) -> str | None:
     useful = max(16, next_pow2(p.seq))
     for name in ("BLOCK_M", "BLOCK_N"):
@@ -138,7 +132,7 @@ SPACE: Space[AttentionProblem] = Space(
         Param("num_warps", (1, 2, 4, 8)),
         Param("num_stages", (1, 2, 3, 4)),
     ),
-    constraints=(_fits_smem, _causal_blocks, _tiles_vs_seq, _warps_vs_tile, _tma_needs_hopper),
+    constraints=(_fits_smem, _tiles_vs_seq, _warps_vs_tile, _tma_needs_hopper),
     default_fn=default,
     seeds_fn=seeds,
 )

@@ -155,3 +155,41 @@ def test_causal_attention_runs_every_block_in_head_groups(group, monkeypatch, de
         cfg = {"BLOCK_M": 16, "BLOCK_N": 16, "TMA": tma, "num_warps": 1, "num_stages": 2}
         result = op.check(op.run(inputs, cfg), ref, problem)
         assert result.ok, f"group {group} {cfg}: {result.message}"
+
+
+@pytest.mark.parametrize("seq", [64, 70])
+def test_causal_attention_with_key_blocks_wider_than_query_blocks(seq, device):
+    """BLOCK_N > BLOCK_M: the masked key block starts before the query block (seq 64: every block full;
+    70: the last key block runs past the end)."""
+    op = get_op("attention")
+    problem = op.parse_problem(f"1x2x{seq}x64", "float16", causal=True)
+    inputs = op.make_inputs(problem, device)
+    ref = op.reference(inputs)
+    for bm, bn, tma in ((16, 32, 0), (16, 64, 1), (32, 64, 1)):
+        cfg = {"BLOCK_M": bm, "BLOCK_N": bn, "TMA": tma, "num_warps": 1, "num_stages": 2}
+        assert op.space.violations(cfg, problem, device) == []
+        result = op.check(op.run(inputs, cfg), ref, problem)
+        assert result.ok, f"{problem.key} {cfg}: {result.message}"
+
+
+def test_attention_descriptors_are_made_once_where_the_rows_stack(device):
+    """Contiguous q, k, v whose seq is a multiple of both blocks get launcher-made TMA descriptors over
+    (batch*heads*seq, head_dim); each program must still read and write only its own (batch, head). Views
+    whose heads do not stack, or a seq that would let a tile cross into the next head, fall back to
+    descriptors made per program, with the same result."""
+    ka = importlib.import_module("kernels.attention")
+    op = get_op("attention")
+    cfg = {"BLOCK_M": 32, "BLOCK_N": 16, "TMA": 1, "num_warps": 1, "num_stages": 2}
+    problem = op.parse_problem("2x3x64x64", "float16", causal=True)
+    inputs = op.make_inputs(problem, device)
+    q, k, v = inputs["q"], inputs["k"], inputs["v"]
+    assert ka._host_descriptors(cfg, q, k, v, q) is not None
+    assert ka._host_descriptors({**cfg, "BLOCK_M": 128}, q, k, v, q) is None  # 128-row tiles cross heads
+    # (batch, seq, heads, head_dim) in memory, seen as (batch, heads, seq, head_dim): rows do not stack
+    bshd = [t.transpose(1, 2).contiguous().transpose(1, 2) for t in (q, k, v)]
+    assert ka._host_descriptors(cfg, *bshd, q) is None
+    for causal in (True, False):
+        ref = op.reference({**inputs, "causal": causal})
+        for qkv in ((q, k, v), bshd):
+            out = ka.attention(*qkv, cfg, causal=causal)
+            torch.testing.assert_close(out.float(), ref, atol=2e-3, rtol=2e-3)

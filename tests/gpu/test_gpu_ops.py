@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+
 import pytest
 import torch
 
@@ -76,16 +78,20 @@ def test_matmul_split_k_on_gpu(shape, epilogue, split):
 
 
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("shape", ["2x8x1000x64", "1x4x777x128"])
+@pytest.mark.parametrize("shape", ["2x8x1000x64", "1x4x777x128", "2x4x1024x128"])
 def test_attention_tma_on_gpu(shape, causal):
-    """TMA descriptors: sequence ends inside a block (zero-filled loads, clipped stores), and strided heads."""
+    """TMA descriptors: sequence ends inside a block (zero-filled loads, clipped stores), strided heads, and
+    (seq 1024) the launcher's descriptors over every head's rows."""
     if torch.cuda.get_device_capability()[0] < 9:
         pytest.skip("TMA needs compute capability 9.0")
     op = get_op("attention")
     problem = op.parse_problem(shape, "float16", causal=causal)
     inputs = op.make_inputs(problem, current_device())
     for cfg in ({"BLOCK_M": 64, "BLOCK_N": 64, "TMA": 1, "num_warps": 4, "num_stages": 3},
-                {"BLOCK_M": 128, "BLOCK_N": 64, "TMA": 1, "num_warps": 8, "num_stages": 2}):
+                {"BLOCK_M": 128, "BLOCK_N": 64, "TMA": 1, "num_warps": 8, "num_stages": 2},
+                {"BLOCK_M": 64, "BLOCK_N": 128, "TMA": 1, "num_warps": 4, "num_stages": 2}):
+        host = importlib.import_module("kernels.attention")._host_descriptors(cfg, *[inputs[n] for n in "qkvq"])
+        assert (host is not None) == (problem.seq % 128 == 0)
         result = op.check(op.run(inputs, cfg), op.reference(inputs), problem)
         assert result.ok, f"{problem.key} {cfg}: {result.message}"
     q, k, v = (t.transpose(1, 2).contiguous().transpose(1, 2) for t in (inputs["q"], inputs["k"], inputs["v"]))
