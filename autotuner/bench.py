@@ -4,7 +4,7 @@ Candidates: torch eager, torch.compile of the same function, the unfused "manual
 gelu), the Triton kernel with the space's default config and with the stored tuned config. Each output is
 checked against the reference first. Timing is interleaved: `rounds` rounds, each timing every candidate in
 turn with CUDA events and the L2 flushed before each repetition, so drift hits all alike; a candidate's time
-is the median of its round medians. On the interpreter the clock is the CPU wall clock (and says so).
+is the median of its round medians, and `rounds_faster` counts the rounds it beat torch eager in. On the interpreter the clock is the CPU wall clock (and says so).
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ class BenchRow:
     gbs: float | None = None
     roofline: float | None = None
     vs_eager: float | None = None
+    rounds_faster: int | None = None  # rounds in which this ran faster than torch eager (its round medians)
     error: float | None = None
     note: str = ""
 
@@ -48,6 +49,7 @@ class BenchResult:
     peaks: dict[str, Any] | None
     default_config: dict[str, Any]
     tuned_config: dict[str, Any] | None
+    rounds: int = 0
     rows: list[BenchRow] = field(default_factory=list)
 
     def row(self, name: str) -> BenchRow | None:
@@ -107,7 +109,8 @@ def bench(op: Op, problem: Any, device: DeviceInfo, *, store: Store | None, use_
             runnable[name] = fn
     del ref
     per_round: dict[str, list[Any]] = {name: [] for name in runnable}
-    for _ in range(rounds if not device.is_interpreter else 1):
+    result.rounds = rounds if not device.is_interpreter else 1
+    for _ in range(result.rounds):
         for name, fn in runnable.items():
             per_round[name].append(time_fn(fn, device.is_interpreter, warmup_ms=10, rep_ms=rep_ms / rounds))
     flops, nbytes = op.flops(problem), op.bytes(problem)
@@ -126,6 +129,8 @@ def bench(op: Op, problem: Any, device: DeviceInfo, *, store: Store | None, use_
     for row in result.rows:
         if row.ms and eager is not None and eager.ms:
             row.vs_eager = eager.ms / row.ms
+            row.rounds_faster = sum(t.median_ms < e.median_ms
+                                    for t, e in zip(per_round[row.name], per_round[eager.name], strict=True))
     return result
 
 

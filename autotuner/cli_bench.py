@@ -73,14 +73,14 @@ def bench(
         return
     compute = op in COMPUTE_BOUND
     t = Table(title=f"{op} {problem.key} on {device.key} ({result.clock})")
-    for col in ("", "ms", "p20-p80", "TFLOP/s" if compute else "GB/s", "roofline", "vs torch eager", "note"):
+    for col in ("", "ms", "p20-p80", "TFLOP/s" if compute else "GB/s", "roofline", "vs torch eager (rounds faster)", "note"):
         t.add_column(col, justify="left" if col in ("", "note") else "right")
     for r in result.rows:
         rate = (r.tflops if compute else r.gbs) if r.ms else None
         t.add_row(r.name, f"{r.ms:.4f}" if r.ms else "-",
                   f"{r.p20_ms:.4f}-{r.p80_ms:.4f}" if r.p20_ms and r.p80_ms else "",
                   f"{rate:.1f}" if rate else "", f"{r.roofline:.0%}" if r.roofline else "",
-                  f"{r.vs_eager:.2f}x" if r.vs_eager else "", r.note)
+                  f"{r.vs_eager:.2f}x ({r.rounds_faster}/{result.rounds})" if r.vs_eager else "", r.note)
     console.print(t)
     if result.peaks:
         p = result.peaks

@@ -38,7 +38,10 @@ def test_bench_compares_every_candidate_on_the_same_inputs(tuned_db):
     for name in ("torch eager", "manual (unfused torch)", "triton default", "triton tuned"):
         assert rows[name]["ms"] > 0 and rows[name]["error"] < 5e-3 and rows[name]["note"] == "", rows[name]
         assert rows[name]["gbs"] > 0
-    assert rows["torch eager"]["vs_eager"] == 1.0
+    assert rows["torch eager"]["vs_eager"] == 1.0 and rows["torch eager"]["rounds_faster"] == 0
+    # one round: a candidate beat eager in it exactly when its time is below eager's
+    for name in ("manual (unfused torch)", "triton default", "triton tuned"):
+        assert out["rounds"] == 1 and rows[name]["rounds_faster"] == int(rows[name]["vs_eager"] > 1.0), rows[name]
     assert out["clock"].startswith("wall-clock") and out["tuned_config"] is not None and out["peaks"] is None
 
 

@@ -159,15 +159,14 @@ def test_causal_attention_runs_every_block_in_head_groups(group, monkeypatch, de
 
 @pytest.mark.parametrize("seq", [64, 70])
 def test_causal_attention_with_key_blocks_wider_than_query_blocks(seq, device):
-    """BLOCK_N > BLOCK_M: the masked key block starts before the query block (seq 64: every block full;
-    70: the last key block runs past the end)."""
+    """BLOCK_N > BLOCK_M (outside the space, slower, but a caller may pass it): the masked key block starts
+    before the query block (seq 64: every block full; 70: the last key block runs past the end)."""
     op = get_op("attention")
     problem = op.parse_problem(f"1x2x{seq}x64", "float16", causal=True)
     inputs = op.make_inputs(problem, device)
     ref = op.reference(inputs)
     for bm, bn, tma in ((16, 32, 0), (16, 64, 1), (32, 64, 1)):
         cfg = {"BLOCK_M": bm, "BLOCK_N": bn, "TMA": tma, "num_warps": 1, "num_stages": 2}
-        assert op.space.violations(cfg, problem, device) == []
         result = op.check(op.run(inputs, cfg), ref, problem)
         assert result.ok, f"{problem.key} {cfg}: {result.message}"
 
