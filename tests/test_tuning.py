@@ -46,6 +46,12 @@ def test_cli_tune_softmax_then_show(db_url):
     measured = [t for t in trials if t.status == "ok"]
     assert len(measured) == 4 and all(t.median_ms and t.p20_ms <= t.median_ms <= t.p80_ms for t in measured)
     assert all(t.error for t in trials if t.status == "invalid")  # rejections are stored with their reason
+    # The default is timed twice (in the search and with the finalists); its stored time is the faster one.
+    default = next(t for t in measured if t.config == result["default_config"])
+    assert default.retimed_ms is not None
+    with session_scope(store.engine) as s:
+        best = s.scalars(select(BestConfig)).one()
+        assert best.default_ms == pytest.approx(min(default.median_ms, default.retimed_ms))
 
 
 def test_cli_tune_matmul_flags(db_url):
