@@ -4,7 +4,8 @@ Candidates: torch eager, torch.compile of the same function, the unfused "manual
 gelu), the Triton kernel with the space's default config and with the stored tuned config. Each output is
 checked against the reference first. Timing is interleaved: `rounds` rounds, each timing every candidate in
 turn with CUDA events and the L2 flushed before each repetition, so drift hits all alike; a candidate's time
-is the median of its round medians, and `rounds_faster` counts the rounds it beat torch eager in. On the interpreter the clock is the CPU wall clock (and says so).
+is the median of its round medians, and `rounds_faster` counts the rounds it beat torch eager in. On the
+interpreter the clock is the CPU wall clock (and says so).
 """
 
 from __future__ import annotations

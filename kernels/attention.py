@@ -3,7 +3,9 @@
 q, k, v: (batch, heads, seq, head_dim) with head_dim 64 or 128, any strides with a contiguous last
 dimension; seq need not be a multiple of the block. Causal masking is top-left aligned (query i sees keys
 0..i). Each program computes BLOCK_M query rows of one (batch, head), streaming BLOCK_N keys at a time; causal
-launches run the longest query blocks first over groups of heads that share the L2 (`causal_group`).
+launches run the longest query blocks first over groups of heads that share the L2 (`causal_group`). With
+TMA=1 the launcher makes the tensor descriptors once where the layout allows (`_host_descriptors`); otherwise
+each program makes its own.
 """
 
 from __future__ import annotations

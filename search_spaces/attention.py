@@ -84,7 +84,7 @@ def _fits_smem(c: Config, p: AttentionProblem, d: DeviceLimits) -> str | None:
 
 def _causal_wide_keys(c: Config, p: AttentionProblem, d: DeviceLimits) -> str | None:
     # The kernel runs these correctly, but the diagonal key block then reaches up to BLOCK_N - BLOCK_M keys
-    # past the last query row: every causal 64x128 ran 13-20% behind 128x64 / 64x64 on an H100 (RESULTS.md).
+    # past the last query row: the best causal 64x128 ran 18-20% behind 128x64 / 64x64 on an H100 (RESULTS.md).
     if p.causal and c["BLOCK_N"] > c["BLOCK_M"]:
         return f"causal: BLOCK_N > BLOCK_M computes a masked-out strip on the diagonal (got {c['BLOCK_N']} > {c['BLOCK_M']})"
     return None

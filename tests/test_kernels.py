@@ -171,7 +171,8 @@ def test_causal_attention_with_key_blocks_wider_than_query_blocks(seq, device):
         assert result.ok, f"{problem.key} {cfg}: {result.message}"
 
 
-def test_attention_descriptors_are_made_once_where_the_rows_stack(device):
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_attention_descriptors_are_made_once_where_the_rows_stack(dtype, device):
     """Contiguous q, k, v whose seq is a multiple of both blocks get launcher-made TMA descriptors over
     (batch*heads*seq, head_dim); each program must still read and write only its own (batch, head). Views
     whose heads do not stack, or a seq that would let a tile cross into the next head, fall back to
@@ -179,7 +180,7 @@ def test_attention_descriptors_are_made_once_where_the_rows_stack(device):
     ka = importlib.import_module("kernels.attention")
     op = get_op("attention")
     cfg = {"BLOCK_M": 32, "BLOCK_N": 16, "TMA": 1, "num_warps": 1, "num_stages": 2}
-    problem = op.parse_problem("2x3x64x64", "float16", causal=True)
+    problem = op.parse_problem("2x3x64x64", dtype, causal=True)
     inputs = op.make_inputs(problem, device)
     q, k, v = inputs["q"], inputs["k"], inputs["v"]
     assert ka._host_descriptors(cfg, q, k, v, q) is not None
@@ -191,4 +192,5 @@ def test_attention_descriptors_are_made_once_where_the_rows_stack(device):
         ref = op.reference({**inputs, "causal": causal})
         for qkv in ((q, k, v), bshd):
             out = ka.attention(*qkv, cfg, causal=causal)
-            torch.testing.assert_close(out.float(), ref, atol=2e-3, rtol=2e-3)
+            result = op.check(out, ref, problem)
+            assert result.ok, f"{problem.key} causal={causal}: {result.message}"
