@@ -79,6 +79,16 @@ def test_attention_shared_memory_and_causal_rules(small_smem_device):
     assert op.space.violations(cfg, op.parse_problem("1x1x4096x128", "float16"), H100) == []
 
 
+def test_attention_default_uses_tma_only_on_hopper(small_smem_device):
+    op = get_op("attention")
+    big = op.parse_problem("4x32x2048x128", causal=True)
+    hopper, older = op.space.default(big, H100), op.space.default(big, small_smem_device)
+    assert hopper == {"BLOCK_M": 128, "BLOCK_N": 64, "TMA": 1, "num_warps": 4, "num_stages": 2}
+    assert older["TMA"] == 0 and op.space.violations(older, big, small_smem_device) == []
+    assert op.space.violations(hopper, big, H100) == []
+    assert op.space.default(op.parse_problem("1x16x8192x64", "bfloat16", causal=True), H100)["num_warps"] == 8
+
+
 def test_attention_seeds_are_valid_where_they_can_run(small_smem_device):
     op = get_op("attention")
     big, tiny = op.parse_problem("4x32x2048x128", causal=True), op.parse_problem("1x2x37x64")
