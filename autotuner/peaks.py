@@ -20,6 +20,7 @@ from autotuner.store import Store, versions
 from autotuner.timing import time_cuda
 from db import repository as repo
 from db.engine import session_scope
+from search_spaces.problem import TORCH_DTYPES
 
 COPY = "copy_bandwidth"
 DTYPES = ("float16", "bfloat16", "float32")
@@ -52,7 +53,7 @@ def measure_copy(device: DeviceInfo) -> float:
 
 
 def measure_matmul(device: DeviceInfo, dtype: str) -> float:
-    torch_dtype = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}[dtype]
+    torch_dtype = TORCH_DTYPES[dtype]
     previous = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = True
     rates = []

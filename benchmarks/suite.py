@@ -17,10 +17,11 @@ import math
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from autotuner.bench import COMPUTE_BOUND, bench  # noqa: E402
+from autotuner.bench import COMPUTE_BOUND, BenchRow, bench  # noqa: E402
 from autotuner.device import current_device  # noqa: E402
 from autotuner.registry import get_op  # noqa: E402
 from autotuner.settings import Settings  # noqa: E402
@@ -47,8 +48,13 @@ SUITE: list[tuple[str, str, str, dict[str, object]]] = [
 ]
 
 
-def _ms(row) -> str:  # type: ignore[no-untyped-def]
-    return f"{row.ms:.4f}" if row is not None and row.ms else "-"
+def _ms(row: BenchRow) -> str:
+    return f"{row.ms:.4f}" if row.ms else "-"
+
+
+def _row(rows: dict[str, dict[str, Any]], name: str) -> BenchRow:
+    """A record's row back as a BenchRow; an empty one (no time) where the candidate is missing."""
+    return BenchRow(**rows[name]) if name in rows else BenchRow(name, None)
 
 
 def main() -> None:
@@ -77,13 +83,13 @@ def main() -> None:
         if wanted and not any(m in f"{op_name} {problem.key}" for m in wanted):
             continue
         t_tune = time.perf_counter()
-        tuned = tune(op, problem, store=store, settings=settings, time_budget_s=args.budget_s, trials=args.trials)
+        search = tune(op, problem, store=store, settings=settings, time_budget_s=args.budget_s, trials=args.trials)
         tune_s = time.perf_counter() - t_tune
         result = bench(op, problem, device, store=store, rounds=args.rounds, use_compile=not args.no_compile)
-        records.append({"problem": f"{op_name} {problem.key}", "tune_s": tune_s, "trials": len(tuned.trials),
-                        "candidates": tuned.candidates, **result.to_dict()})
+        records.append({"problem": f"{op_name} {problem.key}", "tune_s": tune_s, "trials": len(search.trials),
+                        "candidates": search.candidates, **result.to_dict()})
         print(f"[{time.perf_counter() - t0:6.1f} s] {op_name} {problem.key}: tuned in {tune_s:.1f} s "
-              f"({len(tuned.trials)} of {tuned.candidates} configs)", file=sys.stderr, flush=True)
+              f"({len(search.trials)} of {search.candidates} configs)", file=sys.stderr, flush=True)
         if args.json_out:
             args.json_out.write_text(json.dumps({"device": device.key, "records": records}, default=str, indent=1))
 
@@ -95,13 +101,8 @@ def main() -> None:
     ratios: dict[str, list[float]] = {}
     for rec in records:
         rows = {r["name"]: r for r in rec["rows"]}
-
-        class R:  # attribute access for _ms
-            def __init__(self, d):  # type: ignore[no-untyped-def]
-                self.__dict__.update(d or {"ms": None})
-
-        eager, comp, manual = R(rows.get("torch eager")), R(rows.get("torch.compile")), R(rows.get("manual (unfused torch)"))
-        default, tuned = R(rows.get("triton default")), R(rows.get("triton tuned"))
+        eager, comp, manual, default, tuned = (_row(rows, name) for name in (
+            "torch eager", "torch.compile", "manual (unfused torch)", "triton default", "triton tuned"))
         compute = rec["op"] in COMPUTE_BOUND
         rate = (f"{tuned.tflops:.0f} TFLOP/s" if compute else f"{tuned.gbs:.0f} GB/s") if tuned.ms else "-"
         vs_eager = eager.ms / tuned.ms if tuned.ms and eager.ms else None
