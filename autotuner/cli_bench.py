@@ -49,7 +49,7 @@ def bench(
 ) -> None:
     """Compare torch eager, torch.compile, the default and the tuned Triton config (and the unfused torch
     version for softmax and gelu) on the same inputs: time, throughput, roofline fraction, speedups."""
-    from autotuner.bench import COMPUTE_BOUND, profile_table
+    from autotuner.bench import COMPUTE_BOUND, DEFAULT, TUNED, profile_table
     from autotuner.bench import bench as run_bench
     from autotuner.device import current_device
     from autotuner.store import Store
@@ -86,8 +86,11 @@ def bench(
         p = result.peaks
         console.print(f"roofline: measured copy {p['copy_gbs']:.0f} GB/s, matmul " +
                       ", ".join(f"{k} {v:.0f} TFLOP/s" for k, v in p["matmul_tflops"].items()))
-    tuned, default = result.row("triton tuned"), result.row("triton default")
-    if tuned and default and tuned.ms and default.ms:
+    tuned, default = result.row(TUNED), result.row(DEFAULT)
+    if result.tuned_config is not None and result.tuned_config == result.default_config:
+        console.print(f"tuned config {result.tuned_config}: the default config (nothing measured faster by the "
+                      "tuner's margin)")
+    elif tuned and default and tuned.ms and default.ms:
         console.print(f"tuned config {result.tuned_config}: {default.ms / tuned.ms:.2f}x the default config")
     if device.is_interpreter:
         err.print("[yellow]No GPU: interpreter wall-clock times say nothing about GPU speed.[/]")

@@ -94,7 +94,8 @@ def main() -> None:
             args.json_out.write_text(json.dumps({"device": device.key, "records": records}, default=str, indent=1))
 
     print(f"\n{device.key}; times in ms (median of {args.rounds} interleaved rounds, L2 flushed), "
-          "roofline = measured floor / time; (k/n): rounds in which tuned beat eager\n")
+          "roofline = measured floor / time; (k/n): rounds in which tuned beat eager; "
+          "'= default': the tuner kept the default config\n")
     print("| problem | torch eager | torch.compile | manual | Triton default | Triton tuned | tuned vs eager | "
           "tuned vs default | tuned rate | roofline | tuned config |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
@@ -107,12 +108,14 @@ def main() -> None:
         rate = (f"{tuned.tflops:.0f} TFLOP/s" if compute else f"{tuned.gbs:.0f} GB/s") if tuned.ms else "-"
         vs_eager = eager.ms / tuned.ms if tuned.ms and eager.ms else None
         vs_default = default.ms / tuned.ms if tuned.ms and default.ms else None
+        vs_default_text = ("= default" if rec["tuned_config"] == rec["default_config"]  # timed once: 1.00x
+                           else f"{vs_default:.2f}x" if vs_default else "-")
         n_rounds = rec["rounds"]
         if vs_eager:
             ratios.setdefault(rec["op"], []).append(vs_eager)
         print(f"| {rec['problem']} | {_ms(eager)} | {_ms(comp)} | {_ms(manual) if 'manual (unfused torch)' in rows else 'n/a'} "
               f"| {_ms(default)} | {_ms(tuned)} | {f'{vs_eager:.2f}x ({tuned.rounds_faster}/{n_rounds})' if vs_eager else '-'} "
-              f"| {f'{vs_default:.2f}x' if vs_default else '-'} | {rate} "
+              f"| {vs_default_text} | {rate} "
               f"| {f'{tuned.roofline:.0%}' if tuned.ms and tuned.roofline else '-'} | {rec['tuned_config']} |")
     print()
     for op_name, rs in ratios.items():

@@ -28,8 +28,24 @@ def tuned_db(tmp_path_factory):
     return db
 
 
-def test_bench_compares_every_candidate_on_the_same_inputs(tuned_db):
-    r = _cli("bench", "softmax", "--shape", "8x40", "--rounds", "1", "--json", db=tuned_db)
+def _stored_best(tmp_path, keep_default: bool) -> str:
+    """A database whose best softmax 8x40 config on this machine is the space's default, or another config."""
+    from autotuner.device import current_device
+    from autotuner.registry import get_op
+    from autotuner.store import Store
+
+    db = f"sqlite:///{tmp_path / 'best.db'}"
+    op, device = get_op("softmax"), current_device()
+    problem = op.parse_problem("8x40")
+    default = op.space.default(problem, device)
+    config = default if keep_default else next(c for c in op.space.enumerate(problem, device).valid if c != default)
+    assert Store(db).save_best(op=op, problem=problem, device=device, config=config, median_ms=1.0, default_ms=1.0,
+                               torch_ms=None, run_id=None)
+    return db
+
+
+def test_bench_compares_every_candidate_on_the_same_inputs(tmp_path):
+    r = _cli("bench", "softmax", "--shape", "8x40", "--rounds", "1", "--json", db=_stored_best(tmp_path, False))
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     rows = {row["name"]: row for row in out["rows"]}
@@ -43,6 +59,21 @@ def test_bench_compares_every_candidate_on_the_same_inputs(tuned_db):
     for name in ("manual (unfused torch)", "triton default", "triton tuned"):
         assert out["rounds"] == 1 and rows[name]["rounds_faster"] == int(rows[name]["vs_eager"] > 1.0), rows[name]
     assert out["clock"].startswith("wall-clock") and out["tuned_config"] is not None and out["peaks"] is None
+    assert out["tuned_config"] != out["default_config"]
+
+
+def test_bench_times_a_kept_default_once(tmp_path):
+    """Where the tuner kept the default, both rows show the one kernel's time, and say so."""
+    from autotuner.bench import SAME_AS_DEFAULT
+
+    db = _stored_best(tmp_path, True)
+    out = json.loads(_cli("bench", "softmax", "--shape", "8x40", "--rounds", "1", "--json", db=db).stdout)
+    rows = {row["name"]: row for row in out["rows"]}
+    assert out["tuned_config"] == out["default_config"]
+    assert rows["triton tuned"]["ms"] == rows["triton default"]["ms"] > 0
+    assert rows["triton tuned"]["note"] == SAME_AS_DEFAULT and rows["triton default"]["note"] == ""
+    table = _cli("bench", "softmax", "--shape", "8x40", "--rounds", "1", db=db)
+    assert table.returncode == 0 and "the default config (nothing measured faster" in " ".join(table.stdout.split())
 
 
 def test_bench_without_a_tuned_result_says_how_to_get_one(tmp_path):
