@@ -1,0 +1,74 @@
+"""Does the state of the timing process change `time_cuda`'s reading of our kernels? (GPU only.)
+
+In the H100 suite, softmax and layernorm 4096x4096 read ~12% faster in bench runs that included
+torch.compile than in runs without it, while the tuner's worker read the same in both. This times the
+default configs in one process, in steps: fresh; after more of the same (drift); after torch.compile of
+the op's torch function ran once; after that compiled function ran in rounds with ours, as the bench does.
+
+    python benchmarks/process_state_check.py
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+
+from autotuner.device import current_device  # noqa: E402
+from autotuner.registry import get_op  # noqa: E402
+from autotuner.timing import time_cuda  # noqa: E402
+
+PROBLEMS = [("softmax", "4096x4096", "float16"), ("layernorm", "4096x4096", "float16"), ("gelu", "4096x4096", "float16")]
+
+
+def main() -> None:
+    device = current_device()
+    print(device.key)
+    setups = []
+    for op_name, shape, dtype in PROBLEMS:
+        op = get_op(op_name)
+        problem = op.parse_problem(shape, dtype)
+        inputs = op.make_inputs(problem, "cuda")
+        config = op.space.default(problem, device)
+        setups.append((f"{op_name} {problem.key}", op, inputs, config))
+
+    def ours(op, inputs, config):  # type: ignore[no-untyped-def]
+        return lambda: op.run(inputs, config)
+
+    steps: dict[str, dict[str, float]] = {}
+
+    def step(label: str, extra=None) -> None:  # type: ignore[no-untyped-def]
+        steps[label] = {}
+        for name, op, inputs, config in setups:
+            fn = ours(op, inputs, config)
+            times = []
+            for _ in range(5):
+                if extra is not None:
+                    time_cuda(extra[name], warmup_ms=10, rep_ms=20)
+                times.append(time_cuda(fn, warmup_ms=10, rep_ms=20).median_ms)
+            steps[label][name] = statistics.median(times)
+
+    step("fresh")
+    step("again (drift)")
+    compiled = {}
+    for name, op, inputs, _ in setups:
+        f = torch.compile(op.kernel_module.baseline)
+        f(**inputs)
+        compiled[name] = (lambda f=f, inputs=inputs: f(**inputs))
+    torch.cuda.synchronize()
+    step("after torch.compile ran once")
+    step("interleaved with torch.compile", compiled)
+    eager = {name: (lambda op=op, inputs=inputs: op.baseline(inputs)) for name, op, inputs, _ in setups}
+    step("interleaved with torch eager", eager)
+    print("\n| problem | " + " | ".join(steps) + " |")
+    print("|---|" + "---|" * len(steps))
+    for name, *_ in setups:
+        print(f"| {name} | " + " | ".join(f"{steps[s][name]:.4f}" for s in steps) + " |")
+
+
+if __name__ == "__main__":
+    main()
