@@ -25,6 +25,28 @@ from autotuner.timing import time_cuda  # noqa: E402
 PROBLEMS = [("softmax", "4096x4096", "float16"), ("layernorm", "4096x4096", "float16"), ("gelu", "4096x4096", "float16")]
 
 
+def offsets(setup) -> None:  # type: ignore[no-untyped-def]
+    """Our softmax writing into a fixed buffer at chosen offsets: does the output's address alone move the time?"""
+    import importlib
+
+    name, op, inputs, config = setup
+    module = importlib.import_module("kernels.softmax")
+    x = inputs["x"]
+    arena = torch.empty(x.numel() * 4 + (64 << 20), dtype=x.dtype, device="cuda")
+    original = module.new_output
+    print(f"\n{name}: output at an offset into one buffer (input at {x.data_ptr() % (1 << 30) / 2**20:.3f} MiB mod 1 GiB)")
+    print("| output offset KiB | ms |\n|---|---|")
+    try:
+        for kib in (0, 4, 64, 256, 1024, 2048, 4096, 8192, 16384, 16384 + 64, 32768 + 512):
+            y = arena[kib * 512: kib * 512 + x.numel()].view(x.shape)
+            module.new_output = lambda *a, y=y: y
+            t = statistics.median(time_cuda(lambda: op.run(inputs, config), warmup_ms=10, rep_ms=20).median_ms
+                                  for _ in range(5))
+            print(f"| {kib} | {t:.4f} |", flush=True)
+    finally:
+        module.new_output = original
+
+
 def main() -> None:
     device = current_device()
     print(device.key)
@@ -40,11 +62,15 @@ def main() -> None:
         return lambda: op.run(inputs, config)
 
     steps: dict[str, dict[str, float]] = {}
+    outputs: dict[str, set[float]] = {}
 
     def step(label: str, extra=None) -> None:  # type: ignore[no-untyped-def]
         steps[label] = {}
         for name, op, inputs, config in setups:
             fn = ours(op, inputs, config)
+            if name.startswith("softmax"):
+                x = inputs["x"]
+                outputs[label] = {round((fn().data_ptr() - x.data_ptr()) / 2**20, 3) for _ in range(3)}
             times = []
             for _ in range(5):
                 if extra is not None:
@@ -64,7 +90,10 @@ def main() -> None:
     step("interleaved with torch.compile", compiled)
     eager = {name: (lambda op=op, inputs=inputs: op.baseline(inputs)) for name, op, inputs, _ in setups}
     step("interleaved with torch eager", eager)
+    offsets(setups[0])
     print("\n| problem | " + " | ".join(steps) + " |")
+    for label, addrs in outputs.items():
+        print(f"{label}: output addresses (MiB from the input) {sorted(addrs)}")
     print("|---|" + "---|" * len(steps))
     for name, *_ in setups:
         print(f"| {name} | " + " | ".join(f"{steps[s][name]:.4f}" for s in steps) + " |")
