@@ -47,6 +47,45 @@ def offsets(setup) -> None:  # type: ignore[no-untyped-def]
         module.new_output = original
 
 
+def causes(setup) -> None:  # type: ignore[no-untyped-def]
+    """Our softmax timed right after other work, each way: what in the preceding timing changes ours? With
+    the GPU time of our kernel from the profiler (CUPTI), and the SM clock where NVML answers."""
+    from timing_check import kernel_us_per_call  # type: ignore[import-not-found]
+
+    name, op, inputs, config = setup
+    x = inputs["x"]
+    compiled = torch.compile(op.kernel_module.baseline)
+    compiled(**inputs)
+    a = torch.randn(4096, 4096, dtype=torch.float16, device="cuda")
+    sleep = torch.cuda._sleep
+    before = {
+        "nothing": None,
+        "torch.compile softmax": lambda: compiled(**inputs),
+        "torch eager softmax": lambda: op.baseline(inputs),
+        "spin kernel 40 us": lambda: sleep(80_000),
+        "fp16 matmul 4096^3": lambda: a @ a,
+        "copy of x": lambda: torch.empty_like(x).copy_(x),
+    }
+    ours = lambda: op.run(inputs, config)  # noqa: E731
+    print(f"\n{name}: ours timed right after timing each of these (median of 5 pairs)")
+    print("| preceded by | time_cuda ms | profiler kernel us | SM clock MHz |\n|---|---|---|---|")
+    for label, fn in before.items():
+        times, clocks = [], []
+        for _ in range(5):
+            if fn is not None:
+                time_cuda(fn, warmup_ms=10, rep_ms=20)
+            times.append(time_cuda(ours, warmup_ms=10, rep_ms=20).median_ms)
+            try:
+                clocks.append(torch.cuda.clock_rate())
+            except Exception:  # noqa: BLE001 - NVML missing: leave the column empty
+                pass
+        if fn is not None:
+            time_cuda(fn, warmup_ms=10, rep_ms=20)
+        k, _ = kernel_us_per_call(ours, 30)
+        clock = f"{statistics.median(clocks):.0f}" if clocks else "-"
+        print(f"| {label} | {statistics.median(times):.4f} | {k:.2f} | {clock} |", flush=True)
+
+
 def main() -> None:
     device = current_device()
     print(device.key)
@@ -90,7 +129,7 @@ def main() -> None:
     step("interleaved with torch.compile", compiled)
     eager = {name: (lambda op=op, inputs=inputs: op.baseline(inputs)) for name, op, inputs, _ in setups}
     step("interleaved with torch eager", eager)
-    offsets(setups[0])
+    causes(setups[0])
     print("\n| problem | " + " | ".join(steps) + " |")
     for label, addrs in outputs.items():
         print(f"{label}: output addresses (MiB from the input) {sorted(addrs)}")
