@@ -9,6 +9,7 @@ timed like `autotuner bench` (CUDA events, L2 flushed, median of 3 calls of time
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import statistics
 import sys
@@ -96,25 +97,31 @@ def matmul() -> None:
 
 
 @triton.jit
-def _gelu_stream(x_ptr, y_ptr, n, BLOCK_SIZE: tl.constexpr):
-    offs = tl.program_id(0).to(tl.int64) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+def gelu_tanh(x):
+    """kernels.gelu's tanh formula (float32 in and out), for the variants below. kernels/gelu.py keeps its own
+    copy inline: a stored result is exact only while its kernel module's source is unchanged."""
+    u = 0.7978845608028654 * (x + 0.044715 * x * x * x)
+    return x / (1.0 + tl.exp(-2.0 * u))
+
+
+@triton.jit
+def _gelu_stream_block(x_ptr, y_ptr, offs, n):
+    """One block with streaming cache hints: loads evicted first, stores not kept (.cs)."""
     mask = offs < n
     x = tl.load(x_ptr + offs, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
-    u = 0.7978845608028654 * (x + 0.044715 * x * x * x)
-    y = x / (1.0 + tl.exp(-2.0 * u))
-    tl.store(y_ptr + offs, y.to(y_ptr.dtype.element_ty), mask=mask, cache_modifier=".cs")
+    tl.store(y_ptr + offs, gelu_tanh(x).to(y_ptr.dtype.element_ty), mask=mask, cache_modifier=".cs")
+
+
+@triton.jit
+def _gelu_stream(x_ptr, y_ptr, n, BLOCK_SIZE: tl.constexpr):
+    _gelu_stream_block(x_ptr, y_ptr, tl.program_id(0).to(tl.int64) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE), n)
 
 
 @triton.jit
 def _gelu_persistent(x_ptr, y_ptr, n, BLOCK_SIZE: tl.constexpr):
     step = tl.num_programs(0).to(tl.int64) * BLOCK_SIZE
     for start in range(tl.program_id(0).to(tl.int64) * BLOCK_SIZE, n, step):
-        offs = start + tl.arange(0, BLOCK_SIZE)
-        mask = offs < n
-        x = tl.load(x_ptr + offs, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
-        u = 0.7978845608028654 * (x + 0.044715 * x * x * x)
-        y = x / (1.0 + tl.exp(-2.0 * u))
-        tl.store(y_ptr + offs, y.to(y_ptr.dtype.element_ty), mask=mask, cache_modifier=".cs")
+        _gelu_stream_block(x_ptr, y_ptr, start + tl.arange(0, BLOCK_SIZE), n)
 
 
 @triton.jit
@@ -122,9 +129,7 @@ def _gelu_tma(x_desc, y_desc, BR: tl.constexpr):
     """Tiles of a (rows, 256) view move through the tensor memory accelerator (Hopper bulk copies)."""
     row = tl.program_id(0) * BR
     x = x_desc.load([row, 0])
-    xf = x.to(tl.float32)
-    u = 0.7978845608028654 * (xf + 0.044715 * xf * xf * xf)
-    y_desc.store([row, 0], (xf / (1.0 + tl.exp(-2.0 * u))).to(x.dtype))
+    y_desc.store([row, 0], gelu_tanh(x.to(tl.float32)).to(x.dtype))
 
 
 @triton.jit
@@ -134,9 +139,14 @@ def _read_only(x_ptr, out_ptr, n, BLOCK_SIZE: tl.constexpr):
     tl.store(out_ptr + tl.program_id(0), total)
 
 
+@functools.cache
+def _read_flush_buffer() -> torch.Tensor:
+    return torch.ones(64 << 20, dtype=torch.float32, device=DEV)  # 256 MiB
+
+
 def _time_clean_l2(fn, reps: int = 200) -> float:  # type: ignore[no-untyped-def]
     """Median ms with the L2 emptied by reading a 256 MiB buffer (clean lines) instead of writing one (dirty)."""
-    buf = torch.ones(64 << 20, dtype=torch.float32, device=DEV)
+    buf = _read_flush_buffer()
     fn()
     times = []
     for _ in range(reps):
