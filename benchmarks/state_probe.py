@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import functools
 import importlib
 import statistics
 import sys
@@ -29,6 +30,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
 
 from autotuner.device import current_device  # noqa: E402
 from autotuner.registry import get_op  # noqa: E402
@@ -126,11 +129,177 @@ def timing_table(setups, carveouts: list[int | None]) -> None:  # type: ignore[n
         set_carveout(kernel, -1)
 
 
-def bare_launches(setups) -> None:  # type: ignore[no-untyped-def]
+@triton.jit
+def _read_with_policy(x_ptr, out_ptr, n, BLOCK: tl.constexpr, POLICY: tl.constexpr):
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    v = tl.load(x_ptr + offs, mask=offs < n, other=0.0, eviction_policy=POLICY)
+    tl.store(out_ptr + tl.program_id(0), tl.sum(v.to(tl.float32)))
+
+
+def read_with_policy(t: torch.Tensor, policy: str) -> Callable[[], object]:
+    """A launch that reads every element of t once with the given L2 eviction policy ("" for none)."""
+    n = t.numel()
+    out = torch.empty(triton.cdiv(n, 4096), dtype=torch.float32, device=t.device)
+    return lambda: _read_with_policy[(triton.cdiv(n, 4096),)](t, out, n, 4096, policy, num_warps=8)
+
+
+def reset_persisting_l2() -> None:
+    """cuCtxResetPersistingL2Cache: every line kept with the persisting (evict_last) property becomes normal."""
+    rc = ctypes.CDLL("libcuda.so.1").cuCtxResetPersistingL2Cache()
+    if rc != 0:
+        raise RuntimeError(f"cuCtxResetPersistingL2Cache returned CUresult {rc}")
+
+
+def time_with_reset(fn: Callable[[], object], reps: int = 100) -> float:
+    """time_cuda's per-repetition measure, with the persisting lines reset before each usual flush."""
+    flush = _flush_buffer(torch.device("cuda", torch.cuda.current_device()))
+    fn()
+    times = []
+    for _ in range(reps):
+        reset_persisting_l2()
+        flush.zero_()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def l2_steps(op, inputs) -> list[tuple[str, Callable[[], object] | None]]:  # type: ignore[no-untyped-def]
+    """Earlier work for l2_table, in order: reads of x with each L2 eviction policy, torch.compile, and so on."""
+    x = inputs["x"]
+    flush = _flush_buffer(torch.device("cuda", torch.cuda.current_device()))
+    compiled = torch.compile(op.kernel_module.baseline)
+    compiled(**inputs)
+    steps: list[tuple[str, Callable[[], object] | None]] = [
+        ("copy of x", lambda x=x: torch.empty_like(x).copy_(x)),  # type: ignore[misc]
+        ("read x, no policy", read_with_policy(x, "")),
+        ("read x, evict_first", read_with_policy(x, "evict_first")),
+        ("read x, evict_last", read_with_policy(x, "evict_last")),
+        ("read x, no policy (after evict_last)", read_with_policy(x, "")),
+        ("read 256 MiB flush buffer, evict_last", read_with_policy(flush, "evict_last")),
+        ("read x, no policy (after that)", read_with_policy(x, "")),
+        ("torch.compile", lambda inputs=inputs, compiled=compiled: compiled(**inputs)),  # type: ignore[misc]
+        ("nothing", None),
+        ("reset persisting lines", reset_persisting_l2),
+        ("nothing", None),
+        ("torch eager", functools.partial(op.baseline, inputs)),
+    ]
+    return steps
+
+
+def l2_table() -> None:
+    """Is the fast state L2 lines of the input that survive the flush? Earlier work reads x with each eviction
+    policy (torch.compile's kernels load with evict_last hints); then ours is timed the usual way, and with
+    the persisting lines reset before each flush."""
+    device = current_device()
+    for op_name in ("softmax", "layernorm"):
+        op = get_op(op_name)
+        problem = op.parse_problem("4096x4096", "float16")
+        inputs = op.make_inputs(problem, "cuda")
+        config = op.space.default(problem, device)
+        steps = l2_steps(op, inputs)
+        ours = functools.partial(op.run, inputs, config)
+        print(f"\n{op_name} {problem.key} default config: ours timed after each step, in order")
+        print("| step | ours, usual flush ms | ours, persisting lines reset before each flush ms |\n|---|---|---|")
+        for label, fn in steps:
+            usual, reset = [], []
+            for _ in range(3):
+                if fn is not None:
+                    time_cuda(fn, warmup_ms=10, rep_ms=20)
+                usual.append(time_cuda(ours, warmup_ms=10, rep_ms=20).median_ms)
+            for _ in range(3):
+                if fn is not None:
+                    time_cuda(fn, warmup_ms=10, rep_ms=20)
+                reset.append(time_with_reset(ours))
+            print(f"| {label} | {statistics.median(usual):.4f} | {statistics.median(reset):.4f} |", flush=True)
+        compiled = dict(steps)["torch.compile"]
+        assert compiled is not None
+        for name, fn in (("torch.compile", compiled), ("torch eager", functools.partial(op.baseline, inputs)),
+                         ("ours", ours)):
+            print(f"{name}: usual flush {statistics.median(time_cuda(fn).median_ms for _ in range(3)):.4f} ms, "
+                  f"persisting lines reset {statistics.median(time_with_reset(fn) for _ in range(3)):.4f} ms")
+
+
+@triton.jit
+def _fill_with_policy(buf_ptr, n, BLOCK: tl.constexpr, POLICY: tl.constexpr):
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(buf_ptr + offs, tl.zeros((BLOCK,), tl.int32), mask=offs < n, eviction_policy=POLICY)
+
+
+def flush_methods() -> dict[str, Callable[[], object]]:
+    buf = _flush_buffer(torch.device("cuda", torch.cuda.current_device()))
+    n = buf.numel()
+
+    def fill(policy: str) -> None:
+        _fill_with_policy[(triton.cdiv(n, 4096),)](buf, n, 4096, policy, num_warps=8)
+
+    def last_then_zero() -> None:
+        fill("evict_last")
+        buf.zero_()
+
+    read_last = read_with_policy(buf, "evict_last")
+
+    def read_last_then_zero() -> None:
+        read_last()
+        buf.zero_()
+
+    return {"zero_ (usual)": buf.zero_, "evict_last fill, then zero_": last_then_zero,
+            "evict_last read, then zero_": read_last_then_zero, "evict_last fill": lambda: fill("evict_last")}
+
+
+def time_with_flush(fn: Callable[[], object], flush: Callable[[], object], reps: int = 100) -> float:
+    fn()
+    times = []
+    for _ in range(reps):
+        flush()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def flush_table() -> None:
+    """Which flush leaves the same L2 before every launch, whatever ran before? Ours after earlier work that
+    reads x with each policy, timed after each kind of flush; and cuBLAS matmul, whose speed depends on the
+    L2 it is left (a flush that pins lines would slow it)."""
+    device = current_device()
+    flushes = flush_methods()
+    a = torch.randn(4096, 4096, dtype=torch.float16, device="cuda")
+    print("\n| flush | cuBLAS 4096^3 fp16 ms | " + " | ".join(
+        f"{o} after {s}" for o in ("softmax", "layernorm") for s in ("compile", "plain read", "evict_last read", "copy"))
+          + " |\n|---|---|" + "---|" * 8)
+    setups = []
+    for op_name in ("softmax", "layernorm"):
+        op = get_op(op_name)
+        problem = op.parse_problem("4096x4096", "float16")
+        inputs = op.make_inputs(problem, "cuda")
+        steps = dict(l2_steps(op, inputs))
+        chosen = [steps["torch.compile"], steps["read x, no policy"], steps["read x, evict_last"], steps["copy of x"]]
+        setups.append((functools.partial(op.run, inputs, op.space.default(problem, device)), chosen))
+    for label, flush in flushes.items():
+        cells = [statistics.median(time_with_flush(lambda: a @ a, flush, 50) for _ in range(3))]
+        for ours, chosen in setups:
+            for fn in chosen:
+                times = []
+                for _ in range(3):
+                    assert fn is not None
+                    time_with_flush(fn, flush, 30)
+                    times.append(time_with_flush(ours, flush))
+                cells.append(statistics.median(times))
+        print(f"| {label} | " + " | ".join(f"{t:.4f}" for t in cells) + " |", flush=True)
+
+
+def bare_launches(setups, l2: bool) -> None:  # type: ignore[no-untyped-def]
     """For a profiler: each preceding kind three times, then ours five times, each after the usual flush."""
     flush = _flush_buffer(torch.device("cuda", torch.cuda.current_device()))
     for name, op, inputs, config, _ in setups:
-        for label, fn in preceding(op, inputs).items():
+        for label, fn in (l2_steps(op, inputs) if l2 else preceding(op, inputs).items()):
             torch.cuda.nvtx.range_push(f"{name} after {label}")
             for _ in range(3):
                 if fn is not None:
@@ -150,7 +319,7 @@ def ncu_table(path: str) -> None:
     lines = Path(path).read_text().splitlines()
     first = next(i for i, line in enumerate(lines) if line.startswith('"ID"'))
     rows = list(csv.DictReader(lines[first:]))[1:]  # the row after the header holds the units
-    keys = ["gpu__time_duration.sum", "launch__shared_mem_config_size", "launch__occupancy_limit_shared_mem",
+    keys = ["gpu__time_duration.sum", "dram__bytes_read.sum", "dram__bytes_write.sum", "launch__shared_mem_config_size", "launch__occupancy_limit_shared_mem",
             "launch__occupancy_limit_registers", "sm__warps_active.avg.pct_of_peak_sustained_active",
             "gpc__cycles_elapsed.avg.per_second", "lts__t_sector_hit_rate.pct"]
     print("| id | kernel | " + " | ".join(keys) + " |\n|---|---|" + "---|" * len(keys))
@@ -170,9 +339,17 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--launches", action="store_true", help="bare launches per state, for ncu")
     parser.add_argument("--ncu-csv", help="summarise a CSV written by ncu --csv --page raw --log-file")
+    parser.add_argument("--l2", action="store_true", help="ours after reads of x with each L2 eviction policy")
+    parser.add_argument("--flushes", action="store_true", help="ours after earlier work, under each kind of flush")
     args = parser.parse_args()
     if args.ncu_csv:
         ncu_table(args.ncu_csv)
+        return
+    if args.flushes:
+        flush_table()
+        return
+    if args.l2 and not args.launches:
+        l2_table()
         return
     device = current_device()
     print(device.key)
@@ -186,7 +363,7 @@ def main() -> None:
         kernel = compiled_kernel(op, inputs, config, jit_name)
         setups.append((f"{op_name} {problem.key} {dict(config)}", op, inputs, config, kernel))
     if args.launches:
-        bare_launches(setups)
+        bare_launches(setups, args.l2)
     else:
         timing_table(setups, [None, 0, 100])
 
