@@ -36,30 +36,21 @@ def _summarise(times: list[float], clock: str) -> Timing:
     return Timing(statistics.median(times), _quantile(times, 0.2), _quantile(times, 0.8), len(times), clock)
 
 
-_FLUSH: dict[str, torch.Tensor] = {}
 SLEEP_CYCLES_PER_S = 2.0e9  # torch.cuda._sleep counts GPU clock cycles; ~2 GHz boost clocks on current GPUs
-
-
-def _flush_buffer(device: torch.device) -> torch.Tensor:
-    """A buffer twice the L2 (at least 256 MiB): zeroing it evicts the inputs from the cache."""
-    key = str(device)
-    if key not in _FLUSH:
-        l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 64 << 20)
-        _FLUSH[key] = torch.empty(max(2 * l2, 256 << 20) // 4, dtype=torch.int32, device=device)
-    return _FLUSH[key]
 
 
 def time_cuda(fn: Callable[[], Any], warmup_ms: float = 25.0, rep_ms: float = 100.0,
               min_reps: int = 10, max_reps: int = 300) -> Timing:
-    """Median of per-repetition CUDA-event times; the L2 is flushed before each repetition."""
-    device = torch.device("cuda", torch.cuda.current_device())
-    flush = _flush_buffer(device)
+    """Median of per-repetition CUDA-event times; the L2 is emptied before each repetition (l2_flush.py)."""
+    from autotuner.l2_flush import l2_flusher  # here: a @triton.jit module is imported after kernels/ chose the backend
+
+    flush = l2_flusher(torch.device("cuda", torch.cuda.current_device()))
     fn()
     torch.cuda.synchronize()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
     for _ in range(5):
-        flush.zero_()
+        flush()
         fn()
     end.record()
     torch.cuda.synchronize()
@@ -75,7 +66,7 @@ def time_cuda(fn: Callable[[], Any], warmup_ms: float = 25.0, rep_ms: float = 10
     torch.cuda.synchronize()
     t_cpu = time.perf_counter()
     for _ in range(3):
-        flush.zero_()
+        flush()
         fn()
     cpu_per_rep_s = (time.perf_counter() - t_cpu) / 3  # the CPU's cost of queueing one repetition
     torch.cuda.synchronize()
@@ -83,7 +74,7 @@ def time_cuda(fn: Callable[[], Any], warmup_ms: float = 25.0, rep_ms: float = 10
     if sleep is not None:
         sleep(int(min(0.2, 1.5 * reps * cpu_per_rep_s) * SLEEP_CYCLES_PER_S))
     for i in range(reps):
-        flush.zero_()
+        flush()
         starts[i].record()
         fn()
         ends[i].record()

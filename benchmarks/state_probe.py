@@ -34,8 +34,10 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
 from autotuner.device import current_device  # noqa: E402
+from autotuner.l2_flush import flush_buffer as _flush_buffer  # noqa: E402
+from autotuner.l2_flush import l2_flusher  # noqa: E402
 from autotuner.registry import get_op  # noqa: E402
-from autotuner.timing import _flush_buffer, time_cuda  # noqa: E402
+from autotuner.timing import time_cuda  # noqa: E402
 
 CARVEOUT_ATTRIBUTE = 9  # CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT (percent of the maximum; -1 none)
 SPIN_CYCLES = 200_000
@@ -295,9 +297,12 @@ def flush_table() -> None:
         print(f"| {label} | " + " | ".join(f"{t:.4f}" for t in cells) + " |", flush=True)
 
 
-def bare_launches(setups, l2: bool) -> None:  # type: ignore[no-untyped-def]
-    """For a profiler: each preceding kind three times, then ours five times, each after the usual flush."""
-    flush = _flush_buffer(torch.device("cuda", torch.cuda.current_device()))
+def bare_launches(setups, l2: bool, timing_flush: bool) -> None:  # type: ignore[no-untyped-def]
+    """For a profiler: each preceding kind three times, then ours five times, each after a zero-fill of the
+    flush buffer, or with `timing_flush` after time_cuda's flush (l2_flush.py)."""
+    device = torch.device("cuda", torch.cuda.current_device())
+    zero_fill = _flush_buffer(device).zero_
+    flush = l2_flusher(device) if timing_flush else zero_fill
     for name, op, inputs, config, _ in setups:
         for label, fn in (l2_steps(op, inputs) if l2 else preceding(op, inputs).items()):
             torch.cuda.nvtx.range_push(f"{name} after {label}")
@@ -305,7 +310,7 @@ def bare_launches(setups, l2: bool) -> None:  # type: ignore[no-untyped-def]
                 if fn is not None:
                     fn()
             for _ in range(5):
-                flush.zero_()
+                flush()
                 op.run(inputs, config)
             torch.cuda.synchronize()
             torch.cuda.nvtx.range_pop()
@@ -341,6 +346,7 @@ def main() -> None:
     parser.add_argument("--ncu-csv", help="summarise a CSV written by ncu --csv --page raw --log-file")
     parser.add_argument("--l2", action="store_true", help="ours after reads of x with each L2 eviction policy")
     parser.add_argument("--flushes", action="store_true", help="ours after earlier work, under each kind of flush")
+    parser.add_argument("--timing-flush", action="store_true", help="--launches with time_cuda's flush")
     args = parser.parse_args()
     if args.ncu_csv:
         ncu_table(args.ncu_csv)
@@ -363,7 +369,7 @@ def main() -> None:
         kernel = compiled_kernel(op, inputs, config, jit_name)
         setups.append((f"{op_name} {problem.key} {dict(config)}", op, inputs, config, kernel))
     if args.launches:
-        bare_launches(setups, args.l2)
+        bare_launches(setups, args.l2, args.timing_flush)
     else:
         timing_table(setups, [None, 0, 100])
 

@@ -28,9 +28,10 @@ from torch.profiler import ProfilerActivity, profile  # noqa: E402
 from autotuner.bench import candidates  # noqa: E402
 from autotuner.compile_pool import CompilePool  # noqa: E402
 from autotuner.device import current_device  # noqa: E402
+from autotuner.l2_flush import l2_flusher  # noqa: E402
 from autotuner.registry import get_op  # noqa: E402
 from autotuner.runner import TrialRunner, WorkerSpec  # noqa: E402
-from autotuner.timing import _flush_buffer, time_cuda  # noqa: E402
+from autotuner.timing import time_cuda  # noqa: E402
 from search_spaces.space import config_key  # noqa: E402
 
 PROBLEMS = [("matmul", "1024x1024x1024", "float16"), ("matmul", "32x4096x4096", "float16"),
@@ -39,12 +40,12 @@ PROBLEMS = [("matmul", "1024x1024x1024", "float16"), ("matmul", "32x4096x4096", 
 
 
 def kernel_us_per_call(fn, calls: int) -> tuple[float, str]:  # type: ignore[no-untyped-def]
-    flush = _flush_buffer(torch.device("cuda", torch.cuda.current_device()))
+    flush = l2_flusher(torch.device("cuda", torch.cuda.current_device()))
     fn()
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(calls):
-            flush.zero_()
+            flush()
             fn()
         torch.cuda.synchronize()
     per_name: dict[str, float] = {}
