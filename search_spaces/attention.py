@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from search_spaces.problem import ELEMENT_BYTES, TORCH_DTYPES, ProblemError, dims_str, parse_dims, parse_dtype
-from search_spaces.space import Config, DeviceLimits, Param, Space, clamp, next_pow2
+from search_spaces.space import Config, DeviceLimits, Param, Space, clamp, hopper, next_pow2, tma_needs_hopper
 
 DTYPES = ("float16", "bfloat16")
 HEAD_DIMS = (64, 128)
@@ -107,13 +107,6 @@ def _warps_vs_tile(c: Config, p: AttentionProblem, d: DeviceLimits) -> str | Non
     return None
 
 
-def _tma_needs_hopper(c: Config, p: AttentionProblem, d: DeviceLimits) -> str | None:
-    cap = getattr(d, "capability", (9, 0))
-    if c["TMA"] and not getattr(d, "is_interpreter", False) and cap[0] < 9:
-        return f"TMA=1 needs a Hopper or later GPU (compute capability 9.0), this one is {cap[0]}.{cap[1]}"
-    return None
-
-
 def default(p: AttentionProblem, d: DeviceLimits) -> Config:
     """128x64 tiles (smaller for short sequences); on Hopper GPUs TMA loads, and at head_dim 128 one warpgroup
     with two stages (1.18x / 1.23x the 8-warp pointer config on an H100 at 4x32x2048x128 causal / full)."""
@@ -121,10 +114,9 @@ def default(p: AttentionProblem, d: DeviceLimits) -> Config:
     bn = clamp(next_pow2(p.seq), 16, 64)
     warps = 8 if bm >= 128 else 4 if bm >= 64 else 2 if bm >= 32 else 1
     stages = 3
-    hopper = not getattr(d, "is_interpreter", False) and getattr(d, "capability", (0, 0))[0] >= 9
-    if hopper and bm == 128 and p.head_dim == 128:
+    if hopper(d) and bm == 128 and p.head_dim == 128:
         warps, stages = 4, 2
-    cfg = {"BLOCK_M": bm, "BLOCK_N": min(bn, bm), "TMA": int(hopper), "num_warps": warps, "num_stages": stages}
+    cfg = {"BLOCK_M": bm, "BLOCK_N": min(bn, bm), "TMA": int(hopper(d)), "num_warps": warps, "num_stages": stages}
     while cfg["num_stages"] > 1 and _fits_smem(cfg, p, d):
         cfg["num_stages"] -= 1
     return cfg
@@ -148,7 +140,7 @@ SPACE: Space[AttentionProblem] = Space(
         Param("num_warps", (1, 2, 4, 8)),
         Param("num_stages", (1, 2, 3, 4)),
     ),
-    constraints=(_fits_smem, _causal_wide_keys, _tiles_vs_seq, _warps_vs_tile, _tma_needs_hopper),
+    constraints=(_fits_smem, _causal_wide_keys, _tiles_vs_seq, _warps_vs_tile, tma_needs_hopper),
     default_fn=default,
     seeds_fn=seeds,
 )

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from search_spaces.problem import ELEMENT_BYTES, TORCH_DTYPES, ProblemError, dims_str, parse_dims, parse_dtype
-from search_spaces.space import Config, DeviceLimits, Param, Space, clamp, next_pow2
+from search_spaces.space import Config, DeviceLimits, Param, Space, clamp, hopper, next_pow2, tma_needs_hopper
 
 DTYPES = ("float16", "bfloat16", "float32")
 EPILOGUES = ("none", "bias", "bias_relu", "bias_gelu", "relu", "gelu")
@@ -72,14 +72,17 @@ def bytes_moved(p: MatmulProblem) -> float:
 
 
 def smem_bytes(c: Config, p: MatmulProblem) -> int:
-    """Shared memory of the software pipeline: num_stages tiles of A and of B."""
-    return c["num_stages"] * (c["BLOCK_M"] * c["BLOCK_K"] + c["BLOCK_K"] * c["BLOCK_N"]) * ELEMENT_BYTES[p.dtype]
+    """Shared memory of the software pipeline: num_stages tiles of A and of B, and with TMA the C tile that the
+    store goes out through (on an H100, 128x256x64 float16 fits 4 stages through pointers, 3 through TMA)."""
+    pipeline = c["num_stages"] * (c["BLOCK_M"] * c["BLOCK_K"] + c["BLOCK_K"] * c["BLOCK_N"])
+    return (pipeline + (c["BLOCK_M"] * c["BLOCK_N"] if c.get("TMA") else 0)) * ELEMENT_BYTES[p.dtype]
 
 
 def _fits_smem(c: Config, p: MatmulProblem, d: DeviceLimits) -> str | None:
     need = smem_bytes(c, p)
     if need > d.smem_per_block:
-        return f"shared memory {need} B (num_stages x (A tile + B tile)) exceeds the device's {d.smem_per_block} B per block"
+        what = "num_stages x (A tile + B tile)" + (" + C tile" if c.get("TMA") else "")
+        return f"shared memory {need} B ({what}) exceeds the device's {d.smem_per_block} B per block"
     return None
 
 
@@ -108,6 +111,8 @@ def _grouping(c: Config, p: MatmulProblem, d: DeviceLimits) -> str | None:
 def _split_k(c: Config, p: MatmulProblem, d: DeviceLimits) -> str | None:
     if c["SPLIT_K"] == 1:
         return None
+    if c["TMA"]:
+        return f"SPLIT_K={c['SPLIT_K']}: TMA=1 works with SPLIT_K=1 only"
     tiles = -(-p.M // c["BLOCK_M"]) * -(-p.N // c["BLOCK_N"])
     if tiles >= d.sm_count:
         return f"SPLIT_K={c['SPLIT_K']}: {tiles} output tiles already fill the device's {d.sm_count} SMs"
@@ -124,10 +129,20 @@ def default(p: MatmulProblem, d: DeviceLimits) -> Config:
     bk = clamp(next_pow2(p.K), 32, 64 if p.dtype != "float32" else 32)
     warps = 8 if bm * bn >= 128 * 128 else 4
     cfg = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8 if -(-p.M // bm) > 1 else 1,
-           "SPLIT_K": 1, "num_warps": warps, "num_stages": 4}
+           "SPLIT_K": 1, "TMA": 0, "num_warps": warps, "num_stages": 4}
     while cfg["num_stages"] > 2 and _fits_smem(cfg, p, d):
         cfg["num_stages"] -= 1
     return cfg
+
+
+def seeds(p: MatmulProblem, d: DeviceLimits) -> list[Config]:
+    """On Hopper GPUs, the 128x256x64 tiles that won every large problem of the H100 suite, through TMA and
+    through pointers (benchmarks/RESULTS.md), measured right after the default; the ones a problem rules out
+    (tiles larger than it, shared memory) are dropped."""
+    if not hopper(d):
+        return []
+    big = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8, "SPLIT_K": 1, "num_warps": 8, "num_stages": 3}
+    return [{**big, "TMA": 1}, {**big, "TMA": 0}, {**big, "TMA": 0, "num_stages": 4}]
 
 
 SPACE: Space[MatmulProblem] = Space(
@@ -137,9 +152,11 @@ SPACE: Space[MatmulProblem] = Space(
         Param("BLOCK_K", (32, 64, 128)),
         Param("GROUP_M", (1, 8)),
         Param("SPLIT_K", (1, 2, 4, 8), implied=1),
+        Param("TMA", (0, 1), implied=0),
         Param("num_warps", (4, 8)),
         Param("num_stages", (2, 3, 4, 5)),
     ),
-    constraints=(_fits_smem, _tile_vs_problem, _warps_vs_tile, _grouping, _split_k),
+    constraints=(_fits_smem, _tile_vs_problem, _warps_vs_tile, _grouping, _split_k, tma_needs_hopper),
     default_fn=default,
+    seeds_fn=seeds,
 )

@@ -130,6 +130,19 @@ class Space(Generic[P]):
         return [self.validate(c, problem, device) for c in seeds if not self.violations(c, problem, device)]
 
 
+def tma_needs_hopper(c: Config, p: Any, d: DeviceLimits) -> str | None:
+    """Constraint of spaces with a TMA parameter: TMA=1 needs compute capability 9.0 (or the interpreter)."""
+    cap = getattr(d, "capability", (9, 0))
+    if c["TMA"] and not getattr(d, "is_interpreter", False) and cap[0] < 9:
+        return f"TMA=1 needs a Hopper or later GPU (compute capability 9.0), this one is {cap[0]}.{cap[1]}"
+    return None
+
+
+def hopper(d: DeviceLimits) -> bool:
+    """A Hopper or later GPU (not the interpreter): where TMA configs can be seeds and defaults."""
+    return not getattr(d, "is_interpreter", False) and getattr(d, "capability", (0, 0))[0] >= 9
+
+
 def next_pow2(n: int) -> int:
     return 1 << max(0, (int(n) - 1).bit_length())
 

@@ -68,6 +68,36 @@ def test_matmul_accepts_strided_operands(device):
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+@pytest.mark.parametrize("shape, epilogue", [("37x48x72", "none"), ("70x40x56", "bias_gelu"), ("64x32x40", "relu")])
+def test_matmul_tma_matches_reference_at_the_edges(shape, epilogue, dtype, device, monkeypatch):
+    """Rows aligned to 16 bytes go through the TMA kernel (the pointer kernel is taken away here, so a fallback
+    fails); tiles past the edges of M, N and K load zeros and store nothing."""
+    km = importlib.import_module("kernels.matmul")
+    op = get_op("matmul")
+    problem = op.parse_problem(shape, dtype, epilogue=epilogue)
+    inputs = op.make_inputs(problem, device)
+    ref = op.reference(inputs)
+    monkeypatch.setattr(km, "matmul_kernel", None)
+    for cfg in ({"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 2, "TMA": 1, "num_warps": 4, "num_stages": 2},
+                {"BLOCK_M": 64, "BLOCK_N": 16, "BLOCK_K": 16, "GROUP_M": 1, "TMA": 1, "num_warps": 2, "num_stages": 3}):
+        result = op.check(op.run(inputs, cfg), ref, problem)
+        assert result.ok, f"{problem.key} {cfg}: {result.message}"
+
+
+def test_matmul_tma_falls_back_to_pointers_where_rows_are_not_aligned(device):
+    km = importlib.import_module("kernels.matmul")
+    op = get_op("matmul")
+    cfg = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 1, "TMA": 1, "num_warps": 4, "num_stages": 2}
+    a, b = torch.randn(70, 40).half(), torch.randn(50, 40).half().t()  # b column-major
+    assert not km._tma_ready(a, b)
+    assert op.check(op.run({"a": a, "b": b}, cfg), op.reference({"a": a, "b": b}), op.parse_problem("70x50x40")).ok
+    a, b = torch.randn(37, 53).half(), torch.randn(53, 29).half()  # rows of 106 and 58 bytes
+    assert not km._tma_ready(a, b)
+    assert op.check(op.run({"a": a, "b": b}, cfg), op.reference({"a": a, "b": b}), op.parse_problem("37x29x53")).ok
+    assert km._tma_ready(torch.randn(37, 56).half(), torch.randn(56, 32).half())
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
 @pytest.mark.parametrize("shape, epilogue, split", [("32x64x256", "none", 4), ("40x96x200", "bias_gelu", 2),
                                                     ("70x33x520", "relu", 8), ("33x32x96", "bias", 2)])
 def test_matmul_split_k_matches_reference_and_leaves_counters_at_zero(shape, epilogue, split, dtype, device):
@@ -106,6 +136,10 @@ def test_rowwise_ops_take_leading_dimensions(device):
         ("matmul", {"a": torch.randn(4, 5).half(), "b": torch.randn(5, 3).half()}, {"BLOCK_M": 32}, "missing"),
         ("matmul", {"a": torch.randn(4, 5).half(), "b": torch.randn(5, 3).half()},
          {"BLOCK_M": 48, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 1}, "power of two"),
+        ("matmul", {"a": torch.randn(4, 5).half(), "b": torch.randn(5, 3).half()},
+         {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 1, "TMA": 2}, "TMA.*must be 0 or 1"),
+        ("matmul", {"a": torch.randn(4, 5).half(), "b": torch.randn(5, 3).half()},
+         {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 1, "TMA": 1, "SPLIT_K": 2}, "SPLIT_K=1 only"),
         ("softmax", {"x": torch.randn(4, 6).half().t()}, None, "contiguous in its last dimension"),
         ("softmax", {"x": torch.randn(4, 6).int()}, None, "accepted"),
         ("softmax", {"x": torch.randn(0, 6)}, None, "empty"),

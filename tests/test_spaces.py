@@ -69,6 +69,24 @@ def test_matmul_split_k_only_where_tiles_do_not_fill_the_device():
     assert not any(c["SPLIT_K"] > 1 for c in op.space.candidates(square, H100))
 
 
+def test_matmul_tma_rules_and_seeds():
+    op = get_op("matmul")
+    square, skinny = op.parse_problem("4096x4096x4096", "float16"), op.parse_problem("32x4096x4096", "float16")
+    cfg = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8, "TMA": 1, "num_warps": 8, "num_stages": 3}
+    assert op.space.violations(cfg, square, H100) == []
+    # The TMA store goes out through a C tile in shared memory: 4 stages fit through pointers, not through TMA.
+    assert op.space.violations({**cfg, "TMA": 0, "num_stages": 4}, square, H100) == []
+    assert any("+ C tile" in r for r in op.space.violations({**cfg, "num_stages": 4}, square, H100))
+    split = {**cfg, "BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 128, "GROUP_M": 1, "SPLIT_K": 2, "num_warps": 4}
+    assert op.space.violations(split, skinny, H100) == ["SPLIT_K=2: TMA=1 works with SPLIT_K=1 only"]
+    ampere = DeviceInfo("NVIDIA A100-SXM4-80GB", (8, 0), 108, 80 << 30, 166912, "cuda:0")
+    assert any("Hopper" in r for r in op.space.violations(cfg, square, ampere))
+    seeds = op.space.seeds(square, H100)
+    assert {c["TMA"] for c in seeds} == {0, 1} and all(c in op.space.candidates(square, H100) for c in seeds)
+    assert op.space.seeds(square, ampere) == [] and op.space.seeds(skinny, H100) == []  # tiles too big for M=32
+    assert op.space.default(square, H100)["TMA"] == 0  # the default stays the tutorial's pointer kernel
+
+
 def test_attention_shared_memory_and_causal_rules(small_smem_device):
     op = get_op("attention")
     problem = op.parse_problem("1x1x4096x128", "float16", causal=True)

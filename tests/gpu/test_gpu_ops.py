@@ -99,3 +99,29 @@ def test_attention_tma_on_gpu(shape, causal):
     result = op.check(op.run(strided, {"BLOCK_M": 64, "BLOCK_N": 64, "TMA": 1, "num_warps": 4, "num_stages": 3}),
                       op.reference(inputs), problem)
     assert result.ok, f"{problem.key} strided: {result.message}"
+
+
+@pytest.mark.parametrize("shape, dtype, epilogue", [("4096x4096x4096", "float16", "none"),
+                                                    ("8192x8192x8192", "bfloat16", "none"),
+                                                    ("2056x1000x520", "bfloat16", "bias_gelu"),
+                                                    ("1000x1000x1000", "float32", "bias_relu")])
+def test_matmul_tma_on_gpu(shape, dtype, epilogue, monkeypatch):
+    """The TMA kernel at the suite's large shapes, and where M, N and K end inside a tile (zero-filled loads,
+    clipped stores). The pointer kernel is taken away, so a silent fallback fails."""
+    if torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("TMA needs compute capability 9.0")
+    km = importlib.import_module("kernels.matmul")
+    op = get_op("matmul")
+    problem = op.parse_problem(shape, dtype, epilogue=epilogue)
+    inputs = op.make_inputs(problem, current_device())
+    ref = op.reference(inputs)
+    monkeypatch.setattr(km, "matmul_kernel", None)
+    for cfg in op.space.seeds(problem, current_device()) + [
+            {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 32 if dtype == "float32" else 64, "GROUP_M": 8, "TMA": 1,
+             "num_warps": 4, "num_stages": 3}]:
+        if not cfg.get("TMA"):
+            continue
+        out = op.run(inputs, cfg)
+        torch.cuda.synchronize()
+        result = op.check(out, ref, problem)
+        assert result.ok, f"{problem.key} {cfg}: {result.message}"
