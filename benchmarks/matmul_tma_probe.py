@@ -1,7 +1,8 @@
 """Would TMA tiles help our matmul? A TMA kernel (tiles through host tensor descriptors, one program per tile
 or a persistent grid of one program per SM) against torch.matmul (cuBLAS) and `kernels/matmul.py` with the
 suite's tuned configs. This probe led to `kernels/matmul.py`'s TMA=1 path (one program per tile: the
-persistent grid measured within 1-3% either way); it is kept for the persistent comparison.
+persistent grid measured within 1-3% either way), which its "TMA" rows now call; it is kept for the
+persistent comparison.
 
     python benchmarks/matmul_tma_probe.py            # on a Hopper GPU: one markdown table
     TRITON_INTERPRET=1 python benchmarks/matmul_tma_probe.py --check   # correctness only, small shapes
@@ -24,28 +25,18 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 from triton.tools.tensor_descriptor import TensorDescriptor  # noqa: E402
 
-from kernels.matmul import matmul  # noqa: E402
+from kernels.matmul import _grouped_tile, matmul  # noqa: E402
 
 
 @triton.jit
-def _tile(tile_id, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
-    group = GROUP_M * num_pid_n
-    first_m = (tile_id // group) * GROUP_M
-    size_m = min(num_pid_m - first_m, GROUP_M)
-    return first_m + (tile_id % group) % size_m, (tile_id % group) // size_m
-
-
-@triton.jit
-def matmul_tma_kernel(a_desc, b_desc, c_desc, M, N, K,
-                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-                      PROGRAMS: tl.constexpr):
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    k_tiles = tl.cdiv(K, BLOCK_K)
-    for tile_id in range(tl.program_id(0), num_pid_m * num_pid_n, PROGRAMS):
-        pid_m, pid_n = _tile(tile_id, num_pid_m, num_pid_n, GROUP_M)
+def matmul_persistent_tma_kernel(a_desc, b_desc, c_desc, M, N, K,
+                                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                                 GROUP_M: tl.constexpr, PROGRAMS: tl.constexpr):
+    """kernels/matmul.py's TMA kernel (no epilogue) on a persistent grid: each program loops over tiles."""
+    for tile_id in range(tl.program_id(0), tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N), PROGRAMS):
+        pid_m, pid_n = _grouped_tile(tile_id, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for ki in range(k_tiles):
+        for ki in range(tl.cdiv(K, BLOCK_K)):
             a = a_desc.load([pid_m * BLOCK_M, ki * BLOCK_K])
             b = b_desc.load([ki * BLOCK_K, pid_n * BLOCK_N])
             acc = tl.dot(a, b, acc)
@@ -53,14 +44,17 @@ def matmul_tma_kernel(a_desc, b_desc, c_desc, M, N, K,
 
 
 def matmul_tma(a: torch.Tensor, b: torch.Tensor, cfg: dict[str, int], persistent: bool) -> torch.Tensor:
+    """One program per tile: kernels/matmul.py with TMA=1; persistent: one program per SM (all tiles in the
+    interpreter)."""
+    if not persistent:
+        return matmul(a, b, {**cfg, "TMA": 1})
     M, K = a.shape
     N = b.shape[1]
     c = torch.empty((M, N), dtype=a.dtype, device=a.device)
     bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
     tiles = triton.cdiv(M, bm) * triton.cdiv(N, bn)
-    programs = min(tiles, torch.cuda.get_device_properties(a.device).multi_processor_count) if (
-        persistent and a.is_cuda) else tiles
-    matmul_tma_kernel[(programs,)](
+    programs = min(tiles, torch.cuda.get_device_properties(a.device).multi_processor_count) if a.is_cuda else tiles
+    matmul_persistent_tma_kernel[(programs,)](
         TensorDescriptor.from_tensor(a, [bm, bk]), TensorDescriptor.from_tensor(b, [bk, bn]),
         TensorDescriptor.from_tensor(c, [bm, bn]), M, N, K,
         BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg["GROUP_M"], PROGRAMS=programs,
