@@ -3,7 +3,7 @@ search comes within 2% of the landscape's best with a budget of 15% of its space
 
     python benchmarks/replay_efficiency.py [LANDSCAPE.json ...] [--seeds 20] [--strategies tpe,random]
 
-With no files, every landscape in ../shared/landscapes is used.
+With no files, every landscape in tests/data/landscapes is used.
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ def main() -> None:
     parser.add_argument("--fraction", type=float, default=0.15, help="budget as a share of the space")
     parser.add_argument("--strategies", default="tpe,random")
     args = parser.parse_args()
-    files = args.files or sorted((Path(__file__).resolve().parents[2] / "shared" / "landscapes").glob("*.json"))
+    files = args.files or sorted((Path(__file__).resolve().parents[1] / "tests" / "data" / "landscapes").glob("*.json"))
     if not files:
-        sys.exit("no landscapes given and none found in ../shared/landscapes")
+        sys.exit("no landscapes given and none found in tests/data/landscapes")
     print("| landscape | configs | budget | strategy | within 2% | mean gap to best | seconds |")
     print("|---|---|---|---|---|---|---|")
     for f in files:

@@ -53,7 +53,10 @@ def test_compose_commands_and_variables_are_ones_autotuner_accepts():
             sub, *args = service["command"][1:]
             command = cli.commands[sub]  # type: ignore[attr-defined]
             ctx = command.make_context(sub, list(args))  # raises on an unknown option or a bad value
-            assert ctx.params
+            given = dict(zip(args[::2], args[1::2], strict=True))  # the compose commands are --option value pairs
+            for option, value in given.items():
+                param = next(p for p in command.params if option in p.opts)
+                assert str(ctx.params[param.name]) == value, f"{name}: {option} {value} parsed as {ctx.params[param.name]!r}"
 
 
 def test_the_image_holds_every_package_and_serves_by_default():

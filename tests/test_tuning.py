@@ -161,16 +161,21 @@ def test_rejected_configs_never_reach_the_worker(db_url):
 
 
 def test_warm_start_from_the_nearest_tuned_problem(db_url):
+    """The nearest tuned problem's winner is measured right after the default."""
     op = get_op("softmax")
     settings = Settings(db_url=db_url)
     store = Store(db_url)
-    first = tune(op, op.parse_problem("8x300"), store=store, settings=settings, strategy="random", trials=3, seed=1)
-    second = tune(op, op.parse_problem("16x300"), store=store, settings=settings, trials=3)
     device = current_device()
-    assert second.trials[0].config == op.space.default(op.parse_problem("16x300"), device)
-    warm = first.best_config
-    if warm != second.trials[0].config and warm in op.space.candidates(op.parse_problem("16x300"), device):
-        assert second.trials[1].config == warm
+    near, target = op.parse_problem("8x300"), op.parse_problem("16x300")
+    default = op.space.default(target, device)
+    # A stored winner for the nearby problem that is valid for the target and is not its default.
+    warm = next(c for c in op.space.candidates(target, device) if c != default and c["ROWS"] == 2)
+    run_id = store.start_run(op=op, problem=near, device=device, strategy="random", budget_trials=1,
+                             budget_seconds=None, clock="wall-clock")
+    assert store.save_best(op=op, problem=near, device=device, config=warm, median_ms=1.0, default_ms=2.0,
+                           torch_ms=None, run_id=run_id)
+    second = tune(op, target, store=store, settings=settings, trials=3)
+    assert [t.config for t in second.trials[:2]] == [default, warm]
 
 
 def test_warm_start_from_the_causal_twin(db_url):
