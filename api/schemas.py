@@ -30,16 +30,20 @@ class ConfigOut(BaseModel):
     config: dict[str, Any] = Field(description="Keyword arguments to launch the kernel with")
     source: Source = Field(description="exact: tuned for this problem; nearest: tuned for the nearest problem; "
                                        "default: the space's heuristic")
-    median_ms: float | None = Field(description="Measured time of this config (for nearest: on the other problem)")
-    default_ms: float | None
-    speedup_vs_default: float | None
-    torch_ms: float | None
+    median_ms: float | None = Field(description="Measured time of this config on `timing_problem` (for a nearest "
+                                                "answer: the other problem, not this one)")
+    default_ms: float | None = Field(description="The default config's time on `timing_problem`")
+    speedup_vs_default: float | None = Field(description="On `timing_problem`")
+    torch_ms: float | None = Field(description="torch's time on `timing_problem`")
     stale: bool = Field(description="An exact result exists but was tuned with another kernel or Triton version, "
                                     "so it is not served")
     stale_reason: str | None
     tuned_at: UtcDatetime | None
     from_problem: str | None
     result_id: int | None
+    timing_problem: str | None = Field(description="The problem whose measurements median_ms, default_ms, torch_ms "
+                                                   "and speedup_vs_default are: this one for an exact answer, the "
+                                                   "nearest tuned problem for a nearest one, none for the default")
 
 
 class DeviceOut(BaseModel):

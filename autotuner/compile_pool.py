@@ -12,12 +12,13 @@ import time
 from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Any
 
-from autotuner.runner import Outcome, WorkerSpec, _short, classify
+from autotuner.runner import Outcome, WorkerSpec, _short, classify, die_with_parent
 
 _STATE: dict[str, Any] = {}
 
 
 def _init(spec: WorkerSpec) -> None:
+    die_with_parent()
     import torch
 
     from autotuner.device import current_device

@@ -59,7 +59,7 @@ class Resolver:
             from autotuner.store import Store
 
             try:
-                self._store = Store(self.settings.db_url)
+                self._store = Store(self.settings.db_url, create=False)  # a lookup never creates a database
             except Exception as exc:  # a dead or foreign database must not stop a launch
                 self._store_error = f"{type(exc).__name__}: {exc}"
                 log.warning("autotuner: local database unavailable, using other sources: %s", exc)
@@ -145,8 +145,12 @@ class Resolver:
                            json={"op": op.name, "shape": problem.shape, "dtype": problem.dtype, "options": options})
                 return
             store = self._db()
-            if store is not None:
-                store.queue_job(op=op.name, shape=problem.shape, dtype=problem.dtype, options=options)
+            if store is None:  # queueing is a write: it may create the database a lookup would not
+                from autotuner.store import Store
+
+                store = self._store = Store(self.settings.db_url)
+                self._store_error = None
+            store.queue_job(op=op.name, shape=problem.shape, dtype=problem.dtype, options=options)
         except Exception as exc:
             log.warning("autotuner: could not queue a tuning job for %s %s: %s", op.name, problem.key, exc)
 

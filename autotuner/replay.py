@@ -1,6 +1,6 @@
 """Replay a recorded landscape: the same search engine, with a table look-up as the measurement.
 
-A landscape (format in DESIGN.md) holds every config of a space timed on one problem; the space is the
+A landscape (format in docs/DESIGN.md) holds every config of a space timed on one problem; the space is the
 set of configs in the file. A search's quality is how many distinct measurements it needs to come within
 2% of the file's best.
 """
@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from autotuner.measure import TableMeasurer, run_search
 from autotuner.search import make_search
 from search_spaces.space import Config, Param, config_key
 
@@ -30,18 +31,32 @@ class Landscape:
 
 
 def load_landscape(path: str | Path) -> Landscape:
+    """A landscape file, checked: every trial names every parameter with an int, and at least one has a time."""
     path = Path(path)
     try:
         data = json.loads(path.read_text())
         names = list(data["params"])
-        trials = data["trials"]
+        trials = list(data["trials"])
     except FileNotFoundError:
         raise ValueError(f"no landscape file at {path}") from None
     except (json.JSONDecodeError, KeyError, TypeError) as exc:
-        raise ValueError(f"{path} is not a landscape (expected 'params' and 'trials'; see DESIGN.md): {exc}") from None
-    configs = [{n: int(t["config"][n]) for n in names} for t in trials]
+        raise ValueError(f"{path} is not a landscape (expected 'params' and 'trials'; see docs/DESIGN.md): "
+                         f"{type(exc).__name__}: {exc}") from None
+    configs = []
+    for i, t in enumerate(trials):
+        config = t.get("config") if isinstance(t, dict) else None
+        missing = [n for n in names if not isinstance(config, dict) or n not in config]
+        if missing or not isinstance(config, dict):
+            raise ValueError(f"{path}: trial {i} has no value for {', '.join(missing)} (every trial's config "
+                             f"names each of the params: {', '.join(names)})")
+        try:
+            configs.append({n: int(config[n]) for n in names})
+        except (TypeError, ValueError):
+            raise ValueError(f"{path}: trial {i} has a parameter value that is not an integer: {config}") from None
+    times = {config_key(c): (float(t["ms"]) if t.get("ms") is not None else None) for c, t in zip(configs, trials, strict=True)}
+    if not any(v is not None for v in times.values()):
+        raise ValueError(f"{path}: no trial has a time (all {len(trials)} failed when recorded); nothing to replay")
     params = [Param(n, tuple(sorted({c[n] for c in configs}))) for n in names]
-    times = {config_key(c): (float(t["ms"]) if t.get("ms") is not None else None) for c, t in zip(configs, trials, strict=False)}
     return Landscape(path.stem, params, times, configs, data.get("problem", {}))
 
 
@@ -56,17 +71,13 @@ def default_for(landscape: Landscape) -> Config:
 
 
 def replay(landscape: Landscape, budget: int, seed: int, strategy: str = "tpe") -> dict[str, Any]:
+    """The tuner's search loop (autotuner.measure.run_search) with the landscape as the measurement."""
     search = make_search(strategy, landscape.configs, landscape.params, budget, seed, first=[default_for(landscape)])
-    evaluations = 0
-    while evaluations < budget:
-        config = search.ask()
-        if config is None:
-            break
-        search.tell(config, landscape.times[config_key(config)])
-        evaluations += 1
-    best_config, best_ms = search.best(1)[0]
+    measured = run_search(search, TableMeasurer(landscape.times), budget=budget)
+    best = search.best(1)
+    best_config, best_ms = best[0] if best else (None, None)
     return {
         "landscape": landscape.name, "strategy": strategy, "seed": seed, "budget": budget,
-        "evaluations": evaluations, "best_ms": best_ms, "optimum_ms": landscape.optimum_ms,
-        "within_2pct": best_ms <= 1.02 * landscape.optimum_ms, "best_config": best_config,
+        "evaluations": len(measured), "best_ms": best_ms, "optimum_ms": landscape.optimum_ms,
+        "within_2pct": best_ms is not None and best_ms <= 1.02 * landscape.optimum_ms, "best_config": best_config,
     }

@@ -1,13 +1,15 @@
 """`autotuner report`: one PNG, per tuned problem, of the tuned config against the default config and torch.
 
 Bars are speedups over torch eager (1.0 = as fast as torch), from the stored best configs: the tuned time,
-the default config's time and torch's time measured in the same tuning run. One panel per device.
+the default config's time and torch's time measured in the same tuning run. One panel per GPU; results of
+the interpreter (CPU wall-clock) are left out.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from autotuner.device import INTERPRETER
 from autotuner.store import Store
 from db import repository as repo
 from db.engine import session_scope
@@ -20,11 +22,16 @@ def plot_results(store: Store, output: Path, *, op: str | None = None, device_ke
     import matplotlib.pyplot as plt
 
     with session_scope(store.engine) as s:
-        rows = [(r.device.key, f"{r.op} {r.problem_key}", r.median_ms, r.default_ms, r.torch_ms)
-                for r in repo.find_best(s, op=op, device_key=device_key) if r.torch_ms]
+        found = [(r.device.key, f"{r.op} {r.problem_key}", r.median_ms, r.default_ms, r.torch_ms)
+                 for r in repo.find_best(s, op=op, device_key=device_key) if r.torch_ms]
+    # Interpreter results are CPU wall-clock times: a ratio of them to torch's says nothing about a GPU.
+    rows = [r for r in found if r[0] != INTERPRETER]
     if not rows:
-        raise ValueError("no tuned results with a torch time to plot" + (f" for op {op!r}" if op else "")
-                         + (f" on {device_key!r}" if device_key else ""))
+        where = (f" for op {op!r}" if op else "") + (f" on {device_key!r}" if device_key else "")
+        skipped = len(found) - len(rows)
+        raise ValueError(f"no GPU-timed results with a torch time to plot{where}" +
+                         (f" ({skipped} interpreter results left out: their CPU wall-clock times say nothing "
+                          "about GPU speed)" if skipped else ""))
     devices = sorted({r[0] for r in rows})
     fig, axes = plt.subplots(len(devices), 1, figsize=(max(8, 0.9 * len(rows) + 3), 4.5 * len(devices)),
                              squeeze=False)
@@ -33,7 +40,7 @@ def plot_results(store: Store, output: Path, *, op: str | None = None, device_ke
         xs = range(len(mine))
         width = 0.27
         tuned = [r[4] / r[2] for r in mine]
-        default = [r[4] / r[3] if r[3] else 0.0 for r in mine]
+        default = [r[4] / r[3] if r[3] else float("nan") for r in mine]  # no bar where none was measured
         ax.bar([x - width for x in xs], [1.0] * len(mine), width, label="torch eager", color="#999999")
         ax.bar(list(xs), default, width, label="Triton, default config", color="#7fa7d9")
         ax.bar([x + width for x in xs], tuned, width, label="Triton, tuned config", color="#1f5fbf")

@@ -115,7 +115,22 @@ class _Bench:
             return Outcome("crash", error=_short(exc))
 
 
+def die_with_parent() -> None:
+    """Linux: this process gets SIGKILL when its parent dies, however the parent died (a trial worker stuck in a
+    hanging kernel would otherwise outlive a killed tuning run)."""
+    import ctypes
+    import signal
+    import sys
+
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        except OSError:  # pragma: no cover - no glibc
+            pass
+
+
 def _worker_main(conn: Connection, spec: WorkerSpec) -> None:
+    die_with_parent()
     try:
         bench = _Bench(spec)
     except Exception as exc:
@@ -149,6 +164,7 @@ class TrialRunner:
         self._ctx = mp.get_context("spawn")
         self._proc: Any = None
         self._conn: Connection | None = None
+        self._in_flight = False
         self.restarts = 0
 
     def _start(self) -> None:
@@ -156,17 +172,21 @@ class TrialRunner:
         proc = self._ctx.Process(target=_worker_main, args=(child, self.spec), daemon=True)
         proc.start()
         child.close()
-        if not parent.poll(self.setup_timeout_s):
-            proc.kill()
-            raise WorkerSetupError(f"the trial worker did not start within {self.setup_timeout_s:.0f} s")
+        self._proc, self._conn, self._in_flight = proc, parent, True  # close() kills it if setup is interrupted
         try:
-            kind, payload = parent.recv()
-        except EOFError:
-            proc.join(5)
-            raise WorkerSetupError(f"the trial worker died while starting (exit code {proc.exitcode})") from None
-        if kind != "ready":
-            raise WorkerSetupError(f"the trial worker could not set up the problem: {payload}")
-        self._proc, self._conn = proc, parent
+            if not parent.poll(self.setup_timeout_s):
+                raise WorkerSetupError(f"the trial worker did not start within {self.setup_timeout_s:.0f} s")
+            try:
+                kind, payload = parent.recv()
+            except EOFError:
+                proc.join(5)
+                raise WorkerSetupError(f"the trial worker died while starting (exit code {proc.exitcode})") from None
+            if kind != "ready":
+                raise WorkerSetupError(f"the trial worker could not set up the problem: {payload}")
+        except WorkerSetupError:
+            self.close()
+            raise
+        self._in_flight = False
 
     def _kill(self) -> None:
         if self._proc is not None:
@@ -174,7 +194,7 @@ class TrialRunner:
             self._proc.join(5)
         if self._conn is not None:
             self._conn.close()
-        self._proc, self._conn = None, None
+        self._proc, self._conn, self._in_flight = None, None, False
         self.restarts += 1
 
     def _ask(self, kind: str, payload: Any) -> Outcome:
@@ -184,11 +204,13 @@ class TrialRunner:
             self._start()
         assert self._conn is not None
         try:
+            self._in_flight = True  # until the answer is read: close() kills a worker caught mid-trial
             self._conn.send((kind, payload))
             if not self._conn.poll(self.trial_timeout_s):
                 self._kill()
                 return Outcome("timeout", error=f"no answer within {self.trial_timeout_s:g} s; the worker was killed")
             _, outcome = self._conn.recv()
+            self._in_flight = False
         except (EOFError, BrokenPipeError, ConnectionResetError):
             code = None
             if self._proc is not None:
@@ -207,6 +229,8 @@ class TrialRunner:
         return self._ask("baseline", None)
 
     def close(self) -> None:
+        if self._in_flight and self._proc is not None:
+            self._proc.kill()  # interrupted mid-trial: the worker may be stuck in a kernel, don't wait for it
         if self._conn is not None and self._proc is not None and self._proc.is_alive():
             try:
                 self._conn.send(("stop", None))
@@ -215,7 +239,8 @@ class TrialRunner:
                 pass
         if self._proc is not None and self._proc.is_alive():
             self._proc.kill()
-        self._proc, self._conn = None, None
+            self._proc.join(5)
+        self._proc, self._conn, self._in_flight = None, None, False
 
     def __enter__(self) -> TrialRunner:
         return self

@@ -55,6 +55,7 @@ class ConfigAnswer:
     tuned_at: datetime | None
     from_problem: str | None
     result_id: int | None
+    timing_problem: str | None  # the problem median_ms, default_ms, torch_ms and the speedup were measured on
 
 
 def device_info(row: Device) -> DeviceInfo:
@@ -111,7 +112,7 @@ def answer_config(store: Store, op: Op, problem: Any, device: DeviceInfo, *, fal
                             row.median_ms if row else None, row.default_ms if row else None, speedup,
                             row.torch_ms if row else None, stale is not None,
                             stale.stale_reason if stale else None, row.updated_at if row else None, from_problem,
-                            row.id if row else None)
+                            row.id if row else None, row.problem_key if row else None)
 
     if best is not None and not best.stale:
         return answer(best.config, "exact", best, None, problem.key)

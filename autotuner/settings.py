@@ -18,6 +18,10 @@ class Settings(BaseSettings):
     compile_workers: int = Field(0, ge=0, description="Processes compiling ahead of timing (0: from the CPU count)")
     warmup_ms: float = Field(25.0, gt=0)
     rep_ms: float = Field(100.0, gt=0)
+    max_problem_bytes: int | None = Field(None, gt=0, description="Refuse problems needing more memory than this "
+                                                                  "(default: the device's memory)")
+    db_wait_s: float = Field(30.0, ge=0, description="`worker --once/--until-empty` give up on a database that "
+                                                     "cannot be opened after this long")
 
     # The service and the worker
     config_cache_s: float = Field(2.0, ge=0, description="The service answers GET /config from memory this long")

@@ -52,8 +52,9 @@ def stored_best(row: BestConfig, kernel_hash: str, triton_version: str | None = 
 
 
 class Store:
-    def __init__(self, url: str | None) -> None:
-        self.engine = open_engine(url)
+    def __init__(self, url: str | None, *, create: bool = True) -> None:
+        """`create=False` for readers: a missing database raises db.engine.NoDatabase instead of being made."""
+        self.engine = open_engine(url, create=create)
         self._device_ids: dict[str, int] = {}
 
     def device_id(self, device: DeviceInfo) -> int:

@@ -10,6 +10,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, ValidationError
+
 from db import repository as repo
 from db.engine import session_scope
 
@@ -30,10 +32,6 @@ def _ts(value: datetime | None) -> str | None:
     if value.tzinfo is None:
         value = value.replace(tzinfo=timezone.utc)
     return value.astimezone(timezone.utc).isoformat()
-
-
-def _parse_ts(value: str | None) -> datetime | None:
-    return None if value is None else datetime.fromisoformat(value)
 
 
 def _row(obj: Any, fields: tuple[str, ...]) -> dict[str, Any]:
@@ -62,38 +60,133 @@ def export_data(engine: Any, *, op: str | None = None, device_key: str | None = 
         }
 
 
-def import_data(engine: Any, data: dict[str, Any]) -> dict[str, int]:
-    """Add what `export_data` wrote. Runs already present are skipped; a best config replaces a stored one
-    only when faster. Returns counts of what was added."""
+class _Row(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class DeviceRow(_Row):
+    key: str
+    name: str
+    capability: str
+    sm_count: int
+    total_memory: int
+    smem_per_block: int
+
+
+class TrialRow(_Row):
+    config: dict[str, Any]
+    config_key: str
+    status: str
+    median_ms: float | None
+    p20_ms: float | None
+    p80_ms: float | None
+    retimed_ms: float | None = None
+    compile_s: float | None
+    error: str | None
+    created_at: datetime
+
+
+class RunRow(_Row):
+    op: str
+    problem_key: str
+    problem: dict[str, Any]
+    kernel_hash: str
+    triton_version: str
+    torch_version: str
+    strategy: str
+    budget_trials: int | None
+    budget_seconds: float | None
+    clock: str
+    status: str
+    error: str | None
+    started_at: datetime
+    finished_at: datetime | None
+    device: str
+    trials: list[TrialRow]
+
+
+class BestRow(_Row):
+    op: str
+    problem_key: str
+    problem: dict[str, Any]
+    kernel_hash: str
+    triton_version: str
+    config: dict[str, Any]
+    median_ms: float
+    default_ms: float | None
+    torch_ms: float | None
+    updated_at: datetime
+    device: str
+    run: int | None
+
+
+class ExportFile(_Row):
+    """The export format: what `export_data` writes and `import_data` reads."""
+
+    format: str
+    version: int
+    devices: list[DeviceRow]
+    runs: list[RunRow]
+    best_configs: list[BestRow]
+
+
+def _validation_message(exc: ValidationError) -> str:
+    parts = []
+    for e in exc.errors()[:8]:
+        where = ".".join(str(x) for x in e["loc"]) or "the file"
+        parts.append(f"{where}: {e['msg']}")
+    more = f" (and {exc.error_count() - 8} more)" if exc.error_count() > 8 else ""
+    return "not a valid autotuner export: " + "; ".join(parts) + more
+
+
+def parse_export(data: Any) -> ExportFile:
+    """The export in `data`, checked whole before anything is written; ValueError naming every fault found."""
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise ValueError(f"not an autotuner export (expected \"format\": \"{FORMAT}\")")
     if data.get("version") != VERSION:
         raise ValueError(f"export version {data.get('version')!r} is not supported (this autotuner reads {VERSION})")
+    try:
+        export = ExportFile.model_validate(data)
+    except ValidationError as exc:
+        raise ValueError(_validation_message(exc)) from None
+    keys = {d.key for d in export.devices}
+    for i, r in enumerate(export.runs):
+        if r.device not in keys:
+            raise ValueError(f"runs.{i}.device: {r.device!r} is not among the file's devices")
+    for i, b in enumerate(export.best_configs):
+        if b.device not in keys:
+            raise ValueError(f"best_configs.{i}.device: {b.device!r} is not among the file's devices")
+        if b.run is not None and not 0 <= b.run < len(export.runs):
+            raise ValueError(f"best_configs.{i}.run: {b.run} is not a run of the file (it has {len(export.runs)})")
+    return export
+
+
+def import_data(engine: Any, data: Any) -> dict[str, int]:
+    """Add what `export_data` wrote, in one transaction (a bad file writes nothing). Runs already present are
+    skipped; a best config replaces a stored one only when faster. Returns counts of what was added."""
+    export = parse_export(data)
     counts = {"devices": 0, "runs": 0, "trials": 0, "best_configs": 0}
     with session_scope(engine) as s:
         known = {d.key for d in repo.list_devices(s)}
-        device_ids = {d["key"]: repo.upsert_device(s, **d) for d in data["devices"]}
+        device_ids = {d.key: repo.upsert_device(s, **d.model_dump()) for d in export.devices}
         counts["devices"] = len(set(device_ids) - known)
         run_ids: dict[int, int] = {}
-        for i, r in enumerate(data["runs"]):
-            fields = {k: r[k] for k in RUN_FIELDS}
-            fields["started_at"] = _parse_ts(fields["started_at"])
-            fields["finished_at"] = _parse_ts(fields["finished_at"])
-            fields["device_id"] = device_ids[r["device"]]
-            existing = repo.find_run(s, op=fields["op"], problem_key=fields["problem_key"],
-                                     device_id=fields["device_id"], started_at=fields["started_at"])
+        for i, r in enumerate(export.runs):
+            fields = r.model_dump(include=set(RUN_FIELDS))
+            fields["device_id"] = device_ids[r.device]
+            existing = repo.find_run(s, op=r.op, problem_key=r.problem_key, device_id=fields["device_id"],
+                                     started_at=fields["started_at"])
             if existing is not None:
                 run_ids[i] = existing
                 continue
-            trials = [{**t, "created_at": _parse_ts(t["created_at"])} for t in r["trials"]]
+            trials = [t.model_dump() for t in r.trials]
             run_ids[i] = repo.insert_run(s, fields=fields, trials=trials)
             counts["runs"] += 1
             counts["trials"] += len(trials)
-        for b in data["best_configs"]:
-            fields = {k: b[k] for k in BEST_FIELDS}
-            fields["updated_at"] = _parse_ts(fields["updated_at"])
-            written = repo.save_best(s, device_id=device_ids[b["device"]],
-                                     run_id=run_ids.get(b["run"]) if b["run"] is not None else None, **fields)
+        for b in export.best_configs:
+            fields = b.model_dump(include=set(BEST_FIELDS))
+            written = repo.save_best(s, device_id=device_ids[b.device],
+                                     run_id=run_ids.get(b.run) if b.run is not None else None, **fields)
             counts["best_configs"] += int(written)
     return counts
 
@@ -117,29 +210,60 @@ VLLM_KEYS = {"BLOCK_M": "BLOCK_SIZE_M", "BLOCK_N": "BLOCK_SIZE_N", "BLOCK_K": "B
              "num_warps": "num_warps", "num_stages": "num_stages"}
 
 
-def vllm_files(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """vLLM's layout for tuned matmul configs: `N={N},K={K},device_name={device}.json` -> {M: config}."""
+def _pointer_config(data: dict[str, Any], b: dict[str, Any]) -> tuple[dict[str, Any], float] | None:
+    """The fastest measured config of the best config's run that vLLM's pointer kernel can run (no TMA, no
+    split-K), with its time."""
+    if b.get("run") is None:
+        return None
+    ok = [(t.get("retimed_ms") or t["median_ms"], t["config"]) for t in data["runs"][b["run"]]["trials"]
+          if t["status"] == "ok" and t["median_ms"] is not None and not t["config"].get("TMA", 0)
+          and t["config"].get("SPLIT_K", 1) == 1]
+    if not ok:
+        return None
+    ms, config = min(ok, key=lambda x: x[0])
+    return config, ms
+
+
+def vllm_files(data: dict[str, Any]) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """vLLM's layout for tuned matmul configs: `N={N},K={K},device_name={device}.json` -> {M: config}, and a
+    note for every result left out or changed. vLLM's kernel loads through pointers with no split-K: a TMA
+    winner is replaced by its run's fastest pointer config; a problem with only split-K or TMA configs, or
+    with a fused epilogue, is left out."""
     names = {d["key"]: d["name"] for d in data["devices"]}
     files: dict[str, dict[str, Any]] = {}
+    notes: list[str] = []
     for b in data["best_configs"]:
-        if b["op"] != "matmul" or b["problem"].get("epilogue", "none") != "none":
+        if b["op"] != "matmul":
             continue
-        if b["config"].get("SPLIT_K", 1) != 1:
-            continue  # vLLM's kernel has no split-K: such a config cannot be expressed there
+        where = f"matmul {b['problem_key']} on {b['device']}"
+        if b["problem"].get("epilogue", "none") != "none":
+            notes.append(f"{where}: left out (vLLM's file holds plain matmuls; this one fuses {b['problem']['epilogue']})")
+            continue
+        config = dict(b["config"])
+        if config.get("TMA", 0) or config.get("SPLIT_K", 1) != 1:
+            what = "TMA loads" if config.get("TMA", 0) else f"SPLIT_K={config['SPLIT_K']}"
+            pointer = _pointer_config(data, b)
+            if pointer is None:
+                notes.append(f"{where}: left out (the winner uses {what}, which vLLM's kernel lacks, and its run "
+                             "measured no config without them)")
+                continue
+            config, ms = pointer
+            notes.append(f"{where}: the winner uses {what} ({b['median_ms']:.4f} ms), which vLLM's kernel lacks; "
+                         f"exported the run's fastest config without them ({ms:.4f} ms)")
         p = b["problem"]
         device = re.sub(r"[^A-Za-z0-9_\-]+", "_", names.get(b["device"], b["device"])).strip("_")
         fname = f"N={p['N']},K={p['K']},device_name={device},dtype={p['dtype']}.json"
-        files.setdefault(fname, {})[str(p["M"])] = {VLLM_KEYS[k]: v for k, v in b["config"].items() if k in VLLM_KEYS}
-    return {f: dict(sorted(m.items(), key=lambda kv: int(kv[0]))) for f, m in files.items()}
+        files.setdefault(fname, {})[str(p["M"])] = {VLLM_KEYS[k]: v for k, v in config.items() if k in VLLM_KEYS}
+    return {f: dict(sorted(m.items(), key=lambda kv: int(kv[0]))) for f, m in files.items()}, notes
 
 
-def write_vllm(data: dict[str, Any], out_dir: Path) -> list[Path]:
+def write_vllm(data: dict[str, Any], out_dir: Path) -> tuple[list[Path], list[str]]:
+    """Write vLLM's files into `out_dir`; returns the files written and the notes (see vllm_files)."""
+    files, notes = vllm_files(data)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
-    for fname, content in vllm_files(data).items():
+    for fname, content in files.items():
         path = out_dir / fname
         path.write_text(json.dumps(content, indent=4) + "\n")
         written.append(path)
-    return written
-
-
+    return written, notes

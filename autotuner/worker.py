@@ -87,6 +87,7 @@ class Worker:
         load_plugins(self.settings.plugins)
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
         handled = 0
+        down_since: float | None = None
         try:
             while not self._stopping:
                 try:
@@ -94,7 +95,14 @@ class Worker:
                     with self._session() as s:
                         job = queue.claim_job(s, worker=self.name)  # stays readable: expire_on_commit is off
                         counts = queue.count_jobs_by_state(s) if job is None else {}
+                    down_since = None
                 except (SQLAlchemyError, DatabaseUnavailable) as exc:
+                    now = time.monotonic()
+                    down_since = down_since if down_since is not None else now
+                    if (once or until_empty) and now - down_since >= self.settings.db_wait_s:
+                        # A worker asked to drain the queue and stop gives up; a long-running one keeps waiting.
+                        raise DatabaseUnavailable(f"gave up after {now - down_since:.0f} s (AUTOTUNER_DB_WAIT_S="
+                                                  f"{self.settings.db_wait_s:g}): {exc}") from None
                     self.on_event(f"database unavailable, retrying in {self.settings.poll_s:g} s: {exc}")
                     time.sleep(self.settings.poll_s)
                     continue

@@ -6,6 +6,7 @@ is refused untouched.
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,7 +18,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, create_engine, event, inspect
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, DatabaseError, OperationalError
+from sqlalchemy.exc import ArgumentError, DatabaseError, NoSuchModuleError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 MIGRATIONS = Path(__file__).parent / "migrations"
@@ -48,21 +49,41 @@ def _sqlite_pragmas(dbapi_conn, _record) -> None:  # type: ignore[no-untyped-def
     cur.close()
 
 
+DB_HINT = "use sqlite:///PATH or postgresql+psycopg://USER@HOST:PORT/DB (--db or AUTOTUNER_DB_URL)"
+
+
 def make_engine(url: str | None = None) -> Engine:
-    """An engine for `url` (default: a SQLite file in the user's data directory); nothing is migrated here."""
+    """An engine for `url` (default: a SQLite file in the user's data directory); nothing is created or
+    migrated here, and no connection is made."""
     url = url or default_url()
     try:
         parsed = make_url(url)
     except ArgumentError as exc:
-        raise DatabaseUnavailable(f"bad database URL {url!r}: {exc}") from None
-    if parsed.get_backend_name() == "sqlite":
-        if parsed.database and parsed.database != ":memory:":
-            Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
-        engine = create_engine(parsed, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
-        event.listen(engine, "connect", _sqlite_pragmas)
-        return engine
-    return create_engine(parsed, pool_pre_ping=True, connect_args={"connect_timeout": 5}
-                         if parsed.get_backend_name() == "postgresql" else {})
+        raise DatabaseUnavailable(f"bad database URL {url!r}: {exc}; {DB_HINT}") from None
+    try:
+        if parsed.get_backend_name() == "sqlite":
+            engine = create_engine(parsed, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
+            event.listen(engine, "connect", _sqlite_pragmas)
+            return engine
+        return create_engine(parsed, pool_pre_ping=True, connect_args={"connect_timeout": 5}
+                             if parsed.get_backend_name() == "postgresql" else {})
+    except NoSuchModuleError:
+        raise DatabaseUnavailable(f"unknown database scheme {parsed.drivername!r} in {url!r}; {DB_HINT}") from None
+    except ImportError as exc:
+        raise DatabaseUnavailable(f"the driver for {parsed.drivername!r} is not installed ({exc}); for PostgreSQL: "
+                                  "pip install 'autotuner[postgres]'") from None
+
+
+def sqlite_path(engine: Engine) -> Path | None:
+    """The file of a SQLite engine (None for another backend or an in-memory database)."""
+    if engine.dialect.name != "sqlite":
+        return None
+    database = engine.url.database
+    if not database or database == ":memory:":
+        return None
+    if database.startswith("file:"):  # a URI filename (?uri=true)
+        database = database.removeprefix("file:").split("?", 1)[0]
+    return Path(database).expanduser()
 
 
 def _alembic_config(connection) -> AlembicConfig:  # type: ignore[no-untyped-def]
@@ -109,8 +130,11 @@ def upgrade(engine: Engine) -> str:
     state = schema_state(engine)
     if engine.dialect.name == "sqlite":
         # WAL is a property of the file: set only once the file is known to be ours (or new).
-        with engine.connect() as conn:
-            conn.exec_driver_sql("PRAGMA journal_mode = WAL")
+        try:
+            with engine.connect() as conn:
+                conn.exec_driver_sql("PRAGMA journal_mode = WAL")
+        except OperationalError:
+            pass  # a read-only file keeps its journal mode; reads still work, and a write says what is wrong
     if state == "current":
         return state
     if engine.dialect.name == "postgresql":
@@ -137,16 +161,48 @@ def upgrade(engine: Engine) -> str:
     return state
 
 
+def make_folder(engine: Engine) -> None:
+    """The folder a new SQLite file goes in; DatabaseUnavailable naming the path when it cannot be made."""
+    path = sqlite_path(engine)
+    if path is None:
+        return
+    blocker = next((p for p in path.parents if p.exists()), None)
+    if blocker is not None and not blocker.is_dir():
+        raise DatabaseUnavailable(f"cannot create a database at {path}: {blocker} is a file, not a folder; {DB_HINT}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise DatabaseUnavailable(f"cannot create a database at {path}: {exc.strerror} ({exc.filename}); "
+                                  f"{DB_HINT}") from None
+
+
+class NoDatabase(DatabaseUnavailable):
+    """A read found no database where it looked (it never creates one)."""
+
+
 _READY: set[str] = set()
+_MIGRATING = threading.RLock()
 
 
-def open_engine(url: str | None = None) -> Engine:
-    """An engine whose schema is current: a new database is created at the latest schema on first use."""
+def open_engine(url: str | None = None, *, create: bool = True) -> Engine:
+    """An engine whose schema is current. `create`: a missing database is created at the latest schema (the
+    tuner, the worker, the service); otherwise (reads: show, export, report, library lookups) a missing
+    file or an empty database raises NoDatabase and nothing is written."""
     engine = make_engine(url)
+    path = sqlite_path(engine)
+    if path is not None and not path.exists():
+        if not create:
+            raise NoDatabase(f"no database at {path}: nothing has been tuned there yet (check --db or "
+                             "AUTOTUNER_DB_URL, or run `autotuner tune` first)")
+        make_folder(engine)
     key = str(engine.url)
     if key not in _READY or os.environ.get("AUTOTUNER_RECHECK_SCHEMA"):
-        upgrade(engine)
-        _READY.add(key)
+        with _MIGRATING:  # Alembic's context is process-global: one thread of a process migrates at a time
+            if not create and schema_state(engine) == "empty":
+                raise NoDatabase(f"{engine.url.render_as_string(hide_password=True)} holds no autotuner tables "
+                                 "yet: nothing has been tuned there")
+            upgrade(engine)
+            _READY.add(key)
     return engine
 
 

@@ -107,9 +107,12 @@ def test_config_answers_exact_nearest_default_and_404(served):
                                                                 current_device())[0]
     near = client.get("/config", params={"op": "softmax", "shape": "128x200", "device": dev}).json()
     assert near["source"] == "nearest" and near["from_problem"] == "64x200:float16"
+    # its times are the other problem's, and the answer says so
+    assert near["timing_problem"] == "64x200:float16" and near["median_ms"] == 1.0
+    assert body["timing_problem"] == "64x200:float16"
     default = client.get("/config", params={"op": "gelu", "shape": "1000", "device": dev}).json()
     gelu = get_op("gelu")
-    assert default["source"] == "default"
+    assert default["source"] == "default" and default["timing_problem"] is None and default["median_ms"] is None
     assert default["config"] == gelu.space.default(gelu.parse_problem("1000"), current_device())
     miss = client.get("/config", params={"op": "softmax", "shape": "128x200", "device": dev, "fallback": "none"})
     assert miss.status_code == 404 and "no tuned result" in miss.json()["detail"]

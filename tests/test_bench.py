@@ -92,13 +92,27 @@ def test_bench_profile_and_bad_input(tuned_db):
     assert bad.returncode == 2 and "bad shape string" in bad.stderr
 
 
-def test_report_writes_a_png(tuned_db, tmp_path):
+def test_report_plots_gpu_results_and_leaves_out_the_interpreters(tuned_db, tmp_path):
+    """The interpreter's results are CPU wall-clock: `tune` prints n/a against torch, so the report leaves them out
+    rather than plotting meaningless ratios; GPU results (written here through the Store) are plotted."""
+    only_interpreter = _cli("report", "-o", str(tmp_path / "i.png"), db=tuned_db)
+    assert only_interpreter.returncode == 2 and "1 interpreter results left out" in only_interpreter.stderr
+    from autotuner.device import DeviceInfo
+    from autotuner.registry import get_op
+    from autotuner.store import Store
+
+    gpu = DeviceInfo("NVIDIA H100 80GB HBM3", (9, 0), 132, 80 << 30, 232448, "cuda:0")
+    op = get_op("softmax")
+    problem = op.parse_problem("4096x4096")
+    Store(tuned_db).save_best(op=op, problem=problem, device=gpu, config=op.space.default(problem, gpu),
+                              median_ms=0.0265, default_ms=0.0265, torch_ms=0.058, run_id=None)
     png = tmp_path / "r.png"
     r = _cli("report", "-o", str(png), db=tuned_db)
     assert r.returncode == 0, r.stderr
+    assert "(1 problems)" in r.stdout
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
-    empty = _cli("report", "-o", str(tmp_path / "x.png"), db=f"sqlite:///{tmp_path / 'none.db'}")
-    assert empty.returncode == 2 and "no tuned results" in empty.stderr
+    missing = _cli("report", "-o", str(tmp_path / "x.png"), db=f"sqlite:///{tmp_path / 'none.db'}")
+    assert missing.returncode == 3 and "no database at" in missing.stderr
 
 
 def test_roofline_floor_is_the_slower_of_compute_and_memory():

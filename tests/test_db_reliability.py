@@ -63,30 +63,35 @@ def test_eight_processes_write_at_once(url):
     assert best.median_ms == min(ms for r in results for ms in r)
 
 
-def _ok_trials(db_url: str) -> int:
+def _ok_trials(db_url: str) -> dict[str, float]:
     store = Store(db_url)
     with session_scope(store.engine) as s:
-        return int(s.scalar(select(func.count(Trial.id)).where(Trial.status == "ok")) or 0)
+        return {t.config_key: t.median_ms for t in s.scalars(select(Trial).where(Trial.status == "ok"))}
 
 
 def test_a_killed_tuning_run_keeps_every_measured_trial(tmp_path):
+    """Every trial the tune process reported as measured (its progress lines) is in the database after a SIGKILL
+    of the process group, with the time it reported."""
     db_url = f"sqlite:///{tmp_path / 'killed.db'}"
     proc = subprocess.Popen([sys.executable, "-m", "autotuner", "tune", "softmax", "--shape", "32x300",
-                             "--strategy", "exhaustive", "--trials", "500", "--db", db_url, "--json"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+                             "--strategy", "exhaustive", "--trials", "500", "--db", db_url],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    assert proc.stderr is not None
+    reported: dict[str, float] = {}
     deadline = time.time() + 240
-    seen = 0
-    while time.time() < deadline and seen < 3:
-        time.sleep(0.5)
-        if os.path.exists(tmp_path / "killed.db"):
-            try:
-                seen = _ok_trials(db_url)
-            except Exception:
-                seen = 0
-    assert seen >= 3, "the run never got going"
+    for line in proc.stderr:  # "[   2.1s] trial 3/180 {config} 12.3456 ms  best ..."
+        if "] trial " in line and " ms  best" in line:
+            config = json.loads(line[line.index("{"):line.index("}") + 1])
+            reported[json.dumps(config, sort_keys=True, separators=(",", ":"))] = float(line.split("} ")[1].split()[0])
+        if len(reported) >= 3 or time.time() > deadline:
+            break
+    assert len(reported) >= 3, "the run never got going"
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(30)
-    assert _ok_trials(db_url) >= seen
+    stored = _ok_trials(db_url)
+    for key, ms in reported.items():
+        assert key in stored, f"reported trial {key} is not in the database"
+        assert stored[key] == pytest.approx(ms, rel=1e-3, abs=1e-4)
     store = Store(db_url)
     with session_scope(store.engine) as s:
         run = s.scalars(select(TuningRun)).one()
@@ -150,8 +155,36 @@ def test_triton_and_vllm_exports(url):
     exec(source, namespace)  # noqa: S102  (our own generated code: it must be valid Python)
     assert len(namespace["configs"]) == 2
     assert {c.num_warps for c in namespace["configs"]} <= {4, 8}
-    files = vllm_files(data)
+    files, notes = vllm_files(data)
+    assert notes == []  # plain pointer winners: nothing dropped or changed
     assert list(files) == ["N=4096,K=4096,device_name=NVIDIA_H100_80GB_HBM3,dtype=float16.json"]
     table = files["N=4096,K=4096,device_name=NVIDIA_H100_80GB_HBM3,dtype=float16.json"]
     assert list(table) == ["32", "4096"] and set(table["32"]) == {"BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K",
                                                                   "GROUP_SIZE_M", "num_warps", "num_stages"}
+
+
+def test_vllm_export_replaces_a_tma_winner_and_says_what_it_dropped(url):
+    """vLLM's kernel loads through pointers without split-K: a TMA winner becomes its run's fastest pointer config,
+    and a winner with no such config in its run is left out; both are named in the notes."""
+    store = Store(url)
+    op = get_op("matmul")
+    tma = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8, "SPLIT_K": 1, "TMA": 1, "num_warps": 8,
+           "num_stages": 3}
+    pointer = {**tma, "TMA": 0, "num_stages": 4}
+    for shape, trials in (("4096x4096x4096", [(tma, 0.1883), (pointer, 0.1899)]), ("1024x1024x1024", [(tma, 0.0096)])):
+        problem = op.parse_problem(shape)
+        run_id = store.start_run(op=op, problem=problem, device=GPU, strategy="tpe", budget_trials=2,
+                                 budget_seconds=None, clock="cuda-events")
+        for i, (cfg, ms) in enumerate(trials):
+            store.record_trial(run_id=run_id, config=cfg, config_key=str(i), status="ok", median_ms=ms)
+        store.finish_run(run_id=run_id, status="done")
+        store.save_best(op=op, problem=problem, device=GPU, config=tma, median_ms=trials[0][1], default_ms=None,
+                        torch_ms=None, run_id=run_id)
+    files, notes = vllm_files(export_data(store.engine))
+    assert list(files) == ["N=4096,K=4096,device_name=NVIDIA_H100_80GB_HBM3,dtype=float16.json"]
+    table = files["N=4096,K=4096,device_name=NVIDIA_H100_80GB_HBM3,dtype=float16.json"]
+    assert table == {"4096": {"BLOCK_SIZE_M": 128, "BLOCK_SIZE_N": 256, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 8,
+                              "num_warps": 8, "num_stages": 4}}
+    assert len(notes) == 2
+    assert "4096x4096x4096" in notes[0] and "TMA" in notes[0] and "0.1899 ms" in notes[0]
+    assert "1024x1024x1024" in notes[1] and "left out" in notes[1]

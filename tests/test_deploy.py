@@ -40,8 +40,6 @@ def test_compose_has_postgres_the_api_and_a_gpu_worker():
 
 
 def test_compose_commands_and_variables_are_ones_autotuner_accepts():
-    from autotuner import cli_service  # noqa: F401  (registers serve and worker)
-
     cli = get_command(app)
     fields = {f"AUTOTUNER_{name.upper()}" for name in Settings.model_fields}
     for name, service in _compose()["services"].items():

@@ -111,7 +111,7 @@ def test_cli_refuses_a_foreign_database(tmp_path):
         con.execute("create table customers (id integer primary key, name text)")
     before = path.read_bytes()
     out = _cli("tune", "softmax", "--shape", "8x8", "--db", f"sqlite:///{path}", check=False)
-    assert out.returncode == 2 and "not an autotuner database" in out.stderr
+    assert out.returncode == 3 and "not an autotuner database" in out.stderr
     assert path.read_bytes() == before
 
 

@@ -174,12 +174,12 @@ def test_three_workers_drain_twelve_jobs_while_one_is_killed(url, tmp_path):
     procs = {n: _worker_proc(url, n, logs[n]) for n in logs}
     victim_job = None
     deadline = time.monotonic() + 240
-    while victim_job is None and time.monotonic() < deadline:  # kill w1 in the middle of a job
-        with session_scope(store.engine) as s:
-            victim_job = s.scalar(select(Job.id).where(Job.worker == "w1", Job.state == "running"))
+    while victim_job is None and time.monotonic() < deadline:  # kill w1 in the middle of a job's search
+        with session_scope(store.engine) as s:  # (its run exists once the trial worker is set up)
+            victim_job = s.scalar(select(Job.id).join(TuningRun, TuningRun.job_id == Job.id)
+                                  .where(Job.worker == "w1", Job.state == "running", TuningRun.status == "running"))
         time.sleep(0.05)
     assert victim_job is not None, "w1 never started a job"
-    time.sleep(0.5)
     os.killpg(procs["w1"].pid, signal.SIGKILL)  # the worker and its trial process, no chance to clean up
     procs["w1"].wait()
     for name in ("w2", "w3"):

@@ -8,28 +8,28 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from autotuner.cli import (
+from autotuner.cli.common import (
     ApproximateOpt,
     CausalOpt,
     DbOpt,
     DtypeOpt,
     EpilogueOpt,
+    JsonOpt,
     KOpt,
     MOpt,
     NOpt,
     OpArg,
     ShapeOpt,
-    _fail,
-    _options,
-    _problem,
-    _settings,
-    app,
+    command,
     console,
-    err,
+    options,
+    problem,
+    settings,
+    warn,
 )
 
 
-@app.command()
+@command
 def bench(
     op: OpArg,
     shape: ShapeOpt = None,
@@ -45,7 +45,7 @@ def bench(
     remeasure_peaks: bool = typer.Option(False, "--remeasure-peaks", help="measure copy bandwidth and matmul peak again"),
     profile: bool = typer.Option(False, "--profile", help="print the torch profiler's kernel table for the tuned kernel"),
     db: DbOpt = None,
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: JsonOpt = False,
 ) -> None:
     """Compare torch eager, torch.compile, the default and the tuned Triton config (and the unfused torch
     version for softmax and gelu) on the same inputs: time, throughput, roofline fraction, speedups."""
@@ -53,18 +53,14 @@ def bench(
     from autotuner.bench import bench as run_bench
     from autotuner.device import current_device
     from autotuner.store import Store
-    from db.engine import DatabaseUnavailable, NotAutotunerDatabase
 
-    try:
-        op_obj, problem = _problem(op, shape, dtype, M, N, K, _options(op, epilogue, causal, approximate))
-        store = Store(_settings(db).db_url)
-    except (ValueError, DatabaseUnavailable, NotAutotunerDatabase) as exc:
-        _fail(str(exc))
+    op_obj, prob = problem(op, shape, dtype, M, N, K, options(epilogue, causal, approximate))
+    store = Store(settings(db).db_url)
     device = current_device()
-    result = run_bench(op_obj, problem, device, store=store, use_compile=use_compile, rounds=rounds,
+    result = run_bench(op_obj, prob, device, store=store, use_compile=use_compile, rounds=rounds,
                        remeasure_peaks=remeasure_peaks)
     config = result.tuned_config or result.default_config
-    table_text = profile_table(op_obj, problem, device, config) if profile else None
+    table_text = profile_table(op_obj, prob, device, config) if profile else None
     if as_json:
         out = result.to_dict()
         if table_text is not None:
@@ -72,7 +68,7 @@ def bench(
         print(json.dumps(out, default=str))
         return
     compute = op in COMPUTE_BOUND
-    t = Table(title=f"{op} {problem.key} on {device.key} ({result.clock})")
+    t = Table(title=f"{op} {prob.key} on {device.key} ({result.clock})")
     for col in ("", "ms", "p20-p80", "TFLOP/s" if compute else "GB/s", "roofline", "vs torch eager (rounds faster)", "note"):
         t.add_column(col, justify="left" if col in ("", "note") else "right")
     for r in result.rows:
@@ -93,13 +89,13 @@ def bench(
     elif tuned and default and tuned.ms and default.ms:
         console.print(f"tuned config {result.tuned_config}: {default.ms / tuned.ms:.2f}x the default config")
     if device.is_interpreter:
-        err.print("[yellow]No GPU: interpreter wall-clock times say nothing about GPU speed.[/]")
+        warn("No GPU: interpreter wall-clock times say nothing about GPU speed.")
     if table_text is not None:
         console.print(f"profile of 20 launches with {config}:")
-        console.print(table_text, markup=False, highlight=False)
+        console.print(table_text)
 
 
-@app.command()
+@command
 def report(
     output: Path = typer.Option(Path("autotuner-report.png"), "-o", "--output", help="PNG file to write"),
     op: str | None = typer.Option(None, "--op"),
@@ -109,11 +105,6 @@ def report(
     """Plot, per tuned problem, the tuned config against the default config against torch (a PNG)."""
     from autotuner.report import plot_results
     from autotuner.store import Store
-    from db.engine import DatabaseUnavailable, NotAutotunerDatabase
 
-    try:
-        store = Store(_settings(db).db_url)
-        n = plot_results(store, output, op=op, device_key=device)
-    except (DatabaseUnavailable, NotAutotunerDatabase, ValueError) as exc:
-        _fail(str(exc))
+    n = plot_results(Store(settings(db).db_url, create=False), output, op=op, device_key=device)
     console.print(f"wrote {output} ({n} problems)")

@@ -7,15 +7,16 @@ import sys
 from datetime import datetime
 
 import typer
+from rich.text import Text
 
-from autotuner.cli import _fail, _settings, app, console, err
+from autotuner.cli.common import DATABASE, DbOpt, command, console, err, fail, settings, warn
 
 
-@app.command()
+@command
 def serve(
     host: str = typer.Option("127.0.0.1", "--host", help="address to listen on (0.0.0.0 for every interface)"),
     port: int = typer.Option(8000, "--port", min=1, max=65535),
-    db: str | None = typer.Option(None, "--db", help="database URL (default: AUTOTUNER_DB_URL or a local SQLite file)"),
+    db: DbOpt = None,
     access_log: bool = typer.Option(False, "--access-log/--no-access-log", help="log every request"),
     log_level: str = typer.Option("info", "--log-level"),
 ) -> None:
@@ -28,24 +29,21 @@ def serve(
     from api.app import create_app
     from db.engine import make_engine
 
-    settings = _settings(db)
-    try:
-        url = make_engine(settings.db_url).url.render_as_string(hide_password=True)
-        application = create_app(settings)
-    except Exception as exc:
-        _fail(str(exc))
-    writes = "enabled (token set)" if settings.token else "disabled (AUTOTUNER_TOKEN is not set)"
+    s = settings(db)
+    url = make_engine(s.db_url).url.render_as_string(hide_password=True)
+    application = create_app(s)
+    writes = "enabled (token set)" if s.token else "disabled (AUTOTUNER_TOKEN is not set)"
     err.print(f"autotuner service on http://{host}:{port}  database: {url}  writes: {writes}")
     uvicorn.run(application, host=host, port=port, access_log=access_log, log_level=log_level)
 
 
-@app.command()
+@command
 def worker(
     gpu: int | None = typer.Option(None, "--gpu", min=0, help="CUDA device index to tune on (default: the current one)"),
     once: bool = typer.Option(False, "--once", help="run one job (if any is queued) and exit"),
     until_empty: bool = typer.Option(False, "--until-empty", help="exit when no job is queued or running"),
     name: str | None = typer.Option(None, "--name", help="worker name stored on its jobs (default: host:pid[:gpuN])"),
-    db: str | None = typer.Option(None, "--db", help="database URL (default: AUTOTUNER_DB_URL or a local SQLite file)"),
+    db: DbOpt = None,
 ) -> None:
     """Claim queued tuning jobs from the database and run them until stopped.
 
@@ -54,21 +52,21 @@ def worker(
     from autotuner.device import current_device
     from autotuner.worker import Worker
 
-    settings = _settings(db)
+    s = settings(db)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     device = current_device(gpu)
     if gpu is not None and device.is_interpreter:
-        err.print("[yellow]warning:[/] no CUDA device here; --gpu is ignored and jobs run in Triton's interpreter")
+        warn("warning: no CUDA device here; --gpu is ignored and jobs run in Triton's interpreter")
 
     def event(message: str) -> None:
-        console.print(f"[dim]{datetime.now():%H:%M:%S}[/] {message}", highlight=False)
+        console.print(Text.assemble((f"{datetime.now():%H:%M:%S}", "dim"), " ", message), soft_wrap=True)
 
-    w = Worker(settings, gpu=gpu, name=name, on_event=event)
-    event(f"worker {w.name} on {device.key}, polling every {settings.poll_s:g} s")
-    from db.engine import NotAutotunerDatabase
+    w = Worker(s, gpu=gpu, name=name, on_event=event)
+    event(f"worker {w.name} on {device.key}, polling every {s.poll_s:g} s")
+    from db.engine import DatabaseUnavailable, NotAutotunerDatabase
 
     try:
         handled = w.run(once=once, until_empty=until_empty)
-    except NotAutotunerDatabase as exc:
-        _fail(str(exc))
+    except (DatabaseUnavailable, NotAutotunerDatabase) as exc:
+        fail(str(exc), DATABASE)
     event(f"worker {w.name} stopped: {handled} job(s) handled, {w.done} done, {w.failed} failed")

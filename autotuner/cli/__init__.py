@@ -1,0 +1,39 @@
+"""The `autotuner` command line. Each command lives in a module named for what it does; they are registered
+here, explicitly, in the order `autotuner --help` lists them.
+
+    tune, show, replay      autotuner.cli.tune, .show, .replay
+    export, import          autotuner.cli.transfer
+    bench, report           autotuner.cli.bench
+    serve, worker           autotuner.cli.service
+    db upgrade              autotuner.cli.database
+
+Shared options, the consoles and the error-to-exit-code mapping are in autotuner.cli.common.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from autotuner.cli import bench, database, replay, service, show, transfer, tune
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_show_locals=False,
+                  help="Autotune Triton kernels and serve the results.")
+app.command("tune")(tune.tune)
+app.command("show")(show.show)
+app.command("replay")(replay.replay)
+app.command("export")(transfer.export)
+app.command("import")(transfer.import_)
+app.command("bench")(bench.bench)
+app.command("report")(bench.report)
+app.command("serve")(service.serve)
+app.command("worker")(service.worker)
+db_app = typer.Typer(no_args_is_help=True, help="Manage the result database.")
+db_app.command("upgrade")(database.upgrade)
+app.add_typer(db_app, name="db")
+
+
+def main() -> None:
+    app()
+
+
+__all__ = ["app", "main"]

@@ -1,0 +1,137 @@
+"""What the commands share: the consoles, the options that name a problem, errors and their exit codes.
+
+User text (shapes, op and kernel names, error messages) is printed as text, never read as rich markup: the
+consoles have markup off, and styles are given as `style=` arguments.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Annotated, Any, NoReturn
+
+import typer
+from rich.console import Console
+from rich.text import Text
+
+# Piped into a log, rich would wrap tables at 80 columns; a log has room for the whole row.
+console = Console(width=None if sys.stdout.isatty() else 160, markup=False, highlight=False)
+err = Console(stderr=True, markup=False, highlight=False, soft_wrap=not sys.stderr.isatty())  # a log keeps whole lines
+
+# Exit codes: 1 nothing found or every config failed, 2 bad input, 3 the database, 4 the problem could not be
+# set up for tuning, 130/143 interrupted by SIGINT/SIGTERM.
+BAD_INPUT, DATABASE, SETUP = 2, 3, 4
+
+# The options that name a problem, shared by tune, show and bench.
+OpArg = Annotated[str, typer.Argument(help="matmul, softmax, layernorm, gelu or attention")]
+ShapeOpt = Annotated[str | None, typer.Option("--shape", help="e.g. 4096x4096x4096 (matmul), 4096x4096 (softmax)")]
+MOpt = Annotated[int | None, typer.Option("--M", help="matmul M (N and K default to M)")]
+NOpt = Annotated[int | None, typer.Option("--N")]
+KOpt = Annotated[int | None, typer.Option("--K")]
+DtypeOpt = Annotated[str, typer.Option("--dtype", help="float16, bfloat16 or float32")]
+EpilogueOpt = Annotated[str | None, typer.Option("--epilogue", help="matmul: none, bias, bias_relu, bias_gelu")]
+CausalOpt = Annotated[bool, typer.Option("--causal", help="attention: causal mask")]
+ApproximateOpt = Annotated[str | None, typer.Option("--approximate", help="gelu: tanh or none")]
+DbOpt = Annotated[str | None, typer.Option("--db", help="database URL (default: AUTOTUNER_DB_URL or a local SQLite file)")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="print the result as JSON")]
+
+
+def fail(message: str, code: int = BAD_INPUT) -> NoReturn:
+    err.print(Text.assemble(("error: ", "bold red"), message))
+    raise typer.Exit(code)
+
+
+def warn(message: str) -> None:
+    err.print(message, style="yellow")
+
+
+def settings(db: str | None) -> Any:
+    from autotuner.settings import Settings
+
+    s = Settings()
+    if db:
+        s.db_url = db
+    return s
+
+
+def database_message(exc: BaseException) -> str:
+    """A database error in words: what was refused, and what to do."""
+    orig = getattr(exc, "orig", None)
+    text = str(orig if orig is not None else exc).splitlines()[0] if str(orig or exc) else type(exc).__name__
+    if "readonly" in text or "read-only" in text or "permission denied" in text.lower():
+        return (f"the database refused a write ({text}): check that you may write the database file and its "
+                "folder, or point --db / AUTOTUNER_DB_URL at a writable database")
+    return f"the database failed: {text}"
+
+
+@contextmanager
+def clear_errors() -> Iterator[None]:
+    """Turn the errors a command can meet into one line and an exit code instead of a traceback."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from autotuner.runner import WorkerSetupError
+    from db.engine import DatabaseUnavailable, NotAutotunerDatabase
+
+    try:
+        yield
+    except (DatabaseUnavailable, NotAutotunerDatabase) as exc:
+        fail(str(exc), DATABASE)
+    except SQLAlchemyError as exc:
+        fail(database_message(exc), DATABASE)
+    except WorkerSetupError as exc:
+        fail(str(exc), SETUP)
+    except ValueError as exc:  # ProblemError, ConfigError, UnknownOpError: bad input
+        fail(str(exc), BAD_INPUT)
+    except OSError as exc:  # a file to read or write: missing, a folder, no permission
+        fail(f"{exc.filename or ''}: {exc.strerror or exc}".lstrip(": "), BAD_INPUT)
+
+
+def problem(op_name: str, shape: str | None, dtype: str, M: int | None, N: int | None, K: int | None,
+            options: dict[str, Any]) -> tuple[Any, Any]:
+    """The op and problem the problem options name; ValueError naming what is wrong."""
+    from autotuner.registry import get_op
+
+    op = get_op(op_name)
+    if op_name == "matmul" and shape is None:
+        if M is None:
+            raise ValueError("matmul needs --shape MxNxK or --M (N and K default to M)")
+        shape = f"{M}x{N or M}x{K or M}"
+    elif M is not None or N is not None or K is not None:
+        if op_name != "matmul":
+            raise ValueError(f"--M/--N/--K are for matmul; {op_name} takes --shape")
+    if shape is None:
+        layout = getattr(op.problem_type, "layout", "")
+        raise ValueError(f"{op_name} needs --shape" + (f": {layout}" if layout else ""))
+    return op, op.parse_problem(shape, dtype, **options)
+
+
+def options(epilogue: str | None, causal: bool, approximate: str | None) -> dict[str, Any]:
+    opts: dict[str, Any] = {}
+    if epilogue is not None:
+        opts["epilogue"] = epilogue
+    if causal:
+        opts["causal"] = True
+    if approximate is not None:
+        opts["approximate"] = approximate
+    return opts
+
+
+def ms(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.4f} ms"
+
+
+def times(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.2f}x"
+
+
+def command(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Mark a function as a command body whose known errors become clear messages (see clear_errors)."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        with clear_errors():
+            return fn(*args, **kwargs)
+
+    return wrapper

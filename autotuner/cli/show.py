@@ -1,0 +1,116 @@
+"""`autotuner show`: the config a problem launches with on this device, and where it comes from."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from autotuner.cli.common import (
+    ApproximateOpt,
+    CausalOpt,
+    DbOpt,
+    DtypeOpt,
+    EpilogueOpt,
+    JsonOpt,
+    KOpt,
+    MOpt,
+    NOpt,
+    OpArg,
+    ShapeOpt,
+    command,
+    console,
+    ms,
+    options,
+    problem,
+    settings,
+)
+
+
+@command
+def show(
+    op: OpArg,
+    shape: ShapeOpt = None,
+    M: MOpt = None,
+    N: NOpt = None,
+    K: KOpt = None,
+    dtype: DtypeOpt = "float16",
+    epilogue: EpilogueOpt = None,
+    causal: CausalOpt = False,
+    approximate: ApproximateOpt = None,
+    db: DbOpt = None,
+    as_json: JsonOpt = False,
+    explain: bool = typer.Option(False, "--explain", help="show which lookup step answers a launch, and why"),
+) -> None:
+    """The stored config for a problem on this device: the exact tuned result, else the nearest tuned
+    problem's (as GET /config answers), else the space default. Exits 1 when nothing tuned applies."""
+    from autotuner.device import current_device
+    from autotuner.serving import answer_config
+    from autotuner.store import Store
+    from db.engine import NoDatabase
+
+    op_obj, prob = problem(op, shape, dtype, M, N, K, options(epilogue, causal, approximate))
+    device = current_device()
+    s = settings(db)
+    if explain:
+        _explain(op_obj, prob, device, s, as_json)
+        return
+    try:
+        store = Store(s.db_url, create=False)
+    except NoDatabase as exc:
+        info: dict[str, Any] = {"op": op, "problem": prob.key, "device": device.key, "source": "default",
+                                "config": op_obj.space.default(prob, device), "reason": str(exc)}
+        _print(info, as_json, "the space default: nothing tuned can be read")
+        raise typer.Exit(1) from None
+    a = answer_config(store, op_obj, prob, device, fallback="nearest")
+    info = {"op": op, "problem": prob.key, "device": device.key, "source": a.source, "config": a.config,
+            "from_problem": a.from_problem, "timing_problem": a.timing_problem, "median_ms": a.median_ms,
+            "default_ms": a.default_ms, "torch_ms": a.torch_ms, "speedup_vs_default": a.speedup_vs_default,
+            "stale": a.stale, "stale_reason": a.stale_reason,
+            "tuned_at": str(a.tuned_at) if a.tuned_at else None, "result_id": a.result_id}
+    stale = f" (a stale exact result was not used: {a.stale_reason})" if a.stale else ""
+    if a.source == "exact":
+        summary = f"tuned for this problem on {device.key}"
+    elif a.source == "nearest":
+        summary = (f"no tuned result for {prob.key}{stale}; this is the best config of the nearest tuned problem, "
+                   f"{a.from_problem}, and its times below were measured on that problem, not this one")
+    else:
+        summary = f"nothing tuned applies to {prob.key} on {device.key}{stale}; this is the space default"
+    _print(info, as_json, summary)
+    if a.source == "default":
+        raise typer.Exit(1)
+
+
+def _print(info: dict[str, Any], as_json: bool, summary: str) -> None:
+    if as_json:
+        console.print_json(json.dumps(info))
+        return
+    table = Table(title=f"{info['op']} {info['problem']} on {info['device']}")
+    table.add_column("")
+    table.add_column("value")
+    for k, v in info.items():
+        if k not in ("op", "problem", "device") and v is not None:
+            value = f"{ms(v)} (on {info.get('timing_problem')})" if k.endswith("_ms") else v
+            table.add_row(k, json.dumps(value) if isinstance(value, dict) else str(value))
+    console.print(table)
+    console.print(summary, soft_wrap=True)
+
+
+def _explain(op: Any, prob: Any, device: Any, s: Any, as_json: bool) -> None:
+    from autotuner.lookup import Resolver
+
+    res = Resolver(s).resolve(op, prob, device)
+    if as_json:
+        console.print_json(json.dumps({"op": op.name, "problem": prob.key, "device": device.key,
+                                       "config": res.config, "source": res.source, "step": res.step,
+                                       "reason": res.reason, "from_problem": res.from_problem, "trace": res.trace}))
+        return
+    console.print(Text.assemble((f"{op.name} {prob.key}", "bold"), f" on {device.key}: a launch with no config uses"))
+    console.print(f"  {json.dumps(res.config)}")
+    console.print(Text.assemble("  source ", (res.source, "bold"), f", answered by the {res.step} step: {res.reason}"))
+    console.print("Steps, in order (cache, database, service, nearest, default):")
+    for line in res.trace:
+        console.print(f"  - {line}")

@@ -1,0 +1,76 @@
+"""`autotuner export` and `autotuner import`: move results between databases, or out to Triton and vLLM."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import typer
+
+from autotuner.cli import common
+from autotuner.cli.common import DbOpt, command, console, err, fail, settings
+
+
+@command
+def export(
+    output: Path | None = typer.Option(None, "-o", "--output", help="file (json, triton) or folder (vllm); default: stdout"),
+    op: str | None = typer.Option(None, "--op"),
+    device: str | None = typer.Option(None, "--device", help="device key, e.g. 'NVIDIA H100 80GB HBM3 (sm_90)'"),
+    shape: str | None = typer.Option(None, "--shape", help="with --op: one problem"),
+    dtype: str = typer.Option("float16", "--dtype"),
+    fmt: str = typer.Option("json", "--format", help="json (round-trips through import), triton or vllm"),
+    db: DbOpt = None,
+) -> None:
+    """Export results: everything, or filtered by op, device and problem."""
+    from autotuner.transfer import export_data, triton_configs, write_vllm
+    from db.engine import open_engine
+
+    if fmt not in ("json", "triton", "vllm"):
+        fail(f"unknown format {fmt!r}; accepted: json, triton, vllm")
+    if fmt == "triton" and not op:
+        fail("--format triton needs --op")
+    if fmt == "vllm" and output is None:
+        fail("--format vllm writes one file per device and N, K: give a folder with -o")
+    problem_key = None
+    if shape is not None:
+        if not op:
+            fail("--shape needs --op")
+        problem_key = common.problem(op, shape, dtype, None, None, None, {})[1].key
+    data = export_data(open_engine(settings(db).db_url, create=False), op=op, device_key=device,
+                       problem_key=problem_key)
+    if fmt == "vllm":
+        assert output is not None
+        paths, notes = write_vllm(data, output)
+        for path in paths:
+            console.print(str(path))
+        for note in notes:
+            err.print(f"note: {note}", style="yellow")
+        return
+    text = triton_configs(data, op or "") if fmt == "triton" else json.dumps(data, indent=1, sort_keys=True) + "\n"
+    if output is None:
+        sys.stdout.write(text)
+    else:
+        output.write_text(text)
+        err.print(f"wrote {len(data['runs'])} runs and {len(data['best_configs'])} best configs to {output}")
+
+
+@command
+def import_(file: Path = typer.Argument(..., help="a file written by `autotuner export`"), db: DbOpt = None) -> None:
+    """Import an export; a stored result is never replaced by a slower one, and a bad file writes nothing."""
+    from autotuner.transfer import import_data
+    from db.engine import open_engine
+
+    try:
+        data = json.loads(file.read_text())
+    except FileNotFoundError:
+        fail(f"no file at {file}")
+    except (OSError, UnicodeDecodeError) as exc:
+        fail(f"cannot read {file}: {exc}")
+    except json.JSONDecodeError as exc:
+        fail(f"{file} is not JSON: {exc}")
+    try:
+        counts = import_data(open_engine(settings(db).db_url), data)
+    except ValueError as exc:
+        fail(f"{file}: {exc}; nothing was imported")
+    console.print(", ".join(f"{v} {k} added" for k, v in counts.items()))

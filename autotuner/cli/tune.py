@@ -1,0 +1,184 @@
+"""`autotuner tune`: tune one problem, with progress on stderr (a bar on a terminal, plain lines in a log)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import time
+from types import FrameType
+from typing import Any
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from autotuner.cli.common import (
+    ApproximateOpt,
+    CausalOpt,
+    DbOpt,
+    DtypeOpt,
+    EpilogueOpt,
+    JsonOpt,
+    KOpt,
+    MOpt,
+    NOpt,
+    OpArg,
+    ShapeOpt,
+    command,
+    console,
+    err,
+    fail,
+    ms,
+    options,
+    problem,
+    settings,
+    times,
+    warn,
+)
+from autotuner.tune_result import TrialRecord, TuneObserver, TuneResult
+
+PHASE_TEXT = {
+    "setup": "setup: starting the trial worker (imports, inputs, reference, torch baseline)",
+    "search": "search",
+    "retime": "re-time: the best configs and the default, interleaved",
+    "record": "record: storing the winner",
+}
+
+
+class PlainProgress(TuneObserver):
+    """One line per phase and per trial, for logs and pipes."""
+
+    def __init__(self) -> None:
+        self.t0 = time.perf_counter()
+        self.result: TuneResult | None = None
+        self.total: int | None = None
+        self.done = 0
+
+    def _line(self, text: str) -> None:
+        err.print(f"[{time.perf_counter() - self.t0:7.1f}s] {text}", soft_wrap=True)
+
+    def phase(self, name: str, total: int | None, result: TuneResult) -> None:
+        self.result, self.total, self.done = result, total, 0
+        if name == "search":
+            budget = f"{total} configs" if total is not None else "until the time budget is spent"
+            self._line(f"search: {budget} of {result.candidates} valid ({result.rejected} rejected by constraints)")
+        else:
+            self._line(PHASE_TEXT[name] + (f" ({total} timings)" if total else ""))
+
+    def step(self, result: TuneResult, record: TrialRecord | None = None) -> None:
+        self.done += 1
+        if record is None:
+            return
+        of = f"/{self.total}" if self.total is not None else ""
+        detail = ms(record.median_ms) if record.status == "ok" else f"{record.status}: {(record.error or '').splitlines()[0][:120] if record.error else ''}"
+        self._line(f"trial {record.index}{of} {json.dumps(record.config)} {detail}  best {ms(result.best_ms)}")
+
+
+class BarProgress(TuneObserver):
+    """A rich progress bar on a terminal: the phase, its steps of a known total, the best time so far."""
+
+    def __init__(self, bar: Progress, label: str) -> None:
+        self.bar = bar
+        self.label = label
+        self.task = bar.add_task(label, total=None, status="")
+        self.result: TuneResult | None = None
+
+    def phase(self, name: str, total: int | None, result: TuneResult) -> None:
+        self.result = result
+        self.bar.reset(self.task, total=total, description=f"{self.label} {name}", status="")
+
+    def step(self, result: TuneResult, record: TrialRecord | None = None) -> None:
+        self.bar.update(self.task, advance=1, status=f"best {ms(result.best_ms)}  failures {result.failures}")
+
+
+def _interrupt(signum: int, _frame: FrameType | None) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
+@command
+def tune(
+    op: OpArg,
+    shape: ShapeOpt = None,
+    M: MOpt = None,
+    N: NOpt = None,
+    K: KOpt = None,
+    dtype: DtypeOpt = "float16",
+    epilogue: EpilogueOpt = None,
+    causal: CausalOpt = False,
+    approximate: ApproximateOpt = None,
+    trials: int | None = typer.Option(None, "--trials", min=1, help="configs to measure (default: up to 64)"),
+    time_budget: float | None = typer.Option(None, "--time-budget", min=0.1, help="seconds of searching (after the worker is set up; at least one config is measured)"),
+    strategy: str = typer.Option("tpe", "--strategy", help="tpe, random or exhaustive"),
+    seed: int = typer.Option(0, "--seed"),
+    db: DbOpt = None,
+    as_json: JsonOpt = False,
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress on stderr"),
+) -> None:
+    """Tune one problem: search its space, store every trial and the winner."""
+    from autotuner.device import current_device
+    from autotuner.search import STRATEGIES
+    from autotuner.store import Store
+    from autotuner.tuner import tune as run_tune
+
+    if strategy not in STRATEGIES:
+        fail(f"unknown strategy {strategy!r}; accepted: {', '.join(STRATEGIES)}")
+    op_obj, prob = problem(op, shape, dtype, M, N, K, options(epilogue, causal, approximate))
+    s = settings(db)
+    store = Store(s.db_url)
+    device = current_device()
+    if device.is_interpreter and not as_json:
+        warn("No GPU: kernels run in Triton's interpreter and times are CPU wall-clock, not GPU speed.")
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    observer: TuneObserver = TuneObserver()
+    try:
+        if not quiet and sys.stderr.isatty():
+            columns = (TextColumn("{task.description}", markup=False, style="bold"), BarColumn(),
+                       MofNCompleteColumn(), TextColumn("{task.fields[status]}", markup=False), TimeElapsedColumn())
+            with Progress(*columns, console=err) as bar:
+                observer = BarProgress(bar, f"{op} {prob.key}")
+                result = run_tune(op_obj, prob, store=store, settings=s, strategy=strategy, trials=trials,
+                                  time_budget_s=time_budget, seed=seed, device=device, observer=observer)
+        else:
+            observer = PlainProgress() if not quiet else TuneObserver()
+            result = run_tune(op_obj, prob, store=store, settings=s, strategy=strategy, trials=trials,
+                              time_budget_s=time_budget, seed=seed, device=device, observer=observer)
+    except KeyboardInterrupt as exc:
+        partial: TuneResult | None = getattr(observer, "result", None)
+        code = 143 if str(exc) == "SIGTERM" else 130
+        if partial is not None and partial.run_id is not None:
+            fail(f"interrupted ({exc or 'SIGINT'}): run {partial.run_id} is marked interrupted; its "
+                 f"{len(partial.trials)} measured trials are kept", code)
+        fail(f"interrupted ({exc or 'SIGINT'}) before anything was stored", code)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    if as_json:
+        console.print_json(json.dumps(result.to_dict(), default=str))
+    else:
+        _print(result, device, op)
+    if result.best_config is None:
+        raise typer.Exit(1)
+
+
+def _print(result: TuneResult, device: Any, op: str) -> None:
+    table = Table(title=f"{op} {result.problem_key} on {device.key} ({result.clock})")
+    table.add_column("")
+    table.add_column("value")
+    table.add_row("best config", json.dumps(result.best_config))
+    table.add_row("best time", ms(result.best_ms))
+    table.add_row("default config", f"{json.dumps(result.default_config)}  {ms(result.default_ms)}")
+    table.add_row("speedup vs default", times(result.speedup_vs_default))
+    table.add_row("torch", ms(result.torch_ms))
+    table.add_row("speedup vs torch", "n/a (interpreter wall-clock is not GPU speed)" if device.is_interpreter
+                  else times(result.speedup_vs_torch))
+    table.add_row("roofline fraction", "n/a" if result.roofline_fraction is None
+                  else f"{result.roofline_fraction:.1%} (of datasheet peaks)")
+    table.add_row("trials", f"{len(result.trials)} measured, {result.failures} failed, "
+                            f"{result.rejected} rejected by constraints (of {result.candidates + result.rejected})")
+    table.add_row("stored", f"run {result.run_id}; " + ("new best" if result.stored_as_best
+                                                        else "a faster one was already stored"))
+    p = result.phases
+    table.add_row("wall time", f"{result.elapsed_s:.1f} s: setup {p.get('setup_s', 0):.1f}, search "
+                               f"{p.get('search_s', 0):.1f} (compiling {p.get('compile_s', 0):.1f}), re-time "
+                               f"{p.get('retime_s', 0):.1f}, record {p.get('record_s', 0):.1f}")
+    console.print(table)

@@ -1,0 +1,54 @@
+"""Does a problem fit on a device? Checked before a run starts, so an impossible problem is refused with the
+limit named instead of failing inside the trial worker.
+
+A tuning run holds the problem's inputs and output (`op.bytes`), the reference output in float32 and the
+torch baseline's output at once: about `FOOTPRINT` times the bytes the kernel moves. On the interpreter the
+limit is the host's memory.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from autotuner.device import DeviceInfo
+from autotuner.registry import Op
+from search_spaces.problem import ProblemError
+
+FOOTPRINT = 4.0
+
+
+class ProblemTooLarge(ProblemError):
+    """A problem whose inputs would not fit in the device's memory."""
+
+
+def host_memory() -> int:
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - not a POSIX host
+        return 0
+
+
+def memory_limit(device: DeviceInfo) -> int:
+    return device.total_memory if device.total_memory > 0 else host_memory()
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB", "PB"):
+        if n < 1000 or unit == "PB":
+            return f"{n:.3g} {unit}"
+        n /= 1000
+    raise AssertionError("unreachable")
+
+
+def check_fits(op: Op, problem: Any, device: DeviceInfo, cap_bytes: int | None = None) -> None:
+    """Raise ProblemTooLarge naming the need and the limit when tuning `problem` would not fit."""
+    need = FOOTPRINT * op.bytes(problem)
+    limit = memory_limit(device)
+    where = "this host's memory (the interpreter)" if device.is_interpreter else f"{device.key}'s memory"
+    if cap_bytes is not None and (limit <= 0 or cap_bytes < limit):
+        limit, where = cap_bytes, "the configured cap (AUTOTUNER_MAX_PROBLEM_BYTES)"
+    if limit > 0 and need > limit:
+        raise ProblemTooLarge(
+            f"{op.name} {problem.key} needs about {_size(need)} to tune (inputs, output and the float32 "
+            f"reference), more than {where}: {_size(limit)}; choose a smaller shape")

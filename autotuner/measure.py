@@ -1,0 +1,126 @@
+"""The measurement boundary of a tuning run: what the search loop asks a config's time of.
+
+`LiveMeasurer` runs real kernels: an isolated trial worker (autotuner.runner) times each config, and on a GPU
+a compile pool (autotuner.compile_pool) compiles the next configs while the current one is timed.
+`TableMeasurer` looks times up in a recorded landscape, so `autotuner replay` runs the same search loop
+(`run_search`) without a GPU, as Kernel Tuner's simulation runner does.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Protocol
+
+from autotuner.compile_pool import CompilePool
+from autotuner.runner import Outcome, TrialRunner, WorkerSpec
+from autotuner.search import Search
+from autotuner.timing import Timing
+from search_spaces.space import Config, config_key
+
+
+class Measurer(Protocol):
+    def prepare(self, configs: list[Config]) -> None:
+        """Configs about to be measured, in order (a live measurer compiles them ahead)."""
+
+    def measure(self, config: Config) -> Outcome:
+        """Check and time one config."""
+
+
+class LiveMeasurer:
+    """Real launches: one trial worker process, and a compile pool ahead of it when `compile_workers` > 1."""
+
+    def __init__(self, spec: WorkerSpec, trial_timeout_s: float, compile_workers: int) -> None:
+        self.runner = TrialRunner(spec, trial_timeout_s)
+        self.pool = CompilePool(spec, compile_workers) if compile_workers > 1 else None
+        self.trial_timeout_s = trial_timeout_s
+        self._ahead: dict[str, Future[Outcome | float]] = {}
+
+    def start(self) -> Outcome:
+        """Start the trial worker (imports, CUDA context, inputs, reference) and time the torch baseline;
+        raises runner.WorkerSetupError when the problem cannot be set up."""
+        return self.runner.baseline()
+
+    def prepare(self, configs: list[Config]) -> None:
+        if self.pool is not None:
+            for c in configs:
+                self._ahead[config_key(c)] = self.pool.submit(c)
+
+    def measure(self, config: Config) -> Outcome:
+        fut = self._ahead.pop(config_key(config), None)
+        compiled = self.pool.result(fut, self.trial_timeout_s) if self.pool is not None and fut else None
+        if isinstance(compiled, Outcome):  # a compile error or out of resources, found by the pool
+            return compiled
+        outcome = self.runner.measure(config)
+        if isinstance(compiled, float):  # the pool's first launch holds the compile time
+            outcome = Outcome(outcome.status, outcome.timing, compiled, outcome.error)
+        return outcome
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.reset()  # kill, don't wait: a pool process may be compiling a config for minutes
+        self.runner.close()
+
+
+class TableMeasurer:
+    """A recorded landscape: a config's time is a look-up (None: it failed when recorded)."""
+
+    def __init__(self, times: Mapping[str, float | None]) -> None:
+        self.times = times
+
+    def prepare(self, configs: list[Config]) -> None:
+        pass
+
+    def measure(self, config: Config) -> Outcome:
+        ms = self.times[config_key(config)]
+        if ms is None:
+            return Outcome("crash", error="failed when the landscape was recorded")
+        return Outcome("ok", Timing(ms, ms, ms, 1, "landscape"))
+
+
+@dataclass
+class Measured:
+    config: Config
+    outcome: Outcome
+
+    @property
+    def ms(self) -> float | None:
+        t = self.outcome.timing
+        return t.median_ms if self.outcome.status == "ok" and t else None
+
+
+def run_search(search: Search, measurer: Measurer, *, budget: int | None, time_budget_s: float | None = None,
+               batch: int = 1, on_trial: Callable[[Measured], None] | None = None) -> list[Measured]:
+    """Ask, measure, tell until the budget (trials, or seconds of searching) or the space runs out.
+
+    `batch` configs are asked at a time and handed to `measurer.prepare` first (a compile pool's width);
+    at least one config is always measured.
+    """
+    t0 = time.perf_counter()
+    done: list[Measured] = []
+
+    def out_of_budget() -> bool:
+        if budget is not None and len(done) >= budget:
+            return True
+        return time_budget_s is not None and bool(done) and time.perf_counter() - t0 >= time_budget_s
+
+    while not out_of_budget():
+        room = budget - len(done) if budget is not None else batch
+        asked: list[Config] = []
+        for _ in range(max(1, min(batch, room))):
+            c = search.ask()
+            if c is None:
+                break
+            asked.append(c)
+        if not asked:
+            break
+        measurer.prepare(asked)
+        for config in asked:
+            m = Measured(config, measurer.measure(config))
+            search.tell(config, m.ms)
+            done.append(m)
+            if on_trial:
+                on_trial(m)
+    return done

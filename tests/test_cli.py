@@ -1,0 +1,209 @@
+"""The command line as a new user meets it: clear errors with exit codes and nothing half-written, user text
+printed as text, reads that never create databases, progress in a log, and interruption."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from autotuner.device import current_device
+from autotuner.registry import get_op
+from autotuner.store import Store
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def cli(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "autotuner", *args], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})}, cwd=ROOT)
+
+
+def rows(db: Path, table: str) -> int:
+    with sqlite3.connect(db) as c:
+        return int(c.execute(f"SELECT count(*) FROM {table}").fetchone()[0])
+
+
+@pytest.fixture
+def tuned_db(tmp_path: Path) -> Path:
+    """A database holding one stored softmax result (64x1000) on this device, written through the Store."""
+    path = tmp_path / "tuned.db"
+    store, op, device = Store(f"sqlite:///{path}"), get_op("softmax"), current_device()
+    problem = op.parse_problem("64x1000")
+    run_id = store.start_run(op=op, problem=problem, device=device, strategy="tpe", budget_trials=1,
+                             budget_seconds=None, clock="wall-clock")
+    config = op.space.default(problem, device)
+    store.record_trial(run_id=run_id, config=config, config_key="k", status="ok", median_ms=1.5)
+    store.finish_run(run_id=run_id, status="done")
+    store.save_best(op=op, problem=problem, device=device, config=config, median_ms=1.5, default_ms=1.5,
+                    torch_ms=None, run_id=run_id)
+    store.engine.dispose()
+    return path
+
+
+def test_help_shows_flags_without_a_value_placeholder():
+    for args in (["--help"], ["tune", "--help"], ["show", "--help"]):
+        out = cli(*args)
+        assert out.returncode == 0
+        assert "--help" in out.stdout and "<bool>" not in out.stdout, out.stdout
+
+
+def test_user_text_is_printed_as_text_not_markup(tmp_path):
+    out = cli("tune", "[/x]", "--shape", "4x4", "--db", f"sqlite:///{tmp_path / 'a.db'}")
+    assert out.returncode == 2 and "unknown op '[/x]'" in out.stderr and "Traceback" not in out.stderr
+    out = cli("tune", "softmax", "--shape", "4x[red]4", "--db", f"sqlite:///{tmp_path / 'a.db'}")
+    assert out.returncode == 2 and "'4x[red]4'" in out.stderr
+
+
+def test_database_urls_that_cannot_work_are_named(tmp_path):
+    a_file = tmp_path / "plain.txt"
+    a_file.write_text("not a folder")
+    out = cli("tune", "softmax", "--shape", "8x64", "--db", f"sqlite:///{a_file}/x.db")
+    assert out.returncode == 3 and f"{a_file} is a file, not a folder" in out.stderr and "Traceback" not in out.stderr
+    out = cli("show", "softmax", "--shape", "8x64", "--db", "foo://host/db")
+    assert out.returncode == 3 and "unknown database scheme 'foo'" in out.stderr
+
+
+def test_read_commands_never_create_a_database(tmp_path):
+    typo = tmp_path / "typo" / "results.db"
+    url = f"sqlite:///{typo}"
+    show = cli("show", "softmax", "--shape", "8x64", "--db", url, "--json")
+    assert show.returncode == 1 and json.loads(show.stdout)["source"] == "default"
+    assert "no database at" in json.loads(show.stdout)["reason"]
+    explain = cli("show", "softmax", "--shape", "8x64", "--db", url, "--explain")
+    assert explain.returncode == 0 and "no database at" in explain.stdout
+    for args in (["export"], ["report", "-o", str(tmp_path / "r.png")]):
+        out = cli(*args, "--db", url)
+        assert out.returncode == 3 and "no database at" in out.stderr, out.stderr
+    assert not typo.parent.exists()
+
+
+def test_a_read_only_database_refuses_writes_clearly_and_loses_nothing(tuned_db, tmp_path):
+    ro = f"sqlite:///file:{tuned_db}?mode=ro&uri=true"
+    before = (rows(tuned_db, "tuning_runs"), rows(tuned_db, "trials"))
+    out = cli("tune", "softmax", "--shape", "8x64", "--trials", "1", "--db", ro, "-q")
+    assert out.returncode == 3 and "refused a write" in out.stderr and "Traceback" not in out.stderr
+    export = tmp_path / "e.json"
+    assert cli("export", "--db", f"sqlite:///{tuned_db}", "-o", str(export)).returncode == 0
+    out = cli("import", str(export), "--db", ro)
+    assert out.returncode == 3 and "refused a write" in out.stderr
+    assert (rows(tuned_db, "tuning_runs"), rows(tuned_db, "trials")) == before
+    shown = cli("show", "softmax", "--shape", "64x1000", "--db", ro, "--json")  # reads still work
+    assert shown.returncode == 0 and json.loads(shown.stdout)["source"] == "exact"
+
+
+@pytest.mark.parametrize("damage, named", [
+    (lambda d: d.update(runs=5), "runs: Input should be a valid list"),
+    (lambda d: d["devices"].__setitem__(0, {"key": d["devices"][0]["key"]}), "devices.0.name: Field required"),
+    (lambda d: d["runs"][0]["trials"][0].update(median_ms="fast"), "runs.0.trials.0.median_ms"),
+    (lambda d: d.pop("devices"), "devices: Field required"),
+    (lambda d: d["best_configs"][0].update(run=7), "best_configs.0.run: 7 is not a run of the file"),
+])
+def test_a_malformed_import_names_the_fault_and_writes_nothing(tuned_db, tmp_path, damage, named):
+    export = tmp_path / "e.json"
+    assert cli("export", "--db", f"sqlite:///{tuned_db}", "-o", str(export)).returncode == 0
+    data = json.loads(export.read_text())
+    damage(data)
+    export.write_text(json.dumps(data))
+    target = tmp_path / "target.db"
+    Store(f"sqlite:///{target}").engine.dispose()
+    out = cli("import", str(export), "--db", f"sqlite:///{target}")
+    assert out.returncode == 2 and named in out.stderr and "nothing was imported" in out.stderr, out.stderr
+    assert rows(target, "devices") == rows(target, "tuning_runs") == rows(target, "best_configs") == 0
+
+
+def test_replay_refuses_landscapes_it_cannot_replay(tmp_path):
+    failed = tmp_path / "failed.json"
+    failed.write_text(json.dumps({"params": ["A"], "trials": [{"config": {"A": 1}, "ms": None}]}))
+    out = cli("replay", str(failed), "--budget", "1")
+    assert out.returncode == 2 and "no trial has a time" in out.stderr
+    partial = tmp_path / "partial.json"
+    partial.write_text(json.dumps({"params": ["A", "B"], "trials": [{"config": {"A": 1}, "ms": 1.0}]}))
+    out = cli("replay", str(partial), "--budget", "1")
+    assert out.returncode == 2 and "trial 0 has no value for B" in out.stderr
+
+
+def test_a_problem_too_large_for_the_device_is_refused_before_anything_is_written(tmp_path):
+    db = tmp_path / "big.db"
+    out = cli("tune", "softmax", "--shape", "100000000x100000000", "--db", f"sqlite:///{db}")
+    assert out.returncode == 2 and "needs about" in out.stderr and "choose a smaller shape" in out.stderr
+    assert "Traceback" not in out.stderr and len(out.stderr.splitlines()) <= 3
+    assert rows(db, "tuning_runs") == rows(db, "trials") == 0
+
+
+def test_show_answers_from_the_nearest_tuned_problem_and_says_whose_times(tuned_db):
+    out = cli("show", "softmax", "--shape", "256x1000", "--db", f"sqlite:///{tuned_db}", "--json")
+    assert out.returncode == 0, out.stderr
+    info = json.loads(out.stdout)
+    assert info["source"] == "nearest" and info["from_problem"] == "64x1000:float16"
+    assert info["timing_problem"] == "64x1000:float16" and info["median_ms"] == 1.5
+    text = cli("show", "softmax", "--shape", "256x1000", "--db", f"sqlite:///{tuned_db}")
+    assert "nearest tuned problem" in text.stdout and "measured on that problem" in text.stdout
+
+
+def test_progress_in_a_log_names_the_budget_and_every_phase(tmp_path):
+    out = cli("tune", "softmax", "--shape", "8x64", "--trials", "3", "--db", f"sqlite:///{tmp_path / 'p.db'}")
+    assert out.returncode == 0, out.stderr
+    log = out.stderr
+    for phase in ("setup:", "search: 3 configs of", "re-time:", "record:"):
+        assert phase in log, log
+    assert [line.split("trial ")[1].split(" ")[0] for line in log.splitlines() if "] trial " in line] == \
+        ["1/3", "2/3", "3/3"]
+
+
+def _children(pid: int) -> set[int]:
+    kids = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            kids.add(int(stat.parent.name))
+    return kids
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_sigterm_stops_the_trial_worker_and_marks_the_run_interrupted(tmp_path):
+    db = tmp_path / "term.db"
+    proc = subprocess.Popen([sys.executable, "-m", "autotuner", "tune", "softmax", "--shape", "32x300", "--strategy",
+                             "exhaustive", "--db", f"sqlite:///{db}"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    assert proc.stderr is not None
+    deadline = time.time() + 120
+    for line in proc.stderr:
+        if "] trial 1/" in line or time.time() > deadline:
+            break
+    kids = _children(proc.pid)
+    assert kids, "the tune process has no trial worker"
+    proc.send_signal(signal.SIGTERM)
+    _, rest = proc.communicate(timeout=60)
+    assert proc.returncode == 143 and "marked interrupted" in rest, rest
+    time.sleep(1)
+    assert not [k for k in kids if _alive(k)], "a child of the tune process outlived it"
+    with sqlite3.connect(db) as c:
+        assert c.execute("SELECT status FROM tuning_runs").fetchall() == [("interrupted",)]
+
+
+def test_worker_once_gives_up_on_a_database_that_cannot_open(tmp_path):
+    corrupt = tmp_path / "corrupt.db"
+    corrupt.write_bytes(b"this is not a SQLite file" * 100)
+    t0 = time.time()
+    out = cli("worker", "--once", "--db", f"sqlite:///{corrupt}", env={"AUTOTUNER_DB_WAIT_S": "1",
+                                                                          "AUTOTUNER_POLL_S": "0.2"}, timeout=120)
+    assert out.returncode == 3 and "gave up after" in out.stderr, out.stderr + out.stdout
+    assert time.time() - t0 < 60
