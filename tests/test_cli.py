@@ -207,3 +207,14 @@ def test_worker_once_gives_up_on_a_database_that_cannot_open(tmp_path):
                                                                           "AUTOTUNER_POLL_S": "0.2"}, timeout=120)
     assert out.returncode == 3 and "gave up after" in out.stderr, out.stderr + out.stdout
     assert time.time() - t0 < 60
+
+
+def test_the_worker_log_prints_error_text_verbatim(tmp_path):
+    """Error text from a job (here its op name, as a C++ allocator message would read) is logged as written."""
+    db = tmp_path / "w.db"
+    store = Store(f"sqlite:///{db}")
+    store.queue_job(op="[enforce fail at alloc_cpu.cpp:127]", shape="8x8", dtype="float16", options={})
+    store.engine.dispose()
+    out = cli("worker", "--once", "--db", f"sqlite:///{db}")
+    assert out.returncode == 0, out.stderr
+    assert "unknown op '[enforce fail at alloc_cpu.cpp:127]'" in out.stdout, out.stdout
