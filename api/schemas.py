@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timezone
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Union
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, create_model, field_validator
+
+from search_spaces.contract import TunableOp
+from search_spaces.problem import DTYPE_ALIASES
 
 
 def _utc(value: datetime) -> datetime:
@@ -15,11 +19,36 @@ def _utc(value: datetime) -> datetime:
 UtcDatetime = Annotated[datetime, AfterValidator(_utc)]
 
 Source = Literal["exact", "nearest", "default"]
+PRINTABLE = r"^[^\x00-\x1f\x7f]*$"  # no control characters
 OptionValue = str | bool | int | float
 
 
 class ErrorOut(BaseModel):
     detail: str
+
+
+class FieldError(BaseModel):
+    loc: list[str | int]
+    msg: str
+    type: str
+
+
+class FieldErrorOut(BaseModel):
+    """A request whose values name nothing (404): an op's problem of another shape, another op's option, an
+    unknown device. `detail` names the field."""
+
+    detail: list[FieldError]
+
+
+class NotFoundOut(BaseModel):
+    detail: str | list[FieldError]
+
+
+class DeviceChoiceOut(BaseModel):
+    """No device named and the database knows several (300): name one of `devices`."""
+
+    detail: list[FieldError]
+    devices: list[str]
 
 
 class ConfigOut(BaseModel):
@@ -113,19 +142,54 @@ class ResultDetail(ResultOut):
     trials: list[TrialOut]
 
 
-class JobIn(BaseModel):
+class JobCommon(BaseModel):
+    """What every job request holds besides its op's problem."""
+
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    op: str = Field(max_length=64, examples=["softmax"])
-    shape: str = Field(max_length=100, examples=["4096x4096"])
-    dtype: str = Field("float16", max_length=16)
-    options: dict[str, OptionValue] = Field(default_factory=dict, max_length=8,
-                                            description="Problem options: matmul epilogue, gelu approximate, "
-                                                        "attention causal")
-    strategy: str = Field("tpe", max_length=32)
-    trials: int | None = Field(None, ge=1, le=100_000, description="Configs to measure")
-    time_budget_s: float | None = Field(None, gt=0, le=7 * 86400, allow_inf_nan=False)
+    strategy: Literal["tpe", "random", "exhaustive"] = "tpe"
+    trials: Annotated[int, Field(ge=1, le=100_000)] | None = Field(None, description="Configs to measure")
+    time_budget_s: Annotated[float, Field(gt=0, le=7 * 86400, allow_inf_nan=False)] | None = Field(
+        None, description="Seconds of searching")
     priority: int = Field(0, ge=-1000, le=1000, description="Higher runs first")
+
+    @field_validator("trials", "priority", mode="before")
+    @classmethod
+    def _integral(cls, value: Any) -> Any:
+        """JSON has one number type: 3.0 is the integer 3 (as JSON Schema says), 3.5 is not."""
+        return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+def dtype_names(dtypes: tuple[str, ...]) -> tuple[str, ...]:
+    """The dtype names a request may use for these dtypes: canonical names first, then their aliases."""
+    return tuple(dict.fromkeys([*dtypes, *(a for a, c in DTYPE_ALIASES.items() if c in dtypes)]))
+
+
+def _pascal(name: str) -> str:
+    return "".join(part.capitalize() for part in re.split(r"[^0-9A-Za-z]+", name) if part) or "Op"
+
+
+def job_models(ops: list[TunableOp[Any]]) -> Any:
+    """The body of POST /jobs: one model per op (its shape pattern, dtypes and options), told apart by `op`. Any
+    body the schema accepts names a problem the worker can parse."""
+    models = []
+    for op in ops:
+        options: dict[str, Any] = {}
+        for o in op.options:
+            kind: Any = StrictBool if o.is_flag else Literal[o.choices]  # type: ignore[valid-type]
+            options[o.name] = (kind, Field(o.default, description=o.help))
+        options_model = create_model(f"{_pascal(op.name)}Options", __config__=ConfigDict(extra="forbid", strict=True),
+                                     **options)
+        models.append(create_model(
+            f"{_pascal(op.name)}Job", __base__=JobCommon, __doc__=op.description or None,
+            op=(Literal[op.name], ...),  # type: ignore[valid-type, arg-type]
+            shape=(str, Field(pattern=getattr(op.problem_type, "shape_pattern", None),
+                              description=getattr(op.problem_type, "layout", ""))),
+            dtype=(Literal[dtype_names(op.dtypes)], op.dtypes[0]),  # type: ignore[valid-type, arg-type]
+            options=(options_model, Field(default_factory=options_model))))
+    if len(models) == 1:
+        return models[0]
+    return Annotated[Union[tuple(models)], Field(discriminator="op")]  # noqa: UP007
 
 
 class JobOut(BaseModel):
@@ -154,6 +218,10 @@ class JobPage(BaseModel):
     limit: int
     offset: int
     items: list[JobOut]
+
+
+UNAVAILABLE: dict[int | str, dict[str, Any]] = {503: {"model": ErrorOut, "description": "The result database is "
+                                                                                   "unavailable"}}
 
 
 class HealthOut(BaseModel):

@@ -12,6 +12,7 @@ clock is the CPU wall clock (and says so).
 
 from __future__ import annotations
 
+import functools
 import statistics
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -67,17 +68,22 @@ class BenchResult:
 def candidates(op: Op, problem: Any, device: DeviceInfo, store: Store | None, inputs: dict[str, Any],
                use_compile: bool) -> tuple[dict[str, Callable[[], Any] | str], dict[str, Any], dict[str, Any] | None]:
     """name -> a callable, or the reason it is left out; plus the default and tuned configs."""
-    out: dict[str, Callable[[], Any] | str] = {"torch eager": lambda: op.baseline(inputs)}
-    if not use_compile:
-        out["torch.compile"] = "left out (--no-compile)"
-    elif device.is_interpreter:
-        out["torch.compile"] = "left out on the interpreter"
+    out: dict[str, Callable[[], Any] | str] = {}
+    baseline = op.baseline
+    if baseline is None:
+        out["torch eager"] = f"{op.name} declares no torch baseline"
+        out["torch.compile"] = f"{op.name} declares no torch baseline"
     else:
-        compiled = torch.compile(op.kernel_module.baseline)
-        out["torch.compile"] = lambda: compiled(**inputs)
-    manual = getattr(op.kernel_module, "manual", None)
-    if manual is not None:
-        out["manual (unfused torch)"] = lambda: manual(**inputs)
+        out["torch eager"] = lambda: baseline(inputs)
+        if not use_compile:
+            out["torch.compile"] = "left out (--no-compile)"
+        elif device.is_interpreter:
+            out["torch.compile"] = "left out on the interpreter"
+        else:
+            compiled = torch.compile(baseline)
+            out["torch.compile"] = lambda: compiled(inputs)
+    for name, variant in op.variants.items():
+        out[name] = functools.partial(variant, inputs)
     default = op.space.default(problem, device)
     out[DEFAULT] = lambda: op.run(inputs, default)
     best = store.best(op=op, problem=problem, device=device) if store is not None else None
@@ -93,11 +99,11 @@ def candidates(op: Op, problem: Any, device: DeviceInfo, store: Store | None, in
 def bench(op: Op, problem: Any, device: DeviceInfo, *, store: Store | None, use_compile: bool = True,
           rounds: int = 5, rep_ms: float = 100.0, remeasure_peaks: bool = False) -> BenchResult:
     peaks: Peaks | None = device_peaks(store, device, remeasure=remeasure_peaks) if store is not None else None
-    inputs = op.make_inputs(problem, device)
+    inputs = op.make_inputs(problem, device.torch_device)
     fns, default, tuned = candidates(op, problem, device, store, inputs, use_compile)
     result = BenchResult(op.name, problem.key, device.key, WALL_CLOCK if device.is_interpreter else CUDA_EVENTS,
                          asdict(peaks) if peaks else None, default, tuned)
-    ref = op.reference(inputs)
+    ref = op.reference(inputs) if op.reference is not None else op.run(inputs, default)
     runnable: dict[str, Callable[[], Any]] = {}
     same = tuned == default  # the tuner kept the default: one kernel, timed once, shown in both rows
     for name, fn in fns.items():
@@ -108,13 +114,13 @@ def bench(op: Op, problem: Any, device: DeviceInfo, *, store: Store | None, use_
             result.rows.append(BenchRow(name, None, note=SAME_AS_DEFAULT))
             continue
         try:
-            check = op.check(fn(), ref, problem)
+            verdict = op.check(fn(), ref, problem)
         except Exception as exc:  # e.g. torch.compile failing on this machine: report, do not stop
             result.rows.append(BenchRow(name, None, note=f"failed: {type(exc).__name__}: {str(exc)[:200]}"))
             continue
-        row = BenchRow(name, None, error=check.error, note="" if check.ok else f"WRONG RESULT: {check.message}")
+        row = BenchRow(name, None, error=verdict.error, note="" if verdict.ok else f"WRONG RESULT: {verdict.message}")
         result.rows.append(row)
-        if check.ok:
+        if verdict.ok:
             runnable[name] = fn
     del ref
     per_round: dict[str, list[Any]] = {name: [] for name in runnable}
@@ -124,7 +130,8 @@ def bench(op: Op, problem: Any, device: DeviceInfo, *, store: Store | None, use_
             per_round[name].append(time_fn(fn, device.is_interpreter, warmup_ms=10, rep_ms=rep_ms / rounds))
     if same and DEFAULT in per_round:
         per_round[TUNED] = per_round[DEFAULT]
-    flops, nbytes = op.flops(problem), op.bytes(problem)
+    flops = op.flops(problem) if op.flops is not None else 0.0
+    nbytes = op.bytes_moved(problem) if op.bytes_moved is not None else 0.0
     for row in result.rows:
         timings = per_round.get(row.name)
         if not timings:
@@ -132,6 +139,8 @@ def bench(op: Op, problem: Any, device: DeviceInfo, *, store: Store | None, use_
         row.ms = statistics.median(t.median_ms for t in timings)
         row.p20_ms = statistics.median(t.p20_ms for t in timings)
         row.p80_ms = statistics.median(t.p80_ms for t in timings)
+        if not flops and not nbytes:
+            continue  # no cost model declared: times only
         row.tflops = flops / (row.ms * 1e-3) / 1e12
         row.gbs = nbytes / (row.ms * 1e-3) / 1e9
         if peaks is not None:
@@ -149,7 +158,7 @@ def profile_table(op: Op, problem: Any, device: DeviceInfo, config: dict[str, An
     """The torch profiler's kernel table for `calls` launches with `config`."""
     from torch.profiler import ProfilerActivity, profile
 
-    inputs = op.make_inputs(problem, device)
+    inputs = op.make_inputs(problem, device.torch_device)
     op.run(inputs, config)
     activities = [ProfilerActivity.CPU] + ([] if device.is_interpreter else [ProfilerActivity.CUDA])
     with profile(activities=activities) as prof:

@@ -28,8 +28,8 @@ def _init(spec: WorkerSpec) -> None:
     if spec.device_index is not None:
         torch.cuda.set_device(spec.device_index)
     op = get_op(spec.op)
-    problem = op.problem_type(**spec.problem)
-    _STATE.update(op=op, inputs=op.make_inputs(problem, current_device(spec.device_index)), torch=torch)
+    problem = op.problem_from_dict(spec.problem)
+    _STATE.update(op=op, inputs=op.make_inputs(problem, current_device(spec.device_index).torch_device), torch=torch)
 
 
 def _compile(config: dict[str, Any]) -> Outcome | float:

@@ -1,7 +1,7 @@
 """Does a problem fit on a device? Checked before a run starts, so an impossible problem is refused with the
 limit named instead of failing inside the trial worker.
 
-A tuning run holds the problem's inputs and output (`op.bytes`), the reference output in float32 and the
+A tuning run holds the problem's inputs and output (`op.bytes_moved`), the reference output in float32 and the
 torch baseline's output at once: about `FOOTPRINT` times the bytes the kernel moves. On the interpreter the
 limit is the host's memory.
 """
@@ -43,7 +43,9 @@ def _size(n: float) -> str:
 
 def check_fits(op: Op, problem: Any, device: DeviceInfo, cap_bytes: int | None = None) -> None:
     """Raise ProblemTooLarge naming the need and the limit when tuning `problem` would not fit."""
-    need = FOOTPRINT * op.bytes(problem)
+    if op.bytes_moved is None:
+        return  # no cost model: nothing to check against
+    need = FOOTPRINT * op.bytes_moved(problem)
     limit = memory_limit(device)
     where = "this host's memory (the interpreter)" if device.is_interpreter else f"{device.key}'s memory"
     if cap_bytes is not None and (limit <= 0 or cap_bytes < limit):

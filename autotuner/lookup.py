@@ -1,17 +1,22 @@
-"""Which config a launch uses when the caller gives none.
+"""Which config a launch uses when the caller gives none: one path for the library calls (autotuner.library),
+`autotuner.autotune` kernels and `GET /config` (autotuner.serving).
 
-`resolve(op, problem, device)` tries, in order, and the first that answers wins:
+`resolve(op, problem, device, store=..., service=..., fallback=...)` tries, in order, and the first that answers
+wins:
 
-1. the in-process cache (a dict lookup; non-exact answers expire after `RECHECK_S` so new results arrive);
-2. the local database: the stored best for this exact problem, kernel hash and Triton version;
-3. the remote service (`AUTOTUNER_URL`): `GET /config?...&fallback=none`, with a short timeout; a service
-   that fails is not asked again for `SERVICE_BACKOFF_S`, so launches never keep waiting on it;
-4. the nearest tuned problem on the same device (autotuner.nearest: same op, dtype and options; log-space
-   distance; for matmul the same N and K first, nearest M);
-5. the space's default config.
+1. the database: the stored best for this exact problem, current for the kernel hash and Triton version (the
+   caller's, for a remote caller of the service);
+2. the service (`AUTOTUNER_URL`), for launching processes: `GET /config?...&fallback=none`, with a short
+   timeout; a service that fails is not asked again for `SERVICE_BACKOFF_S`, so launches never keep waiting;
+3. with `fallback="nearest"`: the nearest tuned problem on the same device (autotuner.nearest: same op, dtype
+   and options; log-space distance; for matmul the same N and K first, nearest M);
+4. unless `fallback="none"` (then NotFound): the space's default config.
 
-Stale results (another kernel hash or Triton version) are never served as exact. With
-`AUTOTUNER_TUNE_ON_MISS=1`, a problem with no exact result is queued for tuning in the background, once.
+Stale results (another kernel hash or Triton version) are never served as exact. The answer carries the stored
+row whose times come with it (the exact one, or the nearest problem's). Nothing here caches: the callers that
+launch keep one cache each, keyed by what they launch (the library per input signature, a decorated kernel per
+key), and `Resolver` holds what a launching process needs between lookups: the lazily opened database, the
+service's back-off, and the tuning jobs it queued on a miss (`AUTOTUNER_TUNE_ON_MISS=1`).
 """
 
 from __future__ import annotations
@@ -25,68 +30,60 @@ from typing import Any
 from autotuner.device import DeviceInfo
 from autotuner.registry import Op, get_op
 from autotuner.settings import Settings
+from autotuner.store import LazyStore, Store, StoredBest
 
 log = logging.getLogger(__name__)
-RECHECK_S = 60.0
+RECHECK_S = 60.0  # a launching process asks again this long after a non-exact answer, so new results arrive
 SERVICE_TIMEOUT_S = 0.25
 SERVICE_BACKOFF_S = 30.0
+FALLBACKS = ("nearest", "default", "none")
+
+
+class NotFound(LookupError):
+    pass
 
 
 @dataclass(frozen=True)
 class Resolution:
     config: dict[str, Any]
     source: str  # exact, nearest, default
-    step: str  # cache, database, service, nearest, default
+    step: str  # database, service, nearest, default
     reason: str
-    median_ms: float | None = None
-    from_problem: str | None = None
     trace: tuple[str, ...] = field(default_factory=tuple)
+    row: StoredBest | None = None  # the stored result whose times come with the answer (exact or nearest)
+    from_problem: str | None = None
+    stale: StoredBest | None = None  # an exact result that was not served: another kernel hash or Triton
+    median_ms: float | None = None  # for an exact answer from the service, which sends no row
 
 
-class Resolver:
-    def __init__(self, settings: Settings | None = None) -> None:
-        self.settings = settings or Settings()
-        self._cache: dict[tuple[str, str, str], tuple[Resolution, float]] = {}
-        self._store: Any = None
-        self._store_error: str | None = None
-        self._service_down_until = 0.0
-        self._queued: set[tuple[str, str, str]] = set()
-        self._lock = threading.Lock()
+class Service:
+    """The remote service a launching process asks on a miss, with a back-off after a failure."""
 
-    # -- the steps ------------------------------------------------------------------------------------
-    def _db(self) -> Any:
-        if self._store is None and self._store_error is None:
-            from autotuner.store import Store
+    def __init__(self, url: str | None) -> None:
+        self.url = url
+        self._down_until = 0.0
 
-            try:
-                self._store = Store(self.settings.db_url, create=False)  # a lookup never creates a database
-            except Exception as exc:  # a dead or foreign database must not stop a launch
-                self._store_error = f"{type(exc).__name__}: {exc}"
-                log.warning("autotuner: local database unavailable, using other sources: %s", exc)
-        return self._store
-
-    def _from_service(self, op: Op, problem: Any, device: DeviceInfo) -> tuple[Resolution | None, str]:
-        url = self.settings.url
-        if not url:
+    def ask(self, op: Op, problem: Any, device: DeviceInfo) -> tuple[Resolution | None, str]:
+        if not self.url:
             return None, "service: AUTOTUNER_URL is not set"
         now = time.monotonic()
-        if now < self._service_down_until:
-            return None, f"service: skipped, it failed {SERVICE_BACKOFF_S - (self._service_down_until - now):.0f} s ago"
+        if now < self._down_until:
+            return None, f"service: skipped, it failed {SERVICE_BACKOFF_S - (self._down_until - now):.0f} s ago"
         import httpx
         import triton
 
         params = {"op": op.name, "shape": problem.shape, "dtype": problem.dtype, "device": device.key,
                   "fallback": "none", "kernel_hash": op.kernel_hash, "triton_version": triton.__version__,
-                  **{k: str(getattr(problem, k)).lower() for k in op.options}}
+                  **{k: str(getattr(problem, k)).lower() for k in op.option_names}}
         try:
-            r = httpx.get(url.rstrip("/") + "/config", params=params, timeout=SERVICE_TIMEOUT_S)
+            r = httpx.get(self.url.rstrip("/") + "/config", params=params, timeout=SERVICE_TIMEOUT_S)
         except httpx.HTTPError as exc:
-            self._service_down_until = time.monotonic() + SERVICE_BACKOFF_S
-            return None, f"service: {type(exc).__name__} at {url}; not asked again for {SERVICE_BACKOFF_S:.0f} s"
+            self._down_until = time.monotonic() + SERVICE_BACKOFF_S
+            return None, f"service: {type(exc).__name__} at {self.url}; not asked again for {SERVICE_BACKOFF_S:.0f} s"
         if r.status_code == 404:
             return None, "service: no exact result"
         if r.status_code != 200:
-            self._service_down_until = time.monotonic() + SERVICE_BACKOFF_S
+            self._down_until = time.monotonic() + SERVICE_BACKOFF_S
             return None, f"service: HTTP {r.status_code}; not asked again for {SERVICE_BACKOFF_S:.0f} s"
         body = r.json()
         if body.get("source") != "exact" or body.get("stale"):
@@ -95,39 +92,75 @@ class Resolver:
             config = op.space.validate(body["config"], problem, device)
         except (ValueError, KeyError) as exc:
             return None, f"service: answered a config this space rejects ({exc})"
-        return Resolution(config, "exact", "service", f"tuned result from {url}", body.get("median_ms")), "service: exact"
+        return Resolution(config, "exact", "service", f"tuned result from {self.url}", from_problem=problem.key,
+                          median_ms=body.get("median_ms")), "service: exact"
 
-    def _lookup(self, op: Op, problem: Any, device: DeviceInfo) -> Resolution:
-        trace: list[str] = []
-        store = self._db()
-        if store is not None:
-            best = store.best(op=op, problem=problem, device=device)
-            if best is not None and not best.stale:
-                trace.append("database: exact")
-                return Resolution(best.config, "exact", "database", f"tuned {problem.key} on {device.key}",
-                                  best.median_ms, problem.key, tuple(trace))
-            trace.append("database: stale result ignored (" + (best.stale_reason or "") + ")" if best
-                         else "database: no result for this problem")
-        else:
-            trace.append(f"database: unavailable ({self._store_error})")
-        remote, note = self._from_service(op, problem, device)
+
+def resolve(op: Op, problem: Any, device: DeviceInfo, *, store: Store | None, store_error: str | None = None,
+            service: Service | None = None, fallback: str = "nearest", kernel_hash: str | None = None,
+            triton_version: str | None = None) -> Resolution:
+    """The config to launch `problem` with on `device`, and where it came from; NotFound when `fallback` is
+    "none" and nothing exact is known."""
+    if fallback not in FALLBACKS:
+        raise ValueError(f"unknown fallback {fallback!r}; accepted: {', '.join(FALLBACKS)}")
+    trace: list[str] = []
+    stale: StoredBest | None = None
+    if store is not None:
+        best = store.best(op=op, problem=problem, device=device, kernel_hash=kernel_hash,
+                          triton_version=triton_version)
+        if best is not None and not best.stale:
+            trace.append("database: exact")
+            return Resolution(best.config, "exact", "database", f"tuned {problem.key} on {device.key}",
+                              tuple(trace), best, problem.key)
+        stale = best if best is not None else None
+        trace.append(f"database: stale result ignored ({best.stale_reason})" if best
+                     else "database: no result for this problem")
+    else:
+        trace.append(f"database: unavailable ({store_error})")
+    if service is not None:
+        remote, note = service.ask(op, problem, device)
         trace.append(note)
         if remote is not None:
-            return Resolution(remote.config, remote.source, remote.step, remote.reason, remote.median_ms,
-                              problem.key, tuple(trace))
-        if store is not None:
-            for other, best in store.nearest(op=op, problem=problem, device=device):
-                if not op.space.violations(best.config, problem, device):
-                    trace.append(f"nearest: {other.key}")
-                    return Resolution(best.config, "nearest", "nearest",
-                                      f"best config of the nearest tuned problem {other.key}", None, other.key,
-                                      tuple(trace))
-                trace.append(f"nearest: {other.key}'s config is not valid here")
-        trace.append("default: the space's heuristic")
-        return Resolution(op.space.default(problem, device), "default", "default", "no tuned result to use",
-                          trace=tuple(trace))
+            return Resolution(remote.config, "exact", "service", remote.reason, tuple(trace), None, problem.key,
+                              stale, remote.median_ms)
+    if fallback == "none":
+        why = f"only a stale result ({stale.stale_reason})" if stale else "no tuned result"
+        raise NotFound(f"{why} for {op.name} {problem.key} on {device.key}")
+    if fallback == "nearest" and store is not None:
+        for other, row in store.nearest(op=op, problem=problem, device=device, kernel_hash=kernel_hash,
+                                        triton_version=triton_version):
+            if not op.space.violations(row.config, problem, device):
+                trace.append(f"nearest: {other.key}")
+                return Resolution(row.config, "nearest", "nearest",
+                                  f"best config of the nearest tuned problem {other.key}", tuple(trace), row,
+                                  other.key, stale)
+            trace.append(f"nearest: {other.key}'s config is not valid here")
+    trace.append("default: the space's heuristic")
+    return Resolution(op.space.default(problem, device), "default", "default", "no tuned result to use",
+                      tuple(trace), None, None, stale)
 
-    def _tune_on_miss(self, op: Op, problem: Any, key: tuple[str, str, str]) -> None:
+
+class Resolver:
+    """What a launching process keeps between lookups: its database (opened on first use, never created by a
+    lookup), the service and its back-off, and the tuning jobs it queued on a miss."""
+
+    def __init__(self, settings: Settings | None = None) -> None:
+        self.settings = settings or Settings()
+        self.store = LazyStore(self.settings.db_url, create=False, retry_s=RECHECK_S)
+        self.service = Service(self.settings.url)
+        self._queued: set[tuple[str, str, str]] = set()
+        self._lock = threading.Lock()
+
+    def resolve(self, op: Op | str, problem: Any, device: DeviceInfo) -> Resolution:
+        op = get_op(op) if isinstance(op, str) else op
+        store, error = self.store.peek()
+        res = resolve(op, problem, device, store=store, store_error=error, service=self.service)
+        if res.source != "exact" and self.settings.tune_on_miss:
+            self._tune_on_miss(op, problem, device)
+        return res
+
+    def _tune_on_miss(self, op: Op, problem: Any, device: DeviceInfo) -> None:
+        key = (op.name, problem.key, device.key)
         with self._lock:
             if key in self._queued:
                 return
@@ -135,7 +168,7 @@ class Resolver:
         threading.Thread(target=self._queue_job, args=(op, problem), daemon=True).start()
 
     def _queue_job(self, op: Op, problem: Any) -> None:
-        options = {k: getattr(problem, k) for k in op.options}
+        options = {k: getattr(problem, k) for k in op.option_names}
         try:
             if self.settings.url and self.settings.token:
                 import httpx
@@ -144,31 +177,12 @@ class Resolver:
                            headers={"Authorization": f"Bearer {self.settings.token}"},
                            json={"op": op.name, "shape": problem.shape, "dtype": problem.dtype, "options": options})
                 return
-            store = self._db()
-            if store is None:  # queueing is a write: it may create the database a lookup would not
-                from autotuner.store import Store
-
-                store = self._store = Store(self.settings.db_url)
-                self._store_error = None
-            store.queue_job(op=op.name, shape=problem.shape, dtype=problem.dtype, options=options)
+            # Queueing is a write: it may create the database that a lookup never would.
+            writer = self.store.peek()[0] or Store(self.settings.db_url)
+            writer.queue_job(op=op.name, shape=problem.shape, dtype=problem.dtype, options=options)
+            self.store.forget_failure()
         except Exception as exc:
             log.warning("autotuner: could not queue a tuning job for %s %s: %s", op.name, problem.key, exc)
-
-    # -- public ---------------------------------------------------------------------------------------
-    def resolve(self, op: Op | str, problem: Any, device: DeviceInfo) -> Resolution:
-        op = get_op(op) if isinstance(op, str) else op
-        key = (op.name, problem.key, device.key)
-        hit = self._cache.get(key)
-        if hit is not None and (hit[0].source == "exact" or time.monotonic() < hit[1]):
-            return hit[0]
-        res = self._lookup(op, problem, device)
-        self._cache[key] = (res, time.monotonic() + RECHECK_S)
-        if res.source != "exact" and self.settings.tune_on_miss:
-            self._tune_on_miss(op, problem, key)
-        return res
-
-    def clear(self) -> None:
-        self._cache.clear()
 
 
 _RESOLVER: Resolver | None = None
@@ -185,8 +199,3 @@ def resolver() -> Resolver:
 def set_resolver(r: Resolver | None) -> None:
     global _RESOLVER
     _RESOLVER = r
-
-
-def resolve(op: Op | str, problem: Any, device: DeviceInfo) -> Resolution:
-    """The config to launch `problem` with on `device`, and where it came from (exact, nearest, default)."""
-    return resolver().resolve(op, problem, device)

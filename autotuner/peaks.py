@@ -16,10 +16,8 @@ from dataclasses import dataclass
 import torch
 
 from autotuner.device import DeviceInfo
-from autotuner.store import Store, versions
+from autotuner.store import Store
 from autotuner.timing import time_cuda
-from db import repository as repo
-from db.engine import session_scope
 from search_spaces.problem import TORCH_DTYPES
 
 COPY = "copy_bandwidth"
@@ -72,9 +70,7 @@ def device_peaks(store: Store, device: DeviceInfo, *, remeasure: bool = False) -
     """The stored ceilings of `device`, measuring (and storing) the missing ones; None on the interpreter."""
     if device.is_interpreter:
         return None
-    device_id = store.device_id(device)
-    with session_scope(store.engine) as s:
-        stored = {name: p.value for name, p in repo.get_peaks(s, device_id=device_id).items()}
+    stored = store.peaks(device)
     wanted: dict[str, tuple[str, Callable[[], float], str]] = {
         COPY: ("GB/s", lambda: measure_copy(device), f"copy_ of 1 GiB ({2 * COPY_BYTES >> 30} GiB moved)")}
     for dtype in DTYPES:
@@ -83,7 +79,5 @@ def device_peaks(store: Store, device: DeviceInfo, *, remeasure: bool = False) -
     for name, (unit, measure, method) in wanted.items():
         if remeasure or name not in stored:
             stored[name] = measure()
-            with session_scope(store.engine) as s:
-                repo.save_peak(s, device_id=device_id, name=name, value=stored[name], unit=unit, method=method,
-                               torch_version=versions()[1])
+            store.save_peak(device, name=name, value=stored[name], unit=unit, method=method)
     return Peaks(stored[COPY], {d: stored[matmul_name(d)] for d in DTYPES})

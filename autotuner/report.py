@@ -11,8 +11,6 @@ from pathlib import Path
 
 from autotuner.device import INTERPRETER
 from autotuner.store import Store
-from db import repository as repo
-from db.engine import session_scope
 
 
 def plot_results(store: Store, output: Path, *, op: str | None = None, device_key: str | None = None) -> int:
@@ -21,9 +19,8 @@ def plot_results(store: Store, output: Path, *, op: str | None = None, device_ke
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    with session_scope(store.engine) as s:
-        found = [(r.device.key, f"{r.op} {r.problem_key}", r.median_ms, r.default_ms, r.torch_ms)
-                 for r in repo.find_best(s, op=op, device_key=device_key) if r.torch_ms]
+    found = [(r.device.key, f"{r.op} {r.problem_key}", r.median_ms, r.default_ms, r.torch_ms)
+             for r in store.results(op=op, device_key=device_key) if r.torch_ms]
     # Interpreter results are CPU wall-clock times: a ratio of them to torch's says nothing about a GPU.
     rows = [r for r in found if r[0] != INTERPRETER]
     if not rows:

@@ -14,18 +14,15 @@ from datetime import datetime
 from typing import Any
 
 from autotuner.device import DeviceInfo
+from autotuner.lookup import FALLBACKS, resolve
 from autotuner.registry import Op, UnknownOpError, get_op
-from autotuner.store import Store, StoredBest
-from db import repository as repo
-from db.engine import session_scope
+from autotuner.store import Store
 from db.models import Device
 from search_spaces.problem import ProblemError, parse_dtype
 
-FALLBACKS = ("nearest", "default", "none")
-
 
 class InputError(ValueError):
-    """A request value that is not accepted: names the field and what is accepted."""
+    """A request value that is not accepted: names the field and what is accepted (a 422)."""
 
     def __init__(self, field: str, message: str, location: str = "query") -> None:
         super().__init__(message)
@@ -34,8 +31,17 @@ class InputError(ValueError):
         self.location = location  # query or body
 
 
-class NotFound(LookupError):
-    pass
+class NoSuchProblem(InputError):
+    """Values each valid alone that name nothing: an op's problem of another shape or with another op's option,
+    or a device the database does not know (a 404)."""
+
+
+class AmbiguousDevice(InputError):
+    """No device named, and the database knows several (a 300 listing them)."""
+
+    def __init__(self, field: str, message: str, devices: list[str]) -> None:
+        super().__init__(field, message)
+        self.devices = devices
 
 
 @dataclass(frozen=True)
@@ -65,7 +71,8 @@ def device_info(row: Device) -> DeviceInfo:
 
 
 def parse_request(op_name: str, shape: str, dtype: str, options: dict[str, Any]) -> tuple[Op, Any]:
-    """The op and problem a request names, or an InputError naming the field at fault."""
+    """The op and problem a request names. InputError names a value no op accepts; NoSuchProblem names one this
+    op does not take (a shape of another op's form, a dtype or option it lacks)."""
     try:
         op = get_op(op_name)
     except UnknownOpError as exc:
@@ -73,59 +80,52 @@ def parse_request(op_name: str, shape: str, dtype: str, options: dict[str, Any])
     try:
         parse_dtype(dtype, op.dtypes)
     except ProblemError as exc:
-        raise InputError("dtype", str(exc)) from None
+        raise NoSuchProblem("dtype", str(exc)) from None
     given = {k: v for k, v in options.items() if v is not None}
+    for name in given:
+        if name not in op.option_names:
+            accepted = ", ".join(op.option_names) or "none"
+            raise NoSuchProblem(name, f"{op.name} takes no option {name}; accepted: {accepted}")
     try:
         return op, op.parse_problem(shape, dtype, **given)
-    except ValueError as exc:  # ProblemError, or an option this op does not take
+    except ValueError as exc:  # ProblemError: a shape of another form, an option value this op lacks
         message = str(exc)
         field = next((n for n in given if n in message), "shape")
-        raise InputError(field, message) from None
+        raise NoSuchProblem(field, message) from None
 
 
 def pick_device(store: Store, key: str | None) -> DeviceInfo:
     """The device a request means: the one named, or the only one the database knows."""
-    with session_scope(store.engine) as s:
-        devices = [device_info(d) for d in repo.list_devices(s)]
-    known = ", ".join(repr(d.key) for d in devices) or "none yet (tune something first)"
+    devices = [device_info(d) for d in store.devices()]
     if key is None:
         if len(devices) == 1:
             return devices[0]
-        raise InputError("device", f"device is required when the database knows {len(devices)} devices; known: {known}")
+        if not devices:
+            raise NoSuchProblem("device", "the database knows no device yet: nothing has been tuned")
+        raise AmbiguousDevice("device", f"name a device: the database knows {len(devices)}",
+                              [d.key for d in devices])
     for d in devices:
         if d.key == key:
             return d
-    raise InputError("device", f"unknown device {key!r}; known: {known}")
+    known = ", ".join(repr(d.key) for d in devices) or "none yet (tune something first)"
+    raise NoSuchProblem("device", f"unknown device {key!r}; known: {known}")
 
 
 def answer_config(store: Store, op: Op, problem: Any, device: DeviceInfo, *, fallback: str = "nearest",
                   kernel_hash: str | None = None, triton_version: str | None = None) -> ConfigAnswer:
-    """The config to launch `problem` with on `device`; NotFound when `fallback` is "none" and nothing exact."""
+    """The config to launch `problem` with on `device` (autotuner.lookup.resolve, as a library launch resolves
+    it, minus the service step); NotFound when `fallback` is "none" and nothing exact."""
     if fallback not in FALLBACKS:
         raise InputError("fallback", f"unknown fallback {fallback!r}; accepted: {', '.join(FALLBACKS)}")
-    best = store.best(op=op, problem=problem, device=device, kernel_hash=kernel_hash, triton_version=triton_version)
-
-    def answer(config: dict[str, Any], source: str, row: StoredBest | None, stale: StoredBest | None,
-               from_problem: str | None) -> ConfigAnswer:
-        speedup = row.default_ms / row.median_ms if row and row.default_ms and row.median_ms else None
-        return ConfigAnswer(op.name, dataclasses.asdict(problem), problem.key, device.key, config, source,
-                            row.median_ms if row else None, row.default_ms if row else None, speedup,
-                            row.torch_ms if row else None, stale is not None,
-                            stale.stale_reason if stale else None, row.updated_at if row else None, from_problem,
-                            row.id if row else None, row.problem_key if row else None)
-
-    if best is not None and not best.stale:
-        return answer(best.config, "exact", best, None, problem.key)
-    stale = best if best is not None and best.stale else None
-    if fallback == "none":
-        why = f"only a stale result ({stale.stale_reason})" if stale else "no tuned result"
-        raise NotFound(f"{why} for {op.name} {problem.key} on {device.key}")
-    if fallback == "nearest":
-        for other, row in store.nearest(op=op, problem=problem, device=device, kernel_hash=kernel_hash,
-                                        triton_version=triton_version):
-            if not op.space.violations(row.config, problem, device):
-                return answer(row.config, "nearest", row, stale, other.key)
-    return answer(op.space.default(problem, device), "default", None, stale, None)
+    res = resolve(op, problem, device, store=store, fallback=fallback, kernel_hash=kernel_hash,
+                  triton_version=triton_version)
+    row = res.row
+    speedup = row.default_ms / row.median_ms if row and row.default_ms and row.median_ms else None
+    return ConfigAnswer(op.name, dataclasses.asdict(problem), problem.key, device.key, res.config, res.source,
+                        row.median_ms if row else None, row.default_ms if row else None, speedup,
+                        row.torch_ms if row else None, res.stale is not None,
+                        res.stale.stale_reason if res.stale else None, row.updated_at if row else None,
+                        res.from_problem, row.id if row else None, row.problem_key if row else None)
 
 
 def check_job(op_name: str, shape: str, dtype: str, options: dict[str, Any], strategy: str) -> tuple[Op, Any]:

@@ -5,6 +5,8 @@ already measured is lost if the process dies.
 from __future__ import annotations
 
 import dataclasses
+import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,8 +18,8 @@ from autotuner.nearest import rank
 from autotuner.registry import Op
 from db import queue
 from db import repository as repo
-from db.engine import open_engine, session_scope
-from db.models import BestConfig
+from db.engine import DatabaseUnavailable, NotAutotunerDatabase, open_engine, session_scope
+from db.models import BestConfig, Device, Job, TuningRun
 
 
 @dataclass(frozen=True)
@@ -120,7 +122,123 @@ class Store:
                   budget_trials: int | None = None, budget_seconds: float | None = None, priority: int = 0) -> int:
         with session_scope(self.engine) as s:
             return queue.add_job(s, op=op, shape=shape, dtype=dtype, options=options, strategy=strategy,
-                                budget_trials=budget_trials, budget_seconds=budget_seconds, priority=priority)
+                                 budget_trials=budget_trials, budget_seconds=budget_seconds, priority=priority)
+
+    # -- reading results (the service, export, report) ----------------------------------------------------
+    def ping(self) -> str:
+        """The backend's name when the database answers; raises when it does not."""
+        with self.engine.connect() as conn:
+            conn.exec_driver_sql("SELECT 1")
+        return self.engine.dialect.name
+
+    def devices(self) -> list[Device]:
+        with session_scope(self.engine) as s:
+            return repo.list_devices(s)
+
+    def results(self, *, op: str | None = None, device_key: str | None = None,
+                problem_key: str | None = None) -> list[BestConfig]:
+        """Stored best configs (every kernel hash and Triton version), oldest first, with their device."""
+        with session_scope(self.engine) as s:
+            return repo.find_best(s, op=op, device_key=device_key, problem_key=problem_key)
+
+    def results_page(self, *, op: str | None, device_key: str | None, limit: int,
+                     offset: int) -> tuple[list[BestConfig], int]:
+        with session_scope(self.engine) as s:
+            return repo.page_best(s, op=op, device_key=device_key, limit=limit, offset=offset)
+
+    def result(self, result_id: int) -> tuple[BestConfig, TuningRun | None] | None:
+        """One stored best config and the run (with its trials) that found it."""
+        with session_scope(self.engine) as s:
+            row = repo.get_best(s, best_id=result_id)
+            if row is None:
+                return None
+            return row, repo.get_run(s, run_id=row.run_id) if row.run_id is not None else None
+
+    def runs(self, *, op: str | None = None, device_key: str | None = None,
+             problem_key: str | None = None) -> list[TuningRun]:
+        """Tuning runs with their trials and device, oldest first."""
+        with session_scope(self.engine) as s:
+            return repo.list_runs(s, op=op, device_key=device_key, problem_key=problem_key)
+
+    def import_rows(self, *, devices: list[dict[str, Any]], runs: list[tuple[dict[str, Any], list[dict[str, Any]]]],
+                    bests: list[tuple[dict[str, Any], int | None]]) -> dict[str, int]:
+        """Add exported rows in one transaction: devices by key; runs (fields with a `device` key, and trials)
+        unless present; best configs (fields with a `device` key, and the index of their run in `runs`)
+        replacing a stored one only when faster. Returns counts of what was added."""
+        counts = {"devices": 0, "runs": 0, "trials": 0, "best_configs": 0}
+        with session_scope(self.engine) as s:
+            known = {d.key for d in repo.list_devices(s)}
+            device_ids = {d["key"]: repo.upsert_device(s, **d) for d in devices}
+            counts["devices"] = len(set(device_ids) - known)
+            run_ids: dict[int, int] = {}
+            for i, (fields, trials) in enumerate(runs):
+                fields = dict(fields)
+                fields["device_id"] = device_ids[fields.pop("device")]
+                existing = repo.find_run(s, op=fields["op"], problem_key=fields["problem_key"],
+                                         device_id=fields["device_id"], started_at=fields["started_at"])
+                if existing is not None:
+                    run_ids[i] = existing
+                    continue
+                run_ids[i] = repo.insert_run(s, fields=fields, trials=trials)
+                counts["runs"] += 1
+                counts["trials"] += len(trials)
+            for fields, run in bests:
+                fields = dict(fields)
+                device_id = device_ids[fields.pop("device")]
+                written = repo.save_best(s, device_id=device_id, run_id=run_ids.get(run) if run is not None else None,
+                                         **fields)
+                counts["best_configs"] += int(written)
+        return counts
+
+    def peaks(self, device: DeviceInfo) -> dict[str, float]:
+        with session_scope(self.engine) as s:
+            return {name: p.value for name, p in repo.get_peaks(s, device_id=self.device_id(device)).items()}
+
+    def save_peak(self, device: DeviceInfo, *, name: str, value: float, unit: str, method: str) -> None:
+        with session_scope(self.engine) as s:
+            repo.save_peak(s, device_id=self.device_id(device), name=name, value=value, unit=unit, method=method,
+                           torch_version=versions()[1])
+
+    # -- the job queue (the service and the workers) ---------------------------------------------------------
+    def job(self, job_id: int) -> Job | None:
+        with session_scope(self.engine) as s:
+            return queue.get_job(s, job_id=job_id)
+
+    def jobs_page(self, *, state: str | None, limit: int, offset: int) -> tuple[list[Job], int]:
+        with session_scope(self.engine) as s:
+            return queue.list_jobs(s, state=state, limit=limit, offset=offset)
+
+    def count_jobs(self) -> dict[str, int]:
+        with session_scope(self.engine) as s:
+            return queue.count_jobs_by_state(s)
+
+    def claim_job(self, worker: str) -> tuple[Job | None, dict[str, int]]:
+        """The next queued job, now running for `worker`, or None with the count of jobs by state."""
+        with session_scope(self.engine) as s:
+            job = queue.claim_job(s, worker=worker)  # stays readable: expire_on_commit is off
+            return job, (queue.count_jobs_by_state(s) if job is None else {})
+
+    def heartbeat(self, *, job_id: int, worker: str) -> bool:
+        with session_scope(self.engine) as s:
+            return queue.heartbeat(s, job_id=job_id, worker=worker)
+
+    def finish_job(self, *, job_id: int, worker: str, run_id: int | None) -> bool:
+        with session_scope(self.engine) as s:
+            return queue.finish_job(s, job_id=job_id, worker=worker, run_id=run_id)
+
+    def fail_attempt(self, *, job_id: int, worker: str, error: str, max_attempts: int,
+                     permanent: bool = False) -> str | None:
+        with session_scope(self.engine) as s:
+            return queue.fail_attempt(s, job_id=job_id, worker=worker, error=error, max_attempts=max_attempts,
+                                      permanent=permanent)
+
+    def release_job(self, *, job_id: int, worker: str, reason: str) -> bool:
+        with session_scope(self.engine) as s:
+            return queue.release_job(s, job_id=job_id, worker=worker, reason=reason)
+
+    def requeue_stale(self, *, older_than: Any, max_attempts: int) -> list[tuple[int, str]]:
+        with session_scope(self.engine) as s:
+            return queue.requeue_stale(s, older_than=older_than, max_attempts=max_attempts)
 
     def nearest(self, *, op: Op, problem: Any, device: DeviceInfo, limit: int = 3, kernel_hash: str | None = None,
                 triton_version: str | None = None, any_options: bool = False) -> list[tuple[Any, StoredBest]]:
@@ -133,7 +251,49 @@ class Store:
             if r.stale:
                 continue
             try:
-                others.append((op.problem_type(**r.problem), r))
+                others.append((op.problem_from_dict(r.problem), r))
             except (TypeError, ValueError):
                 continue
         return [(p, r) for _, p, r in rank(problem, others, any_options)[:limit]]
+
+
+class LazyStore:
+    """A Store opened on first use: the one way the library's resolver, the service and the worker open their
+    database. A failure to open is remembered for `retry_s`, so callers do not hammer a dead database; `get`
+    raises it, `peek` hands it back as text."""
+
+    def __init__(self, url: str | None, *, create: bool, retry_s: float) -> None:
+        self.url = url
+        self.create = create
+        self.retry_s = retry_s
+        self._store: Store | None = None
+        self._failed_at = float("-inf")
+        self._error: DatabaseUnavailable | NotAutotunerDatabase | None = None
+        self._lock = threading.Lock()
+
+    def get(self) -> Store:
+        if self._store is not None:
+            return self._store
+        with self._lock:
+            if self._store is None:
+                if self._error is not None and time.monotonic() - self._failed_at < self.retry_s:
+                    raise self._error
+                try:
+                    self._store = Store(self.url, create=self.create)
+                    self._error = None
+                except (DatabaseUnavailable, NotAutotunerDatabase) as exc:
+                    self._failed_at, self._error = time.monotonic(), exc
+                    raise
+            return self._store
+
+    def peek(self) -> tuple[Store | None, str | None]:
+        """The store, or None and why it could not be opened."""
+        try:
+            return self.get(), None
+        except (DatabaseUnavailable, NotAutotunerDatabase) as exc:
+            return None, f"{type(exc).__name__}: {exc}"
+
+    def forget_failure(self) -> None:
+        """Try again at the next use (the database was just created elsewhere in this process)."""
+        with self._lock:
+            self._error = None

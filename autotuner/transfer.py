@@ -12,8 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from db import repository as repo
-from db.engine import session_scope
+from autotuner.store import Store
 
 FORMAT = "autotuner-export"
 VERSION = 1
@@ -42,22 +41,21 @@ def _row(obj: Any, fields: tuple[str, ...]) -> dict[str, Any]:
     return out
 
 
-def export_data(engine: Any, *, op: str | None = None, device_key: str | None = None,
+def export_data(store: Store, *, op: str | None = None, device_key: str | None = None,
                 problem_key: str | None = None) -> dict[str, Any]:
     """Everything (or what the filters select): devices, runs with their trials, best configs. No row ids."""
-    with session_scope(engine) as s:
-        runs = repo.list_runs(s, op=op, device_key=device_key, problem_key=problem_key)
-        bests = repo.find_best(s, op=op, device_key=device_key, problem_key=problem_key)
-        devices = {r.device.key: r.device for r in runs} | {b.device.key: b.device for b in bests}
-        run_index = {r.id: i for i, r in enumerate(runs)}
-        return {
-            "format": FORMAT, "version": VERSION,
-            "devices": [_row(d, DEVICE_FIELDS) for _, d in sorted(devices.items())],
-            "runs": [{**_row(r, RUN_FIELDS), "device": r.device.key,
-                      "trials": [_row(t, TRIAL_FIELDS) for t in r.trials]} for r in runs],
-            "best_configs": [{**_row(b, BEST_FIELDS), "device": b.device.key,
-                              "run": run_index.get(b.run_id) if b.run_id is not None else None} for b in bests],
-        }
+    runs = store.runs(op=op, device_key=device_key, problem_key=problem_key)
+    bests = store.results(op=op, device_key=device_key, problem_key=problem_key)
+    devices = {r.device.key: r.device for r in runs} | {b.device.key: b.device for b in bests}
+    run_index = {r.id: i for i, r in enumerate(runs)}
+    return {
+        "format": FORMAT, "version": VERSION,
+        "devices": [_row(d, DEVICE_FIELDS) for _, d in sorted(devices.items())],
+        "runs": [{**_row(r, RUN_FIELDS), "device": r.device.key,
+                  "trials": [_row(t, TRIAL_FIELDS) for t in r.trials]} for r in runs],
+        "best_configs": [{**_row(b, BEST_FIELDS), "device": b.device.key,
+                          "run": run_index.get(b.run_id) if b.run_id is not None else None} for b in bests],
+    }
 
 
 class _Row(BaseModel):
@@ -161,34 +159,14 @@ def parse_export(data: Any) -> ExportFile:
     return export
 
 
-def import_data(engine: Any, data: Any) -> dict[str, int]:
+def import_data(store: Store, data: Any) -> dict[str, int]:
     """Add what `export_data` wrote, in one transaction (a bad file writes nothing). Runs already present are
     skipped; a best config replaces a stored one only when faster. Returns counts of what was added."""
     export = parse_export(data)
-    counts = {"devices": 0, "runs": 0, "trials": 0, "best_configs": 0}
-    with session_scope(engine) as s:
-        known = {d.key for d in repo.list_devices(s)}
-        device_ids = {d.key: repo.upsert_device(s, **d.model_dump()) for d in export.devices}
-        counts["devices"] = len(set(device_ids) - known)
-        run_ids: dict[int, int] = {}
-        for i, r in enumerate(export.runs):
-            fields = r.model_dump(include=set(RUN_FIELDS))
-            fields["device_id"] = device_ids[r.device]
-            existing = repo.find_run(s, op=r.op, problem_key=r.problem_key, device_id=fields["device_id"],
-                                     started_at=fields["started_at"])
-            if existing is not None:
-                run_ids[i] = existing
-                continue
-            trials = [t.model_dump() for t in r.trials]
-            run_ids[i] = repo.insert_run(s, fields=fields, trials=trials)
-            counts["runs"] += 1
-            counts["trials"] += len(trials)
-        for b in export.best_configs:
-            fields = b.model_dump(include=set(BEST_FIELDS))
-            written = repo.save_best(s, device_id=device_ids[b.device],
-                                     run_id=run_ids.get(b.run) if b.run is not None else None, **fields)
-            counts["best_configs"] += int(written)
-    return counts
+    return store.import_rows(
+        devices=[d.model_dump() for d in export.devices],
+        runs=[(r.model_dump(include={*RUN_FIELDS, "device"}), [t.model_dump() for t in r.trials]) for r in export.runs],
+        bests=[(b.model_dump(include={*BEST_FIELDS, "device"}), b.run) for b in export.best_configs])
 
 
 def triton_configs(data: dict[str, Any], op: str) -> str:

@@ -174,9 +174,9 @@ def tune(
             result.stored_as_best = store.save_best(
                 op=op, problem=problem, device=device, config=result.best_config, median_ms=result.best_ms,
                 default_ms=result.default_ms, torch_ms=result.torch_ms, run_id=result.run_id)
-            if not device.is_interpreter:
-                result.roofline_fraction = fraction(device, op.flops(problem), op.bytes(problem), result.best_ms,
-                                                    problem.dtype)
+            if not device.is_interpreter and op.flops is not None and op.bytes_moved is not None:
+                result.roofline_fraction = fraction(device, op.flops(problem), op.bytes_moved(problem),
+                                                    result.best_ms, problem.dtype)
             status = "done"
         store.finish_run(run_id=result.run_id, status=status,
                          error=None if status == "done" else "every measured config failed")

@@ -18,15 +18,13 @@ import time
 from collections.abc import Callable
 from datetime import timedelta
 from types import FrameType
-from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
 from autotuner.registry import get_op, load_plugins
 from autotuner.settings import Settings
-from autotuner.store import Store
-from db import queue
-from db.engine import DatabaseUnavailable, session_scope
+from autotuner.store import LazyStore, Store
+from db.engine import DatabaseUnavailable
 from db.models import Job, utcnow
 
 log = logging.getLogger(__name__)
@@ -43,7 +41,7 @@ class Worker:
         self.gpu = gpu
         self.name = name or f"{socket.gethostname()}:{os.getpid()}" + (f":gpu{gpu}" if gpu is not None else "")
         self.on_event = on_event or (lambda message: log.info("%s", message))
-        self.store: Store | None = None
+        self.store = LazyStore(settings.db_url, create=True, retry_s=0.0)
         self._stopping = False
         self._busy = False
         self.done = 0
@@ -51,12 +49,7 @@ class Worker:
 
     # -- plumbing ---------------------------------------------------------------------------------------
     def _store(self) -> Store:
-        if self.store is None:
-            self.store = Store(self.settings.db_url)
-        return self.store
-
-    def _session(self) -> Any:
-        return session_scope(self._store().engine)
+        return self.store.get()
 
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
         self._stopping = True
@@ -66,8 +59,7 @@ class Worker:
     def _heartbeat(self, job_id: int, stop: threading.Event) -> None:
         while not stop.wait(self.settings.heartbeat_s):
             try:
-                with self._session() as s:
-                    mine = queue.heartbeat(s, job_id=job_id, worker=self.name)
+                mine = self._store().heartbeat(job_id=job_id, worker=self.name)
                 if not mine:
                     self.on_event(f"job {job_id} was taken back from this worker; its result will not be recorded")
                     return
@@ -77,9 +69,8 @@ class Worker:
     # -- the loop ---------------------------------------------------------------------------------------
     def requeue_stale(self) -> None:
         cutoff = utcnow() - timedelta(seconds=self.settings.lease_s)
-        with self._session() as s:
-            for job_id, state in queue.requeue_stale(s, older_than=cutoff, max_attempts=self.settings.max_attempts):
-                self.on_event(f"job {job_id}: its worker stopped heartbeating; now {state}")
+        for job_id, state in self._store().requeue_stale(older_than=cutoff, max_attempts=self.settings.max_attempts):
+            self.on_event(f"job {job_id}: its worker stopped heartbeating; now {state}")
 
     def run(self, *, once: bool = False, until_empty: bool = False) -> int:
         """Work until stopped; `once`: one job then return; `until_empty`: return when nothing is queued or
@@ -92,9 +83,7 @@ class Worker:
             while not self._stopping:
                 try:
                     self.requeue_stale()
-                    with self._session() as s:
-                        job = queue.claim_job(s, worker=self.name)  # stays readable: expire_on_commit is off
-                        counts = queue.count_jobs_by_state(s) if job is None else {}
+                    job, counts = self._store().claim_job(self.name)
                     down_since = None
                 except (SQLAlchemyError, DatabaseUnavailable) as exc:
                     now = time.monotonic()
@@ -145,8 +134,7 @@ class Worker:
                           trials=job.budget_trials, time_budget_s=job.budget_seconds, device=device, job_id=job_id)
         except StopWorker as exc:
             self._busy = False
-            with self._session() as s:
-                queue.release_job(s, job_id=job_id, worker=self.name, reason=f"worker {self.name} stopped: {exc}")
+            self._store().release_job(job_id=job_id, worker=self.name, reason=f"worker {self.name} stopped: {exc}")
             self.on_event(f"job {job_id}: given back ({exc})")
             return "queued"
         except Exception as exc:
@@ -157,8 +145,7 @@ class Worker:
             beat.join()
         if result.best_config is None:
             return self._fail(job_id, f"every measured config failed; see the trials of run {result.run_id}")
-        with self._session() as s:
-            mine = queue.finish_job(s, job_id=job_id, worker=self.name, run_id=result.run_id)
+        mine = self._store().finish_job(job_id=job_id, worker=self.name, run_id=result.run_id)
         if not mine:
             self.on_event(f"job {job_id}: finished, but it had been taken back; the other worker's result stands")
             return "taken"
@@ -168,9 +155,8 @@ class Worker:
         return "done"
 
     def _fail(self, job_id: int, error: str, *, permanent: bool = False) -> str:
-        with self._session() as s:
-            state = queue.fail_attempt(s, job_id=job_id, worker=self.name, error=error,
-                                       max_attempts=self.settings.max_attempts, permanent=permanent)
+        state = self._store().fail_attempt(job_id=job_id, worker=self.name, error=error,
+                                           max_attempts=self.settings.max_attempts, permanent=permanent)
         if state == "failed":
             self.failed += 1
         self.on_event(f"job {job_id}: attempt failed ({error.splitlines()[0]}); now {state or 'not ours'}")

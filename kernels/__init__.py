@@ -1,16 +1,9 @@
-"""Triton kernels, one file per op (`kernels/<op>.py`: the kernel, a launcher taking an explicit config, a
-torch reference), and the library calls that launch them with their tuned config:
-
-    import kernels
-    y = kernels.softmax(x)
-    y = kernels.matmul(a, b, bias=bias, activation="gelu")
+"""Triton kernels, one file per op (`kernels/<op>.py`: the `@triton.jit` kernel, a launcher taking an explicit
+config and validating its inputs, a torch reference). This is the ground floor: nothing here imports the
+engine (`autotuner/`). The calls that launch with a tuned config are `autotuner.softmax(x)` and its siblings.
 
 Importing this package first picks the backend: with no CUDA device, TRITON_INTERPRET=1 is set so the
-kernels run on the CPU through Triton's interpreter. The op modules are reached with
-`importlib.import_module("kernels.softmax")`, since the package's own names are the library calls.
+kernels run on the CPU through Triton's interpreter.
 """
 
 from kernels import _backend  # noqa: F401  (must run before any @triton.jit)
-from kernels.library import attention, clear_cache, gelu, layer_norm, matmul, softmax
-
-__all__ = ["attention", "clear_cache", "gelu", "layer_norm", "matmul", "softmax"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -30,6 +30,7 @@ from kernels._checks import (
     check_tensor,
     new_output,
 )
+from kernels._direct import Launcher
 
 DTYPES = (torch.float16, torch.bfloat16)
 HEAD_DIMS = (64, 128)
@@ -214,14 +215,17 @@ def _tma_ready(*tensors: torch.Tensor) -> bool:
     return True
 
 
-def _host_descriptors(cfg: Mapping[str, int], *tensors: torch.Tensor) -> list[TensorDescriptor] | None:
+def _host_descriptors(cfg: Mapping[str, int], *tensors: torch.Tensor, make: bool = True) -> list[TensorDescriptor] | None:
     """One descriptor per tensor over its (batch*heads*seq, head_dim) rows, made here instead of by every
-    program, when each tensor's rows stack that way and no tile crosses from one (batch, head) into the next."""
+    program, when each tensor's rows stack that way and no tile crosses from one (batch, head) into the next
+    (`make=False`: only whether they can be, as an empty list)."""
     B, H, S, D = tensors[0].shape
     if not HOST_DESCRIPTORS or S % cfg["BLOCK_M"] or S % cfg["BLOCK_N"] or B * H * S >= 2**31:
         return None
     if any(t.stride(1) != S * t.stride(2) or t.stride(0) != H * t.stride(1) for t in tensors):
         return None
+    if not make:
+        return []
     return [TensorDescriptor(t, [B * H * S, D], [t.stride(2), 1], [cfg[block], D])
             for t, block in zip(tensors, ("BLOCK_M", "BLOCK_N", "BLOCK_N", "BLOCK_M"), strict=True)]
 
@@ -233,15 +237,16 @@ def _ensure_allocator() -> None:
         triton.set_allocator(_descriptor_scratch)
 
 
-def attention(
+def prepare(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
     config: Mapping[str, Any],
     causal: bool = False,
     sm_scale: float | None = None,
-) -> torch.Tensor:
-    """softmax(q k^T * sm_scale) v over (batch, heads, seq, head_dim); sm_scale defaults to 1/sqrt(head_dim)."""
+) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]:
+    """Check the inputs and the config once; the returned launch(q, k, v) takes tensors like these (dtype, shape,
+    strides, device, 16-byte alignment) and launches without checking again."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         check_tensor(name, t, DTYPES, ndim=4)
         check_last_dim_contiguous(name, t)
@@ -260,24 +265,46 @@ def attention(
     if cfg["TMA"] not in (0, 1):
         raise ValueError(f"attention: config['TMA'] must be 0 or 1, got {cfg['TMA']}")
     B, H, S, D = q.shape
+    shape, dtype, device = q.shape, q.dtype, q.device
     scale = (1.0 / math.sqrt(D)) if sm_scale is None else float(sm_scale)
-    o = new_output(q.shape, q.dtype, q.device)
-    tma = bool(cfg["TMA"]) and _tma_ready(q, k, v, o)
-    host = _host_descriptors(cfg, q, k, v, o) if tma else None
-    grid = (triton.cdiv(S, cfg["BLOCK_M"]) * B * H,)
-    attention_kernel[grid](
-        q, k, v, o,
-        *(host or (q, k, v, o)),
-        q.stride(0), q.stride(1), q.stride(2),
-        k.stride(0), k.stride(1), k.stride(2),
-        v.stride(0), v.stride(1), v.stride(2),
-        o.stride(0), o.stride(1), o.stride(2),
-        H, S, scale * 1.4426950408889634, causal_group(q) if causal else 1,  # log2(e): exp2 in the kernel
+    o_like = torch.empty_strided(shape, new_output_strides(shape), dtype=dtype, device="meta")  # o's layout
+    tma = bool(cfg["TMA"]) and _tma_ready(q, k, v)  # o is new and contiguous: aligned whenever q's rows are
+    host = tma and _host_descriptors(cfg, q, k, v, o_like, make=False) is not None
+    launcher = Launcher(attention_kernel, (triton.cdiv(S, cfg["BLOCK_M"]) * B * H,), dict(
         HEAD_DIM=D, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], CAUSAL=bool(causal),
-        EVEN_N=S % cfg["BLOCK_N"] == 0, TMA=tma, HOST_DESC=host is not None, UPCAST=dot_needs_upcast(q.dtype),
-        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
-    )
-    return o
+        EVEN_N=S % cfg["BLOCK_N"] == 0, TMA=tma, HOST_DESC=host, UPCAST=dot_needs_upcast(dtype),
+        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"]))
+    scalars = (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o_like.stride()[:3],
+               H, S, scale * 1.4426950408889634, causal_group(q) if causal else 1)  # log2(e): exp2 in the kernel
+
+    def launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        o = new_output(shape, dtype, device)
+        descriptors = _host_descriptors(cfg, q, k, v, o) if host else None
+        launcher(q, k, v, o, *(descriptors or (q, k, v, o)), *scalars)
+        return o
+
+    return launch
+
+
+def new_output_strides(shape: tuple[int, ...] | torch.Size) -> tuple[int, ...]:
+    """The strides of a new contiguous tensor of this shape."""
+    strides, step = [], 1
+    for d in reversed(shape):
+        strides.append(step)
+        step *= d
+    return tuple(reversed(strides))
+
+
+def attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    config: Mapping[str, Any],
+    causal: bool = False,
+    sm_scale: float | None = None,
+) -> torch.Tensor:
+    """softmax(q k^T * sm_scale) v over (batch, heads, seq, head_dim); sm_scale defaults to 1/sqrt(head_dim)."""
+    return prepare(q, k, v, config, causal, sm_scale)(q, k, v)
 
 
 def reference(

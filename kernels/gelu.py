@@ -6,7 +6,7 @@ approximate="none": 0.5 x (1 + erf(x / sqrt(2))). Each program handles BLOCK_SIZ
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -14,6 +14,7 @@ import triton
 import triton.language as tl
 
 from kernels._checks import check_config, check_pow2, check_same_device, check_tensor, new_output
+from kernels._direct import Launcher
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 APPROXIMATIONS = ("tanh", "none")
@@ -33,8 +34,9 @@ def gelu_kernel(x_ptr, y_ptr, n, BLOCK_SIZE: tl.constexpr, TANH: tl.constexpr):
     tl.store(y_ptr + offs, y.to(y_ptr.dtype.element_ty), mask=mask)
 
 
-def gelu(x: torch.Tensor, config: Mapping[str, Any], approximate: str = "tanh") -> torch.Tensor:
-    """GELU of a contiguous tensor; approximate is 'tanh' or 'none' (exact, erf)."""
+def prepare(x: torch.Tensor, config: Mapping[str, Any], approximate: str = "tanh") -> Callable[[torch.Tensor], torch.Tensor]:
+    """Check x and the config once; the returned launch(x) takes any tensor with this x's dtype, shape, device
+    and 16-byte alignment."""
     check_tensor("x", x, DTYPES)
     if approximate not in APPROXIMATIONS:
         raise ValueError(f"approximate={approximate!r} is not supported; accepted: {', '.join(APPROXIMATIONS)}")
@@ -43,14 +45,23 @@ def gelu(x: torch.Tensor, config: Mapping[str, Any], approximate: str = "tanh") 
         raise ValueError(f"x must be contiguous (strides {tuple(x.stride())}); call .contiguous() first")
     cfg = check_config(config, PARAMS, "gelu")
     check_pow2("gelu", cfg, PARAMS)
-    y = new_output(x.shape, x.dtype, x.device)
+    shape, dtype, device = x.shape, x.dtype, x.device
     n = x.numel()
-    grid = (triton.cdiv(n, cfg["BLOCK_SIZE"]),)
-    gelu_kernel[grid](
-        x, y, n, BLOCK_SIZE=cfg["BLOCK_SIZE"], TANH=approximate == "tanh",
-        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
-    )
-    return y
+    launcher = Launcher(gelu_kernel, (triton.cdiv(n, cfg["BLOCK_SIZE"]),), dict(
+        BLOCK_SIZE=cfg["BLOCK_SIZE"], TANH=approximate == "tanh", num_warps=cfg["num_warps"],
+        num_stages=cfg["num_stages"]))
+
+    def launch(x: torch.Tensor) -> torch.Tensor:
+        y = new_output(shape, dtype, device)
+        launcher(x, y, n)
+        return y
+
+    return launch
+
+
+def gelu(x: torch.Tensor, config: Mapping[str, Any], approximate: str = "tanh") -> torch.Tensor:
+    """GELU of a contiguous tensor; approximate is 'tanh' or 'none' (exact, erf)."""
+    return prepare(x, config, approximate)(x)
 
 
 def reference(x: torch.Tensor, approximate: str = "tanh") -> torch.Tensor:

@@ -7,7 +7,7 @@ the output: three reads). Statistics are float32; the output has the input dtype
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -22,6 +22,7 @@ from kernels._checks import (
     check_tensor,
     new_output,
 )
+from kernels._direct import Launcher
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 PARAMS = ("BLOCK_N", "ROWS")
@@ -80,14 +81,15 @@ def layernorm_kernel(
             tl.store(y_row + c[None, :], y.to(y_ptr.dtype.element_ty), mask=mask)
 
 
-def layer_norm(
+def prepare(
     x: torch.Tensor,
     weight: torch.Tensor | None,
     bias: torch.Tensor | None,
     eps: float,
     config: Mapping[str, Any],
-) -> torch.Tensor:
-    """Normalise x[..., N] over its last dimension; weight and bias (shape (N,)) may each be None."""
+) -> Callable[[torch.Tensor, torch.Tensor | None, torch.Tensor | None], torch.Tensor]:
+    """Check the inputs and the config once; the returned launch(x, weight, bias) takes tensors like these (dtype,
+    shape, strides, device, 16-byte alignment; weight and bias present or None alike) at this eps."""
     check_tensor("x", x, DTYPES)
     N = x.shape[-1]
     for name, t in (("weight", weight), ("bias", bias)):
@@ -102,18 +104,36 @@ def layer_norm(
     check_last_dim_contiguous("x", x)
     cfg = check_config(config, PARAMS, "layernorm")
     check_pow2("layernorm", cfg, PARAMS)
-    x2 = x.reshape(-1, N)
-    n_rows = x2.shape[0]
-    y = new_output((n_rows, N), x.dtype, x.device)
-    grid = (triton.cdiv(n_rows, cfg["ROWS"]),)
-    layernorm_kernel[grid](
-        x2, y, weight if weight is not None else y, bias if bias is not None else y,
-        n_rows, N, float(eps), x2.stride(0), y.stride(0),
+    shape, dtype, device = x.shape, x.dtype, x.device
+    n_rows = x.numel() // N
+    try:
+        stride, flatten = x.view(-1, N).stride(0), False
+    except RuntimeError:
+        stride, flatten = N, True
+    launcher = Launcher(layernorm_kernel, (triton.cdiv(n_rows, cfg["ROWS"]),), dict(
         BLOCK_N=cfg["BLOCK_N"], ROWS=cfg["ROWS"], SINGLE_PASS=cfg["BLOCK_N"] >= N,
         HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None,
-        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
-    )
-    return y.reshape(x.shape)
+        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"]))
+    eps = float(eps)
+
+    def launch(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None) -> torch.Tensor:
+        y = new_output(shape, dtype, device)
+        launcher(x.reshape(-1, N) if flatten else x, y, weight if weight is not None else y,
+                 bias if bias is not None else y, n_rows, N, eps, stride, N)
+        return y
+
+    return launch
+
+
+def layer_norm(
+    x: torch.Tensor,
+    weight: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    eps: float,
+    config: Mapping[str, Any],
+) -> torch.Tensor:
+    """Normalise x[..., N] over its last dimension; weight and bias (shape (N,)) may each be None."""
+    return prepare(x, weight, bias, eps, config)(x, weight, bias)
 
 
 def reference(

@@ -18,7 +18,7 @@ On an H100 the same tiles ran 1-1.5% faster through TMA than through pointers (b
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -28,6 +28,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 
 from kernels._backend import dot_needs_upcast, interpreting
 from kernels._checks import check_config, check_pow2, check_same_device, check_tensor, new_output
+from kernels._direct import Launcher
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 EPILOGUES = ("none", "bias", "bias_relu", "bias_gelu", "relu", "gelu")
@@ -200,6 +201,61 @@ def _validate(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, epilo
     check_same_device(a=a, b=b, bias=bias)
 
 
+def prepare(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    config: Mapping[str, Any],
+    bias: torch.Tensor | None = None,
+    epilogue: str = "none",
+) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None], torch.Tensor]:
+    """Check the inputs and the config once; the returned launch(a, b, bias) takes tensors like these (dtype,
+    shape, strides, device, 16-byte alignment; bias present or None alike) and launches without checking."""
+    _validate(a, b, bias, epilogue)
+    cfg = check_config(config, PARAMS, "matmul", OPTIONAL)
+    check_pow2("matmul", cfg, ("BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLIT_K"))
+    M, K = a.shape
+    N = b.shape[1]
+    dtype, device = a.dtype, a.device
+    tiles = triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"])
+    split = cfg["SPLIT_K"]
+    if cfg["TMA"] not in (0, 1):
+        raise ValueError(f"matmul: config['TMA'] must be 0 or 1, got {cfg['TMA']}")
+    if cfg["TMA"] and split > 1:
+        raise ValueError(f"matmul: TMA=1 works with SPLIT_K=1 only, got SPLIT_K={split}")
+    warps = dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+    if cfg["TMA"] and _tma_ready(a, b) and (N * a.element_size()) % 16 == 0:  # C is new: its rows align as N does
+        bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
+        tma = Launcher(matmul_tma_kernel, (tiles,), dict(
+            BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg["GROUP_M"], EPILOGUE=EPILOGUES.index(epilogue),
+            UPCAST=dot_needs_upcast(dtype), **warps))
+
+        def launch_tma(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+            c = new_output((M, N), dtype, device)
+            tma(TensorDescriptor.from_tensor(a, [bm, bk]), TensorDescriptor.from_tensor(b, [bk, bn]),
+                TensorDescriptor.from_tensor(c, [bm, bn]), bias if bias is not None else c, M, N, K)
+            return c
+
+        return launch_tma
+    strides = (a.stride(0), a.stride(1), b.stride(0), b.stride(1), N, 1)
+    pointers = Launcher(matmul_kernel, (tiles, split), dict(
+        BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], GROUP_M=cfg["GROUP_M"],
+        SPLIT_K=split, EPILOGUE=EPILOGUES.index(epilogue), EVEN_K=K % cfg["BLOCK_K"] == 0,
+        UPCAST=dot_needs_upcast(dtype), **warps))
+    workspace_size = tiles * split * cfg["BLOCK_M"] * cfg["BLOCK_N"]
+
+    def launch(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        c = new_output((M, N), dtype, device)
+        if split > 1:
+            workspace = torch.empty(workspace_size, dtype=torch.float32, device=device)
+            counters = _tile_counters(device, tiles)
+        else:
+            workspace = counters = c  # unused
+        pointers(a, b, c, bias if bias is not None else c, workspace, counters, M, N, K, *strides)
+        return c
+
+    return launch
+
+
 def matmul(
     a: torch.Tensor,
     b: torch.Tensor,
@@ -209,45 +265,7 @@ def matmul(
 ) -> torch.Tensor:
     """C = epilogue(A @ B + bias). Any strides are accepted; config holds BLOCK_M/N/K, GROUP_M, num_warps,
     num_stages and optionally SPLIT_K (1 when left out) and TMA (0 when left out)."""
-    _validate(a, b, bias, epilogue)
-    cfg = check_config(config, PARAMS, "matmul", OPTIONAL)
-    check_pow2("matmul", cfg, ("BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLIT_K"))
-    M, K = a.shape
-    N = b.shape[1]
-    c = new_output((M, N), a.dtype, a.device)
-    tiles = triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"])
-    split = cfg["SPLIT_K"]
-    if cfg["TMA"] not in (0, 1):
-        raise ValueError(f"matmul: config['TMA'] must be 0 or 1, got {cfg['TMA']}")
-    if cfg["TMA"] and split > 1:
-        raise ValueError(f"matmul: TMA=1 works with SPLIT_K=1 only, got SPLIT_K={split}")
-    if cfg["TMA"] and _tma_ready(a, b, c):
-        bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
-        matmul_tma_kernel[(tiles,)](
-            TensorDescriptor.from_tensor(a, [bm, bk]), TensorDescriptor.from_tensor(b, [bk, bn]),
-            TensorDescriptor.from_tensor(c, [bm, bn]), bias if bias is not None else c,
-            M, N, K,
-            BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg["GROUP_M"],
-            EPILOGUE=EPILOGUES.index(epilogue), UPCAST=dot_needs_upcast(a.dtype),
-            num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
-        )
-        return c
-    if split > 1:
-        workspace = torch.empty(tiles * split * cfg["BLOCK_M"] * cfg["BLOCK_N"], dtype=torch.float32, device=a.device)
-        counters = _tile_counters(a.device, tiles)
-    else:
-        workspace = counters = c  # unused
-    matmul_kernel[(tiles, split)](
-        a, b, c, bias if bias is not None else c, workspace, counters,
-        M, N, K,
-        a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
-        BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], GROUP_M=cfg["GROUP_M"],
-        SPLIT_K=split,
-        EPILOGUE=EPILOGUES.index(epilogue), EVEN_K=K % cfg["BLOCK_K"] == 0,
-        UPCAST=dot_needs_upcast(a.dtype),
-        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
-    )
-    return c
+    return prepare(a, b, config, bias, epilogue)(a, b, bias)
 
 
 def reference(

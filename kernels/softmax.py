@@ -7,7 +7,7 @@ registers (one read, one write); otherwise the row is streamed in BLOCK_N chunks
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -22,6 +22,7 @@ from kernels._checks import (
     check_tensor,
     new_output,
 )
+from kernels._direct import Launcher
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 PARAMS = ("BLOCK_N", "ROWS")
@@ -68,24 +69,36 @@ def softmax_kernel(
             tl.store(y_row + c[None, :], y.to(y_ptr.dtype.element_ty), mask=mask)
 
 
-def softmax(x: torch.Tensor, config: Mapping[str, Any]) -> torch.Tensor:
-    """softmax(x, dim=-1) for x of any rank >= 1 whose last dimension is contiguous."""
+def prepare(x: torch.Tensor, config: Mapping[str, Any]) -> Callable[[torch.Tensor], torch.Tensor]:
+    """Check x and the config once; the returned launch(x) takes any tensor with this x's dtype, shape, strides,
+    device and 16-byte alignment, and launches without checking again."""
     check_tensor("x", x, DTYPES)
     check_same_device(x=x)
     check_last_dim_contiguous("x", x)
     cfg = check_config(config, PARAMS, "softmax")
     check_pow2("softmax", cfg, PARAMS)
+    shape, dtype, device = x.shape, x.dtype, x.device
     n_cols = x.shape[-1]
-    x2 = x.reshape(-1, n_cols)
-    n_rows = x2.shape[0]
-    y = new_output((n_rows, n_cols), x.dtype, x.device)
-    grid = (triton.cdiv(n_rows, cfg["ROWS"]),)
-    softmax_kernel[grid](
-        x2, y, n_rows, n_cols, x2.stride(0), y.stride(0),
+    n_rows = x.numel() // n_cols
+    try:
+        stride, flatten = x.view(-1, n_cols).stride(0), False  # rows reachable by one stride: launch on x itself
+    except RuntimeError:
+        stride, flatten = n_cols, True  # leading dimensions that do not flatten: copy into rows first
+    launcher = Launcher(softmax_kernel, (triton.cdiv(n_rows, cfg["ROWS"]),), dict(
         BLOCK_N=cfg["BLOCK_N"], ROWS=cfg["ROWS"], SINGLE_PASS=cfg["BLOCK_N"] >= n_cols,
-        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
-    )
-    return y.reshape(x.shape)
+        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"]))
+
+    def launch(x: torch.Tensor) -> torch.Tensor:
+        y = new_output(shape, dtype, device)
+        launcher(x.reshape(-1, n_cols) if flatten else x, y, n_rows, n_cols, stride, n_cols)
+        return y
+
+    return launch
+
+
+def softmax(x: torch.Tensor, config: Mapping[str, Any]) -> torch.Tensor:
+    """softmax(x, dim=-1) for x of any rank >= 1 whose last dimension is contiguous."""
+    return prepare(x, config)(x)
 
 
 def reference(x: torch.Tensor) -> torch.Tensor:

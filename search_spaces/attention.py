@@ -3,11 +3,22 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
-from search_spaces.problem import ELEMENT_BYTES, TORCH_DTYPES, ProblemError, dims_str, parse_dims, parse_dtype
+from kernels import _checks
+from kernels import attention as k_attention
+from search_spaces.contract import DOT_TOLERANCE, Option, TunableOp
+from search_spaces.problem import (
+    ELEMENT_BYTES,
+    TORCH_DTYPES,
+    ProblemError,
+    dims_pattern,
+    dims_str,
+    parse_dims,
+    parse_dtype,
+)
 from search_spaces.space import Config, DeviceLimits, Param, Space, clamp, hopper, next_pow2, tma_needs_hopper
 
 DTYPES = ("float16", "bfloat16")
@@ -23,6 +34,8 @@ class AttentionProblem:
     head_dim: int
     dtype: str = "float16"
     causal: bool = False
+    layout: ClassVar[str] = "BATCHxHEADSxSEQxHEAD_DIM, e.g. 4x32x2048x128"
+    shape_pattern: ClassVar[str] = dims_pattern((4,), last="(" + "|".join(map(str, HEAD_DIMS)) + ")")
 
     def __post_init__(self) -> None:
         if self.head_dim not in HEAD_DIMS:
@@ -30,7 +43,7 @@ class AttentionProblem:
 
     @classmethod
     def parse(cls, shape: object, dtype: object = "float16", causal: bool = False) -> AttentionProblem:
-        b, h, s, d = parse_dims(shape, (4,), "BATCHxHEADSxSEQxHEAD_DIM, e.g. 4x32x2048x128")
+        b, h, s, d = parse_dims(shape, (4,), cls.layout)
         return cls(b, h, s, d, parse_dtype(dtype, DTYPES), bool(causal))
 
     @property
@@ -143,4 +156,20 @@ SPACE: Space[AttentionProblem] = Space(
     constraints=(_fits_smem, _causal_wide_keys, _tiles_vs_seq, _warps_vs_tile, tma_needs_hopper),
     default_fn=default,
     seeds_fn=seeds,
+)
+
+
+def _qkv(inputs: Any) -> tuple[Any, Any, Any]:
+    return inputs["q"], inputs["k"], inputs["v"]
+
+
+OP: TunableOp[AttentionProblem] = TunableOp(
+    name="attention", problem_type=AttentionProblem, space=SPACE, dtypes=DTYPES,
+    description="flash attention forward over (batch, heads, seq, head_dim), like scaled_dot_product_attention",
+    options=(Option("causal", None, False, "causal mask"),),
+    launch=lambda inputs, config: k_attention.attention(*_qkv(inputs), config, causal=bool(inputs.get("causal"))),
+    make_inputs=make_inputs, problem_from_inputs=problem_from_inputs,
+    reference=lambda inputs: k_attention.reference(*_qkv(inputs), bool(inputs.get("causal"))),
+    tolerance=DOT_TOLERANCE, sources=(k_attention, _checks), flops=flops, bytes_moved=bytes_moved,
+    baseline=lambda inputs: k_attention.baseline(*_qkv(inputs), bool(inputs.get("causal"))),
 )

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
-from search_spaces.problem import ELEMENT_BYTES, TORCH_DTYPES, ProblemError, parse_dims, parse_dtype
+from kernels import _checks
+from kernels import gelu as k_gelu
+from search_spaces.contract import ELEMENTWISE_TOLERANCE, Option, TunableOp
+from search_spaces.problem import ELEMENT_BYTES, TORCH_DTYPES, ProblemError, dims_pattern, parse_dims, parse_dtype
 from search_spaces.space import Config, DeviceLimits, Param, Space, clamp, next_pow2, pow2_range
 
 DTYPES = ("float16", "bfloat16", "float32")
@@ -19,6 +22,8 @@ class GeluProblem:
     n: int
     dtype: str = "float16"
     approximate: str = "tanh"
+    layout: ClassVar[str] = "any shape, e.g. 4096x4096 or 16777216 (only the element count matters)"
+    shape_pattern: ClassVar[str] = dims_pattern((1, 2, 3, 4, 5))
 
     def __post_init__(self) -> None:
         if self.approximate not in APPROXIMATIONS:
@@ -26,7 +31,7 @@ class GeluProblem:
 
     @classmethod
     def parse(cls, shape: object, dtype: object = "float16", approximate: str = "tanh") -> GeluProblem:
-        dims = parse_dims(shape, (1, 2, 3, 4, 5), "any shape, e.g. 4096x4096 or 16777216 (only the element count matters)")
+        dims = parse_dims(shape, (1, 2, 3, 4, 5), cls.layout)
         n = 1
         for d in dims:
             n *= d
@@ -95,4 +100,16 @@ SPACE: Space[GeluProblem] = Space(
     ),
     constraints=(_block_vs_problem, _warps_vs_block),
     default_fn=default,
+)
+
+OP: TunableOp[GeluProblem] = TunableOp(
+    name="gelu", problem_type=GeluProblem, space=SPACE, dtypes=DTYPES,
+    description="GELU, like torch.nn.functional.gelu(x, approximate=...)",
+    options=(Option("approximate", APPROXIMATIONS, "tanh", "tanh or none (exact erf)"),),
+    launch=lambda inputs, config: k_gelu.gelu(inputs["x"], config, inputs.get("approximate", "tanh")),
+    make_inputs=make_inputs, problem_from_inputs=problem_from_inputs,
+    reference=lambda inputs: k_gelu.reference(inputs["x"], inputs.get("approximate", "tanh")),
+    tolerance=ELEMENTWISE_TOLERANCE, sources=(k_gelu, _checks), flops=flops, bytes_moved=bytes_moved,
+    baseline=lambda inputs: k_gelu.baseline(inputs["x"], inputs.get("approximate", "tanh")),
+    variants={"manual (unfused torch)": lambda inputs: k_gelu.manual(inputs["x"], inputs.get("approximate", "tanh"))},
 )

@@ -7,7 +7,10 @@ from typing import Any
 
 import torch
 
-from search_spaces.rowwise import RowwiseProblem, element_bytes, make_space, problem_from_x, random_rows
+from kernels import _checks
+from kernels import layernorm as k_layernorm
+from search_spaces.contract import ELEMENTWISE_TOLERANCE, TunableOp
+from search_spaces.rowwise import DTYPES, RowwiseProblem, element_bytes, make_space, problem_from_x, random_rows
 from search_spaces.space import Space
 
 EPS = 1e-5
@@ -39,3 +42,18 @@ def bytes_moved(p: LayerNormProblem) -> float:
 
 
 SPACE: Space[RowwiseProblem] = make_space()
+
+
+def _args(inputs: Any) -> tuple[Any, Any, Any, float]:
+    return inputs["x"], inputs.get("weight"), inputs.get("bias"), inputs.get("eps", EPS)
+
+
+OP: TunableOp[Any] = TunableOp(
+    name="layernorm", problem_type=LayerNormProblem, space=SPACE, dtypes=DTYPES,
+    description="layer normalisation over the last dimension with weight and bias",
+    launch=lambda inputs, config: k_layernorm.layer_norm(*_args(inputs), config),
+    make_inputs=make_inputs, problem_from_inputs=problem_from_inputs,
+    reference=lambda inputs: k_layernorm.reference(*_args(inputs)), tolerance=ELEMENTWISE_TOLERANCE,
+    sources=(k_layernorm, _checks), flops=flops, bytes_moved=bytes_moved,
+    baseline=lambda inputs: k_layernorm.baseline(*_args(inputs)),
+)

@@ -3,11 +3,22 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
-from search_spaces.problem import ELEMENT_BYTES, TORCH_DTYPES, ProblemError, dims_str, parse_dims, parse_dtype
+from kernels import _checks
+from kernels import matmul as k_matmul
+from search_spaces.contract import DOT_TOLERANCE, Option, TunableOp
+from search_spaces.problem import (
+    ELEMENT_BYTES,
+    TORCH_DTYPES,
+    ProblemError,
+    dims_pattern,
+    dims_str,
+    parse_dims,
+    parse_dtype,
+)
 from search_spaces.space import Config, DeviceLimits, Param, Space, clamp, hopper, next_pow2, tma_needs_hopper
 
 DTYPES = ("float16", "bfloat16", "float32")
@@ -22,6 +33,8 @@ class MatmulProblem:
     K: int
     dtype: str = "float16"
     epilogue: str = "none"
+    layout: ClassVar[str] = "MxNxK, e.g. 4096x4096x4096"
+    shape_pattern: ClassVar[str] = dims_pattern((3,))
 
     def __post_init__(self) -> None:
         if self.epilogue not in EPILOGUES:
@@ -29,7 +42,7 @@ class MatmulProblem:
 
     @classmethod
     def parse(cls, shape: object, dtype: object = "float16", epilogue: str = "none") -> MatmulProblem:
-        M, N, K = parse_dims(shape, (3,), "MxNxK, e.g. 4096x4096x4096")
+        M, N, K = parse_dims(shape, (3,), cls.layout)
         return cls(M, N, K, parse_dtype(dtype, DTYPES), epilogue)
 
     @property
@@ -159,4 +172,25 @@ SPACE: Space[MatmulProblem] = Space(
     constraints=(_fits_smem, _tile_vs_problem, _warps_vs_tile, _grouping, _split_k, tma_needs_hopper),
     default_fn=default,
     seeds_fn=seeds,
+)
+
+
+def _mm(inputs: Any) -> tuple[Any, Any, Any, str]:
+    return inputs["a"], inputs["b"], inputs.get("bias"), inputs.get("epilogue", "none")
+
+
+def _launch(inputs: Any, config: Any) -> Any:
+    a, b, bias, epilogue = _mm(inputs)
+    return k_matmul.matmul(a, b, config, bias=bias, epilogue=epilogue)
+
+
+OP: TunableOp[MatmulProblem] = TunableOp(
+    name="matmul", problem_type=MatmulProblem, space=SPACE, dtypes=DTYPES,
+    description="C = A @ B (+ bias) (then relu or gelu), for row-major A[M, K] and B[K, N]",
+    options=(Option("epilogue", EPILOGUES, "none", "none, bias, bias_relu, bias_gelu, relu or gelu"),),
+    launch=_launch,
+    make_inputs=make_inputs, problem_from_inputs=problem_from_inputs,
+    reference=lambda inputs: k_matmul.reference(*_mm(inputs)), tolerance=DOT_TOLERANCE,
+    sources=(k_matmul, _checks), flops=flops, bytes_moved=bytes_moved,
+    baseline=lambda inputs: k_matmul.baseline(*_mm(inputs)),
 )

@@ -53,5 +53,16 @@ def parse_dims(shape: object, counts: tuple[int, ...], layout: str) -> tuple[int
     return dims
 
 
+DIM = r"[1-9][0-9]{0,8}"  # a dimension as the HTTP schema states it: 1 to 999,999,999 (within int32 indexing)
+
+
+def dims_pattern(counts: tuple[int, ...], last: str = DIM) -> str:
+    """The regular expression of a shape string with one of `counts` dimensions joined by 'x' (the last one
+    matching `last`), as the OpenAPI schema states it."""
+    most, least = max(counts), min(counts)
+    repeat = f"{{{most - 1}}}" if least == most else f"{{{least - 1},{most - 1}}}"
+    return f"^({DIM}x){repeat}{last}$"
+
+
 def dims_str(*dims: int) -> str:
     return "x".join(str(d) for d in dims)

@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from search_spaces.problem import ELEMENT_BYTES, TORCH_DTYPES, dims_str, parse_dims, parse_dtype
+from search_spaces.problem import ELEMENT_BYTES, TORCH_DTYPES, dims_pattern, dims_str, parse_dims, parse_dtype
 from search_spaces.space import Config, DeviceLimits, Param, Space, clamp, next_pow2, pow2_range
 
 DTYPES = ("float16", "bfloat16", "float32")
@@ -24,6 +24,7 @@ class RowwiseProblem:
     cols: int
     dtype: str = "float16"
     layout: ClassVar[str] = "ROWSxCOLS (the last dimension is reduced), e.g. 4096x4096"
+    shape_pattern: ClassVar[str] = dims_pattern((1, 2, 3, 4, 5))
 
     @classmethod
     def parse(cls, shape: object, dtype: object = "float16") -> RowwiseProblem:

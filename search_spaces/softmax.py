@@ -5,7 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from search_spaces.rowwise import RowwiseProblem, element_bytes, make_space, problem_from_x, random_rows
+import torch
+
+from kernels import _checks
+from kernels import softmax as k_softmax
+from search_spaces.contract import ELEMENTWISE_TOLERANCE, TunableOp
+from search_spaces.rowwise import DTYPES, RowwiseProblem, element_bytes, make_space, problem_from_x, random_rows
 from search_spaces.space import Space
 
 
@@ -31,3 +36,14 @@ def bytes_moved(p: SoftmaxProblem) -> float:
 
 
 SPACE: Space[RowwiseProblem] = make_space()
+
+OP: TunableOp[Any] = TunableOp(
+    name="softmax", problem_type=SoftmaxProblem, space=SPACE, dtypes=DTYPES,
+    description="softmax over the last dimension, like torch.softmax(x, -1)",
+    launch=lambda inputs, config: k_softmax.softmax(inputs["x"], config),
+    make_inputs=make_inputs, problem_from_inputs=problem_from_inputs,
+    reference=lambda inputs: k_softmax.reference(inputs["x"]), tolerance=ELEMENTWISE_TOLERANCE,
+    sources=(k_softmax, _checks), flops=flops, bytes_moved=bytes_moved,
+    baseline=lambda inputs: torch.softmax(inputs["x"], dim=-1),
+    variants={"manual (unfused torch)": lambda inputs: k_softmax.manual(inputs["x"])},
+)

@@ -9,20 +9,17 @@ sleeps past the trial timeout).
 
 from __future__ import annotations
 
-import importlib
+import dataclasses
 import os
-import sys
 import time
 from typing import Any
 
 import torch
 
-from autotuner.correctness import ELEMENTWISE_TOLERANCE
-from autotuner.registry import Op, op_names, register_op
+from autotuner.registry import op_names, register_op
+from kernels import gelu as k_gelu
 from search_spaces import gelu as s_gelu
 from search_spaces.space import Param, Space
-
-k_gelu = importlib.import_module("kernels.gelu")
 
 OK, CRASH, HANG, ILLEGAL, WRONG, COMPILE = range(6)
 
@@ -31,7 +28,8 @@ class CompilationError(Exception):
     """Stands in for triton.compiler.errors.CompilationError (classified by name)."""
 
 
-def launch(x: torch.Tensor, approximate: str, config: dict[str, Any]) -> torch.Tensor:
+def launch(inputs: Any, config: dict[str, Any]) -> torch.Tensor:
+    x, approximate = inputs["x"], inputs["approximate"]
     mode = config["MODE"]
     if mode == CRASH:
         os._exit(3)
@@ -45,10 +43,6 @@ def launch(x: torch.Tensor, approximate: str, config: dict[str, Any]) -> torch.T
     return out * 1.5 if mode == WRONG else out
 
 
-def baseline(x: torch.Tensor, approximate: str = "tanh") -> torch.Tensor:
-    return k_gelu.baseline(x, approximate)
-
-
 def _only_ok_tiles(c: dict[str, int], p: Any, d: Any) -> str | None:
     return "faulty modes use BLOCK_SIZE=128" if c["MODE"] != OK and c["BLOCK_SIZE"] != 128 else None
 
@@ -60,23 +54,15 @@ SPACE: Space[Any] = Space(
     default_fn=lambda p, d: {"MODE": OK, "BLOCK_SIZE": 128, "num_warps": 1, "num_stages": 1},
 )
 
-if "faulty" not in op_names():
-    register_op(Op("faulty", s_gelu.GeluProblem, SPACE, sys.modules[__name__], launch, k_gelu.reference, s_gelu,
-                   ELEMENTWISE_TOLERANCE, ("approximate",), s_gelu.DTYPES))
+if "faulty" not in op_names():  # gelu's declaration with this launcher and space
+    register_op(dataclasses.replace(s_gelu.OP, name="faulty", space=SPACE, launch=launch, sources=(launch,)))
 
 
-class _UnbuildableInputs:
-    """A space module whose inputs can never be made: every tuning attempt of the `broken` op fails at setup."""
-
-    flops = staticmethod(s_gelu.flops)
-    bytes_moved = staticmethod(s_gelu.bytes_moved)
-    problem_from_inputs = staticmethod(s_gelu.problem_from_inputs)
-
-    @staticmethod
-    def make_inputs(problem: Any, device: str) -> dict[str, Any]:
-        raise RuntimeError(f"cannot allocate inputs for {problem.key} (injected failure)")
+def _unbuildable(problem: Any, device: str) -> dict[str, Any]:
+    """Inputs that can never be made: every tuning attempt of the `broken` op fails at setup."""
+    raise RuntimeError(f"cannot allocate inputs for {problem.key} (injected failure)")
 
 
 if "broken" not in op_names():
-    register_op(Op("broken", s_gelu.GeluProblem, SPACE, sys.modules[__name__], launch, k_gelu.reference,
-                   _UnbuildableInputs, ELEMENTWISE_TOLERANCE, ("approximate",), s_gelu.DTYPES))  # type: ignore[arg-type]
+    register_op(dataclasses.replace(s_gelu.OP, name="broken", space=SPACE, launch=launch, make_inputs=_unbuildable,
+                                    sources=(launch,)))

@@ -116,25 +116,25 @@ def _fill(store: Store) -> None:
 def test_export_import_round_trips_exactly(url, tmp_path):
     source = Store(url)
     _fill(source)
-    data = export_data(source.engine)
+    data = export_data(source)
     assert len(data["runs"]) == 3 and len(data["best_configs"]) == 2
     target = Store(f"sqlite:///{tmp_path / 'copy.db'}")
-    counts = import_data(target.engine, json.loads(json.dumps(data)))
+    counts = import_data(target, json.loads(json.dumps(data)))
     assert counts == {"devices": 1, "runs": 3, "trials": 6, "best_configs": 2}
-    assert export_data(target.engine) == data
-    assert import_data(target.engine, data) == {"devices": 0, "runs": 0, "trials": 0, "best_configs": 0}
-    only = export_data(source.engine, op="matmul", problem_key="32x4096x4096:float16")
+    assert export_data(target) == data
+    assert import_data(target, data) == {"devices": 0, "runs": 0, "trials": 0, "best_configs": 0}
+    only = export_data(source, op="matmul", problem_key="32x4096x4096:float16")
     assert [b["problem_key"] for b in only["best_configs"]] == ["32x4096x4096:float16"]
 
 
 def test_import_never_replaces_a_faster_result(url, tmp_path):
     store = Store(url)
     _fill(store)
-    data = export_data(store.engine)
+    data = export_data(store)
     for b in data["best_configs"]:
         b["median_ms"] *= 2  # the same results, but slower
         b["config"] = {**b["config"], "num_stages": 2}
-    import_data(store.engine, data)
+    import_data(store, data)
     op = get_op("matmul")
     best = store.best(op=op, problem=op.parse_problem("4096x4096x4096"), device=GPU)
     assert best is not None and best.median_ms == 0.25 and best.config["num_stages"] != 2
@@ -143,13 +143,13 @@ def test_import_never_replaces_a_faster_result(url, tmp_path):
 def test_import_rejects_what_is_not_an_export(url):
     store = Store(url)
     with pytest.raises(ValueError, match="not an autotuner export"):
-        import_data(store.engine, {"runs": []})
+        import_data(store, {"runs": []})
 
 
 def test_triton_and_vllm_exports(url):
     store = Store(url)
     _fill(store)
-    data = export_data(store.engine)
+    data = export_data(store)
     source = triton_configs(data, "matmul")
     namespace: dict = {}
     exec(source, namespace)  # noqa: S102  (our own generated code: it must be valid Python)
@@ -180,7 +180,7 @@ def test_vllm_export_replaces_a_tma_winner_and_says_what_it_dropped(url):
         store.finish_run(run_id=run_id, status="done")
         store.save_best(op=op, problem=problem, device=GPU, config=tma, median_ms=trials[0][1], default_ms=None,
                         torch_ms=None, run_id=run_id)
-    files, notes = vllm_files(export_data(store.engine))
+    files, notes = vllm_files(export_data(store))
     assert list(files) == ["N=4096,K=4096,device_name=NVIDIA_H100_80GB_HBM3,dtype=float16.json"]
     table = files["N=4096,K=4096,device_name=NVIDIA_H100_80GB_HBM3,dtype=float16.json"]
     assert table == {"4096": {"BLOCK_SIZE_M": 128, "BLOCK_SIZE_N": 256, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 8,

@@ -38,7 +38,7 @@ def test_op_matches_reference(name, shape, dtype, opts, device):
     valid = op.space.candidates(problem, device)
     assert valid, f"no valid config for {problem}"
     configs = pick_configs(valid, op.space.default(problem, device), n_random=2, seed=hash(shape) % 1000)
-    inputs = op.make_inputs(problem, device)
+    inputs = op.make_inputs(problem, device.torch_device)
     ref = op.reference(inputs)
     for config in configs:
         out = op.run(inputs, config)
@@ -50,7 +50,7 @@ def test_op_matches_reference(name, shape, dtype, opts, device):
 def test_check_catches_an_unwritten_element(device):
     op = get_op("softmax")
     problem = op.parse_problem("4x100", "float32")
-    inputs = op.make_inputs(problem, device)
+    inputs = op.make_inputs(problem, device.torch_device)
     out = op.run(inputs, op.space.default(problem, device))
     out[2, 17] = float("nan")
     assert not op.check(out, op.reference(inputs), problem).ok
@@ -75,7 +75,7 @@ def test_matmul_tma_matches_reference_at_the_edges(shape, epilogue, dtype, devic
     km = importlib.import_module("kernels.matmul")
     op = get_op("matmul")
     problem = op.parse_problem(shape, dtype, epilogue=epilogue)
-    inputs = op.make_inputs(problem, device)
+    inputs = op.make_inputs(problem, device.torch_device)
     ref = op.reference(inputs)
     monkeypatch.setattr(km, "matmul_kernel", None)
     for cfg in ({"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 2, "TMA": 1, "num_warps": 4, "num_stages": 2},
@@ -104,7 +104,7 @@ def test_matmul_split_k_matches_reference_and_leaves_counters_at_zero(shape, epi
     km = importlib.import_module("kernels.matmul")  # the package exports a function of the same name
     op = get_op("matmul")
     problem = op.parse_problem(shape, dtype, epilogue=epilogue)
-    inputs = op.make_inputs(problem, device)
+    inputs = op.make_inputs(problem, device.torch_device)
     cfg = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16 if problem.K < 256 else 32, "GROUP_M": 1, "SPLIT_K": split,
            "num_warps": 4, "num_stages": 2}
     ref = op.reference(inputs)
@@ -180,7 +180,7 @@ def test_causal_attention_runs_every_block_in_head_groups(group, monkeypatch, de
     ka = importlib.import_module("kernels.attention")  # the package exports a function of the same name
     op = get_op("attention")
     problem = op.parse_problem("5x1x70x64", "float16", causal=True)
-    inputs = op.make_inputs(problem, device)
+    inputs = op.make_inputs(problem, device.torch_device)
     kv_bytes = 2 * 70 * 64 * 2
     monkeypatch.setattr(ka, "L2_SHARE", (group + 0.5) * kv_bytes / ka.DEFAULT_L2_BYTES)
     assert ka.causal_group(inputs["q"]) == group
@@ -197,7 +197,7 @@ def test_causal_attention_with_key_blocks_wider_than_query_blocks(seq, device):
     before the query block (seq 64: every block full; 70: the last key block runs past the end)."""
     op = get_op("attention")
     problem = op.parse_problem(f"1x2x{seq}x64", "float16", causal=True)
-    inputs = op.make_inputs(problem, device)
+    inputs = op.make_inputs(problem, device.torch_device)
     ref = op.reference(inputs)
     for bm, bn, tma in ((16, 32, 0), (16, 64, 1), (32, 64, 1)):
         cfg = {"BLOCK_M": bm, "BLOCK_N": bn, "TMA": tma, "num_warps": 1, "num_stages": 2}
@@ -215,7 +215,7 @@ def test_attention_descriptors_are_made_once_where_the_rows_stack(dtype, device)
     op = get_op("attention")
     cfg = {"BLOCK_M": 32, "BLOCK_N": 16, "TMA": 1, "num_warps": 1, "num_stages": 2}
     problem = op.parse_problem("2x3x64x64", dtype, causal=True)
-    inputs = op.make_inputs(problem, device)
+    inputs = op.make_inputs(problem, device.torch_device)
     q, k, v = inputs["q"], inputs["k"], inputs["v"]
     assert ka._host_descriptors(cfg, q, k, v, q) is not None
     assert ka._host_descriptors({**cfg, "BLOCK_M": 128}, q, k, v, q) is None  # 128-row tiles cross heads

@@ -1,4 +1,5 @@
-"""Library calls resolve their config by themselves: cache, database, service, nearest, default."""
+"""Library calls resolve their config by themselves (database, service, nearest, default), once per input
+signature: later calls with the same signature reuse the prepared launcher."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ import pytest
 import torch
 from sqlalchemy import select
 
-import kernels
+import autotuner
 from autotuner.device import current_device
-from autotuner.lookup import Resolver, resolve, set_resolver
+from autotuner.lookup import Resolver, resolver, set_resolver
 from autotuner.registry import get_op
 from autotuner.settings import Settings
 from autotuner.store import Store
@@ -29,26 +30,36 @@ def db(tmp_path):
 
 @pytest.fixture
 def use(monkeypatch):
-    """Install a resolver with the given settings; record the config each softmax launch really receives."""
+    """Install a resolver with the given settings; record the config each softmax launch really receives, and
+    each time a launcher is prepared (a new input signature, or an explicit config)."""
     seen: list[dict] = []
+    prepared: list[dict] = []
     module = importlib.import_module("kernels.softmax")
-    real = module.softmax
+    real = module.prepare
 
     def spy(x, config):
-        seen.append(dict(config))
-        return real(x, config)
+        prepared.append(dict(config))
+        launch = real(x, config)
 
-    monkeypatch.setattr(module, "softmax", spy)
-    monkeypatch.setattr(importlib.import_module("kernels.library"), "_softmax", module)
+        def recorded(x):
+            seen.append(dict(config))
+            return launch(x)
+
+        return recorded
+
+    monkeypatch.setattr(module, "prepare", spy)
 
     def install(**settings):
         set_resolver(Resolver(Settings(**settings)))
-        kernels.clear_cache()
+        autotuner.clear_cache()
+        seen.clear()
+        prepared.clear()
         return seen
 
+    install.prepared = prepared
     yield install
     set_resolver(None)
-    kernels.clear_cache()
+    autotuner.clear_cache()
 
 
 def _store_best(db, shape, config, dtype="float32"):
@@ -62,31 +73,32 @@ def test_a_launch_uses_the_tuned_config_from_the_database(db, use):
     _store_best(db, "16x100", LOOPING)
     seen = use(db_url=db)
     x = torch.randn(16, 100)
-    y = kernels.softmax(x)
+    y = autotuner.softmax(x)
     assert seen == [LOOPING]
     assert torch.allclose(y, torch.softmax(x, -1), atol=1e-6)
-    kernels.softmax(x)
-    assert seen == [LOOPING, LOOPING]  # the second launch came from the in-process cache
-    res = resolve("softmax", get_op("softmax").parse_problem("16x100", "float32"), current_device())
-    assert (res.source, res.step) == ("exact", "cache") or (res.source, res.step) == ("exact", "database")
+    autotuner.softmax(torch.randn(16, 100))
+    assert seen == [LOOPING, LOOPING]
+    assert use.prepared == [LOOPING]  # the second launch reused the first one's launcher: no lookup, no checks
+    res = resolver().resolve("softmax", get_op("softmax").parse_problem("16x100", "float32"), current_device())
+    assert (res.source, res.step) == ("exact", "database")
 
 
 def test_explicit_config_wins(db, use):
     _store_best(db, "16x100", LOOPING)
     seen = use(db_url=db)
     cfg = {"BLOCK_N": 128, "ROWS": 1, "num_warps": 1, "num_stages": 1}
-    kernels.softmax(torch.randn(16, 100), config=cfg)
+    autotuner.softmax(torch.randn(16, 100), config=cfg)
     assert seen == [cfg]
 
 
 def test_nearest_tuned_problem_then_default(db, use):
     _store_best(db, "16x100", LOOPING)
     seen = use(db_url=db)
-    kernels.softmax(torch.randn(20, 100))
+    autotuner.softmax(torch.randn(20, 100))
     assert seen[-1] == LOOPING
-    res = resolve("softmax", get_op("softmax").parse_problem("20x100", "float32"), current_device())
+    res = resolver().resolve("softmax", get_op("softmax").parse_problem("20x100", "float32"), current_device())
     assert res.source == "nearest" and res.from_problem == "16x100:float32"
-    kernels.softmax(torch.randn(20, 100).half())  # another dtype: nothing near, the default
+    autotuner.softmax(torch.randn(20, 100).half())  # another dtype: nothing near, the default
     problem = get_op("softmax").parse_problem("20x100", "float16")
     assert seen[-1] == get_op("softmax").space.default(problem, current_device())
 
@@ -95,12 +107,12 @@ def test_a_dead_service_never_holds_a_launch_up(db, use):
     _store_best(db, "16x100", LOOPING)
     seen = use(db_url=db, url=DEAD_URL)
     t0 = time.perf_counter()
-    kernels.softmax(torch.randn(16, 100))  # exact in the local database: the service is not needed
-    kernels.softmax(torch.randn(3, 50))  # a miss: asks the dead service once (short timeout), then default
+    autotuner.softmax(torch.randn(16, 100))  # exact in the local database: the service is not needed
+    autotuner.softmax(torch.randn(3, 50))  # a miss: asks the dead service once (short timeout), then default
     first = time.perf_counter() - t0
     t0 = time.perf_counter()
     for rows in range(4, 24):
-        kernels.softmax(torch.randn(rows, 70))  # more misses: the failed service is remembered
+        autotuner.softmax(torch.randn(rows, 70))  # more misses: the failed service is remembered
     rest = time.perf_counter() - t0
     assert seen[0] == LOOPING
     assert first < 3.0 and rest < 10.0
@@ -116,7 +128,7 @@ def test_a_broken_database_falls_back_to_the_default(tmp_path, use):
     bad = tmp_path / "junk.db"
     bad.write_bytes(b"not sqlite" * 50)
     seen = use(db_url=f"sqlite:///{bad}")
-    kernels.softmax(torch.randn(4, 30))
+    autotuner.softmax(torch.randn(4, 30))
     problem = get_op("softmax").parse_problem("4x30", "float32")
     assert seen == [get_op("softmax").space.default(problem, current_device())]
 
@@ -132,15 +144,15 @@ def test_stale_results_are_never_served_as_exact(db, use):
                        device_id=store.device_id(current_device()), kernel_hash="old", triton_version="0.1",
                        config=LOOPING, median_ms=0.5, default_ms=None, torch_ms=None, run_id=None)
     use(db_url=db)
-    res = resolve("softmax", problem, current_device())
+    res = resolver().resolve("softmax", problem, current_device())
     assert res.source == "default" and any("stale" in t for t in res.trace)
 
 
 def test_tune_on_miss_queues_a_job_without_blocking(db, use):
     use(db_url=db, tune_on_miss=True)
     t0 = time.perf_counter()
-    kernels.softmax(torch.randn(8, 64))
-    kernels.softmax(torch.randn(8, 64))
+    autotuner.softmax(torch.randn(8, 64))
+    autotuner.softmax(torch.randn(8, 64))
     assert time.perf_counter() - t0 < 5.0
     store = Store(db)
     for _ in range(50):
@@ -155,17 +167,42 @@ def test_tune_on_miss_queues_a_job_without_blocking(db, use):
 def test_every_library_call_matches_torch(db, use):
     use(db_url=db)
     a, b, bias = torch.randn(20, 30), torch.randn(30, 17), torch.randn(17)
-    torch.testing.assert_close(kernels.matmul(a, b, bias, activation="relu"), torch.relu(a @ b + bias),
+    torch.testing.assert_close(autotuner.matmul(a, b, bias, activation="relu"), torch.relu(a @ b + bias),
                                atol=1e-4, rtol=1e-4)
-    torch.testing.assert_close(kernels.matmul(a, b, activation="gelu"),
+    torch.testing.assert_close(autotuner.matmul(a, b, activation="gelu"),
                                torch.nn.functional.gelu(a @ b, approximate="tanh"), atol=1e-4, rtol=1e-4)
     x, w, bb = torch.randn(6, 40), torch.randn(40), torch.randn(40)
-    torch.testing.assert_close(kernels.layer_norm(x, w, bb, 1e-5),
+    torch.testing.assert_close(autotuner.layer_norm(x, w, bb, 1e-5),
                                torch.nn.functional.layer_norm(x, (40,), w, bb, 1e-5), atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(kernels.gelu(x, approximate="none"), torch.nn.functional.gelu(x), atol=1e-5,
+    torch.testing.assert_close(autotuner.gelu(x, approximate="none"), torch.nn.functional.gelu(x), atol=1e-5,
                                rtol=1e-5)
     q, k, v = (torch.randn(1, 2, 20, 64).half() for _ in range(3))
     ref = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=True)
-    torch.testing.assert_close(kernels.attention(q, k, v, causal=True).float(), ref, atol=2e-3, rtol=2e-3)
+    torch.testing.assert_close(autotuner.attention(q, k, v, causal=True).float(), ref, atol=2e-3, rtol=2e-3)
     with pytest.raises(ValueError, match="activation='tanh' is not supported"):
-        kernels.matmul(a, b, activation="tanh")
+        autotuner.matmul(a, b, activation="tanh")
+
+
+def test_checks_run_once_per_input_signature_and_every_new_one_in_full(db, use):
+    """A cached launcher serves only its own signature: a new dtype, stride, shape or alignment is checked in full
+    (and gets the same clear error a launch with an explicit config gets)."""
+    use(db_url=db)
+    x = torch.randn(8, 64)
+    autotuner.softmax(x)
+    assert use.prepared and len(use.prepared) == 1
+    with pytest.raises((TypeError, ValueError), match="dtype .?int32.?; accepted: float16, bfloat16, float32"):
+        autotuner.softmax(torch.ones(8, 64, dtype=torch.int32))
+    with pytest.raises(ValueError, match="must be contiguous in its last dimension"):
+        autotuner.softmax(torch.randn(64, 8).t())  # same shape, other strides: a new signature
+    with pytest.raises(TypeError, match="x must be a torch.Tensor, got list"):
+        autotuner.softmax([[1.0, 2.0]])
+    before = len(use.prepared)
+    unaligned = torch.randn(8 * 64 + 1)[1:].view(8, 64)  # same shape and strides, 4-byte aligned only
+    torch.testing.assert_close(autotuner.softmax(unaligned), torch.softmax(unaligned, -1))
+    autotuner.softmax(unaligned)
+    autotuner.softmax(x)
+    assert len(use.prepared) == before + 1  # the unaligned input got a launcher of its own, once
+    with pytest.raises(ValueError, match="approximate='fast' is not supported"):
+        autotuner.gelu(x, approximate="fast")
+    with pytest.raises(ValueError, match="bias has shape"):
+        autotuner.matmul(torch.randn(4, 8), torch.randn(8, 5), torch.randn(4))

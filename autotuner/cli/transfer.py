@@ -23,8 +23,8 @@ def export(
     db: DbOpt = None,
 ) -> None:
     """Export results: everything, or filtered by op, device and problem."""
+    from autotuner.store import Store
     from autotuner.transfer import export_data, triton_configs, write_vllm
-    from db.engine import open_engine
 
     if fmt not in ("json", "triton", "vllm"):
         fail(f"unknown format {fmt!r}; accepted: json, triton, vllm")
@@ -37,8 +37,7 @@ def export(
         if not op:
             fail("--shape needs --op")
         problem_key = common.problem(op, shape, dtype, None, None, None, {})[1].key
-    data = export_data(open_engine(settings(db).db_url, create=False), op=op, device_key=device,
-                       problem_key=problem_key)
+    data = export_data(Store(settings(db).db_url, create=False), op=op, device_key=device, problem_key=problem_key)
     if fmt == "vllm":
         assert output is not None
         paths, notes = write_vllm(data, output)
@@ -58,8 +57,8 @@ def export(
 @command
 def import_(file: Path = typer.Argument(..., help="a file written by `autotuner export`"), db: DbOpt = None) -> None:
     """Import an export; a stored result is never replaced by a slower one, and a bad file writes nothing."""
+    from autotuner.store import Store
     from autotuner.transfer import import_data
-    from db.engine import open_engine
 
     try:
         data = json.loads(file.read_text())
@@ -70,7 +69,7 @@ def import_(file: Path = typer.Argument(..., help="a file written by `autotuner 
     except json.JSONDecodeError as exc:
         fail(f"{file} is not JSON: {exc}")
     try:
-        counts = import_data(open_engine(settings(db).db_url), data)
+        counts = import_data(Store(settings(db).db_url), data)
     except ValueError as exc:
         fail(f"{file}: {exc}; nothing was imported")
     console.print(", ".join(f"{v} {k} added" for k, v in counts.items()))

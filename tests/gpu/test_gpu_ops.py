@@ -45,7 +45,7 @@ def test_op_on_gpu(name, shape, dtype, opts):
     device = current_device()
     op = get_op(name)
     problem = op.parse_problem(shape, dtype, **opts)
-    inputs = op.make_inputs(problem, device)
+    inputs = op.make_inputs(problem, device.torch_device)
     ref = op.reference(inputs)
     default = op.space.default(problem, device)
     for config in pick_configs(op.space.candidates(problem, device), default, 2, seed=7):
@@ -67,7 +67,7 @@ def test_matmul_split_k_on_gpu(shape, epilogue, split):
     several times back to back so the counters are reused."""
     op = get_op("matmul")
     problem = op.parse_problem(shape, "float16", epilogue=epilogue)
-    inputs = op.make_inputs(problem, current_device())
+    inputs = op.make_inputs(problem, current_device().torch_device)
     ref = op.reference(inputs)
     cfg = {"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 128, "GROUP_M": 1, "SPLIT_K": split, "num_warps": 4, "num_stages": 4}
     outs = [op.run(inputs, cfg) for _ in range(5)]
@@ -86,7 +86,7 @@ def test_attention_tma_on_gpu(shape, causal):
         pytest.skip("TMA needs compute capability 9.0")
     op = get_op("attention")
     problem = op.parse_problem(shape, "float16", causal=causal)
-    inputs = op.make_inputs(problem, current_device())
+    inputs = op.make_inputs(problem, current_device().torch_device)
     for cfg in ({"BLOCK_M": 64, "BLOCK_N": 64, "TMA": 1, "num_warps": 4, "num_stages": 3},
                 {"BLOCK_M": 128, "BLOCK_N": 64, "TMA": 1, "num_warps": 8, "num_stages": 2},
                 {"BLOCK_M": 64, "BLOCK_N": 128, "TMA": 1, "num_warps": 4, "num_stages": 2}):
@@ -113,7 +113,7 @@ def test_matmul_tma_on_gpu(shape, dtype, epilogue, monkeypatch):
     km = importlib.import_module("kernels.matmul")
     op = get_op("matmul")
     problem = op.parse_problem(shape, dtype, epilogue=epilogue)
-    inputs = op.make_inputs(problem, current_device())
+    inputs = op.make_inputs(problem, current_device().torch_device)
     ref = op.reference(inputs)
     monkeypatch.setattr(km, "matmul_kernel", None)
     for cfg in op.space.seeds(problem, current_device()) + [

@@ -1,0 +1,73 @@
+"""What the routes depend on: the service's shared state, its store, and the write token.
+
+    @router.get("/devices")
+    def devices(store: StoreDep) -> ...
+
+`ServiceState` lives on `app.state.service` (built by `create_app`); `StoreDep` opens the database on first use
+and answers 503 while it cannot be opened; `require_token` guards writes.
+"""
+
+from __future__ import annotations
+
+import hmac
+from typing import Annotated
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from api.config_cache import ConfigCache
+from api.metrics import Metrics
+from autotuner.settings import Settings
+from autotuner.store import LazyStore, Store
+
+RECONNECT_S = 1.0  # a database that failed to open is tried again after this long
+
+
+class Unauthorized(PermissionError):
+    pass
+
+
+class Forbidden(PermissionError):
+    pass
+
+
+class ServiceState:
+    """What the routes share: settings, the store (opened on first use, retried while the database is down),
+    the /config answer cache and the metrics."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.store = LazyStore(settings.db_url, create=True, retry_s=RECONNECT_S)
+        self.config_cache = ConfigCache(settings.config_cache_s)
+        self.metrics = Metrics(lambda: self.store.get().count_jobs())
+
+    def check_token(self, credentials: HTTPAuthorizationCredentials | None) -> None:
+        """Writes need `Authorization: Bearer <AUTOTUNER_TOKEN>`; a server without a token refuses them all."""
+        if not self.settings.token:
+            raise Forbidden("this server was started without AUTOTUNER_TOKEN, so it accepts no writes")
+        given = credentials.credentials.strip() if credentials else ""
+        if not hmac.compare_digest(given.encode(), self.settings.token.encode()):
+            raise Unauthorized("writes need the header 'Authorization: Bearer <token>' with the server's token")
+
+
+def get_state(request: Request) -> ServiceState:
+    service: ServiceState = request.app.state.service
+    return service
+
+
+State = Annotated[ServiceState, Depends(get_state)]
+
+
+def get_store(st: State) -> Store:
+    return st.store.get()  # DatabaseUnavailable becomes a 503 (api.errors)
+
+
+StoreDep = Annotated[Store, Depends(get_store)]
+bearer = HTTPBearer(auto_error=False, description="AUTOTUNER_TOKEN of the server")
+
+
+def require_token(st: State, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> None:
+    st.check_token(credentials)
+
+
+Writer = Depends(require_token)

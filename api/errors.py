@@ -1,0 +1,97 @@
+"""How errors become responses: every bad input a 4xx whose detail names the field, a dead database a 503.
+
+    422  a value the schema does not accept (FastAPI's validation, and InputError)
+    404  no such thing: a result, a job, a device, or a problem (an op has no problem of this shape or option)
+    300  the request names no device and the database knows several: the body lists them
+    401/403  a write without the server's token, or to a server started without one
+    503  the database is unavailable
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exception_handlers import http_exception_handler
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from sqlalchemy.exc import InterfaceError, OperationalError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match, Route
+
+from api.deps import Forbidden, Unauthorized
+from autotuner.lookup import NotFound
+from autotuner.serving import AmbiguousDevice, InputError, NoSuchProblem
+from db.engine import DatabaseUnavailable, NotAutotunerDatabase
+
+log = logging.getLogger(__name__)
+
+
+def error(status: int, detail: Any, headers: dict[str, str] | None = None, **extra: Any) -> JSONResponse:
+    return JSONResponse({"detail": detail, **extra}, status_code=status, headers=headers)
+
+
+def field_detail(exc: InputError, kind: str) -> list[dict[str, Any]]:
+    return [{"loc": [exc.location, *exc.field.split(".")], "msg": exc.message, "type": kind}]
+
+
+def validation_detail(errors: list[Any]) -> list[dict[str, Any]]:
+    """FastAPI's validation errors without the echoed input (a request's own bytes never come back, and a
+    non-finite number in them could not be written as JSON), and with the discriminator named in the location
+    of an unknown op."""
+    out = []
+    for e in errors:
+        loc = list(e.get("loc", ()))
+        if e.get("type") in ("union_tag_invalid", "union_tag_not_found"):
+            loc.append(str(e.get("ctx", {}).get("discriminator", "op")).strip("'"))
+        ctx = {k: v if isinstance(v, (str, int, bool)) or v is None else str(v) for k, v in e.get("ctx", {}).items()
+               if k != "discriminator"}
+        out.append({"loc": loc, "msg": e.get("msg", ""), "type": e.get("type", ""), **({"ctx": ctx} if ctx else {})})
+    return out
+
+
+def install(app: FastAPI) -> None:
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        return error(422, validation_detail(list(exc.errors())))
+
+    @app.exception_handler(NoSuchProblem)
+    async def no_such_problem(_: Request, exc: NoSuchProblem) -> JSONResponse:
+        return error(404, field_detail(exc, "no_such_problem"))
+
+    @app.exception_handler(AmbiguousDevice)
+    async def ambiguous_device(_: Request, exc: AmbiguousDevice) -> JSONResponse:
+        return error(300, field_detail(exc, "ambiguous"), devices=exc.devices)
+
+    @app.exception_handler(InputError)
+    async def input_error(_: Request, exc: InputError) -> JSONResponse:
+        return error(422, field_detail(exc, "value_error"))
+
+    @app.exception_handler(NotFound)
+    async def not_found(_: Request, exc: NotFound) -> JSONResponse:
+        return error(404, str(exc))
+
+    @app.exception_handler(Unauthorized)
+    async def unauthorized(_: Request, exc: Unauthorized) -> JSONResponse:
+        return error(401, str(exc), {"WWW-Authenticate": "Bearer"})
+
+    @app.exception_handler(Forbidden)
+    async def forbidden(_: Request, exc: Forbidden) -> JSONResponse:
+        return error(403, str(exc))
+
+    async def unavailable(_: Request, exc: Exception) -> JSONResponse:
+        log.warning("database unavailable: %s", exc)
+        return error(503, f"the result database is unavailable: {str(exc).splitlines()[0][:300]}", {"Retry-After": "1"})
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        if exc.status_code == 405:
+            # Starlette names only the first route's methods; a path served by several routes allows them all.
+            allowed = sorted({m for r in app.routes if isinstance(r, Route) and r.methods
+                              and r.matches(request.scope)[0] != Match.NONE for m in r.methods})
+            return error(405, "Method Not Allowed", {"Allow": ", ".join(allowed)})
+        return await http_exception_handler(request, exc)
+
+    for exc_type in (DatabaseUnavailable, NotAutotunerDatabase, OperationalError, InterfaceError):
+        app.add_exception_handler(exc_type, unavailable)

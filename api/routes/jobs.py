@@ -1,0 +1,65 @@
+"""POST /jobs, GET /jobs, GET /jobs/{id}: the tuning queue the workers drain. Writes need the server's token."""
+
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Body, Path, Query, Response
+
+from api.deps import StoreDep, Writer
+from api.schemas import UNAVAILABLE, ErrorOut, JobOut, JobPage, job_models
+from autotuner import serving
+from autotuner.lookup import NotFound
+from db.models import Job
+from search_spaces.contract import TunableOp
+
+Id = Annotated[int, Path(ge=1, le=2**31 - 1)]
+
+
+def job_out(job: Job) -> JobOut:
+    return JobOut(id=job.id, op=job.op, shape=job.shape, dtype=job.dtype, options=job.options, strategy=job.strategy,
+                  trials=job.budget_trials, time_budget_s=job.budget_seconds, priority=job.priority, state=job.state,
+                  attempts=job.attempts, worker=job.worker, heartbeat_at=job.heartbeat_at, error=job.error,
+                  run_id=job.run_id, created_at=job.created_at, started_at=job.started_at,
+                  finished_at=job.finished_at)
+
+
+def router(ops: list[TunableOp[Any]]) -> APIRouter:
+    api = APIRouter(tags=["jobs"])
+    JobIn = job_models(ops)  # noqa: N806  (a type built from the registry)
+
+    @api.post("/jobs", status_code=202, response_model=JobOut, dependencies=[Writer], responses={
+        400: {"model": ErrorOut, "description": "The body is not JSON"},
+        401: {"model": ErrorOut, "description": "No or wrong bearer token"},
+        403: {"model": ErrorOut, "description": "The server accepts no writes (no token set)"}, **UNAVAILABLE})
+    def post_job(store: StoreDep, body: Annotated[JobIn, Body()], response: Response) -> JobOut:  # type: ignore[valid-type]
+        """Queue a tuning job; a worker (`autotuner worker`) picks it up. Needs the server's bearer token."""
+        options = body.options.model_dump()  # type: ignore[attr-defined]
+        try:
+            op, problem = serving.parse_request(body.op, body.shape, body.dtype, options)  # type: ignore[attr-defined]
+        except serving.InputError as exc:  # the schema admits only parseable problems; kept as a guard
+            field = exc.field if exc.field in ("op", "shape", "dtype") else f"options.{exc.field}"
+            raise serving.InputError(field, exc.message, location="body") from None
+        job_id = store.queue_job(op=op.name, shape=problem.shape, dtype=problem.dtype,
+                                 options={k: getattr(problem, k) for k in op.option_names},
+                                 strategy=body.strategy, budget_trials=body.trials,  # type: ignore[attr-defined]
+                                 budget_seconds=body.time_budget_s, priority=body.priority)  # type: ignore[attr-defined]
+        job = store.job(job_id)
+        assert job is not None
+        response.headers["Location"] = f"/jobs/{job_id}"
+        return job_out(job)
+
+    @api.get("/jobs/{job_id}", response_model=JobOut, responses={404: {"model": ErrorOut}, **UNAVAILABLE})
+    def get_job(store: StoreDep, job_id: Id) -> JobOut:
+        job = store.job(job_id)
+        if job is None:
+            raise NotFound(f"no job with id {job_id}")
+        return job_out(job)
+
+    @api.get("/jobs", response_model=JobPage, responses=UNAVAILABLE)
+    def get_jobs(store: StoreDep, state: Literal["queued", "running", "done", "failed"] | None = None,
+                 limit: Annotated[int, Query(ge=1, le=500)] = 50,
+                 offset: Annotated[int, Query(ge=0, le=10**9)] = 0) -> JobPage:
+        """Jobs, newest first; filter by state."""
+        rows, total = store.jobs_page(state=state, limit=limit, offset=offset)
+        return JobPage(total=total, limit=limit, offset=offset, items=[job_out(j) for j in rows])
+
+    return api

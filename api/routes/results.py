@@ -1,0 +1,75 @@
+"""GET /results, /results/{id}, /devices: what the database holds."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path, Query
+
+from api.deps import StoreDep
+from api.schemas import (
+    PRINTABLE,
+    UNAVAILABLE,
+    DeviceOut,
+    ErrorOut,
+    ResultDetail,
+    ResultOut,
+    ResultPage,
+    RunOut,
+    TrialOut,
+)
+from autotuner.lookup import NotFound
+from autotuner.registry import UnknownOpError, get_op
+from autotuner.store import stored_best
+from db.models import BestConfig
+
+MAX_ID = 2**31 - 1
+Id = Annotated[int, Path(ge=1, le=MAX_ID)]
+Limit = Annotated[int, Query(ge=1, le=500)]
+Offset = Annotated[int, Query(ge=0, le=10**9)]
+
+
+def result_fields(row: BestConfig) -> dict[str, Any]:
+    try:
+        running_hash = get_op(row.op).kernel_hash
+    except UnknownOpError:
+        running_hash = ""  # an op this server does not load: it cannot vouch for the result
+    return dict(
+        id=row.id, op=row.op, problem_key=row.problem_key, problem=row.problem, device=row.device.key,
+        kernel_hash=row.kernel_hash, triton_version=row.triton_version, config=row.config, median_ms=row.median_ms,
+        default_ms=row.default_ms, torch_ms=row.torch_ms,
+        speedup_vs_default=row.default_ms / row.median_ms if row.default_ms and row.median_ms else None,
+        speedup_vs_torch=row.torch_ms / row.median_ms if row.torch_ms and row.median_ms else None,
+        stale=stored_best(row, running_hash).stale,
+        run_id=row.run_id, updated_at=row.updated_at)
+
+
+def router() -> APIRouter:
+    api = APIRouter(tags=["results"])
+
+    @api.get("/devices", response_model=list[DeviceOut], responses=UNAVAILABLE)
+    def get_devices(store: StoreDep) -> list[DeviceOut]:
+        """The devices results were tuned on."""
+        return [DeviceOut.model_validate(d, from_attributes=True) for d in store.devices()]
+
+    @api.get("/results", response_model=ResultPage, responses=UNAVAILABLE)
+    def get_results(store: StoreDep, op: Annotated[str | None, Query(max_length=64, pattern=PRINTABLE)] = None,
+                    device: Annotated[str | None, Query(max_length=200, pattern=PRINTABLE)] = None,
+                    limit: Limit = 50, offset: Offset = 0) -> ResultPage:
+        """Stored best configs, newest first; filter by op and device key."""
+        rows, total = store.results_page(op=op, device_key=device, limit=limit, offset=offset)
+        return ResultPage(total=total, limit=limit, offset=offset, items=[ResultOut(**result_fields(r)) for r in rows])
+
+    @api.get("/results/{result_id}", response_model=ResultDetail, responses={404: {"model": ErrorOut}, **UNAVAILABLE})
+    def get_result(store: StoreDep, result_id: Id) -> ResultDetail:
+        """One stored best config with the run that found it and every trial of that run."""
+        found = store.result(result_id)
+        if found is None:
+            raise NotFound(f"no result with id {result_id}")
+        row, run = found
+        return ResultDetail(
+            **result_fields(row),
+            run=RunOut.model_validate(run, from_attributes=True) if run else None,
+            trials=[TrialOut.model_validate(t, from_attributes=True) for t in (run.trials if run else [])])
+
+    return api

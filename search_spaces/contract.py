@@ -1,0 +1,180 @@
+"""The kernel contract: what the engine needs to know about a tunable kernel, declared once per kernel.
+
+    OP = TunableOp(
+        name="softmax", problem_type=SoftmaxProblem, space=SPACE, dtypes=DTYPES,
+        launch=lambda inputs, config: k_softmax.softmax(inputs["x"], config),
+        make_inputs=make_inputs, problem_from_inputs=problem_from_inputs,
+        reference=lambda inputs: k_softmax.reference(inputs["x"]), tolerance=ELEMENTWISE_TOLERANCE,
+        sources=(k_softmax, _checks),
+        # optional extras of the built-in ops: the roofline's cost model, torch's own version
+        flops=flops, bytes_moved=bytes_moved, baseline=lambda inputs: torch.softmax(inputs["x"], -1),
+    )
+
+Every built-in op (`search_spaces/<op>.py`) and every `autotuner.autotune` kernel is a TunableOp. The CLI and
+the HTTP API build their problem options (`--epilogue`, `causal=true`) from `options`, so adding an op or an
+option touches the op's own files only. Nothing here imports the engine (autotuner/).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import inspect
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
+
+import torch
+
+from search_spaces.space import Space
+
+# Max |out - ref| / max |ref|, per dtype. Dot-product ops accumulate over K and use TF32 for float32 on GPUs.
+DOT_TOLERANCE: Mapping[str, float] = {"float16": 1e-2, "bfloat16": 3e-2, "float32": 1e-2}
+ELEMENTWISE_TOLERANCE: Mapping[str, float] = {"float16": 5e-3, "bfloat16": 2e-2, "float32": 1e-4}
+
+
+@dataclass(frozen=True)
+class Comparison:
+    ok: bool
+    error: float
+    message: str
+
+
+def compare(out: torch.Tensor, ref: torch.Tensor, tol: float) -> Comparison:
+    if tuple(out.shape) != tuple(ref.shape):
+        return Comparison(False, float("inf"), f"shape {tuple(out.shape)} differs from the reference's {tuple(ref.shape)}")
+    o = out.float()
+    r = ref.float().to(o.device)
+    bad = ~torch.isfinite(o) & torch.isfinite(r)
+    if bool(bad.any()):
+        n = int(bad.sum())
+        return Comparison(False, float("inf"), f"{n} of {o.numel()} elements are NaN/inf (unwritten or overflowed)")
+    scale = float(r.abs().max()) or 1.0
+    err = float((o - r).abs().max()) / scale
+    if err > tol:
+        return Comparison(False, err, f"max error {err:.3g} (relative to max |ref|) exceeds tolerance {tol:g}")
+    return Comparison(True, err, f"max error {err:.3g} within {tol:g}")
+
+
+class Problem(Protocol):
+    """One problem of an op: its shape string, dtype and options; `key` names it in the database."""
+
+    layout: ClassVar[str]  # how a shape string is written, for messages: "MxNxK, e.g. 4096x4096x4096"
+    shape_pattern: ClassVar[str]  # the regular expression of its shape strings (problem.dims_pattern)
+
+    @property
+    def dtype(self) -> str: ...
+
+    @property
+    def shape(self) -> str: ...
+
+    @property
+    def key(self) -> str: ...
+
+
+P = TypeVar("P", bound=Problem)
+Inputs = Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Option:
+    """A problem option beyond shape and dtype: a closed set of strings, or a boolean."""
+
+    name: str
+    choices: tuple[str, ...] | None = None  # None: a boolean
+    default: Any = None
+    help: str = ""
+
+    @property
+    def is_flag(self) -> bool:
+        return self.choices is None
+
+    def parse(self, value: Any) -> Any:
+        """The value as the problem holds it; ValueError naming the option and what it accepts."""
+        if self.is_flag:
+            if isinstance(value, bool):
+                return value
+            text = str(value).strip().lower()
+            if text in ("true", "1", "yes"):
+                return True
+            if text in ("false", "0", "no"):
+                return False
+            raise ValueError(f"{self.name} must be true or false, got {value!r}")
+        assert self.choices is not None
+        if value not in self.choices:
+            raise ValueError(f"unknown {self.name} {value!r}; accepted: {', '.join(self.choices)}")
+        return value
+
+
+@dataclass(frozen=True, kw_only=True)
+class TunableOp(Generic[P]):
+    """A tunable kernel as the engine sees it. Functions take the inputs as one mapping of names to values."""
+
+    name: str
+    problem_type: Callable[..., P]  # a dataclass whose fields are the problem's; parse(shape, dtype, **options)
+    space: Space[P]
+    dtypes: tuple[str, ...]
+    launch: Callable[[Inputs, Mapping[str, Any]], Any]  # (inputs, config) -> output
+    make_inputs: Callable[[P, str], dict[str, Any]]  # (problem, torch device) -> inputs
+    problem_from_inputs: Callable[[Any], P]  # (inputs) -> the problem they are
+    reference: Callable[[Inputs], Any] | None  # None: the default config's output is the reference
+    tolerance: Mapping[str, float] = field(default_factory=lambda: dict(ELEMENTWISE_TOLERANCE))
+    options: tuple[Option, ...] = ()
+    sources: tuple[ModuleType | Callable[..., Any], ...] = ()  # their source text is the result's kernel hash
+    flops: Callable[[P], float] | None = None
+    bytes_moved: Callable[[P], float] | None = None
+    baseline: Callable[[Inputs], Any] | None = None  # torch's own version, for speedups
+    variants: Mapping[str, Callable[[Inputs], Any]] = field(default_factory=dict)  # more torch versions to bench
+    description: str = ""
+
+    @property
+    def option_names(self) -> tuple[str, ...]:
+        return tuple(o.name for o in self.options)
+
+    def option(self, name: str) -> Option:
+        return next(o for o in self.options if o.name == name)
+
+    def parse_problem(self, shape: object, dtype: object = "float16", **options: Any) -> P:
+        """The problem named by a shape string, a dtype and options; ValueError naming what is wrong."""
+        given = {k: v for k, v in options.items() if v is not None}
+        unknown = sorted(k for k in given if k not in self.option_names)
+        if unknown:
+            accepted = ", ".join(self.option_names) or "none"
+            raise ValueError(f"{self.name} takes no option(s) {', '.join(unknown)}; accepted: {accepted}")
+        parsed = {k: self.option(k).parse(v) for k, v in given.items()}
+        return self.problem_type.parse(shape, dtype, **parsed)  # type: ignore[attr-defined, no-any-return]
+
+    def problem_from_dict(self, fields: Mapping[str, Any]) -> P:
+        """A problem from its stored fields (the database keeps them as JSON)."""
+        return self.problem_type(**fields)
+
+    def run(self, inputs: Inputs, config: Mapping[str, Any]) -> Any:
+        return self.launch(inputs, config)
+
+    def check(self, out: Any, ref: Any, problem: Any) -> Comparison:
+        """An output against the reference within this op's tolerance for the problem's dtype. Outputs may be one
+        tensor or a tuple of them (a kernel writing several); each is compared."""
+        tol = self.tolerance.get(problem.dtype, max(self.tolerance.values(), default=1e-2))
+        outs = out if isinstance(out, (tuple, list)) else (out,)
+        refs = ref if isinstance(ref, (tuple, list)) else (ref,)
+        if len(outs) != len(refs):
+            return Comparison(False, float("inf"), f"{len(outs)} outputs, the reference has {len(refs)}")
+        worst = Comparison(True, 0.0, "no outputs")
+        for o, r in zip(outs, refs, strict=True):
+            c = compare(o, r, tol)
+            if not c.ok:
+                return c
+            worst = c if c.error >= worst.error else worst
+        return worst
+
+    @functools.cached_property
+    def kernel_hash(self) -> str:
+        """Hash of the kernel's source: a stored result is exact only while it matches."""
+        h = hashlib.sha256()
+        for src in self.sources:
+            try:
+                h.update(inspect.getsource(src).encode())
+            except (OSError, TypeError):  # no source on disk (e.g. defined in a REPL): fall back to its name
+                h.update(getattr(src, "__qualname__", repr(src)).encode())
+        return h.hexdigest()[:16]
