@@ -53,6 +53,9 @@ def test_help_shows_flags_without_a_value_placeholder():
         out = cli(*args)
         assert out.returncode == 0
         assert "--help" in out.stdout and "<bool>" not in out.stdout, out.stdout
+    tune = cli("tune", "--help").stdout
+    for option, owner in (("--epilogue", "matmul"), ("--causal", "attention"), ("--approximate", "gelu")):
+        assert option in tune and owner in tune  # built from the ops' declarations
 
 
 def test_user_text_is_printed_as_text_not_markup(tmp_path):

@@ -14,7 +14,12 @@ from __future__ import annotations
 
 import typer
 
-from autotuner.cli import bench, database, replay, service, show, transfer, tune
+from autotuner.registry import load_plugins
+from autotuner.settings import Settings
+
+load_plugins(Settings().plugins)  # before the commands are built: plugin ops bring their options to them
+
+from autotuner.cli import bench, database, replay, service, show, transfer, tune  # noqa: E402
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_show_locals=False,
                   help="Autotune Triton kernels and serve the results.")

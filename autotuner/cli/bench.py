@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.table import Table
 
 from autotuner.cli.common import (
-    ApproximateOpt,
-    CausalOpt,
     DbOpt,
     DtypeOpt,
-    EpilogueOpt,
     JsonOpt,
     KOpt,
     MOpt,
@@ -22,13 +20,14 @@ from autotuner.cli.common import (
     ShapeOpt,
     command,
     console,
-    options,
     problem,
+    problem_options,
     settings,
     warn,
 )
 
 
+@problem_options
 @command
 def bench(
     op: OpArg,
@@ -37,9 +36,7 @@ def bench(
     N: NOpt = None,
     K: KOpt = None,
     dtype: DtypeOpt = "float16",
-    epilogue: EpilogueOpt = None,
-    causal: CausalOpt = False,
-    approximate: ApproximateOpt = None,
+    options: dict[str, Any] | None = None,
     rounds: int = typer.Option(5, "--rounds", min=1, help="interleaved timing rounds"),
     use_compile: bool = typer.Option(True, "--compile/--no-compile", help="include torch.compile"),
     remeasure_peaks: bool = typer.Option(False, "--remeasure-peaks", help="measure copy bandwidth and matmul peak again"),
@@ -54,7 +51,7 @@ def bench(
     from autotuner.device import current_device
     from autotuner.store import Store
 
-    op_obj, prob = problem(op, shape, dtype, M, N, K, options(epilogue, causal, approximate))
+    op_obj, prob = problem(op, shape, dtype, M, N, K, options or {})
     store = Store(settings(db).db_url)
     device = current_device()
     result = run_bench(op_obj, prob, device, store=store, use_compile=use_compile, rounds=rounds,

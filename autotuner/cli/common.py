@@ -24,15 +24,12 @@ err = Console(stderr=True, markup=False, highlight=False, soft_wrap=not sys.stde
 BAD_INPUT, DATABASE, SETUP = 2, 3, 4
 
 # The options that name a problem, shared by tune, show and bench.
-OpArg = Annotated[str, typer.Argument(help="matmul, softmax, layernorm, gelu or attention")]
+OpArg = Annotated[str, typer.Argument(help="an op: matmul, softmax, layernorm, gelu, attention, or a registered one")]
 ShapeOpt = Annotated[str | None, typer.Option("--shape", help="e.g. 4096x4096x4096 (matmul), 4096x4096 (softmax)")]
 MOpt = Annotated[int | None, typer.Option("--M", help="matmul M (N and K default to M)")]
 NOpt = Annotated[int | None, typer.Option("--N")]
 KOpt = Annotated[int | None, typer.Option("--K")]
 DtypeOpt = Annotated[str, typer.Option("--dtype", help="float16, bfloat16 or float32")]
-EpilogueOpt = Annotated[str | None, typer.Option("--epilogue", help="matmul: none, bias, bias_relu, bias_gelu")]
-CausalOpt = Annotated[bool, typer.Option("--causal", help="attention: causal mask")]
-ApproximateOpt = Annotated[str | None, typer.Option("--approximate", help="gelu: tanh or none")]
 DbOpt = Annotated[str | None, typer.Option("--db", help="database URL (default: AUTOTUNER_DB_URL or a local SQLite file)")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="print the result as JSON")]
 
@@ -106,15 +103,47 @@ def problem(op_name: str, shape: str | None, dtype: str, M: int | None, N: int |
     return op, op.parse_problem(shape, dtype, **options)
 
 
-def options(epilogue: str | None, causal: bool, approximate: str | None) -> dict[str, Any]:
-    opts: dict[str, Any] = {}
-    if epilogue is not None:
-        opts["epilogue"] = epilogue
-    if causal:
-        opts["causal"] = True
-    if approximate is not None:
-        opts["approximate"] = approximate
-    return opts
+def problem_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Give a command one option per problem option the registered ops declare (`--epilogue`, `--causal`,
+    `--approximate` for the built-in ops), in place of its `options: dict` parameter, which receives the ones
+    given. An op added to the registry brings its options to every command that names a problem."""
+    import functools
+    import inspect
+
+    from autotuner.registry import ops
+
+    merged: dict[str, tuple[Any, list[str], str]] = {}
+    for op in ops():
+        for o in op.options:
+            choices, owners, _ = merged.setdefault(o.name, (None if o.is_flag else [], [], o.help))
+            if choices is not None and o.choices:
+                choices.extend(c for c in o.choices if c not in choices)
+            owners.append(op.name)
+    added = []
+    for name, (choices, owners, text) in merged.items():
+        if choices is None:
+            annotation: Any = Annotated[bool, typer.Option(f"--{name}", help=f"{', '.join(owners)}: {text}")]
+            default: Any = False
+        else:
+            annotation = Annotated[str | None, typer.Option(
+                f"--{name}", help=f"{', '.join(owners)}: {', '.join(choices)}")]
+            default = None
+        added.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation))
+    sig = inspect.signature(fn, eval_str=True)
+    params = [p for p in sig.parameters.values() if p.name != "options"]
+    at = next((i for i, p in enumerate(params) if p.name == "dtype"), len(params) - 1) + 1
+    params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in params]
+    names = [p.name for p in added]
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        given = {n: kwargs.pop(n) for n in names if n in kwargs}
+        kwargs["options"] = {n: v for n, v in given.items() if v is not None and v is not False}
+        return fn(*args, **kwargs)
+
+    wrapper.__signature__ = sig.replace(parameters=[*params[:at], *added, *params[at:]])  # type: ignore[attr-defined]
+    wrapper.__annotations__ = {p.name: p.annotation for p in wrapper.__signature__.parameters.values()}  # type: ignore[attr-defined]
+    return wrapper
 
 
 def ms(v: float | None) -> str:

@@ -10,11 +10,8 @@ from rich.table import Table
 from rich.text import Text
 
 from autotuner.cli.common import (
-    ApproximateOpt,
-    CausalOpt,
     DbOpt,
     DtypeOpt,
-    EpilogueOpt,
     JsonOpt,
     KOpt,
     MOpt,
@@ -24,12 +21,13 @@ from autotuner.cli.common import (
     command,
     console,
     ms,
-    options,
     problem,
+    problem_options,
     settings,
 )
 
 
+@problem_options
 @command
 def show(
     op: OpArg,
@@ -38,9 +36,7 @@ def show(
     N: NOpt = None,
     K: KOpt = None,
     dtype: DtypeOpt = "float16",
-    epilogue: EpilogueOpt = None,
-    causal: CausalOpt = False,
-    approximate: ApproximateOpt = None,
+    options: dict[str, Any] | None = None,
     db: DbOpt = None,
     as_json: JsonOpt = False,
     explain: bool = typer.Option(False, "--explain", help="show which lookup step answers a launch, and why"),
@@ -52,7 +48,7 @@ def show(
     from autotuner.store import Store
     from db.engine import NoDatabase
 
-    op_obj, prob = problem(op, shape, dtype, M, N, K, options(epilogue, causal, approximate))
+    op_obj, prob = problem(op, shape, dtype, M, N, K, options or {})
     device = current_device()
     s = settings(db)
     if explain:

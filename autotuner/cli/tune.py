@@ -14,11 +14,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from autotuner.cli.common import (
-    ApproximateOpt,
-    CausalOpt,
     DbOpt,
     DtypeOpt,
-    EpilogueOpt,
     JsonOpt,
     KOpt,
     MOpt,
@@ -30,8 +27,8 @@ from autotuner.cli.common import (
     err,
     fail,
     ms,
-    options,
     problem,
+    problem_options,
     settings,
     times,
     warn,
@@ -96,6 +93,7 @@ def _interrupt(signum: int, _frame: FrameType | None) -> None:
     raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
+@problem_options
 @command
 def tune(
     op: OpArg,
@@ -104,9 +102,7 @@ def tune(
     N: NOpt = None,
     K: KOpt = None,
     dtype: DtypeOpt = "float16",
-    epilogue: EpilogueOpt = None,
-    causal: CausalOpt = False,
-    approximate: ApproximateOpt = None,
+    options: dict[str, Any] | None = None,
     trials: int | None = typer.Option(None, "--trials", min=1, help="configs to measure (default: up to 64)"),
     time_budget: float | None = typer.Option(None, "--time-budget", min=0.1, help="seconds of searching (after the worker is set up; at least one config is measured)"),
     strategy: str = typer.Option("tpe", "--strategy", help="tpe, random or exhaustive"),
@@ -123,7 +119,7 @@ def tune(
 
     if strategy not in STRATEGIES:
         fail(f"unknown strategy {strategy!r}; accepted: {', '.join(STRATEGIES)}")
-    op_obj, prob = problem(op, shape, dtype, M, N, K, options(epilogue, causal, approximate))
+    op_obj, prob = problem(op, shape, dtype, M, N, K, options or {})
     s = settings(db)
     store = Store(s.db_url)
     device = current_device()
