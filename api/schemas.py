@@ -174,6 +174,8 @@ def job_models(ops: list[TunableOp[Any]]) -> Any:
     body the schema accepts names a problem the worker can parse."""
     models = []
     for op in ops:
+        if len(op.query_options) != len(op.options):
+            continue  # a kernel whose jobs carry a recorded call: queued by the process that recorded it
         options: dict[str, Any] = {}
         for o in op.options:
             kind: Any = StrictBool if o.is_flag else Literal[o.choices]  # type: ignore[valid-type]
@@ -189,6 +191,8 @@ def job_models(ops: list[TunableOp[Any]]) -> Any:
             options=(options_model, Field(default_factory=options_model))))
     if len(models) == 1:
         return models[0]
+    if not models:
+        raise ValueError("no op takes jobs over HTTP")
     return Annotated[Union[tuple(models)], Field(discriminator="op")]  # noqa: UP007
 
 

@@ -8,7 +8,8 @@
     @triton.jit
     def my_kernel(...): ...
 
-Names are loaded on first use, so `import autotuner` (and the CLI) starts without importing torch or Triton.
+Importing the package picks Triton's backend first (kernels._backend: the interpreter where there is no CUDA
+device), so kernels decorated after `import autotuner` run on this machine; its names load on first use.
 """
 
 from __future__ import annotations
@@ -16,11 +17,15 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from kernels import _backend  # noqa: F401  (before any @triton.jit in the importing module)
+
 __version__ = "0.1.0"
 
 _LAZY = {
     "softmax": "autotuner.library", "layer_norm": "autotuner.library", "gelu": "autotuner.library",
     "matmul": "autotuner.library", "attention": "autotuner.library", "clear_cache": "autotuner.library",
+    "autotune": "autotuner.decorator", "KernelNotTuned": "autotuner.decorator",
+    "Space": "search_spaces.space", "Param": "search_spaces.space",
 }
 __all__ = [*_LAZY, "__version__"]
 

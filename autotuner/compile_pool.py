@@ -22,12 +22,12 @@ def _init(spec: WorkerSpec) -> None:
     import torch
 
     from autotuner.device import current_device
-    from autotuner.registry import get_op, load_plugins
+    from autotuner.registry import import_op, load_plugins
 
     load_plugins(list(spec.plugins))
     if spec.device_index is not None:
         torch.cuda.set_device(spec.device_index)
-    op = get_op(spec.op)
+    op = import_op(spec.op)
     problem = op.problem_from_dict(spec.problem)
     _STATE.update(op=op, inputs=op.make_inputs(problem, current_device(spec.device_index).torch_device), torch=torch)
 

@@ -40,7 +40,9 @@ FALLBACKS = ("nearest", "default", "none")
 
 
 class NotFound(LookupError):
-    pass
+    def __init__(self, message: str, stale: StoredBest | None = None) -> None:
+        super().__init__(message)
+        self.stale = stale  # an exact result of another kernel hash or Triton version, not served
 
 
 @dataclass(frozen=True)
@@ -74,7 +76,7 @@ class Service:
 
         params = {"op": op.name, "shape": problem.shape, "dtype": problem.dtype, "device": device.key,
                   "fallback": "none", "kernel_hash": op.kernel_hash, "triton_version": triton.__version__,
-                  **{k: str(getattr(problem, k)).lower() for k in op.option_names}}
+                  **{o.name: str(getattr(problem, o.name)).lower() for o in op.query_options}}
         try:
             r = httpx.get(self.url.rstrip("/") + "/config", params=params, timeout=SERVICE_TIMEOUT_S)
         except httpx.HTTPError as exc:
@@ -125,7 +127,7 @@ def resolve(op: Op, problem: Any, device: DeviceInfo, *, store: Store | None, st
                               stale, remote.median_ms)
     if fallback == "none":
         why = f"only a stale result ({stale.stale_reason})" if stale else "no tuned result"
-        raise NotFound(f"{why} for {op.name} {problem.key} on {device.key}")
+        raise NotFound(f"{why} for {op.name} {problem.key} on {device.key}", stale)
     if fallback == "nearest" and store is not None:
         for other, row in store.nearest(op=op, problem=problem, device=device, kernel_hash=kernel_hash,
                                         triton_version=triton_version):
@@ -160,17 +162,26 @@ class Resolver:
         return res
 
     def _tune_on_miss(self, op: Op, problem: Any, device: DeviceInfo) -> None:
+        if self._first(op, problem, device):
+            threading.Thread(target=self._queue_job, args=(op, problem), daemon=True).start()
+
+    def _first(self, op: Op, problem: Any, device: DeviceInfo) -> bool:
         key = (op.name, problem.key, device.key)
         with self._lock:
             if key in self._queued:
-                return
+                return False
             self._queued.add(key)
-        threading.Thread(target=self._queue_job, args=(op, problem), daemon=True).start()
+            return True
+
+    def queue(self, op: Op, problem: Any, device: DeviceInfo) -> None:
+        """Queue a tuning job for this problem, once per process (a recorded call of a decorated kernel)."""
+        if self._first(op, problem, device):
+            self._queue_job(op, problem)
 
     def _queue_job(self, op: Op, problem: Any) -> None:
         options = {k: getattr(problem, k) for k in op.option_names}
         try:
-            if self.settings.url and self.settings.token:
+            if self.settings.url and self.settings.token and len(op.query_options) == len(op.options):
                 import httpx
 
                 httpx.post(self.settings.url.rstrip("/") + "/jobs", timeout=2.0,

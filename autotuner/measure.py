@@ -22,6 +22,12 @@ from search_spaces.space import Config, config_key
 
 
 class Measurer(Protocol):
+    def start(self) -> Outcome:
+        """Set up (raising WorkerSetupError when the problem cannot be), and time torch's baseline if any."""
+
+    def close(self) -> None:
+        """Release what `start` set up."""
+
     def prepare(self, configs: list[Config]) -> None:
         """Configs about to be measured, in order (a live measurer compiles them ahead)."""
 
@@ -69,6 +75,12 @@ class TableMeasurer:
 
     def __init__(self, times: Mapping[str, float | None]) -> None:
         self.times = times
+
+    def start(self) -> Outcome:
+        return Outcome("invalid", error="a landscape holds no baseline")
+
+    def close(self) -> None:
+        pass
 
     def prepare(self, configs: list[Config]) -> None:
         pass

@@ -17,6 +17,8 @@ T = TypeVar("T")
 
 
 def _options(problem: Any) -> dict[str, Any]:
+    if hasattr(problem, "match_fields"):  # a problem type that says what must match (autotune kernels)
+        return dict(problem.match_fields())
     d = dataclasses.asdict(problem)
     return {k: v for k, v in d.items() if isinstance(v, (str, bool))}
 

@@ -30,10 +30,10 @@ def problem_to_dict(problem: Any) -> dict[str, Any]:
 _OPS: dict[str, TunableOp[Any]] = {op.name: op for op in (matmul.OP, softmax.OP, layernorm.OP, gelu.OP, attention.OP)}
 
 
-def register_op(op: TunableOp[Any]) -> None:
+def register_op(op: TunableOp[Any], *, replace: bool = False) -> None:
     """Add an op (a plugin module named in AUTOTUNER_PLUGINS, or an `autotuner.autotune` kernel); a name is
-    registered once."""
-    if op.name in _OPS and _OPS[op.name] is not op:
+    registered once, unless `replace` (a decorated kernel's module imported again replaces its op)."""
+    if op.name in _OPS and _OPS[op.name] is not op and not replace:
         raise ValueError(f"an op named {op.name!r} is already registered")
     _OPS[op.name] = op
 
@@ -57,3 +57,16 @@ def get_op(name: str) -> TunableOp[Any]:
         return _OPS[name]
     except (KeyError, TypeError):
         raise UnknownOpError(f"unknown op {name!r}; known ops: {', '.join(_OPS)}") from None
+
+
+def import_op(name: str) -> TunableOp[Any]:
+    """The op named; for a decorated kernel's `module:qualname` not yet registered, its module is imported first
+    (the worker and `autotuner tune module:kernel` reach recorded kernels this way)."""
+    if name not in _OPS and ":" in name:
+        module = name.split(":", 1)[0]
+        try:
+            importlib.import_module(module)
+        except Exception as exc:
+            raise UnknownOpError(f"cannot import {module!r} for the kernel {name!r}: {type(exc).__name__}: {exc} "
+                                 "(run from where that module imports, or set PYTHONPATH)") from None
+    return get_op(name)

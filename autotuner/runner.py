@@ -65,6 +65,8 @@ def _snapshot(out: Any) -> Any:
         return out.clone()
     if isinstance(out, (tuple, list)):
         return type(out)(_snapshot(o) for o in out)
+    if isinstance(out, dict):
+        return {k: _snapshot(v) for k, v in out.items()}
     return out
 
 
@@ -75,14 +77,14 @@ class _Bench:
         import torch
 
         from autotuner.device import current_device
-        from autotuner.registry import get_op, load_plugins
+        from autotuner.registry import import_op, load_plugins
 
         load_plugins(list(spec.plugins))
         if spec.device_index is not None and torch.cuda.is_available():
             torch.cuda.set_device(spec.device_index)
         self.spec = spec
         self.device = current_device(spec.device_index)
-        self.op = get_op(spec.op)
+        self.op = import_op(spec.op)
         self.problem = self.op.problem_from_dict(spec.problem)
         self.inputs = self.op.make_inputs(self.problem, self.device.torch_device)
         self.torch = torch
@@ -94,7 +96,7 @@ class _Bench:
             default = self.op.space.default(self.problem, self.device)
             poison_outputs(True)
             try:
-                self.ref = _snapshot(self.op.run(self.inputs, default))
+                self.ref = _snapshot(self.op.run_checked(self.inputs, default))
             finally:
                 poison_outputs(False)
             self._sync()
@@ -114,7 +116,7 @@ class _Bench:
         t0 = time.perf_counter()
         poison_outputs(True)  # the checked run starts from NaN outputs: an unwritten element fails
         try:
-            out = self.op.run(self.inputs, config)  # compiles on first use (or loads the compile cache)
+            out = self.op.run_checked(self.inputs, config)  # compiles on first use (or loads the compile cache)
             self._sync()
         except Exception as exc:
             return Outcome(classify(exc), error=_short(exc))

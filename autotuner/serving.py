@@ -77,10 +77,11 @@ def parse_request(op_name: str, shape: str, dtype: str, options: dict[str, Any])
         op = get_op(op_name)
     except UnknownOpError as exc:
         raise InputError("op", str(exc)) from None
-    try:
-        parse_dtype(dtype, op.dtypes)
-    except ProblemError as exc:
-        raise NoSuchProblem("dtype", str(exc)) from None
+    if op.dtypes:  # a decorated kernel's dtypes are those of its tensor arguments, checked by its problem type
+        try:
+            parse_dtype(dtype, op.dtypes)
+        except ProblemError as exc:
+            raise NoSuchProblem("dtype", str(exc)) from None
     given = {k: v for k, v in options.items() if v is not None}
     for name in given:
         if name not in op.option_names:

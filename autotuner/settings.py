@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -12,7 +14,14 @@ class Settings(BaseSettings):
     db_url: str | None = Field(None, description="SQLAlchemy URL; default: a SQLite file in the user's data dir")
     url: str | None = Field(None, description="Base URL of a remote autotuner service for lookups")
     token: str | None = Field(None, description="Bearer token the service requires for writes")
-    tune_on_miss: bool = False
+    tune_on_miss: bool = False  # library calls: queue a tuning job for a problem with no exact result
+    on_miss: Literal["tune", "default", "error"] = Field(
+        "tune", description="autotuner.autotune kernels, a key with no stored result: tune now, launch the default "
+                            "and queue a job, or raise")
+    record: bool = Field(False, description="autotuner.autotune kernels: queue a job with the recorded call for "
+                                            "every new key")
+    tune_wait_s: float = Field(600.0, gt=0, description="A process that misses a key another process is tuning "
+                                                        "waits this long for its winner, then launches the default")
     plugins: list[str] = Field(default_factory=list, description="Modules that register extra ops on import")
     trial_timeout_s: float = Field(60.0, gt=0, description="A trial (compile + check + timing) running longer is killed")
     compile_workers: int = Field(0, ge=0, description="Processes compiling ahead of timing (0: from the CPU count)")

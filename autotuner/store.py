@@ -199,6 +199,25 @@ class Store:
             repo.save_peak(s, device_id=self.device_id(device), name=name, value=value, unit=unit, method=method,
                            torch_version=versions()[1])
 
+    def trial_times(self, *, op: Op, problem: Any, device: DeviceInfo) -> dict[str, tuple[dict[str, Any], float]]:
+        """Configs measured for this problem before, at the running kernel hash and Triton version."""
+        with session_scope(self.engine) as s:
+            return repo.trial_times(s, op=op.name, problem_key=problem.key, device_id=self.device_id(device),
+                                    kernel_hash=op.kernel_hash, triton_version=versions()[0])
+
+    def claim_tuning(self, *, op: str, problem_key: str, device_key: str, owner: str, lease_s: float) -> bool:
+        from datetime import timedelta
+
+        from db.models import utcnow
+
+        with session_scope(self.engine) as s:
+            return repo.claim_tuning(s, op=op, problem_key=problem_key, device_key=device_key, owner=owner,
+                                     expires_at=utcnow() + timedelta(seconds=lease_s))
+
+    def release_tuning(self, *, op: str, problem_key: str, device_key: str, owner: str) -> None:
+        with session_scope(self.engine) as s:
+            repo.release_tuning(s, op=op, problem_key=problem_key, device_key=device_key, owner=owner)
+
     # -- the job queue (the service and the workers) ---------------------------------------------------------
     def job(self, job_id: int) -> Job | None:
         with session_scope(self.engine) as s:

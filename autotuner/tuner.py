@@ -24,7 +24,7 @@ from typing import Any
 
 from autotuner.device import DeviceInfo, current_device
 from autotuner.fits import check_fits
-from autotuner.measure import LiveMeasurer, Measured, run_search
+from autotuner.measure import LiveMeasurer, Measured, Measurer, run_search
 from autotuner.registry import Op
 from autotuner.roofline import fraction
 from autotuner.runner import WorkerSpec
@@ -33,7 +33,7 @@ from autotuner.settings import Settings
 from autotuner.store import Store
 from autotuner.timing import CUDA_EVENTS, WALL_CLOCK
 from autotuner.tune_result import TrialRecord, TuneObserver, TuneResult
-from search_spaces.space import Config, config_key
+from search_spaces.space import Candidates, Config, config_key
 
 RETIME_TOP = 3  # the search's best few are timed again, with the default, before one is chosen
 RETIME_ROUNDS = 3  # interleaved rounds of that re-time; each config keeps the median of its rounds
@@ -49,7 +49,7 @@ def _compile_workers(settings: Settings, device: DeviceInfo) -> int:
     return settings.compile_workers or max(1, min(8, (os.cpu_count() or 2) - 2))
 
 
-def _retime(measurer: LiveMeasurer, configs: list[Config], rounds: int, observer: TuneObserver,
+def _retime(measurer: Measurer, configs: list[Config], rounds: int, observer: TuneObserver,
             result: TuneResult) -> dict[str, float]:
     """Median time of each config over interleaved rounds, by config key; a config that fails once is left out."""
     times: dict[str, list[float]] = {config_key(c): [] for c in configs}
@@ -57,7 +57,7 @@ def _retime(measurer: LiveMeasurer, configs: list[Config], rounds: int, observer
         for config in configs:
             key = config_key(config)
             if key in times:
-                outcome = measurer.runner.measure(config)
+                outcome = measurer.measure(config)
                 if outcome.status == "ok" and outcome.timing:
                     times[key].append(outcome.timing.median_ms)
                 else:
@@ -79,15 +79,27 @@ def tune(
     device: DeviceInfo | None = None,
     observer: TuneObserver | None = None,
     job_id: int | None = None,
+    measurer: Measurer | None = None,
+    reuse: bool = False,
+    candidates: list[Config] | None = None,
 ) -> TuneResult:
     """Tune `problem`; raises ProblemError (too large for the device), WorkerSetupError (the problem cannot be
     set up) before anything is written, and re-raises what stops the run after marking it failed or
-    interrupted."""
+    interrupted.
+
+    `measurer`: how configs are measured (default: an isolated trial worker, autotuner.measure.LiveMeasurer).
+    `candidates`: only these of the space's valid configs (a pruned config list).
+    `reuse`: configs measured for this problem before (same kernel hash and Triton version) count as measured:
+    only the others are timed, and the winner is chosen among all (`autotuner.autotune` kernels, so that adding
+    a config to a list times only that one); the re-time phase is then left out."""
     t_start = time.perf_counter()
     observer = observer or TuneObserver()
     device = device or current_device()
     check_fits(op, problem, device, settings.max_problem_bytes)
     cands = op.space.enumerate(problem, device)
+    if candidates is not None:
+        allowed = {config_key(c) for c in candidates}
+        cands = Candidates([c for c in cands.valid if config_key(c) in allowed], cands.rejected)
     default = op.space.default(problem, device)
     budget = min(trials, len(cands.valid)) if trials is not None else \
         (None if time_budget_s else max(1, min(len(cands.valid), 64)))
@@ -97,8 +109,9 @@ def tune(
     spec = WorkerSpec(op.name, asdict(problem), tuple(settings.plugins),
                       None if device.is_interpreter else int(device.torch_device.split(":")[1]),
                       settings.warmup_ms, settings.rep_ms)
-    n_workers = _compile_workers(settings, device)
-    measurer = LiveMeasurer(spec, settings.trial_timeout_s, n_workers)
+    n_workers = _compile_workers(settings, device) if measurer is None else 0
+    measurer = measurer or LiveMeasurer(spec, settings.trial_timeout_s, n_workers)
+    known = store.trial_times(op=op, problem=problem, device=device) if reuse else {}
     status = "failed"
     try:
         # 1. setup: a problem that cannot be set up leaves nothing behind in the database.
@@ -112,7 +125,16 @@ def tune(
         # value. Then the space's seeds (configs that won hand sweeps on some GPU), if it names any.
         near = store.nearest(op=op, problem=problem, device=device, any_options=True)
         first = [default, *[op.space.complete(r.config) for _, r in near], *op.space.seeds(problem, device)]
+        valid_keys = {config_key(c) for c in cands.valid}
+        known = {k: v for k, v in known.items() if k in valid_keys}
+        if known:  # measured before: not again; a budget counts new measurements
+            budget = min(budget, len(cands.valid) - len(known)) if budget is not None else None
+            result.budget = budget
         search = make_search(strategy, cands.valid, op.space.params, budget, seed, first=first)
+        for config, ms in known.values():
+            search.tell(config, ms)
+        if config_key(default) in known:
+            result.default_ms = known[config_key(default)][1]
         result.run_id = store.start_run(op=op, problem=problem, device=device, strategy=strategy,
                                         budget_trials=budget, budget_seconds=time_budget_s, clock=clock,
                                         job_id=job_id)
@@ -141,16 +163,19 @@ def tune(
                 result.best_config, result.best_ms = best[0]
             observer.step(result, record)
 
-        run_search(search, measurer, budget=budget, time_budget_s=time_budget_s, batch=max(1, n_workers),
-                   on_trial=on_trial)
+        if budget != 0:
+            run_search(search, measurer, budget=budget, time_budget_s=time_budget_s, batch=max(1, n_workers),
+                       on_trial=on_trial)
+        if known and result.best_config is None and search.best(1):
+            result.best_config, result.best_ms = search.best(1)[0]
         result.phases["search_s"] = time.perf_counter() - t_phase
         result.phases["compile_s"] = sum(t.compile_s or 0.0 for t in result.trials)
 
         # 3. re-time the top few and the default in interleaved rounds: the search's first times favour
         # whichever configs were lucky, and one slow measurement (an H100 suite run once re-timed gelu's
         # default at 3.1x its first time) must not decide either.
-        retime = [c for c, _ in search.best(RETIME_TOP)]
-        if result.default_ms is not None and default not in retime:
+        retime = [c for c, _ in search.best(RETIME_TOP)] if not known else []
+        if result.default_ms is not None and default not in retime and retime:
             retime.append(default)
         observer.phase("retime", len(retime) * RETIME_ROUNDS, result)
         t_phase = time.perf_counter()

@@ -21,7 +21,7 @@ from types import FrameType
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from autotuner.registry import get_op, load_plugins
+from autotuner.registry import import_op, load_plugins
 from autotuner.settings import Settings
 from autotuner.store import LazyStore, Store
 from db.engine import DatabaseUnavailable
@@ -118,7 +118,7 @@ class Worker:
         self.on_event(f"job {job_id}: {job.op} {job.shape} {job.dtype} {job.options or ''} (attempt {job.attempts}) "
                       "started")
         try:
-            op = get_op(job.op)
+            op = import_op(job.op)
             problem = op.parse_problem(job.shape, job.dtype, **job.options)
         except ValueError as exc:  # an unknown op, shape, dtype or option
             return self._fail(job_id, f"bad job: {exc}", permanent=True)

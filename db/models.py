@@ -37,8 +37,8 @@ class Device(Base):
 class TuningRun(Base):
     __tablename__ = "tuning_runs"
     id: Mapped[int] = mapped_column(primary_key=True)
-    op: Mapped[str] = mapped_column(String(64))
-    problem_key: Mapped[str] = mapped_column(String(200))
+    op: Mapped[str] = mapped_column(String(200))
+    problem_key: Mapped[str] = mapped_column(String(400))
     problem: Mapped[dict[str, Any]]
     device_id: Mapped[int] = mapped_column(ForeignKey("devices.id"))
     kernel_hash: Mapped[str] = mapped_column(String(64))
@@ -84,8 +84,8 @@ class BestConfig(Base):
         Index("ix_best_lookup", "op", "device_id"),
     )
     id: Mapped[int] = mapped_column(primary_key=True)
-    op: Mapped[str] = mapped_column(String(64))
-    problem_key: Mapped[str] = mapped_column(String(200))
+    op: Mapped[str] = mapped_column(String(200))
+    problem_key: Mapped[str] = mapped_column(String(400))
     problem: Mapped[dict[str, Any]]
     device_id: Mapped[int] = mapped_column(ForeignKey("devices.id"))
     kernel_hash: Mapped[str] = mapped_column(String(64))
@@ -103,9 +103,9 @@ class Job(Base):
     __tablename__ = "jobs"
     __table_args__ = (Index("ix_jobs_claim", "state", "priority", "id"),)
     id: Mapped[int] = mapped_column(primary_key=True)
-    op: Mapped[str] = mapped_column(String(64))
-    shape: Mapped[str] = mapped_column(String(200))
-    dtype: Mapped[str] = mapped_column(String(16))
+    op: Mapped[str] = mapped_column(String(200))
+    shape: Mapped[str] = mapped_column(String(400))
+    dtype: Mapped[str] = mapped_column(String(200))
     options: Mapped[dict[str, Any]]
     strategy: Mapped[str] = mapped_column(String(32), default="tpe")
     budget_trials: Mapped[int | None] = mapped_column(Integer, nullable=True)
@@ -120,6 +120,21 @@ class Job(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+
+class TuneClaim(Base):
+    """A launching process tuning a problem now (`autotuner.autotune` under AUTOTUNER_ON_MISS=tune): others that
+    miss the same problem wait for its winner instead of tuning too. A claim past `expires_at` is void."""
+
+    __tablename__ = "tune_claims"
+    __table_args__ = (UniqueConstraint("op", "problem_key", "device_key", name="uq_tune_claim"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    op: Mapped[str] = mapped_column(String(200))
+    problem_key: Mapped[str] = mapped_column(String(400))
+    device_key: Mapped[str] = mapped_column(String(200))
+    owner: Mapped[str] = mapped_column(String(200))
+    claimed_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
 
 class DevicePeak(Base):

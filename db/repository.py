@@ -5,12 +5,12 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Select, func, select, update
+from sqlalchemy import Select, delete, func, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session, selectinload
 
-from db.models import BestConfig, Device, DevicePeak, Trial, TuningRun, utcnow
+from db.models import BestConfig, Device, DevicePeak, Trial, TuneClaim, TuningRun, utcnow
 
 RESULT_KEY = ("op", "problem_key", "device_id", "kernel_hash", "triton_version")
 
@@ -85,9 +85,8 @@ def save_best(session: Session, *, op: str, problem_key: str, problem: dict[str,
         index_elements=list(RESULT_KEY),
         set_={c: stmt.excluded[c] for c in cols},
         where=BestConfig.median_ms > stmt.excluded.median_ms,
-    )
-    result: Any = session.execute(stmt)
-    return bool(result.rowcount)
+    ).returning(BestConfig.id)
+    return session.execute(stmt).scalar() is not None  # RETURNING: rowcount is -1 on some drivers
 
 
 def _best_query(op: str | None, device_key: str | None, problem_key: str | None) -> Select[Any]:
@@ -172,3 +171,31 @@ def save_peak(session: Session, *, device_id: int, name: str, value: float, unit
     session.execute(stmt.on_conflict_do_update(
         index_elements=["device_id", "name"],
         set_={c: stmt.excluded[c] for c in ("value", "unit", "method", "torch_version", "measured_at")}))
+
+
+def trial_times(session: Session, *, op: str, problem_key: str, device_id: int, kernel_hash: str,
+                triton_version: str) -> dict[str, tuple[dict[str, Any], float]]:
+    """config_key -> (config, median ms) of every measured trial of this problem at this kernel hash and Triton
+    version, the latest measurement of each config (its re-time when it has one)."""
+    q = (select(Trial).join(TuningRun)
+         .where(TuningRun.op == op, TuningRun.problem_key == problem_key, TuningRun.device_id == device_id,
+                TuningRun.kernel_hash == kernel_hash, TuningRun.triton_version == triton_version,
+                Trial.status == "ok", Trial.median_ms.is_not(None))
+         .order_by(Trial.id))
+    return {t.config_key: (dict(t.config), float(t.retimed_ms or t.median_ms or 0.0)) for t in session.scalars(q)}
+
+
+def claim_tuning(session: Session, *, op: str, problem_key: str, device_key: str, owner: str,
+                 expires_at: datetime) -> bool:
+    """Take the claim on tuning this problem; False when another owner holds a claim that has not expired."""
+    session.execute(delete(TuneClaim).where(TuneClaim.op == op, TuneClaim.problem_key == problem_key,
+                                            TuneClaim.device_key == device_key, TuneClaim.expires_at < utcnow()))
+    stmt = _insert(session)(TuneClaim).values(op=op, problem_key=problem_key, device_key=device_key, owner=owner,
+                                              claimed_at=utcnow(), expires_at=expires_at)
+    stmt = stmt.on_conflict_do_nothing(index_elements=["op", "problem_key", "device_key"]).returning(TuneClaim.id)
+    return session.execute(stmt).scalar() is not None  # RETURNING: rowcount is -1 on some drivers
+
+
+def release_tuning(session: Session, *, op: str, problem_key: str, device_key: str, owner: str) -> None:
+    session.execute(delete(TuneClaim).where(TuneClaim.op == op, TuneClaim.problem_key == problem_key,
+                                            TuneClaim.device_key == device_key, TuneClaim.owner == owner))

@@ -82,16 +82,21 @@ class Option:
     """A problem option beyond shape and dtype: a closed set of strings, or a boolean."""
 
     name: str
-    choices: tuple[str, ...] | None = None  # None: a boolean
+    choices: tuple[str, ...] | None = None  # None: a boolean (or, with `data`, a JSON object)
     default: Any = None
     help: str = ""
+    data: bool = False  # a JSON object carried with the problem (a recorded call), never a CLI or query option
 
     @property
     def is_flag(self) -> bool:
-        return self.choices is None
+        return self.choices is None and not self.data
 
     def parse(self, value: Any) -> Any:
         """The value as the problem holds it; ValueError naming the option and what it accepts."""
+        if self.data:
+            if value is not None and not isinstance(value, dict):
+                raise ValueError(f"{self.name} must be a JSON object, got {type(value).__name__}")
+            return value
         if self.is_flag:
             if isinstance(value, bool):
                 return value
@@ -124,6 +129,8 @@ class TunableOp(Generic[P]):
     sources: tuple[ModuleType | Callable[..., Any], ...] = ()  # their source text is the result's kernel hash
     flops: Callable[[P], float] | None = None
     bytes_moved: Callable[[P], float] | None = None
+    checked: Callable[[Inputs, Mapping[str, Any]], Any] | None = None  # a launch whose outputs are compared
+    # (default: `launch`); for a kernel writing into its arguments, their copies taken before any restore
     baseline: Callable[[Inputs], Any] | None = None  # torch's own version, for speedups
     variants: Mapping[str, Callable[[Inputs], Any]] = field(default_factory=dict)  # more torch versions to bench
     description: str = ""
@@ -131,6 +138,11 @@ class TunableOp(Generic[P]):
     @property
     def option_names(self) -> tuple[str, ...]:
         return tuple(o.name for o in self.options)
+
+    @property
+    def query_options(self) -> tuple[Option, ...]:
+        """The options a person or a query names (`--epilogue`, `causal=true`): not the data ones."""
+        return tuple(o for o in self.options if not o.data)
 
     def option(self, name: str) -> Option:
         return next(o for o in self.options if o.name == name)
@@ -152,10 +164,19 @@ class TunableOp(Generic[P]):
     def run(self, inputs: Inputs, config: Mapping[str, Any]) -> Any:
         return self.launch(inputs, config)
 
+    def run_checked(self, inputs: Inputs, config: Mapping[str, Any]) -> Any:
+        """A launch whose result is the output to compare with the reference."""
+        return (self.checked or self.launch)(inputs, config)
+
     def check(self, out: Any, ref: Any, problem: Any) -> Comparison:
         """An output against the reference within this op's tolerance for the problem's dtype. Outputs may be one
         tensor or a tuple of them (a kernel writing several); each is compared."""
         tol = self.tolerance.get(problem.dtype, max(self.tolerance.values(), default=1e-2))
+        if isinstance(ref, Mapping):  # named outputs: those the reference names are compared
+            if not isinstance(out, Mapping) or set(ref) - set(out):
+                return Comparison(False, float("inf"), f"the reference names outputs {sorted(ref)}, the launch gave "
+                                                       f"{sorted(out) if isinstance(out, Mapping) else type(out).__name__}")
+            out, ref = tuple(out[k] for k in ref), tuple(ref.values())
         outs = out if isinstance(out, (tuple, list)) else (out,)
         refs = ref if isinstance(ref, (tuple, list)) else (ref,)
         if len(outs) != len(refs):

@@ -63,12 +63,33 @@ class Space(Generic[P]):
     default_fn: Callable[[P, DeviceLimits], Config]
     notes: dict[str, str] = field(default_factory=dict)
     seeds_fn: Callable[[P, DeviceLimits], list[Config]] | None = None
+    listed: tuple[Config, ...] = ()  # a space that is a list of configs (triton.autotune's): only these
+
+    @classmethod
+    def from_configs(cls, configs: list[Mapping[str, Any]],
+                     constraints: tuple[Constraint, ...] = ()) -> Space[Any]:
+        """The space of exactly these configs (a `@triton.autotune` config list); the first is the default."""
+        if not configs:
+            raise ConfigError("a config list needs at least one config")
+        listed = tuple(dict(c) for c in configs)
+        names = list(dict.fromkeys(k for c in listed for k in c))
+        for i, c in enumerate(listed):
+            missing = [n for n in names if n not in c]
+            if missing:
+                raise ConfigError(f"config {i} ({config_key(c)}) does not set {', '.join(missing)}; every config of "
+                                  "a list must set the same parameters")
+        params = tuple(Param(n, tuple(sorted({c[n] for c in listed}, key=_order))) for n in names)
+        first = dict(listed[0])
+        return cls(params=params, constraints=constraints, default_fn=lambda p, d: dict(first), listed=listed)
 
     @property
     def names(self) -> tuple[str, ...]:
         return tuple(p.name for p in self.params)
 
     def grid(self) -> Iterator[Config]:
+        if self.listed:
+            yield from (dict(c) for c in self.listed)
+            return
         for values in itertools.product(*(p.values for p in self.params)):
             yield dict(zip(self.names, values, strict=False))
 
@@ -86,7 +107,12 @@ class Space(Generic[P]):
                 reasons.append(f"{p.name}={config[p.name]!r} is outside the space; accepted: {list(p.values)}")
         if reasons:
             return reasons
-        cfg = {k: int(v) for k, v in config.items()}
+        if self.listed:
+            if dict(config) not in self.listed:
+                return [f"config {config_key(config)} is not one of the {len(self.listed)} listed"]
+            cfg = dict(config)
+        else:
+            cfg = {k: int(v) for k, v in config.items()}
         for check in self.constraints:
             reason = check(cfg, problem, device)
             if reason:
@@ -99,7 +125,7 @@ class Space(Generic[P]):
         if reasons:
             raise ConfigError(f"config {config_key(config)} is not valid for {problem}: " + "; ".join(reasons))
         config = self.complete(config)
-        return {k: int(config[k]) for k in self.names}
+        return {k: config[k] if self.listed else int(config[k]) for k in self.names}
 
     def complete(self, config: Mapping[str, Any]) -> dict[str, Any]:
         """The config with every left-out parameter that has an implied value set to it."""
@@ -128,6 +154,11 @@ class Space(Generic[P]):
         """The seeds that are valid for this problem and device (the others are left out)."""
         seeds = self.seeds_fn(problem, device) if self.seeds_fn else []
         return [self.validate(c, problem, device) for c in seeds if not self.violations(c, problem, device)]
+
+
+def _order(v: Any) -> tuple[str, Any]:
+    """Sort key for parameter values of any type (ints, bools, strings) in one list."""
+    return (type(v).__name__, v)
 
 
 def tma_needs_hopper(c: Config, p: Any, d: DeviceLimits) -> str | None:

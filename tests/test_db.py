@@ -110,3 +110,33 @@ def test_sqlite_foreign_file_and_newer_schema_are_refused_untouched(tmp_path):
 def test_dead_postgres_is_a_clear_error():
     with pytest.raises(DatabaseUnavailable, match="cannot open the database"):
         schema_state(make_engine("postgresql+psycopg://postgres@127.0.0.1:1/nothing"))
+
+
+def test_save_best_and_a_tuning_claim_say_whether_they_wrote(url):
+    """Both answer from RETURNING: an INSERT .. ON CONFLICT's rowcount is -1 under some drivers (psycopg 3)."""
+    store = Store(url)
+    op = get_op("softmax")
+    problem = op.parse_problem("64x64")
+    cfg = op.space.default(problem, GPU)
+    assert store.save_best(op=op, problem=problem, device=GPU, config=cfg, median_ms=1.0, default_ms=None,
+                           torch_ms=None, run_id=None)
+    assert not store.save_best(op=op, problem=problem, device=GPU, config=cfg, median_ms=2.0, default_ms=None,
+                               torch_ms=None, run_id=None)  # slower: not written
+    assert store.claim_tuning(op="k", problem_key="p", device_key="d", owner="a", lease_s=60)
+    assert not store.claim_tuning(op="k", problem_key="p", device_key="d", owner="b", lease_s=60)
+    store.release_tuning(op="k", problem_key="p", device_key="d", owner="a")
+    assert store.claim_tuning(op="k", problem_key="p", device_key="d", owner="b", lease_s=60)
+
+
+def test_the_migrations_build_the_models_schema(url):
+    """Alembic's head and the SQLAlchemy models agree (tables, columns, indexes; column types on PostgreSQL,
+    SQLite not enforcing VARCHAR lengths, so its widened columns keep their first declared length)."""
+    from alembic.autogenerate import compare_metadata
+    from alembic.runtime.migration import MigrationContext
+
+    from db.models import Base
+
+    engine = Store(url).engine
+    with engine.connect() as conn:
+        ctx = MigrationContext.configure(conn, opts={"compare_type": engine.dialect.name != "sqlite"})
+        assert compare_metadata(ctx, Base.metadata) == []

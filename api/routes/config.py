@@ -15,7 +15,6 @@ from api.schemas import PRINTABLE, UNAVAILABLE, ConfigOut, DeviceChoiceOut, Erro
 from autotuner import serving
 from autotuner.lookup import FALLBACKS, NotFound
 from search_spaces.contract import TunableOp
-from search_spaces.problem import dims_pattern
 
 FIXED = ("op", "shape", "dtype", "device", "fallback", "kernel_hash", "triton_version")
 
@@ -24,7 +23,7 @@ def _option_params(ops: list[TunableOp[Any]]) -> list[inspect.Parameter]:
     """One query parameter per option name any op declares: its values, or a boolean."""
     merged: dict[str, tuple[set[str] | None, list[str]]] = {}
     for op in ops:
-        for o in op.options:
+        for o in op.query_options:
             choices, owners = merged.setdefault(o.name, (None if o.is_flag else set(), []))
             if choices is not None and o.choices:
                 choices.update(o.choices)
@@ -41,6 +40,11 @@ def router(ops: list[TunableOp[Any]]) -> APIRouter:
     api = APIRouter(tags=["lookup"])
     names = tuple(op.name for op in ops)
     dtypes = dtype_names(tuple(dict.fromkeys(d for op in ops for d in op.dtypes)))
+    # A decorated kernel's dtype names its tensor arguments' dtypes ("float16,int64"): a pattern, not a list.
+    dtype_kind: Any = Literal[dtypes] if all(op.dtypes for op in ops) else Annotated[str, Query(  # type: ignore[valid-type]
+        pattern=r"^[a-z0-9_]{1,16}(,[a-z0-9_]{1,16}){0,63}$", max_length=1100)]
+    shapes = [p for p in dict.fromkeys(getattr(op.problem_type, "shape_pattern", "") for op in ops) if p]
+    shape_pattern = shapes[0] if len(shapes) == 1 else "|".join(f"(?:{p})" for p in shapes)
     options = _option_params(ops)
     accepted = {*FIXED, *(p.name for p in options)}
 
@@ -81,10 +85,10 @@ def router(ops: list[TunableOp[Any]]) -> APIRouter:
         inspect.Parameter("st", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=State),
         inspect.Parameter("op", kw, annotation=Annotated[Literal[names], Query(description=", ".join(names))]),  # type: ignore[valid-type]
         inspect.Parameter("shape", kw, annotation=Annotated[str, Query(
-            max_length=100, pattern=dims_pattern((1, 2, 3, 4, 5)),
+            max_length=1000, pattern=shape_pattern,
             description="e.g. 4096x4096x4096 (matmul), 4096x4096 (softmax); each op's form: " +
                         "; ".join(f"{op.name} {getattr(op.problem_type, 'layout', '')}" for op in ops))]),
-        inspect.Parameter("dtype", kw, default="float16", annotation=Annotated[Literal[dtypes], Query()]),  # type: ignore[valid-type]
+        inspect.Parameter("dtype", kw, default="float16", annotation=dtype_kind),
         inspect.Parameter("device", kw, default=None, annotation=Annotated[str | None, Query(
             max_length=200, pattern=PRINTABLE, description="Device key, e.g. 'NVIDIA H100 80GB HBM3 (sm_90)'; may be "
                                                            "left out when the database knows exactly one device")]),

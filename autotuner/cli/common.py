@@ -87,9 +87,9 @@ def clear_errors() -> Iterator[None]:
 def problem(op_name: str, shape: str | None, dtype: str, M: int | None, N: int | None, K: int | None,
             options: dict[str, Any]) -> tuple[Any, Any]:
     """The op and problem the problem options name; ValueError naming what is wrong."""
-    from autotuner.registry import get_op
+    from autotuner.registry import import_op
 
-    op = get_op(op_name)
+    op = import_op(op_name)
     if op_name == "matmul" and shape is None:
         if M is None:
             raise ValueError("matmul needs --shape MxNxK or --M (N and K default to M)")
@@ -114,7 +114,7 @@ def problem_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 
     merged: dict[str, tuple[Any, list[str], str]] = {}
     for op in ops():
-        for o in op.options:
+        for o in op.query_options:
             choices, owners, _ = merged.setdefault(o.name, (None if o.is_flag else [], [], o.help))
             if choices is not None and o.choices:
                 choices.extend(c for c in o.choices if c not in choices)

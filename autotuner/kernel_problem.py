@@ -1,0 +1,134 @@
+"""The problem of an `autotuner.autotune` kernel: the values of its `key` arguments and the dtypes of its tensor
+arguments (as `@triton.autotune` keys its cache), plus, when recorded, what a worker needs to replay the launch.
+
+    shape  "M=4096,N=4096,K=4096"      the key arguments, in the decorator's `key` order
+    dtype  "float16"                   the tensor arguments' dtypes, in argument order (one name when all agree)
+    key    "M=4096,N=4096,K=4096:float16"
+
+A recorded call holds each argument (a tensor's shape, strides and dtype; any other value as it was) and the
+grid for each candidate config, so `autotuner worker` can rebuild arguments of the same form (random values, or
+the decorator's `make_inputs`) and launch the kernel as its caller did.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import torch
+
+from search_spaces.problem import ProblemError
+
+KEY_VALUE = r"[A-Za-z_][A-Za-z0-9_]*=[^,:=\s]{1,40}"
+SHAPE_PATTERN = f"^{KEY_VALUE}(,{KEY_VALUE})*$|^$"
+SCALARS = (int, float, bool, str, type(None))
+
+
+def _positive(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
+
+
+def _value_text(v: Any) -> str:
+    return json.dumps(v) if isinstance(v, str) else str(v)
+
+
+def _parse_value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def dtype_name(dtype: Any) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+@dataclass(frozen=True)
+class KernelProblem:
+    values: tuple[tuple[str, Any], ...]  # the key arguments: (name, value), in key order
+    dtypes: tuple[str, ...]  # the dtypes of the tensor arguments, in argument order
+    call: dict[str, Any] | None = field(default=None, compare=False, hash=False)  # a recorded launch (see module)
+    layout: ClassVar[str] = "NAME=VALUE,... of the key arguments, e.g. M=4096,N=4096,K=4096"
+    shape_pattern: ClassVar[str] = SHAPE_PATTERN
+
+    def __post_init__(self) -> None:  # from JSON: lists back to tuples
+        object.__setattr__(self, "values", tuple((str(k), v) for k, v in self.values))
+        object.__setattr__(self, "dtypes", tuple(self.dtypes))
+
+    @classmethod
+    def parse(cls, shape: object, dtype: object = "", call: dict[str, Any] | None = None) -> KernelProblem:
+        text = str(shape).strip()
+        if text and not re.match(SHAPE_PATTERN, text):
+            raise ProblemError(f"bad key {shape!r}; expected {cls.layout}")
+        values = tuple((k, _parse_value(v)) for k, v in (part.split("=", 1) for part in text.split(",") if part))
+        dtypes = tuple(d for d in str(dtype).split(",") if d) if dtype else ()
+        return cls(values, dtypes, call)
+
+    @property
+    def shape(self) -> str:
+        return ",".join(f"{k}={_value_text(v)}" for k, v in self.values)
+
+    @property
+    def dtype(self) -> str:
+        return self.dtypes[0] if len(set(self.dtypes)) == 1 else ",".join(self.dtypes)
+
+    @property
+    def key(self) -> str:
+        return f"{self.shape}:{self.dtype}"
+
+    def dims(self) -> tuple[float, ...]:
+        """The positive numbers among the key values: what the nearest tuned key is measured by."""
+        return tuple(v for _, v in self.values if _positive(v))
+
+    def match_fields(self) -> dict[str, Any]:
+        """What a nearest tuned key must share: the dtypes, and every key value that is not a positive number."""
+        return {"dtypes": self.dtypes, **{k: v for k, v in self.values if not _positive(v)}}
+
+    def __getitem__(self, name: str) -> Any:
+        """A key argument's value (for a space's constraints and default)."""
+        return dict(self.values)[name]
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return dict(self.values).get(name, default)
+
+
+def record_call(arg_names: list[str], named: Mapping[str, Any], grids: Mapping[str, tuple[int, ...]]) -> dict[str, Any]:
+    """What a worker needs to replay a launch: each argument's form, and the grid of each candidate config."""
+    args: dict[str, Any] = {}
+    for name in arg_names:
+        if name not in named:
+            continue
+        v = named[name]
+        if isinstance(v, torch.Tensor):
+            args[name] = {"tensor": {"shape": list(v.shape), "stride": list(v.stride()), "dtype": dtype_name(v.dtype)}}
+        elif isinstance(v, SCALARS):
+            args[name] = {"value": v}
+        else:
+            raise TypeError(f"argument {name} is a {type(v).__name__}, which a recorded call cannot hold (tensors, "
+                            "numbers, booleans, strings and None can be recorded)")
+    return {"args": args, "grids": {k: list(g) for k, g in grids.items()}}
+
+
+def rebuild_args(call: Mapping[str, Any], device: str, seed: int = 0) -> dict[str, Any]:
+    """Arguments of the recorded form: tensors of the same shape, strides and dtype (random normal values for
+    floating point, zeros for integers and booleans), other values as recorded."""
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    out: dict[str, Any] = {}
+    for name, spec in call["args"].items():
+        if "tensor" not in spec:
+            out[name] = spec["value"]
+            continue
+        t = spec["tensor"]
+        dtype = getattr(torch, t["dtype"], None)
+        if not isinstance(dtype, torch.dtype):
+            raise ProblemError(f"argument {name}: unknown dtype {t['dtype']!r}")
+        size = 1 + sum((s - 1) * st for s, st in zip(t["shape"], t["stride"], strict=True)) if all(t["shape"]) else 0
+        if dtype.is_floating_point:
+            flat = torch.randn(size, generator=g).to(dtype)
+        else:
+            flat = torch.zeros(size, dtype=dtype)
+        out[name] = torch.as_strided(flat.to(device), t["shape"], t["stride"])
+    return out

@@ -1,0 +1,233 @@
+"""`autotuner.autotune`, a drop-in for `@triton.autotune`, on the interpreter, on SQLite and PostgreSQL: the miss
+policies, results shared between processes, triton.autotune's hooks and pruning, recording and offline tuning
+by a worker, and clear errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+from sqlalchemy import func, select
+
+import autotuner
+from autotuner.decorator import KernelNotTuned
+from autotuner.device import current_device
+from autotuner.lookup import Resolver, set_resolver
+from autotuner.settings import Settings
+from autotuner.store import Store
+from db.engine import session_scope
+from db.models import Job, Trial, TuningRun
+from tests import decorated_kernels as dk
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def grid(n):
+    return lambda meta: (triton.cdiv(n, meta["BLOCK"]),)
+
+
+@pytest.fixture
+def use(url):
+    """Install a resolver on `url` with these settings, and fresh in-process caches on the test kernels."""
+    def install(**settings):
+        set_resolver(Resolver(Settings(db_url=url, **settings)))
+        for k in (dk.scale_kernel, dk.accumulate, dk.bump):
+            k.cache.clear()
+            k.sources.clear()
+    yield install
+    set_resolver(None)
+
+
+def _count(url, model, **where):
+    with session_scope(Store(url).engine) as s:
+        q = select(func.count()).select_from(model)
+        for k, v in where.items():
+            q = q.where(getattr(model, k) == v)
+        return int(s.scalar(q) or 0)
+
+
+def _launch_elsewhere(url, n, **env):
+    out = subprocess.run([sys.executable, "-m", "tests.decorated_kernels", str(n)], capture_output=True, text=True,
+                         cwd=ROOT, timeout=300, env={**os.environ, "AUTOTUNER_DB_URL": url, **env})
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_tune_here_then_a_second_process_runs_no_trial(url, use):
+    use(on_miss="tune")
+    x, y = torch.randn(700), torch.empty(700)
+    dk.scale_kernel[grid(700)](x, y, 700, 3.0)
+    torch.testing.assert_close(y, 3 * x)
+    key = next(iter(dk.scale_kernel.cache))
+    assert dk.scale_kernel.sources[key].startswith("tuned here")
+    trials = _count(url, Trial)
+    assert trials == 3  # every config of the list, each checked against the default's output
+    other = _launch_elsewhere(url, 700)
+    assert other["source"].startswith("exact (database)") and other["config"] == dk.scale_kernel.cache[key][0]
+    assert _count(url, Trial) == trials  # the second process measured nothing
+
+
+def test_adding_a_config_to_the_list_times_only_the_new_one(url, use):
+    use(on_miss="tune")
+    kernel = autotuner.autotune(configs=dk.CONFIGS[:2], key=["n"], name="tests:growing")(dk.scale_kernel.fn)
+    x, y = torch.randn(300), torch.empty(300)
+    kernel[grid(300)](x, y, 300, 2.0)
+    assert _count(url, Trial) == 2
+    grown = autotuner.autotune(configs=dk.CONFIGS, key=["n"], name="tests:growing")(dk.scale_kernel.fn)
+    grown[grid(300)](x, y, 300, 2.0)
+    assert _count(url, Trial) == 3  # only the added config was timed
+    torch.testing.assert_close(y, 2 * x)
+
+
+def test_default_policy_launches_at_once_and_queues_the_recorded_call(url, use):
+    use(on_miss="default")
+    x, y = torch.randn(500), torch.empty(500)
+    dk.scale_kernel[grid(500)](x, y, 500, 2.0)
+    torch.testing.assert_close(y, 2 * x)
+    key = next(iter(dk.scale_kernel.cache))
+    assert dk.scale_kernel.cache[key][0] == {"BLOCK": 32, "num_warps": 1, "num_stages": 3}  # the list's first
+    assert _count(url, Trial) == 0
+    with session_scope(Store(url).engine) as s:
+        job = s.scalars(select(Job)).one()
+    assert job.op == "tests.decorated_kernels:scale_kernel" and job.shape == "n=500" and job.dtype == "float32"
+    call = job.options["call"]
+    assert call["args"]["x_ptr"] == {"tensor": {"shape": [500], "stride": [1], "dtype": "float32"}}
+    assert call["args"]["factor"] == {"value": 2.0} and len(call["grids"]) == 3
+
+
+def test_record_worker_launch_end_to_end(url, use):
+    """A process records (default policy), a worker imports the kernel by its recorded name and tunes it, and a
+    later process launches the tuned config without measuring anything."""
+    first = _launch_elsewhere(url, 900, AUTOTUNER_ON_MISS="default")
+    assert first["source"].startswith("default")
+    worker = subprocess.run([sys.executable, "-m", "autotuner", "worker", "--once", "--db", url], cwd=ROOT,
+                            capture_output=True, text=True, timeout=600)
+    assert worker.returncode == 0, worker.stderr + worker.stdout
+    with session_scope(Store(url).engine) as s:
+        job = s.scalars(select(Job)).one()
+    assert job.state == "done", job.error
+    assert _count(url, TuningRun, status="done") == 1 and _count(url, Trial) == 3
+    later = _launch_elsewhere(url, 900, AUTOTUNER_ON_MISS="error")
+    assert later["source"].startswith("exact")
+    assert _count(url, Trial) == 3
+
+
+def test_error_policy_names_the_kernel_the_key_and_the_fix(url, use):
+    use(on_miss="error")
+    with pytest.raises(KernelNotTuned, match=r"scale_kernel has no tuned config for key n=64:float32 .*AUTOTUNER_ON_MISS=tune"):
+        dk.scale_kernel[grid(64)](torch.randn(64), torch.empty(64), 64, 1.0)
+
+
+def test_hooks_and_pruning_behave_as_in_triton_autotune(url, use):
+    """reset_to_zero (an atomic accumulation), restore_value (an in-place update) and early_config_prune give the
+    outputs triton.autotune gives, after tuning and on a cache hit."""
+    use(on_miss="tune")
+    x = torch.randn(1000)
+    ours, theirs = torch.zeros(1), torch.zeros(1)
+    dk.accumulate[grid(1000)](x, ours, 1000)
+    dk.accumulate_triton[grid(1000)](x, theirs, 1000)
+    torch.testing.assert_close(ours, theirs)
+    torch.testing.assert_close(ours, x.sum().reshape(1), rtol=1e-4, atol=1e-4)
+    assert dk.accumulate.best_config.kwargs["BLOCK"] != 64  # pruned away
+    assert _count(url, Trial) == 2  # the pruned list only
+    dk.accumulate[grid(1000)](x, ours, 1000)  # a hit: no reset, as in triton.autotune
+    dk.accumulate_triton[grid(1000)](x, theirs, 1000)
+    torch.testing.assert_close(ours, theirs)
+    a, b = torch.zeros(1000), torch.zeros(1000)
+    dk.bump[grid(1000)](a, 1000)
+    dk.bump_triton[grid(1000)](b, 1000)
+    torch.testing.assert_close(a, b)
+    assert torch.equal(a, torch.ones(1000))  # timing did not drift it: restored after every timed launch
+
+
+def test_a_stale_result_is_launched_and_a_retune_queued(url, use):
+    use(on_miss="error")
+    op = dk.scale_kernel.op
+    problem = dk.scale_kernel.problem({"n": 128, "x_ptr": torch.zeros(1), "y_ptr": torch.zeros(1)})
+    store = Store(url)
+    from db import repository as repo
+
+    cfg = {"BLOCK": 64, "num_warps": 2, "num_stages": 3}
+    with session_scope(store.engine) as s:
+        repo.save_best(s, op=op.name, problem_key=problem.key, problem={"values": [["n", 128]], "dtypes": ["float32"]},
+                       device_id=store.device_id(current_device()), kernel_hash=op.kernel_hash,
+                       triton_version="0.0.1-old", config=cfg, median_ms=1.0, default_ms=None, torch_ms=None,
+                       run_id=None)
+    x, y = torch.randn(128), torch.empty(128)
+    dk.scale_kernel[grid(128)](x, y, 128, 2.0)
+    key = next(iter(dk.scale_kernel.cache))
+    assert dk.scale_kernel.cache[key][0] == cfg and dk.scale_kernel.sources[key].startswith("stale")
+    assert _count(url, Job, op=op.name) == 1
+
+
+def test_two_processes_missing_one_key_tune_it_once(url):
+    procs = [subprocess.Popen([sys.executable, "-m", "tests.decorated_kernels", "2048"], cwd=ROOT, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              env={**os.environ, "AUTOTUNER_DB_URL": url, "AUTOTUNER_ON_MISS": "tune"})
+             for _ in range(2)]
+    results = []
+    for p in procs:
+        out, err = p.communicate(timeout=600)
+        assert p.returncode == 0, err
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    assert _count(url, TuningRun) == 1  # one tuned, the other waited (or found its winner)
+    assert results[0]["config"] == results[1]["config"]
+
+
+def test_bad_declarations_and_jobs_are_named(url):
+    with pytest.raises(ValueError, match="key names 'm', which is not an argument of the kernel; accepted: x_ptr"):
+        autotuner.autotune(configs=dk.CONFIGS, key=["m"])(dk.scale_kernel.fn)
+    with pytest.raises(ValueError, match="config 0 sets 'BLOCK_M', which is not a tl.constexpr parameter"):
+        autotuner.autotune(configs=[triton.Config({"BLOCK_M": 32})], key=["n"])(dk.scale_kernel.fn)
+    store = Store(url)
+    store.queue_job(op="no_such_module:kernel", shape="n=8", dtype="float32", options={"call": {}})
+    store.queue_job(op="tests.decorated_kernels:scale_kernel", shape="n=8", dtype="float32", options={})
+    worker = subprocess.run([sys.executable, "-m", "autotuner", "worker", "--until-empty", "--db", url], cwd=ROOT,
+                            capture_output=True, text=True, timeout=300)
+    assert worker.returncode == 0, worker.stderr
+    with session_scope(store.engine) as s:
+        jobs = {j.op: j for j in s.scalars(select(Job))}
+    assert jobs["no_such_module:kernel"].state == "failed"
+    assert "cannot import 'no_such_module'" in jobs["no_such_module:kernel"].error
+    rebuilt = jobs["tests.decorated_kernels:scale_kernel"]
+    assert rebuilt.state == "failed" and "no recorded call to rebuild its arguments" in rebuilt.error
+
+
+@triton.jit
+def _gather(x_ptr, idx_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(y_ptr + offs, tl.load(x_ptr + tl.load(idx_ptr + offs, mask=mask), mask=mask), mask=mask)
+
+
+def test_make_inputs_makes_recorded_arguments_valid(url, use):
+    """An index tensor rebuilt at random is not valid input: make_inputs gets the rebuilt arguments and fixes them."""
+    seen = []
+
+    def valid_indices(args):
+        seen.append(sorted(args))
+        args["idx_ptr"] = torch.randperm(args["n"], dtype=torch.int64)
+        return args
+
+    kernel = autotuner.autotune(configs=dk.CONFIGS[:2], key=["n"], name="tests:gather", make_inputs=valid_indices,
+                                on_miss="default")(_gather)
+    use()
+    x, idx, y = torch.randn(64), torch.randperm(64), torch.empty(64)
+    kernel[grid(64)](x, idx, y, 64)
+    torch.testing.assert_close(y, x[idx])
+    problem = kernel.problem(kernel._named((x, idx, y, 64), {}))
+    with session_scope(Store(url).engine) as s:
+        job = s.scalars(select(Job)).one()
+    recorded = kernel.op.parse_problem(job.shape, job.dtype, **job.options)
+    assert recorded.key == problem.key
+    inputs = kernel.op.make_inputs(recorded, "cpu")
+    assert seen == [["idx_ptr", "n", "x_ptr", "y_ptr"]] and inputs["args"]["idx_ptr"].dtype == torch.int64
+    out = kernel.op.run_checked(inputs, {"BLOCK": 32, "num_warps": 1, "num_stages": 3})
+    torch.testing.assert_close(out["y_ptr"], inputs["args"]["x_ptr"][inputs["args"]["idx_ptr"]])
