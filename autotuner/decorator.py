@@ -187,7 +187,7 @@ class Autotuned:
             hit = self._miss(key, args, kwargs, grid)
         config, config_pre_hook = hit
         if config_pre_hook is not None:
-            config_pre_hook({**dict(zip(self.arg_names, args)), **kwargs, **config})
+            config_pre_hook({**dict(zip(self.arg_names, args, strict=False)), **kwargs, **config})
         return self.fn.run(*args, grid=grid, warmup=warmup, **kwargs, **config)
 
     def warmup(self, *args: Any, grid: Any, **kwargs: Any) -> Any:
@@ -242,14 +242,15 @@ class Autotuned:
         return tuple(key)
 
     def _named(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
-        return {**dict(zip(self.arg_names, args)), **{k: v for k, v in kwargs.items() if k in self.arg_names}}
+        return {**dict(zip(self.arg_names, args, strict=False)), **{k: v for k, v in kwargs.items() if k in self.arg_names}}
 
     def problem(self, named: Mapping[str, Any], call: dict[str, Any] | None = None) -> KernelProblem:
         values = []
         for k in self.keys:
             v = named.get(k)
             values.append((k, v if isinstance(v, (int, float, bool, str)) or v is None else str(v)))
-        dtypes = tuple(dtype_name(v.dtype) for n in self.arg_names if hasattr(v := named.get(n), "dtype"))
+        tensors = [named[n] for n in self.arg_names if hasattr(named.get(n), "dtype")]
+        dtypes = tuple(dtype_name(t.dtype) for t in tensors)
         return KernelProblem(tuple(values), dtypes, call)
 
     def _device(self, named: Mapping[str, Any]) -> Any:
