@@ -1,41 +1,35 @@
 #!/usr/bin/env bash
-# One device call: install carried wheels, run the GPU test tier, tune matmul 4096 end to end, and measure
-# what the compile pool saves. Logs go to $OUT; a short summary is printed last.
+# One device call: install the carried wheels, then the steps named in STEPS (default: tier,overhead):
+#   tier       the GPU test tier (tests/gpu)
+#   overhead   benchmarks/launch_overhead.py: CPU cost per call of the library calls and decorated kernels
+#   dropin     benchmarks/autotune_drop_in.py: @autotuner.autotune against @triton.autotune on the examples
+#   tune       `autotuner tune matmul --M 4096`, cold Triton cache, with its phases
+# Logs and JSON go to $OUT; each step's table is printed at its end.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 AUTOTUNER_DB_URL=sqlite:////tmp/gpu.db
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/device.txt"
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" | tee -a "$OUT/device.txt"
-
+STEPS=",${STEPS:-tier,overhead},"
 step() { echo "== $1"; }
-if [ "${SKIP_TESTS:-0}" != 1 ]; then
+if [[ $STEPS == *,tier,* ]]; then
   step "GPU tier"
-  python3 -m pytest tests/gpu -q -p no:cacheprovider -o addopts="" 2>&1 | tee "$OUT/gpu_tier.log" | tail -25
+  python3 -m pytest tests/gpu -q -p no:cacheprovider -o addopts="" 2>&1 | tee "$OUT/gpu_tier.log" | tail -30
 fi
-
-if [ "${SKIP_TUNE:-0}" != 1 ]; then
-  step "autotuner tune matmul --M 4096"
-  /usr/bin/time -f "wall %e s" python3 -m autotuner tune matmul --M 4096 2>&1 | tee "$OUT/tune_4096.log"
-  python3 -m autotuner tune matmul --M 4096 --json > "$OUT/tune_4096_again.json" 2>/dev/null
+if [[ $STEPS == *,overhead,* ]]; then
+  step "launch overhead"
+  python3 benchmarks/launch_overhead.py --json-out "$OUT/overhead.json" 2>&1 | tee "$OUT/overhead.txt" | tail -14
 fi
-
-if [ "${COMPILE_POOL:-1}" = 1 ]; then
-  step "compile pool: 32 trials of matmul 2048, cold Triton cache, 1 vs default workers"
-  for w in 1 0; do
-    export TRITON_CACHE_DIR=/tmp/tcache_$w
-    s=$(date +%s.%N)
-    AUTOTUNER_COMPILE_WORKERS=$w python3 -m autotuner tune matmul --M 2048 --trials 32 --db sqlite:////tmp/pool_$w.db --json > "$OUT/pool_$w.json" 2>&1
-    e=$(date +%s.%N)
-    echo "compile_workers=$w (0 = auto): $(python3 -c "print(f'{$e-$s:.1f}')") s" | tee -a "$OUT/pool.txt"
-  done
-  unset TRITON_CACHE_DIR
+if [[ $STEPS == *,dropin,* ]]; then
+  step "autotune drop-in"
+  python3 benchmarks/autotune_drop_in.py --json-out "$OUT/dropin.json" 2>&1 | tee "$OUT/dropin.txt" | tail -22
 fi
-
-if [ "${EXHAUSTIVE:-0}" = 1 ]; then
-  step "exhaustive matmul 4096"
-  /usr/bin/time -f "wall %e s" python3 -m autotuner tune matmul --M 4096 --strategy exhaustive --trials 1000 \
-      --db sqlite:////tmp/exh.db 2>&1 | tee "$OUT/exhaustive_4096.log"
+if [[ $STEPS == *,tune,* ]]; then
+  step "autotuner tune matmul --M 4096, cold Triton cache"
+  export TRITON_CACHE_DIR=/tmp/tc_tune
+  /usr/bin/time -f "wall %e s" python3 -m autotuner tune matmul --M 4096 --db sqlite:////tmp/tune.db --json \
+      > "$OUT/tune_4096.json" 2> "$OUT/tune_4096.log"
+  tail -2 "$OUT/tune_4096.log"
+  python3 -c "import json; r=json.load(open('$OUT/tune_4096.json')); print('phases', {k: round(v, 2) for k, v in r['phases'].items()}, 'elapsed', round(r['elapsed_s'], 1), 'best', r['best_ms'], r['best_config'])"
 fi
-cp /tmp/gpu.db "$OUT/" 2>/dev/null
-echo "== summary"; cat "$OUT/device.txt"; tail -1 "$OUT/gpu_tier.log" 2>/dev/null; cat "$OUT/pool.txt" 2>/dev/null

@@ -1,121 +1,194 @@
-"""What a library call's config lookup costs per launch.
+"""CPU cost per call of each library call and of a decorated kernel, at shapes where launching dominates.
 
-1. On any machine: the lookup alone on a cache hit, in microseconds (kernels.softmax with the launcher
-   replaced by a no-op, minus the same no-op called directly).
-2. With CUDA: kernels.softmax(x) at 1024x1024 float16 (launch overhead dominates) against the same kernel
-   launched with the config written in the code, and against a @triton.autotune copy of the kernel on its
-   cache hit. Wall clock over back-to-back launches, median of rounds.
+For each op (tuned first, briefly, into a scratch database), per call, in microseconds (median of rounds of
+back-to-back calls, the GPU synchronised at the end of each round):
 
-    python benchmarks/launch_overhead.py [--db URL]
+    library          autotuner.<op>(...) on a cache hit: a dict lookup, then the prepared launcher (direct launch)
+    library/triton   the same with direct launch off: the prepared launcher through `kernel[grid]`
+    plain launch     the output allocated and `kernel[grid](...)` with the tuned config written in: the reference
+    checked          the kernel module's launcher with an explicit config (every check on every call)
+    torch            torch's own op
+and for softmax, gelu and the tutorial matmul, decorated copies of the same kernel: `@triton.autotune` and
+`@autotuner.autotune`, each on its cache hit.
+
+    python benchmarks/launch_overhead.py [--calls 2000] [--rounds 7] [--json-out FILE]
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
+import json
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
+import triton  # noqa: E402
 
-import kernels  # noqa: E402
+import autotuner  # noqa: E402
 from autotuner.device import current_device  # noqa: E402
 from autotuner.lookup import Resolver, set_resolver  # noqa: E402
 from autotuner.registry import get_op  # noqa: E402
 from autotuner.settings import Settings  # noqa: E402
+from autotuner.store import Store  # noqa: E402
+from autotuner.tuner import tune  # noqa: E402
+from kernels import _direct  # noqa: E402
+from kernels import gelu as k_gelu  # noqa: E402
+from kernels import layernorm as k_layernorm  # noqa: E402
+from kernels import matmul as k_matmul  # noqa: E402
+from kernels import softmax as k_softmax  # noqa: E402
 
-lib = importlib.import_module("kernels.library")
-ksoftmax = importlib.import_module("kernels.softmax")
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def per_call_us(fn, n: int, rounds: int = 7) -> float:
+def per_call_us(fn: Callable[[], Any], calls: int, rounds: int) -> float:
+    for _ in range(20):
+        fn()
+    sync = torch.cuda.synchronize if DEV == "cuda" else (lambda: None)
+    sync()
     samples = []
     for _ in range(rounds):
         t0 = time.perf_counter()
-        for _ in range(n):
+        for _ in range(calls):
             fn()
-        samples.append((time.perf_counter() - t0) / n * 1e6)
+        sync()
+        samples.append((time.perf_counter() - t0) / calls * 1e6)
     return statistics.median(samples)
 
 
-def lookup_cost(x: torch.Tensor) -> tuple[float, float]:
-    real = lib._softmax
-    noop = type("NoLaunch", (), {"softmax": staticmethod(lambda x, config: x)})
-    lib._softmax = noop
-    try:
-        kernels.softmax(x)  # resolve once: later calls are cache hits
-        with_lookup = per_call_us(lambda: kernels.softmax(x), 200_000)
-        cfg = lib._cached(("softmax", x.numel(), x.shape[-1], x.dtype, x.device))
-        direct = per_call_us(lambda: noop.softmax(x, cfg), 200_000)
-    finally:
-        lib._softmax = real
-    return with_lookup, direct
+def direct_off(fn: Callable[[], Any]) -> Callable[[], Any]:
+    def call() -> Any:
+        _direct.DIRECT = False
+        try:
+            return fn()
+        finally:
+            _direct.DIRECT = True
+    return call
 
 
-def gpu_table(x: torch.Tensor) -> list[tuple[str, float]]:
-    import triton
+def cases(store: Store, settings: Settings) -> list[tuple[str, dict[str, Callable[[], Any]]]]:
+    """(problem, {row: call}) for each op at a launch-bound shape, after tuning it briefly."""
+    device = current_device()
+    dt = torch.float16 if DEV == "cuda" else torch.float32
 
-    op = get_op("softmax")
-    problem = op.problem_from_inputs({"x": x})
-    cfg = kernels.library._cached(("softmax", x.numel(), x.shape[-1], x.dtype, x.device)) or \
-        op.space.default(problem, current_device())
-    n_rows, n_cols = x.shape
-    y = torch.empty_like(x)
-    autotuned = triton.autotune(
-        configs=[triton.Config({"BLOCK_N": cfg["BLOCK_N"], "ROWS": cfg["ROWS"]}, num_warps=cfg["num_warps"],
-                               num_stages=cfg["num_stages"]),
-                 triton.Config({"BLOCK_N": 1024, "ROWS": 1}, num_warps=4, num_stages=1),
-                 triton.Config({"BLOCK_N": 1024, "ROWS": 4}, num_warps=8, num_stages=1)],
-        key=["n_cols"],
-    )(triton.jit(ksoftmax.softmax_kernel.fn))
+    def tuned(op_name: str, shape: str, **opts: Any) -> dict[str, Any]:
+        op = get_op(op_name)
+        problem = op.parse_problem(shape, str(dt).removeprefix("torch."), **opts)
+        tune(op, problem, store=store, settings=settings, trials=8, device=device)
+        best = store.best(op=op, problem=problem, device=device)
+        assert best is not None
+        return best.config
 
-    def launch_autotuned():
-        grid = lambda meta: (triton.cdiv(n_rows, meta["ROWS"]),)  # noqa: E731
-        autotuned[grid](x, y, n_rows, n_cols, x.stride(0), y.stride(0), SINGLE_PASS=True)
+    out = []
+    x = torch.randn(64, 1024, device=DEV, dtype=dt)
+    cfg_sm = tuned("softmax", "64x1024")
+    plain = k_softmax.prepare(x, cfg_sm)
+    out.append(("softmax 64x1024", {"library": lambda: autotuner.softmax(x), "plain launch": direct_off(lambda: plain(x)),
+                                    "checked": lambda: k_softmax.softmax(x, cfg_sm), "torch": lambda: torch.softmax(x, -1)}))
+    w, b = torch.randn(1024, device=DEV, dtype=dt), torch.randn(1024, device=DEV, dtype=dt)
+    cfg_ln = tuned("layernorm", "64x1024")
+    plain_ln = k_layernorm.prepare(x, w, b, 1e-5, cfg_ln)
+    out.append(("layernorm 64x1024", {
+        "library": lambda: autotuner.layer_norm(x, w, b, 1e-5), "plain launch": direct_off(lambda: plain_ln(x, w, b)),
+        "checked": lambda: k_layernorm.layer_norm(x, w, b, 1e-5, cfg_ln),
+        "torch": lambda: torch.nn.functional.layer_norm(x, (1024,), w, b, 1e-5)}))
+    g = torch.randn(65536, device=DEV, dtype=dt)
+    cfg_g = tuned("gelu", "65536", approximate="tanh")
+    plain_g = k_gelu.prepare(g, cfg_g, "tanh")
+    out.append(("gelu 65536", {"library": lambda: autotuner.gelu(g), "plain launch": direct_off(lambda: plain_g(g)),
+                               "checked": lambda: k_gelu.gelu(g, cfg_g), "torch": lambda: torch.nn.functional.gelu(g, approximate="tanh")}))
+    a, bm = torch.randn(64, 64, device=DEV, dtype=dt), torch.randn(64, 64, device=DEV, dtype=dt)
+    cfg_mm = tuned("matmul", "64x64x64")
+    plain_m = k_matmul.prepare(a, bm, cfg_mm)
+    out.append(("matmul 64x64x64", {"library": lambda: autotuner.matmul(a, bm), "plain launch": direct_off(lambda: plain_m(a, bm, None)),
+                                    "checked": lambda: k_matmul.matmul(a, bm, cfg_mm), "torch": lambda: a @ bm}))
+    if DEV == "cuda":
+        from kernels import attention as k_attention
 
-    rows = []
-    for name, fn in (("kernels.softmax(x) (tuned config looked up)", lambda: kernels.softmax(x)),
-                     ("launcher with the config written in code", lambda: ksoftmax.softmax(x, cfg)),
-                     ("@triton.autotune copy, cache hit", launch_autotuned),
-                     ("torch.softmax", lambda: torch.softmax(x, -1))):
-        fn()
-        torch.cuda.synchronize()
-        samples = []
-        for _ in range(7):
-            torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            for _ in range(2000):
-                fn()
-            torch.cuda.synchronize()
-            samples.append((time.perf_counter() - t0) / 2000 * 1e6)
-        rows.append((name, statistics.median(samples)))
+        q = torch.randn(1, 2, 128, 64, device=DEV, dtype=dt)
+        cfg_at = tuned("attention", "1x2x128x64")
+        plain_a = k_attention.prepare(q, q, q, cfg_at)
+        out.append(("attention 1x2x128x64", {
+            "library": lambda: autotuner.attention(q, q, q), "plain launch": direct_off(lambda: plain_a(q, q, q)),
+            "checked": lambda: k_attention.attention(q, q, q, cfg_at),
+            "torch": lambda: torch.nn.functional.scaled_dot_product_attention(q, q, q)}))
+    for _, rows in out:
+        rows["library/triton"] = direct_off(rows["library"])
+    return out
+
+
+def decorated() -> list[tuple[str, dict[str, Callable[[], Any]]]]:
+    """The same kernels under @triton.autotune and @autotuner.autotune, each on its cache hit."""
+    from examples.tutorial_matmul import get_autotune_config
+    from examples.tutorial_matmul import matmul_kernel as ours_mm
+
+    dt = torch.float16 if DEV == "cuda" else torch.float32
+    x = torch.randn(64, 1024, device=DEV, dtype=dt)
+    meta = {"BLOCK_N": 1024, "ROWS": 1, "SINGLE_PASS": True}
+    configs = [triton.Config({"BLOCK_N": 1024, "ROWS": r}, num_warps=4, num_stages=1) for r in (1, 2)]
+    theirs = triton.autotune(configs=configs, key=["n_cols"])(k_softmax.softmax_kernel)
+    ours = autotuner.autotune(configs=configs, key=["n_cols"], name="bench:softmax_kernel")(k_softmax.softmax_kernel)
+    grid = (64,)
+    rows: list[tuple[str, dict[str, Callable[[], Any]]]] = [("softmax_kernel 64x1024 (decorated)", {
+        "plain launch": lambda: k_softmax.softmax_kernel[grid](x, torch.empty_like(x), 64, 1024, 1024, 1024, **meta,
+                                                               num_warps=4, num_stages=1),
+        "triton.autotune hit": lambda: theirs[lambda m: (triton.cdiv(64, m["ROWS"]),)](
+            x, torch.empty_like(x), 64, 1024, 1024, 1024, SINGLE_PASS=True),
+        "autotuner.autotune hit": lambda: ours[lambda m: (triton.cdiv(64, m["ROWS"]),)](
+            x, torch.empty_like(x), 64, 1024, 1024, 1024, SINGLE_PASS=True),
+    })]
+    a = torch.randn(64, 64, device=DEV, dtype=dt)
+    b = torch.randn(64, 64, device=DEV, dtype=dt)
+    tri_mm = triton.autotune(configs=get_autotune_config(), key=["M", "N", "K"])(ours_mm.fn)
+    first = get_autotune_config()[0]
+
+    def mm_args() -> tuple[Any, ...]:
+        c = torch.empty(64, 64, device=DEV, dtype=dt)
+        return (a, b, c, 64, 64, 64, 64, 1, 64, 1, 64, 1)
+
+    def mm_grid(m: dict[str, Any]) -> tuple[int]:
+        return (triton.cdiv(64, m["BLOCK_SIZE_M"]) * triton.cdiv(64, m["BLOCK_SIZE_N"]),)
+
+    rows.append(("tutorial matmul 64^3 (decorated)", {
+        "plain launch": lambda: ours_mm.fn[mm_grid(first.kwargs)](*mm_args(), **first.all_kwargs()),
+        "triton.autotune hit": lambda: tri_mm[mm_grid](*mm_args()),
+        "autotuner.autotune hit": lambda: ours_mm[mm_grid](*mm_args()),
+    }))
     return rows
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--db", default=None, help="database with tuned results (default: a fresh temporary one)")
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--json-out", type=Path)
     args = parser.parse_args()
-    db = args.db or f"sqlite:///{tempfile.mkdtemp()}/overhead.db"
-    set_resolver(Resolver(Settings(db_url=db)))
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    x = torch.randn(1024, 1024, device=device, dtype=torch.float16)
-    with_lookup, direct = lookup_cost(x)
-    print(f"lookup on a cache hit: {with_lookup - direct:.2f} us per launch "
-          f"(library call {with_lookup:.2f} us, the bare call it wraps {direct:.2f} us)")
-    if device == "cuda":
-        rows = gpu_table(x)
-        base = rows[1][1]
-        print(f"\n{torch.cuda.get_device_name()}, softmax 1024x1024 float16, us per launch (back-to-back, median of 7x2000)")
-        print("| launch | us per call | vs config in code |")
-        print("|---|---|---|")
-        for name, us in rows:
-            print(f"| {name} | {us:.2f} | {us / base:.3f}x |")
+    with tempfile.TemporaryDirectory() as tmp:
+        url = f"sqlite:///{tmp}/overhead.db"
+        settings = Settings(db_url=url)
+        set_resolver(Resolver(settings))
+        store = Store(url)
+        results: dict[str, dict[str, float]] = {}
+        for problem, rows in [*cases(store, settings), *(decorated() if DEV == "cuda" else [])]:  # triton.autotune times on a GPU only
+            results[problem] = {name: per_call_us(fn, args.calls, args.rounds) for name, fn in rows.items()}
+            print(f"{problem}: " + ", ".join(f"{k} {v:.1f} us" for k, v in results[problem].items()), flush=True)
+    print(f"\n{current_device().key}, torch {torch.__version__}, triton {triton.__version__}; us per call, median of "
+          f"{args.rounds} rounds of {args.calls} calls\n")
+    names = ["library", "library/triton", "plain launch", "checked", "torch", "triton.autotune hit", "autotuner.autotune hit"]
+    print("| problem | " + " | ".join(names) + " | library or autotune hit vs plain |")
+    print("|---|" + "---|" * (len(names) + 1))
+    for problem, r in results.items():
+        ours = r.get("library", r.get("autotuner.autotune hit"))
+        ratio = f"{ours / r['plain launch']:.2f}x" if ours else ""
+        print(f"| {problem} | " + " | ".join(f"{r[n]:.1f}" if n in r else "" for n in names) + f" | {ratio} |")
+    if args.json_out:
+        args.json_out.write_text(json.dumps(results, indent=1))
 
 
 if __name__ == "__main__":

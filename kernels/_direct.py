@@ -29,6 +29,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 
 from kernels._backend import interpreting
 
+DIRECT = True  # False: every call goes through `kernel[grid]` (benchmarks/launch_overhead.py compares both)
 SWAPPED = (torch.Tensor, TensorDescriptor)  # arguments a call brings anew; everything else is fixed per Launcher
 
 try:  # Triton >= 3.4 keeps the launch hooks in knobs.runtime
@@ -56,8 +57,11 @@ class Launcher:
         self._run: Any = None
 
     def __call__(self, *args: Any) -> None:
+        if torch.compiler.is_compiling():  # traced: torch.compile handles the launch itself
+            self.fn[self.grid](*args, **self.meta)
+            return
         run = self._run
-        if run is None or _hooks_set() or torch.compiler.is_compiling():
+        if run is None or not DIRECT or _hooks_set():
             self._through_triton(args)
             return
         values = self._values.copy()
@@ -69,7 +73,7 @@ class Launcher:
 
     def _through_triton(self, args: tuple[Any, ...]) -> None:
         compiled = self.fn[self.grid](*args, **self.meta)
-        if self._run is not None or interpreting() or torch.compiler.is_compiling():
+        if self._run is not None or not DIRECT or interpreting():
             return
         try:
             device = torch.cuda.current_device()

@@ -1,0 +1,145 @@
+"""GPU tier: the launch path. Prepared launchers launched directly (without Triton's binding) give what Triton's
+own launch gives, with new tensors each call; the library calls under CUDA-graph capture and
+torch.compile(fullgraph=True); `autotuner.autotune` on a real GPU."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import triton
+
+import autotuner
+from autotuner.device import current_device
+from autotuner.lookup import Resolver, set_resolver
+from autotuner.registry import get_op
+from autotuner.settings import Settings
+from kernels import _direct
+from kernels import attention as k_attention
+from kernels import gelu as k_gelu
+from kernels import layernorm as k_layernorm
+from kernels import matmul as k_matmul
+from kernels import softmax as k_softmax
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="GPU tier: no CUDA device here"),
+]
+
+
+@pytest.fixture
+def fresh(tmp_path):
+    set_resolver(Resolver(Settings(db_url=f"sqlite:///{tmp_path / 'g.db'}")))
+    autotuner.clear_cache()
+    yield
+    set_resolver(None)
+    autotuner.clear_cache()
+
+
+def _both_ways(prepare, make, calls=3):
+    """Outputs of a prepared launcher for fresh inputs each call: directly (after the first) and through Triton."""
+    launch = prepare(*make(0))
+    direct = [launch(*make(i)) for i in range(calls)]
+    _direct.DIRECT = False
+    try:
+        plain = [launch(*make(i)) for i in range(calls)]
+    finally:
+        _direct.DIRECT = True
+    torch.cuda.synchronize()
+    return direct, plain
+
+
+def test_direct_launches_match_triton_launches():
+    dev = "cuda"
+    x = [torch.randn(96, 1000, device=dev, dtype=torch.float16) for _ in range(3)]
+    d, p = _both_ways(lambda x: k_softmax.prepare(x, {"BLOCK_N": 1024, "ROWS": 2, "num_warps": 4, "num_stages": 1}),
+                      lambda i: (x[i],))
+    for i in range(3):
+        assert torch.equal(d[i], p[i])
+        torch.testing.assert_close(d[i].float(), torch.softmax(x[i].float(), -1), atol=2e-3, rtol=2e-3)
+    w, b = torch.randn(1000, device=dev, dtype=torch.float16), torch.randn(1000, device=dev, dtype=torch.float16)
+    d, p = _both_ways(lambda x, w, b: k_layernorm.prepare(x, w, b, 1e-5, {"BLOCK_N": 1024, "ROWS": 1, "num_warps": 4,
+                                                                          "num_stages": 1}),
+                      lambda i: (x[i], w, b))
+    assert all(torch.equal(a, b_) for a, b_ in zip(d, p, strict=True))
+    g = [torch.randn(5000, device=dev) for _ in range(3)]
+    d, p = _both_ways(lambda x: k_gelu.prepare(x, {"BLOCK_SIZE": 512, "num_warps": 4, "num_stages": 1}),
+                      lambda i: (g[i],))
+    assert all(torch.equal(a, b_) for a, b_ in zip(d, p, strict=True))
+    q = [torch.randn(2, 4, 300, 64, device=dev, dtype=torch.float16) for _ in range(3)]
+    d, p = _both_ways(lambda q, k, v: k_attention.prepare(q, k, v, {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4,
+                                                                      "num_stages": 2}, causal=True),
+                      lambda i: (q[i], q[(i + 1) % 3], q[(i + 2) % 3]))
+    assert all(torch.equal(a, b_) for a, b_ in zip(d, p, strict=True))
+
+
+@pytest.mark.parametrize("cfg", [
+    {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 4, "num_stages": 3},
+    {"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 128, "GROUP_M": 1, "SPLIT_K": 2, "num_warps": 4, "num_stages": 3},
+    {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "TMA": 1, "num_warps": 8, "num_stages": 3},
+], ids=["pointers", "split-k", "tma"])
+def test_direct_matmul_launches_swap_tensors_and_descriptors(cfg):
+    if cfg.get("TMA") and torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("TMA needs compute capability 9.0")
+    a = [torch.randn(256, 512, device="cuda", dtype=torch.float16) for _ in range(3)]
+    b = [torch.randn(512, 384, device="cuda", dtype=torch.float16) for _ in range(3)]
+    d, p = _both_ways(lambda a, b, bias: k_matmul.prepare(a, b, cfg), lambda i: (a[i], b[i], None))
+    op = get_op("matmul")
+    problem = op.parse_problem("256x384x512")
+    for i in range(3):
+        assert torch.equal(d[i], p[i])
+        assert op.check(d[i], k_matmul.reference(a[i], b[i]), problem).ok
+
+
+def test_library_calls_under_cuda_graph_capture(fresh):
+    x = torch.randn(128, 1024, device="cuda", dtype=torch.float16)
+    a, b = torch.randn(128, 256, device="cuda", dtype=torch.float16), torch.randn(256, 128, device="cuda", dtype=torch.float16)
+    autotuner.softmax(x), autotuner.matmul(a, b), autotuner.gelu(x)  # resolve and compile outside the capture
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(2):
+            autotuner.softmax(x), autotuner.matmul(a, b), autotuner.gelu(x)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y, c, z = autotuner.softmax(x), autotuner.matmul(a, b), autotuner.gelu(x)
+    x.copy_(torch.randn_like(x))
+    a.copy_(torch.randn_like(a))
+    graph.replay()
+    torch.cuda.synchronize()
+    torch.testing.assert_close(y.float(), torch.softmax(x.float(), -1), atol=2e-3, rtol=2e-3)
+    torch.testing.assert_close(c.float(), a.float() @ b.float(), atol=5e-1, rtol=2e-2)
+    torch.testing.assert_close(z.float(), torch.nn.functional.gelu(x.float(), approximate="tanh"), atol=2e-2, rtol=2e-2)
+
+
+def test_library_calls_under_torch_compile_fullgraph(fresh):
+    x = torch.randn(64, 512, device="cuda", dtype=torch.float16)
+    w, bias = torch.randn(512, device="cuda", dtype=torch.float16), torch.randn(512, device="cuda", dtype=torch.float16)
+
+    def block(x):
+        return autotuner.gelu(autotuner.layer_norm(autotuner.softmax(x), w, bias))
+
+    eager = block(x)  # resolves the configs outside the graph
+    compiled = torch.compile(block, fullgraph=True)
+    torch.testing.assert_close(compiled(x), eager, atol=1e-2, rtol=1e-2)
+
+
+def test_autotune_on_the_gpu_tunes_once_and_serves_from_the_database(tmp_path):
+    from examples.tutorial_matmul import matmul, matmul_kernel
+
+    set_resolver(Resolver(Settings(db_url=f"sqlite:///{tmp_path / 'a.db'}", on_miss="tune")))
+    try:
+        matmul_kernel.cache.clear()
+        a = torch.randn(512, 512, device="cuda", dtype=torch.float16)
+        b = torch.randn(512, 512, device="cuda", dtype=torch.float16)
+        c = matmul(a, b)
+        torch.testing.assert_close(c.float(), a.float() @ b.float(), atol=0.5, rtol=2e-2)
+        key = next(iter(matmul_kernel.cache))
+        assert matmul_kernel.sources[key].startswith("tuned here")
+        matmul_kernel.cache.clear()
+        matmul(a, b)
+        assert matmul_kernel.sources[key].startswith("exact (database)")
+        assert isinstance(matmul_kernel.best_config, triton.Config)
+        assert current_device().key.endswith(")")
+    finally:
+        set_resolver(None)
