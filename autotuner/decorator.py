@@ -336,7 +336,6 @@ class Autotuned:
         """Tune in this process on the launch's own arguments, storing every trial and the winner; when another
         process is tuning this key, wait for its winner."""
         from autotuner.lookup import resolver
-        from autotuner.store import Store
         from autotuner.tuner import tune
 
         settings = resolver().settings
@@ -344,7 +343,7 @@ class Autotuned:
         if pruned is not None and len(pruned) == 1:
             return pruned[0], "the only config left after pruning"
         try:
-            store = resolver().store.peek()[0] or Store(settings.db_url)
+            store = resolver().store.writer()  # tuning is a write: it may create the database
         except Exception as exc:
             log.warning("autotuner: no database for %s (%s): tuning in memory, nothing is stored", self.name, exc)
             return self._tune_in_memory(named, args, kwargs, grid, problem, device, pruned), "tuned (not stored)"

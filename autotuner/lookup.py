@@ -189,9 +189,7 @@ class Resolver:
                            json={"op": op.name, "shape": problem.shape, "dtype": problem.dtype, "options": options})
                 return
             # Queueing is a write: it may create the database that a lookup never would.
-            writer = self.store.peek()[0] or Store(self.settings.db_url)
-            writer.queue_job(op=op.name, shape=problem.shape, dtype=problem.dtype, options=options)
-            self.store.forget_failure()
+            self.store.writer().queue_job(op=op.name, shape=problem.shape, dtype=problem.dtype, options=options)
         except Exception as exc:
             log.warning("autotuner: could not queue a tuning job for %s %s: %s", op.name, problem.key, exc)
 

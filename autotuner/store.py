@@ -199,8 +199,9 @@ class Store:
             repo.save_peak(s, device_id=self.device_id(device), name=name, value=value, unit=unit, method=method,
                            torch_version=versions()[1])
 
-    def trial_times(self, *, op: Op, problem: Any, device: DeviceInfo) -> dict[str, tuple[dict[str, Any], float]]:
-        """Configs measured for this problem before, at the running kernel hash and Triton version."""
+    def trial_times(self, *, op: Op, problem: Any, device: DeviceInfo) -> dict[str, tuple[dict[str, Any], float | None]]:
+        """Configs measured (or failed: None) for this problem before, at the running kernel hash and Triton
+        version."""
         with session_scope(self.engine) as s:
             return repo.trial_times(s, op=op.name, problem_key=problem.key, device_id=self.device_id(device),
                                     kernel_hash=op.kernel_hash, triton_version=versions()[0])
@@ -312,7 +313,11 @@ class LazyStore:
         except (DatabaseUnavailable, NotAutotunerDatabase) as exc:
             return None, f"{type(exc).__name__}: {exc}"
 
-    def forget_failure(self) -> None:
-        """Try again at the next use (the database was just created elsewhere in this process)."""
-        with self._lock:
-            self._error = None
+    def writer(self) -> Store:
+        """The store for a write: the one opened, or else the database is created now (and kept for reads)."""
+        store = self.peek()[0]
+        if store is None:
+            store = Store(self.url, create=True)
+            with self._lock:
+                self._store, self._error = store, None
+        return store

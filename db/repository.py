@@ -174,15 +174,16 @@ def save_peak(session: Session, *, device_id: int, name: str, value: float, unit
 
 
 def trial_times(session: Session, *, op: str, problem_key: str, device_id: int, kernel_hash: str,
-                triton_version: str) -> dict[str, tuple[dict[str, Any], float]]:
-    """config_key -> (config, median ms) of every measured trial of this problem at this kernel hash and Triton
-    version, the latest measurement of each config (its re-time when it has one)."""
+                triton_version: str) -> dict[str, tuple[dict[str, Any], float | None]]:
+    """config_key -> (config, median ms, or None when it failed) of every trial of this problem at this kernel hash
+    and Triton version that was measured or failed; the latest of each config (its re-time when it has one)."""
     q = (select(Trial).join(TuningRun)
          .where(TuningRun.op == op, TuningRun.problem_key == problem_key, TuningRun.device_id == device_id,
                 TuningRun.kernel_hash == kernel_hash, TuningRun.triton_version == triton_version,
-                Trial.status == "ok", Trial.median_ms.is_not(None))
+                Trial.status != "invalid")
          .order_by(Trial.id))
-    return {t.config_key: (dict(t.config), float(t.retimed_ms or t.median_ms or 0.0)) for t in session.scalars(q)}
+    return {t.config_key: (dict(t.config), (t.retimed_ms or t.median_ms) if t.status == "ok" else None)
+            for t in session.scalars(q)}
 
 
 def claim_tuning(session: Session, *, op: str, problem_key: str, device_key: str, owner: str,

@@ -231,3 +231,19 @@ def test_make_inputs_makes_recorded_arguments_valid(url, use):
     assert seen == [["idx_ptr", "n", "x_ptr", "y_ptr"]] and inputs["args"]["idx_ptr"].dtype == torch.int64
     out = kernel.op.run_checked(inputs, {"BLOCK": 32, "num_warps": 1, "num_stages": 3})
     torch.testing.assert_close(out["y_ptr"], inputs["args"]["x_ptr"][inputs["args"]["idx_ptr"]])
+
+
+def test_a_config_that_fails_counts_as_measured(url, use):
+    """A config of the list that cannot run (BLOCK=48: not a power of two) is recorded as failed once; later
+    processes neither re-time it nor tune the key again."""
+    use(on_miss="tune")
+    configs = [*dk.CONFIGS[:2], triton.Config({"BLOCK": 48}, num_warps=1)]
+    kernel = autotuner.autotune(configs=configs, key=["n"], name="tests:with_a_bad_config")(dk.scale_kernel.fn)
+    x, y = torch.randn(200), torch.empty(200)
+    kernel[grid(200)](x, y, 200, 2.0)
+    torch.testing.assert_close(y, 2 * x)
+    assert _count(url, Trial) == 3 and _count(url, Trial, status="ok") == 2
+    again = autotuner.autotune(configs=configs, key=["n"], name="tests:with_a_bad_config")(dk.scale_kernel.fn)
+    again[grid(200)](x, y, 200, 2.0)
+    assert next(iter(again.sources.values())).startswith("exact (database)")
+    assert _count(url, Trial) == 3
