@@ -40,6 +40,8 @@ import torch
 import triton
 
 from autotuner.kernel_problem import KernelProblem, dtype_name, rebuild_args, record_call
+from autotuner.lookup import NotFound, resolve, resolver  # at import: a first launch pays for no imports
+from autotuner.registry import register_op
 from autotuner.runner import Outcome, _short, classify
 from autotuner.timing import Timing, time_fn
 from kernels._backend import interpreting
@@ -172,8 +174,6 @@ class Autotuned:
             problem_from_inputs=lambda inputs: self.problem(inputs["args"]),
             reference=self._engine_reference if reference is not None else None,
             tolerance=DOT_TOLERANCE, sources=(self.base_fn,))
-        from autotuner.registry import register_op
-
         register_op(self.op, replace=True)
 
     # -- triton.autotune's surface -------------------------------------------------------------------------
@@ -268,7 +268,6 @@ class Autotuned:
 
     def _miss(self, key: tuple[Any, ...], args: tuple[Any, ...], kwargs: dict[str, Any],
               grid: Any) -> tuple[dict[str, Any], Callable[..., Any] | None]:
-        from autotuner.lookup import NotFound, resolve, resolver
 
         named = self._named(args, kwargs)
         problem = self.problem(named)
@@ -321,7 +320,6 @@ class Autotuned:
     def _record(self, named: dict[str, Any], problem: KernelProblem, grid: Any, device: Any,
                 kwargs: dict[str, Any]) -> None:
         """Queue a tuning job holding what a worker needs to replay this launch."""
-        from autotuner.lookup import resolver
 
         try:
             candidates = self.space.candidates(problem, device)
@@ -335,7 +333,6 @@ class Autotuned:
                    problem: KernelProblem, device: Any) -> tuple[dict[str, Any], str]:
         """Tune in this process on the launch's own arguments, storing every trial and the winner; when another
         process is tuning this key, wait for its winner."""
-        from autotuner.lookup import resolver
         from autotuner.tuner import tune
 
         settings = resolver().settings
@@ -395,7 +392,6 @@ class Autotuned:
 
     def _wait_for_winner(self, store: Any, named: dict[str, Any], kwargs: dict[str, Any], problem: KernelProblem,
                          device: Any) -> tuple[dict[str, Any], str]:
-        from autotuner.lookup import resolver
 
         deadline = time.monotonic() + resolver().settings.tune_wait_s
         while time.monotonic() < deadline:

@@ -11,12 +11,9 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from alembic import command
-from alembic.config import Config as AlembicConfig
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
-from sqlalchemy import Engine, create_engine, event, inspect
+from sqlalchemy import Engine, create_engine, event, inspect, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DatabaseError, NoSuchModuleError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
@@ -86,14 +83,35 @@ def sqlite_path(engine: Engine) -> Path | None:
     return Path(database).expanduser()
 
 
+if TYPE_CHECKING:
+    from alembic.config import Config as AlembicConfig
+
+# The newest migration's revision: a database at it is used without loading Alembic (a launching process opens
+# its database on the first launch of a problem; tests/test_db.py holds this equal to the scripts' head).
+HEAD = "0004"
+
+
 def _alembic_config(connection) -> AlembicConfig:  # type: ignore[no-untyped-def]
+    from alembic.config import Config as AlembicConfig
+
     cfg = AlembicConfig()
     cfg.set_main_option("script_location", str(MIGRATIONS))
     cfg.attributes["connection"] = connection
     return cfg
 
 
+def _at_head(engine: Engine) -> bool:
+    """Whether the database is at HEAD, read with one query (no Alembic)."""
+    try:
+        with engine.connect() as conn:
+            return bool(conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == HEAD)
+    except (OperationalError, DatabaseError):
+        return False  # no such table, or no database: the full check says which
+
+
 def head_revision() -> str:
+    from alembic.script import ScriptDirectory
+
     head = ScriptDirectory(str(MIGRATIONS)).get_current_head()
     assert head is not None
     return head
@@ -101,6 +119,9 @@ def head_revision() -> str:
 
 def schema_state(engine: Engine) -> str:
     """'empty', 'current', 'old' (migratable), or raise NotAutotunerDatabase / DatabaseUnavailable."""
+    from alembic.runtime.migration import MigrationContext
+    from alembic.script import ScriptDirectory
+
     try:
         with engine.connect() as conn:
             tables = set(inspect(conn).get_table_names())
@@ -127,6 +148,9 @@ def schema_state(engine: Engine) -> str:
 
 def upgrade(engine: Engine) -> str:
     """Bring the schema to the latest revision; returns the state it was found in."""
+    from alembic import command
+    from alembic.runtime.migration import MigrationContext
+
     state = schema_state(engine)
     if engine.dialect.name == "sqlite":
         # WAL is a property of the file: set only once the file is known to be ours (or new).
@@ -196,6 +220,8 @@ def open_engine(url: str | None = None, *, create: bool = True) -> Engine:
                              "AUTOTUNER_DB_URL, or run `autotuner tune` first)")
         make_folder(engine)
     key = str(engine.url)
+    if key not in _READY and not os.environ.get("AUTOTUNER_RECHECK_SCHEMA") and _at_head(engine):
+        _READY.add(key)
     if key not in _READY or os.environ.get("AUTOTUNER_RECHECK_SCHEMA"):
         with _MIGRATING:  # Alembic's context is process-global: one thread of a process migrates at a time
             if not create and schema_state(engine) == "empty":

@@ -15,8 +15,8 @@ calls substitute the new tensors (and host tensor descriptors) into them and cal
 launcher. The caller promises that every other argument is the same as in the first call and each tensor has
 the first call's dtype, shape, strides and 16-byte alignment (Triton's specialization): that is what the
 library's cache key holds. Under Triton's
-interpreter, with a launch hook installed (a profiler), inside torch.compile's tracing, or where the installed
-Triton lacks what this relies on, every call goes through `kernel[grid]`.
+interpreter, inside torch.compile's tracing, or where the installed Triton lacks what this relies on, every
+call goes through `kernel[grid]`. Launch hooks (a profiler's) are called as Triton calls them.
 """
 
 from __future__ import annotations
@@ -40,14 +40,10 @@ except ImportError:  # pragma: no cover - older Triton
     _RUNTIME = None
 
 
-def _hooks_set() -> bool:
-    return _RUNTIME is not None and (_RUNTIME.launch_enter_hook is not None or _RUNTIME.launch_exit_hook is not None)
-
-
 class Launcher:
     """One kernel at one grid and one set of meta-parameters, launched directly after its first call."""
 
-    __slots__ = ("fn", "grid", "meta", "_run", "_function", "_packed", "_values", "_slots", "_device")
+    __slots__ = ("fn", "grid", "meta", "_run", "_compiled", "_function", "_packed", "_values", "_slots", "_device")
     _slots: list[tuple[int, int]]  # (position in Triton's bound values, position in the call's arguments)
 
     def __init__(self, fn: Any, grid: tuple[int, ...], meta: Mapping[str, Any]) -> None:
@@ -61,15 +57,18 @@ class Launcher:
             self.fn[self.grid](*args, **self.meta)
             return
         run = self._run
-        if run is None or not DIRECT or _hooks_set():
+        if run is None or not DIRECT:
             self._through_triton(args)
             return
         values = self._values.copy()
         for slot, position in self._slots:
             values[slot] = args[position]
         g0, g1, g2 = self.grid
-        run(g0, g1, g2, torch._C._cuda_getCurrentRawStream(self._device), self._function, self._packed, None,
-            None, None, *values)
+        stream = torch._C._cuda_getCurrentRawStream(self._device)
+        enter, leave = (_RUNTIME.launch_enter_hook, _RUNTIME.launch_exit_hook) if _RUNTIME is not None else (None, None)
+        # Launch hooks (a profiler's; torch may install one) get what Triton's own launch gives them.
+        metadata = self._compiled.launch_metadata(self.grid, stream, *values) if enter is not None else None
+        run(g0, g1, g2, stream, self._function, self._packed, metadata, enter, leave, *values)
 
     def _through_triton(self, args: tuple[Any, ...]) -> None:
         compiled = self.fn[self.grid](*args, **self.meta)
@@ -85,7 +84,7 @@ class Launcher:
             if len(slots) != len(tensors) or any(values[s] is not args[t] for s, t in zip(slots, tensors, strict=True)):
                 return  # the binder reordered or wrapped arguments: keep going through Triton
             self._values, self._device = values, device
-            self._function, self._packed = compiled.function, compiled.packed_metadata
+            self._compiled, self._function, self._packed = compiled, compiled.function, compiled.packed_metadata
             self._slots = list(zip(slots, tensors, strict=True))
             self._run = compiled.run
         except (AttributeError, IndexError, KeyError, TypeError):  # a Triton without these internals
