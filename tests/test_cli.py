@@ -220,4 +220,4 @@ def test_the_worker_log_prints_error_text_verbatim(tmp_path):
     store.engine.dispose()
     out = cli("worker", "--once", "--db", f"sqlite:///{db}")
     assert out.returncode == 0, out.stderr
-    assert "unknown op '[enforce fail at alloc_cpu.cpp:127]'" in out.stdout, out.stdout
+    assert "job 1: [enforce fail at alloc_cpu.cpp:127] 8x8 float16" in out.stdout, out.stdout
