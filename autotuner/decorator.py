@@ -45,6 +45,7 @@ from autotuner.registry import register_op
 from autotuner.runner import Outcome, _short, classify
 from autotuner.timing import Timing, time_fn
 from kernels._backend import interpreting
+from kernels._direct import Launcher
 from search_spaces.contract import DOT_TOLERANCE, Option, TunableOp
 from search_spaces.space import Space, config_key
 
@@ -166,6 +167,8 @@ class Autotuned:
         self.best_config: triton.Config | None = None
         self.sources: dict[tuple[Any, ...], str] = {}  # key -> where its config came from: exact, stale, tuned...
         self._positions = [self.arg_names.index(k) for k in self.keys]
+        self._launchers: dict[tuple[Any, ...], Launcher] = {}
+        self._jit = fn if hasattr(fn, "device_caches") else None  # a JITFunction (not the interpreter's, not wrapped)
         self.op: TunableOp[KernelProblem] = TunableOp(
             name=self.name, problem_type=KernelProblem, space=self.space, dtypes=(),
             description=(self.base_fn.__doc__ or "").strip().split("\n")[0],
@@ -188,7 +191,23 @@ class Autotuned:
         config, config_pre_hook = hit
         if config_pre_hook is not None:
             config_pre_hook({**dict(zip(self.arg_names, args, strict=False)), **kwargs, **config})
-        return self.fn.run(*args, grid=grid, warmup=warmup, **kwargs, **config)
+        if warmup or self._jit is None:
+            return self.fn.run(*args, grid=grid, warmup=warmup, **kwargs, **config)
+        # A launcher per exact argument signature (each tensor's dtype and 16-byte alignment, every other value
+        # as given): Triton's specialization is a function of it, so its binding is skipped after the first.
+        try:
+            sig = (key, *[(a.dtype, a.data_ptr() % 16) if isinstance(a, torch.Tensor) else a for a in args],
+                   *kwargs.items())
+            launcher = self._launchers.get(sig)
+        except TypeError:  # an unhashable argument: Triton's own launch
+            return self.fn.run(*args, grid=grid, warmup=warmup, **kwargs, **config)
+        if launcher is None:
+            if len(self._launchers) >= 1024:
+                self._launchers.clear()
+            launcher = self._launchers[sig] = Launcher(self.fn, (), {**kwargs, **config})
+        if callable(grid):
+            grid = grid({**dict(zip(self.arg_names, args, strict=False)), **kwargs, **config})
+        return launcher.launch(tuple(grid), args)
 
     def warmup(self, *args: Any, grid: Any, **kwargs: Any) -> Any:
         return self.run(*args, grid=grid, warmup=True, **kwargs)
@@ -302,6 +321,7 @@ class Autotuned:
         log.info("autotuner: %s %s on %s: %s %s", self.name, problem.key, device.key, source, config)
         entry = self._entry(config)
         self.cache[key] = entry
+        self._launchers.clear()  # launchers hold their config: a key resolved again starts afresh
         return entry
 
     def _default(self, named: dict[str, Any], kwargs: dict[str, Any], problem: KernelProblem, device: Any) -> dict[str, Any]:

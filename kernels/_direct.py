@@ -48,32 +48,37 @@ class Launcher:
 
     def __init__(self, fn: Any, grid: tuple[int, ...], meta: Mapping[str, Any]) -> None:
         self.fn = fn
-        self.grid = (tuple(grid) + (1, 1))[:3]
+        self.grid = tuple(grid)
         self.meta = dict(meta)
         self._run: Any = None
 
-    def __call__(self, *args: Any) -> None:
+    def __call__(self, *args: Any) -> Any:
+        return self.launch(self.grid, args)
+
+    def launch(self, grid: tuple[int, ...], args: tuple[Any, ...]) -> Any:
+        """Launch at `grid` (a decorated kernel's grid is computed per call); returns the compiled kernel."""
         if torch.compiler.is_compiling():  # traced: torch.compile handles the launch itself
-            self.fn[self.grid](*args, **self.meta)
-            return
+            return self.fn[grid](*args, **self.meta)
         run = self._run
         if run is None or not DIRECT:
-            self._through_triton(args)
-            return
+            return self._through_triton(grid, args)
         values = self._values.copy()
         for slot, position in self._slots:
             values[slot] = args[position]
-        g0, g1, g2 = self.grid
+        g0 = grid[0]
+        g1 = grid[1] if len(grid) > 1 else 1
+        g2 = grid[2] if len(grid) > 2 else 1
         stream = torch._C._cuda_getCurrentRawStream(self._device)
         enter, leave = (_RUNTIME.launch_enter_hook, _RUNTIME.launch_exit_hook) if _RUNTIME is not None else (None, None)
         # Launch hooks (a profiler's; torch may install one) get what Triton's own launch gives them.
-        metadata = self._compiled.launch_metadata(self.grid, stream, *values) if enter is not None else None
+        metadata = self._compiled.launch_metadata(grid, stream, *values) if enter is not None else None
         run(g0, g1, g2, stream, self._function, self._packed, metadata, enter, leave, *values)
+        return self._compiled
 
-    def _through_triton(self, args: tuple[Any, ...]) -> None:
-        compiled = self.fn[self.grid](*args, **self.meta)
+    def _through_triton(self, grid: tuple[int, ...], args: tuple[Any, ...]) -> Any:
+        compiled = self.fn[grid](*args, **self.meta)
         if self._run is not None or not DIRECT or interpreting():
-            return
+            return compiled
         try:
             device = torch.cuda.current_device()
             binder = self.fn.device_caches[device][-1]
@@ -89,6 +94,7 @@ class Launcher:
             self._run = compiled.run
         except (AttributeError, IndexError, KeyError, TypeError):  # a Triton without these internals
             self._run = None
+        return compiled
 
     @property
     def direct(self) -> bool:
