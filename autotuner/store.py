@@ -228,6 +228,11 @@ class Store:
         with session_scope(self.engine) as s:
             return queue.list_jobs(s, state=state, limit=limit, offset=offset)
 
+    def recorded_options(self, *, op: str, shape: str, dtype: str) -> dict[str, Any] | None:
+        """The options (a recorded call) of the newest job queued for this problem, if any."""
+        with session_scope(self.engine) as s:
+            return queue.recorded_options(s, op=op, shape=shape, dtype=dtype)
+
     def count_jobs(self) -> dict[str, int]:
         with session_scope(self.engine) as s:
             return queue.count_jobs_by_state(s)

@@ -142,5 +142,12 @@ def requeue_stale(session: Session, *, older_than: datetime, max_attempts: int) 
     return changed
 
 
+def recorded_options(session: Session, *, op: str, shape: str, dtype: str) -> dict[str, Any] | None:
+    """The options of the newest job of this problem (a decorated kernel's recorded call rides in them)."""
+    job = session.scalar(select(Job).where(Job.op == op, Job.shape == shape, Job.dtype == dtype)
+                         .order_by(Job.id.desc()).limit(1))
+    return dict(job.options) if job is not None else None
+
+
 def runs_of_job(session: Session, *, job_id: int) -> list[TuningRun]:
     return list(session.scalars(select(TuningRun).where(TuningRun.job_id == job_id).order_by(TuningRun.id)))

@@ -247,3 +247,32 @@ def test_a_config_that_fails_counts_as_measured(url, use):
     again[grid(200)](x, y, 200, 2.0)
     assert next(iter(again.sources.values())).startswith("exact (database)")
     assert _count(url, Trial) == 3
+
+
+@pytest.mark.parametrize("script, args", [("tutorial_matmul.py", ["--M", "64", "--dtype", "float32"]),
+                                          ("rmsnorm.py", ["--rows", "16", "--cols", "256", "--dtype", "float32"])])
+def test_the_examples_run_as_the_readme_says(tmp_path, script, args):
+    """Run twice, as a new user would (TRITON_INTERPRET=1 without a GPU): tuned the first time, read from the
+    database the second."""
+    env = {**os.environ, "TRITON_INTERPRET": "1", "AUTOTUNER_DB_URL": f"sqlite:///{tmp_path / 'ex.db'}"}
+    runs = [subprocess.run([sys.executable, f"examples/{script}", *args], capture_output=True, text=True, cwd=ROOT,
+                           env=env, timeout=600) for _ in range(2)]
+    assert all(r.returncode == 0 for r in runs), runs[-1].stderr
+    assert "(tuned here" in runs[0].stdout and "(exact (database))" in runs[1].stdout, runs[1].stdout
+    error = float(runs[1].stdout.rsplit("error ", 1)[1])
+    assert error < 1e-4
+
+
+def test_the_cli_tunes_a_recorded_kernel_problem(url, use):
+    """`autotuner tune module:kernel --shape KEY` tunes the call a process recorded; without one, it says how to
+    record it."""
+    use(on_miss="default")
+    dk.scale_kernel[grid(300)](torch.randn(300), torch.empty(300), 300, 2.0)
+    cmd = [sys.executable, "-m", "autotuner", "tune", "tests.decorated_kernels:scale_kernel", "--dtype", "float32",
+           "--db", url, "--json", "-q"]
+    out = subprocess.run([*cmd, "--shape", "n=300"], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert result["problem_key"] == "n=300:float32" and len(result["trials"]) == 3 and result["failures"] == 0
+    missing = subprocess.run([*cmd, "--shape", "n=301"], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert missing.returncode == 2 and "no recorded call" in missing.stderr and "AUTOTUNER_RECORD=1" in missing.stderr

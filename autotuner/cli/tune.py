@@ -122,6 +122,13 @@ def tune(
     op_obj, prob = problem(op, shape, dtype, M, N, K, options or {})
     s = settings(db)
     store = Store(s.db_url)
+    if len(op_obj.query_options) != len(op_obj.options) and getattr(prob, "call", None) is None:
+        # A decorated kernel: its arguments are rebuilt from the call a launching process recorded.
+        recorded = store.recorded_options(op=op_obj.name, shape=prob.shape, dtype=prob.dtype)
+        if not recorded:
+            fail(f"{op} {prob.key}: no recorded call to tune from; launch it once with AUTOTUNER_RECORD=1 (or "
+                 "AUTOTUNER_ON_MISS=default) first")
+        prob = op_obj.parse_problem(prob.shape, prob.dtype, **recorded)
     device = current_device()
     if device.is_interpreter and not as_json:
         warn("No GPU: kernels run in Triton's interpreter and times are CPU wall-clock, not GPU speed.")
