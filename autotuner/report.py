@@ -1,7 +1,8 @@
 """`autotuner report`: one PNG, per tuned problem, of the tuned config against the default config and torch.
 
 Bars are speedups over torch eager (1.0 = as fast as torch), from the stored best configs: the tuned time,
-the default config's time and torch's time measured in the same tuning run. One panel per GPU; results of
+the default config's time and torch's time measured in the same tuning run. A result with no torch version
+(an `autotuner.autotune` kernel) is drawn against its default config instead, and labelled so. One panel per GPU; results of
 the interpreter (CPU wall-clock) are left out.
 """
 
@@ -19,14 +20,16 @@ def plot_results(store: Store, output: Path, *, op: str | None = None, device_ke
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    found = [(r.device.key, f"{r.op} {r.problem_key}", r.median_ms, r.default_ms, r.torch_ms)
-             for r in store.results(op=op, device_key=device_key) if r.torch_ms]
+    # A result with no torch time (a decorated kernel has no torch version) is drawn against its default config.
+    found = [(r.device.key, f"{r.op} {r.problem_key}" + ("" if r.torch_ms else " (vs its default)"), r.median_ms,
+              r.default_ms, r.torch_ms or r.default_ms)
+             for r in store.results(op=op, device_key=device_key) if r.torch_ms or r.default_ms]
     # Interpreter results are CPU wall-clock times: a ratio of them to torch's says nothing about a GPU.
     rows = [r for r in found if r[0] != INTERPRETER]
     if not rows:
         where = (f" for op {op!r}" if op else "") + (f" on {device_key!r}" if device_key else "")
         skipped = len(found) - len(rows)
-        raise ValueError(f"no GPU-timed results with a torch time to plot{where}" +
+        raise ValueError(f"no GPU-timed results with a torch or default time to plot{where}" +
                          (f" ({skipped} interpreter results left out: their CPU wall-clock times say nothing "
                           "about GPU speed)" if skipped else ""))
     devices = sorted({r[0] for r in rows})
@@ -45,7 +48,7 @@ def plot_results(store: Store, output: Path, *, op: str | None = None, device_ke
             ax.annotate(f"{v:.2f}x", (x + width, v), ha="center", va="bottom", fontsize=8)
         ax.axhline(1.0, color="black", linewidth=0.6)
         ax.set_xticks(list(xs), [r[1] for r in mine], rotation=30, ha="right", fontsize=8)
-        ax.set_ylabel("speedup over torch eager")
+        ax.set_ylabel("speedup over torch eager\n(over the default config where no torch version exists)")
         ax.set_title(dev)
         ax.legend(fontsize=8)
     fig.tight_layout()

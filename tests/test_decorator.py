@@ -276,3 +276,30 @@ def test_the_cli_tunes_a_recorded_kernel_problem(url, use):
     assert result["problem_key"] == "n=300:float32" and len(result["trials"]) == 3 and result["failures"] == 0
     missing = subprocess.run([*cmd, "--shape", "n=301"], capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert missing.returncode == 2 and "no recorded call" in missing.stderr and "AUTOTUNER_RECORD=1" in missing.stderr
+
+
+def test_the_service_and_the_report_show_a_decorated_kernel(url, use, tmp_path):
+    """GET /config answers for a decorated kernel on a service that loads its module (AUTOTUNER_PLUGINS), the key
+    passed as `shape` and the tensor dtypes as `dtype`; the report draws it against its default config."""
+    from tests.test_api import running_server
+
+    use(on_miss="tune")
+    dk.scale_kernel[grid(700)](torch.randn(700), torch.empty(700), 700, 3.0)
+    tuned = next(iter(dk.scale_kernel.cache.values()))[0]
+    with running_server(url, AUTOTUNER_PLUGINS='["tests.decorated_kernels"]') as client:
+        r = client.get("/config", params={"op": "tests.decorated_kernels:scale_kernel", "shape": "n=700",
+                                          "dtype": "float32", "device": current_device().key, "fallback": "none"})
+        assert r.status_code == 200, r.text
+        assert r.json()["source"] == "exact" and r.json()["config"] == tuned
+        ops = client.get("/openapi.json").json()["paths"]["/config"]["get"]["parameters"][0]["schema"]["enum"]
+        assert "tests.decorated_kernels:scale_kernel" in ops
+    from autotuner.device import DeviceInfo
+
+    gpu = DeviceInfo("NVIDIA H100 80GB HBM3", (9, 0), 132, 80 << 30, 232448, "cuda:0")
+    store = Store(url)
+    problem = dk.scale_kernel.problem({"n": 4096, "x_ptr": torch.zeros(1), "y_ptr": torch.zeros(1)})
+    store.save_best(op=dk.scale_kernel.op, problem=problem, device=gpu, config=tuned, median_ms=0.010,
+                    default_ms=0.012, torch_ms=None, run_id=None)
+    from autotuner.report import plot_results
+
+    assert plot_results(store, tmp_path / "r.png", device_key=gpu.key) == 1
