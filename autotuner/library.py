@@ -67,7 +67,7 @@ def _keep(key: tuple[Any, ...], traced: tuple[Any, ...], launch: Callable[..., t
     _CONFIGS[traced] = config
 
 
-def _traced_config(op_name: str, traced: tuple[Any, ...], inputs: dict[str, Any], device: torch.device) -> dict[str, Any]:
+def _traced_config(op_name: str, traced: tuple[Any, ...]) -> dict[str, Any]:
     """Inside torch.compile's tracing: the config an eager call resolved (tensors there have no data pointers)."""
     config = _CONFIGS.get(traced)
     if config is None:
@@ -101,7 +101,7 @@ def softmax(x: torch.Tensor, config: Mapping[str, Any] | None = None) -> torch.T
         return k_softmax.softmax(x, config)
     if torch.compiler.is_compiling():
         traced = ("softmax", x.shape, x.stride(), x.dtype, x.device)
-        return k_softmax.softmax(x, _traced_config("softmax", traced, {"x": x}, x.device))
+        return k_softmax.softmax(x, _traced_config("softmax", traced))
     try:
         key = ("softmax", x.shape, x.stride(), x.dtype, x.device, x.data_ptr() % 16)
     except AttributeError:
@@ -123,7 +123,7 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.
         return k_layernorm.layer_norm(x, weight, bias, eps, config)
     if torch.compiler.is_compiling():
         traced = ("layernorm", x.shape, x.stride(), x.dtype, x.device, _sig(weight), _sig(bias), eps)
-        cfg = _traced_config("layernorm", traced, {"x": x}, x.device)
+        cfg = _traced_config("layernorm", traced)
         return k_layernorm.layer_norm(x, weight, bias, eps, cfg)
     try:
         key = ("layernorm", x.shape, x.stride(), x.dtype, x.device, _sig(weight), _sig(bias), eps,
@@ -147,7 +147,7 @@ def gelu(x: torch.Tensor, approximate: str = "tanh", config: Mapping[str, Any] |
         return k_gelu.gelu(x, config, approximate)
     if torch.compiler.is_compiling():
         traced = ("gelu", x.shape, x.stride(), x.dtype, x.device, approximate)
-        return k_gelu.gelu(x, _traced_config("gelu", traced, {"x": x}, x.device), approximate)
+        return k_gelu.gelu(x, _traced_config("gelu", traced), approximate)
     try:
         key = ("gelu", x.shape, x.stride(), x.dtype, x.device, approximate, x.data_ptr() % 16)
     except AttributeError:
@@ -179,7 +179,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, a
     if torch.compiler.is_compiling():
         epilogue = _epilogue(bias, activation)
         traced = ("matmul", _sig(a), _sig(b), _sig(bias), epilogue)
-        cfg = _traced_config("matmul", traced, {}, a.device)
+        cfg = _traced_config("matmul", traced)
         return k_matmul.matmul(a, b, cfg, bias=bias, epilogue=epilogue)
     try:
         key = ("matmul", _sig(a), _sig(b), _sig(bias), activation, a.data_ptr() % 16, b.data_ptr() % 16,
@@ -204,7 +204,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
         return k_attention.attention(q, k, v, config, causal=causal, sm_scale=sm_scale)
     if torch.compiler.is_compiling():
         traced = ("attention", _sig(q), _sig(k), _sig(v), bool(causal), sm_scale)
-        cfg = _traced_config("attention", traced, {}, q.device)
+        cfg = _traced_config("attention", traced)
         return k_attention.attention(q, k, v, cfg, causal=causal, sm_scale=sm_scale)
     try:
         key = ("attention", _sig(q), _sig(k), _sig(v), bool(causal), sm_scale, q.data_ptr() % 16,

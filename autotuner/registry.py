@@ -9,7 +9,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 from typing import Any
 
@@ -21,10 +20,6 @@ Op = TunableOp  # the engine's name for the contract
 
 class UnknownOpError(ValueError):
     pass
-
-
-def problem_to_dict(problem: Any) -> dict[str, Any]:
-    return dataclasses.asdict(problem)
 
 
 _OPS: dict[str, TunableOp[Any]] = {op.name: op for op in (matmul.OP, softmax.OP, layernorm.OP, gelu.OP, attention.OP)}

@@ -21,9 +21,10 @@ def plot_results(store: Store, output: Path, *, op: str | None = None, device_ke
     import matplotlib.pyplot as plt
 
     # A result with no torch time (a decorated kernel has no torch version) is drawn against its default config.
-    found = [(r.device.key, f"{r.op} {r.problem_key}" + ("" if r.torch_ms else " (vs its default)"), r.median_ms,
-              r.default_ms, r.torch_ms or r.default_ms)
-             for r in store.results(op=op, device_key=device_key) if r.torch_ms or r.default_ms]
+    found: list[tuple[str, str, float, float | None, float]] = [
+        (r.device.key, f"{r.op} {r.problem_key}" + ("" if r.torch_ms else " (vs its default)"), r.median_ms,
+         r.default_ms, float(r.torch_ms or r.default_ms or 0.0))
+        for r in store.results(op=op, device_key=device_key) if r.torch_ms or r.default_ms]
     # Interpreter results are CPU wall-clock times: a ratio of them to torch's says nothing about a GPU.
     rows = [r for r in found if r[0] != INTERPRETER]
     if not rows:

@@ -127,12 +127,3 @@ def answer_config(store: Store, op: Op, problem: Any, device: DeviceInfo, *, fal
                         row.torch_ms if row else None, res.stale is not None,
                         res.stale.stale_reason if res.stale else None, row.updated_at if row else None,
                         res.from_problem, row.id if row else None, row.problem_key if row else None)
-
-
-def check_job(op_name: str, shape: str, dtype: str, options: dict[str, Any], strategy: str) -> tuple[Op, Any]:
-    """A job request's op and problem, validated as the worker will parse them."""
-    from autotuner.search import STRATEGIES
-
-    if strategy not in STRATEGIES:
-        raise InputError("strategy", f"unknown strategy {strategy!r}; accepted: {', '.join(STRATEGIES)}")
-    return parse_request(op_name, shape, dtype, options)
