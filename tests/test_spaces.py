@@ -20,7 +20,8 @@ PROBLEMS = {
 
 
 def test_op_names():
-    assert op_names() == ["matmul", "softmax", "layernorm", "gelu", "attention"]
+    """The built-in ops come first; plugins and decorated kernels (other tests import some) follow."""
+    assert op_names()[:5] == ["matmul", "softmax", "layernorm", "gelu", "attention"]
 
 
 @pytest.mark.parametrize("name", list(PROBLEMS))
