@@ -22,7 +22,7 @@ import torch
 
 from search_spaces.problem import ProblemError
 
-KEY_VALUE = r"[A-Za-z_][A-Za-z0-9_]*=[^,:=\s]{1,40}"
+KEY_VALUE = r"[A-Za-z_][A-Za-z0-9_]*=[A-Za-z0-9_.+\"-]{1,40}"  # the same in Python and ECMA regexes
 SHAPE_PATTERN = f"^{KEY_VALUE}(,{KEY_VALUE})*$|^$"
 SCALARS = (int, float, bool, str, type(None))
 
