@@ -40,7 +40,7 @@ import torch
 import triton
 
 from autotuner.kernel_problem import KernelProblem, dtype_name, rebuild_args, record_call
-from autotuner.lookup import NotFound, resolve, resolver  # at import: a first launch pays for no imports
+from autotuner.lookup import NotFound, resolver  # at import: a first launch pays for no imports
 from autotuner.registry import register_op
 from autotuner.runner import Outcome, _short, classify
 from autotuner.timing import Timing, time_fn
@@ -110,13 +110,13 @@ def to_config(d: Mapping[str, Any]) -> triton.Config:
     return triton.Config(kwargs, **{k: d[k] for k in LAUNCH_OPTIONS if k in d})
 
 
-def _check_names(kernel: str, what: str, names: Iterable[str], accepted: Iterable[str]) -> None:
+def _check_names(kernel: str, what: str, names: Iterable[str], accepted: Iterable[str], noun: str) -> None:
     accepted = list(accepted)
     unknown = [n for n in names if n not in accepted]
     if unknown:
         raise ValueError(f"{kernel}: {what} {', '.join(map(repr, unknown))}, which "
-                         f"{'is' if len(unknown) == 1 else 'are'} not {'an argument' if 'key' in what or 'reset' in what or 'restore' in what else 'a tl.constexpr parameter'} "
-                         f"of the kernel; accepted: {', '.join(accepted) or 'none'}")
+                         f"{'is' if len(unknown) == 1 else 'are'} not {noun} of the kernel; accepted: "
+                         f"{', '.join(accepted) or 'none'}")
 
 
 class Autotuned:
@@ -136,7 +136,7 @@ class Autotuned:
         self.keys = list(key)
         for what, names in (("key names", self.keys), ("reset_to_zero names", reset_to_zero or []),
                             ("restore_value names", restore_value or [])):
-            _check_names(self.name, what, names, self.arg_names)
+            _check_names(self.name, what, names, self.arg_names, "an argument")
         if configs and space is not None:
             raise ValueError(f"{self.name}: give configs or space, not both")
         if space is not None and prune_configs_by:
@@ -148,9 +148,10 @@ class Autotuned:
         self.configs: list[triton.Config] = list(configs) if configs else (
             [] if space is not None else [triton.Config({}, num_warps=4, num_stages=3, num_ctas=1)])
         for i, c in enumerate(self.configs):
-            _check_names(self.name, f"config {i} sets", c.kwargs, constexprs)
+            _check_names(self.name, f"config {i} sets", c.kwargs, constexprs, "a tl.constexpr parameter")
         if space is not None:
-            _check_names(self.name, "the space's parameters", space.names, [*constexprs, *LAUNCH_OPTIONS])
+            _check_names(self.name, "the space's parameters", space.names, [*constexprs, *LAUNCH_OPTIONS],
+                         "a tl.constexpr parameter or launch option")
         self._triton_configs = {config_key(config_dict(c)): c for c in self.configs}
         self.space = space if space is not None else Space.from_configs([config_dict(c) for c in self.configs])
         self.reset_to_zero = list(reset_to_zero or [])
@@ -293,11 +294,10 @@ class Autotuned:
         device = self._device(named)
         r = resolver()
         policy = self.on_miss or r.settings.on_miss
-        store, error = r.store.peek()
+        store = r.store.peek()[0]
         config: dict[str, Any] | None = None
         try:
-            res = resolve(self.op, problem, device, store=store, store_error=error, service=r.service,
-                          fallback="none")
+            res = r.resolve(self.op, problem, device, fallback="none")
             config, source = res.config, f"exact ({res.step})"
             if policy == "tune" and store is not None and self._untried(store, named, kwargs, problem, device):
                 config = None  # the list grew since the result was stored: time the new configs

@@ -153,10 +153,12 @@ class Resolver:
         self._queued: set[tuple[str, str, str]] = set()
         self._lock = threading.Lock()
 
-    def resolve(self, op: Op | str, problem: Any, device: DeviceInfo) -> Resolution:
+    def resolve(self, op: Op | str, problem: Any, device: DeviceInfo, fallback: str = "nearest") -> Resolution:
+        """`resolve` with this process's database and service; NotFound under `fallback="none"` with nothing
+        exact."""
         op = get_op(op) if isinstance(op, str) else op
         store, error = self.store.peek()
-        res = resolve(op, problem, device, store=store, store_error=error, service=self.service)
+        res = resolve(op, problem, device, store=store, store_error=error, service=self.service, fallback=fallback)
         if res.source != "exact" and self.settings.tune_on_miss:
             self._tune_on_miss(op, problem, device)
         return res

@@ -20,7 +20,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
@@ -110,6 +110,33 @@ class Option:
         if value not in self.choices:
             raise ValueError(f"unknown {self.name} {value!r}; accepted: {', '.join(self.choices)}")
         return value
+
+
+@dataclass(frozen=True)
+class MergedOption:
+    """One option name across every op that declares it: the union of their values (None: a boolean), in the
+    order first declared, and the ops that take it."""
+
+    name: str
+    choices: tuple[str, ...] | None
+    owners: tuple[str, ...]
+    help: str
+
+
+def merge_options(ops: Iterable[TunableOp[Any]]) -> list[MergedOption]:
+    """The query options (not the data ones) of these ops, one entry per name: what the CLI's flags and the
+    HTTP query's parameters are built from."""
+    merged: dict[str, MergedOption] = {}
+    for op in ops:
+        for o in op.query_options:
+            seen = merged.get(o.name)
+            if seen is None:
+                merged[o.name] = MergedOption(o.name, o.choices, (op.name,), o.help)
+                continue
+            choices = None if seen.choices is None else \
+                (*seen.choices, *(c for c in o.choices or () if c not in seen.choices))
+            merged[o.name] = MergedOption(o.name, choices, (*seen.owners, op.name), seen.help)
+    return list(merged.values())
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -14,25 +14,18 @@ from api.deps import State
 from api.schemas import PRINTABLE, UNAVAILABLE, ConfigOut, DeviceChoiceOut, ErrorOut, NotFoundOut, dtype_names
 from autotuner import serving
 from autotuner.lookup import FALLBACKS, NotFound
-from search_spaces.contract import TunableOp
+from search_spaces.contract import TunableOp, merge_options
 
 FIXED = ("op", "shape", "dtype", "device", "fallback", "kernel_hash", "triton_version")
 
 
 def _option_params(ops: list[TunableOp[Any]]) -> list[inspect.Parameter]:
     """One query parameter per option name any op declares: its values, or a boolean."""
-    merged: dict[str, tuple[set[str] | None, list[str]]] = {}
-    for op in ops:
-        for o in op.query_options:
-            choices, owners = merged.setdefault(o.name, (None if o.is_flag else set(), []))
-            if choices is not None and o.choices:
-                choices.update(o.choices)
-            owners.append(op.name)
     params = []
-    for name, (choices, owners) in merged.items():
-        kind: Any = bool if choices is None else Literal[tuple(sorted(choices))]  # type: ignore[valid-type]
-        params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None,
-                                        annotation=Annotated[kind | None, Query(description=", ".join(owners))]))
+    for m in merge_options(ops):
+        kind: Any = bool if m.choices is None else Literal[tuple(sorted(m.choices))]  # type: ignore[valid-type]
+        params.append(inspect.Parameter(m.name, inspect.Parameter.KEYWORD_ONLY, default=None,
+                                        annotation=Annotated[kind | None, Query(description=", ".join(m.owners))]))
     return params
 
 

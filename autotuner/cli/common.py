@@ -111,24 +111,18 @@ def problem_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     import inspect
 
     from autotuner.registry import ops
+    from search_spaces.contract import merge_options
 
-    merged: dict[str, tuple[Any, list[str], str]] = {}
-    for op in ops():
-        for o in op.query_options:
-            choices, owners, _ = merged.setdefault(o.name, (None if o.is_flag else [], [], o.help))
-            if choices is not None and o.choices:
-                choices.extend(c for c in o.choices if c not in choices)
-            owners.append(op.name)
     added = []
-    for name, (choices, owners, text) in merged.items():
-        if choices is None:
-            annotation: Any = Annotated[bool, typer.Option(f"--{name}", help=f"{', '.join(owners)}: {text}")]
+    for m in merge_options(ops()):
+        owners = ", ".join(m.owners)
+        if m.choices is None:
+            annotation: Any = Annotated[bool, typer.Option(f"--{m.name}", help=f"{owners}: {m.help}")]
             default: Any = False
         else:
-            annotation = Annotated[str | None, typer.Option(
-                f"--{name}", help=f"{', '.join(owners)}: {', '.join(choices)}")]
+            annotation = Annotated[str | None, typer.Option(f"--{m.name}", help=f"{owners}: {', '.join(m.choices)}")]
             default = None
-        added.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation))
+        added.append(inspect.Parameter(m.name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation))
     sig = inspect.signature(fn, eval_str=True)
     params = [p for p in sig.parameters.values() if p.name != "options"]
     at = next((i for i, p in enumerate(params) if p.name == "dtype"), len(params) - 1) + 1
