@@ -12,7 +12,7 @@ from api import errors
 from api.config_cache import ConfigFastPath
 from api.deps import ServiceState
 from api.metrics import MetricsMiddleware
-from api.routes import routers
+from api.routes import pages, routers
 from autotuner.registry import load_plugins, ops
 from autotuner.settings import Settings
 
@@ -25,6 +25,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.service = service = ServiceState(settings)
     for router in routers(ops()):
         app.include_router(router)
+    pages.mount_static(app)
     errors.install(app)
     app.add_middleware(ConfigFastPath, cache=service.config_cache, metrics=service.metrics)
     app.add_middleware(MetricsMiddleware, metrics=service.metrics)  # added last: outermost, sees every request

@@ -123,6 +123,11 @@ class TrialOut(BaseModel):
     error: str | None
 
 
+class RejectionOut(BaseModel):
+    count: int
+    example: str
+
+
 class RunOut(BaseModel):
     id: int
     strategy: str
@@ -135,11 +140,17 @@ class RunOut(BaseModel):
     finished_at: UtcDatetime | None
     error: str | None
     job_id: int | None
+    rejected: int = Field(description="Configs the space's constraints rejected before compiling anything")
+    rejections: dict[str, RejectionOut] = Field(description="Those rejections per rule, with one message each")
 
 
 class ResultDetail(ResultOut):
     run: RunOut | None
-    trials: list[TrialOut]
+    trials: list[TrialOut] = Field(description="The run's measured and failed trials, in the order measured: "
+                                               "one page of them (trials_limit, trials_offset)")
+    trials_total: int
+    trials_limit: int
+    trials_offset: int
 
 
 class JobCommon(BaseModel):

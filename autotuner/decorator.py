@@ -173,6 +173,7 @@ class Autotuned:
         self.op: TunableOp[KernelProblem] = TunableOp(
             name=self.name, problem_type=KernelProblem, space=self.space, dtypes=(),
             description=(self.base_fn.__doc__ or "").strip().split("\n")[0],
+            call=f"{self.base_fn.__name__}[grid](...)",
             options=(Option("call", data=True, help="a recorded launch, for workers"),),
             launch=self._engine_launch, checked=self._engine_checked, make_inputs=self._engine_inputs,
             problem_from_inputs=lambda inputs: self.problem(inputs["args"]),

@@ -19,7 +19,8 @@ from autotuner.registry import Op
 from db import queue
 from db import repository as repo
 from db.engine import DatabaseUnavailable, NotAutotunerDatabase, open_engine, session_scope
-from db.models import BestConfig, Device, Job, TuningRun
+from db.models import BestConfig, Device, Job, Trial, TuningRun
+from search_spaces.space import Rejection, rejection_counts
 
 
 @dataclass(frozen=True)
@@ -81,11 +82,10 @@ class Store:
         with session_scope(self.engine) as s:
             return repo.record_trial(s, **kw)
 
-    def record_rejections(self, *, run_id: int, rejected: list[tuple[dict[str, Any], str, str]]) -> None:
-        """Configs the constraints rejected: stored as `invalid` trials with their reason, never compiled."""
+    def record_rejections(self, *, run_id: int, rejected: list[Rejection]) -> None:
+        """Configs the constraints rejected (never compiled): kept as the run's counts per rule."""
         with session_scope(self.engine) as s:
-            for config, key, reason in rejected:
-                repo.record_trial(s, run_id=run_id, config=config, config_key=key, status="invalid", error=reason)
+            repo.set_rejections(s, run_id=run_id, total=len(rejected), by_rule=rejection_counts(rejected))
 
     def set_retimed(self, *, trial_id: int, retimed_ms: float) -> None:
         with session_scope(self.engine) as s:
@@ -146,13 +146,24 @@ class Store:
         with session_scope(self.engine) as s:
             return repo.page_best(s, op=op, device_key=device_key, limit=limit, offset=offset)
 
-    def result(self, result_id: int) -> tuple[BestConfig, TuningRun | None] | None:
-        """One stored best config and the run (with its trials) that found it."""
+    def result(self, result_id: int, *, with_trials: bool = True) -> tuple[BestConfig, TuningRun | None] | None:
+        """One stored best config and the run that found it (with its trials, unless `with_trials` is off)."""
         with session_scope(self.engine) as s:
             row = repo.get_best(s, best_id=result_id)
             if row is None:
                 return None
-            return row, repo.get_run(s, run_id=row.run_id) if row.run_id is not None else None
+            run = repo.get_run(s, run_id=row.run_id, with_trials=with_trials) if row.run_id is not None else None
+            return row, run
+
+    def trials_page(self, run_id: int, *, limit: int, offset: int) -> tuple[list[Trial], int]:
+        """One page of a run's trials in the order measured, and how many it has."""
+        with session_scope(self.engine) as s:
+            return repo.page_trials(s, run_id=run_id, limit=limit, offset=offset)
+
+    def results_of_runs(self, run_ids: list[int]) -> dict[int, int]:
+        """Run id -> the id of the stored best config it produced."""
+        with session_scope(self.engine) as s:
+            return repo.best_of_runs(s, run_ids=run_ids)
 
     def runs(self, *, op: str | None = None, device_key: str | None = None,
              problem_key: str | None = None) -> list[TuningRun]:

@@ -10,14 +10,16 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from autotuner.store import Store
+from search_spaces.space import counts_from_messages
 
 FORMAT = "autotuner-export"
 VERSION = 1
 RUN_FIELDS = ("op", "problem_key", "problem", "kernel_hash", "triton_version", "torch_version", "strategy",
-              "budget_trials", "budget_seconds", "clock", "status", "error", "started_at", "finished_at")
+              "budget_trials", "budget_seconds", "clock", "status", "error", "started_at", "finished_at", "rejected",
+              "rejections")
 TRIAL_FIELDS = ("config", "config_key", "status", "median_ms", "p20_ms", "p80_ms", "retimed_ms", "compile_s", "error",
                 "created_at")
 BEST_FIELDS = ("op", "problem_key", "problem", "kernel_hash", "triton_version", "config", "median_ms", "default_ms",
@@ -101,6 +103,21 @@ class RunRow(_Row):
     finished_at: datetime | None
     device: str
     trials: list[TrialRow]
+    rejected: int = 0
+    rejections: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def fold_rejections(self) -> RunRow:
+        """A file written before rejections were counts lists them as `invalid` trials: they become counts."""
+        old = [t for t in self.trials if t.status == "invalid" and t.median_ms is None]
+        if old:
+            merged = dict(self.rejections or {})
+            for rule, entry in counts_from_messages([t.error or "rejected by a constraint" for t in old]).items():
+                merged.setdefault(rule, {"count": 0, "example": entry["example"]})["count"] += entry["count"]
+            self.rejections = merged
+            self.rejected += len(old)
+            self.trials = [t for t in self.trials if not (t.status == "invalid" and t.median_ms is None)]
+        return self
 
 
 class BestRow(_Row):

@@ -138,8 +138,7 @@ def tune(
         result.run_id = store.start_run(op=op, problem=problem, device=device, strategy=strategy,
                                         budget_trials=budget, budget_seconds=time_budget_s, clock=clock,
                                         job_id=job_id)
-        store.record_rejections(run_id=result.run_id,
-                                rejected=[(r.config, config_key(r.config), r.reason) for r in cands.rejected])
+        store.record_rejections(run_id=result.run_id, rejected=cands.rejected)
         result.phases["setup_s"] = time.perf_counter() - t_phase
 
         # 2. search: the time budget starts here, and at least one config is always measured.

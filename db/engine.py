@@ -88,7 +88,7 @@ if TYPE_CHECKING:
 
 # The newest migration's revision: a database at it is used without loading Alembic (a launching process opens
 # its database on the first launch of a problem; tests/test_db.py holds this equal to the scripts' head).
-HEAD = "0004"
+HEAD = "0005"
 
 
 def _alembic_config(connection) -> AlembicConfig:  # type: ignore[no-untyped-def]

@@ -55,6 +55,9 @@ class TuningRun(Base):
     job_id: Mapped[int | None] = mapped_column(
         ForeignKey("jobs.id", ondelete="SET NULL", use_alter=True, name="fk_tuning_runs_job_id"), nullable=True,
         index=True)
+    # configs the space's constraints rejected before anything was compiled: counted, not stored one by one
+    rejected: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    rejections: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True, default=dict)  # rule -> {"count": n, "example": message}
     device: Mapped[Device] = relationship()
     trials: Mapped[list[Trial]] = relationship(back_populates="run", order_by="Trial.id")
 

@@ -61,6 +61,10 @@ def record_trial(session: Session, *, run_id: int, config: dict[str, Any], confi
     return trial.id
 
 
+def set_rejections(session: Session, *, run_id: int, total: int, by_rule: dict[str, Any]) -> None:
+    session.execute(update(TuningRun).where(TuningRun.id == run_id).values(rejected=total, rejections=by_rule))
+
+
 def set_retimed(session: Session, *, trial_id: int, retimed_ms: float) -> None:
     session.execute(update(Trial).where(Trial.id == trial_id).values(retimed_ms=retimed_ms))
 
@@ -106,9 +110,15 @@ def find_best(session: Session, *, op: str | None = None, device_key: str | None
     return list(session.scalars(_best_query(op, device_key, problem_key)))
 
 
-def get_run(session: Session, *, run_id: int) -> TuningRun | None:
-    return session.scalar(select(TuningRun).where(TuningRun.id == run_id)
-                          .options(selectinload(TuningRun.trials), selectinload(TuningRun.device)))
+def get_run(session: Session, *, run_id: int, with_trials: bool = True) -> TuningRun | None:
+    loads = [selectinload(TuningRun.device)] + ([selectinload(TuningRun.trials)] if with_trials else [])
+    return session.scalar(select(TuningRun).where(TuningRun.id == run_id).options(*loads))
+
+
+def page_trials(session: Session, *, run_id: int, limit: int, offset: int) -> tuple[list[Trial], int]:
+    total = session.scalar(select(func.count()).select_from(Trial).where(Trial.run_id == run_id))
+    rows = session.scalars(select(Trial).where(Trial.run_id == run_id).order_by(Trial.id).limit(limit).offset(offset))
+    return list(rows), int(total or 0)
 
 
 def list_runs(session: Session, *, op: str | None = None, device_key: str | None = None,
@@ -153,6 +163,14 @@ def page_best(session: Session, *, op: str | None = None, device_key: str | None
     total = session.scalar(select(func.count()).select_from(q.order_by(None).subquery()))
     rows = session.scalars(q.order_by(None).order_by(BestConfig.id.desc()).limit(limit).offset(offset))
     return list(rows), int(total or 0)
+
+
+def best_of_runs(session: Session, *, run_ids: list[int]) -> dict[int, int]:
+    """The stored best config id each of these runs produced, for those that produced one."""
+    if not run_ids:
+        return {}
+    rows = session.execute(select(BestConfig.run_id, BestConfig.id).where(BestConfig.run_id.in_(set(run_ids))))
+    return {int(run): int(best) for run, best in rows if run is not None}
 
 
 def get_best(session: Session, *, best_id: int) -> BestConfig | None:

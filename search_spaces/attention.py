@@ -165,6 +165,7 @@ def _qkv(inputs: Any) -> tuple[Any, Any, Any]:
 
 OP: TunableOp[AttentionProblem] = TunableOp(
     name="attention", problem_type=AttentionProblem, space=SPACE, dtypes=DTYPES,
+    call="autotuner.attention(q, k, v, causal=False)",
     description="flash attention forward over (batch, heads, seq, head_dim), like scaled_dot_product_attention",
     options=(Option("causal", None, False, "causal mask"),),
     launch=lambda inputs, config: k_attention.attention(*_qkv(inputs), config, causal=bool(inputs.get("causal"))),

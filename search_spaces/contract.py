@@ -161,6 +161,7 @@ class TunableOp(Generic[P]):
     baseline: Callable[[Inputs], Any] | None = None  # torch's own version, for speedups
     variants: Mapping[str, Callable[[Inputs], Any]] = field(default_factory=dict)  # more torch versions to bench
     description: str = ""
+    call: str = ""  # how a program launches it, for people: "autotuner.softmax(x)"
 
     @property
     def option_names(self) -> tuple[str, ...]:

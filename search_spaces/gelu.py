@@ -104,6 +104,7 @@ SPACE: Space[GeluProblem] = Space(
 
 OP: TunableOp[GeluProblem] = TunableOp(
     name="gelu", problem_type=GeluProblem, space=SPACE, dtypes=DTYPES,
+    call="autotuner.gelu(x, approximate='tanh')",
     description="GELU, like torch.nn.functional.gelu(x, approximate=...)",
     options=(Option("approximate", APPROXIMATIONS, "tanh", "tanh or none (exact erf)"),),
     launch=lambda inputs, config: k_gelu.gelu(inputs["x"], config, inputs.get("approximate", "tanh")),

@@ -50,6 +50,7 @@ def _args(inputs: Any) -> tuple[Any, Any, Any, float]:
 
 OP: TunableOp[Any] = TunableOp(
     name="layernorm", problem_type=LayerNormProblem, space=SPACE, dtypes=DTYPES,
+    call="autotuner.layer_norm(x, weight, bias)",
     description="layer normalisation over the last dimension with weight and bias",
     launch=lambda inputs, config: k_layernorm.layer_norm(*_args(inputs), config),
     make_inputs=make_inputs, problem_from_inputs=problem_from_inputs,

@@ -186,6 +186,7 @@ def _launch(inputs: Any, config: Any) -> Any:
 
 OP: TunableOp[MatmulProblem] = TunableOp(
     name="matmul", problem_type=MatmulProblem, space=SPACE, dtypes=DTYPES,
+    call="autotuner.matmul(a, b, bias, activation=None)",
     description="C = A @ B (+ bias) (then relu or gelu), for row-major A[M, K] and B[K, N]",
     options=(Option("epilogue", EPILOGUES, "none", "none, bias, bias_relu, bias_gelu, relu or gelu"),),
     launch=_launch,

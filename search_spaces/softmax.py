@@ -39,6 +39,7 @@ SPACE: Space[RowwiseProblem] = make_space()
 
 OP: TunableOp[Any] = TunableOp(
     name="softmax", problem_type=SoftmaxProblem, space=SPACE, dtypes=DTYPES,
+    call="autotuner.softmax(x)",
     description="softmax over the last dimension, like torch.softmax(x, -1)",
     launch=lambda inputs, config: k_softmax.softmax(inputs["x"], config),
     make_inputs=make_inputs, problem_from_inputs=problem_from_inputs,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
@@ -39,7 +40,37 @@ class Param:
 @dataclass(frozen=True)
 class Rejection:
     config: Config
-    reason: str
+    reason: str  # every broken rule's message, joined by "; "
+    rules: tuple[str, ...] = ()  # the rules it breaks: a constraint's name ("fits_smem"), "outside_space", ...
+
+
+def rule_name(check: Callable[..., Any]) -> str:
+    """A constraint's name in rejection counts: its function's name without leading underscores."""
+    name = getattr(check, "__name__", type(check).__name__).lstrip("_")
+    return "constraint" if not name or name.startswith("<") else name  # a lambda has no name of its own
+
+
+def rejection_counts(rejected: list[Rejection]) -> dict[str, dict[str, Any]]:
+    """How many configs broke each rule, with one message as an example: what a run keeps of its rejections
+    (a config breaking two rules counts under both)."""
+    counts: dict[str, dict[str, Any]] = {}
+    for r in rejected:
+        messages = r.reason.split("; ")
+        for i, rule in enumerate(r.rules or ("constraint",)):
+            entry = counts.setdefault(rule, {"count": 0, "example": messages[min(i, len(messages) - 1)]})
+            entry["count"] += 1
+    return counts
+
+
+def counts_from_messages(messages: list[str]) -> dict[str, dict[str, Any]]:
+    """Rejection counts from messages alone (rejections stored one row each before their rules were kept): keyed
+    by the first reason with its numbers written as N. The same key as database migration 0005."""
+    counts: dict[str, dict[str, Any]] = {}
+    for message in messages:
+        first = message.split("; ")[0]
+        rule = re.sub(r"\d+(\.\d+)?", "N", first)[:200] or "constraint"
+        counts.setdefault(rule, {"count": 0, "example": first})["count"] += 1
+    return counts
 
 
 @dataclass(frozen=True)
@@ -95,29 +126,36 @@ class Space(Generic[P]):
 
     def violations(self, config: Mapping[str, Any], problem: P, device: DeviceLimits) -> list[str]:
         """Every reason this config cannot run on this problem and device (empty when it is valid)."""
-        reasons = []
+        return [message for _, message in self.broken_rules(config, problem, device)]
+
+    def broken_rules(self, config: Mapping[str, Any], problem: P,
+                     device: DeviceLimits) -> list[tuple[str, str]]:
+        """Every rule this config breaks on this problem and device, as (rule, message); empty when valid."""
+        broken = []
         unknown = sorted(set(config) - set(self.names))
         if unknown:
-            reasons.append(f"unknown parameter(s) {', '.join(unknown)}; the space has {', '.join(self.names)}")
+            broken.append(("unknown_parameter",
+                           f"unknown parameter(s) {', '.join(unknown)}; the space has {', '.join(self.names)}"))
         config = self.complete(config)
         for p in self.params:
             if p.name not in config:
-                reasons.append(f"{p.name} is missing")
+                broken.append(("missing_parameter", f"{p.name} is missing"))
             elif config[p.name] not in p.values:
-                reasons.append(f"{p.name}={config[p.name]!r} is outside the space; accepted: {list(p.values)}")
-        if reasons:
-            return reasons
+                broken.append(("outside_space",
+                               f"{p.name}={config[p.name]!r} is outside the space; accepted: {list(p.values)}"))
+        if broken:
+            return broken
         if self.listed:
             if dict(config) not in self.listed:
-                return [f"config {config_key(config)} is not one of the {len(self.listed)} listed"]
+                return [("not_listed", f"config {config_key(config)} is not one of the {len(self.listed)} listed")]
             cfg = dict(config)
         else:
             cfg = {k: int(v) for k, v in config.items()}
         for check in self.constraints:
             reason = check(cfg, problem, device)
             if reason:
-                reasons.append(reason)
-        return reasons
+                broken.append((rule_name(check), reason))
+        return broken
 
     def validate(self, config: Mapping[str, Any], problem: P, device: DeviceLimits) -> Config:
         """Return the config as a plain dict, or raise ConfigError naming every broken rule."""
@@ -135,9 +173,9 @@ class Space(Generic[P]):
         valid: list[Config] = []
         rejected: list[Rejection] = []
         for cfg in self.grid():
-            reasons = self.violations(cfg, problem, device)
-            if reasons:
-                rejected.append(Rejection(cfg, "; ".join(reasons)))
+            broken = self.broken_rules(cfg, problem, device)
+            if broken:
+                rejected.append(Rejection(cfg, "; ".join(m for _, m in broken), tuple(r for r, _ in broken)))
             else:
                 valid.append(cfg)
         return Candidates(valid, rejected)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlite3
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import select, text
 
 from autotuner.device import DeviceInfo
 from autotuner.registry import get_op
@@ -147,3 +147,42 @@ def test_head_is_the_newest_migration():
     from db.engine import HEAD
 
     assert HEAD == head_revision()
+
+
+def test_rejection_rows_of_an_old_database_are_folded_into_counts(url):
+    """Migration 0005: a run's `invalid`, never-timed trial rows (one per rejected config) become the run's
+    counts per reason and are deleted; measured and failed trials stay."""
+    from alembic import command
+
+    from db.engine import _alembic_config, open_engine
+    from db.models import Trial, TuningRun
+
+    engine = make_engine(url)
+    with engine.begin() as conn:
+        command.upgrade(_alembic_config(conn), "0004")
+    with engine.begin() as conn:
+        conn.execute(text("INSERT INTO devices (id, key, name, capability, sm_count, total_memory, smem_per_block,"
+                          " created_at) VALUES (1, 'd', 'd', '9.0', 132, 1, 232448, '2026-01-01 00:00:00')"))
+        conn.execute(text("INSERT INTO tuning_runs (id, op, problem_key, problem, device_id, kernel_hash, "
+                          "triton_version, torch_version, strategy, clock, status, started_at) VALUES (7, 'matmul',"
+                          " 'p', '{}', 1, 'h', '3.6.0', '2.11', 'tpe', 'cuda_events', 'done', '2026-01-01 00:00:00')"))
+        rows = [("ok", 0.5, None), ("compile_error", None, "boom"),
+                ("invalid", None, "shared memory 262144 B (pipeline) exceeds the device's 232448 B per block"),
+                ("invalid", None, "shared memory 393216 B (pipeline) exceeds the device's 232448 B per block; "
+                                  "8 warps for a 16x16 tile leave 4 outputs per thread (need >= 8)"),
+                ("invalid", None, "GROUP_M=8 has no effect with one row of tiles (M=16, BLOCK_M=16)")]
+        for i, (status, ms, error) in enumerate(rows):
+            conn.execute(text("INSERT INTO trials (run_id, config, config_key, status, median_ms, error, created_at)"
+                              " VALUES (7, '{}', :k, :s, :ms, :e, '2026-01-01 00:00:00')"),
+                         {"k": f"c{i}", "s": status, "ms": ms, "e": error})
+    engine.dispose()
+    migrated = open_engine(url)
+    with session_scope(migrated) as s:
+        run = s.get(TuningRun, 7)
+        assert run is not None and run.rejected == 3
+        assert run.rejections == {
+            "shared memory N B (pipeline) exceeds the device's N B per block": {
+                "count": 2, "example": "shared memory 262144 B (pipeline) exceeds the device's 232448 B per block"},
+            "GROUP_M=N has no effect with one row of tiles (M=N, BLOCK_M=N)": {
+                "count": 1, "example": "GROUP_M=8 has no effect with one row of tiles (M=16, BLOCK_M=16)"}}
+        assert sorted(t.status for t in s.scalars(select(Trial))) == ["compile_error", "ok"]

@@ -108,6 +108,7 @@ def _fill(store: Store) -> None:
         store.record_trial(run_id=run_id, config=cfg, config_key="a", status="ok", median_ms=ms, p20_ms=ms * 0.9,
                            p80_ms=ms * 1.1, compile_s=1.0)
         store.record_trial(run_id=run_id, config=cfg, config_key="b", status="timeout", error="no answer")
+        store.record_rejections(run_id=run_id, rejected=op.space.enumerate(problem, GPU).rejected)
         store.finish_run(run_id=run_id, status="done")
         store.save_best(op=op, problem=problem, device=GPU, config=cfg, median_ms=ms, default_ms=ms * 1.2,
                         torch_ms=ms * 0.9, run_id=run_id)
@@ -125,6 +126,29 @@ def test_export_import_round_trips_exactly(url, tmp_path):
     assert import_data(target, data) == {"devices": 0, "runs": 0, "trials": 0, "best_configs": 0}
     only = export_data(source, op="matmul", problem_key="32x4096x4096:float16")
     assert [b["problem_key"] for b in only["best_configs"]] == ["32x4096x4096:float16"]
+
+
+def test_an_export_listing_rejections_as_trials_is_imported_as_counts(url, tmp_path):
+    """Files exported before rejections were counts hold one `invalid` trial per rejected config."""
+    source = Store(url)
+    _fill(source)
+    data = export_data(source)
+    run = data["runs"][0]
+    # a run counts its rejections per rule (a config breaking two rules counts under each)
+    assert run["rejected"] > 0 and sum(e["count"] for e in run["rejections"].values()) >= run["rejected"]
+    old = {k: v for k, v in run.items() if k not in ("rejected", "rejections")}
+    old["trials"] = run["trials"] + [
+        {"config": {"BLOCK_M": 256}, "config_key": f"r{i}", "status": "invalid", "median_ms": None, "p20_ms": None,
+         "p80_ms": None, "retimed_ms": None, "compile_s": None, "created_at": run["started_at"],
+         "error": f"shared memory {i * 1000} B (pipeline) exceeds the device's 232448 B per block"}
+        for i in range(3)]
+    target = Store(f"sqlite:///{tmp_path / 'copy.db'}")
+    counts = import_data(target, {**data, "runs": [old], "best_configs": []})
+    assert counts["trials"] == 2  # the measured and the timed-out trial; the three rejections became counts
+    imported = export_data(target)["runs"][0]
+    assert imported["rejected"] == 3 and imported["rejections"] == {
+        "shared memory N B (pipeline) exceeds the device's N B per block": {
+            "count": 3, "example": "shared memory 0 B (pipeline) exceeds the device's 232448 B per block"}}
 
 
 def test_import_never_replaces_a_faster_result(url, tmp_path):

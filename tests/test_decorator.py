@@ -281,7 +281,7 @@ def test_the_cli_tunes_a_recorded_kernel_problem(url, use):
 def test_the_service_and_the_report_show_a_decorated_kernel(url, use, tmp_path):
     """GET /config answers for a decorated kernel on a service that loads its module (AUTOTUNER_PLUGINS), the key
     passed as `shape` and the tensor dtypes as `dtype`; the report draws it against its default config."""
-    from tests.test_api import running_server
+    from tests.server import running_server
 
     use(on_miss="tune")
     dk.scale_kernel[grid(700)](torch.randn(700), torch.empty(700), 700, 3.0)

@@ -6,6 +6,7 @@ enumerations and patterns), so an op added to the registry appears in the API wi
     results     GET /results, /results/{id}, /devices
     jobs        POST /jobs, GET /jobs, /jobs/{id}
     operations  GET /healthz, /metrics
+    pages       GET /, /ui/results/{id}, /ui/queue   HTML for people (not in the OpenAPI schema)
 """
 
 from __future__ import annotations
@@ -14,9 +15,9 @@ from typing import Any
 
 from fastapi import APIRouter
 
-from api.routes import config, jobs, operations, results
+from api.routes import config, jobs, operations, pages, results
 from search_spaces.contract import TunableOp
 
 
 def routers(ops: list[TunableOp[Any]]) -> list[APIRouter]:
-    return [config.router(ops), results.router(), jobs.router(ops), operations.router()]
+    return [config.router(ops), results.router(), jobs.router(ops), operations.router(), pages.router()]

@@ -61,15 +61,20 @@ def router() -> APIRouter:
         return ResultPage(total=total, limit=limit, offset=offset, items=[ResultOut(**result_fields(r)) for r in rows])
 
     @api.get("/results/{result_id}", response_model=ResultDetail, responses={404: {"model": ErrorOut}, **UNAVAILABLE})
-    def get_result(store: StoreDep, result_id: Id) -> ResultDetail:
-        """One stored best config with the run that found it and every trial of that run."""
-        found = store.result(result_id)
+    def get_result(store: StoreDep, result_id: Id, trials_limit: Annotated[int, Query(ge=1, le=500)] = 100,
+                   trials_offset: Offset = 0) -> ResultDetail:
+        """One stored best config with the run that found it: the run's rejections as counts per rule, and one
+        page of its measured and failed trials in the order measured."""
+        found = store.result(result_id, with_trials=False)
         if found is None:
             raise NotFound(f"no result with id {result_id}")
         row, run = found
+        trials, total = store.trials_page(run.id, limit=trials_limit, offset=trials_offset) if run else ([], 0)
         return ResultDetail(
             **result_fields(row),
-            run=RunOut.model_validate(run, from_attributes=True) if run else None,
-            trials=[TrialOut.model_validate(t, from_attributes=True) for t in (run.trials if run else [])])
+            run=RunOut.model_validate({**{k: getattr(run, k) for k in RunOut.model_fields},
+                                       "rejections": run.rejections or {}}) if run else None,
+            trials=[TrialOut.model_validate(t, from_attributes=True) for t in trials],
+            trials_total=total, trials_limit=trials_limit, trials_offset=trials_offset)
 
     return api

@@ -1,0 +1,218 @@
+"""The results pages, for people: server-rendered HTML (Jinja2, every value escaped), read-only, no token.
+
+    GET /                     devices and their tuned problems (sortable, filterable by op) and the report chart
+    GET /ui/results/{id}      one result: its run's trials drawn, the config table, how to launch with it
+    GET /ui/queue             the job queue; /ui/queue/rows is the part the page re-fetches every few seconds
+
+Styles and the one small script ship in api/static (served at /static): the pages work with no internet.
+The pages are left out of the OpenAPI schema: they are not an API.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import HTMLResponse
+from fastapi.staticfiles import StaticFiles
+from fastapi.templating import Jinja2Templates
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from sqlalchemy.exc import InterfaceError, OperationalError
+
+from api import charts
+from api.deps import State
+from api.routes.results import Id, result_fields
+from autotuner.registry import UnknownOpError, get_op
+from autotuner.report import speedups
+from autotuner.roofline import fraction
+from autotuner.serving import device_info
+from autotuner.store import Store, stored_best
+from db.engine import DatabaseUnavailable, NotAutotunerDatabase
+from db.models import JOB_STATES, BestConfig, Job
+
+HERE = Path(__file__).resolve().parent.parent
+STATIC = HERE / "static"
+TEMPLATES = Jinja2Templates(env=Environment(loader=FileSystemLoader(HERE / "templates"),
+                                            autoescape=select_autoescape(default=True, default_for_string=True)))
+TEMPLATES.env.filters.update(when=lambda t: when(t), ms=lambda v: "" if v is None else f"{v:.4g}",
+                             x=lambda v: "" if v is None else f"{v:.2f}x",
+                             pct=lambda v: "" if v is None else f"{v:.0%}")
+UNAVAILABLE = (DatabaseUnavailable, NotAutotunerDatabase, OperationalError, InterfaceError)
+QUEUE_LIMIT = 50  # jobs shown per state
+RESULTS_LIMIT = 500
+
+# column: (heading, key for sorting; None sorts last whichever the direction)
+COLUMNS: dict[str, tuple[str, Callable[[dict[str, Any]], Any]]] = {
+    "op": ("op / kernel", lambda r: r["op"]),
+    "shape": ("shape", lambda r: r["shape"]),
+    "dtype": ("dtype", lambda r: r["dtype"]),
+    "config": ("tuned config", lambda r: r["config_text"]),
+    "time": ("time (ms)", lambda r: r["median_ms"]),
+    "vs_default": ("vs default", lambda r: r["speedup_vs_default"]),
+    "vs_torch": ("vs torch", lambda r: r["speedup_vs_torch"]),
+    "roofline": ("roofline", lambda r: r["roofline"]),
+    "state": ("state", lambda r: r["stale"]),
+    "when": ("tuned", lambda r: r["updated_at"]),
+}
+
+
+def _utc(t: datetime | None) -> datetime | None:
+    return t.replace(tzinfo=timezone.utc) if t is not None and t.tzinfo is None else t
+
+
+def when(t: datetime | None) -> str:
+    t = _utc(t)
+    return t.strftime("%Y-%m-%d %H:%M UTC") if t else ""
+
+
+def age(t: datetime | None, now: datetime) -> str:
+    t = _utc(t)
+    if t is None:
+        return "never"
+    s = max(0.0, (now - t).total_seconds())
+    return f"{s:.0f} s ago" if s < 120 else f"{s / 60:.0f} min ago" if s < 7200 else f"{s / 3600:.1f} h ago"
+
+
+def result_view(row: BestConfig) -> dict[str, Any]:
+    """A stored best config as the pages show it: the API's fields, the problem's shape and dtype, the roofline
+    fraction, and why it is stale."""
+    view = result_fields(row)
+    view.update(shape=row.problem.get("shape", row.problem_key), dtype=row.problem.get("dtype", ""),
+                config_text=charts.config_text(row.config), roofline=None, stale_reason=None, call="", known=True)
+    try:
+        op = get_op(row.op)
+    except UnknownOpError:
+        view.update(known=False, stale_reason="this server does not load this kernel, so cannot vouch for it")
+        return view
+    view["stale_reason"] = stored_best(row, op.kernel_hash).stale_reason
+    view["call"] = op.call
+    try:
+        problem = op.problem_from_dict(row.problem)
+    except (TypeError, ValueError):  # a problem stored by another version of the op
+        return view
+    view["shape"] = problem.shape
+    if op.flops and op.bytes_moved:
+        view["roofline"] = fraction(device_info(row.device), op.flops(problem), op.bytes_moved(problem),
+                                    row.median_ms, view["dtype"])
+    return view
+
+
+def sort_rows(rows: list[dict[str, Any]], column: str, descending: bool) -> list[dict[str, Any]]:
+    key = COLUMNS[column][1]
+    present = [r for r in rows if key(r) is not None]
+    return sorted(present, key=key, reverse=descending) + [r for r in rows if key(r) is None]
+
+
+def triton_config(config: dict[str, Any]) -> str:
+    """The `triton.Config(...)` a `@triton.autotune` list takes for this config."""
+    cfg = dict(config)
+    extra = "".join(f", {k}={cfg.pop(k)!r}" for k in ("num_warps", "num_stages", "num_ctas") if k in cfg)
+    return f"triton.Config({cfg!r}{extra})"
+
+
+def _trial_points(trials: list[Any]) -> list[charts.TrialPoint]:
+    return [charts.TrialPoint(i + 1, t.median_ms if t.status == "ok" else None, t.status, dict(t.config), t.error)
+            for i, t in enumerate(trials)]
+
+
+def router(templates: Jinja2Templates = TEMPLATES) -> APIRouter:
+    pages = APIRouter(include_in_schema=False)
+
+    def render(request: Request, name: str, status: int = 200, **context: Any) -> HTMLResponse:
+        return templates.TemplateResponse(request, name, context, status_code=status)
+
+    def open_store(st: Any) -> Store:
+        return st.store.get()  # type: ignore[no-any-return]
+
+    def unavailable(request: Request) -> HTMLResponse:
+        return render(request, "error.html", 503, title="Database unavailable",
+                      message="The result database is unavailable right now. This page will work again when it is "
+                              "back; try reloading in a few seconds.")
+
+    @pages.get("/", response_class=HTMLResponse)
+    def index(request: Request, st: State, op: Annotated[str | None, Query(max_length=200)] = None,
+              sort: Annotated[str, Query(max_length=20)] = "when",
+              order: Annotated[str, Query(max_length=20)] = "desc") -> HTMLResponse:
+        sort = sort if sort in COLUMNS else "when"  # a stale or hand-edited link still shows the page
+        order = order if order in ("asc", "desc") else "desc"
+        try:
+            store = open_store(st)
+            devices = store.devices()
+            rows, total = store.results_page(op=op or None, device_key=None, limit=RESULTS_LIMIT, offset=0)
+            all_ops = sorted({r.op for r in store.results()})
+            bars, left_out = speedups(store, op=op or None)
+            jobs = store.count_jobs()
+        except UNAVAILABLE:
+            return unavailable(request)
+        views = sort_rows([result_view(r) for r in rows], sort, order == "desc")
+        per_device = [(d, [v for v in views if v["device"] == d.key],
+                       charts.speedup_chart([b for b in bars if b.device == d.key])) for d in devices]
+        return render(request, "index.html", title="Tuned results", devices=per_device, op=op or "", ops=all_ops,
+                      sort=sort, order=order, columns=COLUMNS, total=total, shown=len(views), jobs=jobs,
+                      left_out=left_out)
+
+    @pages.get("/ui/results/{result_id}", response_class=HTMLResponse)
+    def result_page(request: Request, st: State, result_id: Id,
+                    param: Annotated[str | None, Query(max_length=100)] = None) -> HTMLResponse:
+        try:
+            found = open_store(st).result(result_id)
+        except UNAVAILABLE:
+            return unavailable(request)
+        if found is None:
+            return render(request, "error.html", 404, title="No such result",
+                          message=f"There is no result with id {result_id}.")
+        row, run = found
+        view = result_view(row)
+        shown = list(run.trials) if run else []  # measured and failed; rejections are the run's counts
+        rejected = sorted(((rule, e["count"], e["example"]) for rule, e in ((run.rejections or {}) if run else {}).items()),
+                          key=lambda r: -r[1])
+        points = _trial_points(shown)
+        names = charts.param_names(points)
+        param = param if param in names else (names[0] if names else None)
+        measured = [t for t in shown if t.status == "ok"]
+        return render(request, "result.html", title=f"{row.op} {view['shape']}", r=view, run=run, trials=shown,
+                      chart=charts.trials_chart(points), param=param, params=names,
+                      param_chart=charts.param_chart(points, param) if param else None,
+                      measured=len(measured), failed=len(shown) - len(measured), rejected=rejected,
+                      triton_config=triton_config(row.config), config_keys=list(row.config),
+                      statuses=Counter(t.status for t in shown))
+
+    def queue_context(st: Any) -> dict[str, Any]:
+        store = open_store(st)
+        now = datetime.now(timezone.utc)
+        counts = store.count_jobs()
+        sections: list[tuple[str, list[Job]]] = []
+        for state in ("running", "queued", "failed", "done"):
+            jobs, _ = store.jobs_page(state=state, limit=QUEUE_LIMIT, offset=0)
+            sections.append((state, jobs))
+        run_ids = [j.run_id for _, jobs in sections for j in jobs if j.run_id is not None]
+        return dict(sections=sections, counts=counts, now=now, age=age, states=JOB_STATES,
+                    results=store.results_of_runs(run_ids), limit=QUEUE_LIMIT,
+                    updated=now.strftime("%H:%M:%S UTC"))
+
+    @pages.get("/ui/queue", response_class=HTMLResponse)
+    def queue(request: Request, st: State) -> HTMLResponse:
+        try:
+            context = queue_context(st)
+        except UNAVAILABLE:
+            return unavailable(request)
+        return render(request, "queue.html", title="Job queue", **context)
+
+    @pages.get("/ui/queue/rows", response_class=HTMLResponse)
+    def queue_rows(request: Request, st: State) -> HTMLResponse:
+        try:
+            context = queue_context(st)
+        except UNAVAILABLE:
+            return render(request, "_unavailable.html", 503)
+        return render(request, "_queue.html", **context)
+
+    return pages
+
+
+def mount_static(app: Any) -> None:
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+
