@@ -3,7 +3,9 @@
 Answers are kept per raw query string for `config_cache_s`. A hit is answered by `ConfigFastPath`, a small ASGI
 middleware, without FastAPI's parameter parsing (a hit was validated when it was first computed). An expired
 answer is still served while one background refresh replaces it, so no request waits on the database once a
-query has been seen, and concurrent misses of one query share a single computation.
+query has been seen, and concurrent misses of one query share a single computation. A refresh that fails (the
+database is away) keeps the answer it would have replaced: it is served, with `X-Autotuner-Cache: stale`, and
+refreshed again after another `config_cache_s`.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 from api.metrics import Metrics
 
 JSON_HEADERS = [(b"content-type", b"application/json")]
+CACHE_HEADER = b"x-autotuner-cache"
 MAX_ENTRIES = 100_000
 
 
@@ -28,6 +31,7 @@ class Entry:
     source: str  # exact, nearest, default, or none (a 404)
     compute: Callable[[], Awaitable[tuple[int, bytes, str]]]
     refreshing: bool = False
+    stale: bool = False  # its last refresh failed
 
 
 class ConfigCache:
@@ -81,9 +85,16 @@ class ConfigCache:
 
     async def _refresh(self, key: bytes, entry: Entry) -> None:
         try:
-            self._store(key, await entry.compute(), entry.compute)
-        except Exception:
-            self.entries.pop(key, None)  # the next request recomputes it and sees the error itself
+            result = await entry.compute()
+        except Exception:  # the database is away: keep serving what we have, and try again later
+            entry.expires = time.monotonic() + max(self.ttl_s, 0.5)
+            entry.refreshing = False
+            entry.stale = True
+            return
+        if result[0] >= 500 and entry.status < 500:  # an answer that is an outage does not replace a real one
+            entry.expires, entry.refreshing, entry.stale = time.monotonic() + max(self.ttl_s, 0.5), False, True
+            return
+        self._store(key, result, entry.compute)
 
 
 class ConfigFastPath:
@@ -100,7 +111,9 @@ class ConfigFastPath:
             if entry is not None:
                 scope["autotuner.route"] = "/config"
                 self.metrics.lookups.labels(entry.source).inc()
-                headers = [*JSON_HEADERS, (b"content-length", str(len(entry.body)).encode())]
+                fresh = not entry.stale and entry.expires > time.monotonic()
+                headers = [*JSON_HEADERS, (b"content-length", str(len(entry.body)).encode()),
+                           (CACHE_HEADER, b"hit" if fresh else b"stale")]
                 await send({"type": "http.response.start", "status": entry.status, "headers": headers})
                 await send({"type": "http.response.body", "body": entry.body})
                 return

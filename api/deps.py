@@ -10,7 +10,7 @@ and answers 503 while it cannot be opened; `require_token` guards writes.
 from __future__ import annotations
 
 import hmac
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -37,15 +37,27 @@ class ServiceState:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.store = LazyStore(settings.db_url, create=True, retry_s=RECONNECT_S)
+        self.store = LazyStore(settings.db_url, create=True, retry_s=RECONNECT_S, timeout_s=settings.db_timeout_s)
         self.config_cache = ConfigCache(settings.config_cache_s)
         self.metrics = Metrics(lambda: self.store.get().count_jobs())
+        self.write_routes: list[Any] = []  # the routes that need the token (create_app fills it)
+
+    def is_write(self, scope: dict[str, Any]) -> bool:
+        from starlette.routing import Match
+
+        return any(r.matches(scope)[0] == Match.FULL for r in self.write_routes)
+
+    def check_authorization(self, header: str | None) -> None:
+        """The `Authorization` header of a write, checked before its body is read (api.guard)."""
+        scheme, _, given = (header or "").partition(" ")
+        ok = scheme.lower() == "bearer" and given.strip()
+        self.check_token(HTTPAuthorizationCredentials(scheme="Bearer", credentials=given.strip()) if ok else None)
 
     def check_token(self, credentials: HTTPAuthorizationCredentials | None) -> None:
         """Writes need `Authorization: Bearer <AUTOTUNER_TOKEN>`; a server without a token refuses them all."""
         if not self.settings.token:
             raise Forbidden("this server was started without AUTOTUNER_TOKEN, so it accepts no writes")
-        given = credentials.credentials.strip() if credentials else ""
+        given = credentials.credentials if credentials else ""
         if not hmac.compare_digest(given.encode(), self.settings.token.encode()):
             raise Unauthorized("writes need the header 'Authorization: Bearer <token>' with the server's token")
 

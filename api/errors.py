@@ -17,6 +17,7 @@ from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from sqlalchemy.exc import InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match, Route
 
@@ -26,6 +27,7 @@ from autotuner.serving import AmbiguousDevice, InputError, NoSuchProblem
 from db.engine import DatabaseUnavailable, NotAutotunerDatabase
 
 log = logging.getLogger(__name__)
+UNAVAILABLE_DETAIL = "the result database is unavailable; try again shortly"
 
 
 def error(status: int, detail: Any, headers: dict[str, str] | None = None, **extra: Any) -> JSONResponse:
@@ -48,6 +50,15 @@ def validation_detail(errors: list[Any]) -> list[dict[str, Any]]:
         ctx = {k: v if isinstance(v, (str, int, bool)) or v is None else str(v) for k, v in e.get("ctx", {}).items()
                if k != "discriminator"}
         out.append({"loc": loc, "msg": e.get("msg", ""), "type": e.get("type", ""), **({"ctx": ctx} if ctx else {})})
+    return out
+
+
+def _flat(routes: list[Any]) -> list[Any]:
+    """The app's routes with included routers opened (FastAPI keeps each as one entry that holds its routes)."""
+    out = []
+    for r in routes:
+        inner = getattr(r, "original_router", None)
+        out.extend(_flat(list(inner.routes)) if inner is not None else [r])
     return out
 
 
@@ -81,17 +92,18 @@ def install(app: FastAPI) -> None:
         return error(403, str(exc))
 
     async def unavailable(_: Request, exc: Exception) -> JSONResponse:
-        log.warning("database unavailable: %s", exc)
-        return error(503, f"the result database is unavailable: {str(exc).splitlines()[0][:300]}", {"Retry-After": "1"})
+        # Where the database is and what its driver said is for the operator's log, not for every client.
+        log.warning("database unavailable: %s: %s", type(exc).__name__, str(exc).splitlines()[0][:500] if str(exc) else "")
+        return error(503, UNAVAILABLE_DETAIL, {"Retry-After": "1"})
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
         if exc.status_code == 405:
             # Starlette names only the first route's methods; a path served by several routes allows them all.
-            allowed = sorted({m for r in app.routes if isinstance(r, Route) and r.methods
+            allowed = sorted({m for r in _flat(app.routes) if isinstance(r, Route) and r.methods
                               and r.matches(request.scope)[0] != Match.NONE for m in r.methods})
             return error(405, "Method Not Allowed", {"Allow": ", ".join(allowed)})
         return await http_exception_handler(request, exc)
 
-    for exc_type in (DatabaseUnavailable, NotAutotunerDatabase, OperationalError, InterfaceError):
+    for exc_type in (DatabaseUnavailable, NotAutotunerDatabase, OperationalError, InterfaceError, PoolTimeout):
         app.add_exception_handler(exc_type, unavailable)

@@ -41,16 +41,46 @@ def _size(n: float) -> str:
     raise AssertionError("unreachable")
 
 
-def check_fits(op: Op, problem: Any, device: DeviceInfo, cap_bytes: int | None = None) -> None:
-    """Raise ProblemTooLarge naming the need and the limit when tuning `problem` would not fit."""
-    if op.bytes_moved is None:
-        return  # no cost model: nothing to check against
+INDEX_LIMIT = 2**31 - 1  # the kernels compute offsets in 32-bit integers
+
+
+def check_indexable(op: Op, problem: Any) -> None:
+    """Raise ProblemTooLarge when one of the problem's tensors has more elements than 32-bit offsets reach."""
+    if op.elements is None:
+        return
+    n = op.elements(problem)
+    if n > INDEX_LIMIT:
+        raise ProblemTooLarge(f"{op.name} {problem.key} has a tensor of {n:,} elements; the kernels index with 32-bit "
+                              f"offsets, so at most {INDEX_LIMIT:,}; choose a smaller shape")
+
+
+def _check_memory(op: Op, problem: Any, limit: int, where: str) -> None:
+    if op.bytes_moved is None or limit <= 0:
+        return  # no cost model, or no limit known: nothing to check against
     need = FOOTPRINT * op.bytes_moved(problem)
+    if need > limit:
+        raise ProblemTooLarge(
+            f"{op.name} {problem.key} needs about {_size(need)} to tune (inputs, output and the float32 "
+            f"reference), more than {where}: {_size(limit)}; choose a smaller shape")
+
+
+def check_fits(op: Op, problem: Any, device: DeviceInfo, cap_bytes: int | None = None) -> None:
+    """Raise ProblemTooLarge naming the need and the limit when tuning `problem` would not fit on `device`, or
+    its tensors are beyond the kernels' index range."""
+    check_indexable(op, problem)
     limit = memory_limit(device)
     where = "this host's memory (the interpreter)" if device.is_interpreter else f"{device.key}'s memory"
     if cap_bytes is not None and (limit <= 0 or cap_bytes < limit):
         limit, where = cap_bytes, "the configured cap (AUTOTUNER_MAX_PROBLEM_BYTES)"
-    if limit > 0 and need > limit:
-        raise ProblemTooLarge(
-            f"{op.name} {problem.key} needs about {_size(need)} to tune (inputs, output and the float32 "
-            f"reference), more than {where}: {_size(limit)}; choose a smaller shape")
+    _check_memory(op, problem, limit, where)
+
+
+def check_queueable(op: Op, problem: Any, device_memory: list[int], cap_bytes: int | None = None) -> None:
+    """What the service checks before queueing a job for any worker: the index range, and the memory of the
+    largest device the database knows (or the configured cap, if smaller or no device is known yet)."""
+    check_indexable(op, problem)
+    largest = max(device_memory, default=0)
+    if cap_bytes is not None and (largest <= 0 or cap_bytes < largest):
+        _check_memory(op, problem, cap_bytes, "the configured cap (AUTOTUNER_MAX_PROBLEM_BYTES)")
+    else:
+        _check_memory(op, problem, largest, "the memory of the largest device this service knows")

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+MIN_BEATS_PER_LEASE = 3  # a lease shorter than this many heartbeats takes jobs from healthy workers
 
 
 class Settings(BaseSettings):
@@ -38,3 +40,42 @@ class Settings(BaseSettings):
     lease_s: float = Field(120.0, gt=0, description="A running job whose heartbeat is older is queued again")
     max_attempts: int = Field(3, ge=1, description="A job that failed this many times is marked failed")
     poll_s: float = Field(2.0, gt=0, description="An idle worker looks for queued jobs this often")
+    db_timeout_s: float = Field(5.0, gt=0, description="Every database call of the service is bounded by this: "
+                                                      "statement, lock and pool waits, a stalled connection")
+    request_timeout_s: float = Field(8.0, gt=0, description="A request the service has not answered in this long "
+                                                           "is answered 503 (the database stalled)")
+    max_body_bytes: int = Field(16_384, ge=1024, description="Request bodies larger than this are refused (413) "
+                                                             "before they are read")
+    db_retry_s: float = Field(300.0, ge=0, description="A worker retries a failed database write for this long "
+                                                       "(keeping measured trials in memory) before giving its job up")
+
+    @field_validator("token")
+    @classmethod
+    def _token(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        value = value.strip()  # a trailing newline from a file or a shell is not part of it
+        if not value:
+            raise ValueError("empty (or only whitespace); unset it to refuse writes")
+        if any(c.isspace() for c in value):
+            raise ValueError("holds whitespace, which a bearer token cannot carry")
+        return value
+
+    @model_validator(mode="after")
+    def _lease_vs_heartbeat(self) -> Settings:
+        if self.lease_s < MIN_BEATS_PER_LEASE * self.heartbeat_s:
+            raise ValueError(
+                f"AUTOTUNER_LEASE_S={self.lease_s:g} is shorter than {MIN_BEATS_PER_LEASE} heartbeats "
+                f"(AUTOTUNER_HEARTBEAT_S={self.heartbeat_s:g}): healthy workers would take jobs from each other; "
+                f"set AUTOTUNER_LEASE_S to at least {MIN_BEATS_PER_LEASE * self.heartbeat_s:g}")
+        return self
+
+
+def settings_error(exc: ValidationError) -> str:
+    """A settings ValidationError in one line, naming the environment variables."""
+    parts = []
+    for e in exc.errors():
+        name = ".".join(str(x) for x in e["loc"])
+        where = f"AUTOTUNER_{name.upper()}: " if name else ""
+        parts.append(where + str(e["msg"]).removeprefix("Value error, "))
+    return "bad settings: " + "; ".join(parts)

@@ -54,10 +54,15 @@ def stored_best(row: BestConfig, kernel_hash: str, triton_version: str | None = 
                       row.problem_key, bool(reasons), "; ".join(reasons) or None, row.updated_at, row.run_id, row.id)
 
 
+class NotHeld(RuntimeError):
+    """A write on behalf of a job that is no longer the writer's (it was taken back)."""
+
+
 class Store:
-    def __init__(self, url: str | None, *, create: bool = True) -> None:
-        """`create=False` for readers: a missing database raises db.engine.NoDatabase instead of being made."""
-        self.engine = open_engine(url, create=create)
+    def __init__(self, url: str | None, *, create: bool = True, timeout_s: float | None = None) -> None:
+        """`create=False` for readers: a missing database raises db.engine.NoDatabase instead of being made.
+        `timeout_s` bounds every wait on the database (db.engine.make_engine)."""
+        self.engine = open_engine(url, create=create, timeout_s=timeout_s)
         self._device_ids: dict[str, int] = {}
 
     def device_id(self, device: DeviceInfo) -> int:
@@ -91,14 +96,23 @@ class Store:
         with session_scope(self.engine) as s:
             repo.set_retimed(s, trial_id=trial_id, retimed_ms=retimed_ms)
 
-    def finish_run(self, *, run_id: int, status: str, error: str | None = None) -> None:
+    def finish_run(self, *, run_id: int, status: str, error: str | None = None,
+                   holder: tuple[int, str] | None = None) -> None:
+        """`holder` (job id, worker): end the run only while that worker holds that job (else NotHeld)."""
         with session_scope(self.engine) as s:
+            if holder is not None and not queue.holds(s, job_id=holder[0], worker=holder[1]):
+                raise NotHeld(f"job {holder[0]} is no longer {holder[1]}'s")
             repo.finish_run(s, run_id=run_id, status=status, error=error)
 
     def save_best(self, *, op: Op, problem: Any, device: DeviceInfo, config: dict[str, Any], median_ms: float,
-                  default_ms: float | None, torch_ms: float | None, run_id: int | None) -> bool:
+                  default_ms: float | None, torch_ms: float | None, run_id: int | None,
+                  holder: tuple[int, str] | None = None) -> bool:
+        """Store the winner unless a faster one is stored; `holder` (job id, worker): only while that worker
+        holds that job, checked in the same transaction (else NotHeld, and nothing is written)."""
         device_id = self.device_id(device)
         with session_scope(self.engine) as s:
+            if holder is not None and not queue.holds(s, job_id=holder[0], worker=holder[1]):
+                raise NotHeld(f"job {holder[0]} is no longer {holder[1]}'s")
             return repo.save_best(s, op=op.name, problem_key=problem.key, problem=dataclasses.asdict(problem),
                                   device_id=device_id, kernel_hash=op.kernel_hash, triton_version=versions()[0],
                                   config=config, median_ms=median_ms, default_ms=default_ms, torch_ms=torch_ms,
@@ -298,9 +312,10 @@ class LazyStore:
     database. A failure to open is remembered for `retry_s`, so callers do not hammer a dead database; `get`
     raises it, `peek` hands it back as text."""
 
-    def __init__(self, url: str | None, *, create: bool, retry_s: float) -> None:
+    def __init__(self, url: str | None, *, create: bool, retry_s: float, timeout_s: float | None = None) -> None:
         self.url = url
         self.create = create
+        self.timeout_s = timeout_s
         self.retry_s = retry_s
         self._store: Store | None = None
         self._failed_at = float("-inf")
@@ -315,7 +330,7 @@ class LazyStore:
                 if self._error is not None and time.monotonic() - self._failed_at < self.retry_s:
                     raise self._error
                 try:
-                    self._store = Store(self.url, create=self.create)
+                    self._store = Store(self.url, create=self.create, timeout_s=self.timeout_s)
                     self._error = None
                 except (DatabaseUnavailable, NotAutotunerDatabase) as exc:
                     self._failed_at, self._error = time.monotonic(), exc
@@ -333,7 +348,7 @@ class LazyStore:
         """The store for a write: the one opened, or else the database is created now (and kept for reads)."""
         store = self.peek()[0]
         if store is None:
-            store = Store(self.url, create=True)
+            store = Store(self.url, create=True, timeout_s=self.timeout_s)
             with self._lock:
                 self._store, self._error = store, None
         return store

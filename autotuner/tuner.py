@@ -24,6 +24,7 @@ from typing import Any
 
 from autotuner.device import DeviceInfo, current_device
 from autotuner.fits import check_fits
+from autotuner.job_store import JobStore
 from autotuner.measure import LiveMeasurer, Measured, Measurer, run_search
 from autotuner.registry import Op
 from autotuner.roofline import fraction
@@ -70,7 +71,7 @@ def tune(
     op: Op,
     problem: Any,
     *,
-    store: Store,
+    store: Store | JobStore,  # a worker's JobStore rides out database outages
     settings: Settings,
     strategy: str = "tpe",
     trials: int | None = None,

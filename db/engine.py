@@ -18,6 +18,8 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DatabaseError, NoSuchModuleError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
+from db import deadline as db_deadline
+
 MIGRATIONS = Path(__file__).parent / "migrations"
 SQLITE_BUSY_TIMEOUT_MS = 60_000
 MIGRATION_LOCK = 0x6175746F  # pg_advisory_xact_lock key held while migrating
@@ -49,9 +51,27 @@ def _sqlite_pragmas(dbapi_conn, _record) -> None:  # type: ignore[no-untyped-def
 DB_HINT = "use sqlite:///PATH or postgresql+psycopg://USER@HOST:PORT/DB (--db or AUTOTUNER_DB_URL)"
 
 
-def make_engine(url: str | None = None) -> Engine:
+# Bounds for a database that stalls or vanishes. PostgreSQL: the server's statement and lock timeouts, TCP
+# keepalives and a user timeout for a peer that is gone, and a client-side deadline (db.deadline) a little
+# longer than the statement timeout for a server that never answers. SQLite: the busy timeout.
+DEFAULT_TIMEOUT_S = 30.0
+
+
+def _pg_connect_args(timeout_s: float) -> dict[str, object]:
+    ms = int(timeout_s * 1000)
+    return {"connect_timeout": max(1, int(timeout_s + 0.999)),
+            "options": f"-c statement_timeout={ms} -c lock_timeout={ms} -c idle_in_transaction_session_timeout="
+                       f"{max(ms * 12, 60_000)}",
+            "keepalives": 1, "keepalives_idle": 5, "keepalives_interval": 2, "keepalives_count": 3,
+            "tcp_user_timeout": ms}
+
+
+def make_engine(url: str | None = None, *, timeout_s: float | None = None) -> Engine:
     """An engine for `url` (default: a SQLite file in the user's data directory); nothing is created or
-    migrated here, and no connection is made."""
+    migrated here, and no connection is made. On PostgreSQL, `timeout_s` (default 30 s) bounds every wait on
+    the database: a statement, a lock, a connection from the pool, a server that stopped answering. SQLite
+    keeps its 60 s busy timeout (two workers and the service share one file without "database is locked"); the
+    service bounds its requests itself (api.guard.Deadline)."""
     url = url or default_url()
     try:
         parsed = make_url(url)
@@ -62,8 +82,14 @@ def make_engine(url: str | None = None) -> Engine:
             engine = create_engine(parsed, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
             event.listen(engine, "connect", _sqlite_pragmas)
             return engine
-        return create_engine(parsed, pool_pre_ping=True, connect_args={"connect_timeout": 5}
-                             if parsed.get_backend_name() == "postgresql" else {})
+        if parsed.get_backend_name() != "postgresql":
+            return create_engine(parsed, pool_pre_ping=True)
+        bound = timeout_s if timeout_s is not None else DEFAULT_TIMEOUT_S
+        args = _pg_connect_args(bound)
+        args.update(parsed.query)  # what the URL sets itself wins (?connect_timeout=1)
+        engine = create_engine(parsed.set(query={}), pool_pre_ping=True, pool_timeout=bound, connect_args=args)
+        db_deadline.install(engine, bound + 1.0)  # the server's statement timeout answers first when it can
+        return engine
     except NoSuchModuleError:
         raise DatabaseUnavailable(f"unknown database scheme {parsed.drivername!r} in {url!r}; {DB_HINT}") from None
     except ImportError as exc:
@@ -163,7 +189,10 @@ def upgrade(engine: Engine) -> str:
         return state
     if engine.dialect.name == "postgresql":
         # Several workers may start at once on a new database: one migrates, the others wait for it.
-        with engine.begin() as conn:
+        with engine.begin() as conn, db_deadline.without_deadline(conn.connection.dbapi_connection):
+            # a migration may take long on a large database, and other workers wait for it: no timeouts here
+            conn.exec_driver_sql("SET LOCAL statement_timeout = 0")
+            conn.exec_driver_sql("SET LOCAL lock_timeout = 0")
             conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK})")
             if MigrationContext.configure(conn).get_current_revision() != head_revision():
                 command.upgrade(_alembic_config(conn), "head")
@@ -208,11 +237,11 @@ _READY: set[str] = set()
 _MIGRATING = threading.RLock()
 
 
-def open_engine(url: str | None = None, *, create: bool = True) -> Engine:
+def open_engine(url: str | None = None, *, create: bool = True, timeout_s: float | None = None) -> Engine:
     """An engine whose schema is current. `create`: a missing database is created at the latest schema (the
     tuner, the worker, the service); otherwise (reads: show, export, report, library lookups) a missing
-    file or an empty database raises NoDatabase and nothing is written."""
-    engine = make_engine(url)
+    file or an empty database raises NoDatabase and nothing is written. `timeout_s`: see make_engine."""
+    engine = make_engine(url, timeout_s=timeout_s)
     path = sqlite_path(engine)
     if path is not None and not path.exists():
         if not create:

@@ -83,6 +83,15 @@ def heartbeat(session: Session, *, job_id: int, worker: str) -> bool:
     return bool(result.rowcount == 1)
 
 
+def holds(session: Session, *, job_id: int, worker: str) -> bool:
+    """Whether `worker` holds the running job, locking its row until the transaction ends (PostgreSQL), so it
+    cannot be taken back between this check and the writes that depend on it."""
+    q = select(Job.id).where(Job.id == job_id, Job.worker == worker, Job.state == "running")
+    if session.get_bind().dialect.name == "postgresql":
+        q = q.with_for_update()
+    return session.scalar(q) is not None
+
+
 def finish_job(session: Session, *, job_id: int, worker: str, run_id: int | None) -> bool:
     result: Any = session.execute(update(Job).where(Job.id == job_id, Job.worker == worker, Job.state == "running")
                                   .values(state="done", run_id=run_id, error=None, finished_at=utcnow()))

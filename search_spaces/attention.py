@@ -79,6 +79,10 @@ def flops(p: AttentionProblem) -> float:
     return f / 2 if p.causal else f
 
 
+def elements(p: AttentionProblem) -> int:
+    return p.batch * p.heads * p.seq * p.head_dim
+
+
 def bytes_moved(p: AttentionProblem) -> float:
     return 4.0 * p.batch * p.heads * p.seq * p.head_dim * ELEMENT_BYTES[p.dtype]
 
@@ -171,6 +175,6 @@ OP: TunableOp[AttentionProblem] = TunableOp(
     launch=lambda inputs, config: k_attention.attention(*_qkv(inputs), config, causal=bool(inputs.get("causal"))),
     make_inputs=make_inputs, problem_from_inputs=problem_from_inputs,
     reference=lambda inputs: k_attention.reference(*_qkv(inputs), bool(inputs.get("causal"))),
-    tolerance=DOT_TOLERANCE, sources=(k_attention, _checks), flops=flops, bytes_moved=bytes_moved,
+    tolerance=DOT_TOLERANCE, sources=(k_attention, _checks), flops=flops, bytes_moved=bytes_moved, elements=elements,
     baseline=lambda inputs: k_attention.baseline(*_qkv(inputs), bool(inputs.get("causal"))),
 )

@@ -156,6 +156,7 @@ class TunableOp(Generic[P]):
     sources: tuple[ModuleType | Callable[..., Any], ...] = ()  # their source text is the result's kernel hash
     flops: Callable[[P], float] | None = None
     bytes_moved: Callable[[P], float] | None = None
+    elements: Callable[[P], int] | None = None  # its largest tensor's element count (32-bit offsets in the kernels)
     checked: Callable[[Inputs, Mapping[str, Any]], Any] | None = None  # a launch whose outputs are compared
     # (default: `launch`); for a kernel writing into its arguments, their copies taken before any restore
     baseline: Callable[[Inputs], Any] | None = None  # torch's own version, for speedups

@@ -67,6 +67,10 @@ def flops(p: GeluProblem) -> float:
     return 10.0 * p.n
 
 
+def elements(p: GeluProblem) -> int:
+    return p.n
+
+
 def bytes_moved(p: GeluProblem) -> float:
     return 2.0 * p.n * ELEMENT_BYTES[p.dtype]
 
@@ -110,7 +114,7 @@ OP: TunableOp[GeluProblem] = TunableOp(
     launch=lambda inputs, config: k_gelu.gelu(inputs["x"], config, inputs.get("approximate", "tanh")),
     make_inputs=make_inputs, problem_from_inputs=problem_from_inputs,
     reference=lambda inputs: k_gelu.reference(inputs["x"], inputs.get("approximate", "tanh")),
-    tolerance=ELEMENTWISE_TOLERANCE, sources=(k_gelu, _checks), flops=flops, bytes_moved=bytes_moved,
+    tolerance=ELEMENTWISE_TOLERANCE, sources=(k_gelu, _checks), flops=flops, bytes_moved=bytes_moved, elements=elements,
     baseline=lambda inputs: k_gelu.baseline(inputs["x"], inputs.get("approximate", "tanh")),
     variants={"manual (unfused torch)": lambda inputs: k_gelu.manual(inputs["x"], inputs.get("approximate", "tanh"))},
 )

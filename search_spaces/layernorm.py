@@ -37,6 +37,10 @@ def flops(p: LayerNormProblem) -> float:
     return 8.0 * p.rows * p.cols
 
 
+def elements(p: LayerNormProblem) -> int:
+    return p.rows * p.cols
+
+
 def bytes_moved(p: LayerNormProblem) -> float:
     return (2.0 * p.rows * p.cols + 2.0 * p.cols) * element_bytes(p)
 
@@ -55,6 +59,6 @@ OP: TunableOp[Any] = TunableOp(
     launch=lambda inputs, config: k_layernorm.layer_norm(*_args(inputs), config),
     make_inputs=make_inputs, problem_from_inputs=problem_from_inputs,
     reference=lambda inputs: k_layernorm.reference(*_args(inputs)), tolerance=ELEMENTWISE_TOLERANCE,
-    sources=(k_layernorm, _checks), flops=flops, bytes_moved=bytes_moved,
+    sources=(k_layernorm, _checks), flops=flops, bytes_moved=bytes_moved, elements=elements,
     baseline=lambda inputs: k_layernorm.baseline(*_args(inputs)),
 )

@@ -79,6 +79,10 @@ def flops(p: MatmulProblem) -> float:
     return 2.0 * p.M * p.N * p.K
 
 
+def elements(p: MatmulProblem) -> int:
+    return max(p.M * p.K, p.K * p.N, p.M * p.N)
+
+
 def bytes_moved(p: MatmulProblem) -> float:
     e = ELEMENT_BYTES[p.dtype]
     return float(e * (p.M * p.K + p.K * p.N + p.M * p.N + (p.N if p.epilogue.startswith("bias") else 0)))
@@ -192,6 +196,6 @@ OP: TunableOp[MatmulProblem] = TunableOp(
     launch=_launch,
     make_inputs=make_inputs, problem_from_inputs=problem_from_inputs,
     reference=lambda inputs: k_matmul.reference(*_mm(inputs)), tolerance=DOT_TOLERANCE,
-    sources=(k_matmul, _checks), flops=flops, bytes_moved=bytes_moved,
+    sources=(k_matmul, _checks), flops=flops, bytes_moved=bytes_moved, elements=elements,
     baseline=lambda inputs: k_matmul.baseline(*_mm(inputs)),
 )

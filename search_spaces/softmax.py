@@ -31,6 +31,10 @@ def flops(p: SoftmaxProblem) -> float:
     return 5.0 * p.rows * p.cols  # max, sub, exp, sum, div
 
 
+def elements(p: SoftmaxProblem) -> int:
+    return p.rows * p.cols
+
+
 def bytes_moved(p: SoftmaxProblem) -> float:
     return 2.0 * p.rows * p.cols * element_bytes(p)
 
@@ -44,7 +48,7 @@ OP: TunableOp[Any] = TunableOp(
     launch=lambda inputs, config: k_softmax.softmax(inputs["x"], config),
     make_inputs=make_inputs, problem_from_inputs=problem_from_inputs,
     reference=lambda inputs: k_softmax.reference(inputs["x"]), tolerance=ELEMENTWISE_TOLERANCE,
-    sources=(k_softmax, _checks), flops=flops, bytes_moved=bytes_moved,
+    sources=(k_softmax, _checks), flops=flops, bytes_moved=bytes_moved, elements=elements,
     baseline=lambda inputs: torch.softmax(inputs["x"], dim=-1),
     variants={"manual (unfused torch)": lambda inputs: k_softmax.manual(inputs["x"])},
 )

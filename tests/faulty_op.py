@@ -66,3 +66,15 @@ def _unbuildable(problem: Any, device: str) -> dict[str, Any]:
 if "broken" not in op_names():
     register_op(dataclasses.replace(s_gelu.OP, name="broken", space=SPACE, launch=launch, make_inputs=_unbuildable,
                                     sources=(launch,)))
+
+
+def _too_large(problem: Any, device: str) -> dict[str, Any]:
+    """A real allocation far beyond any host's memory (the op declares no cost model, so nothing refused it
+    earlier): the trial worker's setup meets the allocator's own out-of-memory error."""
+    torch.empty(problem.n * 10**6, dtype=torch.uint8, device=device)
+    raise AssertionError("the allocation above cannot succeed")
+
+
+if "huge" not in op_names():
+    register_op(dataclasses.replace(s_gelu.OP, name="huge", space=SPACE, launch=launch, make_inputs=_too_large,
+                                    sources=(launch,), bytes_moved=None, elements=None))

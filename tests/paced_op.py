@@ -37,3 +37,15 @@ SPACE: Space[Any] = Space(
 
 if "paced" not in op_names():  # gelu's declaration with this launcher and space
     register_op(dataclasses.replace(s_gelu.OP, name="paced", space=SPACE, launch=launch, sources=(launch,)))
+
+
+# Many configs of known times (50-95 ms), for a job that runs long enough to be interrupted in the middle.
+MANY: Space[Any] = Space(
+    params=(Param("PAUSE_US", tuple(range(95_000, 45_000, -5_000))), Param("num_warps", (1,)),
+            Param("num_stages", (1,))),
+    constraints=(),
+    default_fn=lambda p, d: {"PAUSE_US": 95_000, "num_warps": 1, "num_stages": 1},
+)
+
+if "paced_many" not in op_names():
+    register_op(dataclasses.replace(s_gelu.OP, name="paced_many", space=MANY, launch=launch, sources=(launch,)))

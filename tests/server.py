@@ -38,7 +38,9 @@ def running_server(db_url: str, **env: str):
                 if proc.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError(f"server did not start: {proc.stdout.read() if proc.stdout else ''}") from None
                 time.sleep(0.1)
-        yield httpx.Client(base_url=base, timeout=10)
+        client = httpx.Client(base_url=base, timeout=10)
+        client.server_pid = proc.pid  # type: ignore[attr-defined]
+        yield client
     finally:
         proc.terminate()
         proc.wait(10)

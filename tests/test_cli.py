@@ -135,9 +135,14 @@ def test_replay_refuses_landscapes_it_cannot_replay(tmp_path):
 
 def test_a_problem_too_large_for_the_device_is_refused_before_anything_is_written(tmp_path):
     db = tmp_path / "big.db"
+    # beyond the kernels' 32-bit offsets
     out = cli("tune", "softmax", "--shape", "100000000x100000000", "--db", f"sqlite:///{db}")
-    assert out.returncode == 2 and "needs about" in out.stderr and "choose a smaller shape" in out.stderr
+    assert out.returncode == 2 and "32-bit offsets" in out.stderr and "choose a smaller shape" in out.stderr
     assert "Traceback" not in out.stderr and len(out.stderr.splitlines()) <= 3
+    # more memory than the device (here, the configured cap) holds
+    out = cli("tune", "softmax", "--shape", "20000x20000", "--db", f"sqlite:///{db}",
+              env={"AUTOTUNER_MAX_PROBLEM_BYTES": str(10**9)})
+    assert out.returncode == 2 and "needs about 6.4 GB" in out.stderr and "AUTOTUNER_MAX_PROBLEM_BYTES" in out.stderr
     assert rows(db, "tuning_runs") == rows(db, "trials") == 0
 
 

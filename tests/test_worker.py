@@ -187,14 +187,15 @@ def test_three_workers_drain_twelve_jobs_while_one_is_killed(url, tmp_path):
 
     with session_scope(store.engine) as s:
         rows = {j.id: j for j in s.scalars(select(Job))}
-        runs = list(s.scalars(select(TuningRun)))
+        runs = list(s.scalars(select(TuningRun).order_by(TuningRun.id)))
     assert set(rows) == set(jobs)
     assert all(j.state == "done" for j in rows.values()), {j.id: (j.state, j.error) for j in rows.values()}
     done_runs = [r.job_id for r in runs if r.status == "done"]
     assert sorted(done_runs) == sorted(jobs)  # every job done exactly once
     victim = rows[victim_job]
     assert victim.attempts == 2 and victim.worker in ("w2", "w3")
-    assert [r.status for r in runs if r.job_id == victim_job] == ["interrupted", "done"]
+    assert [r.status for r in runs if r.job_id == victim_job] == ["interrupted", "done"], \
+        [(r.id, r.status, r.error) for r in runs if r.job_id == victim_job]
     assert all(rows[j].attempts == 1 for j in jobs if j != victim_job)
     with session_scope(store.engine) as s:
         assert len(list(s.scalars(select(BestConfig)))) == 12

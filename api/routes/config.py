@@ -20,10 +20,11 @@ FIXED = ("op", "shape", "dtype", "device", "fallback", "kernel_hash", "triton_ve
 
 
 def _option_params(ops: list[TunableOp[Any]]) -> list[inspect.Parameter]:
-    """One query parameter per option name any op declares: its values, or a boolean."""
+    """One query parameter per option name any op declares: its values, or a boolean written `true` or `false`
+    (nothing else: `causal=no` is a 422, not a guess)."""
     params = []
     for m in merge_options(ops):
-        kind: Any = bool if m.choices is None else Literal[tuple(sorted(m.choices))]  # type: ignore[valid-type]
+        kind: Any = Literal["true", "false"] if m.choices is None else Literal[tuple(sorted(m.choices))]  # type: ignore[valid-type]
         params.append(inspect.Parameter(m.name, inspect.Parameter.KEYWORD_ONLY, default=None,
                                         annotation=Annotated[kind | None, Query(description=", ".join(m.owners))]))
     return params

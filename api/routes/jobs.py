@@ -4,9 +4,10 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Path, Query, Response
 
-from api.deps import StoreDep, Writer
+from api.deps import State, StoreDep, Writer
 from api.schemas import UNAVAILABLE, ErrorOut, JobOut, JobPage, job_models
 from autotuner import serving
+from autotuner.fits import ProblemTooLarge, check_queueable
 from autotuner.lookup import NotFound
 from db.models import Job
 from search_spaces.contract import TunableOp
@@ -29,8 +30,12 @@ def router(ops: list[TunableOp[Any]]) -> APIRouter:
     @api.post("/jobs", status_code=202, response_model=JobOut, dependencies=[Writer], responses={
         400: {"model": ErrorOut, "description": "The body is not JSON"},
         401: {"model": ErrorOut, "description": "No or wrong bearer token"},
-        403: {"model": ErrorOut, "description": "The server accepts no writes (no token set)"}, **UNAVAILABLE})
-    def post_job(store: StoreDep, body: Annotated[JobIn, Body()], response: Response) -> JobOut:  # type: ignore[valid-type]
+        403: {"model": ErrorOut, "description": "The server accepts no writes (no token set)"},
+        413: {"model": ErrorOut, "description": "The body is larger than AUTOTUNER_MAX_BODY_BYTES"},
+        422: {"description": "A value the schema refuses, a number that is not finite, or a problem too large for "
+                             "the memory of every device this service knows (or AUTOTUNER_MAX_PROBLEM_BYTES) or "
+                             "for the kernels' 32-bit offsets"}, **UNAVAILABLE})
+    def post_job(st: State, store: StoreDep, body: Annotated[JobIn, Body()], response: Response) -> JobOut:  # type: ignore[valid-type]
         """Queue a tuning job; a worker (`autotuner worker`) picks it up. Needs the server's bearer token."""
         options = body.options.model_dump()  # type: ignore[attr-defined]
         try:
@@ -38,6 +43,10 @@ def router(ops: list[TunableOp[Any]]) -> APIRouter:
         except serving.InputError as exc:  # the schema admits only parseable problems; kept as a guard
             field = exc.field if exc.field in ("op", "shape", "dtype") else f"options.{exc.field}"
             raise serving.InputError(field, exc.message, location="body") from None
+        try:  # a problem no device here could hold, or beyond the kernels' index range, is refused now
+            check_queueable(op, problem, [d.total_memory for d in store.devices()], st.settings.max_problem_bytes)
+        except ProblemTooLarge as exc:
+            raise serving.InputError("shape", str(exc), location="body") from None
         job_id = store.queue_job(op=op.name, shape=problem.shape, dtype=problem.dtype,
                                  options={k: getattr(problem, k) for k in op.option_names},
                                  strategy=body.strategy, budget_trials=body.trials,  # type: ignore[attr-defined]

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import logging
+
 from fastapi import APIRouter, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from api.deps import State
+from api.errors import UNAVAILABLE_DETAIL
 from api.schemas import HealthOut
+
+log = logging.getLogger(__name__)
 
 
 def router() -> APIRouter:
@@ -17,9 +22,10 @@ def router() -> APIRouter:
         """200 when the database answers, 503 when it does not."""
         try:
             backend = st.store.get().ping()
-        except Exception as exc:
+        except Exception as exc:  # what failed, and where the database is, goes to the log only
+            log.warning("healthz: database unavailable: %s: %s", type(exc).__name__, str(exc).splitlines()[:1])
             response.status_code = 503
-            return HealthOut(status="unavailable", database="unreachable", detail=str(exc).splitlines()[0][:300])
+            return HealthOut(status="unavailable", database="unreachable", detail=UNAVAILABLE_DETAIL)
         return HealthOut(status="ok", database=backend)
 
     @api.get("/metrics", include_in_schema=False)

@@ -22,6 +22,7 @@ from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from sqlalchemy.exc import InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from api import charts
 from api.deps import State
@@ -41,7 +42,7 @@ TEMPLATES = Jinja2Templates(env=Environment(loader=FileSystemLoader(HERE / "temp
 TEMPLATES.env.filters.update(when=lambda t: when(t), ms=lambda v: "" if v is None else f"{v:.4g}",
                              x=lambda v: "" if v is None else f"{v:.2f}x",
                              pct=lambda v: "" if v is None else f"{v:.0%}")
-UNAVAILABLE = (DatabaseUnavailable, NotAutotunerDatabase, OperationalError, InterfaceError)
+UNAVAILABLE = (DatabaseUnavailable, NotAutotunerDatabase, OperationalError, InterfaceError, PoolTimeout)
 QUEUE_LIMIT = 50  # jobs shown per state
 RESULTS_LIMIT = 500
 

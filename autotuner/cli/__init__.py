@@ -12,12 +12,19 @@ Shared options, the consoles and the error-to-exit-code mapping are in autotuner
 
 from __future__ import annotations
 
+import sys
+
 import typer
+from pydantic import ValidationError
 
 from autotuner.registry import load_plugins
-from autotuner.settings import Settings
+from autotuner.settings import Settings, settings_error
 
-load_plugins(Settings().plugins)  # before the commands are built: plugin ops bring their options to them
+try:
+    load_plugins(Settings().plugins)  # before the commands are built: plugin ops bring their options to them
+except ValidationError as _exc:
+    sys.stderr.write(f"error: {settings_error(_exc)}\n")
+    sys.exit(4)  # common.SETUP
 
 from autotuner.cli import bench, database, replay, service, show, transfer, tune  # noqa: E402
 

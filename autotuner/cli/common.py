@@ -65,13 +65,19 @@ def database_message(exc: BaseException) -> str:
 @contextmanager
 def clear_errors() -> Iterator[None]:
     """Turn the errors a command can meet into one line and an exit code instead of a traceback."""
+    from pydantic import ValidationError
     from sqlalchemy.exc import SQLAlchemyError
 
     from autotuner.runner import WorkerSetupError
+    from autotuner.settings import settings_error
     from db.engine import DatabaseUnavailable, NotAutotunerDatabase
 
     try:
         yield
+    except ValidationError as exc:
+        if exc.title != "Settings":
+            raise
+        fail(settings_error(exc), SETUP)
     except (DatabaseUnavailable, NotAutotunerDatabase) as exc:
         fail(str(exc), DATABASE)
     except SQLAlchemyError as exc:

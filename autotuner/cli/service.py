@@ -66,7 +66,8 @@ def worker(
     from db.engine import DatabaseUnavailable, NotAutotunerDatabase
 
     try:
-        handled = w.run(once=once, until_empty=until_empty)
+        w.run(once=once, until_empty=until_empty)
     except (DatabaseUnavailable, NotAutotunerDatabase) as exc:
         fail(str(exc), DATABASE)
-    event(f"worker {w.name} stopped: {handled} job(s) handled, {w.done} done, {w.failed} failed")
+    event(f"worker {w.name} stopped: {w.attempts} attempt(s) on jobs: {w.done} done, {w.failed} failed, "
+          f"{w.requeued} queued again, {w.lost} taken back by another worker")

@@ -1,0 +1,162 @@
+"""The store a worker hands the tuner for one job: writes that outlive a database outage, and a job that can be
+taken back.
+
+- A call that meets an unavailable database (refused, cut, stalled past its deadline) is retried with backoff
+  (0.5 s doubling to 5 s) for up to `retry_s`; then `DatabaseLost` is raised and the worker gives the job up.
+- A trial that cannot be written at once is kept in memory, the search goes on, and the kept trials are written
+  in order before the next write that gets through: nothing measured is lost while the worker lives. Its
+  re-timings follow it.
+- When the job is taken back (`lost()` is set by the worker's heartbeat), every call raises `JobLost`, so the
+  tuning stops at its next step; and the winner is stored, and the run marked done, only in a transaction that
+  finds the job still this worker's.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from sqlalchemy.exc import InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
+
+from autotuner.store import NotHeld, Store
+from db.engine import DatabaseUnavailable
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+TRANSIENT = (OperationalError, InterfaceError, PoolTimeout, DatabaseUnavailable)
+FIRST_WAIT_S, MAX_WAIT_S = 0.5, 5.0
+
+
+class JobLost(KeyboardInterrupt):
+    """The job was taken back from this worker: stop tuning it, and write nothing as its result. (A
+    KeyboardInterrupt, so the tuner marks its run interrupted, as for any stop.)"""
+
+
+class DatabaseLost(RuntimeError):
+    """The database stayed unavailable for longer than the worker may wait."""
+
+
+class JobStore:
+    def __init__(self, store: Store, *, job_id: int, worker: str, retry_s: float,
+                 on_event: Callable[[str], None] = log.info) -> None:
+        self.store = store
+        self.job_id = job_id
+        self.worker = worker
+        self.retry_s = retry_s
+        self.on_event = on_event
+        self.lost = threading.Event()
+        self.pending: list[tuple[int, dict[str, Any]]] = []  # (placeholder id, trial fields) not written yet
+        self._real: dict[int, int] = {}  # placeholder id -> the trial's id once written
+        self._retimed: list[tuple[int, float]] = []  # re-timings of trials still pending
+        self._placeholders = itertools.count(-1, -1)
+        self.outages = 0
+        self.gave_up = False  # DatabaseLost was raised: later writes are not attempted
+
+    # -- plumbing -------------------------------------------------------------------------------------
+    def _check(self) -> None:
+        if self.lost.is_set():
+            raise JobLost(f"job {self.job_id} was taken back from {self.worker}")
+
+    def _retry(self, what: str, call: Callable[[], T]) -> T:
+        """`call`, retried while the database is unavailable, for up to retry_s."""
+        wait, started = FIRST_WAIT_S, time.monotonic()
+        while True:
+            self._check()
+            try:
+                return call()
+            except TRANSIENT as exc:
+                waited = time.monotonic() - started
+                if waited >= self.retry_s:
+                    self.gave_up = True
+                    raise DatabaseLost(f"the database stayed unavailable for {waited:.0f} s while writing {what} "
+                                       f"(AUTOTUNER_DB_RETRY_S={self.retry_s:g}): {_first_line(exc)}") from None
+                if wait == FIRST_WAIT_S:
+                    self.outages += 1
+                    self.on_event(f"job {self.job_id}: database unavailable while writing {what}; retrying for up to "
+                                  f"{self.retry_s:g} s ({_first_line(exc)})")
+                time.sleep(min(wait, max(0.0, self.retry_s - waited)))
+                wait = min(wait * 2, MAX_WAIT_S)
+
+    def _flush(self) -> None:
+        """Write the kept trials, in order (raises a transient error when the database is still away)."""
+        while self.pending:
+            placeholder, fields = self.pending[0]
+            self._real[placeholder] = self.store.record_trial(**fields)
+            self.pending.pop(0)
+        while self._retimed:
+            trial_id, ms = self._retimed[0]
+            self.store.set_retimed(trial_id=self._real.get(trial_id, trial_id), retimed_ms=ms)
+            self._retimed.pop(0)
+
+    def flush(self) -> None:
+        self._retry("the kept trials", self._flush)
+
+    # -- what the tuner calls -----------------------------------------------------------------------------
+    def start_run(self, **kw: Any) -> int:
+        return self._retry("the run", lambda: self.store.start_run(**kw))
+
+    def record_rejections(self, **kw: Any) -> None:
+        self._retry("the rejections", lambda: self.store.record_rejections(**kw))
+
+    def record_trial(self, **kw: Any) -> int:
+        """The trial's id; while the database is away, a placeholder, and the trial is kept to be written later."""
+        self._check()
+        try:
+            self._flush()
+            return self.store.record_trial(**kw)
+        except TRANSIENT as exc:
+            placeholder = next(self._placeholders)
+            if not self.pending:
+                self.outages += 1
+                self.on_event(f"job {self.job_id}: database unavailable; keeping trials in memory until it is back "
+                              f"({_first_line(exc)})")
+            self.pending.append((placeholder, kw))
+            return placeholder
+
+    def set_retimed(self, *, trial_id: int, retimed_ms: float) -> None:
+        self._check()
+        self._retimed.append((trial_id, retimed_ms))
+        try:
+            self._flush()
+        except TRANSIENT:
+            pass  # written with the next write that gets through, or by finish_run at the latest
+
+    def save_best(self, **kw: Any) -> bool:
+        self.flush()
+        try:
+            return self._retry("the winner", lambda: self.store.save_best(holder=(self.job_id, self.worker), **kw))
+        except NotHeld:
+            self.lost.set()
+            raise JobLost(f"job {self.job_id} was taken back from {self.worker} before its winner was stored") from None
+
+    def finish_run(self, *, run_id: int, status: str, error: str | None = None) -> None:
+        if self.gave_up and status != "done":
+            return  # the database is gone: the run stays `running` until a requeue marks it interrupted
+        if status == "done":
+            self.flush()
+        try:
+            self._retry("the run's end", lambda: self.store.finish_run(
+                run_id=run_id, status=status, error=error, holder=(self.job_id, self.worker)))
+        except NotHeld:
+            self.lost.set()
+            raise JobLost(f"job {self.job_id} was taken back from {self.worker}") from None
+        except JobLost:
+            if status != "done":  # a stop after the job was lost: its run was marked interrupted by the requeue
+                return
+            raise
+
+    def trial_times(self, **kw: Any) -> Any:
+        return self._retry("(reading) earlier trials", lambda: self.store.trial_times(**kw))
+
+    def nearest(self, **kw: Any) -> Any:
+        return self._retry("(reading) the nearest results", lambda: self.store.nearest(**kw))
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(getattr(exc, "orig", None) or exc)
+    return (text.splitlines() or [type(exc).__name__])[0][:200]
