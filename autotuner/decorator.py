@@ -527,6 +527,14 @@ class CallMeasurer:
             return Outcome(classify(exc), compile_s=compile_s, error=_short(exc))
         return Outcome("ok", timing, compile_s)
 
+    def time(self, config: dict[str, Any]) -> Outcome:
+        t = self.tuned
+        cfg = {**config, **self.extra}
+        try:
+            return Outcome("ok", self._time(lambda: t._call(self.named, self.grid, cfg, capture=False)))
+        except Exception as exc:
+            return Outcome(classify(exc), error=_short(exc))
+
     def _time(self, fn: Callable[[], Any]) -> Timing:
         t = self.tuned
         if t.do_bench is not None:

@@ -17,6 +17,10 @@ from typing import Any
 
 from autotuner.timing import Timing
 
+# A quick timing (the first look at a config) warms up and repeats for this share of the full timing's
+# milliseconds; a config close to the best so far is then timed in full (autotuner.measure.LiveMeasurer).
+QUICK_SCALE = 0.2
+
 
 @dataclass(frozen=True)
 class Outcome:
@@ -105,12 +109,20 @@ class _Bench:
         if not self.device.is_interpreter:
             self.torch.cuda.synchronize()
 
-    def _time(self, fn: Any) -> Timing:
+    def _time(self, fn: Any, quick: bool = False) -> Timing:
         from autotuner.timing import time_fn
 
-        return time_fn(fn, self.device.is_interpreter, self.spec.warmup_ms, self.spec.rep_ms)
+        scale = QUICK_SCALE if quick else 1.0
+        return time_fn(fn, self.device.is_interpreter, self.spec.warmup_ms * scale, self.spec.rep_ms * scale)
 
-    def measure(self, config: dict[str, Any]) -> Outcome:
+    def time_only(self, config: dict[str, Any]) -> Outcome:
+        """A full timing of a config measured (and checked) before."""
+        try:
+            return Outcome("ok", self._time(lambda: self.op.run(self.inputs, config)))
+        except Exception as exc:
+            return Outcome(classify(exc), error=_short(exc))
+
+    def measure(self, config: dict[str, Any], quick: bool = False) -> Outcome:
         from kernels._checks import poison_outputs
 
         t0 = time.perf_counter()
@@ -127,7 +139,7 @@ class _Bench:
         if not verdict.ok:
             return Outcome("wrong_result", compile_s=compile_s, error=verdict.message)
         try:
-            timing = self._time(lambda: self.op.run(self.inputs, config))
+            timing = self._time(lambda: self.op.run(self.inputs, config), quick)
         except Exception as exc:
             return Outcome(classify(exc), compile_s=compile_s, error=_short(exc))
         return Outcome("ok", timing, compile_s)
@@ -171,7 +183,12 @@ def _worker_main(conn: Connection, spec: WorkerSpec) -> None:
             return
         if kind == "stop":
             return
-        outcome = bench.measure(payload) if kind == "measure" else bench.baseline()
+        if kind == "measure":
+            outcome = bench.measure(*payload)
+        elif kind == "time":
+            outcome = bench.time_only(payload)
+        else:
+            outcome = bench.baseline()
         conn.send(("outcome", outcome))
         if outcome.status == "crash":
             return  # a CUDA error leaves the context unusable: start fresh
@@ -249,8 +266,13 @@ class TrialRunner:
             self._kill()
         return outcome
 
-    def measure(self, config: dict[str, Any]) -> Outcome:
-        return self._ask("measure", config)
+    def measure(self, config: dict[str, Any], quick: bool = False) -> Outcome:
+        """Check a config against the reference and time it (briefly, with `quick`)."""
+        return self._ask("measure", (config, quick))
+
+    def time(self, config: dict[str, Any]) -> Outcome:
+        """Time a config checked before, fully."""
+        return self._ask("time", config)
 
     def baseline(self) -> Outcome:
         return self._ask("baseline", None)

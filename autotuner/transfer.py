@@ -201,6 +201,24 @@ def triton_configs(data: dict[str, Any], op: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def landscape(data: dict[str, Any], op: str, problem_key: str) -> dict[str, Any]:
+    """The landscape of a problem (the format `autotuner replay` and benchmarks/replay_efficiency.py read, in
+    docs/DESIGN.md): every trial of its run with the most measured configs, normally an exhaustive one."""
+    runs = [r for r in data["runs"] if r["op"] == op and r["problem_key"] == problem_key]
+    if not runs:
+        raise ValueError(f"no run of {op} {problem_key} in the database")
+    run = max(runs, key=lambda r: sum(t["status"] == "ok" for t in r["trials"]))
+    best = next((b for b in data["best_configs"] if b["op"] == op and b["problem_key"] == problem_key
+                 and b["device"] == run["device"]), None)
+    params = list(dict.fromkeys(k for t in run["trials"] for k in t["config"]))
+    return {"op": op, "problem": run["problem"], "device": run["device"],
+            "software": {"triton": run["triton_version"], "torch": run["torch_version"]}, "timing": run["clock"],
+            "kernel": run["kernel_hash"], "baseline_ms": best["torch_ms"] if best else None, "params": params,
+            "rejected": run.get("rejected", 0),
+            "trials": [{"config": t["config"], "ms": t["median_ms"] if t["status"] == "ok" else None}
+                       for t in run["trials"]]}
+
+
 VLLM_KEYS = {"BLOCK_M": "BLOCK_SIZE_M", "BLOCK_N": "BLOCK_SIZE_N", "BLOCK_K": "BLOCK_SIZE_K", "GROUP_M": "GROUP_SIZE_M",
              "num_warps": "num_warps", "num_stages": "num_stages"}
 

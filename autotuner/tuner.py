@@ -44,10 +44,21 @@ RETIME_ROUNDS = 3  # interleaved rounds of that re-time; each config keeps the m
 DEFAULT_MARGIN = 0.01
 
 
-def _compile_workers(settings: Settings, device: DeviceInfo) -> int:
+def _compile_workers(settings: Settings, device: DeviceInfo, op: Op, problem: Any) -> int:
+    """Processes compiling ahead of timing. Sized per host: the CPU cores (less two: the trial worker and
+    this process) shared among the GPUs, one worker per GPU being how a host is run; and no more than half the
+    device's memory holds copies of the inputs (each process launches the kernel on its own)."""
     if device.is_interpreter:
         return 0  # the interpreter has nothing to compile
-    return settings.compile_workers or max(1, min(8, (os.cpu_count() or 2) - 2))
+    if settings.compile_workers:
+        return settings.compile_workers
+    import torch
+
+    gpus = max(1, torch.cuda.device_count())
+    n = max(1, ((os.cpu_count() or 2) - 2) // gpus)
+    if op.bytes_moved is not None and device.total_memory > 0:
+        n = min(n, max(1, int(device.total_memory / 2 // max(1.0, op.bytes_moved(problem)))))
+    return n
 
 
 def _retime(measurer: Measurer, configs: list[Config], rounds: int, observer: TuneObserver,
@@ -58,7 +69,7 @@ def _retime(measurer: Measurer, configs: list[Config], rounds: int, observer: Tu
         for config in configs:
             key = config_key(config)
             if key in times:
-                outcome = measurer.measure(config)
+                outcome = measurer.time(config)
                 if outcome.status == "ok" and outcome.timing:
                     times[key].append(outcome.timing.median_ms)
                 else:
@@ -110,7 +121,7 @@ def tune(
     spec = WorkerSpec(op.name, asdict(problem), tuple(settings.plugins),
                       None if device.is_interpreter else int(device.torch_device.split(":")[1]),
                       settings.warmup_ms, settings.rep_ms)
-    n_workers = _compile_workers(settings, device) if measurer is None else 0
+    n_workers = _compile_workers(settings, device, op, problem) if measurer is None else 0
     measurer = measurer or LiveMeasurer(spec, settings.trial_timeout_s, n_workers)
     known = store.trial_times(op=op, problem=problem, device=device) if reuse else {}
     status = "failed"
@@ -118,8 +129,6 @@ def tune(
         # 1. setup: a problem that cannot be set up leaves nothing behind in the database.
         observer.phase("setup", None, result)
         t_phase = time.perf_counter()
-        base = measurer.start()
-        result.torch_ms = base.timing.median_ms if base.status == "ok" and base.timing else None
         # Warm starts: the nearest tuned problems' winners, the causal twin or another epilogue too (on the
         # H100 the causal 2048 winner ran the full problem 6% faster than the best of 80 trials of its own
         # search). Completed: a config stored before a parameter existed means that parameter's implied
@@ -128,6 +137,11 @@ def tune(
         first = [default, *[op.space.complete(r.config) for _, r in near], *op.space.seeds(problem, device)]
         valid_keys = {config_key(c) for c in cands.valid}
         known = {k: v for k, v in known.items() if k in valid_keys}
+        # The first configs are known now: they compile while the trial worker starts and times torch.
+        measurer.prepare(list({config_key(c): c for c in first if config_key(c) in valid_keys
+                               and config_key(c) not in known}.values())[:max(1, n_workers)])
+        base = measurer.start()
+        result.torch_ms = base.timing.median_ms if base.status == "ok" and base.timing else None
         if known:  # measured before: not again; a budget counts new measurements
             budget = min(budget, len(cands.valid) - len(known)) if budget is not None else None
             result.budget = budget

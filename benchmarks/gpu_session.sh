@@ -4,6 +4,9 @@
 #   overhead   benchmarks/launch_overhead.py: CPU cost per call of the library calls and decorated kernels
 #   dropin     benchmarks/autotune_drop_in.py: @autotuner.autotune against @triton.autotune on the examples
 #   tune       `autotuner tune matmul --M 4096`, cold Triton cache, with its phases
+#   tunetime   benchmarks/tune_time.py: that, plus an exhaustive run (a landscape) and the winner against its best
+#   landscapes exhaustive runs of softmax and layernorm problems, written as landscapes to $OUT/landscapes
+#   scale      benchmarks/scale_workers.py: 16 jobs drained by workers on 1 and on every GPU of the host
 # Logs and JSON go to $OUT; each step's table is printed at its end.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -32,4 +35,28 @@ if [[ $STEPS == *,tune,* ]]; then
       > "$OUT/tune_4096.json" 2> "$OUT/tune_4096.log"
   tail -2 "$OUT/tune_4096.log"
   python3 -c "import json; r=json.load(open('$OUT/tune_4096.json')); print('phases', {k: round(v, 2) for k, v in r['phases'].items()}, 'elapsed', round(r['elapsed_s'], 1), 'best', r['best_ms'], r['best_config'])"
+fi
+if [[ $STEPS == *,tunetime,* ]]; then
+  step "tune time, exhaustive landscape, winner against the best"
+  python3 benchmarks/tune_time.py --out "$OUT" 2>&1 | tee "$OUT/tune_time.txt" | tail -8
+fi
+if [[ $STEPS == *,landscapes,* ]]; then
+  step "landscapes: exhaustive softmax and layernorm"
+  mkdir -p "$OUT/landscapes"
+  export TRITON_CACHE_DIR=/tmp/tc_land
+  for p in "softmax 4096x4096 float16" "softmax 8192x1024 bfloat16" "softmax 1024x32768 float16" \
+           "layernorm 4096x4096 float16" "layernorm 16384x1024 bfloat16"; do
+    set -- $p
+    db=sqlite:////tmp/land_$1_$2_$3.db
+    python3 -m autotuner tune "$1" --shape "$2" --dtype "$3" --strategy exhaustive --trials 100000 --db "$db" -q \
+        > /dev/null 2>> "$OUT/landscapes.log" || { echo "failed: $p"; continue; }
+    python3 -m autotuner export --format landscape --op "$1" --shape "$2" --dtype "$3" --db "$db" \
+        -o "$OUT/landscapes/$1_$2_$3_$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tr -cd 'A-Za-z0-9' | tr A-Z a-z | sed 's/nvidia//').json"
+  done
+  python3 benchmarks/replay_efficiency.py "$OUT"/landscapes/*.json tests/data/landscapes/*.json --seeds 10 2>&1 | tee "$OUT/replay.txt"
+fi
+if [[ $STEPS == *,scale,* ]]; then
+  step "scale: workers on 1 and on every GPU"
+  n=$(nvidia-smi -L | wc -l); gpus=1; [ "$n" -gt 1 ] && gpus="1,$n"
+  python3 benchmarks/scale_workers.py --gpus "$gpus" --out "$OUT" 2>&1 | tee "$OUT/scale.txt" | tail -8
 fi

@@ -19,15 +19,18 @@ def export(
     device: str | None = typer.Option(None, "--device", help="device key, e.g. 'NVIDIA H100 80GB HBM3 (sm_90)'"),
     shape: str | None = typer.Option(None, "--shape", help="with --op: one problem"),
     dtype: str = typer.Option("float16", "--dtype"),
-    fmt: str = typer.Option("json", "--format", help="json (round-trips through import), triton or vllm"),
+    fmt: str = typer.Option("json", "--format", help="json (round-trips through import), triton, vllm, or "
+                                                     "landscape (one problem's run, for `autotuner replay`)"),
     db: DbOpt = None,
 ) -> None:
     """Export results: everything, or filtered by op, device and problem."""
     from autotuner.store import Store
-    from autotuner.transfer import export_data, triton_configs, write_vllm
+    from autotuner.transfer import export_data, landscape, triton_configs, write_vllm
 
-    if fmt not in ("json", "triton", "vllm"):
-        fail(f"unknown format {fmt!r}; accepted: json, triton, vllm")
+    if fmt not in ("json", "triton", "vllm", "landscape"):
+        fail(f"unknown format {fmt!r}; accepted: json, triton, vllm, landscape")
+    if fmt == "landscape" and not (op and shape):
+        fail("--format landscape needs --op and --shape: one problem's run")
     if fmt == "triton" and not op:
         fail("--format triton needs --op")
     if fmt == "vllm" and output is None:
@@ -46,12 +49,19 @@ def export(
         for note in notes:
             err.print(f"note: {note}", style="yellow")
         return
-    text = triton_configs(data, op or "") if fmt == "triton" else json.dumps(data, indent=1, sort_keys=True) + "\n"
+    if fmt == "landscape":
+        assert op is not None and problem_key is not None
+        data = landscape(data, op, problem_key)
+        text = json.dumps(data, indent=1) + "\n"
+    else:
+        text = triton_configs(data, op or "") if fmt == "triton" else json.dumps(data, indent=1, sort_keys=True) + "\n"
     if output is None:
         sys.stdout.write(text)
     else:
         output.write_text(text)
-        err.print(f"wrote {len(data['runs'])} runs and {len(data['best_configs'])} best configs to {output}")
+        what = (f"{len(data['trials'])} trials" if fmt == "landscape" else
+                f"{len(data['runs'])} runs and {len(data['best_configs'])} best configs")
+        err.print(f"wrote {what} to {output}")
 
 
 @command

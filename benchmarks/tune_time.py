@@ -1,0 +1,108 @@
+"""How long `autotuner tune` takes, where the time goes, and how good its winner is (issue 17). GPU only.
+
+    python benchmarks/tune_time.py [--op matmul --shape 4096x4096x4096] [--out DIR]
+
+1. `autotuner tune` from a new process with a cold Triton cache (a fresh TRITON_CACHE_DIR), as a new user runs it:
+   wall time, and the phases from its --json (setup, search with its compile share, re-time, record).
+2. An exhaustive run of the same problem (every valid config measured; the Triton cache now warm), written out
+   as a landscape (`autotuner export --format landscape`) for benchmarks/replay_efficiency.py.
+3. The tuned winner against the exhaustive best, timed interleaved (7 rounds, CUDA events, L2 flushed): the
+   ratio is the tuned config's time over the best's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def run(cmd: list[str], env: dict[str, str], log: Path) -> tuple[float, str]:
+    t0 = time.perf_counter()
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=ROOT)
+    wall = time.perf_counter() - t0
+    log.write_text(out.stderr)
+    if out.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed ({out.returncode}): {out.stderr[-2000:]}")
+    return wall, out.stdout
+
+
+def interleaved(op_name: str, shape: str, dtype: str, configs: list[dict], rounds: int = 7) -> list[float]:
+    import torch
+
+    from autotuner.registry import get_op
+    from autotuner.timing import time_cuda
+
+    op = get_op(op_name)
+    problem = op.parse_problem(shape, dtype)
+    inputs = op.make_inputs(problem, "cuda:0")
+    times: list[list[float]] = [[] for _ in configs]
+    for c in configs:
+        op.run(inputs, c)
+    torch.cuda.synchronize()
+    for _ in range(rounds):
+        for i, c in enumerate(configs):
+            times[i].append(time_cuda(lambda c=c: op.run(inputs, c)).median_ms)
+    return [statistics.median(t) for t in times]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--op", default="matmul")
+    ap.add_argument("--shape", default="4096x4096x4096")
+    ap.add_argument("--dtype", default="float16")
+    ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp/out")))
+    ap.add_argument("--no-exhaustive", action="store_true")
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="tune_time_"))
+    db = f"sqlite:///{work / 'tune.db'}"
+    env = {**os.environ, "TRITON_CACHE_DIR": str(work / "triton_cache")}
+    tag = f"{args.op}_{args.shape}_{args.dtype}"
+    problem = ["--shape", args.shape, "--dtype", args.dtype]
+
+    wall, out = run([sys.executable, "-m", "autotuner", "tune", args.op, *problem, "--db", db, "--json"], env,
+                    args.out / f"tune_{tag}.log")
+    tuned = json.loads(out)
+    (args.out / f"tune_{tag}.json").write_text(out)
+    phases = {k: round(v, 2) for k, v in tuned["phases"].items()}
+    print(f"tune {args.op} {args.shape} {args.dtype}, cold Triton cache: {wall:.1f} s wall "
+          f"({tuned['elapsed_s']:.1f} s in tune, {wall - tuned['elapsed_s']:.1f} s start-up), "
+          f"{len(tuned['trials'])} trials of {tuned['candidates']} valid; phases {phases}", flush=True)
+    print(f"  winner {tuned['best_ms']:.4f} ms {tuned['best_config']}", flush=True)
+    if args.no_exhaustive:
+        return
+
+    ex_wall, out = run([sys.executable, "-m", "autotuner", "tune", args.op, *problem, "--db", db, "--json",
+                        "--strategy", "exhaustive", "--trials", str(tuned["candidates"])], env,
+                       args.out / f"exhaustive_{tag}.log")
+    exhaustive = json.loads(out)
+    print(f"exhaustive: {ex_wall:.1f} s wall, {len(exhaustive['trials'])} configs measured "
+          f"(the first search's configs reused: {exhaustive['candidates']} valid)", flush=True)
+    land_path = args.out / f"landscape_{tag}.json"
+    subprocess.run([sys.executable, "-m", "autotuner", "export", "--format", "landscape", "--op", args.op, *problem,
+                    "--db", db, "-o", str(land_path)], env=env, check=True, cwd=ROOT)
+    land = json.loads(land_path.read_text())
+    measured = [t for t in land["trials"] if t["ms"] is not None]
+    best = min(measured, key=lambda t: t["ms"])
+    print(f"landscape: {len(land['trials'])} configs, best {best['ms']:.4f} ms {best['config']}", flush=True)
+
+    a, b = interleaved(args.op, args.shape, args.dtype, [tuned["best_config"], best["config"]])
+    print(f"interleaved (7 rounds): tuned {a:.4f} ms, exhaustive best {b:.4f} ms, ratio {a / b:.3f} "
+          f"({'within' if a <= 1.02 * b else 'NOT within'} 2%)", flush=True)
+    (args.out / f"summary_{tag}.json").write_text(json.dumps({
+        "wall_s": wall, "tune_s": tuned["elapsed_s"], "phases": tuned["phases"], "trials": len(tuned["trials"]),
+        "candidates": tuned["candidates"], "tuned_ms": a, "best_ms": b, "ratio": a / b}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
