@@ -12,7 +12,7 @@ import time
 from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Any
 
-from autotuner.runner import Outcome, WorkerSpec, _short, classify, die_with_parent
+from autotuner.runner import WARM, Outcome, WorkerSpec, _short, classify, die_with_parent
 
 _STATE: dict[str, Any] = {}
 
@@ -29,11 +29,14 @@ def _init(spec: WorkerSpec) -> None:
         torch.cuda.set_device(spec.device_index)
     op = import_op(spec.op)
     problem = op.problem_from_dict(spec.problem)
-    _STATE.update(op=op, inputs=op.make_inputs(problem, current_device(spec.device_index).torch_device), torch=torch)
+    _STATE.update(op=op, inputs=op.make_inputs(problem, current_device(spec.device_index).torch_device), torch=torch,
+                  spec=spec)
 
 
-def _compile(config: dict[str, Any]) -> Outcome | float:
+def _compile(spec: WorkerSpec, config: dict[str, Any]) -> Outcome | float:
     """Seconds the first launch took (compile included), or the Outcome of a config that cannot run."""
+    if _STATE.get("spec") != spec:  # a process started early (autotuner_main) learns its problem here
+        _init(spec)
     t0 = time.perf_counter()
     try:
         _STATE["op"].run(_STATE["inputs"], config)
@@ -54,12 +57,18 @@ class CompilePool:
 
     def _ensure(self) -> ProcessPoolExecutor:
         if self._pool is None:
-            self._pool = ProcessPoolExecutor(self.workers, mp_context=mp.get_context("spawn"),
-                                             initializer=_init, initargs=(self.spec,))
+            warm = WARM.pop("pool", None)
+            if warm is not None and WARM.pop("pool_workers", 0) <= self.workers:
+                self._pool = warm  # started early (autotuner_main): torch imported, waiting for work
+            else:
+                if warm is not None:
+                    warm.shutdown(wait=False, cancel_futures=True)
+                self._pool = ProcessPoolExecutor(self.workers, mp_context=mp.get_context("spawn"),
+                                                 initializer=_init, initargs=(self.spec,))
         return self._pool
 
     def submit(self, config: dict[str, Any]) -> Future[Outcome | float]:
-        return self._ensure().submit(_compile, config)
+        return self._ensure().submit(_compile, self.spec, config)
 
     def result(self, fut: Future[Outcome | float], timeout: float) -> Outcome | float | None:
         """The compile result, or None when the pool failed or ran out of time (the trial worker decides)."""

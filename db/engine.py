@@ -145,13 +145,11 @@ def head_revision() -> str:
 
 def schema_state(engine: Engine) -> str:
     """'empty', 'current', 'old' (migratable), or raise NotAutotunerDatabase / DatabaseUnavailable."""
-    from alembic.runtime.migration import MigrationContext
-    from alembic.script import ScriptDirectory
-
     try:
         with engine.connect() as conn:
             tables = set(inspect(conn).get_table_names())
-            current = MigrationContext.configure(conn).get_current_revision()
+            current = conn.execute(text("SELECT version_num FROM alembic_version")).scalar() \
+                if "alembic_version" in tables else None
     except (OperationalError, DatabaseError) as exc:
         raise DatabaseUnavailable(f"cannot open the database at {engine.url!r}: {exc.orig}") from None
     if not tables:
@@ -161,6 +159,10 @@ def schema_state(engine: Engine) -> str:
             f"{engine.url!r} holds tables ({', '.join(sorted(tables)[:5])}) but is not an autotuner database; "
             "it was left untouched. Point AUTOTUNER_DB_URL or --db elsewhere."
         )
+    if current == HEAD:
+        return "current"
+    from alembic.script import ScriptDirectory
+
     script = ScriptDirectory(str(MIGRATIONS))
     try:
         script.get_revision(current)
@@ -169,14 +171,23 @@ def schema_state(engine: Engine) -> str:
             f"{engine.url!r} has schema revision {current!r}, newer than this autotuner knows "
             f"(latest {head_revision()!r}); upgrade autotuner. The database was left untouched."
         ) from None
-    return "current" if current == head_revision() else "old"
+    return "old"
+
+
+def _create_at_head(conn) -> None:  # type: ignore[no-untyped-def]
+    """A new database: the models' tables as they stand at HEAD, and HEAD stamped, in one transaction, without
+    loading Alembic or replaying every migration (a new user's first command waits on this). tests/test_db.py
+    holds the migrations' result equal to these models."""
+    from db.models import Base
+
+    Base.metadata.create_all(conn)
+    conn.execute(text("CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL, "
+                      "CONSTRAINT alembic_version_pkc PRIMARY KEY (version_num))"))
+    conn.execute(text("INSERT INTO alembic_version (version_num) VALUES (:v)"), {"v": HEAD})
 
 
 def upgrade(engine: Engine) -> str:
     """Bring the schema to the latest revision; returns the state it was found in."""
-    from alembic import command
-    from alembic.runtime.migration import MigrationContext
-
     state = schema_state(engine)
     if engine.dialect.name == "sqlite":
         # WAL is a property of the file: set only once the file is known to be ours (or new).
@@ -188,18 +199,28 @@ def upgrade(engine: Engine) -> str:
     if state == "current":
         return state
     if engine.dialect.name == "postgresql":
+        from alembic import command
+        from alembic.runtime.migration import MigrationContext
+
         # Several workers may start at once on a new database: one migrates, the others wait for it.
         with engine.begin() as conn, db_deadline.without_deadline(conn.connection.dbapi_connection):
             # a migration may take long on a large database, and other workers wait for it: no timeouts here
             conn.exec_driver_sql("SET LOCAL statement_timeout = 0")
             conn.exec_driver_sql("SET LOCAL lock_timeout = 0")
             conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK})")
-            if MigrationContext.configure(conn).get_current_revision() != head_revision():
+            if not inspect(conn).get_table_names():
+                _create_at_head(conn)
+            elif MigrationContext.configure(conn).get_current_revision() != head_revision():
                 command.upgrade(_alembic_config(conn), "head")
         return state
     try:
         with engine.begin() as conn:
-            command.upgrade(_alembic_config(conn), "head")
+            if state == "empty":
+                _create_at_head(conn)
+            else:  # Alembic only to migrate an old database: a new one is made from the models
+                from alembic import command
+
+                command.upgrade(_alembic_config(conn), "head")
     except (OperationalError, DatabaseError):
         # Another process was migrating the same SQLite file at the same moment; wait for it to finish.
         deadline = time.monotonic() + 30

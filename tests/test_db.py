@@ -129,14 +129,18 @@ def test_save_best_and_a_tuning_claim_say_whether_they_wrote(url):
 
 
 def test_the_migrations_build_the_models_schema(url):
-    """Alembic's head and the SQLAlchemy models agree (tables, columns, indexes; column types on PostgreSQL,
+    """Alembic's head and the SQLAlchemy models agree (tables, columns, indexes, foreign keys; column types on PostgreSQL,
     SQLite not enforcing VARCHAR lengths, so its widened columns keep their first declared length)."""
+    from alembic import command
     from alembic.autogenerate import compare_metadata
     from alembic.runtime.migration import MigrationContext
 
+    from db.engine import _alembic_config
     from db.models import Base
 
-    engine = Store(url).engine
+    engine = make_engine(url)
+    with engine.begin() as conn:  # every migration, from nothing (a new database is made from the models)
+        command.upgrade(_alembic_config(conn), "head")
     with engine.connect() as conn:
         ctx = MigrationContext.configure(conn, opts={"compare_type": engine.dialect.name != "sqlite"})
         assert compare_metadata(ctx, Base.metadata) == []
