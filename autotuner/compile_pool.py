@@ -12,7 +12,7 @@ import time
 from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Any
 
-from autotuner.runner import WARM, Outcome, WorkerSpec, _short, classify, die_with_parent
+from autotuner.runner import Outcome, WorkerSpec, _short, classify, die_with_parent
 
 _STATE: dict[str, Any] = {}
 
@@ -35,7 +35,7 @@ def _init(spec: WorkerSpec) -> None:
 
 def _compile(spec: WorkerSpec, config: dict[str, Any]) -> Outcome | float:
     """Seconds the first launch took (compile included), or the Outcome of a config that cannot run."""
-    if _STATE.get("spec") != spec:  # a process started early (autotuner_main) learns its problem here
+    if _STATE.get("spec") != spec:  # set up by the initializer; a pool given another problem sets up again
         _init(spec)
     t0 = time.perf_counter()
     try:
@@ -57,14 +57,8 @@ class CompilePool:
 
     def _ensure(self) -> ProcessPoolExecutor:
         if self._pool is None:
-            warm = WARM.pop("pool", None)
-            if warm is not None and WARM.pop("pool_workers", 0) <= self.workers:
-                self._pool = warm  # started early (autotuner_main): torch imported, waiting for work
-            else:
-                if warm is not None:
-                    warm.shutdown(wait=False, cancel_futures=True)
-                self._pool = ProcessPoolExecutor(self.workers, mp_context=mp.get_context("spawn"),
-                                                 initializer=_init, initargs=(self.spec,))
+            self._pool = ProcessPoolExecutor(self.workers, mp_context=mp.get_context("spawn"),
+                                             initializer=_init, initargs=(self.spec,))
         return self._pool
 
     def submit(self, config: dict[str, Any]) -> Future[Outcome | float]:

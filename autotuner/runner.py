@@ -21,10 +21,6 @@ from autotuner.timing import Timing
 # milliseconds; a config close to the best so far is then timed in full (autotuner.measure.LiveMeasurer).
 QUICK_SCALE = 0.2
 
-# Processes started before this one imported torch (autotuner_main, for `autotuner tune` on a GPU host): a trial
-# worker waiting for its problem ("trial": (process, connection)) and a compile pool ("pool", "pool_workers").
-# The first TrialRunner and CompilePool of the process take them.
-WARM: dict[str, Any] = {}
 
 
 @dataclass(frozen=True)
@@ -217,15 +213,10 @@ class TrialRunner:
         self.restarts = 0
 
     def _start(self) -> None:
-        warm = WARM.pop("trial", None)
-        if warm is not None and warm[0].is_alive():  # started early, its imports done or under way
-            proc, parent = warm
-            parent.send(self.spec)
-        else:
-            parent, child = self._ctx.Pipe()
-            proc = self._ctx.Process(target=_worker_main, args=(child, self.spec), daemon=True)
-            proc.start()
-            child.close()
+        parent, child = self._ctx.Pipe()
+        proc = self._ctx.Process(target=_worker_main, args=(child, self.spec), daemon=True)
+        proc.start()
+        child.close()
         self._proc, self._conn, self._in_flight = proc, parent, True  # close() kills it if setup is interrupted
         try:
             if not parent.poll(self.setup_timeout_s):

@@ -70,8 +70,7 @@ def main() -> None:
     tag = f"{args.op}_{args.shape}_{args.dtype}"
     problem = ["--shape", args.shape, "--dtype", args.dtype]
 
-    # `-m autotuner_main`: the `autotuner` command itself (its entry point), as a new user runs it
-    wall, out = run([sys.executable, "-m", "autotuner_main", "tune", args.op, *problem, "--db", db, "--json"], env,
+    wall, out = run([sys.executable, "-m", "autotuner", "tune", args.op, *problem, "--db", db, "--json"], env,
                     args.out / f"tune_{tag}.log")
     tuned = json.loads(out)
     (args.out / f"tune_{tag}.json").write_text(out)
