@@ -49,9 +49,14 @@ class LiveMeasurer:
 
     FULL_MARGIN = 0.10
 
-    def __init__(self, spec: WorkerSpec, trial_timeout_s: float, compile_workers: int) -> None:
-        self.runner = TrialRunner(spec, trial_timeout_s)
-        self.pool = CompilePool(spec, compile_workers) if compile_workers > 1 else None
+    def __init__(self, spec: WorkerSpec, trial_timeout_s: float, compile_workers: int,
+                 kept: KeptProcesses | None = None) -> None:
+        self.kept = kept
+        if kept is None:
+            self.runner = TrialRunner(spec, trial_timeout_s)
+            self.pool = CompilePool(spec, compile_workers) if compile_workers > 1 else None
+        else:
+            self.runner, self.pool = kept.for_problem(spec, trial_timeout_s, compile_workers)
         self.trial_timeout_s = trial_timeout_s
         self._ahead: dict[str, Future[Outcome | float]] = {}
         self.quick = spec.device_index is not None  # the interpreter's wall-clock timing has no brief form
@@ -90,9 +95,44 @@ class LiveMeasurer:
         return self.runner.time(config)
 
     def close(self) -> None:
+        if self.kept is not None:  # the processes outlive this tuning, unless stopped mid-trial
+            self._ahead.clear()
+            if self.runner.in_flight:
+                self.runner.close()
+            return
         if self.pool is not None:
             self.pool.reset()  # kill, don't wait: a pool process may be compiling a config for minutes
         self.runner.close()
+
+
+class KeptProcesses:
+    """A trial worker and a compile pool kept from one tuning to the next (an `autotuner worker`'s, one per GPU):
+    the next problem is set up in processes that imported torch and made their CUDA context already, instead of
+    new ones doing it again (about 5 s of imports each on an H100 host, and the host's cores shared by all)."""
+
+    def __init__(self) -> None:
+        self.runner: TrialRunner | None = None
+        self.pool: CompilePool | None = None
+
+    def for_problem(self, spec: WorkerSpec, trial_timeout_s: float,
+                    compile_workers: int) -> tuple[TrialRunner, CompilePool | None]:
+        if self.runner is None:
+            self.runner = TrialRunner(spec, trial_timeout_s)
+        self.runner.use(spec, trial_timeout_s)
+        if compile_workers > 1 and (self.pool is None or self.pool.workers != compile_workers):
+            if self.pool is not None:
+                self.pool.reset()
+            self.pool = CompilePool(spec, compile_workers)
+        if self.pool is not None:
+            self.pool.spec = spec
+        return self.runner, self.pool if compile_workers > 1 else None
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.reset()
+        if self.runner is not None:
+            self.runner.close()
+        self.runner = self.pool = None
 
 
 class TableMeasurer:

@@ -169,21 +169,29 @@ def die_with_parent() -> None:
             pass
 
 
-def _worker_main(conn: Connection, spec: WorkerSpec) -> None:
+def _worker_main(conn: Connection, spec: WorkerSpec | None) -> None:
     die_with_parent()
-    try:
-        bench = _Bench(spec)
-    except Exception as exc:
-        conn.send(("setup_failed", _short(exc)))
-        return
-    conn.send(("ready", None))
+    bench: _Bench | None = None
     while True:
+        if spec is not None:  # set up a problem: at start, and for each new problem a long-lived worker gets
+            bench = None  # the last problem's inputs go first
+            try:
+                bench = _Bench(spec)
+            except Exception as exc:
+                conn.send(("setup_failed", _short(exc)))
+                return
+            conn.send(("ready", None))
+            spec = None
         try:
             kind, payload = conn.recv()
         except EOFError:
             return
         if kind == "stop":
             return
+        if kind == "setup":
+            spec = payload
+            continue
+        assert bench is not None
         if kind == "measure":
             outcome = bench.measure(*payload)
         elif kind == "time":
@@ -200,10 +208,13 @@ class WorkerSetupError(RuntimeError):
 
 
 class TrialRunner:
-    """Parent side: one worker process at a time, restarted after a crash or a timeout."""
+    """Parent side: one worker process at a time, restarted after a crash or a timeout. A long-lived runner (an
+    `autotuner worker`'s, across jobs) is given each new problem with `use`: its process, with torch imported
+    and its CUDA context made, sets the problem up instead of a new process starting."""
 
     def __init__(self, spec: WorkerSpec, trial_timeout_s: float = 60.0, setup_timeout_s: float = 600.0) -> None:
         self.spec = spec
+        self._needs_setup = False
         self.trial_timeout_s = trial_timeout_s
         self.setup_timeout_s = setup_timeout_s
         self._ctx = mp.get_context("spawn")
@@ -212,12 +223,29 @@ class TrialRunner:
         self._in_flight = False
         self.restarts = 0
 
+    @property
+    def in_flight(self) -> bool:
+        """A request sent and not answered (or a setup under way): the process may be stuck."""
+        return self._in_flight
+
+    def use(self, spec: WorkerSpec, trial_timeout_s: float) -> None:
+        """The problem the next trials are of."""
+        if spec != self.spec or self._proc is None:
+            self.spec, self._needs_setup = spec, self._proc is not None
+        self.trial_timeout_s = trial_timeout_s
+
     def _start(self) -> None:
-        parent, child = self._ctx.Pipe()
-        proc = self._ctx.Process(target=_worker_main, args=(child, self.spec), daemon=True)
-        proc.start()
-        child.close()
-        self._proc, self._conn, self._in_flight = proc, parent, True  # close() kills it if setup is interrupted
+        if self._proc is not None and self._proc.is_alive() and self._conn is not None:
+            proc, parent = self._proc, self._conn  # a live worker: the new problem is set up in it
+            parent.send(("setup", self.spec))
+            self._in_flight = True
+        else:
+            parent, child = self._ctx.Pipe()
+            proc = self._ctx.Process(target=_worker_main, args=(child, self.spec), daemon=True)
+            proc.start()
+            child.close()
+            self._proc, self._conn, self._in_flight = proc, parent, True  # close() kills it if setup is interrupted
+        self._needs_setup = False
         try:
             if not parent.poll(self.setup_timeout_s):
                 raise WorkerSetupError(f"the trial worker did not start within {self.setup_timeout_s:.0f} s")
@@ -246,6 +274,8 @@ class TrialRunner:
         if self._proc is None or not self._proc.is_alive():
             if self._proc is not None:
                 self._kill()
+            self._start()
+        elif self._needs_setup:
             self._start()
         assert self._conn is not None
         try:

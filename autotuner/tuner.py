@@ -25,7 +25,7 @@ from typing import Any
 from autotuner.device import DeviceInfo, current_device
 from autotuner.fits import check_fits
 from autotuner.job_store import JobStore
-from autotuner.measure import LiveMeasurer, Measured, Measurer, run_search
+from autotuner.measure import KeptProcesses, LiveMeasurer, Measured, Measurer, run_search
 from autotuner.registry import Op
 from autotuner.roofline import fraction
 from autotuner.runner import WorkerSpec
@@ -94,12 +94,14 @@ def tune(
     measurer: Measurer | None = None,
     reuse: bool = False,
     candidates: list[Config] | None = None,
+    kept: KeptProcesses | None = None,
 ) -> TuneResult:
     """Tune `problem`; raises ProblemError (too large for the device), WorkerSetupError (the problem cannot be
     set up) before anything is written, and re-raises what stops the run after marking it failed or
     interrupted.
 
     `measurer`: how configs are measured (default: an isolated trial worker, autotuner.measure.LiveMeasurer).
+    `kept`: the trial worker and compile pool to measure in, kept from one tuning to the next (a worker's).
     `candidates`: only these of the space's valid configs (a pruned config list).
     `reuse`: configs measured for this problem before (same kernel hash and Triton version) count as measured:
     only the others are timed, and the winner is chosen among all (`autotuner.autotune` kernels, so that adding
@@ -122,7 +124,7 @@ def tune(
                       None if device.is_interpreter else int(device.torch_device.split(":")[1]),
                       settings.warmup_ms, settings.rep_ms)
     n_workers = _compile_workers(settings, device, op, problem) if measurer is None else 0
-    measurer = measurer or LiveMeasurer(spec, settings.trial_timeout_s, n_workers)
+    measurer = measurer or LiveMeasurer(spec, settings.trial_timeout_s, n_workers, kept)
     known = store.trial_times(op=op, problem=problem, device=device) if reuse else {}
     status = "failed"
     try:

@@ -29,6 +29,7 @@ from typing import Any
 from sqlalchemy.exc import SQLAlchemyError
 
 from autotuner.job_store import TRANSIENT, DatabaseLost, JobLost, JobStore
+from autotuner.measure import KeptProcesses
 from autotuner.registry import import_op, load_plugins
 from autotuner.settings import Settings
 from autotuner.store import LazyStore, Store
@@ -61,6 +62,7 @@ class Worker:
         self.failed = 0  # failed for good
         self.requeued = 0  # queued again: given back, or failed with attempts left
         self.lost = 0  # taken back by another worker
+        self.kept = KeptProcesses()  # one trial worker and one compile pool for every job this worker tunes
 
     # -- plumbing ---------------------------------------------------------------------------------------
     def _store(self) -> Store:
@@ -128,6 +130,7 @@ class Worker:
                 if once:
                     break
         finally:
+            self.kept.close()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
         return handled
@@ -160,7 +163,8 @@ class Worker:
                 raise StopWorker("stopping")
             device = current_device(self.gpu)
             result = tune(op, problem, store=store, settings=self.settings, strategy=job.strategy,
-                          trials=job.budget_trials, time_budget_s=job.budget_seconds, device=device, job_id=job_id)
+                          trials=job.budget_trials, time_budget_s=job.budget_seconds, device=device, job_id=job_id,
+                          kept=self.kept)
         except JobLost as exc:
             self.lost += 1
             self.on_event(f"job {job_id}: stopped, {exc}; this worker writes nothing as its result")

@@ -201,3 +201,27 @@ def test_three_workers_drain_twelve_jobs_while_one_is_killed(url, tmp_path):
         assert len(list(s.scalars(select(BestConfig)))) == 12
     for f in logs.values():
         f.close()
+
+
+def test_a_trial_worker_is_kept_from_one_problem_to_the_next():
+    """A worker's trial process sets each new problem up in place (torch imported, CUDA context made once)."""
+    from dataclasses import asdict
+
+    from autotuner.device import current_device
+    from autotuner.runner import TrialRunner, WorkerSetupError, WorkerSpec
+
+    sm = get_op("softmax")
+    first, second = sm.parse_problem("8x64"), sm.parse_problem("16x128")
+    runner = TrialRunner(WorkerSpec("softmax", asdict(first), (), None), 60)
+    try:
+        assert runner.measure(sm.space.default(first, current_device())).status == "ok"
+        pid = runner._proc.pid
+        runner.use(WorkerSpec("softmax", asdict(second), (), None), 60)
+        out = runner.measure(sm.space.default(second, current_device()))
+        assert out.status == "ok" and runner._proc.pid == pid and runner.restarts == 0
+        # a problem that cannot be set up fails as at a first start, naming why
+        runner.use(WorkerSpec("softmax", {**asdict(second), "dtype": "int8"}, (), None), 60)
+        with pytest.raises(WorkerSetupError, match="could not set up"):
+            runner.measure(sm.space.default(second, current_device()))
+    finally:
+        runner.close()
