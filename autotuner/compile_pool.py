@@ -7,14 +7,9 @@ compile error or an out-of-resources config is reported from here and never reac
 
 from __future__ import annotations
 
-import fcntl
-import hashlib
-import json
 import multiprocessing as mp
-import os
 import time
 from concurrent.futures import Future, ProcessPoolExecutor
-from pathlib import Path
 from typing import Any
 
 from autotuner.runner import Outcome, WorkerSpec, _short, classify, die_with_parent
@@ -38,32 +33,12 @@ def _init(spec: WorkerSpec) -> None:
                   spec=spec)
 
 
-def _lock_path(spec: WorkerSpec, config: dict[str, Any]) -> Path:
-    """One lock file per kernel a config compiles to, as near as the problem tells: op, dtype, options, config
-    (not the shape, which Triton does not compile into the kernel)."""
-    cache = Path(os.environ.get("TRITON_CACHE_DIR") or Path.home() / ".triton" / "cache")
-    problem = {k: v for k, v in spec.problem.items() if isinstance(v, str)}  # dtype and options, not dimensions
-    key = json.dumps([spec.op, problem, config], sort_keys=True)
-    return cache / "autotuner-locks" / (hashlib.sha256(key.encode()).hexdigest()[:32] + ".lock")
-
-
 def _compile(spec: WorkerSpec, config: dict[str, Any]) -> Outcome | float:
-    """Seconds the first launch took (compile included), or the Outcome of a config that cannot run.
-
-    Workers on one host share Triton's cache, and tuning nearby problems at the same moment they compile the
-    same kernels: under a per-kernel file lock, one compiles and the others then load it from the cache."""
+    """Seconds the first launch took (compile included), or the Outcome of a config that cannot run."""
     if _STATE.get("spec") != spec:  # set up by the initializer; a pool given another problem sets up again
         _init(spec)
     t0 = time.perf_counter()
-    lock = _lock_path(spec, config)
     try:
-        lock.parent.mkdir(parents=True, exist_ok=True)
-        handle = lock.open("a")
-    except OSError:  # a read-only cache: compile without coordinating
-        handle = None
-    try:
-        if handle is not None:
-            fcntl.flock(handle, fcntl.LOCK_EX)
         _STATE["op"].run(_STATE["inputs"], config)
         _STATE["torch"].cuda.synchronize()
     except Exception as exc:
@@ -71,9 +46,6 @@ def _compile(spec: WorkerSpec, config: dict[str, Any]) -> Outcome | float:
         if status in ("compile_error", "out_of_resources", "invalid"):
             return Outcome(status, error=_short(exc))
         raise  # a crash here is left to the isolated trial worker to reproduce and record
-    finally:
-        if handle is not None:
-            handle.close()  # releases the lock
     return time.perf_counter() - t0
 
 
