@@ -51,7 +51,7 @@ if [[ $STEPS == *,landscapes,* ]]; then
     python3 -m autotuner tune "$1" --shape "$2" --dtype "$3" --strategy exhaustive --trials 100000 --db "$db" -q \
         > /dev/null 2>> "$OUT/landscapes.log" || { echo "failed: $p"; continue; }
     python3 -m autotuner export --format landscape --op "$1" --shape "$2" --dtype "$3" --db "$db" \
-        -o "$OUT/landscapes/$1_$2_$3_$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tr -cd 'A-Za-z0-9' | tr A-Z a-z | sed 's/nvidia//').json"
+        -o "$OUT/landscapes/$1_$2_$3_$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tr -cd 'A-Za-z0-9 ' | tr A-Z a-z | awk '{print $2}').json"
   done
   python3 benchmarks/replay_efficiency.py "$OUT"/landscapes/*.json tests/data/landscapes/*.json --seeds 10 2>&1 | tee "$OUT/replay.txt"
 fi
