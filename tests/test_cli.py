@@ -226,3 +226,27 @@ def test_the_worker_log_prints_error_text_verbatim(tmp_path):
     out = cli("worker", "--once", "--db", f"sqlite:///{db}")
     assert out.returncode == 0, out.stderr
     assert "job 1: [enforce fail at alloc_cpu.cpp:127] 8x8 float16" in out.stdout, out.stdout
+
+
+def test_tune_json_gives_every_phase_and_its_run_exports_as_a_landscape(tmp_path):
+    db = f"sqlite:///{tmp_path / 't.db'}"
+    t0 = time.monotonic()
+    out = cli("tune", "softmax", "--shape", "8x64", "--strategy", "exhaustive", "--trials", "6", "--db", db,
+              "--json")
+    wall = time.monotonic() - t0
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    phases = result["phases"]
+    assert {"startup_s", "setup_s", "search_s", "compile_s", "retime_s", "record_s"} <= set(phases)
+    assert 0 < phases["startup_s"] < wall and phases["startup_s"] + result["elapsed_s"] <= wall
+    land = tmp_path / "l.json"
+    out = cli("export", "--format", "landscape", "--op", "softmax", "--shape", "8x64", "--db", db, "-o", str(land))
+    assert out.returncode == 0, out.stderr
+    data = json.loads(land.read_text())
+    assert len(data["trials"]) == 6 and data["rejected"] == result["rejected"]
+    assert {json.dumps(t["config"], sort_keys=True) for t in data["trials"]} == \
+        {json.dumps(t["config"], sort_keys=True) for t in result["trials"]}
+    replayed = cli("replay", str(land), "--budget", "3", "--json")
+    assert replayed.returncode == 0 and json.loads(replayed.stdout)["evaluations"] == 3
+    missing = cli("export", "--format", "landscape", "--op", "softmax", "--shape", "16x64", "--db", db)
+    assert missing.returncode == 2 and "no run of softmax 16x64:float16" in missing.stderr

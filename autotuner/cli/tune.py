@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 import time
@@ -132,6 +133,7 @@ def tune(
     device = current_device()
     if device.is_interpreter and not as_json:
         warn("No GPU: kernels run in Triton's interpreter and times are CPU wall-clock, not GPU speed.")
+    startup_s = _since_process_start()  # imports, the database, the device: before the tuner's phases
     previous = signal.signal(signal.SIGTERM, _interrupt)
     observer: TuneObserver = TuneObserver()
     try:
@@ -155,12 +157,24 @@ def tune(
         fail(f"interrupted ({exc or 'SIGINT'}) before anything was stored", code)
     finally:
         signal.signal(signal.SIGTERM, previous)
+    if startup_s is not None:
+        result.phases["startup_s"] = startup_s
     if as_json:
         console.print_json(json.dumps(result.to_dict(), default=str))
     else:
         _print(result, device, op)
     if result.best_config is None:
         raise typer.Exit(1)
+
+
+def _since_process_start() -> float | None:
+    """Seconds since this process started (Linux: /proc/self/stat), or None where that cannot be read."""
+    try:
+        with open("/proc/self/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return time.clock_gettime(time.CLOCK_BOOTTIME) - int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
 
 
 def _print(result: TuneResult, device: Any, op: str) -> None:
@@ -181,7 +195,8 @@ def _print(result: TuneResult, device: Any, op: str) -> None:
     table.add_row("stored", f"run {result.run_id}; " + ("new best" if result.stored_as_best
                                                         else "a faster one was already stored"))
     p = result.phases
-    table.add_row("wall time", f"{result.elapsed_s:.1f} s: setup {p.get('setup_s', 0):.1f}, search "
+    startup = f"after {p['startup_s']:.1f} s of start-up, " if "startup_s" in p else ""
+    table.add_row("wall time", f"{startup}{result.elapsed_s:.1f} s: setup {p.get('setup_s', 0):.1f}, search "
                                f"{p.get('search_s', 0):.1f} (compiling {p.get('compile_s', 0):.1f}), re-time "
                                f"{p.get('retime_s', 0):.1f}, record {p.get('record_s', 0):.1f}")
     console.print(table)
