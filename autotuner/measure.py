@@ -44,7 +44,7 @@ class LiveMeasurer:
     On a GPU each config is first timed briefly (runner.QUICK_SCALE of the full warm-up and repetitions), and
     timed in full only when that brief time is within FULL_MARGIN of the best full time so far: a config 10%
     slower than the best is not the winner whatever its third digit, and the re-timing rounds time the finalists
-    in full again. This is where most of a search's GPU time went.
+    in full again.
     """
 
     FULL_MARGIN = 0.10
