@@ -129,7 +129,9 @@ def main() -> None:
     def database(up: bool) -> None:
         if proxy:
             proxy.resume() if up else proxy.stop()
-        else:
+            return
+        running = subprocess.run(["pg_isready", "-h", pg.host or "127.0.0.1", "-p", str(pg.port or 5432), "-q"]).returncode == 0
+        if running != up:
             subprocess.run(["pg_ctlcluster", "--skip-systemctl-redirect", cluster, "main", "start" if up else "stop",
                             *([] if up else ["-m", "fast"])], check=True)
 
