@@ -117,7 +117,7 @@ def main() -> None:
     args.log_dir.mkdir(parents=True, exist_ok=True)
 
     name = f"autotuner_soak_{uuid.uuid4().hex[:8]}"
-    admin = create_engine(PG_URL, isolation_level="AUTOCOMMIT")
+    admin = create_engine(PG_URL, isolation_level="AUTOCOMMIT", pool_pre_ping=True)  # it outlives the outages
     with admin.connect() as c:
         c.execute(text(f'CREATE DATABASE "{name}"'))
     direct = make_url(PG_URL).set(database=name).render_as_string(hide_password=False)
@@ -205,10 +205,6 @@ def main() -> None:
     lost = [j for j in load.accepted if j not in known]
     twice = {j: n for j, n in done_runs.items() if n > 1}
     engine.dispose()
-    with admin.connect() as c:
-        c.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    if proxy:
-        proxy.close()
 
     print(f"\nsoak: {args.minutes:g} min, {args.lookup_threads} lookup threads, a job every {args.job_every_s:g} s, "
           f"2 workers (interpreter), {len(outages)} outages of {args.outage_s:g} s ({args.outage})")
@@ -226,6 +222,10 @@ def main() -> None:
           f"{len(twice)} done twice; {n_trials} trials stored")
     for job_id, error in failed[:5]:
         print(f"    failed job {job_id}: {(error or '')[:160]}")
+    with admin.connect() as c:
+        c.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    if proxy:
+        proxy.close()
 
 
 if __name__ == "__main__":
