@@ -61,7 +61,6 @@ class LiveMeasurer:
         self._ahead: dict[str, Future[Outcome | float]] = {}
         self.quick = spec.device_index is not None  # the interpreter's wall-clock timing has no brief form
         self._best = float("inf")
-        self.full_timings = 0
 
     def start(self) -> Outcome:
         """Start the trial worker (imports, CUDA context, inputs, reference) and time the torch baseline;
@@ -83,7 +82,6 @@ class LiveMeasurer:
         if self.quick and outcome.status == "ok" and outcome.timing is not None \
                 and outcome.timing.median_ms <= self._best * (1 + self.FULL_MARGIN):
             full = self.runner.time(config)
-            self.full_timings += 1
             if full.status == "ok" and full.timing is not None:
                 outcome = Outcome("ok", full.timing, outcome.compile_s)
                 self._best = min(self._best, full.timing.median_ms)

@@ -26,12 +26,11 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from api import charts
 from api.deps import State
-from api.routes.results import Id, result_fields
-from autotuner.registry import UnknownOpError, get_op
+from api.routes.results import Id, judge, result_fields
 from autotuner.report import speedups
 from autotuner.roofline import fraction
 from autotuner.serving import device_info
-from autotuner.store import Store, stored_best
+from autotuner.store import Store
 from db.engine import DatabaseUnavailable, NotAutotunerDatabase
 from db.models import JOB_STATES, BestConfig, Job
 
@@ -81,15 +80,14 @@ def age(t: datetime | None, now: datetime) -> str:
 def result_view(row: BestConfig) -> dict[str, Any]:
     """A stored best config as the pages show it: the API's fields, the problem's shape and dtype, the roofline
     fraction, and why it is stale."""
-    view = result_fields(row)
+    op, best = judge(row)
+    view = result_fields(row, (op, best))
     view.update(shape=row.problem.get("shape", row.problem_key), dtype=row.problem.get("dtype", ""),
                 config_text=charts.config_text(row.config), roofline=None, stale_reason=None, call="", known=True)
-    try:
-        op = get_op(row.op)
-    except UnknownOpError:
+    if op is None:
         view.update(known=False, stale_reason="this server does not load this kernel, so cannot vouch for it")
         return view
-    view["stale_reason"] = stored_best(row, op.kernel_hash).stale_reason
+    view["stale_reason"] = best.stale_reason
     view["call"] = op.call
     try:
         problem = op.problem_from_dict(row.problem)

@@ -19,8 +19,8 @@ from api.schemas import (
     TrialOut,
 )
 from autotuner.lookup import NotFound
-from autotuner.registry import UnknownOpError, get_op
-from autotuner.store import stored_best
+from autotuner.registry import Op, UnknownOpError, get_op
+from autotuner.store import StoredBest, stored_best
 from db.models import BestConfig
 
 MAX_ID = 2**31 - 1
@@ -29,18 +29,25 @@ Limit = Annotated[int, Query(ge=1, le=500)]
 Offset = Annotated[int, Query(ge=0, le=10**9)]
 
 
-def result_fields(row: BestConfig) -> dict[str, Any]:
+def judge(row: BestConfig) -> tuple[Op | None, StoredBest]:
+    """The op a stored result belongs to (None: this server does not load it, so it cannot vouch for the
+    result), and the result judged against the running kernel hash and Triton version."""
     try:
-        running_hash = get_op(row.op).kernel_hash
+        op = get_op(row.op)
     except UnknownOpError:
-        running_hash = ""  # an op this server does not load: it cannot vouch for the result
+        return None, stored_best(row, "")
+    return op, stored_best(row, op.kernel_hash)
+
+
+def result_fields(row: BestConfig, judged: tuple[Op | None, StoredBest] | None = None) -> dict[str, Any]:
+    _, best = judged or judge(row)
     return dict(
         id=row.id, op=row.op, problem_key=row.problem_key, problem=row.problem, device=row.device.key,
         kernel_hash=row.kernel_hash, triton_version=row.triton_version, config=row.config, median_ms=row.median_ms,
         default_ms=row.default_ms, torch_ms=row.torch_ms,
         speedup_vs_default=row.default_ms / row.median_ms if row.default_ms and row.median_ms else None,
         speedup_vs_torch=row.torch_ms / row.median_ms if row.torch_ms and row.median_ms else None,
-        stale=stored_best(row, running_hash).stale,
+        stale=best.stale,
         run_id=row.run_id, updated_at=row.updated_at)
 
 
