@@ -32,6 +32,27 @@ TRANSIENT = (OperationalError, InterfaceError, PoolTimeout, DatabaseUnavailable)
 FIRST_WAIT_S, MAX_WAIT_S = 0.5, 5.0
 
 
+def retried(call: Callable[[], T], retry_s: float, *, before: Callable[[], None] = lambda: None,
+            stop: Callable[[], bool] = lambda: False,
+            on_first: Callable[[BaseException], None] = lambda exc: None) -> T:
+    """`call`, retried with backoff (0.5 s doubling to 5 s) while the database is unavailable, for up to
+    `retry_s` or until `stop()`; then the last error is raised. `before` runs ahead of every try, `on_first`
+    after the first failure."""
+    wait, started = FIRST_WAIT_S, time.monotonic()
+    while True:
+        before()
+        try:
+            return call()
+        except TRANSIENT as exc:
+            waited = time.monotonic() - started
+            if waited >= retry_s or stop():
+                raise
+            if wait == FIRST_WAIT_S:
+                on_first(exc)
+            time.sleep(min(wait, max(0.0, retry_s - waited)))
+            wait = min(wait * 2, MAX_WAIT_S)
+
+
 class JobLost(KeyboardInterrupt):
     """The job was taken back from this worker: stop tuning it, and write nothing as its result. (A
     KeyboardInterrupt, so the tuner marks its run interrupted, as for any stop.)"""
@@ -63,24 +84,20 @@ class JobStore:
             raise JobLost(f"job {self.job_id} was taken back from {self.worker}")
 
     def _retry(self, what: str, call: Callable[[], T]) -> T:
-        """`call`, retried while the database is unavailable, for up to retry_s."""
-        wait, started = FIRST_WAIT_S, time.monotonic()
-        while True:
-            self._check()
-            try:
-                return call()
-            except TRANSIENT as exc:
-                waited = time.monotonic() - started
-                if waited >= self.retry_s:
-                    self.gave_up = True
-                    raise DatabaseLost(f"the database stayed unavailable for {waited:.0f} s while writing {what} "
-                                       f"(AUTOTUNER_DB_RETRY_S={self.retry_s:g}): {_first_line(exc)}") from None
-                if wait == FIRST_WAIT_S:
-                    self.outages += 1
-                    self.on_event(f"job {self.job_id}: database unavailable while writing {what}; retrying for up to "
-                                  f"{self.retry_s:g} s ({_first_line(exc)})")
-                time.sleep(min(wait, max(0.0, self.retry_s - waited)))
-                wait = min(wait * 2, MAX_WAIT_S)
+        """`call`, retried while the database is unavailable, for up to retry_s; then DatabaseLost."""
+        started = time.monotonic()
+
+        def first(exc: BaseException) -> None:
+            self.outages += 1
+            self.on_event(f"job {self.job_id}: database unavailable while writing {what}; retrying for up to "
+                          f"{self.retry_s:g} s ({_first_line(exc)})")
+
+        try:
+            return retried(call, self.retry_s, before=self._check, on_first=first)
+        except TRANSIENT as exc:
+            self.gave_up = True
+            raise DatabaseLost(f"the database stayed unavailable for {time.monotonic() - started:.0f} s while "
+                               f"writing {what} (AUTOTUNER_DB_RETRY_S={self.retry_s:g}): {_first_line(exc)}") from None
 
     def _flush(self) -> None:
         """Write the kept trials, in order (raises a transient error when the database is still away)."""

@@ -28,7 +28,7 @@ from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from autotuner.job_store import TRANSIENT, DatabaseLost, JobLost, JobStore
+from autotuner.job_store import TRANSIENT, DatabaseLost, JobLost, JobStore, retried
 from autotuner.measure import KeptProcesses
 from autotuner.registry import import_op, load_plugins
 from autotuner.settings import Settings
@@ -221,17 +221,11 @@ class Worker:
     def _settle(self, job_id: int, write: Callable[[Store], Any]) -> Any:
         """A write about the job's state, retried while the database is away (for up to db_retry_s); None when
         it could not be made (the lease then gives the job back)."""
-        deadline = time.monotonic() + self.settings.db_retry_s
-        wait = 0.5
-        while True:
-            try:
-                return write(self._store())
-            except TRANSIENT as exc:
-                if time.monotonic() >= deadline or self._stopping:
-                    self.on_event(f"job {job_id}: could not record its state ({exc}); its lease will expire")
-                    return None
-                time.sleep(wait)
-                wait = min(wait * 2, 5.0)
+        try:
+            return retried(lambda: write(self._store()), self.settings.db_retry_s, stop=lambda: self._stopping)
+        except TRANSIENT as exc:
+            self.on_event(f"job {job_id}: could not record its state ({exc}); its lease will expire")
+            return None
 
     def _fail(self, job_id: int, error: str, *, permanent: bool = False) -> str:
         state = self._settle(job_id, lambda s: s.fail_attempt(
