@@ -54,6 +54,12 @@ def _wait_for(what: str, check, timeout: float = 120.0):  # type: ignore[no-unty
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def _queue_paced(store: Store) -> int:
+    """A job of ten configs of known times (50-95 ms each: tests/paced_op.py), long enough to interrupt."""
+    return store.queue_job(op="paced_many", shape="64", dtype="float32", options={"approximate": "tanh"},
+                           strategy="exhaustive", budget_trials=10)
+
+
 def _trials(store: Store, run_id: int) -> list[Trial]:
     with session_scope(store.engine) as s:
         return list(s.scalars(select(Trial).where(Trial.run_id == run_id)))
@@ -73,8 +79,7 @@ def test_a_worker_rides_out_a_database_outage_in_the_middle_of_a_job(pg_url, tmp
     """The database goes away for 6 s while trials are being written: the worker neither dies nor loses a
     trial; it keeps them in memory, writes them when the database is back, and finishes the job."""
     store = Store(pg_url)
-    job_id = store.queue_job(op="paced_many", shape="64", dtype="float32", options={"approximate": "tanh"},
-                             strategy="exhaustive", budget_trials=10)
+    job_id = _queue_paced(store)
     with _proxy() as proxy:
         log = tmp_path / "worker.log"
         proc = _worker(url_through(pg_url, proxy), "w1", log)
@@ -104,8 +109,7 @@ def test_a_worker_rides_out_a_database_outage_in_the_middle_of_a_job(pg_url, tmp
 @pytest.mark.timeout(120)
 def test_a_worker_gives_the_job_back_when_the_database_does_not_return(pg_url, tmp_path):
     store = Store(pg_url)
-    job_id = store.queue_job(op="paced_many", shape="64", dtype="float32", options={"approximate": "tanh"},
-                             strategy="exhaustive", budget_trials=10)
+    job_id = _queue_paced(store)
     with _proxy() as proxy:
         log = tmp_path / "worker.log"
         proc = _worker(url_through(pg_url, proxy), "w1", log, AUTOTUNER_DB_RETRY_S="3")
@@ -137,8 +141,7 @@ def test_a_worker_that_lost_its_job_stops_at_once_and_writes_no_result(pg_url, t
     returns, A learns it at its next heartbeat, stops tuning at once (its run is `interrupted`, not `done`), and
     nothing A measured becomes a stored best."""
     store = Store(pg_url)
-    job_id = store.queue_job(op="paced_many", shape="64", dtype="float32", options={"approximate": "tanh"},
-                             strategy="exhaustive", budget_trials=10)
+    job_id = _queue_paced(store)
     with _proxy() as proxy:
         log = tmp_path / "a.log"
         proc = _worker(url_through(pg_url, proxy), "A", log)
