@@ -7,18 +7,21 @@ compile error or an out-of-resources config is reported from here and never reac
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import time
 from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Any
 
+from autotuner import processes
+from autotuner.processes import adopt
 from autotuner.runner import Outcome, WorkerSpec, _short, classify, die_with_parent
 
 _STATE: dict[str, Any] = {}
 
 
-def _init(spec: WorkerSpec) -> None:
-    die_with_parent()
+def _init(spec: WorkerSpec, env: dict[str, str] | None = None) -> None:
+    if env is not None:  # a new process: the parent's environment first
+        adopt(env)
+        die_with_parent()
     import torch
 
     from autotuner.device import current_device
@@ -40,7 +43,8 @@ def _compile(spec: WorkerSpec, config: dict[str, Any]) -> Outcome | float:
     t0 = time.perf_counter()
     try:
         _STATE["op"].run(_STATE["inputs"], config)
-        _STATE["torch"].cuda.synchronize()
+        if spec.device_index is not None:  # (the interpreter runs a config without compiling it)
+            _STATE["torch"].cuda.synchronize()
     except Exception as exc:
         status = classify(exc)
         if status in ("compile_error", "out_of_resources", "invalid"):
@@ -57,8 +61,8 @@ class CompilePool:
 
     def _ensure(self) -> ProcessPoolExecutor:
         if self._pool is None:
-            self._pool = ProcessPoolExecutor(self.workers, mp_context=mp.get_context("spawn"),
-                                             initializer=_init, initargs=(self.spec,))
+            self._pool = ProcessPoolExecutor(self.workers, mp_context=processes.context(),
+                                             initializer=_init, initargs=(self.spec, processes.environment()))
         return self._pool
 
     def submit(self, config: dict[str, Any]) -> Future[Outcome | float]:

@@ -31,6 +31,10 @@ class Measurer(Protocol):
     def prepare(self, configs: list[Config]) -> None:
         """Configs about to be measured, in order (a live measurer compiles them ahead)."""
 
+    def speculate(self, configs: list[Config]) -> None:
+        """Configs the search may ask next (a live measurer compiles them if it has idle workers; the last call's
+        list replaces the one before)."""
+
     def measure(self, config: Config) -> Outcome:
         """Check and time one config."""
 
@@ -61,6 +65,8 @@ class LiveMeasurer:
         self._ahead: dict[str, Future[Outcome | float]] = {}
         self.quick = spec.device_index is not None  # the interpreter's wall-clock timing has no brief form
         self._best = float("inf")
+        self.compile_wait_s = 0.0  # time the search waited on the compile pool, measure() by measure()
+        self._speculative: set[str] = set()  # keys in _ahead that the search has not asked for (yet)
 
     def start(self) -> Outcome:
         """Start the trial worker (imports, CUDA context, inputs, reference) and time the torch baseline;
@@ -70,12 +76,37 @@ class LiveMeasurer:
     def prepare(self, configs: list[Config]) -> None:
         if self.pool is not None:
             for c in configs:
+                self._speculative.discard(config_key(c))
                 if config_key(c) not in self._ahead:  # handed over twice (the first configs): compiled once
                     self._ahead[config_key(c)] = self.pool.submit(c)
 
+    def speculate(self, configs: list[Config]) -> None:
+        """Compile configs the search may ask next, with the pool's idle workers only: what is asked is never
+        queued behind more than a pool's width of guesses, and guesses no longer wanted and not started are
+        dropped."""
+        if self.pool is None:
+            return
+        wanted = {config_key(c) for c in configs}
+        for key in list(self._speculative - wanted):
+            if self._ahead[key].cancel():
+                del self._ahead[key]
+                self._speculative.discard(key)
+        busy = sum(not f.done() for f in self._ahead.values())
+        for c in configs:
+            if busy >= self.pool.workers:
+                break
+            key = config_key(c)
+            if key not in self._ahead:
+                self._ahead[key] = self.pool.submit(c)
+                self._speculative.add(key)
+                busy += 1
+
     def measure(self, config: Config) -> Outcome:
         fut = self._ahead.pop(config_key(config), None)
+        self._speculative.discard(config_key(config))
+        t0 = time.perf_counter()
         compiled = self.pool.result(fut, self.trial_timeout_s) if self.pool is not None and fut else None
+        self.compile_wait_s += time.perf_counter() - t0
         if isinstance(compiled, Outcome):  # a compile error or out of resources, found by the pool
             return compiled
         outcome = self.runner.measure(config, quick=self.quick)
@@ -94,7 +125,10 @@ class LiveMeasurer:
 
     def close(self) -> None:
         if self.kept is not None:  # the processes outlive this tuning, unless stopped mid-trial
+            for fut in self._ahead.values():
+                fut.cancel()
             self._ahead.clear()
+            self._speculative.clear()
             if self.runner.in_flight:
                 self.runner.close()
             return
@@ -148,6 +182,9 @@ class TableMeasurer:
     def prepare(self, configs: list[Config]) -> None:
         pass
 
+    def speculate(self, configs: list[Config]) -> None:
+        pass
+
     def measure(self, config: Config) -> Outcome:
         ms = self.times[config_key(config)]
         if ms is None:
@@ -170,13 +207,18 @@ class Measured:
 
 
 def run_search(search: Search, measurer: Measurer, *, budget: int | None, time_budget_s: float | None = None,
-               batch: int = 1, on_trial: Callable[[Measured], None] | None = None) -> list[Measured]:
+               batch: int = 1, on_trial: Callable[[Measured], None] | None = None,
+               spent: dict[str, float] | None = None) -> list[Measured]:
     """Ask, measure, tell until the budget (trials, or seconds of searching) or the space runs out.
 
     `batch` configs are kept asked ahead of the one being measured and handed to `measurer.prepare` (a compile
     pool's width), so compiling the next configs overlaps timing this one; at least one config is always
-    measured.
+    measured. `spent` gets the seconds of the loop's parts added: `ask_s` (the strategy proposing and learning),
+    `measure_s` (the measurer, compile waits included) and `record_trial_s` (`on_trial`).
     """
+    spent = spent if spent is not None else {}
+    for part in ("ask_s", "measure_s", "record_trial_s"):
+        spent.setdefault(part, 0.0)
     t0 = time.perf_counter()
     done: list[Measured] = []
     ahead: list[Config] = []
@@ -187,8 +229,9 @@ def run_search(search: Search, measurer: Measurer, *, budget: int | None, time_b
         return time_budget_s is not None and bool(done) and time.perf_counter() - t0 >= time_budget_s
 
     while not out_of_budget():
+        t = time.perf_counter()
         asked: list[Config] = []
-        while len(ahead) + len(asked) < max(1, batch + 1) and (
+        while len(ahead) + len(asked) < search.max_pending(max(1, batch + 1)) and (
                 budget is None or len(done) + len(ahead) + len(asked) < budget):
             c = search.ask()
             if c is None:
@@ -197,14 +240,23 @@ def run_search(search: Search, measurer: Measurer, *, budget: int | None, time_b
         if asked:
             measurer.prepare(asked)
             ahead.extend(asked)
+        if batch > 1:  # idle compile workers compile what the search is likely to ask next
+            measurer.speculate(search.upcoming(batch))
         if not ahead:
             break
         config = ahead.pop(0)
+        t_measure = time.perf_counter()
+        spent["ask_s"] += t_measure - t
         m = Measured(config, measurer.measure(config))
+        t_tell = time.perf_counter()
+        spent["measure_s"] += t_tell - t_measure
         search.tell(config, m.ms)
         done.append(m)
+        t_trial = time.perf_counter()
+        spent["ask_s"] += t_trial - t_tell
         if on_trial:
             on_trial(m)
+        spent["record_trial_s"] += time.perf_counter() - t_trial
     for config in ahead:  # asked, never measured: no longer pending
         search.pending.discard(config_key(config))
     return done

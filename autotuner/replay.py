@@ -70,14 +70,21 @@ def default_for(landscape: Landscape) -> Config:
     return min(landscape.configs, key=distance)
 
 
-def replay(landscape: Landscape, budget: int, seed: int, strategy: str = "tpe") -> dict[str, Any]:
-    """The tuner's search loop (autotuner.measure.run_search) with the landscape as the measurement."""
+# The tuner asks as far ahead as its compile pool is wide (autotuner.tuner._compile_workers): 14 on a one-GPU,
+# 16-core host. Replays ask ahead the same way, since how far ahead a search asks changes what it finds.
+TUNER_WIDTH = 14
+
+
+def replay(landscape: Landscape, budget: int, seed: int, strategy: str = "tpe",
+           width: int = TUNER_WIDTH) -> dict[str, Any]:
+    """The tuner's search loop (autotuner.measure.run_search) with the landscape as the measurement, asking
+    ahead as a tuner with a compile pool of `width` does."""
     search = make_search(strategy, landscape.configs, landscape.params, budget, seed, first=[default_for(landscape)])
-    measured = run_search(search, TableMeasurer(landscape.times), budget=budget)
+    measured = run_search(search, TableMeasurer(landscape.times), budget=budget, batch=width)
     best = search.best(1)
     best_config, best_ms = best[0] if best else (None, None)
     return {
-        "landscape": landscape.name, "strategy": strategy, "seed": seed, "budget": budget,
+        "landscape": landscape.name, "strategy": strategy, "seed": seed, "budget": budget, "width": width,
         "evaluations": len(measured), "best_ms": best_ms, "optimum_ms": landscape.optimum_ms,
         "within_2pct": best_ms is not None and best_ms <= 1.02 * landscape.optimum_ms, "best_config": best_config,
     }

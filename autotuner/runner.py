@@ -8,13 +8,13 @@ trial is a `timeout`. The worker dying: a `crash`. A CUDA error poisons the cont
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import time
 import traceback
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
+from autotuner import processes
 from autotuner.timing import Timing
 
 # A quick timing (the first look at a config) warms up and repeats for this share of the full timing's
@@ -169,7 +169,10 @@ def die_with_parent() -> None:
             pass
 
 
-def _worker_main(conn: Connection, spec: WorkerSpec | None) -> None:
+def _worker_main(conn: Connection, spec: WorkerSpec | None, env: dict[str, str]) -> None:
+    from autotuner.processes import adopt
+
+    adopt(env)
     die_with_parent()
     bench: _Bench | None = None
     while True:
@@ -217,7 +220,6 @@ class TrialRunner:
         self._needs_setup = False
         self.trial_timeout_s = trial_timeout_s
         self.setup_timeout_s = setup_timeout_s
-        self._ctx = mp.get_context("spawn")
         self._proc: Any = None
         self._conn: Connection | None = None
         self._in_flight = False
@@ -240,8 +242,9 @@ class TrialRunner:
             parent.send(("setup", self.spec))
             self._in_flight = True
         else:
-            parent, child = self._ctx.Pipe()
-            proc = self._ctx.Process(target=_worker_main, args=(child, self.spec), daemon=True)
+            ctx = processes.context()
+            parent, child = ctx.Pipe()
+            proc = ctx.Process(target=_worker_main, args=(child, self.spec, processes.environment()), daemon=True)
             proc.start()
             child.close()
             self._proc, self._conn, self._in_flight = proc, parent, True  # close() kills it if setup is interrupted

@@ -42,7 +42,10 @@ class TuneResult:
     candidates: int = 0
     rejected: int = 0
     elapsed_s: float = 0.0
-    phases: dict[str, float] = field(default_factory=dict)  # seconds per phase, and compile_s summed over trials
+    # Seconds per phase (setup_s, search_s, retime_s, record_s; startup_s from the CLI), and the search's parts:
+    # ask_s, measure_s (compile_wait_s of it: waiting on the compile pool), record_trial_s; compile_s is the
+    # compile time summed over trials (spent in parallel by the compile pool).
+    phases: dict[str, float] = field(default_factory=dict)
     stored_as_best: bool = False
 
     @property
@@ -56,6 +59,16 @@ class TuneResult:
     @property
     def speedup_vs_torch(self) -> float | None:
         return self.torch_ms / self.best_ms if self.torch_ms and self.best_ms else None
+
+    def phase_summary(self) -> str:
+        """One line: where the time went."""
+        p = self.phases
+        parts = [f"setup {p.get('setup_s', 0):.1f}", f"search {p.get('search_s', 0):.1f} (waiting on compiles "
+                 f"{p.get('compile_wait_s', 0):.1f}, measuring {p.get('measure_s', 0) - p.get('compile_wait_s', 0):.1f},"
+                 f" asking {p.get('ask_s', 0):.1f}, storing {p.get('record_trial_s', 0):.1f})",
+                 f"re-time {p.get('retime_s', 0):.1f}", f"record {p.get('record_s', 0):.1f}"]
+        startup = f"start-up {p['startup_s']:.1f} + " if "startup_s" in p else ""
+        return f"{startup}{self.elapsed_s:.1f} s: " + ", ".join(parts)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

@@ -181,7 +181,9 @@ def tune(
 
         if budget != 0:
             run_search(search, measurer, budget=budget, time_budget_s=time_budget_s, batch=max(1, n_workers),
-                       on_trial=on_trial)
+                       on_trial=on_trial, spent=result.phases)
+            if isinstance(measurer, LiveMeasurer):
+                result.phases["compile_wait_s"] = measurer.compile_wait_s
         if known and result.best_config is None and search.best(1):
             result.best_config, result.best_ms = search.best(1)[0]
         result.phases["search_s"] = time.perf_counter() - t_phase

@@ -211,8 +211,8 @@ class Worker:
             self.on_event(f"job {job_id}: finished, but it had been taken back; the other worker's result stands")
             return "taken"
         self.done += 1
-        self.on_event(f"job {job_id}: done in {result.elapsed_s:.1f} s, best {result.best_ms:.4g} ms "
-                      f"{result.best_config}")
+        self.on_event(f"job {job_id}: done, best {result.best_ms:.4g} ms {result.best_config}; "
+                      f"{len(result.trials)} trials in {result.phase_summary()}")
         return "done"
 
     def gpu_name(self) -> str:

@@ -3,7 +3,8 @@
 #   tier       the GPU test tier (tests/gpu)
 #   overhead   benchmarks/launch_overhead.py: CPU cost per call of the library calls and decorated kernels
 #   dropin     benchmarks/autotune_drop_in.py: @autotuner.autotune against @triton.autotune on the examples
-#   tune       `autotuner tune matmul --M 4096`, cold Triton cache, with its phases
+#   tune       `autotuner tune matmul --M 4096`, cold Triton cache, with its phases (TUNE_RUNS times, default 1),
+#              after the start-up's parts: import torch, CUDA init, importing the CLI
 #   tunetime   benchmarks/tune_time.py: that, plus an exhaustive run (a landscape) and the winner against its best
 #   landscapes exhaustive runs of softmax and layernorm problems, written as landscapes to $OUT/landscapes
 #   scale      benchmarks/scale_workers.py: 16 jobs drained by workers on 1 and on every GPU of the host
@@ -29,12 +30,17 @@ if [[ $STEPS == *,dropin,* ]]; then
   python3 benchmarks/autotune_drop_in.py --json-out "$OUT/dropin.json" 2>&1 | tee "$OUT/dropin.txt" | tail -22
 fi
 if [[ $STEPS == *,tune,* ]]; then
-  step "autotuner tune matmul --M 4096, cold Triton cache"
-  export TRITON_CACHE_DIR=/tmp/tc_tune
-  /usr/bin/time -f "wall %e s" python3 -m autotuner tune matmul --M 4096 --db sqlite:////tmp/tune.db --json \
-      > "$OUT/tune_4096.json" 2> "$OUT/tune_4096.log"
-  tail -2 "$OUT/tune_4096.log"
-  python3 -c "import json; r=json.load(open('$OUT/tune_4096.json')); print('phases', {k: round(v, 2) for k, v in r['phases'].items()}, 'elapsed', round(r['elapsed_s'], 1), 'best', r['best_ms'], r['best_config'])"
+  step "start-up parts, then autotuner tune matmul --M 4096, cold Triton cache"
+  python3 -c "import time; t=time.perf_counter(); import torch; a=time.perf_counter(); torch.cuda.init(); torch.empty(1, device='cuda'); b=time.perf_counter(); import triton, optuna, sqlalchemy; c=time.perf_counter(); print(f'import torch {a-t:.2f} s, CUDA context {b-a:.2f} s, triton+optuna+sqlalchemy {c-b:.2f} s')"
+  python3 -X importtime -c "import autotuner.cli" 2> "$OUT/importtime.txt"; sort -t'|' -k2 -n "$OUT/importtime.txt" | tail -4
+  for i in $(seq 1 "${TUNE_RUNS:-1}"); do
+    export TRITON_CACHE_DIR=/tmp/tc_tune_$i
+    /usr/bin/time -f "wall %e s" python3 -m autotuner tune matmul --M 4096 --db sqlite:////tmp/tune_$i.db --json \
+        > "$OUT/tune_4096_$i.json" 2> "$OUT/tune_4096_$i.log"
+    tail -1 "$OUT/tune_4096_$i.log"
+    python3 -c "import json; r=json.load(open('$OUT/tune_4096_$i.json')); print('phases', {k: round(v, 2) for k, v in r['phases'].items()}, 'elapsed', round(r['elapsed_s'], 1), 'best', r['best_ms'], r['best_config'])"
+  done
+  unset TRITON_CACHE_DIR
 fi
 if [[ $STEPS == *,tunetime,* ]]; then
   step "tune time, exhaustive landscape, winner against the best"

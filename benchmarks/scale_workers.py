@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -51,6 +52,7 @@ def drain(n: int, jobs: int, trials: int, out: Path) -> float:
         per_worker = dict(c.execute("SELECT worker, count(*) FROM jobs GROUP BY worker").fetchall())
     if codes != [0] * n or states.get("done") != jobs:
         raise SystemExit(f"N={n}: exit codes {codes}, jobs {states}; see {out}")
+    shutil.copy(work / "jobs.db", out / f"scale_n{n}.db")  # every run and trial, for the timeline
     print(f"N={n}: {wall:.1f} s for {jobs} jobs, by worker {per_worker}", flush=True)
     return wall
 

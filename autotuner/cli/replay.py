@@ -16,6 +16,8 @@ def replay(
     budget: int = typer.Option(49, "--budget", min=1, help="distinct configs to measure"),
     seed: int = typer.Option(0, "--seed"),
     strategy: str = typer.Option("tpe", "--strategy", help="tpe, random or exhaustive"),
+    width: int = typer.Option(14, "--width", min=1, help="configs asked ahead, as a tuner with a compile pool this "
+                                                          "wide does (14: a one-GPU 16-core host)"),
     as_json: JsonOpt = False,
 ) -> None:
     """Run the search engine against a recorded landscape (a measurement is a table look-up)."""
@@ -23,7 +25,7 @@ def replay(
     from autotuner.replay import replay as run_replay
 
     try:
-        result = run_replay(load_landscape(landscape), budget, seed, strategy)
+        result = run_replay(load_landscape(landscape), budget, seed, strategy, width)
     except ValueError as exc:
         fail(str(exc))
     if as_json:

@@ -113,6 +113,9 @@ def tune(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress on stderr"),
 ) -> None:
     """Tune one problem: search its space, store every trial and the winner."""
+    from autotuner import processes
+
+    processes.start()  # the trial worker and compile pool fork from it; it imports while this process goes on
     from autotuner.device import current_device
     from autotuner.search import STRATEGIES
     from autotuner.store import Store
@@ -194,9 +197,6 @@ def _print(result: TuneResult, device: Any, op: str) -> None:
                             f"{result.rejected} rejected by constraints (of {result.candidates + result.rejected})")
     table.add_row("stored", f"run {result.run_id}; " + ("new best" if result.stored_as_best
                                                         else "a faster one was already stored"))
-    p = result.phases
-    startup = f"after {p['startup_s']:.1f} s of start-up, " if "startup_s" in p else ""
-    table.add_row("wall time", f"{startup}{result.elapsed_s:.1f} s: setup {p.get('setup_s', 0):.1f}, search "
-                               f"{p.get('search_s', 0):.1f} (compiling {p.get('compile_s', 0):.1f}), re-time "
-                               f"{p.get('retime_s', 0):.1f}, record {p.get('record_s', 0):.1f}")
+    table.add_row("wall time", result.phase_summary() + f"; compiling {result.phases.get('compile_s', 0):.1f} s "
+                               "summed over the compile pool")
     console.print(table)

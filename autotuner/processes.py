@@ -1,0 +1,51 @@
+"""Where trial workers and compile-pool processes come from: a fork server that imported torch and Triton once.
+
+A process of the `spawn` kind imports torch again: 4.5-5 s on an H100 host, and a tuning run starts a trial
+worker and a compile pool of up to 15 processes at once. The fork server imports torch and Triton once, and
+each process is forked from it ready to work. Commands that tune (`autotuner tune`, `autotuner worker`) call
+`start()` first thing, so the server imports while the command does its own imports. CUDA is never initialised
+in the server (nothing it imports touches the device), so each child makes its own context, as with spawn.
+
+A child of the server starts with the server's environment, which is the command's environment at `start()`;
+`adopt(env)` gives it the parent's environment as it is when the child is made, as spawn would have.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+from multiprocessing.context import BaseContext
+
+PRELOAD = ["torch", "triton", "triton.language"]
+
+_started = False
+
+
+def start() -> None:
+    """Start the fork server (its imports run in the background); a no-op after the first call."""
+    global _started
+    if _started:
+        return
+    _started = True
+    mp.set_forkserver_preload(PRELOAD)
+    from multiprocessing import forkserver
+
+    forkserver.ensure_running()
+
+
+def context() -> BaseContext:
+    """The context new processes come from (the fork server, started on first use if no command started it)."""
+    start()
+    return mp.get_context("forkserver")
+
+
+def environment() -> dict[str, str]:
+    """The environment a child should see: this process's, now."""
+    return dict(os.environ)
+
+
+def adopt(env: dict[str, str]) -> None:
+    """In a child: take the parent's environment (before importing anything that reads it)."""
+    if env != os.environ:
+        os.environ.clear()
+        os.environ.update(env)

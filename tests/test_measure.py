@@ -1,0 +1,62 @@
+"""The measurement boundary's processes: a fork server's children, and compiles ahead of the search."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict
+
+from autotuner import processes
+from autotuner.device import current_device
+from autotuner.measure import LiveMeasurer
+from autotuner.registry import get_op
+from autotuner.runner import WorkerSpec
+from search_spaces.space import config_key
+
+
+def _report_env(conn, env):
+    processes.adopt(env)
+    conn.send(os.environ.get("AUTOTUNER_PROBE"))
+
+
+def test_a_child_sees_the_environment_of_when_it_is_made(monkeypatch):
+    """Children fork from a server started earlier; they still get the parent's environment as it is now."""
+    processes.start()
+    monkeypatch.setenv("AUTOTUNER_PROBE", "set after the fork server started")
+    ctx = processes.context()
+    parent, child = ctx.Pipe()
+    proc = ctx.Process(target=_report_env, args=(child, processes.environment()))
+    proc.start()
+    try:
+        assert parent.poll(120)
+        assert parent.recv() == "set after the fork server started"
+    finally:
+        proc.join(30)
+
+
+def test_speculative_compiles_take_idle_pool_workers_only_and_count_when_asked():
+    sm = get_op("softmax")
+    problem = sm.parse_problem("8x64")
+    device = current_device()
+    configs = sm.space.enumerate(problem, device).valid[:6]
+    measurer = LiveMeasurer(WorkerSpec("softmax", asdict(problem), (), None), 120, compile_workers=2)
+    try:
+        measurer.prepare(configs[:1])
+        measurer.speculate(configs[1:])
+        in_flight = [k for k, f in measurer._ahead.items() if not f.done()]
+        assert len(in_flight) <= 2  # the asked config and one guess: never more than the pool is wide
+        assert config_key(configs[0]) in measurer._ahead
+        first = measurer.measure(configs[0])
+        assert first.status == "ok" and first.compile_s is not None
+        # a guess the search then asks for is measured with the compile the pool already did
+        guessed = next(c for c in configs[1:] if config_key(c) in measurer._ahead)
+        assert isinstance(measurer._ahead[config_key(guessed)].result(60), float)  # the pool's first launch
+        measurer.prepare([guessed])
+        assert measurer.measure(guessed).status == "ok"
+        assert config_key(guessed) not in measurer._ahead  # consumed, not compiled again
+        # guesses no longer wanted are dropped unless already started; nothing asked is ever dropped
+        measurer.prepare(configs[5:6])
+        measurer.speculate([])
+        assert config_key(configs[5]) in measurer._ahead
+        assert measurer.measure(configs[5]).status == "ok"
+    finally:
+        measurer.close()
