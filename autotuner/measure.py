@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import Future
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -35,6 +35,10 @@ class Measurer(Protocol):
         """Configs the search may ask next (a live measurer compiles them if it has idle workers; the last call's
         list replaces the one before)."""
 
+    def first_ready(self, configs: list[Config]) -> int:
+        """The index of the config to measure first among those asked (a live measurer: the first whose compile
+        is done, waiting for one if none is; one slow compile does not hold up the others)."""
+
     def measure(self, config: Config) -> Outcome:
         """Check and time one config."""
 
@@ -46,12 +50,12 @@ class LiveMeasurer:
     """Real launches: one trial worker process, and a compile pool ahead of it when `compile_workers` > 1.
 
     On a GPU each config is first timed briefly (runner.QUICK_SCALE of the full warm-up and repetitions), and
-    timed in full only when that brief time is within FULL_MARGIN of the best full time so far: a config 10%
-    slower than the best is not the winner whatever its third digit, and the re-timing rounds time the finalists
-    in full again.
+    timed in full only when that brief time is within FULL_MARGIN of the best full time so far: a brief timing
+    is a hundred or more runs of a kernel that takes a tenth of a millisecond or more, a config 5% slower than
+    the best by it is not the winner, and the re-timing rounds time the finalists in full again.
     """
 
-    FULL_MARGIN = 0.10
+    FULL_MARGIN = 0.05
 
     def __init__(self, spec: WorkerSpec, trial_timeout_s: float, compile_workers: int,
                  kept: KeptProcesses | None = None) -> None:
@@ -66,6 +70,7 @@ class LiveMeasurer:
         self.quick = spec.device_index is not None  # the interpreter's wall-clock timing has no brief form
         self._best = float("inf")
         self.compile_wait_s = 0.0  # time the search waited on the compile pool, measure() by measure()
+        self.full_timing_s = 0.0  # time spent timing configs near the best in full
         self._speculative: set[str] = set()  # keys in _ahead that the search has not asked for (yet)
 
     def start(self) -> Outcome:
@@ -101,6 +106,15 @@ class LiveMeasurer:
                 self._speculative.add(key)
                 busy += 1
 
+    def first_ready(self, configs: list[Config]) -> int:
+        futs = [self._ahead.get(config_key(c)) for c in configs]
+        if not futs or None in futs:  # one not compiling ahead (no pool): nothing to wait for
+            return futs.index(None) if futs else 0
+        t0 = time.perf_counter()
+        wait([f for f in futs if f is not None], timeout=self.trial_timeout_s, return_when=FIRST_COMPLETED)
+        self.compile_wait_s += time.perf_counter() - t0
+        return next((i for i, f in enumerate(futs) if f is not None and f.done()), 0)
+
     def measure(self, config: Config) -> Outcome:
         fut = self._ahead.pop(config_key(config), None)
         self._speculative.discard(config_key(config))
@@ -112,7 +126,9 @@ class LiveMeasurer:
         outcome = self.runner.measure(config, quick=self.quick)
         if self.quick and outcome.status == "ok" and outcome.timing is not None \
                 and outcome.timing.median_ms <= self._best * (1 + self.FULL_MARGIN):
+            t_full = time.perf_counter()
             full = self.runner.time(config)
+            self.full_timing_s += time.perf_counter() - t_full
             if full.status == "ok" and full.timing is not None:
                 outcome = Outcome("ok", full.timing, outcome.compile_s)
                 self._best = min(self._best, full.timing.median_ms)
@@ -185,6 +201,9 @@ class TableMeasurer:
     def speculate(self, configs: list[Config]) -> None:
         pass
 
+    def first_ready(self, configs: list[Config]) -> int:
+        return 0
+
     def measure(self, config: Config) -> Outcome:
         ms = self.times[config_key(config)]
         if ms is None:
@@ -211,8 +230,10 @@ def run_search(search: Search, measurer: Measurer, *, budget: int | None, time_b
                spent: dict[str, float] | None = None) -> list[Measured]:
     """Ask, measure, tell until the budget (trials, or seconds of searching) or the space runs out.
 
-    `batch` configs are kept asked ahead of the one being measured and handed to `measurer.prepare` (a compile
-    pool's width), so compiling the next configs overlaps timing this one; at least one config is always
+    Up to `batch` configs (a compile pool's width, as far as `search.max_pending` allows) are kept asked ahead of
+    the one being measured and handed to `measurer.prepare`, so compiling the next configs overlaps timing this
+    one; they are measured as their compiles finish (`measurer.first_ready`), and the configs the search is
+    likely to ask next are compiled on idle workers (`measurer.speculate`). At least one config is always
     measured. `spent` gets the seconds of the loop's parts added: `ask_s` (the strategy proposing and learning),
     `measure_s` (the measurer, compile waits included) and `record_trial_s` (`on_trial`).
     """
@@ -244,9 +265,9 @@ def run_search(search: Search, measurer: Measurer, *, budget: int | None, time_b
             measurer.speculate(search.upcoming(batch))
         if not ahead:
             break
-        config = ahead.pop(0)
         t_measure = time.perf_counter()
         spent["ask_s"] += t_measure - t
+        config = ahead.pop(measurer.first_ready(ahead))
         m = Measured(config, measurer.measure(config))
         t_tell = time.perf_counter()
         spent["measure_s"] += t_tell - t_measure

@@ -21,10 +21,14 @@ PRELOAD = ["torch", "triton", "triton.language"]
 _started = False
 
 
+def is_main_process() -> bool:
+    return mp.parent_process() is None
+
+
 def start() -> None:
-    """Start the fork server (its imports run in the background); a no-op after the first call."""
+    """Start the fork server (its imports run in the background); a no-op after the first call, and in a child."""
     global _started
-    if _started:
+    if _started or not is_main_process():
         return
     _started = True
     mp.set_forkserver_preload(PRELOAD)

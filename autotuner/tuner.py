@@ -184,6 +184,7 @@ def tune(
                        on_trial=on_trial, spent=result.phases)
             if isinstance(measurer, LiveMeasurer):
                 result.phases["compile_wait_s"] = measurer.compile_wait_s
+                result.phases["full_timing_s"] = measurer.full_timing_s
         if known and result.best_config is None and search.best(1):
             result.best_config, result.best_ms = search.best(1)[0]
         result.phases["search_s"] = time.perf_counter() - t_phase

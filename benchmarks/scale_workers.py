@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import sqlite3
 import subprocess
 import sys
@@ -52,7 +51,8 @@ def drain(n: int, jobs: int, trials: int, out: Path) -> float:
         per_worker = dict(c.execute("SELECT worker, count(*) FROM jobs GROUP BY worker").fetchall())
     if codes != [0] * n or states.get("done") != jobs:
         raise SystemExit(f"N={n}: exit codes {codes}, jobs {states}; see {out}")
-    shutil.copy(work / "jobs.db", out / f"scale_n{n}.db")  # every run and trial, for the timeline
+    with sqlite3.connect(work / "jobs.db") as src, sqlite3.connect(out / f"scale_n{n}.db") as dst:
+        src.backup(dst)  # every run and trial, for the timeline (a copy of the file would miss its WAL)
     print(f"N={n}: {wall:.1f} s for {jobs} jobs, by worker {per_worker}", flush=True)
     return wall
 

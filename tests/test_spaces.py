@@ -70,6 +70,18 @@ def test_matmul_split_k_only_where_tiles_do_not_fill_the_device():
     assert not any(c["SPLIT_K"] > 1 for c in op.space.candidates(square, H100))
 
 
+def test_matmul_accumulators_must_fit_in_registers():
+    op = get_op("matmul")
+    square = op.parse_problem("4096x4096x4096", "float16")
+    cfg = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8, "TMA": 0, "num_warps": 8, "num_stages": 3}
+    assert op.space.violations(cfg, square, H100) == []  # 128 accumulators per thread
+    assert op.space.violations({**cfg, "num_warps": 4}, square, H100) == [
+        "4 warps for a 128x256 tile hold 256 accumulators per thread (at most 128: beyond that the kernel spills "
+        "registers)"]
+    assert not any(c["BLOCK_M"] * c["BLOCK_N"] > 128 * 32 * c["num_warps"]
+                   for c in op.space.candidates(square, H100))
+
+
 def test_matmul_tma_rules_and_seeds():
     op = get_op("matmul")
     square, skinny = op.parse_problem("4096x4096x4096", "float16"), op.parse_problem("32x4096x4096", "float16")

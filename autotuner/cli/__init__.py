@@ -12,13 +12,26 @@ Shared options, the consoles and the error-to-exit-code mapping are in autotuner
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 
-import typer
-from pydantic import ValidationError
+from autotuner import processes
 
-from autotuner.registry import load_plugins
-from autotuner.settings import Settings, settings_error
+if sys.argv[1:2] in (["tune"], ["worker"]) and processes.is_main_process():
+    # Commands that tune fork their trial worker and compile pool from a server that imports torch once: it
+    # starts now, so that its imports run while this process does its own.
+    main_module = sys.modules["__main__"]
+    if getattr(main_module, "__spec__", None) is None:
+        # The `autotuner` console script: a child would run it again (importing this CLI) before its work;
+        # named as the package's __main__, which children skip.
+        main_module.__spec__ = importlib.util.find_spec("autotuner.__main__")
+    processes.start()
+
+import typer  # noqa: E402
+from pydantic import ValidationError  # noqa: E402
+
+from autotuner.registry import load_plugins  # noqa: E402
+from autotuner.settings import Settings, settings_error  # noqa: E402
 
 try:
     load_plugins(Settings().plugins)  # before the commands are built: plugin ops bring their options to them
