@@ -13,15 +13,18 @@ from typing import Any
 
 from autotuner import processes
 from autotuner.processes import adopt
-from autotuner.runner import Outcome, WorkerSpec, _short, classify, die_with_parent
+from autotuner.runner import Outcome, WorkerSpec, _short, classify, die_with_parent, warm_up
 
 _STATE: dict[str, Any] = {}
 
 
-def _init(spec: WorkerSpec, env: dict[str, str] | None = None) -> None:
+def _init(spec: WorkerSpec | None, env: dict[str, str] | None = None, device_index: int | None = None) -> None:
     if env is not None:  # a new process: the parent's environment first
         adopt(env)
         die_with_parent()
+    if spec is None:  # started ahead of its first problem (CompilePool.prestart)
+        warm_up(device_index)
+        return
     import torch
 
     from autotuner.device import current_device
@@ -53,19 +56,31 @@ def _compile(spec: WorkerSpec, config: dict[str, Any]) -> Outcome | float:
     return time.perf_counter() - t0
 
 
+def _started() -> None:
+    """A no-op task: submitting one per worker makes the pool start them all."""
+
+
 class CompilePool:
-    def __init__(self, spec: WorkerSpec, workers: int) -> None:
-        self.spec = spec
+    def __init__(self, spec: WorkerSpec | None, workers: int, device_index: int | None = None) -> None:
+        self.spec = spec  # None until the first problem (`prestart`); each task names its problem anyway
         self.workers = workers
+        self.device_index = device_index
         self._pool: ProcessPoolExecutor | None = None
 
     def _ensure(self) -> ProcessPoolExecutor:
         if self._pool is None:
-            self._pool = ProcessPoolExecutor(self.workers, mp_context=processes.context(),
-                                             initializer=_init, initargs=(self.spec, processes.environment()))
+            self._pool = ProcessPoolExecutor(self.workers, mp_context=processes.context(), initializer=_init,
+                                             initargs=(self.spec, processes.environment(), self.device_index))
         return self._pool
 
+    def prestart(self) -> None:
+        """Start every process now (each makes its CUDA context), before the first config to compile."""
+        pool = self._ensure()
+        for _ in range(self.workers):
+            pool.submit(_started)
+
     def submit(self, config: dict[str, Any]) -> Future[Outcome | float]:
+        assert self.spec is not None, "no problem to compile for yet"
         return self._ensure().submit(_compile, self.spec, config)
 
     def result(self, fut: Future[Outcome | float], timeout: float) -> Outcome | float | None:

@@ -8,6 +8,7 @@ a compile pool (autotuner.compile_pool) compiles the next configs while the curr
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, wait
@@ -154,32 +155,56 @@ class LiveMeasurer:
 
 
 class KeptProcesses:
-    """A trial worker and a compile pool kept from one tuning to the next (an `autotuner worker`'s, one per GPU):
-    the next problem is set up in processes that imported torch and made their CUDA context already, instead of
-    new ones doing it again (about 5 s of imports each on an H100 host, and the host's cores shared by all)."""
+    """A trial worker and a compile pool kept from one tuning to the next (an `autotuner worker`'s, one per GPU),
+    or started ahead of the first (`autotuner tune`): the next problem is set up in processes that have their
+    CUDA context already, instead of new ones making it."""
 
     def __init__(self) -> None:
         self.runner: TrialRunner | None = None
         self.pool: CompilePool | None = None
+        self._starting: threading.Thread | None = None
+
+    def prestart(self, device_index: int | None, compile_workers: int, background: bool = True) -> None:
+        """Start the trial worker and `compile_workers` compile processes before any problem is known (in a
+        thread: a fork server still importing torch would hold the caller up)."""
+        def start() -> None:
+            self.runner = TrialRunner(None)
+            self.runner.prestart(device_index)
+            if compile_workers > 1:
+                self.pool = CompilePool(None, compile_workers, device_index)
+                self.pool.prestart()
+
+        if background:
+            self._starting = threading.Thread(target=start, name="prestart", daemon=True)
+            self._starting.start()
+        else:
+            start()
+
+    def _started(self) -> None:
+        if self._starting is not None:
+            self._starting.join()
+            self._starting = None
 
     def for_problem(self, spec: WorkerSpec, trial_timeout_s: float,
                     compile_workers: int) -> tuple[TrialRunner, CompilePool | None]:
+        self._started()
         if self.runner is None:
             self.runner = TrialRunner(spec, trial_timeout_s)
         self.runner.use(spec, trial_timeout_s)
         if compile_workers > 1 and (self.pool is None or self.pool.workers != compile_workers):
             if self.pool is not None:
                 self.pool.reset()
-            self.pool = CompilePool(spec, compile_workers)
+            self.pool = CompilePool(spec, compile_workers, spec.device_index)
         if self.pool is not None:
             self.pool.spec = spec
         return self.runner, self.pool if compile_workers > 1 else None
 
     def close(self) -> None:
+        self._started()
         if self.pool is not None:
             self.pool.reset()
         if self.runner is not None:
-            self.runner.close()
+            self.runner.close(wait=False)
         self.runner = self.pool = None
 
 

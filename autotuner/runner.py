@@ -169,11 +169,26 @@ def die_with_parent() -> None:
             pass
 
 
-def _worker_main(conn: Connection, spec: WorkerSpec | None, env: dict[str, str]) -> None:
+def warm_up(device_index: int | None) -> None:
+    """In a new process with no problem yet: make the CUDA context and import the ops, so that the first problem
+    only builds its inputs."""
+    from autotuner.registry import load_plugins  # noqa: F401  (imports the registry and the built-in ops)
+
+    if device_index is not None:
+        import torch
+
+        torch.cuda.set_device(device_index)
+        torch.empty(1, device=f"cuda:{device_index}")
+
+
+def _worker_main(conn: Connection, spec: WorkerSpec | None, env: dict[str, str],
+                 device_index: int | None = None) -> None:
     from autotuner.processes import adopt
 
     adopt(env)
     die_with_parent()
+    if spec is None:  # started ahead of its first problem
+        warm_up(device_index)
     bench: _Bench | None = None
     while True:
         if spec is not None:  # set up a problem: at start, and for each new problem a long-lived worker gets
@@ -215,8 +230,8 @@ class TrialRunner:
     `autotuner worker`'s, across jobs) is given each new problem with `use`: its process, with torch imported
     and its CUDA context made, sets the problem up instead of a new process starting."""
 
-    def __init__(self, spec: WorkerSpec, trial_timeout_s: float = 60.0, setup_timeout_s: float = 600.0) -> None:
-        self.spec = spec
+    def __init__(self, spec: WorkerSpec | None, trial_timeout_s: float = 60.0, setup_timeout_s: float = 600.0) -> None:
+        self.spec = spec  # None: no problem yet (`prestart`, then `use`)
         self._needs_setup = False
         self.trial_timeout_s = trial_timeout_s
         self.setup_timeout_s = setup_timeout_s
@@ -229,6 +244,19 @@ class TrialRunner:
     def in_flight(self) -> bool:
         """A request sent and not answered (or a setup under way): the process may be stuck."""
         return self._in_flight
+
+    def prestart(self, device_index: int | None) -> None:
+        """Start the process before its first problem is known: it makes its CUDA context and imports the ops
+        meanwhile, and `use` then sets the problem up in it."""
+        if self._proc is None:
+            ctx = processes.context()
+            parent, child = ctx.Pipe()
+            self._proc = ctx.Process(target=_worker_main, args=(child, None, processes.environment(), device_index),
+                                     daemon=True)
+            self._proc.start()
+            child.close()
+            self._conn = parent
+            self._needs_setup = self.spec is not None
 
     def use(self, spec: WorkerSpec, trial_timeout_s: float) -> None:
         """The problem the next trials are of."""
@@ -311,8 +339,10 @@ class TrialRunner:
     def baseline(self) -> Outcome:
         return self._ask("baseline", None)
 
-    def close(self) -> None:
-        if self._in_flight and self._proc is not None:
+    def close(self, wait: bool = True) -> None:
+        """Stop the process: asked to exit (`wait`), or killed (it holds nothing to save; not waiting saves the
+        second or so its CUDA context takes to tear down)."""
+        if (self._in_flight or not wait) and self._proc is not None:
             self._proc.kill()  # interrupted mid-trial: the worker may be stuck in a kernel, don't wait for it
         if self._conn is not None and self._proc is not None and self._proc.is_alive():
             try:

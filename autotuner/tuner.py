@@ -44,19 +44,24 @@ RETIME_ROUNDS = 3  # interleaved rounds of that re-time; each config keeps the m
 DEFAULT_MARGIN = 0.01
 
 
-def _compile_workers(settings: Settings, device: DeviceInfo, op: Op, problem: Any) -> int:
-    """Processes compiling ahead of timing. Sized per host: the CPU cores (less two: the trial worker and
-    this process) shared among the GPUs, one worker per GPU being how a host is run; and no more than half the
-    device's memory holds copies of the inputs (each process launches the kernel on its own)."""
-    if device.is_interpreter:
-        return 0  # the interpreter has nothing to compile
+def host_compile_workers(settings: Settings) -> int:
+    """Processes compiling ahead of timing, sized per host: the CPU cores (less two: the trial worker and this
+    process) shared among the GPUs, one worker per GPU being how a host is run."""
     if settings.compile_workers:
         return settings.compile_workers
     import torch
 
     gpus = max(1, torch.cuda.device_count())
-    n = max(1, ((os.cpu_count() or 2) - 2) // gpus)
-    if op.bytes_moved is not None and device.total_memory > 0:
+    return max(1, ((os.cpu_count() or 2) - 2) // gpus)
+
+
+def _compile_workers(settings: Settings, device: DeviceInfo, op: Op, problem: Any) -> int:
+    """The host's share (`host_compile_workers`), and no more than half the device's memory holds copies of the
+    inputs (each process launches the kernel on its own)."""
+    if device.is_interpreter:
+        return 0  # the interpreter has nothing to compile
+    n = host_compile_workers(settings)
+    if not settings.compile_workers and op.bytes_moved is not None and device.total_memory > 0:
         n = min(n, max(1, int(device.total_memory / 2 // max(1.0, op.bytes_moved(problem)))))
     return n
 

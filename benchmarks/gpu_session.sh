@@ -64,5 +64,5 @@ fi
 if [[ $STEPS == *,scale,* ]]; then
   step "scale: workers on 1 and on every GPU"
   n=$(nvidia-smi -L | wc -l); gpus=1; [ "$n" -gt 1 ] && gpus="1,$n"
-  python3 benchmarks/scale_workers.py --gpus "$gpus" --out "$OUT" 2>&1 | tee "$OUT/scale.txt" | tail -8
+  python3 benchmarks/scale_workers.py --gpus "$gpus" --out "$OUT" 2>&1 | tee "$OUT/scale.txt" | tail -12
 fi

@@ -3,8 +3,10 @@
     python benchmarks/scale_workers.py [--gpus 1,2] [--jobs 16] [--trials 24] [--out DIR]
 
 For each N: a fresh SQLite database with the same 16 matmul jobs (4 shapes x 4 epilogue/dtype variants), a cold
-Triton cache shared by the host's workers, and one `autotuner worker --gpu i --until-empty` per GPU started
-together; the time is from their start to the last one's exit. Each worker sizes its compile pool per host
+Triton cache shared by the host's workers, and one `autotuner worker --gpu i` per GPU. Two ways of timing it:
+"cold", the workers started with the jobs queued (`--until-empty`), from their start to the last one's exit;
+"running", the workers started and idle first (as a service's workers are), from the jobs' queueing until the
+last is done. Each worker sizes its compile pool per host
 (the CPU cores shared among the GPUs: autotuner/tuner.py). Prints N, wall, jobs per minute, speedup over N=1
 and the share of linear.
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -28,32 +31,59 @@ SHAPES = ["2048x2048x2048", "4096x4096x4096", "1024x4096x4096", "4096x1024x4096"
 VARIANTS = [("float16", None), ("bfloat16", None), ("float16", "bias"), ("float16", "bias_gelu")]
 
 
-def drain(n: int, jobs: int, trials: int, out: Path) -> float:
-    from autotuner.store import Store
-
-    work = Path(tempfile.mkdtemp(prefix=f"scale{n}_"))
-    url = f"sqlite:///{work / 'jobs.db'}"
-    store = Store(url)
+def _queue(store: object, jobs: int, trials: int) -> None:
     for i in range(jobs):
         dtype, epilogue = VARIANTS[(i // len(SHAPES)) % len(VARIANTS)]
-        store.queue_job(op="matmul", shape=SHAPES[i % len(SHAPES)], dtype=dtype,
+        store.queue_job(op="matmul", shape=SHAPES[i % len(SHAPES)], dtype=dtype,  # type: ignore[attr-defined]
                         options={"epilogue": epilogue} if epilogue else {}, strategy="tpe", budget_trials=trials)
-    env = {**os.environ, "TRITON_CACHE_DIR": str(work / "triton_cache")}
+
+
+def _states(db: Path) -> dict[str, int]:
+    with sqlite3.connect(db) as c:
+        return dict(c.execute("SELECT state, count(*) FROM jobs GROUP BY state").fetchall())
+
+
+def drain(n: int, jobs: int, trials: int, out: Path, running: bool) -> float:
+    """Seconds for n workers to drain the jobs: from the workers' start (cold), or, with `running`, from the
+    moment the jobs are queued to workers that started (and made their processes ready) before."""
+    from autotuner.store import Store
+
+    mode = "running" if running else "cold"
+    work = Path(tempfile.mkdtemp(prefix=f"scale{n}_{mode}_"))
+    db = work / "jobs.db"
+    url = f"sqlite:///{db}"
+    store = Store(url)
+    env = {**os.environ, "TRITON_CACHE_DIR": str(work / "triton_cache"), "AUTOTUNER_POLL_S": "0.2"}
+    if not running:
+        _queue(store, jobs, trials)
     t0 = time.perf_counter()
-    procs = [subprocess.Popen([sys.executable, "-m", "autotuner", "worker", "--gpu", str(g), "--until-empty",
-                               "--name", f"gpu{g}", "--db", url], env=env, cwd=ROOT,
-                              stdout=(out / f"scale_n{n}_gpu{g}.log").open("w"), stderr=subprocess.STDOUT)
+    logs = [out / f"scale_n{n}_{mode}_gpu{g}.log" for g in range(n)]
+    procs = [subprocess.Popen([sys.executable, "-m", "autotuner", "worker", "--gpu", str(g), "--name", f"gpu{g}",
+                               "--db", url, *([] if running else ["--until-empty"])], env=env, cwd=ROOT,
+                              stdout=logs[g].open("w"), stderr=subprocess.STDOUT)
              for g in range(n)]
+    if running:
+        while not all("polling every" in log.read_text() for log in logs):  # started...
+            time.sleep(0.2)
+        time.sleep(10)  # ...and their trial worker and compile pool made their CUDA contexts
+        t0 = time.perf_counter()
+        _queue(store, jobs, trials)
+        while _states(db).get("done", 0) + _states(db).get("failed", 0) < jobs:
+            time.sleep(0.2)
+        wall = time.perf_counter() - t0
+        for p in procs:
+            p.send_signal(signal.SIGTERM)
     codes = [p.wait() for p in procs]
-    wall = time.perf_counter() - t0
-    with sqlite3.connect(work / "jobs.db") as c:
-        states = dict(c.execute("SELECT state, count(*) FROM jobs GROUP BY state").fetchall())
+    if not running:
+        wall = time.perf_counter() - t0
+    states = _states(db)
+    with sqlite3.connect(db) as c:
         per_worker = dict(c.execute("SELECT worker, count(*) FROM jobs GROUP BY worker").fetchall())
     if codes != [0] * n or states.get("done") != jobs:
-        raise SystemExit(f"N={n}: exit codes {codes}, jobs {states}; see {out}")
-    with sqlite3.connect(work / "jobs.db") as src, sqlite3.connect(out / f"scale_n{n}.db") as dst:
+        raise SystemExit(f"N={n} ({mode}): exit codes {codes}, jobs {states}; see {out}")
+    with sqlite3.connect(db) as src, sqlite3.connect(out / f"scale_n{n}_{mode}.db") as dst:
         src.backup(dst)  # every run and trial, for the timeline (a copy of the file would miss its WAL)
-    print(f"N={n}: {wall:.1f} s for {jobs} jobs, by worker {per_worker}", flush=True)
+    print(f"N={n} ({mode}): {wall:.1f} s for {jobs} jobs, by worker {per_worker}", flush=True)
     return wall
 
 
@@ -62,15 +92,21 @@ def main() -> None:
     ap.add_argument("--gpus", default="1,2")
     ap.add_argument("--jobs", type=int, default=16)
     ap.add_argument("--trials", type=int, default=24)
+    ap.add_argument("--modes", default="cold,running", help="cold: timed from the workers' start; running: from "
+                    "the jobs' queueing, to workers started before")
     ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp/out")))
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    walls = {int(n): drain(int(n), args.jobs, args.trials, args.out) for n in args.gpus.split(",")}
-    base = walls[min(walls)] * min(walls)
-    print("\n| GPUs | wall (s) | jobs/min | speedup | of linear |\n|---|---|---|---|---|")
-    for n, w in walls.items():
-        print(f"| {n} | {w:.1f} | {args.jobs / w * 60:.1f} | {base / w:.2f}x | {base / w / n:.2f} |")
-    (args.out / "scale.json").write_text(json.dumps({"walls": walls, "jobs": args.jobs, "trials": args.trials}))
+    gpus = [int(n) for n in args.gpus.split(",")]
+    table = []
+    for mode in args.modes.split(","):
+        walls = {n: drain(n, args.jobs, args.trials, args.out, mode == "running") for n in gpus}
+        base = walls[min(walls)] * min(walls)
+        table += [(mode, n, w, base / w, base / w / n) for n, w in walls.items()]
+    print("\n| workers | GPUs | wall (s) | jobs/min | speedup | of linear |\n|---|---|---|---|---|---|")
+    for mode, n, w, speedup, share in table:
+        print(f"| {mode} | {n} | {w:.1f} | {args.jobs / w * 60:.1f} | {speedup:.2f}x | {share:.2f} |")
+    (args.out / "scale.json").write_text(json.dumps({"table": table, "jobs": args.jobs, "trials": args.trials}))
 
 
 if __name__ == "__main__":

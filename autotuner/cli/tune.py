@@ -125,6 +125,7 @@ def tune(
         fail(f"unknown strategy {strategy!r}; accepted: {', '.join(STRATEGIES)}")
     op_obj, prob = problem(op, shape, dtype, M, N, K, options or {})
     s = settings(db)
+    kept = _prestart(s)  # the trial worker and compile pool make their CUDA contexts while this process goes on
     store = Store(s.db_url)
     if len(op_obj.query_options) != len(op_obj.options) and getattr(prob, "call", None) is None:
         # A decorated kernel: its arguments are rebuilt from the call a launching process recorded.
@@ -146,12 +147,13 @@ def tune(
             with Progress(*columns, console=err) as bar:
                 observer = BarProgress(bar, f"{op} {prob.key}")
                 result = run_tune(op_obj, prob, store=store, settings=s, strategy=strategy, trials=trials,
-                                  time_budget_s=time_budget, seed=seed, device=device, observer=observer)
+                                  time_budget_s=time_budget, seed=seed, device=device, observer=observer, kept=kept)
         else:
             observer = PlainProgress() if not quiet else TuneObserver()
             result = run_tune(op_obj, prob, store=store, settings=s, strategy=strategy, trials=trials,
-                              time_budget_s=time_budget, seed=seed, device=device, observer=observer)
+                              time_budget_s=time_budget, seed=seed, device=device, observer=observer, kept=kept)
     except KeyboardInterrupt as exc:
+        kept.close()
         partial: TuneResult | None = getattr(observer, "result", None)
         code = 143 if str(exc) == "SIGTERM" else 130
         if partial is not None and partial.run_id is not None:
@@ -160,6 +162,7 @@ def tune(
         fail(f"interrupted ({exc or 'SIGINT'}) before anything was stored", code)
     finally:
         signal.signal(signal.SIGTERM, previous)
+    kept.close()
     if startup_s is not None:
         result.phases["startup_s"] = startup_s
     if as_json:
@@ -168,6 +171,21 @@ def tune(
         _print(result, device, op)
     if result.best_config is None:
         raise typer.Exit(1)
+
+
+def _prestart(s: Any) -> Any:
+    from autotuner.measure import KeptProcesses
+    from autotuner.tuner import host_compile_workers
+    from kernels._backend import interpreting
+
+    kept = KeptProcesses()
+    if interpreting():
+        kept.prestart(None, 0)
+    else:
+        import torch
+
+        kept.prestart(torch.cuda.current_device(), host_compile_workers(s))
+    return kept
 
 
 def _since_process_start() -> float | None:
