@@ -189,6 +189,7 @@ def _worker_main(conn: Connection, spec: WorkerSpec | None, env: dict[str, str],
     die_with_parent()
     if spec is None:  # started ahead of its first problem
         warm_up(device_index)
+        conn.send(("warm", None))
     bench: _Bench | None = None
     while True:
         if spec is not None:  # set up a problem: at start, and for each new problem a long-lived worker gets
@@ -237,6 +238,7 @@ class TrialRunner:
         self.setup_timeout_s = setup_timeout_s
         self._proc: Any = None
         self._conn: Connection | None = None
+        self._warming = False  # prestarted, its "warm" message not read yet
         self._in_flight = False
         self.restarts = 0
 
@@ -245,9 +247,9 @@ class TrialRunner:
         """A request sent and not answered (or a setup under way): the process may be stuck."""
         return self._in_flight
 
-    def prestart(self, device_index: int | None) -> None:
+    def prestart(self, device_index: int | None, wait: bool = False) -> None:
         """Start the process before its first problem is known: it makes its CUDA context and imports the ops
-        meanwhile, and `use` then sets the problem up in it."""
+        meanwhile (`wait`: until it has), and `use` then sets the problem up in it."""
         if self._proc is None:
             ctx = processes.context()
             parent, child = ctx.Pipe()
@@ -256,7 +258,20 @@ class TrialRunner:
             self._proc.start()
             child.close()
             self._conn = parent
+            self._warming = True
             self._needs_setup = self.spec is not None
+        if wait and self._warming and self._conn is not None and self._conn.poll(self.setup_timeout_s):
+            self._read_warm()
+
+    def _read_warm(self) -> None:
+        """Consume the prestarted process's "warm" message (or leave an EOF for the next read to report)."""
+        assert self._conn is not None
+        try:
+            kind, _ = self._conn.recv()
+            assert kind == "warm", kind
+        except EOFError:
+            pass
+        self._warming = False
 
     def use(self, spec: WorkerSpec, trial_timeout_s: float) -> None:
         """The problem the next trials are of."""
@@ -265,11 +280,17 @@ class TrialRunner:
         self.trial_timeout_s = trial_timeout_s
 
     def _start(self) -> None:
+        reused = False
         if self._proc is not None and self._proc.is_alive() and self._conn is not None:
             proc, parent = self._proc, self._conn  # a live worker: the new problem is set up in it
-            parent.send(("setup", self.spec))
-            self._in_flight = True
-        else:
+            try:
+                if self._warming:
+                    self._read_warm()
+                parent.send(("setup", self.spec))
+                self._in_flight = reused = True
+            except (BrokenPipeError, ConnectionResetError, OSError):  # it died just now: start a new one
+                self._kill()
+        if not reused:
             ctx = processes.context()
             parent, child = ctx.Pipe()
             proc = ctx.Process(target=_worker_main, args=(child, self.spec, processes.environment()), daemon=True)
@@ -298,7 +319,7 @@ class TrialRunner:
             self._proc.join(5)
         if self._conn is not None:
             self._conn.close()
-        self._proc, self._conn, self._in_flight = None, None, False
+        self._proc, self._conn, self._in_flight, self._warming = None, None, False, False
         self.restarts += 1
 
     def _ask(self, kind: str, payload: Any) -> Outcome:
@@ -353,7 +374,7 @@ class TrialRunner:
         if self._proc is not None and self._proc.is_alive():
             self._proc.kill()
             self._proc.join(5)
-        self._proc, self._conn, self._in_flight = None, None, False
+        self._proc, self._conn, self._in_flight, self._warming = None, None, False, False
 
     def __enter__(self) -> TrialRunner:
         return self

@@ -60,3 +60,26 @@ def test_speculative_compiles_take_idle_pool_workers_only_and_count_when_asked()
         assert measurer.measure(configs[5]).status == "ok"
     finally:
         measurer.close()
+
+
+def test_a_trial_worker_started_before_its_problem_sets_it_up_when_told():
+    from autotuner.runner import TrialRunner
+
+    sm = get_op("softmax")
+    problem = sm.parse_problem("8x64")
+    spec = WorkerSpec("softmax", asdict(problem), (), None)
+    default = sm.space.default(problem, current_device())
+    runner, dead = TrialRunner(None), TrialRunner(None)
+    try:
+        runner.prestart(None, wait=True)
+        pid = runner._proc.pid
+        runner.use(spec, 60)
+        assert runner.measure(default).status == "ok"
+        assert runner._proc.pid == pid and runner.restarts == 0  # set up in the process started before
+        dead.prestart(None)
+        dead._proc.kill()  # died before its first problem: the first trial starts a new one
+        dead.use(spec, 60)
+        assert dead.measure(default).status == "ok" and dead.restarts == 1
+    finally:
+        runner.close()
+        dead.close()
