@@ -7,6 +7,7 @@ compile error or an out-of-resources config is reported from here and never reac
 
 from __future__ import annotations
 
+import os
 import time
 from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Any
@@ -16,12 +17,18 @@ from autotuner.processes import adopt
 from autotuner.runner import Outcome, WorkerSpec, _short, classify, die_with_parent, warm_up
 
 _STATE: dict[str, Any] = {}
+# Compiling is background work: the trial worker's timing loop and the search must never wait for a core.
+NICE = 10
 
 
 def _init(spec: WorkerSpec | None, env: dict[str, str] | None = None, device_index: int | None = None) -> None:
     if env is not None:  # a new process: the parent's environment first
         adopt(env)
         die_with_parent()
+        try:
+            os.nice(NICE)
+        except OSError:  # pragma: no cover - not allowed here
+            pass
     if spec is None:  # started ahead of its first problem (CompilePool.prestart)
         warm_up(device_index)
         return
