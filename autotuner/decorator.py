@@ -504,6 +504,12 @@ class CallMeasurer:
     def prepare(self, configs: list[dict[str, Any]]) -> None:
         pass
 
+    def speculate(self, configs: list[dict[str, Any]]) -> None:
+        pass
+
+    def first_ready(self, configs: list[dict[str, Any]]) -> int:
+        return 0  # compiled on first launch, in order
+
     def close(self) -> None:
         pass
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
-from multiprocessing.context import BaseContext
+from multiprocessing.context import ForkServerContext
+from typing import cast
 
 PRELOAD = ["torch", "triton", "triton.language"]
 
@@ -37,10 +38,10 @@ def start() -> None:
     forkserver.ensure_running()
 
 
-def context() -> BaseContext:
+def context() -> ForkServerContext:
     """The context new processes come from (the fork server, started on first use if no command started it)."""
     start()
-    return mp.get_context("forkserver")
+    return cast(ForkServerContext, mp.get_context("forkserver"))
 
 
 def environment() -> dict[str, str]:

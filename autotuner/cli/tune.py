@@ -116,16 +116,13 @@ def tune(
     from autotuner import processes
 
     processes.start()  # the trial worker and compile pool fork from it; it imports while this process goes on
-    from autotuner.device import current_device
     from autotuner.search import STRATEGIES
     from autotuner.store import Store
-    from autotuner.tuner import tune as run_tune
 
     if strategy not in STRATEGIES:
         fail(f"unknown strategy {strategy!r}; accepted: {', '.join(STRATEGIES)}")
     op_obj, prob = problem(op, shape, dtype, M, N, K, options or {})
     s = settings(db)
-    kept = _prestart(s)  # the trial worker and compile pool make their CUDA contexts while this process goes on
     store = Store(s.db_url)
     if len(op_obj.query_options) != len(op_obj.options) and getattr(prob, "call", None) is None:
         # A decorated kernel: its arguments are rebuilt from the call a launching process recorded.
@@ -134,6 +131,18 @@ def tune(
             fail(f"{op} {prob.key}: no recorded call to tune from; launch it once with AUTOTUNER_RECORD=1 (or "
                  "AUTOTUNER_ON_MISS=default) first")
         prob = op_obj.parse_problem(prob.shape, prob.dtype, **recorded)
+    kept = _prestart(s)  # the trial worker and compile pool make their CUDA contexts while this process goes on
+    try:
+        _tune(op, op_obj, prob, s, store, kept, strategy, trials, time_budget, seed, as_json, quiet)
+    finally:
+        kept.close()
+
+
+def _tune(op: str, op_obj: Any, prob: Any, s: Any, store: Any, kept: Any, strategy: str, trials: int | None,
+          time_budget: float | None, seed: int, as_json: bool, quiet: bool) -> None:
+    from autotuner.device import current_device
+    from autotuner.tuner import tune as run_tune
+
     device = current_device()
     if device.is_interpreter and not as_json:
         warn("No GPU: kernels run in Triton's interpreter and times are CPU wall-clock, not GPU speed.")
@@ -153,7 +162,7 @@ def tune(
             result = run_tune(op_obj, prob, store=store, settings=s, strategy=strategy, trials=trials,
                               time_budget_s=time_budget, seed=seed, device=device, observer=observer, kept=kept)
     except KeyboardInterrupt as exc:
-        kept.close()
+        kept.close()  # before the message: a trial worker stuck in a kernel goes first
         partial: TuneResult | None = getattr(observer, "result", None)
         code = 143 if str(exc) == "SIGTERM" else 130
         if partial is not None and partial.run_id is not None:
@@ -162,7 +171,7 @@ def tune(
         fail(f"interrupted ({exc or 'SIGINT'}) before anything was stored", code)
     finally:
         signal.signal(signal.SIGTERM, previous)
-    kept.close()
+    kept.close()  # killed, not waited for: before the output, which the user is waiting for
     if startup_s is not None:
         result.phases["startup_s"] = startup_s
     if as_json:
