@@ -83,3 +83,22 @@ def test_a_trial_worker_started_before_its_problem_sets_it_up_when_told():
     finally:
         runner.close()
         dead.close()
+
+
+def test_asked_configs_are_measured_as_their_compiles_finish():
+    """A config whose compile is still running does not hold up one compiled after it."""
+    from concurrent.futures import Future
+
+    sm = get_op("softmax")
+    problem = sm.parse_problem("8x64")
+    slow, quick = sm.space.enumerate(problem, current_device()).valid[:2]
+    measurer = LiveMeasurer(WorkerSpec("softmax", asdict(problem), (), None), 120, compile_workers=2)
+    try:
+        measurer.prepare([quick])
+        measurer._ahead[config_key(slow)] = Future()  # a compile that has not finished (and will not here)
+        assert measurer.first_ready([slow, quick]) == 1
+        assert measurer.compile_wait_s > 0
+        assert measurer.measure(quick).status == "ok"
+    finally:
+        measurer._ahead.pop(config_key(slow), None)
+        measurer.close()
