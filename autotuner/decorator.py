@@ -41,6 +41,7 @@ import triton
 
 from autotuner.kernel_problem import KernelProblem, dtype_name, rebuild_args, record_call
 from autotuner.lookup import NotFound, resolver  # at import: a first launch pays for no imports
+from autotuner.measure import InOrderMeasurer
 from autotuner.registry import register_op
 from autotuner.runner import Outcome, _short, classify
 from autotuner.timing import Timing, time_fn
@@ -480,7 +481,7 @@ class Autotuned:
         return {"args": named, "grids": problem.call["grids"]}
 
 
-class CallMeasurer:
+class CallMeasurer(InOrderMeasurer):
     """Measures configs in this process on a launch's own arguments, as triton.autotune does: hooks around each
     launch, `do_bench` (or the engine's timing), and a check of the outputs against the reference."""
 
@@ -500,18 +501,6 @@ class CallMeasurer:
             default = t._default(self.named, self.extra, self.problem, self.device)
             self.ref = t._call(self.named, self.grid, {**default, **self.extra}, capture=True)
         return Outcome("invalid", error="a decorated kernel has no torch baseline")
-
-    def prepare(self, configs: list[dict[str, Any]]) -> None:
-        pass
-
-    def speculate(self, configs: list[dict[str, Any]]) -> None:
-        pass
-
-    def first_ready(self, configs: list[dict[str, Any]]) -> int:
-        return 0  # compiled on first launch, in order
-
-    def close(self) -> None:
-        pass
 
     def measure(self, config: dict[str, Any]) -> Outcome:
         t = self.tuned

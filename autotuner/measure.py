@@ -13,13 +13,15 @@ import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from autotuner.compile_pool import CompilePool
 from autotuner.runner import Outcome, TrialRunner, WorkerSpec
-from autotuner.search import Search
 from autotuner.timing import Timing
 from search_spaces.space import Config, config_key
+
+if TYPE_CHECKING:  # (not at run time: the decorator imports this module, and the search brings Optuna)
+    from autotuner.search import Search
 
 
 class Measurer(Protocol):
@@ -209,14 +211,9 @@ class KeptProcesses:
         self.runner = self.pool = None
 
 
-class TableMeasurer:
-    """A recorded landscape: a config's time is a look-up (None: it failed when recorded)."""
-
-    def __init__(self, times: Mapping[str, float | None]) -> None:
-        self.times = times
-
-    def start(self) -> Outcome:
-        return Outcome("invalid", error="a landscape holds no baseline")
+class InOrderMeasurer:
+    """A measurer that compiles nothing ahead: configs are measured in the order asked, and it holds nothing to
+    release. Subclasses give `start`, `measure` and `time`."""
 
     def close(self) -> None:
         pass
@@ -229,6 +226,16 @@ class TableMeasurer:
 
     def first_ready(self, configs: list[Config]) -> int:
         return 0
+
+
+class TableMeasurer(InOrderMeasurer):
+    """A recorded landscape: a config's time is a look-up (None: it failed when recorded)."""
+
+    def __init__(self, times: Mapping[str, float | None]) -> None:
+        self.times = times
+
+    def start(self) -> Outcome:
+        return Outcome("invalid", error="a landscape holds no baseline")
 
     def measure(self, config: Config) -> Outcome:
         ms = self.times[config_key(config)]

@@ -251,17 +251,22 @@ class TrialRunner:
         """Start the process before its first problem is known: it makes its CUDA context and imports the ops
         meanwhile (`wait`: until it has), and `use` then sets the problem up in it."""
         if self._proc is None:
-            ctx = processes.context()
-            parent, child = ctx.Pipe()
-            self._proc = ctx.Process(target=_worker_main, args=(child, None, processes.environment(), device_index),
-                                     daemon=True)
-            self._proc.start()
-            child.close()
-            self._conn = parent
+            self._proc, self._conn = self._spawn(None, device_index)
             self._warming = True
             self._needs_setup = self.spec is not None
         if wait and self._warming and self._conn is not None and self._conn.poll(self.setup_timeout_s):
             self._read_warm()
+
+    @staticmethod
+    def _spawn(spec: WorkerSpec | None, device_index: int | None = None) -> tuple[Any, Connection]:
+        """A new worker process (from the fork server) and this side of its pipe."""
+        ctx = processes.context()
+        parent, child = ctx.Pipe()
+        proc = ctx.Process(target=_worker_main, args=(child, spec, processes.environment(), device_index),
+                           daemon=True)
+        proc.start()
+        child.close()
+        return proc, parent
 
     def _read_warm(self) -> None:
         """Consume the prestarted process's "warm" message (or leave an EOF for the next read to report)."""
@@ -291,11 +296,7 @@ class TrialRunner:
             except (BrokenPipeError, ConnectionResetError, OSError):  # it died just now: start a new one
                 self._kill()
         if not reused:
-            ctx = processes.context()
-            parent, child = ctx.Pipe()
-            proc = ctx.Process(target=_worker_main, args=(child, self.spec, processes.environment()), daemon=True)
-            proc.start()
-            child.close()
+            proc, parent = self._spawn(self.spec)
             self._proc, self._conn, self._in_flight = proc, parent, True  # close() kills it if setup is interrupted
         self._needs_setup = False
         try:

@@ -34,6 +34,7 @@ from autotuner.settings import Settings
 from autotuner.store import Store
 from autotuner.timing import CUDA_EVENTS, WALL_CLOCK
 from autotuner.tune_result import TrialRecord, TuneObserver, TuneResult
+from kernels._backend import interpreting
 from search_spaces.space import Candidates, Config, config_key
 
 RETIME_TOP = 3  # the search's best few are timed again, with the default, before one is chosen
@@ -55,6 +56,19 @@ def host_compile_workers(settings: Settings) -> int:
 
     gpus = max(1, torch.cuda.device_count())
     return max(1, (os.cpu_count() or 2) // gpus - 2)
+
+
+def prestarted(settings: Settings, gpu: int | None = None) -> KeptProcesses:
+    """A trial worker and compile pool starting now, on CUDA device `gpu` (default: the current one), before any
+    problem is known (`autotuner tune` while it finishes starting, `autotuner worker` when it starts)."""
+    kept = KeptProcesses()
+    if interpreting():
+        kept.prestart(None, 0)
+    else:
+        import torch
+
+        kept.prestart(gpu if gpu is not None else torch.cuda.current_device(), host_compile_workers(settings))
+    return kept
 
 
 def _compile_workers(settings: Settings, device: DeviceInfo, op: Op, problem: Any) -> int:

@@ -63,6 +63,7 @@ class Worker:
         self.requeued = 0  # queued again: given back, or failed with attempts left
         self.lost = 0  # taken back by another worker
         self.kept = KeptProcesses()  # one trial worker and one compile pool for every job this worker tunes
+        # (started ahead by run())
 
     # -- plumbing ---------------------------------------------------------------------------------------
     def _store(self) -> Store:
@@ -100,8 +101,10 @@ class Worker:
     def run(self, *, once: bool = False, until_empty: bool = False) -> int:
         """Work until stopped; `once`: one job then return; `until_empty`: return when nothing is queued or
         running. Returns the number of jobs this worker finished (done or failed)."""
+        from autotuner.tuner import prestarted
+
         load_plugins(self.settings.plugins)
-        self._prestart()
+        self.kept = prestarted(self.settings, self.gpu)  # ready when the first job comes
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT, LOST_SIGNAL)}
         handled = 0
         down_since: float | None = None
@@ -215,19 +218,6 @@ class Worker:
         self.on_event(f"job {job_id}: done, best {result.best_ms:.4g} ms {result.best_config}; "
                       f"{len(result.trials)} trials in {result.phase_summary()}")
         return "done"
-
-    def _prestart(self) -> None:
-        """Start the trial worker and compile pool now, so that they are ready when the first job comes."""
-        from autotuner.tuner import host_compile_workers
-        from kernels._backend import interpreting
-
-        if interpreting():
-            self.kept.prestart(None, 0)
-        else:
-            import torch
-
-            index = self.gpu if self.gpu is not None else torch.cuda.current_device()
-            self.kept.prestart(index, host_compile_workers(self.settings))
 
     def gpu_name(self) -> str:
         return f"GPU {self.gpu}" if self.gpu is not None else "this device"

@@ -68,7 +68,7 @@ def drain(n: int, jobs: int, trials: int, out: Path, running: bool) -> float:
         time.sleep(10)  # ...and their trial worker and compile pool made their CUDA contexts
         t0 = time.perf_counter()
         _queue(store, jobs, trials)
-        while _states(db).get("done", 0) + _states(db).get("failed", 0) < jobs:
+        while sum(n for state, n in _states(db).items() if state in ("done", "failed")) < jobs:
             time.sleep(0.2)
         wall = time.perf_counter() - t0
         for p in procs:

@@ -49,9 +49,6 @@ def worker(
 
     SIGTERM or Ctrl-C stops the running job and gives it back to the queue.
     """
-    from autotuner import processes
-
-    processes.start()  # the trial worker and compile pool fork from it; it imports while this process goes on
     from autotuner.device import current_device
     from autotuner.worker import Worker
 

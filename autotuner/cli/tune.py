@@ -113,11 +113,9 @@ def tune(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress on stderr"),
 ) -> None:
     """Tune one problem: search its space, store every trial and the winner."""
-    from autotuner import processes
-
-    processes.start()  # the trial worker and compile pool fork from it; it imports while this process goes on
     from autotuner.search import STRATEGIES
     from autotuner.store import Store
+    from autotuner.tuner import prestarted
 
     if strategy not in STRATEGIES:
         fail(f"unknown strategy {strategy!r}; accepted: {', '.join(STRATEGIES)}")
@@ -131,7 +129,7 @@ def tune(
             fail(f"{op} {prob.key}: no recorded call to tune from; launch it once with AUTOTUNER_RECORD=1 (or "
                  "AUTOTUNER_ON_MISS=default) first")
         prob = op_obj.parse_problem(prob.shape, prob.dtype, **recorded)
-    kept = _prestart(s)  # the trial worker and compile pool make their CUDA contexts while this process goes on
+    kept = prestarted(s)  # the trial worker and compile pool make their CUDA contexts while this process goes on
     try:
         _tune(op, op_obj, prob, s, store, kept, strategy, trials, time_budget, seed, as_json, quiet)
     finally:
@@ -180,21 +178,6 @@ def _tune(op: str, op_obj: Any, prob: Any, s: Any, store: Any, kept: Any, strate
         _print(result, device, op)
     if result.best_config is None:
         raise typer.Exit(1)
-
-
-def _prestart(s: Any) -> Any:
-    from autotuner.measure import KeptProcesses
-    from autotuner.tuner import host_compile_workers
-    from kernels._backend import interpreting
-
-    kept = KeptProcesses()
-    if interpreting():
-        kept.prestart(None, 0)
-    else:
-        import torch
-
-        kept.prestart(torch.cuda.current_device(), host_compile_workers(s))
-    return kept
 
 
 def _since_process_start() -> float | None:
