@@ -34,11 +34,13 @@ import os
 import socket
 import time
 from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 import torch
 import triton
 
+from autotuner import binary_cache
 from autotuner.kernel_problem import KernelProblem, dtype_name, rebuild_args, record_call
 from autotuner.lookup import NotFound, resolver  # at import: a first launch pays for no imports
 from autotuner.measure import InOrderMeasurer
@@ -53,6 +55,18 @@ from search_spaces.space import Space, config_key
 log = logging.getLogger(__name__)
 ON_MISS = ("tune", "default", "error")
 LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
+
+
+def _kernel_dir() -> Path | None:
+    """Where decorated kernels keep their compiled binaries (autotuner.binary_cache); None when switched off."""
+    settings = resolver().settings
+    if not settings.kernel_cache:
+        return None
+    if settings.kernel_cache_dir:
+        return Path(settings.kernel_cache_dir)
+    from platformdirs import user_cache_dir
+
+    return Path(user_cache_dir("autotuner", appauthor=False)) / "kernels"
 
 
 class KernelNotTuned(LookupError):
@@ -171,6 +185,8 @@ class Autotuned:
         self._positions = [self.arg_names.index(k) for k in self.keys]
         self._launchers: dict[tuple[Any, ...], Launcher] = {}
         self._jit = fn if hasattr(fn, "device_caches") else None  # a JITFunction (not the interpreter's, not wrapped)
+        if self._jit is not None:
+            binary_cache.install(self._jit, _kernel_dir)
         self.op: TunableOp[KernelProblem] = TunableOp(
             name=self.name, problem_type=KernelProblem, space=self.space, dtypes=(),
             description=(self.base_fn.__doc__ or "").strip().split("\n")[0],

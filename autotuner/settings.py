@@ -24,6 +24,10 @@ class Settings(BaseSettings):
                                             "every new key")
     tune_wait_s: float = Field(600.0, gt=0, description="A process that misses a key another process is tuning "
                                                         "waits this long for its winner, then launches the default")
+    kernel_cache: bool = Field(True, description="autotuner.autotune kernels keep their compiled binaries, so a new "
+                               "process's first launch skips Triton's compile-cache key (about 0.3 s)")
+    kernel_cache_dir: str | None = Field(None, description="Where the kept binaries live; default: a kernels folder "
+                                         "in the user's cache dir")
     plugins: list[str] = Field(default_factory=list, description="Modules that register extra ops on import")
     trial_timeout_s: float = Field(60.0, gt=0, description="A trial (compile + check + timing) running longer is killed")
     compile_workers: int = Field(0, ge=0, description="Processes compiling ahead of timing (0: from the CPU count)")

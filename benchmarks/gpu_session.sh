@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # One device call: install the carried wheels, then the steps named in STEPS (default: tier,overhead):
-#   tier       the GPU test tier (tests/gpu)
+#   tier       the GPU test tier (tests/gpu, or the pytest arguments in TIER_ARGS)
 #   overhead   benchmarks/launch_overhead.py: CPU cost per call of the library calls and decorated kernels
-#   dropin     benchmarks/autotune_drop_in.py: @autotuner.autotune against @triton.autotune on the examples
+#   dropin     benchmarks/autotune_drop_in.py: @autotuner.autotune against @triton.autotune on the examples,
+#              with a profile of each warm first launch in $OUT/profiles
 #   tune       `autotuner tune matmul --M 4096`, cold Triton cache, with its phases (TUNE_RUNS times, default 1),
 #              after the start-up's parts: import torch, CUDA init, importing the CLI
 #   tunetime   benchmarks/tune_time.py: that, plus an exhaustive run (a landscape) and the winner against its best
@@ -19,7 +20,7 @@ STEPS=",${STEPS:-tier,overhead},"
 step() { echo "== $1"; }
 if [[ $STEPS == *,tier,* ]]; then
   step "GPU tier"
-  python3 -m pytest tests/gpu -q -p no:cacheprovider -o addopts="" 2>&1 | tee "$OUT/gpu_tier.log" | tail -30
+  python3 -m pytest ${TIER_ARGS:-tests/gpu} -q -p no:cacheprovider -o addopts="" 2>&1 | tee "$OUT/gpu_tier.log" | tail -30
 fi
 if [[ $STEPS == *,overhead,* ]]; then
   step "launch overhead"
@@ -27,7 +28,8 @@ if [[ $STEPS == *,overhead,* ]]; then
 fi
 if [[ $STEPS == *,dropin,* ]]; then
   step "autotune drop-in"
-  python3 benchmarks/autotune_drop_in.py --json-out "$OUT/dropin.json" 2>&1 | tee "$OUT/dropin.txt" | tail -22
+  mkdir -p "$OUT/profiles"
+  python3 benchmarks/autotune_drop_in.py --json-out "$OUT/dropin.json" --profile-dir "$OUT/profiles" 2>&1 | tee "$OUT/dropin.txt" | tail -40
 fi
 if [[ $STEPS == *,tune,* ]]; then
   step "start-up parts, then autotuner tune matmul --M 4096, cold Triton cache"

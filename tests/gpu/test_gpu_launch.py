@@ -146,3 +146,47 @@ def test_autotune_on_the_gpu_tunes_once_and_serves_from_the_database(tmp_path):
         assert current_device().key.endswith(")")
     finally:
         set_resolver(None)
+
+
+LAUNCH_IN_A_NEW_PROCESS = r"""
+import sys, torch, triton, triton.compiler
+sys.path.insert(0, sys.argv[1])
+compiles = []
+original = triton.compiler.compile
+triton.compiler.compile = lambda *a, **k: compiles.append(1) or original(*a, **k)  # what each JIT cache binds
+from triton.runtime.cache import triton_key
+from examples.tutorial_matmul import matmul, matmul_kernel
+a = torch.randn(512, 512, device="cuda", dtype=torch.float16)
+b = torch.randn(512, 512, device="cuda", dtype=torch.float16)
+c = matmul(a, b)
+torch.testing.assert_close(c.float(), a.float() @ b.float(), atol=0.5, rtol=2e-2)
+print(next(iter(matmul_kernel.sources.values())), len(compiles), triton_key.cache_info().currsize)
+"""
+
+
+def test_autotune_in_a_new_process_launches_its_kept_kernel_without_compiling(tmp_path):
+    """After a tuning process, a new process launches the tuned config from the kept binary: Triton's compile is
+    never called and its installation hash never computed; with kept kernels off, both happen."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "AUTOTUNER_DB_URL": f"sqlite:///{tmp_path / 'k.db'}", "AUTOTUNER_ON_MISS": "tune",
+           "AUTOTUNER_KERNEL_CACHE_DIR": str(tmp_path / "kept"), "TRITON_CACHE_DIR": str(tmp_path / "triton")}
+
+    def launch(**extra):
+        out = subprocess.run([sys.executable, "-c", LAUNCH_IN_A_NEW_PROCESS, root], env={**env, **extra},
+                             capture_output=True, text=True, timeout=600)
+        assert out.returncode == 0, out.stderr[-3000:]
+        source, compiles, hashed = out.stdout.strip().splitlines()[-1].rsplit(" ", 2)
+        return source, int(compiles), int(hashed)
+
+    source, compiles, _ = launch()
+    assert source.startswith("tuned here") and compiles >= 1
+    assert list((tmp_path / "kept").glob("*/*/entry.json"))
+    source, compiles, hashed = launch()
+    assert source.startswith("exact (database)") and (compiles, hashed) == (0, 0)
+    source, compiles, hashed = launch(AUTOTUNER_KERNEL_CACHE="0")
+    assert source.startswith("exact (database)") and compiles == 1 and hashed == 1

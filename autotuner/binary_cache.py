@@ -1,0 +1,165 @@
+"""Compiled kernels kept by autotuner, so a process launching a tuned kernel skips Triton's compile-cache key.
+
+A process's first launch of a Triton kernel goes through `triton.compile`, which, even when the kernel is in
+Triton's on-disk cache, first computes the cache key: a SHA-256 of Triton's whole installation, its 500 MB
+`libtriton.so` among it (about 0.3 s), and `ptxas --version` in a subprocess. The first launch of a tuned
+kernel in a new process then costs more than the lookup of its config.
+
+`install(jit_fn, directory)` wraps the JITFunction's compile call (through its per-device cache factory, so
+nothing happens at import and no CUDA is touched before the first launch). The wrapper keys a compile by what
+decides its output, computed without hashing the installation:
+
+- Triton's version and the size and modification time of its library and compiler sources (a reinstall or an
+  upgrade changes them);
+- the target (backend, architecture, warp size);
+- `src.hash()`: the kernel's source and every JIT function it calls (Triton's own dependency hash), its
+  signature, specialization and constexprs;
+- the compile options, and the environment variables Triton says invalidate its cache, and every other
+  `TRITON_*` variable but the cache locations.
+
+A key seen before gives a `CompiledKernel` made from the kept files, as Triton makes one on a cache hit. A key
+not seen goes to Triton, and the compiled kernel's files are kept (hard links into Triton's cache where the
+file system allows, copies otherwise). Anything unexpected (a Triton without these internals, a missing file,
+dumping or overriding IR, `always_compile`, a compilation listener) goes to Triton as if this were not here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+VERSION = "1"
+_UNKEYED_ENV = {"TRITON_CACHE_DIR", "TRITON_HOME", "TRITON_DUMP_DIR", "TRITON_OVERRIDE_DIR", "TRITON_CACHE_MANAGER",
+                "TRITON_PRINT_AUTOTUNING", "TRITON_INTERPRET"}
+_fingerprint: str | None = None
+
+
+def triton_fingerprint() -> str:
+    """Triton's version and the size and mtime of the files its cache key hashes: a stat, not a read."""
+    global _fingerprint
+    if _fingerprint is None:
+        import sysconfig
+
+        import triton
+
+        root = Path(triton.__file__).parent
+        ext = (sysconfig.get_config_var("EXT_SUFFIX") or ".so").split(".")[-1]
+        parts = [triton.__version__]
+        for rel in (f"_C/libtriton.{ext}", "__init__.py", "compiler/compiler.py", "compiler/code_generator.py",
+                    "runtime/jit.py", "backends/nvidia/compiler.py", "backends/amd/compiler.py"):
+            try:
+                st = (root / rel).stat()
+                parts.append(f"{rel}:{st.st_size}:{st.st_mtime_ns}")
+            except OSError:
+                parts.append(f"{rel}:-")
+        _fingerprint = "|".join(parts)
+    return _fingerprint
+
+
+def _passthrough() -> bool:
+    """Whether Triton has been asked for something this cache would skip: dumps, overrides, forced compiles."""
+    try:
+        from triton import knobs
+
+        c = knobs.compilation
+        return bool(c.always_compile or c.override or c.dump_ir or c.listener)
+    except (ImportError, AttributeError):
+        return True
+
+
+def compile_key(src: Any, target: Any, options: dict[str, Any] | None) -> str:
+    from triton._C.libtriton import get_cache_invalidating_env_vars
+
+    env = sorted({**{k: v for k, v in os.environ.items() if k.startswith("TRITON_") and k not in _UNKEYED_ENV},
+                  **get_cache_invalidating_env_vars()}.items())
+    text = json.dumps([VERSION, triton_fingerprint(), repr(target), src.hash(),
+                       sorted((k, repr(v)) for k, v in (options or {}).items()), env])
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _load(entry: Path, src: Any) -> Any:
+    from triton.compiler.compiler import CompiledKernel
+
+    meta = json.loads((entry / "entry.json").read_text())
+    group = {name: str(entry / name) for name in meta["files"]}
+    if not all(os.path.exists(p) for p in group.values()):
+        raise FileNotFoundError(f"{entry}: a kept file is missing")
+    return CompiledKernel(src, group, meta["hash"])
+
+
+def _keep(entry: Path, kernel: Any) -> None:
+    """Keep a compiled kernel's files under `entry`, written whole or not at all."""
+    group: dict[str, str] = dict(getattr(kernel, "metadata_group", None) or {})
+    if not group or entry.exists():
+        return
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=entry.parent))
+    try:
+        for name, path in group.items():
+            if os.path.basename(name) != name:
+                return
+            try:
+                os.link(path, tmp / name)
+            except OSError:
+                shutil.copyfile(path, tmp / name)
+        (tmp / "entry.json").write_text(json.dumps({"hash": kernel.hash, "files": sorted(group)}))
+        os.rename(tmp, entry)  # atomic; another process that kept it first wins, and this copy goes
+    except OSError:
+        pass
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def cached_compile(compile_fn: Callable[..., Any], directory: Callable[[], Path | None]) -> Callable[..., Any]:
+    """`triton.compile` answered from the kept kernels where it can be."""
+
+    def compile(src: Any, target: Any = None, options: dict[str, Any] | None = None, **kw: Any) -> Any:
+        root = directory()
+        if root is None or target is None or kw or not hasattr(src, "fn") or _passthrough():
+            return compile_fn(src, target=target, options=options, **kw)
+        try:
+            key = compile_key(src, target, options)
+        except Exception as exc:  # a Triton without these internals: its own path, which is always right
+            log.debug("autotuner: no key for a kept kernel: %s", exc)
+            return compile_fn(src, target=target, options=options, **kw)
+        entry = root / key[:2] / key
+        if entry.exists():
+            try:
+                return _load(entry, src)
+            except Exception as exc:  # a damaged entry: dropped, and kept again from Triton's compile
+                log.warning("autotuner: dropping damaged kept kernel %s: %s", entry, exc)
+                shutil.rmtree(entry, ignore_errors=True)
+        kernel = compile_fn(src, target=target, options=options, **kw)
+        _keep(entry, kernel)
+        return kernel
+
+    compile._autotuner_kept = True  # type: ignore[attr-defined]
+    return compile
+
+
+def install(jit_fn: Any, directory: Callable[[], Path | None]) -> bool:
+    """Route `jit_fn`'s compiles through the kept kernels; False where this Triton has no per-device cache to
+    hook (the interpreter's functions, an older Triton)."""
+    caches = getattr(jit_fn, "device_caches", None)
+    if not isinstance(caches, defaultdict) or caches.default_factory is None:
+        return False
+    make = caches.default_factory
+
+    def factory() -> Any:
+        made = make()
+        current = getattr(jit_fn, "compile", None)
+        if current is not None and not getattr(current, "_autotuner_kept", False):
+            jit_fn.compile = cached_compile(current, directory)
+        return made
+
+    caches.default_factory = factory
+    return True
