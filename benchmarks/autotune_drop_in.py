@@ -34,26 +34,27 @@ start = float(os.environ["BENCH_START"])
 sys.path.insert(0, os.environ["BENCH_ROOT"])
 import torch, triton
 which, example = sys.argv[1], sys.argv[2]
+config = json.loads(os.environ.get("BENCH_CONFIG", "{}"))  # "plain": the config written into the launch
 profile = None
 if os.environ.get("BENCH_PROFILE"):
     import cProfile
     profile = cProfile.Profile()
 if example == "matmul":
     from examples.tutorial_matmul import matmul_kernel as ours, get_autotune_config
-    kernel = ours if which == "ours" else triton.autotune(configs=get_autotune_config(), key=["M", "N", "K"])(ours.fn)
+    kernel = {"ours": ours, "plain": ours.fn}.get(which) or triton.autotune(configs=get_autotune_config(), key=["M", "N", "K"])(ours.fn)
     a = torch.randn(4096, 4096, device="cuda", dtype=torch.float16); b = torch.randn_like(a); c = torch.empty_like(a)
     grid = lambda m: (triton.cdiv(4096, m["BLOCK_SIZE_M"]) * triton.cdiv(4096, m["BLOCK_SIZE_N"]),)
     torch.cuda.synchronize(); t_launch = time.time()
     if profile: profile.enable()
-    kernel[grid](a, b, c, 4096, 4096, 4096, 4096, 1, 4096, 1, 4096, 1)
+    kernel[grid](a, b, c, 4096, 4096, 4096, 4096, 1, 4096, 1, 4096, 1, **config)
 else:
     from examples.rmsnorm import rms_norm_forward as ours, WARPS
-    kernel = ours if which == "ours" else triton.autotune(configs=WARPS, key=["n_cols"])(ours.fn)
+    kernel = {"ours": ours, "plain": ours.fn}.get(which) or triton.autotune(configs=WARPS, key=["n_cols"])(ours.fn)
     x = torch.randn(8192, 4096, device="cuda", dtype=torch.bfloat16); w = torch.randn(4096, device="cuda", dtype=torch.bfloat16)
     y = torch.empty_like(x); rstd = torch.empty(8192, device="cuda")
     torch.cuda.synchronize(); t_launch = time.time()
     if profile: profile.enable()
-    kernel[(8192,)](y, 4096, x, 4096, w, rstd, 4096, 1e-6, BLOCK_SIZE=4096)
+    kernel[(8192,)](y, 4096, x, 4096, w, rstd, 4096, 1e-6, BLOCK_SIZE=4096, **config)
 torch.cuda.synchronize()
 end = time.time()
 if profile:
@@ -61,8 +62,9 @@ if profile:
     profile.disable()
     with open(os.environ["BENCH_PROFILE"], "w") as f:
         pstats.Stats(profile, stream=f).sort_stats("cumulative").print_stats(40)
-src = next(iter(kernel.sources.values())) if which == "ours" else "triton.autotune"
-print(json.dumps({"elapsed_s": end - start, "launch_s": end - t_launch, "source": src}))
+src = next(iter(kernel.sources.values())) if which == "ours" else which
+chosen = next(iter(kernel.cache.values()))[0] if which == "ours" else config
+print(json.dumps({"elapsed_s": end - start, "launch_s": end - t_launch, "source": src, "config": chosen}))
 """
 
 
@@ -86,16 +88,25 @@ def start_to_tuned(example: str, tmp: str, profile_dir: Path | None) -> dict[str
         # a new Triton cache: the tuned kernel comes from the kept binaries, Triton's own launcher code is built
         "autotuner.autotune after tuning, cold cache": ("ours", {"TRITON_CACHE_DIR": f"{tmp}/tc_ours_{example}", **ours}),
         "autotuner.autotune after tuning, warm cache": ("ours", {"TRITON_CACHE_DIR": f"{tmp}/tc_ours_{example}", **ours}),
+        # Triton's cache as the tuning run left it: every config of the list compiled and kept by Triton
         "autotuner.autotune after tuning, warm cache, kept binaries off": (
-            "ours", {"TRITON_CACHE_DIR": f"{tmp}/tc_ours_{example}", **ours, "AUTOTUNER_KERNEL_CACHE": "0"}),
+            "ours", {"TRITON_CACHE_DIR": f"{tmp}/tc_tune_{example}", **ours, "AUTOTUNER_KERNEL_CACHE": "0"}),
+        # the floor of any Triton program: the tuned config written into a plain `kernel[grid](...)`
+        "plain kernel[grid] with the tuned config written in, warm cache": (
+            "plain", {"TRITON_CACHE_DIR": f"{tmp}/tc_tune_{example}"}),
     }
     res = {}
+    tuned: dict[str, Any] = {}
     for name, (which, env) in runs.items():
+        if which == "plain":
+            env = {**env, "BENCH_CONFIG": json.dumps(tuned)}
         if profile_dir is not None and "after tuning, warm cache" in name:
             env = {**env, "BENCH_PROFILE": str(profile_dir / f"{example}_{'off' if 'off' in name else 'kept'}.txt")}
         r = child(which, example, env)
         if "after tuning" in name:
             assert r["source"].startswith("exact"), r
+        if "the tuning run" in name:
+            tuned = r["config"]
         res[name] = {"from_start_s": r["elapsed_s"], "launch_s": r["launch_s"]}
     return res
 

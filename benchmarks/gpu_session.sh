@@ -3,7 +3,7 @@
 #   tier       the GPU test tier (tests/gpu, or the pytest arguments in TIER_ARGS)
 #   overhead   benchmarks/launch_overhead.py: CPU cost per call of the library calls and decorated kernels
 #   dropin     benchmarks/autotune_drop_in.py: @autotuner.autotune against @triton.autotune on the examples,
-#              with a profile of each warm first launch in $OUT/profiles
+#              with a profile of each warm first launch in $OUT/profiles (DROPIN_ARGS: more arguments)
 #   tune       `autotuner tune matmul --M 4096`, cold Triton cache, with its phases (TUNE_RUNS times, default 1),
 #              after the start-up's parts: import torch, CUDA init, importing the CLI
 #   tunetime   benchmarks/tune_time.py: that, plus an exhaustive run (a landscape) and the winner against its best
@@ -29,7 +29,7 @@ fi
 if [[ $STEPS == *,dropin,* ]]; then
   step "autotune drop-in"
   mkdir -p "$OUT/profiles"
-  python3 benchmarks/autotune_drop_in.py --json-out "$OUT/dropin.json" --profile-dir "$OUT/profiles" 2>&1 | tee "$OUT/dropin.txt" | tail -40
+  python3 benchmarks/autotune_drop_in.py --json-out "$OUT/dropin.json" --profile-dir "$OUT/profiles" ${DROPIN_ARGS:-} 2>&1 | tee "$OUT/dropin.txt" | tail -40
 fi
 if [[ $STEPS == *,tune,* ]]; then
   step "start-up parts, then autotuner tune matmul --M 4096, cold Triton cache"
