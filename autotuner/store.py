@@ -42,7 +42,7 @@ def versions() -> tuple[str, str]:
     return triton.__version__, torch.__version__
 
 
-def stored_best(row: BestConfig, kernel_hash: str, triton_version: str | None = None) -> StoredBest:
+def stored_best(row: BestConfig | Any, kernel_hash: str, triton_version: str | None = None) -> StoredBest:
     """A stored row judged against a kernel hash and a Triton version (default: the running one)."""
     triton_version = triton_version or versions()[0]
     reasons = []
@@ -126,7 +126,7 @@ class Store:
         """
         with session_scope(self.engine) as s:
             rows = [stored_best(r, kernel_hash or op.kernel_hash, triton_version) for r in
-                    repo.find_best(s, op=op.name, device_key=device.key, problem_key=problem.key)]
+                    repo.find_best_rows(s, op=op.name, device_key=device.key, problem_key=problem.key)]
         if not rows:
             return None
         fresh = [r for r in rows if not r.stale]
@@ -228,7 +228,7 @@ class Store:
         """Configs measured (or failed: None) for this problem before, at the running kernel hash and Triton
         version."""
         with session_scope(self.engine) as s:
-            return repo.trial_times(s, op=op.name, problem_key=problem.key, device_id=self.device_id(device),
+            return repo.trial_times(s, op=op.name, problem_key=problem.key, device_key=device.key,
                                     kernel_hash=op.kernel_hash, triton_version=versions()[0])
 
     def claim_tuning(self, *, op: str, problem_key: str, device_key: str, owner: str, lease_s: float) -> bool:
