@@ -55,7 +55,8 @@ def triton_fingerprint() -> str:
         ext = (sysconfig.get_config_var("EXT_SUFFIX") or ".so").split(".")[-1]
         parts = [triton.__version__]
         for rel in (f"_C/libtriton.{ext}", "__init__.py", "compiler/compiler.py", "compiler/code_generator.py",
-                    "runtime/jit.py", "backends/nvidia/compiler.py", "backends/amd/compiler.py"):
+                    "runtime/jit.py", "backends/nvidia/compiler.py", "backends/nvidia/bin/ptxas",
+                    "backends/amd/compiler.py"):
             try:
                 st = (root / rel).stat()
                 parts.append(f"{rel}:{st.st_size}:{st.st_mtime_ns}")
@@ -146,13 +147,30 @@ def cached_compile(compile_fn: Callable[..., Any], directory: Callable[[], Path 
     return compile
 
 
-def install(jit_fn: Any, directory: Callable[[], Path | None]) -> bool:
+def kept_dir() -> Path | None:
+    """Where kept binaries live (AUTOTUNER_KERNEL_CACHE_DIR, default a kernels folder in the user's cache dir);
+    None when AUTOTUNER_KERNEL_CACHE=0."""
+    from autotuner.lookup import resolver
+
+    settings = resolver().settings
+    if not settings.kernel_cache:
+        return None
+    if settings.kernel_cache_dir:
+        return Path(settings.kernel_cache_dir)
+    from platformdirs import user_cache_dir
+
+    return Path(user_cache_dir("autotuner", appauthor=False)) / "kernels"
+
+
+def install(jit_fn: Any, directory: Callable[[], Path | None] = kept_dir) -> bool:
     """Route `jit_fn`'s compiles through the kept kernels; False where this Triton has no per-device cache to
-    hook (the interpreter's functions, an older Triton)."""
+    hook (the interpreter's functions, an older Triton, anything else)."""
     caches = getattr(jit_fn, "device_caches", None)
     if not isinstance(caches, defaultdict) or caches.default_factory is None:
         return False
     make = caches.default_factory
+    if getattr(make, "_autotuner_kept", False):
+        return True
 
     def factory() -> Any:
         made = make()
@@ -161,5 +179,6 @@ def install(jit_fn: Any, directory: Callable[[], Path | None]) -> bool:
             jit_fn.compile = cached_compile(current, directory)
         return made
 
+    factory._autotuner_kept = True  # type: ignore[attr-defined]
     caches.default_factory = factory
     return True

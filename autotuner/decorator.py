@@ -34,7 +34,6 @@ import os
 import socket
 import time
 from collections.abc import Callable, Iterable, Mapping
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -55,18 +54,6 @@ from search_spaces.space import Space, config_key
 log = logging.getLogger(__name__)
 ON_MISS = ("tune", "default", "error")
 LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
-
-
-def _kernel_dir() -> Path | None:
-    """Where decorated kernels keep their compiled binaries (autotuner.binary_cache); None when switched off."""
-    settings = resolver().settings
-    if not settings.kernel_cache:
-        return None
-    if settings.kernel_cache_dir:
-        return Path(settings.kernel_cache_dir)
-    from platformdirs import user_cache_dir
-
-    return Path(user_cache_dir("autotuner", appauthor=False)) / "kernels"
 
 
 class KernelNotTuned(LookupError):
@@ -186,7 +173,7 @@ class Autotuned:
         self._launchers: dict[tuple[Any, ...], Launcher] = {}
         self._jit = fn if hasattr(fn, "device_caches") else None  # a JITFunction (not the interpreter's, not wrapped)
         if self._jit is not None:
-            binary_cache.install(self._jit, _kernel_dir)
+            binary_cache.install(self._jit)
         self.op: TunableOp[KernelProblem] = TunableOp(
             name=self.name, problem_type=KernelProblem, space=self.space, dtypes=(),
             description=(self.base_fn.__doc__ or "").strip().split("\n")[0],

@@ -109,4 +109,6 @@ def test_install_wraps_the_compile_of_each_device_cache():
     assert getattr(fn.compile, "_autotuner_kept", False)
     fn.device_caches[1]  # a second device's cache: Triton's compile wrapped again, never the wrapper twice
     assert [c.cell_contents for c in fn.compile.__closure__ if c.cell_contents is triton.compile]
+    factory = fn.device_caches.default_factory
+    assert binary_cache.install(fn, lambda: None) and fn.device_caches.default_factory is factory  # once only
     assert not binary_cache.install(object(), lambda: None)

@@ -155,6 +155,12 @@ compiles = []
 original = triton.compiler.compile
 triton.compiler.compile = lambda *a, **k: compiles.append(1) or original(*a, **k)  # what each JIT cache binds
 from triton.runtime.cache import triton_key
+if sys.argv[2] == "library":
+    import autotuner
+    x = torch.randn(256, 1000, device="cuda", dtype=torch.float16)
+    torch.testing.assert_close(autotuner.softmax(x).float(), torch.softmax(x.float(), -1), atol=2e-3, rtol=2e-3)
+    print("library", len(compiles), triton_key.cache_info().currsize)
+    sys.exit(0)
 from examples.tutorial_matmul import matmul, matmul_kernel
 a = torch.randn(512, 512, device="cuda", dtype=torch.float16)
 b = torch.randn(512, 512, device="cuda", dtype=torch.float16)
@@ -166,7 +172,8 @@ print(next(iter(matmul_kernel.sources.values())), len(compiles), triton_key.cach
 
 def test_autotune_in_a_new_process_launches_its_kept_kernel_without_compiling(tmp_path):
     """After a tuning process, a new process launches the tuned config from the kept binary: Triton's compile is
-    never called and its installation hash never computed; with kept kernels off, both happen."""
+    never called and its installation hash never computed; with kept kernels off, both happen. The same for a
+    library call's kernel."""
     import os
     import subprocess
     import sys
@@ -176,8 +183,8 @@ def test_autotune_in_a_new_process_launches_its_kept_kernel_without_compiling(tm
     env = {**os.environ, "AUTOTUNER_DB_URL": f"sqlite:///{tmp_path / 'k.db'}", "AUTOTUNER_ON_MISS": "tune",
            "AUTOTUNER_KERNEL_CACHE_DIR": str(tmp_path / "kept"), "TRITON_CACHE_DIR": str(tmp_path / "triton")}
 
-    def launch(**extra):
-        out = subprocess.run([sys.executable, "-c", LAUNCH_IN_A_NEW_PROCESS, root], env={**env, **extra},
+    def launch(what="decorated", **extra):
+        out = subprocess.run([sys.executable, "-c", LAUNCH_IN_A_NEW_PROCESS, root, what], env={**env, **extra},
                              capture_output=True, text=True, timeout=600)
         assert out.returncode == 0, out.stderr[-3000:]
         source, compiles, hashed = out.stdout.strip().splitlines()[-1].rsplit(" ", 2)
@@ -190,3 +197,6 @@ def test_autotune_in_a_new_process_launches_its_kept_kernel_without_compiling(tm
     assert source.startswith("exact (database)") and (compiles, hashed) == (0, 0)
     source, compiles, hashed = launch(AUTOTUNER_KERNEL_CACHE="0")
     assert source.startswith("exact (database)") and compiles == 1 and hashed == 1
+    # the library calls' kernels keep theirs too
+    assert launch("library")[1] == 1
+    assert launch("library")[1:] == (0, 0)
