@@ -124,7 +124,11 @@ def cached_compile(compile_fn: Callable[..., Any], directory: Callable[[], Path 
     """`triton.compile` answered from the kept kernels where it can be."""
 
     def compile(src: Any, target: Any = None, options: dict[str, Any] | None = None, **kw: Any) -> Any:
-        root = directory()
+        try:
+            root = directory()
+        except Exception as exc:  # bad settings, say: compiling must not fail for the kept binaries' sake
+            log.warning("autotuner: kept binaries off for this compile: %s", exc)
+            root = None
         if root is None or target is None or kw or not hasattr(src, "fn") or _passthrough():
             return compile_fn(src, target=target, options=options, **kw)
         try:

@@ -170,8 +170,9 @@ def die_with_parent() -> None:
 
 
 def warm_up(device_index: int | None) -> None:
-    """In a new process with no problem yet: make the CUDA context and import the ops, so that the first problem
-    only builds its inputs."""
+    """In a new process with no problem yet: make the CUDA context, import the ops, and compute Triton's
+    installation hash (its cache key's first part: 0.3-0.4 s, once per process, which each process's first
+    compile or cache lookup would otherwise pay), so that the first problem only builds its inputs."""
     from autotuner.registry import load_plugins  # noqa: F401  (imports the registry and the built-in ops)
 
     if device_index is not None:
@@ -179,6 +180,12 @@ def warm_up(device_index: int | None) -> None:
 
         torch.cuda.set_device(device_index)
         torch.empty(1, device=f"cuda:{device_index}")
+        try:
+            from triton.runtime.cache import triton_key
+
+            triton_key()
+        except ImportError:  # pragma: no cover - a Triton that keeps it elsewhere: computed at first use
+            pass
 
 
 def _worker_main(conn: Connection, spec: WorkerSpec | None, env: dict[str, str],

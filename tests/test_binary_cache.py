@@ -91,6 +91,16 @@ def test_asked_to_recompile_goes_to_triton(tmp_path):
     assert probe(kept, kernel, 128, 4, "always_compile")["calls"] == 1
 
 
+def test_a_failing_directory_lookup_still_compiles():
+    def broken():
+        raise ValueError("bad settings")
+
+    calls = []
+    src = object()  # never looked at: the wrapper goes straight to Triton's compile
+    out = binary_cache.cached_compile(lambda *a, **k: calls.append(1) or "compiled", broken)(src, target="t")
+    assert out == "compiled" and calls == [1]
+
+
 def test_install_wraps_the_compile_of_each_device_cache():
     from triton.runtime.jit import JITFunction
 
