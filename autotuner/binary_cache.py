@@ -1,4 +1,5 @@
 """Compiled kernels kept by autotuner, so a process launching a tuned kernel skips Triton's compile-cache key.
+Installed on decorated kernels (autotuner.decorator) and on the library calls' kernels (autotuner.library).
 
 A process's first launch of a Triton kernel goes through `triton.compile`, which, even when the kernel is in
 Triton's on-disk cache, first computes the cache key: a SHA-256 of Triton's whole installation, its 500 MB

@@ -24,8 +24,9 @@ class Settings(BaseSettings):
                                             "every new key")
     tune_wait_s: float = Field(600.0, gt=0, description="A process that misses a key another process is tuning "
                                                         "waits this long for its winner, then launches the default")
-    kernel_cache: bool = Field(True, description="autotuner.autotune kernels keep their compiled binaries, so a new "
-                               "process's first launch skips Triton's compile-cache key (about 0.3 s)")
+    kernel_cache: bool = Field(True, description="Decorated kernels and the library calls' kernels keep their "
+                               "compiled binaries, so a new process's first launch skips Triton's compile-cache "
+                               "key (0.3-0.4 s)")
     kernel_cache_dir: str | None = Field(None, description="Where the kept binaries live; default: a kernels folder "
                                          "in the user's cache dir")
     plugins: list[str] = Field(default_factory=list, description="Modules that register extra ops on import")
