@@ -99,12 +99,17 @@ def _load(entry: Path, src: Any) -> Any:
 
 
 def _keep(entry: Path, kernel: Any) -> None:
-    """Keep a compiled kernel's files under `entry`, written whole or not at all."""
+    """Keep a compiled kernel's files under `entry`, written whole or not at all; a folder that cannot be
+    written keeps nothing (the launch goes on)."""
     group: dict[str, str] = dict(getattr(kernel, "metadata_group", None) or {})
     if not group or entry.exists():
         return
-    entry.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=entry.parent))
+    try:
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=entry.parent))
+    except OSError as exc:
+        log.warning("autotuner: cannot keep compiled kernels in %s: %s", entry.parent.parent, exc)
+        return
     try:
         for name, path in group.items():
             if os.path.basename(name) != name:

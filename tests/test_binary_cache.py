@@ -85,6 +85,14 @@ def test_a_damaged_entry_is_dropped_and_kept_again(tmp_path):
     assert probe(kept, kernel)["calls"] == 0
 
 
+def test_a_folder_that_cannot_be_written_keeps_nothing_and_compiles(tmp_path):
+    blocker = tmp_path / "a file, not a folder"
+    blocker.write_text("")
+    kernel = kernel_file(tmp_path, "a")
+    for _ in range(2):
+        assert probe(blocker / "kept", kernel)["calls"] == 1
+
+
 def test_asked_to_recompile_goes_to_triton(tmp_path):
     kept, kernel = tmp_path / "kept", kernel_file(tmp_path, "a")
     probe(kept, kernel)
