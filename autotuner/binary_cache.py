@@ -18,8 +18,9 @@ decides its output, computed without hashing the installation:
 - the compile options, and the environment variables Triton says invalidate its cache, and every other
   `TRITON_*` variable but the cache locations.
 
-A key seen before gives a `CompiledKernel` made from the kept files, as Triton makes one on a cache hit. A key
-not seen goes to Triton, and the compiled kernel's files are kept (hard links into Triton's cache where the
+A key seen before gives a `CompiledKernel` made from the kept files, as Triton makes one on a cache hit, once its
+binary matches the digest kept with it (a damaged entry is dropped and kept again from Triton). A key not seen
+goes to Triton, and the compiled kernel's files are kept (hard links into Triton's cache where the
 file system allows, copies otherwise). Anything unexpected (a Triton without these internals, a missing file,
 dumping or overriding IR, `always_compile`, a compilation listener) goes to Triton as if this were not here.
 """
@@ -38,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 log = logging.getLogger(__name__)
-VERSION = "1"
+VERSION = "2"
 _UNKEYED_ENV = {"TRITON_CACHE_DIR", "TRITON_HOME", "TRITON_DUMP_DIR", "TRITON_OVERRIDE_DIR", "TRITON_CACHE_MANAGER",
                 "TRITON_PRINT_AUTOTUNING", "TRITON_INTERPRET"}
 _fingerprint: str | None = None
@@ -95,7 +96,10 @@ def _load(entry: Path, src: Any) -> Any:
     group = {name: str(entry / name) for name in meta["files"]}
     if not all(os.path.exists(p) for p in group.values()):
         raise FileNotFoundError(f"{entry}: a kept file is missing")
-    return CompiledKernel(src, group, meta["hash"])
+    kernel = CompiledKernel(src, group, meta["hash"])
+    if hashlib.sha256(kernel.kernel).hexdigest() != meta["binary_sha256"]:
+        raise ValueError(f"{entry}: the binary is not the one kept")
+    return kernel
 
 
 def _keep(entry: Path, kernel: Any) -> None:
@@ -118,7 +122,8 @@ def _keep(entry: Path, kernel: Any) -> None:
                 os.link(path, tmp / name)
             except OSError:
                 shutil.copyfile(path, tmp / name)
-        (tmp / "entry.json").write_text(json.dumps({"hash": kernel.hash, "files": sorted(group)}))
+        (tmp / "entry.json").write_text(json.dumps({"hash": kernel.hash, "files": sorted(group),
+                                                     "binary_sha256": hashlib.sha256(kernel.kernel).hexdigest()}))
         os.rename(tmp, entry)  # atomic; another process that kept it first wins, and this copy goes
     except OSError:
         pass

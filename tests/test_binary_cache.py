@@ -78,11 +78,16 @@ def test_a_damaged_entry_is_dropped_and_kept_again(tmp_path):
     kept, kernel = tmp_path / "kept", kernel_file(tmp_path, "a")
     first = probe(kept, kernel)
     entry = next(kept.glob("*/*/entry.json")).parent
-    (entry / f"{first['name']}.cubin").unlink()
-    again = probe(kept, kernel)
-    assert again["calls"] == 1 and again["cubin"] == first["cubin"]
-    assert (entry / f"{first['name']}.cubin").exists()
-    assert probe(kept, kernel)["calls"] == 0
+    binary = entry / f"{first['name']}.cubin"
+    for damage in (binary.unlink, lambda: binary.write_bytes(b"\x00" * 64)):  # gone; truncated
+        contents = binary.read_bytes()
+        binary.unlink()  # a hard link into Triton's cache: written anew, not through
+        binary.write_bytes(contents)
+        damage()
+        again = probe(kept, kernel)
+        assert again["calls"] == 1 and again["cubin"] == first["cubin"]
+        assert binary.exists()
+        assert probe(kept, kernel)["calls"] == 0
 
 
 def test_a_folder_that_cannot_be_written_keeps_nothing_and_compiles(tmp_path):
