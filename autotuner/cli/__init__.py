@@ -73,8 +73,11 @@ def main() -> None:
         if isinstance(exc.code, str):
             sys.stderr.write(exc.code + "\n")
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    sys.stdout.flush()
-    sys.stderr.flush()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except OSError:  # a reader that went away (a closed pipe): nothing more to say to it
+            pass
     atexit._run_exitfuncs()
     os._exit(code)
 
