@@ -26,9 +26,10 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-# Every child reads compiled bytecode, as from an installed package: where site-packages is read-only (the GPU
-# machines' is) Python would otherwise compile Triton's and torch's sources again in each new process, 100-200 ms
-# of every first launch. start_to_tuned fills it before the first timed child.
+# Every child should read compiled bytecode, as from an installed package: where site-packages is read-only (the
+# GPU machines' is) Python otherwise compiles Triton's sources again in each new process (the first launch's
+# gluon import: 110-190 ms there). start_to_tuned fills it before the first timed child. Session 12's runs set the
+# prefix but not the PYTHONDONTWRITEBYTECODE removal, and their profiles still show the sources compiled.
 PYCACHE = os.path.join(tempfile.gettempdir(), "autotune_drop_in_pycache")
 sys.path.insert(0, str(ROOT))
 
@@ -74,9 +75,10 @@ print(json.dumps({"elapsed_s": end - start, "launch_s": end - t_launch, "source"
 
 def child(which: str, example: str, env: dict[str, str]) -> dict[str, Any]:
     start = time.time()
+    child_env = {**os.environ, **env, "BENCH_START": str(start), "BENCH_ROOT": str(ROOT), "PYTHONPYCACHEPREFIX": PYCACHE}
+    child_env.pop("PYTHONDONTWRITEBYTECODE", None)
     out = subprocess.run([sys.executable, "-c", CHILD, which, example], capture_output=True, text=True, timeout=900,
-                         env={**os.environ, **env, "BENCH_START": str(start), "BENCH_ROOT": str(ROOT),
-                              "PYTHONPYCACHEPREFIX": PYCACHE}, cwd=ROOT)
+                         env=child_env, cwd=ROOT)
     if out.returncode != 0:
         raise RuntimeError(out.stderr[-2000:])
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))
