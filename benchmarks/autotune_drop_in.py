@@ -64,10 +64,19 @@ import torch, triton
 which, example = sys.argv[1], sys.argv[2]
 module, name = json.loads(os.environ["BENCH_EXAMPLE"])
 config = json.loads(os.environ.get("BENCH_CONFIG", "{}"))  # "plain": the config written into the launch
-profile = None
+profile, imported = None, []
 if os.environ.get("BENCH_PROFILE"):
-    import cProfile
+    import cProfile, importlib.abc, traceback
     profile = cProfile.Profile()
+
+    class Imports(importlib.abc.MetaPathFinder):  # what the first launch imports, and from where
+        def find_spec(self, fullname, path, target=None):
+            if profile_on and fullname not in sys.modules:
+                frames = [f for f in traceback.extract_stack()[:-1] if "importlib" not in f.filename]
+                imported.append(f"{fullname} <- {frames[-1].filename}:{frames[-1].lineno}" if frames else fullname)
+            return None
+    profile_on = False
+    sys.meta_path.insert(0, Imports())
 if which == "ours":
     sys.path.insert(0, os.environ["BENCH_ROOT"])
     kernel = getattr(importlib.import_module("examples." + module), name)
@@ -81,21 +90,23 @@ if example == "matmul":
     a = torch.randn(4096, 4096, device="cuda", dtype=torch.float16); b = torch.randn_like(a); c = torch.empty_like(a)
     grid = lambda m: (triton.cdiv(4096, m["BLOCK_SIZE_M"]) * triton.cdiv(4096, m["BLOCK_SIZE_N"]),)
     torch.cuda.synchronize(); t_launch = time.time()
-    if profile: profile.enable()
+    if profile: profile_on = True; profile.enable()
     kernel[grid](a, b, c, 4096, 4096, 4096, 4096, 1, 4096, 1, 4096, 1, **config)
 else:
     x = torch.randn(8192, 4096, device="cuda", dtype=torch.bfloat16); w = torch.randn(4096, device="cuda", dtype=torch.bfloat16)
     y = torch.empty_like(x); rstd = torch.empty(8192, device="cuda")
     torch.cuda.synchronize(); t_launch = time.time()
-    if profile: profile.enable()
+    if profile: profile_on = True; profile.enable()
     kernel[(8192,)](y, 4096, x, 4096, w, rstd, 4096, 1e-6, BLOCK_SIZE=4096, **config)
 torch.cuda.synchronize()
 end = time.time()
 if profile:
-    import pstats
     profile.disable()
+    profile_on = False
+    import pstats
     with open(os.environ["BENCH_PROFILE"], "w") as f:
         pstats.Stats(profile, stream=f).sort_stats("cumulative").print_stats(40)
+        f.write(f"modules imported by the first launch ({len(imported)}):\n" + "\n".join(imported) + "\n")
 src = next(iter(kernel.sources.values())) if which == "ours" else which
 chosen = next(iter(kernel.cache.values()))[0] if which == "ours" else (
     kernel.best_config.all_kwargs() if which == "theirs" else config)
