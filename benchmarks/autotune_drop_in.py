@@ -51,7 +51,7 @@ def write_before(folder: Path) -> None:
         if len(switched) != 1 or len(imports) != 1:
             raise RuntimeError(f"examples/{module}.py: expected one @autotuner.autotune line and one import")
         lines[switched[0]] = lines[switched[0]].replace("@autotuner.autotune(", "@triton.autotune(", 1)
-        del lines[imports[0]]
+        lines[imports[0]] = "# import autotuner: not before the switch (a line kept, so Triton's cache key, which holds the kernel's line, is the same)\n"
         before = "".join(lines)
         if "autotuner." in before.replace('"""', "").split("\n@triton.autotune", 1)[1]:
             raise RuntimeError(f"examples/{module}.py uses autotuner beyond its decorator line")
@@ -268,8 +268,8 @@ def main() -> None:
         for example in args.examples.split(","):
             rounds = []
             for i in range(args.rounds):  # each round from nothing: its own caches, database and kept binaries
-                os.makedirs(f"{tmp}/round{i}")
-                rounds.append(start_to_tuned(example, f"{tmp}/round{i}", args.profile_dir if i == 0 else None))
+                os.makedirs(f"{tmp}/{example}_round{i}")
+                rounds.append(start_to_tuned(example, f"{tmp}/{example}_round{i}", args.profile_dir if i == 0 else None))
             results[f"start to tuned launch, {example}"] = {
                 name: {k: statistics.median(r[name][k] for r in rounds) for k in rounds[0][name]}
                 | {"rounds": [r[name] for r in rounds]} for name in rounds[0]}
