@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PYCACHE = os.path.join(tempfile.gettempdir(), "autotune_drop_in_pycache")
 sys.path.insert(0, str(ROOT))
 
-# The examples as they were before the switch: the decorator line back to triton.autotune, `import autotuner` gone.
+# The examples as they were before the switch: the decorator line back to triton.autotune, `import autotuner` a comment.
 # The triton.autotune and plain children import these, so they pay for nothing of autotuner's, and their kernels
 # are JITFunctions of their own (an example module's kernel carries the kept-binary hook: a triton.autotune wrapped
 # around it compiled through autotuner's kept binaries, and session 12's call 3 timed those loads as "cold").
@@ -279,7 +279,8 @@ def main() -> None:
     print(json.dumps(results, indent=1))
     if args.json_out:
         args.json_out.write_text(json.dumps(results, indent=1))
-    print(f"\n| example | case | from process start | first launch call | (median of {args.rounds})\n|---|---|---|---|---|")
+    print(f"\nMedians of {args.rounds} round(s):\n| example | case | from process start | first launch call | each round's "
+          "first launch |\n|---|---|---|---|---|")
     for example in args.examples.split(","):
         for name, r in results[f"start to tuned launch, {example}"].items():
             each = ", ".join(f"{x['launch_s'] * 1e3:.0f}" for x in r["rounds"])
