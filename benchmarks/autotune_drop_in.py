@@ -53,7 +53,7 @@ def write_before(folder: Path) -> None:
         lines[switched[0]] = lines[switched[0]].replace("@autotuner.autotune(", "@triton.autotune(", 1)
         lines[imports[0]] = "# import autotuner: not before the switch (a line kept, so Triton's cache key, which holds the kernel's line, is the same)\n"
         before = "".join(lines)
-        if "autotuner." in before.replace('"""', "").split("\n@triton.autotune", 1)[1]:
+        if "autotuner." in before.split("\n@triton.autotune", 1)[1]:
             raise RuntimeError(f"examples/{module}.py uses autotuner beyond its decorator line")
         (folder / f"before_{module}.py").write_text(before)
 
@@ -127,7 +127,7 @@ def child(which: str, example: str, env: dict[str, str], before: str) -> dict[st
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
-def start_to_tuned(example: str, tmp: str, profile_dir: Path | None) -> dict[str, dict[str, float]]:
+def start_to_tuned(example: str, tmp: str, before: str, profile_dir: Path | None) -> dict[str, dict[str, float]]:
     """Per case: seconds from process start (interpreter, imports, inputs included) and of the first launch call
     alone, each until the GPU finished it."""
     ours = {"AUTOTUNER_DB_URL": f"sqlite:///{tmp}/{example}.db", "AUTOTUNER_KERNEL_CACHE_DIR": f"{tmp}/kept_{example}"}
@@ -146,25 +146,22 @@ def start_to_tuned(example: str, tmp: str, profile_dir: Path | None) -> dict[str
         "plain kernel[grid] with the tuned config written in, warm cache": (
             "plain", {"TRITON_CACHE_DIR": f"{tmp}/tc_tune_{example}"}),
     }
-    before = Path(tmp) / "before"
-    before.mkdir(exist_ok=True)
-    write_before(before)
     # Not timed: fill PYCACHE with both sides' imports (ours launches its default: nothing tuned, nothing kept where
     # the timed runs look).
     fill = {"TRITON_CACHE_DIR": f"{tmp}/tc_pycache_{example}", "AUTOTUNER_DB_URL": f"sqlite:///{tmp}/fill_{example}.db",
             "AUTOTUNER_KERNEL_CACHE_DIR": f"{tmp}/kept_fill_{example}", "AUTOTUNER_ON_MISS": "default"}
     for which in ("theirs", "ours"):
-        child(which, example, fill, str(before))
+        child(which, example, fill, before)
     res = {}
     tuned: dict[str, Any] = {}
     for name, (which, env) in runs.items():
         if which == "plain":
             env = {**env, "BENCH_CONFIG": json.dumps(tuned)}
-        r = child(which, example, env, str(before))
+        r = child(which, example, env, before)
         if profile_dir is not None and "after tuning, warm cache" in name:  # profiled again, untimed: the profiler
             # and the import tracer cost 20-30 ms of a 100 ms launch (session 13's first call profiled timed runs)
             child(which, example, {**env, "BENCH_PROFILE": str(profile_dir / f"{example}_{'off' if 'off' in name else 'kept'}.txt")},
-                  str(before))
+                  before)
         if "after tuning" in name:
             assert r["source"].startswith("exact"), r
         if "the tuning run" in name:
@@ -259,17 +256,22 @@ def main() -> None:
                         "caches (the table gives the median)")
     parser.add_argument("--examples", default="matmul,rmsnorm", help="which examples, comma-separated")
     args = parser.parse_args()
+    examples = args.examples.split(",")
     import torch
 
     if not torch.cuda.is_available():
         sys.exit("this benchmark compares GPU timings: it needs a CUDA device")
     with tempfile.TemporaryDirectory() as tmp:
         results: dict[str, Any] = {"device": torch.cuda.get_device_name()}
-        for example in args.examples.split(","):
+        before = Path(tmp) / "before"
+        before.mkdir()
+        write_before(before)
+        for example in examples:
             rounds = []
             for i in range(args.rounds):  # each round from nothing: its own caches, database and kept binaries
                 os.makedirs(f"{tmp}/{example}_round{i}")
-                rounds.append(start_to_tuned(example, f"{tmp}/{example}_round{i}", args.profile_dir if i == 0 else None))
+                rounds.append(start_to_tuned(example, f"{tmp}/{example}_round{i}", str(before),
+                                             args.profile_dir if i == 0 else None))
             results[f"start to tuned launch, {example}"] = {
                 name: {k: statistics.median(r[name][k] for r in rounds) for k in rounds[0][name]}
                 | {"rounds": [r[name] for r in rounds]} for name in rounds[0]}
@@ -281,7 +283,7 @@ def main() -> None:
         args.json_out.write_text(json.dumps(results, indent=1))
     print(f"\nMedians of {args.rounds} round(s):\n| example | case | from process start | first launch call | each round's "
           "first launch |\n|---|---|---|---|---|")
-    for example in args.examples.split(","):
+    for example in examples:
         for name, r in results[f"start to tuned launch, {example}"].items():
             each = ", ".join(f"{x['launch_s'] * 1e3:.0f}" for x in r["rounds"])
             print(f"| {example} | {name} | {r['from_start_s']:.2f} s | {r['launch_s'] * 1e3:.1f} ms | {each} ms |")
