@@ -23,6 +23,9 @@ binary matches the digest kept with it (a damaged entry is dropped and kept agai
 goes to Triton, and the compiled kernel's files are kept (hard links into Triton's cache where the
 file system allows, copies otherwise). Anything unexpected (a Triton without these internals, a missing file,
 dumping or overriding IR, `always_compile`, a compilation listener) goes to Triton as if this were not here.
+
+`install` also wraps the per-device cache's binder (autotuner.specializations): a process's first launch of a kept
+kernel then skips Triton's native argument specialization, whose first use imports gluon.
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from autotuner import specializations
 
 log = logging.getLogger(__name__)
 VERSION = "2"
@@ -178,7 +183,8 @@ def kept_dir() -> Path | None:
 
 
 def install(jit_fn: Any, directory: Callable[[], Path | None] = kept_dir) -> bool:
-    """Route `jit_fn`'s compiles through the kept kernels; False where this Triton has no per-device cache to
+    """Route `jit_fn`'s compiles through the kept kernels, and its binder through the kept specializations
+    (autotuner.specializations); False where this Triton has no per-device cache to
     hook (the interpreter's functions, an older Triton, anything else)."""
     caches = getattr(jit_fn, "device_caches", None)
     if not isinstance(caches, defaultdict) or caches.default_factory is None:
@@ -192,6 +198,9 @@ def install(jit_fn: Any, directory: Callable[[], Path | None] = kept_dir) -> boo
         current = getattr(jit_fn, "compile", None)
         if current is not None and not getattr(current, "_autotuner_kept", False):
             jit_fn.compile = cached_compile(current, directory)
+        # (kernel cache, key cache, target, backend, binder): the binder answers from kept specializations
+        if isinstance(made, tuple) and len(made) == 5 and callable(made[4]) and made[2] is not None:
+            made = (*made[:4], specializations.wrap(jit_fn, made[4], f"{triton_fingerprint()}|{made[2]!r}", directory))
         return made
 
     factory._autotuner_kept = True  # type: ignore[attr-defined]

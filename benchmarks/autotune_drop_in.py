@@ -3,7 +3,8 @@
 1. Time from process start to the first launch done with a tuned config, in a new process: triton.autotune
    (which times its whole list there) with a cold and a warm Triton cache, and autotuner.autotune after a
    tuning run stored the winner (cold and warm Triton cache; with the kept binaries, autotuner.binary_cache,
-   and without them).
+   and without them; with the kept binaries but not the kept specializations, autotuner.specializations). Each
+   child says whether its first launch imported gluon (Triton's native specialization does).
 2. The chosen config's kernel time against triton.autotune's choice from the same list, timed interleaved.
 3. With `space=` (the tutorial kernel's parameters over wider ranges, the engine's search, 64 trials): its
    winner's kernel time against triton.autotune's choice, at 4096^3 (the shape the tutorial's list was written
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -111,7 +113,8 @@ if profile:
 src = next(iter(kernel.sources.values())) if which == "ours" else which
 chosen = next(iter(kernel.cache.values()))[0] if which == "ours" else (
     kernel.best_config.all_kwargs() if which == "theirs" else config)
-print(json.dumps({"elapsed_s": end - start, "launch_s": end - t_launch, "source": src, "config": chosen}))
+print(json.dumps({"elapsed_s": end - start, "launch_s": end - t_launch, "source": src, "config": chosen,
+                  "gluon": "triton.experimental.gluon" in sys.modules}))
 """
 
 
@@ -138,6 +141,11 @@ def start_to_tuned(example: str, tmp: str, before: str, profile_dir: Path | None
         # a new Triton cache: the tuned kernel comes from the kept binaries, Triton's own launcher code is built
         "autotuner.autotune after tuning, cold cache": ("ours", {"TRITON_CACHE_DIR": f"{tmp}/tc_ours_{example}", **ours}),
         "autotuner.autotune after tuning, warm cache": ("ours", {"TRITON_CACHE_DIR": f"{tmp}/tc_ours_{example}", **ours}),
+        # the kept binaries without the kept specializations (autotuner.specializations): Triton's binder
+        # specializes the first launch, and its native code imports gluon
+        "autotuner.autotune after tuning, warm cache, specializations not kept": (
+            "ours", {"TRITON_CACHE_DIR": f"{tmp}/tc_ours_{example}", **ours,
+                     "AUTOTUNER_KERNEL_CACHE_DIR": f"{tmp}/kept_binaries_only_{example}"}),
         # Triton's cache as the tuning run left it: every config of the list compiled and kept by Triton
         "autotuner.autotune after tuning, warm cache, kept binaries off": (
             "ours", {"TRITON_CACHE_DIR": f"{tmp}/tc_tune_{example}", **ours, "AUTOTUNER_KERNEL_CACHE": "0"}),
@@ -157,8 +165,11 @@ def start_to_tuned(example: str, tmp: str, before: str, profile_dir: Path | None
     for name, (which, env) in runs.items():
         if which == "plain":
             env = {**env, "BENCH_CONFIG": json.dumps(tuned)}
+        if "specializations not kept" in name:  # a copy of the kept folder as it is now, less its specializations
+            shutil.copytree(ours["AUTOTUNER_KERNEL_CACHE_DIR"], env["AUTOTUNER_KERNEL_CACHE_DIR"],
+                            ignore=lambda folder, names: ["specializations"] if "specializations" in names else [])
         r = child(which, example, env, before)
-        if profile_dir is not None and "after tuning, warm cache" in name:  # profiled again, untimed: the profiler
+        if profile_dir is not None and "after tuning, warm cache" in name and "specializations" not in name:  # profiled again, untimed: the profiler
             # and the import tracer cost 20-30 ms of a 100 ms launch (session 13's first call profiled timed runs)
             child(which, example, {**env, "BENCH_PROFILE": str(profile_dir / f"{example}_{'off' if 'off' in name else 'kept'}.txt")},
                   before)
@@ -166,7 +177,7 @@ def start_to_tuned(example: str, tmp: str, before: str, profile_dir: Path | None
             assert r["source"].startswith("exact"), r
         if "the tuning run" in name:
             tuned = r["config"]
-        res[name] = {"from_start_s": r["elapsed_s"], "launch_s": r["launch_s"]}
+        res[name] = {"from_start_s": r["elapsed_s"], "launch_s": r["launch_s"], "gluon": r["gluon"]}
     return res
 
 
@@ -273,7 +284,7 @@ def main() -> None:
                 rounds.append(start_to_tuned(example, f"{tmp}/{example}_round{i}", str(before),
                                              args.profile_dir if i == 0 else None))
             results[f"start to tuned launch, {example}"] = {
-                name: {k: statistics.median(r[name][k] for r in rounds) for k in rounds[0][name]}
+                name: {k: statistics.median(r[name][k] for r in rounds) for k in ("from_start_s", "launch_s")}
                 | {"rounds": [r[name] for r in rounds]} for name in rounds[0]}
             print(example, json.dumps(results[f"start to tuned launch, {example}"], indent=1), flush=True)
         if not args.skip_kernel_times:
@@ -282,11 +293,12 @@ def main() -> None:
     if args.json_out:
         args.json_out.write_text(json.dumps(results, indent=1))
     print(f"\nMedians of {args.rounds} round(s):\n| example | case | from process start | first launch call | each round's "
-          "first launch |\n|---|---|---|---|---|")
+          "first launch | gluon imported |\n|---|---|---|---|---|---|")
     for example in examples:
         for name, r in results[f"start to tuned launch, {example}"].items():
             each = ", ".join(f"{x['launch_s'] * 1e3:.0f}" for x in r["rounds"])
-            print(f"| {example} | {name} | {r['from_start_s']:.2f} s | {r['launch_s'] * 1e3:.1f} ms | {each} ms |")
+            gluon = "/".join("yes" if x["gluon"] else "no" for x in r["rounds"])
+            print(f"| {example} | {name} | {r['from_start_s']:.2f} s | {r['launch_s'] * 1e3:.1f} ms | {each} ms | {gluon} |")
     kt = results.get("kernel times", {})
     if not kt:
         return

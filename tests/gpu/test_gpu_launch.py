@@ -159,21 +159,22 @@ if sys.argv[2] == "library":
     import autotuner
     x = torch.randn(256, 1000, device="cuda", dtype=torch.float16)
     torch.testing.assert_close(autotuner.softmax(x).float(), torch.softmax(x.float(), -1), atol=2e-3, rtol=2e-3)
-    print("library", len(compiles), triton_key.cache_info().currsize)
+    print("library", len(compiles), triton_key.cache_info().currsize, int("triton.experimental.gluon" in sys.modules))
     sys.exit(0)
 from examples.tutorial_matmul import matmul, matmul_kernel
 a = torch.randn(512, 512, device="cuda", dtype=torch.float16)
 b = torch.randn(512, 512, device="cuda", dtype=torch.float16)
 c = matmul(a, b)
 torch.testing.assert_close(c.float(), a.float() @ b.float(), atol=0.5, rtol=2e-2)
-print(next(iter(matmul_kernel.sources.values())), len(compiles), triton_key.cache_info().currsize)
+print(next(iter(matmul_kernel.sources.values())), len(compiles), triton_key.cache_info().currsize,
+      int("triton.experimental.gluon" in sys.modules))
 """
 
 
 def test_autotune_in_a_new_process_launches_its_kept_kernel_without_compiling(tmp_path):
     """After a tuning process, a new process launches the tuned config from the kept binary: Triton's compile is
-    never called and its installation hash never computed; with kept kernels off, both happen. The same for a
-    library call's kernel."""
+    never called, its installation hash never computed, and its native specialization (which imports gluon) never
+    started; with kept kernels off, all three happen. The same for a library call's kernel."""
     import os
     import subprocess
     import sys
@@ -187,16 +188,17 @@ def test_autotune_in_a_new_process_launches_its_kept_kernel_without_compiling(tm
         out = subprocess.run([sys.executable, "-c", LAUNCH_IN_A_NEW_PROCESS, root, what], env={**env, **extra},
                              capture_output=True, text=True, timeout=600)
         assert out.returncode == 0, out.stderr[-3000:]
-        source, compiles, hashed = out.stdout.strip().splitlines()[-1].rsplit(" ", 2)
-        return source, int(compiles), int(hashed)
+        source, compiles, hashed, gluon = out.stdout.strip().splitlines()[-1].rsplit(" ", 3)
+        return source, int(compiles), int(hashed), int(gluon)
 
-    source, compiles, _ = launch()
-    assert source.startswith("tuned here") and compiles >= 1
+    source, compiles, _, gluon = launch()
+    assert source.startswith("tuned here") and compiles >= 1 and gluon == 1
     assert list((tmp_path / "kept").glob("*/*/entry.json"))
-    source, compiles, hashed = launch()
-    assert source.startswith("exact (database)") and (compiles, hashed) == (0, 0)
-    source, compiles, hashed = launch(AUTOTUNER_KERNEL_CACHE="0")
-    assert source.startswith("exact (database)") and compiles == 1 and hashed == 1
+    assert list((tmp_path / "kept").glob("specializations/*/*.json"))
+    source, compiles, hashed, gluon = launch()
+    assert source.startswith("exact (database)") and (compiles, hashed, gluon) == (0, 0, 0)
+    source, compiles, hashed, gluon = launch(AUTOTUNER_KERNEL_CACHE="0")
+    assert source.startswith("exact (database)") and (compiles, hashed, gluon) == (1, 1, 1)
     # the library calls' kernels keep theirs too
     assert launch("library")[1] == 1
-    assert launch("library")[1:] == (0, 0)
+    assert launch("library")[1:] == (0, 0, 0)

@@ -1,0 +1,195 @@
+"""Triton's specialization of a launch's arguments, kept per call signature, so a new process's first launch of a
+kept kernel (autotuner.binary_cache) does not start Triton's native specialization.
+
+Every launch of a `@triton.jit` kernel binds its arguments and specializes each one that is not a constexpr: a
+tensor by its dtype and whether its data pointer is 16-byte aligned, an integer by its width and whether it is
+1 or divisible by 16, and so on. Triton does this in C++ (`native_specialize_impl`), and that code's first call
+in a process imports `triton.experimental.gluon` for gluon's tensor-descriptor type: 40-50 ms on this
+repository's 2-core machine, 65-100 ms of a first launch on an H100 host under the profiler. A process that
+launches a tuned kernel from its kept binary pays nothing else of that size.
+
+`wrap(jit_fn, binder, identity, directory)` returns a binder for the JITFunction's per-device cache that, until
+Triton's own binder has run once in this process, answers a call from a kept specialization when one matches:
+
+- the key: `identity` (binary_cache gives Triton's version, the files its cache key hashes and the target),
+  each parameter's declaration (name, constexpr, const, do_not_specialize, its annotation), and for each
+  argument that is not a constexpr its Python type and value, or for a torch tensor its type, dtype and 16-byte
+  alignment: what decides Triton's specialization, and more (an exact integer where Triton reads only its
+  width, divisibility and whether it is 1), so a kept entry is never used for a call Triton would specialize
+  otherwise;
+- the value: Triton's specialization of those arguments, as Triton's own binder gave it in an earlier process
+  (`remember`, called by kernels._direct.Launcher after each launcher's first call). Constexpr arguments are
+  specialized by their value and taken from the call.
+
+Anything else goes to Triton's binder, which is always right: a call with an argument of another type, a
+signature with `*args` or keyword-only parameters, a kept entry that is missing or does not parse, a folder that
+cannot be read. Once Triton's binder has run in a process its native specialization is loaded and faster than
+this, so every later call goes to it at once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import logging
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+log = logging.getLogger(__name__)
+VERSION = "1"
+_SCALARS = (int, float, bool, str, type(None))
+_native_used = False  # Triton's binder has run in this process: its specialization is loaded
+
+
+class Unkeyed(Exception):
+    """A call this module keeps nothing for: Triton's binder answers it."""
+
+
+def _arg_key(value: Any) -> tuple[Any, ...]:
+    t = type(value)
+    if isinstance(value, torch.Tensor):
+        return (t.__module__, t.__qualname__, str(value.dtype), value.data_ptr() % 16 == 0)
+    if t in _SCALARS:
+        return (t.__name__, value)
+    raise Unkeyed(t.__qualname__)
+
+
+def _entry(spec: Any) -> list[Any] | None:
+    """A specialization entry as kept: [type, attribute] (strings or null); None where it is not that shape."""
+    if isinstance(spec, tuple) and len(spec) == 2 and isinstance(spec[0], str) and (spec[1] is None or
+                                                                                     isinstance(spec[1], str)):
+        return list(spec)
+    return None
+
+
+class KeptSpecializations:
+    """One JITFunction's kept specializations on one target: the binder wrapper and what it remembers."""
+
+    def __init__(self, jit_fn: Any, native: Callable[..., Any], identity: str,
+                 directory: Callable[[], Path | None]) -> None:
+        self.native = native
+        self.directory = directory
+        self.signature: inspect.Signature = jit_fn.signature
+        params = list(jit_fn.params)
+        self.names = [p.name for p in params]
+        self.constexpr = [bool(p.is_constexpr) for p in params]
+        self.supported = all(p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
+                             for p in self.signature.parameters.values()) and len(params) == len(self.signature.parameters)
+        declaration = [(p.name, bool(p.is_constexpr), bool(p.is_const), bool(p.do_not_specialize),
+                        bool(getattr(p, "do_not_specialize_on_alignment", False)), str(p.annotation)) for p in params]
+        self.static = json.dumps([VERSION, identity, declaration])
+        self.memory: dict[tuple[Any, ...], list[Any]] = {}
+
+    # -- the binder ------------------------------------------------------------------------------------------
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        global _native_used
+        if not _native_used:
+            try:
+                return self._replay(args, kwargs)
+            except Exception as exc:  # nothing kept, or not keyable: Triton's binder, which is always right
+                log.debug("autotuner: Triton specializes this call: %s", exc)
+            _native_used = True
+        return self.native(*args, **kwargs)
+
+    def _bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Triton's binder's bound arguments (every parameter in order, defaults applied) and options."""
+        if not self.supported:
+            raise Unkeyed("a signature with *args or keyword-only parameters")
+        bound = self.signature.bind(*args, **{k: v for k, v in kwargs.items() if k in self.signature.parameters})
+        bound.apply_defaults()
+        return dict(bound.arguments), {k: v for k, v in kwargs.items() if k not in self.signature.parameters}
+
+    def _key(self, params: dict[str, Any]) -> tuple[Any, ...]:
+        return tuple(_arg_key(params[n]) for n, c in zip(self.names, self.constexpr, strict=True) if not c)
+
+    def _path(self, key: tuple[Any, ...]) -> Path | None:
+        root = self.directory()
+        if root is None:
+            return None
+        digest = hashlib.sha256((self.static + repr(key)).encode()).hexdigest()
+        return root / "specializations" / digest[:2] / f"{digest}.json"
+
+    def _replay(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        params, options = self._bind(args, kwargs)
+        key = self._key(params)
+        entries = self.memory.get(key)
+        if entries is None:
+            path = self._path(key)
+            if path is None:
+                raise Unkeyed("kept kernels are off")
+            kept = json.loads(path.read_text())  # FileNotFoundError: not kept yet
+            entries = kept["entries"]
+            if kept.get("key") != json.loads(json.dumps(key)) or len(entries) != len(self.names):
+                raise ValueError(f"{path}: kept for another call")
+            self.memory[key] = entries
+        specialization = [("constexpr", params[n]) if e is None else tuple(e) for n, e in zip(self.names, entries,
+                                                                                               strict=True)]
+        return params, specialization, options
+
+    # -- keeping ---------------------------------------------------------------------------------------------
+    def remember(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """Keep Triton's specialization of this call for later processes (once; never raises)."""
+        try:
+            params, _ = self._bind(args, kwargs)
+            key = self._key(params)
+            if key in self.memory:
+                return
+            path = self._path(key)
+            if path is None:
+                return
+            if path.exists():
+                self.memory[key] = json.loads(path.read_text())["entries"]
+                return
+            global _native_used
+            _native_used = True
+            _, specialization, _ = self.native(*args, **kwargs)
+            entries: list[Any] = []
+            for name, constexpr, spec in zip(self.names, self.constexpr, specialization, strict=True):
+                if constexpr or (isinstance(spec, tuple) and spec[:1] == ("constexpr",)):
+                    entries.append(None)  # replayed from the call's own value (the key holds it exactly)
+                    continue
+                kept = _entry(spec)
+                if kept is None:
+                    raise Unkeyed(f"{name}: Triton specialized it as {spec!r}")
+                entries.append(kept)
+            self.memory[key] = entries
+            _write(path, {"key": json.loads(json.dumps(key)), "entries": entries})
+        except Unkeyed:
+            pass
+        except Exception as exc:  # keeping must never stop a launch
+            log.debug("autotuner: specialization not kept: %s", exc)
+
+
+def _write(path: Path, content: dict[str, Any]) -> None:
+    """Written whole or not at all; another process that wrote it first wins."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(content, f)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def wrap(jit_fn: Any, native: Callable[..., Any], identity: str, directory: Callable[[], Path | None]) -> Any:
+    """Triton's binder for `jit_fn`, answered from kept specializations where it can be; `identity` names the
+    Triton installation and the target."""
+    try:
+        return KeptSpecializations(jit_fn, native, identity, directory)
+    except Exception as exc:  # a Triton without these internals
+        log.debug("autotuner: no kept specializations for %s: %s", jit_fn, exc)
+        return native
+
+
+def remember(binder: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """Keep the specialization of a launch through `binder` (a JITFunction's, from its device cache)."""
+    if isinstance(binder, KeptSpecializations):
+        binder.remember(args, kwargs)
