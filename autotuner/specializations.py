@@ -18,8 +18,8 @@ Triton's own binder has run once in this process, answers a call from a kept spe
   width, divisibility and whether it is 1), so a kept entry is never used for a call Triton would specialize
   otherwise;
 - the value: Triton's specialization of those arguments, as Triton's own binder gave it in an earlier process
-  (`remember`, called by kernels._direct.Launcher after each launcher's first call). Constexpr arguments are
-  specialized by their value and taken from the call.
+  (`remember`, called by kernels._direct.Launcher after each launcher's first call, for at most REMEMBERED
+  calls per kernel and process). Constexpr arguments are specialized by their value and taken from the call.
 
 Anything else goes to Triton's binder, which is always right: a call with an argument of another type, a
 signature with `*args` or keyword-only parameters, a kept entry that is missing or does not parse, a folder that
@@ -45,6 +45,7 @@ log = logging.getLogger(__name__)
 VERSION = "1"
 _SCALARS = (int, float, bool, str, type(None))
 _native_used = False  # Triton's binder has run in this process: its specialization is loaded
+REMEMBERED = 8  # calls kept per kernel and process: a process's first launches are what a kept one spares
 
 
 class Unkeyed(Exception):
@@ -85,6 +86,7 @@ class KeptSpecializations:
                         bool(getattr(p, "do_not_specialize_on_alignment", False)), str(p.annotation)) for p in params]
         self.static = json.dumps([VERSION, identity, declaration])
         self.memory: dict[tuple[Any, ...], list[Any]] = {}
+        self.remembered = 0
 
     # -- the binder ------------------------------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -115,6 +117,16 @@ class KeptSpecializations:
         digest = hashlib.sha256((self.static + repr(key)).encode()).hexdigest()
         return root / "specializations" / digest[:2] / f"{digest}.json"
 
+    def _read(self, path: Path, key: tuple[Any, ...]) -> list[Any]:
+        kept = json.loads(path.read_text())
+        entries = kept["entries"]
+        if kept["key"] != json.loads(json.dumps(key)) or not isinstance(entries, list) or len(entries) != len(self.names):
+            raise ValueError(f"{path}: kept for another call")
+        if not all(e is None or (not c and isinstance(e, list) and _entry(tuple(e)) is not None)
+                   for e, c in zip(entries, self.constexpr, strict=True)):
+            raise ValueError(f"{path}: an entry of another shape")
+        return entries
+
     def _replay(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         params, options = self._bind(args, kwargs)
         key = self._key(params)
@@ -123,29 +135,29 @@ class KeptSpecializations:
             path = self._path(key)
             if path is None:
                 raise Unkeyed("kept kernels are off")
-            kept = json.loads(path.read_text())  # FileNotFoundError: not kept yet
-            entries = kept["entries"]
-            if kept.get("key") != json.loads(json.dumps(key)) or len(entries) != len(self.names):
-                raise ValueError(f"{path}: kept for another call")
-            self.memory[key] = entries
+            entries = self.memory[key] = self._read(path, key)  # FileNotFoundError: not kept yet
         specialization = [("constexpr", params[n]) if e is None else tuple(e) for n, e in zip(self.names, entries,
                                                                                                strict=True)]
         return params, specialization, options
 
     # -- keeping ---------------------------------------------------------------------------------------------
     def remember(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        """Keep Triton's specialization of this call for later processes (once; never raises)."""
+        """Keep Triton's specialization of this call for later processes (once; never raises). A process keeps
+        at most REMEMBERED calls per kernel: only launches before Triton's binder first runs can use a kept one."""
         try:
             params, _ = self._bind(args, kwargs)
             key = self._key(params)
-            if key in self.memory:
+            if key in self.memory or self.remembered >= REMEMBERED:
                 return
             path = self._path(key)
             if path is None:
                 return
-            if path.exists():
-                self.memory[key] = json.loads(path.read_text())["entries"]
+            self.remembered += 1
+            try:
+                self.memory[key] = self._read(path, key)
                 return
+            except (OSError, ValueError, KeyError, TypeError):
+                pass  # not kept yet, or damaged: kept (again) below
             global _native_used
             _native_used = True
             _, specialization, _ = self.native(*args, **kwargs)
@@ -154,10 +166,10 @@ class KeptSpecializations:
                 if constexpr or (isinstance(spec, tuple) and spec[:1] == ("constexpr",)):
                     entries.append(None)  # replayed from the call's own value (the key holds it exactly)
                     continue
-                kept = _entry(spec)
-                if kept is None:
+                entry = _entry(spec)
+                if entry is None:
                     raise Unkeyed(f"{name}: Triton specialized it as {spec!r}")
-                entries.append(kept)
+                entries.append(entry)
             self.memory[key] = entries
             _write(path, {"key": json.loads(json.dumps(key)), "entries": entries})
         except Unkeyed:
@@ -167,7 +179,7 @@ class KeptSpecializations:
 
 
 def _write(path: Path, content: dict[str, Any]) -> None:
-    """Written whole or not at all; another process that wrote it first wins."""
+    """Written whole or not at all: a temporary file renamed into place."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
     try:

@@ -108,16 +108,28 @@ def test_a_call_triton_would_specialize_otherwise_goes_to_triton(kernel_module, 
         same(out, native_binder(fn)(*args))
 
 
-def test_a_damaged_or_foreign_entry_goes_to_triton(kernel_module, tmp_path, monkeypatch):
+def test_a_damaged_or_foreign_entry_goes_to_triton_and_is_kept_again(kernel_module, tmp_path, monkeypatch):
     fn = kernel_module.kernel
     args = (x, x, 16, 32, 0.5, True, None, 16, 128)
     kept(fn, tmp_path).remember(args, {})
     (path,) = tmp_path.glob("specializations/*/*.json")
-    for text in ("{not json", json.dumps({"key": [["int", 3]], "entries": []})):
+    good = json.loads(path.read_text())
+    wrong_shape = {**good, "entries": [["*fp32", 16], *good["entries"][1:]]}  # an attribute that is no string
+    for text in ("{not json", json.dumps({"key": [["int", 3]], "entries": []}), json.dumps(wrong_shape)):
         path.write_text(text)
         monkeypatch.setattr(specializations, "_native_used", False)
-        same(kept(fn, tmp_path)(*args), native_binder(fn)(*args))
+        binder = kept(fn, tmp_path)
+        same(binder(*args), native_binder(fn)(*args))
         assert specializations._native_used
+        binder.remember(args, {})  # what a Launcher does next: Triton's answer kept again
+        assert json.loads(path.read_text()) == good
+
+
+def test_a_process_keeps_a_few_calls_per_kernel(kernel_module, tmp_path):
+    binder = kept(kernel_module.kernel, tmp_path)
+    for n in range(specializations.REMEMBERED + 5):
+        binder.remember((x, x, 1000 + n, 32, 0.5, True, None, 16, 128), {})
+    assert len(list(tmp_path.glob("specializations/*/*.json"))) == specializations.REMEMBERED
 
 
 def test_what_cannot_be_keyed_keeps_nothing_and_goes_to_triton(kernel_module, tmp_path, monkeypatch):
