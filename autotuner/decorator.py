@@ -202,7 +202,8 @@ class Autotuned:
         # A launcher per exact argument signature (each tensor's dtype and 16-byte alignment, every other value
         # as given): Triton's specialization is a function of it, so its binding is skipped after the first.
         try:
-            sig = (key, *[(a.dtype, a.data_ptr() % 16) if isinstance(a, torch.Tensor) else a for a in args],
+            # each value with its type: 1, 1.0 and True are equal keys, and Triton compiles each of them apart
+            sig = (key, *[(a.dtype, a.data_ptr() % 16) if isinstance(a, torch.Tensor) else (type(a), a) for a in args],
                    *kwargs.items())
             launcher = self._launchers.get(sig)
         except TypeError:  # an unhashable argument: Triton's own launch

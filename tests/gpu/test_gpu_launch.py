@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 import triton
+import triton.language as tl
 
 import autotuner
 from autotuner.device import current_device
@@ -33,6 +34,25 @@ def fresh(tmp_path):
     yield
     set_resolver(None)
     autotuner.clear_cache()
+
+
+@autotuner.autotune(configs=[triton.Config({"BLOCK": 128}, num_warps=4)], key=["n"])
+@triton.jit
+def _times_four(x_ptr, y_ptr, n, factor, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=mask) * factor * 4, mask=mask)
+
+
+def test_a_decorated_kernel_launches_equal_values_of_other_types_as_triton_does(fresh):
+    """1, 1.0 and True are equal dict keys; Triton specializes and promotes each apart (an int32 tensor times the
+    int 1 times 4 wraps around, times 1.0 does not), and so must the decorated kernel's launchers."""
+    x = torch.full((256,), 2**30, device="cuda", dtype=torch.int32)
+    for factor in (1, 1.0, True, 1):
+        y, expected = torch.empty(256, device="cuda"), torch.empty(256, device="cuda")
+        _times_four[(2,)](x, y, 256, factor)
+        _times_four.fn[(2,)](x, expected, 256, factor, BLOCK=128, num_warps=4)
+        torch.testing.assert_close(y, expected, msg=f"factor {factor!r}")
 
 
 def _both_ways(prepare, make, calls=3):
