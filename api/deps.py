@@ -17,8 +17,9 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from api.config_cache import ConfigCache
 from api.metrics import Metrics
+from autotuner.lazy_store import LazyStore
 from autotuner.settings import Settings
-from autotuner.store import LazyStore, Store
+from autotuner.store import Store
 
 RECONNECT_S = 1.0  # a database that failed to open is tried again after this long
 
@@ -71,7 +72,7 @@ State = Annotated[ServiceState, Depends(get_state)]
 
 
 def get_store(st: State) -> Store:
-    return st.store.get()  # DatabaseUnavailable becomes a 503 (api.errors)
+    return st.store.full()  # DatabaseUnavailable becomes a 503 (api.errors)
 
 
 StoreDep = Annotated[Store, Depends(get_store)]

@@ -25,12 +25,16 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autotuner.device import DeviceInfo
+from autotuner.lazy_store import LaunchReads, LazyStore
 from autotuner.registry import Op, get_op
 from autotuner.settings import Settings
-from autotuner.store import LazyStore, Store, StoredBest
+from autotuner.stored_best import StoredBest
+
+if TYPE_CHECKING:
+    from autotuner.store import Store
 
 log = logging.getLogger(__name__)
 RECHECK_S = 60.0  # a launching process asks again this long after a non-exact answer, so new results arrive
@@ -98,7 +102,7 @@ class Service:
                           median_ms=body.get("median_ms")), "service: exact"
 
 
-def resolve(op: Op, problem: Any, device: DeviceInfo, *, store: Store | None, store_error: str | None = None,
+def resolve(op: Op, problem: Any, device: DeviceInfo, *, store: Store | LaunchReads | None, store_error: str | None = None,
             service: Service | None = None, fallback: str = "nearest", kernel_hash: str | None = None,
             triton_version: str | None = None) -> Resolution:
     """The config to launch `problem` with on `device`, and where it came from; NotFound when `fallback` is

@@ -5,53 +5,17 @@ already measured is lost if the process dies.
 from __future__ import annotations
 
 import dataclasses
-import threading
-import time
-from dataclasses import dataclass
 from typing import Any
-
-import torch
-import triton
 
 from autotuner.device import DeviceInfo
 from autotuner.nearest import rank
 from autotuner.registry import Op
+from autotuner.stored_best import StoredBest, pick, stored_best, versions
 from db import queue
 from db import repository as repo
-from db.engine import DatabaseUnavailable, NotAutotunerDatabase, open_engine, session_scope
+from db.engine import open_engine, session_scope
 from db.models import BestConfig, Device, Job, Trial, TuningRun
 from search_spaces.space import Rejection, rejection_counts
-
-
-@dataclass(frozen=True)
-class StoredBest:
-    config: dict[str, Any]
-    median_ms: float
-    default_ms: float | None
-    torch_ms: float | None
-    problem: dict[str, Any]
-    problem_key: str
-    stale: bool
-    stale_reason: str | None
-    updated_at: Any
-    run_id: int | None
-    id: int
-
-
-def versions() -> tuple[str, str]:
-    return triton.__version__, torch.__version__
-
-
-def stored_best(row: BestConfig | Any, kernel_hash: str, triton_version: str | None = None) -> StoredBest:
-    """A stored row judged against a kernel hash and a Triton version (default: the running one)."""
-    triton_version = triton_version or versions()[0]
-    reasons = []
-    if row.kernel_hash != kernel_hash:
-        reasons.append(f"kernel source changed (stored hash {row.kernel_hash}, running {kernel_hash})")
-    if row.triton_version != triton_version:
-        reasons.append(f"Triton version differs (stored {row.triton_version}, running {triton_version})")
-    return StoredBest(dict(row.config), row.median_ms, row.default_ms, row.torch_ms, dict(row.problem),
-                      row.problem_key, bool(reasons), "; ".join(reasons) or None, row.updated_at, row.run_id, row.id)
 
 
 class NotHeld(RuntimeError):
@@ -127,10 +91,7 @@ class Store:
         with session_scope(self.engine) as s:
             rows = [stored_best(r, kernel_hash or op.kernel_hash, triton_version) for r in
                     repo.find_best_rows(s, op=op.name, device_key=device.key, problem_key=problem.key)]
-        if not rows:
-            return None
-        fresh = [r for r in rows if not r.stale]
-        return min(fresh, key=lambda r: r.median_ms) if fresh else max(rows, key=lambda r: r.id)
+        return pick(rows)
 
     def queue_job(self, *, op: str, shape: str, dtype: str, options: dict[str, Any], strategy: str = "tpe",
                   budget_trials: int | None = None, budget_seconds: float | None = None, priority: int = 0) -> int:
@@ -305,50 +266,3 @@ class Store:
             except (TypeError, ValueError):
                 continue
         return [(p, r) for _, p, r in rank(problem, others, any_options)[:limit]]
-
-
-class LazyStore:
-    """A Store opened on first use: the one way the library's resolver, the service and the worker open their
-    database. A failure to open is remembered for `retry_s`, so callers do not hammer a dead database; `get`
-    raises it, `peek` hands it back as text."""
-
-    def __init__(self, url: str | None, *, create: bool, retry_s: float, timeout_s: float | None = None) -> None:
-        self.url = url
-        self.create = create
-        self.timeout_s = timeout_s
-        self.retry_s = retry_s
-        self._store: Store | None = None
-        self._failed_at = float("-inf")
-        self._error: DatabaseUnavailable | NotAutotunerDatabase | None = None
-        self._lock = threading.Lock()
-
-    def get(self) -> Store:
-        if self._store is not None:
-            return self._store
-        with self._lock:
-            if self._store is None:
-                if self._error is not None and time.monotonic() - self._failed_at < self.retry_s:
-                    raise self._error
-                try:
-                    self._store = Store(self.url, create=self.create, timeout_s=self.timeout_s)
-                    self._error = None
-                except (DatabaseUnavailable, NotAutotunerDatabase) as exc:
-                    self._failed_at, self._error = time.monotonic(), exc
-                    raise
-            return self._store
-
-    def peek(self) -> tuple[Store | None, str | None]:
-        """The store, or None and why it could not be opened."""
-        try:
-            return self.get(), None
-        except (DatabaseUnavailable, NotAutotunerDatabase) as exc:
-            return None, f"{type(exc).__name__}: {exc}"
-
-    def writer(self) -> Store:
-        """The store for a write: the one opened, or else the database is created now (and kept for reads)."""
-        store = self.peek()[0]
-        if store is None:
-            store = Store(self.url, create=True, timeout_s=self.timeout_s)
-            with self._lock:
-                self._store, self._error = store, None
-        return store

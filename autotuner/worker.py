@@ -29,10 +29,11 @@ from typing import Any
 from sqlalchemy.exc import SQLAlchemyError
 
 from autotuner.job_store import TRANSIENT, DatabaseLost, JobLost, JobStore, retried
+from autotuner.lazy_store import LazyStore
 from autotuner.measure import KeptProcesses
 from autotuner.registry import import_op, load_plugins
 from autotuner.settings import Settings
-from autotuner.store import LazyStore, Store
+from autotuner.store import Store
 from db.engine import DatabaseUnavailable
 from db.models import Job, utcnow
 
@@ -67,7 +68,7 @@ class Worker:
 
     # -- plumbing ---------------------------------------------------------------------------------------
     def _store(self) -> Store:
-        return self.store.get()
+        return self.store.full()
 
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
         if signum == LOST_SIGNAL:

@@ -19,25 +19,18 @@ from sqlalchemy.exc import ArgumentError, DatabaseError, NoSuchModuleError, Oper
 from sqlalchemy.orm import Session, sessionmaker
 
 from db import deadline as db_deadline
+from db.basics import (  # noqa: F401  (re-exported: the errors and constants of every way to the database)
+    DB_HINT,
+    HEAD,
+    SQLITE_BUSY_TIMEOUT_MS,
+    DatabaseUnavailable,
+    NoDatabase,
+    NotAutotunerDatabase,
+    default_url,
+)
 
 MIGRATIONS = Path(__file__).parent / "migrations"
-SQLITE_BUSY_TIMEOUT_MS = 60_000
 MIGRATION_LOCK = 0x6175746F  # pg_advisory_xact_lock key held while migrating
-
-
-class DatabaseUnavailable(RuntimeError):
-    """The database cannot be reached or opened (dead server, unreadable file, bad URL)."""
-
-
-class NotAutotunerDatabase(RuntimeError):
-    """The database holds tables that autotuner did not create, or a schema newer than this version knows."""
-
-
-def default_url() -> str:
-    from platformdirs import user_data_dir
-
-    path = Path(user_data_dir("autotuner", appauthor=False)) / "autotuner.db"
-    return f"sqlite:///{path}"
 
 
 def _sqlite_pragmas(dbapi_conn, _record) -> None:  # type: ignore[no-untyped-def]
@@ -46,9 +39,6 @@ def _sqlite_pragmas(dbapi_conn, _record) -> None:  # type: ignore[no-untyped-def
     cur.execute("PRAGMA synchronous = NORMAL")
     cur.execute("PRAGMA foreign_keys = ON")
     cur.close()
-
-
-DB_HINT = "use sqlite:///PATH or postgresql+psycopg://USER@HOST:PORT/DB (--db or AUTOTUNER_DB_URL)"
 
 
 # Bounds for a database that stalls or vanishes. PostgreSQL: the server's statement and lock timeouts, TCP
@@ -112,9 +102,6 @@ def sqlite_path(engine: Engine) -> Path | None:
 if TYPE_CHECKING:
     from alembic.config import Config as AlembicConfig
 
-# The newest migration's revision: a database at it is used without loading Alembic (a launching process opens
-# its database on the first launch of a problem; tests/test_db.py holds this equal to the scripts' head).
-HEAD = "0005"
 
 
 def _alembic_config(connection) -> AlembicConfig:  # type: ignore[no-untyped-def]
@@ -248,10 +235,6 @@ def make_folder(engine: Engine) -> None:
     except OSError as exc:
         raise DatabaseUnavailable(f"cannot create a database at {path}: {exc.strerror} ({exc.filename}); "
                                   f"{DB_HINT}") from None
-
-
-class NoDatabase(DatabaseUnavailable):
-    """A read found no database where it looked (it never creates one)."""
 
 
 _READY: set[str] = set()

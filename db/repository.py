@@ -1,4 +1,5 @@
-"""Repository functions: the only place that writes SQL. Keyword arguments only; callers own the session."""
+"""Repository functions: the only place that writes SQL through SQLAlchemy (a launching process's two reads are
+also written in plain SQL, in db.sqlite_reads). Keyword arguments only; callers own the session."""
 
 from __future__ import annotations
 
@@ -17,10 +18,12 @@ def _insert(session: Session):  # type: ignore[no-untyped-def]
     """The dialect's INSERT with ON CONFLICT, imported on first use: a process on SQLite (a launching one, say)
     never loads the PostgreSQL dialect (50 ms of import on the 2-core machine)."""
     if session.get_bind().dialect.name == "sqlite":
-        from sqlalchemy.dialects.sqlite import insert
-    else:
-        from sqlalchemy.dialects.postgresql import insert
-    return insert
+        from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+        return sqlite_insert
+    from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+    return pg_insert
 
 
 def upsert_device(session: Session, *, key: str, name: str, capability: str, sm_count: int, total_memory: int,

@@ -56,7 +56,7 @@ def router(ops: list[TunableOp[Any]]) -> APIRouter:
 
         def resolve() -> tuple[int, bytes, str]:
             op_, problem = serving.parse_request(query["op"], query["shape"], query["dtype"], opts)
-            store = st.store.get()
+            store = st.store.full()
             dev = serving.pick_device(store, query["device"])
             try:
                 answer = serving.answer_config(store, op_, problem, dev, fallback=query["fallback"],

@@ -20,7 +20,7 @@ from api.schemas import (
 )
 from autotuner.lookup import NotFound
 from autotuner.registry import Op, UnknownOpError, get_op
-from autotuner.store import StoredBest, stored_best
+from autotuner.stored_best import StoredBest, stored_best
 from db.models import BestConfig
 
 MAX_ID = 2**31 - 1

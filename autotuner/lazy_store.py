@@ -1,0 +1,119 @@
+"""The database opened on first use (`LazyStore`): the one way the library's resolver, the service and the worker
+open theirs. A launching process (the resolver's store, opened for reads) on a plain SQLite file reads through
+`LaunchReads`: its two lookups in stdlib sqlite3 (db.sqlite_reads), and anything else through the full Store,
+opened then. So a process that launches tuned kernels never imports SQLAlchemy (about 0.3 s on an H100 host)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from autotuner.stored_best import StoredBest, pick, stored_best, versions
+from db.basics import DatabaseUnavailable, NotAutotunerDatabase
+
+if TYPE_CHECKING:
+    from autotuner.device import DeviceInfo
+    from autotuner.registry import Op
+    from autotuner.store import Store
+    from db.sqlite_reads import SqliteReads
+
+
+class LaunchReads:
+    """A launching process's reads: `best` and `trial_times` as Store answers them, through sqlite3; every other
+    attribute is the full Store's (opened for reads on first use)."""
+
+    def __init__(self, reads: SqliteReads, url: str | None, timeout_s: float | None) -> None:
+        self.reads, self.url, self.timeout_s = reads, url, timeout_s
+        self._full: Store | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def full(self) -> Store:
+        with self._lock:
+            if self._full is None:
+                from autotuner.store import Store
+
+                self._full = Store(self.url, create=False, timeout_s=self.timeout_s)
+            return self._full
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.full, name)
+
+    def best(self, *, op: Op, problem: Any, device: DeviceInfo, kernel_hash: str | None = None,
+             triton_version: str | None = None) -> StoredBest | None:
+        """Store.best: the fastest current stored best of this exact problem, else the newest stale one."""
+        rows = self.reads.best_rows(op=op.name, device_key=device.key, problem_key=problem.key)
+        return pick([stored_best(r, kernel_hash or op.kernel_hash, triton_version) for r in rows])
+
+    def trial_times(self, *, op: Op, problem: Any, device: DeviceInfo) -> dict[str, tuple[dict[str, Any], float | None]]:
+        """Store.trial_times: configs measured (or failed: None) before, at the running kernel hash and Triton."""
+        return self.reads.trial_times(op=op.name, problem_key=problem.key, device_key=device.key,
+                                      kernel_hash=op.kernel_hash, triton_version=versions()[0])
+
+
+class LazyStore:
+    """A Store opened on first use. A failure to open is remembered for `retry_s`, so callers do not hammer a dead
+    database; `get` raises it, `peek` hands it back as text. `create=False` (a launching process's lookups) on a
+    plain SQLite file at this code's schema gives LaunchReads."""
+
+    def __init__(self, url: str | None, *, create: bool, retry_s: float, timeout_s: float | None = None) -> None:
+        self.url = url
+        self.create = create
+        self.timeout_s = timeout_s
+        self.retry_s = retry_s
+        self._store: Store | LaunchReads | None = None
+        self._failed_at = float("-inf")
+        self._error: DatabaseUnavailable | NotAutotunerDatabase | None = None
+        self._lock = threading.Lock()
+
+    def _open(self) -> Store | LaunchReads:
+        if not self.create:
+            from db.sqlite_reads import SqliteReads
+
+            reads = SqliteReads.open(self.url)
+            if reads is not None:
+                return LaunchReads(reads, self.url, self.timeout_s)
+        from autotuner.store import Store
+
+        return Store(self.url, create=self.create, timeout_s=self.timeout_s)
+
+    def get(self) -> Store | LaunchReads:
+        if self._store is not None:
+            return self._store
+        with self._lock:
+            if self._store is None:
+                if self._error is not None and time.monotonic() - self._failed_at < self.retry_s:
+                    raise self._error
+                try:
+                    self._store = self._open()
+                    self._error = None
+                except (DatabaseUnavailable, NotAutotunerDatabase) as exc:
+                    self._failed_at, self._error = time.monotonic(), exc
+                    raise
+            return self._store
+
+    def full(self) -> Store:
+        """`get`, as a full Store (the worker's and the service's, opened with create=True, always are)."""
+        store = self.get()
+        return store.full if isinstance(store, LaunchReads) else store
+
+    def peek(self) -> tuple[Store | LaunchReads | None, str | None]:
+        """The store, or None and why it could not be opened."""
+        try:
+            return self.get(), None
+        except (DatabaseUnavailable, NotAutotunerDatabase) as exc:
+            return None, f"{type(exc).__name__}: {exc}"
+
+    def writer(self) -> Store:
+        """The store for a write: the one opened, or else the database is created now (and kept for reads)."""
+        store = self.peek()[0]
+        if isinstance(store, LaunchReads):
+            return store.full
+        if store is None:
+            from autotuner.store import Store
+
+            store = Store(self.url, create=True, timeout_s=self.timeout_s)
+            with self._lock:
+                self._store, self._error = store, None
+        return store

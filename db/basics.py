@@ -1,0 +1,32 @@
+"""What every way to the database needs without importing SQLAlchemy: the errors, the default location, the
+schema revision this code reads and writes, and SQLite's busy timeout. db.engine (SQLAlchemy) and
+db.sqlite_reads (a launching process's lookups, stdlib sqlite3) both use these."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+SQLITE_BUSY_TIMEOUT_MS = 60_000
+DB_HINT = "use sqlite:///PATH or postgresql+psycopg://USER@HOST:PORT/DB (--db or AUTOTUNER_DB_URL)"
+# The newest migration's revision: a database at it is used without loading Alembic (a launching process opens
+# its database on the first launch of a problem; tests/test_db.py holds this equal to the scripts' head).
+HEAD = "0005"
+
+
+class DatabaseUnavailable(RuntimeError):
+    """The database cannot be reached or opened (dead server, unreadable file, bad URL)."""
+
+
+class NotAutotunerDatabase(RuntimeError):
+    """The database holds tables that autotuner did not create, or a schema newer than this version knows."""
+
+
+class NoDatabase(DatabaseUnavailable):
+    """A read found no database where it looked (it never creates one)."""
+
+
+def default_url() -> str:
+    from platformdirs import user_data_dir
+
+    path = Path(user_data_dir("autotuner", appauthor=False)) / "autotuner.db"
+    return f"sqlite:///{path}"

@@ -1,0 +1,102 @@
+"""A launching process's two reads of a SQLite database, through the standard library's sqlite3: the stored best
+rows of one problem, and the configs measured for it. A process that launches a tuned kernel asks these once per
+key and nothing else, and importing SQLAlchemy (its Core, ORM and models: about 0.3 s on an H100 host, with
+bytecode) would cost it more than its first launch. Everything else goes through db.engine and db.repository;
+tests/test_sqlite_reads.py holds these two equal to repository.find_best_rows and repository.trial_times.
+
+`SqliteReads.open(url)` answers None where this does not apply, and the caller opens the database through
+SQLAlchemy instead, which says what is wrong: a URL that is not a plain `sqlite:///PATH` (options, a URI, memory,
+another backend), a missing file, a database not at this code's schema revision (db.basics.HEAD).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+from datetime import datetime
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from db.basics import HEAD, SQLITE_BUSY_TIMEOUT_MS, default_url
+
+PREFIX = "sqlite:///"
+BEST_ROWS = """
+SELECT b.id, b.op, b.problem_key, b.problem, b.kernel_hash, b.triton_version, b.config, b.median_ms, b.default_ms,
+       b.torch_ms, b.run_id, b.updated_at
+FROM best_configs AS b JOIN devices AS d ON b.device_id = d.id
+WHERE b.op = ? AND d.key = ? AND b.problem_key = ?
+ORDER BY b.id"""
+TRIAL_TIMES = """
+SELECT t.config_key, t.config, t.status, t.median_ms, t.retimed_ms
+FROM trials AS t JOIN tuning_runs AS r ON t.run_id = r.id JOIN devices AS d ON r.device_id = d.id
+WHERE r.op = ? AND r.problem_key = ? AND d.key = ? AND r.kernel_hash = ? AND r.triton_version = ?
+      AND t.status != 'invalid'
+ORDER BY t.id"""
+
+
+def plain_path(url: str | None) -> Path | None:
+    """The file of a plain `sqlite:///PATH` URL, as SQLAlchemy's pysqlite dialect opens it; None for anything else."""
+    url = url or default_url()
+    if not url.startswith(PREFIX) or "?" in url:
+        return None
+    database = url[len(PREFIX):]
+    if not database or database == ":memory:" or database.startswith(("file:", "~")):
+        return None
+    return Path(database)
+
+
+def _json(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def _datetime(value: Any) -> Any:
+    return datetime.fromisoformat(value) if isinstance(value, str) else value
+
+
+class SqliteReads:
+    """One SQLite file, read-only, from one connection per process (a forked child opens its own)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._conn: sqlite3.Connection | None = None
+        self._pid = -1
+
+    @classmethod
+    def open(cls, url: str | None) -> SqliteReads | None:
+        path = plain_path(url)
+        if path is None or not path.is_file():
+            return None
+        reads = cls(path)
+        try:
+            at_head = reads._query("SELECT version_num FROM alembic_version", ()) == [(HEAD,)]
+        except sqlite3.Error:
+            at_head = False  # no such table, not a database: SQLAlchemy's path says which
+        return reads if at_head else None
+
+    def _query(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        with self._lock:
+            if self._conn is None or self._pid != os.getpid():
+                # not the parent's connection after a fork (SQLite forbids carrying one across)
+                self._conn = sqlite3.connect(self.path, timeout=SQLITE_BUSY_TIMEOUT_MS / 1000, isolation_level=None,
+                                             check_same_thread=False)
+                self._pid = os.getpid()
+            return self._conn.execute(sql, params).fetchall()
+
+    def best_rows(self, *, op: str, device_key: str, problem_key: str) -> list[SimpleNamespace]:
+        """repository.find_best_rows: every stored best of one problem on one device (any kernel hash or Triton
+        version), oldest first, columns by name, JSON and times decoded as SQLAlchemy decodes them."""
+        rows = self._query(BEST_ROWS, (op, device_key, problem_key))
+        return [SimpleNamespace(id=r[0], op=r[1], problem_key=r[2], problem=_json(r[3]), kernel_hash=r[4],
+                                triton_version=r[5], config=_json(r[6]), median_ms=r[7], default_ms=r[8],
+                                torch_ms=r[9], run_id=r[10], updated_at=_datetime(r[11])) for r in rows]
+
+    def trial_times(self, *, op: str, problem_key: str, device_key: str, kernel_hash: str,
+                    triton_version: str) -> dict[str, tuple[dict[str, Any], float | None]]:
+        """repository.trial_times: config_key -> (config, median ms or None when it failed), the latest of each."""
+        rows = self._query(TRIAL_TIMES, (op, problem_key, device_key, kernel_hash, triton_version))
+        return {key: (dict(_json(config)), (retimed or median) if status == "ok" else None)
+                for key, config, status, median, retimed in rows}
