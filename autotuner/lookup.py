@@ -103,8 +103,8 @@ class Service:
 
 
 def resolve(op: Op, problem: Any, device: DeviceInfo, *, store: Store | LaunchReads | None,
-            store_error: str | None = None, service: Service | None = None, fallback: str = "nearest", kernel_hash: str | None = None,
-            triton_version: str | None = None) -> Resolution:
+            store_error: str | None = None, service: Service | None = None, fallback: str = "nearest",
+            kernel_hash: str | None = None, triton_version: str | None = None) -> Resolution:
     """The config to launch `problem` with on `device`, and where it came from; NotFound when `fallback` is
     "none" and nothing exact is known."""
     if fallback not in FALLBACKS:
