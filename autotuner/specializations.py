@@ -24,7 +24,8 @@ Triton's own binder has run once in this process, answers a call from a kept spe
 Anything else goes to Triton's binder, which is always right: a call with an argument of another type, a
 signature with `*args` or keyword-only parameters, a kept entry that is missing or does not parse, a folder that
 cannot be read. Once Triton's binder has run in a process its native specialization is loaded and faster than
-this, so every later call goes to it at once.
+this, so every later call goes to it at once; so do all calls after a process's first REPLAYS replays (a
+launch path that binds on every call, `warmup=True` say, would otherwise pay a Python binding each time).
 """
 
 from __future__ import annotations
@@ -45,6 +46,10 @@ log = logging.getLogger(__name__)
 VERSION = "1"
 _SCALARS = (int, float, bool, str, type(None))
 _native_used = False  # Triton's binder has run in this process: its specialization is loaded
+# A replay binds in Python (about 70 us on the 2-core machine, against Triton's 3 us once loaded): a process
+# replays at most this many calls, its first launches (two binder calls per launcher), and then loads Triton's.
+REPLAYS = 64
+_replays_left = REPLAYS
 REMEMBERED = 8  # calls kept per kernel and process: a process's first launches are what a kept one spares
 
 
@@ -90,12 +95,15 @@ class KeptSpecializations:
 
     # -- the binder ------------------------------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        global _native_used
+        global _native_used, _replays_left
         if not _native_used:
-            try:
-                return self._replay(args, kwargs)
-            except Exception as exc:  # nothing kept, or not keyable: Triton's binder, which is always right
-                log.debug("autotuner: Triton specializes this call: %s", exc)
+            if _replays_left > 0:
+                try:
+                    answer = self._replay(args, kwargs)
+                    _replays_left -= 1
+                    return answer
+                except Exception as exc:  # nothing kept, or not keyable: Triton's binder, which is always right
+                    log.debug("autotuner: Triton specializes this call: %s", exc)
             _native_used = True
         return self.native(*args, **kwargs)
 

@@ -31,6 +31,13 @@ kernel = JITFunction(kernel, do_not_specialize=["m"])
 '''
 
 
+@pytest.fixture(autouse=True)
+def replays(monkeypatch):
+    """Each test starts with a new process's replay budget (and leaves the suite's process as it was)."""
+    monkeypatch.setattr(specializations, "_replays_left", specializations.REPLAYS)
+    monkeypatch.setattr(specializations, "_native_used", specializations._native_used)
+
+
 @pytest.fixture
 def kernel_module(tmp_path):
     """The kernel in a file of its own (Triton reads a JIT function's source)."""
@@ -173,6 +180,20 @@ def test_triton_binders_answer_after_its_first_call(kernel_module, tmp_path, mon
     binder(x, x, 17, *args[3:])  # not kept: Triton's binder, which is now loaded
     binder(*args)  # kept, but Triton's binder is faster once loaded
     assert calls == [1, 1]
+
+
+def test_a_process_replays_a_bounded_number_of_calls(kernel_module, tmp_path, monkeypatch):
+    fn = kernel_module.kernel
+    args = (x, x, 16, 32, 0.5, True, None, 16, 128)
+    kept(fn, tmp_path).remember(args, {})
+    monkeypatch.setattr(specializations, "_native_used", False)
+    monkeypatch.setattr(specializations, "_replays_left", 3)
+    binder = kept(fn, tmp_path)
+    for _ in range(3):
+        binder(*args)
+    assert not specializations._native_used
+    binder(*args)  # a launch path that binds every call: Triton's binder from now on
+    assert specializations._native_used
 
 
 def test_the_identity_and_declaration_are_in_the_key(kernel_module, tmp_path, monkeypatch):
