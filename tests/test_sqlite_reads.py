@@ -135,12 +135,16 @@ def test_a_forked_child_reads_on_a_connection_of_its_own(filled):
     pid = os.fork()
     if pid == 0:  # the child: a new connection, the same answer
         try:
+            os.close(read)
             rows = reads.best_rows(op=op.name, device_key=device.key, problem_key=problem.key)
             os.write(write, json.dumps([len(rows), reads._conn is not parent]).encode())
         finally:
             os._exit(0)
+    os.close(write)  # a child that wrote nothing reads as empty, not as a wait
     os.waitpid(pid, 0)
-    assert json.loads(os.read(read, 100)) == [3, True]
+    answer = os.read(read, 100)
+    os.close(read)
+    assert json.loads(answer or b"null") == [3, True]
 
 
 LAUNCH = """
