@@ -9,7 +9,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from autotuner.stored_best import StoredBest, pick, stored_best, versions
+from autotuner.stored_best import StoredBest, best_of, versions
 from db.basics import DatabaseUnavailable, NotAutotunerDatabase
 
 if TYPE_CHECKING:
@@ -44,7 +44,7 @@ class LaunchReads:
              triton_version: str | None = None) -> StoredBest | None:
         """Store.best: the fastest current stored best of this exact problem, else the newest stale one."""
         rows = self.reads.best_rows(op=op.name, device_key=device.key, problem_key=problem.key)
-        return pick([stored_best(r, kernel_hash or op.kernel_hash, triton_version) for r in rows])
+        return best_of(rows, kernel_hash or op.kernel_hash, triton_version)
 
     def trial_times(self, *, op: Op, problem: Any, device: DeviceInfo) -> dict[str, tuple[dict[str, Any], float | None]]:
         """Store.trial_times: configs measured (or failed: None) before, at the running kernel hash and Triton."""

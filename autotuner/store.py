@@ -10,7 +10,7 @@ from typing import Any
 from autotuner.device import DeviceInfo
 from autotuner.nearest import rank
 from autotuner.registry import Op
-from autotuner.stored_best import StoredBest, pick, stored_best, versions
+from autotuner.stored_best import StoredBest, best_of, stored_best, versions
 from db import queue
 from db import repository as repo
 from db.engine import open_engine, session_scope
@@ -89,9 +89,8 @@ class Store:
         Current means the running kernel hash and Triton version, or the ones given (a remote caller's).
         """
         with session_scope(self.engine) as s:
-            rows = [stored_best(r, kernel_hash or op.kernel_hash, triton_version) for r in
-                    repo.find_best_rows(s, op=op.name, device_key=device.key, problem_key=problem.key)]
-        return pick(rows)
+            rows = repo.find_best_rows(s, op=op.name, device_key=device.key, problem_key=problem.key)
+        return best_of(rows, kernel_hash or op.kernel_hash, triton_version)
 
     def queue_job(self, *, op: str, shape: str, dtype: str, options: dict[str, Any], strategy: str = "tpe",
                   budget_trials: int | None = None, budget_seconds: float | None = None, priority: int = 0) -> int:

@@ -4,6 +4,7 @@ stdlib sqlite3 for a launching process)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,9 +44,11 @@ def stored_best(row: Any, kernel_hash: str, triton_version: str | None = None) -
                       row.problem_key, bool(reasons), "; ".join(reasons) or None, row.updated_at, row.run_id, row.id)
 
 
-def pick(rows: list[StoredBest]) -> StoredBest | None:
-    """The best of one problem's stored rows: the fastest current one if any, else the newest stale one."""
-    if not rows:
+def best_of(rows: Iterable[Any], kernel_hash: str, triton_version: str | None = None) -> StoredBest | None:
+    """The best of one problem's stored rows, each judged by `stored_best`: the fastest current one if any, else
+    the newest stale one."""
+    judged = [stored_best(r, kernel_hash, triton_version) for r in rows]
+    if not judged:
         return None
-    fresh = [r for r in rows if not r.stale]
-    return min(fresh, key=lambda r: r.median_ms) if fresh else max(rows, key=lambda r: r.id)
+    fresh = [r for r in judged if not r.stale]
+    return min(fresh, key=lambda r: r.median_ms) if fresh else max(judged, key=lambda r: r.id)

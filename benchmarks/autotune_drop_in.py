@@ -169,10 +169,11 @@ def start_to_tuned(example: str, tmp: str, before: str, profile_dir: Path | None
             shutil.copytree(ours["AUTOTUNER_KERNEL_CACHE_DIR"], env["AUTOTUNER_KERNEL_CACHE_DIR"],
                             ignore=lambda folder, names: ["specializations"] if "specializations" in names else [])
         r = child(which, example, env, before)
-        if profile_dir is not None and "after tuning, warm cache" in name and "specializations" not in name:  # profiled again, untimed: the profiler
-            # and the import tracer cost 20-30 ms of a 100 ms launch (session 13's first call profiled timed runs)
-            child(which, example, {**env, "BENCH_PROFILE": str(profile_dir / f"{example}_{'off' if 'off' in name else 'kept'}.txt")},
-                  before)
+        # Profiled again, untimed: the profiler and the import tracer cost 20-30 ms of a 100 ms launch (session
+        # 13's first call profiled timed runs).
+        if profile_dir is not None and "after tuning, warm cache" in name and "specializations" not in name:
+            profile = profile_dir / f"{example}_{'off' if 'off' in name else 'kept'}.txt"
+            child(which, example, {**env, "BENCH_PROFILE": str(profile)}, before)
         if "after tuning" in name:
             assert r["source"].startswith("exact"), r
         if "the tuning run" in name:
