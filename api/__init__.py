@@ -1,1 +1,1 @@
-"""The FastAPI service (app factory, routes, schemas). It reads and queues through `db` and `autotuner.lookup`."""
+"""The FastAPI service (app factory, routes, schemas). It reads and queues through `db` and `autotuner.launch.lookup`."""

@@ -15,8 +15,8 @@ from api.deps import ServiceState, require_token
 from api.guard import Deadline, RequestGuard
 from api.metrics import MetricsMiddleware
 from api.routes import pages, routers
-from autotuner.registry import load_plugins, ops
-from autotuner.settings import Settings
+from autotuner.base.registry import load_plugins, ops
+from autotuner.base.settings import Settings
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:

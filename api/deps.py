@@ -17,9 +17,9 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from api.config_cache import ConfigCache
 from api.metrics import Metrics
-from autotuner.lazy_store import LazyStore
-from autotuner.settings import Settings
-from autotuner.store import Store
+from autotuner.base.settings import Settings
+from autotuner.store.database import Store
+from autotuner.store.lazy import LazyStore
 
 RECONNECT_S = 1.0  # a database that failed to open is tried again after this long
 

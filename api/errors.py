@@ -22,8 +22,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match, Route
 
 from api.deps import Forbidden, Unauthorized
-from autotuner.lookup import NotFound
-from autotuner.serving import AmbiguousDevice, InputError, NoSuchProblem
+from autotuner.launch.lookup import NotFound
+from autotuner.launch.serving import AmbiguousDevice, InputError, NoSuchProblem
 from db.engine import DatabaseUnavailable, NotAutotunerDatabase
 
 log = logging.getLogger(__name__)

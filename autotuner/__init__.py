@@ -4,7 +4,7 @@
     y = autotuner.softmax(x)                 # a built-in kernel, launched with its tuned config
     y = autotuner.matmul(a, b, bias, activation="gelu")
 
-    @autotuner.autotune(configs=[...], key=["M", "N", "K"])   # any Triton kernel (see autotuner.decorator)
+    @autotuner.autotune(configs=[...], key=["M", "N", "K"])   # any Triton kernel (see autotuner.decorator.autotuned)
     @triton.jit
     def my_kernel(...): ...
 
@@ -22,9 +22,9 @@ from kernels import _backend  # noqa: F401  (before any @triton.jit in the impor
 __version__ = "0.1.0"
 
 _LAZY = {
-    "softmax": "autotuner.library", "layer_norm": "autotuner.library", "gelu": "autotuner.library",
-    "matmul": "autotuner.library", "attention": "autotuner.library", "clear_cache": "autotuner.library",
-    "autotune": "autotuner.decorator", "KernelNotTuned": "autotuner.decorator",
+    "softmax": "autotuner.launch.library", "layer_norm": "autotuner.launch.library", "gelu": "autotuner.launch.library",
+    "matmul": "autotuner.launch.library", "attention": "autotuner.launch.library", "clear_cache": "autotuner.launch.library",
+    "autotune": "autotuner.decorator.autotuned", "KernelNotTuned": "autotuner.decorator.autotuned",
     "Space": "search_spaces.space", "Param": "search_spaces.space",
 }
 __all__ = [*_LAZY, "__version__"]

@@ -2,8 +2,8 @@
 
 1. Time from process start to the first launch done with a tuned config, in a new process: triton.autotune
    (which times its whole list there) with a cold and a warm Triton cache, and autotuner.autotune after a
-   tuning run stored the winner (cold and warm Triton cache; with the kept binaries, autotuner.binary_cache,
-   and without them; with the kept binaries but not the kept specializations, autotuner.specializations). Each
+   tuning run stored the winner (cold and warm Triton cache; with the kept binaries, autotuner.launch.binary_cache,
+   and without them; with the kept binaries but not the kept specializations, autotuner.launch.specializations). Each
    child says whether its first launch imported gluon (Triton's native specialization does).
 2. The chosen config's kernel time against triton.autotune's choice from the same list, timed interleaved.
 3. With `space=` (the tutorial kernel's parameters over wider ranges, the engine's search, 64 trials): its
@@ -141,7 +141,7 @@ def start_to_tuned(example: str, tmp: str, before: str, profile_dir: Path | None
         # a new Triton cache: the tuned kernel comes from the kept binaries, Triton's own launcher code is built
         "autotuner.autotune after tuning, cold cache": ("ours", {"TRITON_CACHE_DIR": f"{tmp}/tc_ours_{example}", **ours}),
         "autotuner.autotune after tuning, warm cache": ("ours", {"TRITON_CACHE_DIR": f"{tmp}/tc_ours_{example}", **ours}),
-        # the kept binaries without the kept specializations (autotuner.specializations): Triton's binder
+        # the kept binaries without the kept specializations (autotuner.launch.specializations): Triton's binder
         # specializes the first launch, and its native code imports gluon
         "autotuner.autotune after tuning, warm cache, specializations not kept": (
             "ours", {"TRITON_CACHE_DIR": f"{tmp}/tc_ours_{example}", **ours,
@@ -188,9 +188,9 @@ def kernel_times(tmp: str) -> dict[str, Any]:
     import triton
 
     import autotuner
-    from autotuner.lookup import Resolver, set_resolver
-    from autotuner.settings import Settings
-    from autotuner.timing import time_cuda
+    from autotuner.base.settings import Settings
+    from autotuner.engine.timing import time_cuda
+    from autotuner.launch.lookup import Resolver, set_resolver
     from examples.rmsnorm import WARPS
     from examples.rmsnorm import rms_norm_forward as ours_rms
     from examples.tutorial_matmul import get_autotune_config

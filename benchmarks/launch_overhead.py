@@ -32,12 +32,12 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 
 import autotuner  # noqa: E402
-from autotuner.device import current_device  # noqa: E402
-from autotuner.lookup import Resolver, set_resolver  # noqa: E402
-from autotuner.registry import get_op  # noqa: E402
-from autotuner.settings import Settings  # noqa: E402
-from autotuner.store import Store  # noqa: E402
-from autotuner.tuner import tune  # noqa: E402
+from autotuner.base.device import current_device  # noqa: E402
+from autotuner.base.registry import get_op  # noqa: E402
+from autotuner.base.settings import Settings  # noqa: E402
+from autotuner.engine.tuner import tune  # noqa: E402
+from autotuner.launch.lookup import Resolver, set_resolver  # noqa: E402
+from autotuner.store.database import Store  # noqa: E402
 from kernels import _direct  # noqa: E402
 from kernels import gelu as k_gelu  # noqa: E402
 from kernels import layernorm as k_layernorm  # noqa: E402

@@ -46,7 +46,7 @@ def _states(db: Path) -> dict[str, int]:
 def drain(n: int, jobs: int, trials: int, out: Path, running: bool) -> float:
     """Seconds for n workers to drain the jobs: from the workers' start (cold), or, with `running`, from the
     moment the jobs are queued to workers that started (and made their processes ready) before."""
-    from autotuner.store import Store
+    from autotuner.store.database import Store
 
     mode = "running" if running else "cold"
     work = Path(tempfile.mkdtemp(prefix=f"scale{n}_{mode}_"))

@@ -1,4 +1,4 @@
-"""The GPU suite: tune every problem below within a time budget, then bench it (autotuner.bench: torch eager,
+"""The GPU suite: tune every problem below within a time budget, then bench it (autotuner.analysis.bench: torch eager,
 torch.compile, manual, default and tuned Triton, interleaved on the same inputs), and print one markdown table.
 
     python benchmarks/suite.py [--ops matmul,attention] [--budget-s 25] [--db URL] [--json-out FILE]
@@ -21,12 +21,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from autotuner.bench import COMPUTE_BOUND, BenchRow, bench  # noqa: E402
-from autotuner.device import current_device  # noqa: E402
-from autotuner.registry import get_op  # noqa: E402
-from autotuner.settings import Settings  # noqa: E402
-from autotuner.store import Store  # noqa: E402
-from autotuner.tuner import tune  # noqa: E402
+from autotuner.analysis.bench import COMPUTE_BOUND, BenchRow, bench  # noqa: E402
+from autotuner.base.device import current_device  # noqa: E402
+from autotuner.base.registry import get_op  # noqa: E402
+from autotuner.base.settings import Settings  # noqa: E402
+from autotuner.engine.tuner import tune  # noqa: E402
+from autotuner.store.database import Store  # noqa: E402
 
 SUITE: list[tuple[str, str, str, dict[str, object]]] = [
     ("matmul", "4096x4096x4096", "float16", {}),

@@ -39,8 +39,8 @@ def run(cmd: list[str], env: dict[str, str], log: Path) -> tuple[float, str]:
 def interleaved(op_name: str, shape: str, dtype: str, configs: list[dict], rounds: int = 7) -> list[float]:
     import torch
 
-    from autotuner.registry import get_op
-    from autotuner.timing import time_cuda
+    from autotuner.base.registry import get_op
+    from autotuner.engine.timing import time_cuda
 
     op = get_op(op_name)
     problem = op.parse_problem(shape, dtype)

@@ -83,7 +83,7 @@ class Launcher:
             device = torch.cuda.current_device()
             binder = self.fn.device_caches[device][-1]
             bound = binder(*args, **self.meta)[0]
-            remember = getattr(binder, "remember", None)  # autotuner.specializations keeps Triton's specialization
+            remember = getattr(binder, "remember", None)  # autotuner.launch.specializations keeps Triton's specialization
             if remember is not None:
                 remember(args, self.meta)
             values = list(bound.values())

@@ -13,7 +13,7 @@ Config = dict[str, int]
 
 
 class DeviceLimits(Protocol):
-    """What constraints read from the device (autotuner.device.DeviceInfo provides it)."""
+    """What constraints read from the device (autotuner.base.device.DeviceInfo provides it)."""
 
     @property
     def smem_per_block(self) -> int: ...

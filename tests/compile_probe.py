@@ -1,4 +1,4 @@
-"""Compiles one kernel for sm_90 through autotuner.binary_cache in a process of its own (no GPU needed), as a
+"""Compiles one kernel for sm_90 through autotuner.launch.binary_cache in a process of its own (no GPU needed), as a
 launching process would, and prints what it got as JSON: how often Triton's compile ran, the kernel's hash and
 digests of its binary and PTX. tests/test_binary_cache.py runs it; a process of its own keeps the compile clear
 of the suite's TRITON_INTERPRET and of the interpreter's patches to triton.language.
@@ -16,7 +16,7 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from autotuner import binary_cache
+from autotuner.launch import binary_cache
 
 
 def main() -> None:

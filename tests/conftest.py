@@ -10,7 +10,7 @@ import uuid
 import pytest
 
 import kernels  # noqa: F401  (selects the interpreter before triton's jit runs)
-from autotuner.device import DeviceInfo, current_device
+from autotuner.base.device import DeviceInfo, current_device
 from kernels._checks import poison_outputs
 
 poison_outputs(True)  # every output in the tests starts as NaN, so an unwritten element fails

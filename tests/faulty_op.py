@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from autotuner.registry import op_names, register_op
+from autotuner.base.registry import op_names, register_op
 from kernels import gelu as k_gelu
 from search_spaces import gelu as s_gelu
 from search_spaces.space import Param, Space

@@ -8,11 +8,11 @@ import time
 import httpx
 import pytest
 
-from autotuner.device import DeviceInfo, current_device
-from autotuner.lookup import Resolver
-from autotuner.registry import get_op
-from autotuner.settings import Settings
-from autotuner.store import Store
+from autotuner.base.device import DeviceInfo, current_device
+from autotuner.base.registry import get_op
+from autotuner.base.settings import Settings
+from autotuner.launch.lookup import Resolver
+from autotuner.store.database import Store
 from db import repository as repo
 from db.engine import session_scope
 from tests.server import running_server

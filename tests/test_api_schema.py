@@ -13,7 +13,7 @@ import schemathesis
 from hypothesis import HealthCheck, settings
 
 from api.app import create_app
-from autotuner.settings import Settings
+from autotuner.base.settings import Settings
 from tests.conftest import _fresh_pg_database
 from tests.test_api import TOKEN, seed
 

@@ -1,10 +1,17 @@
 """The import graph, read from the source (every `import`, at module level or inside a function): no circles,
-and each floor imports only from the floors below it.
+and each room imports only from the floors below it (and, within a floor, only where SIDEWAYS allows).
 
-    kernels/, search_spaces/   the ground floor: Triton kernels; spaces and the kernel contract (over kernels)
-    db/                        SQL: models, engine, repository, queue
-    autotuner/                 the engine (autotuner/cli/ excepted)
-    api/, autotuner/cli/       the service, and the command line (which starts the service)
+    floor 0  kernels/, search_spaces/       Triton kernels; spaces and the kernel contract (over kernels)
+    floor 1  db/                            SQL: models, engine, repository, queue, migrations
+    floor 2  autotuner.base                 the device, the ops by name, the settings
+    floor 3  autotuner.store                the engine's view of the database, behind small interfaces
+    floor 4  autotuner.engine               the search: tuner, strategies, measurement, trial processes
+             autotuner.launch               lookups, library calls, kept binaries and specializations
+    floor 5  autotuner.decorator            autotuner.autotune (tunes in process: engine and launch both)
+             autotuner.worker               the job loop (engine over the store)
+             autotuner.analysis             bench, peaks, report
+    floor 6  api/, autotuner.cli            the service, and the command line (which starts the service)
+    floor 7  autotuner                      the package's public names (lazily: softmax, autotune ...)
 """
 
 from __future__ import annotations
@@ -14,7 +21,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("kernels", "search_spaces", "db", "autotuner", "api")
-FLOOR = {"kernels": 0, "search_spaces": 0, "db": 1, "autotuner": 2, "api": 3, "autotuner.cli": 3}
+FLOOR = {"kernels": 0, "search_spaces": 0, "db": 1, "autotuner.base": 2, "autotuner.store": 3,
+         "autotuner.engine": 4, "autotuner.launch": 4,
+         "autotuner.decorator": 5, "autotuner.worker": 5, "autotuner.analysis": 5,
+         "api": 6, "autotuner.cli": 6, "autotuner": 7}
+ROOMS = tuple(sorted((r for r in FLOOR if r.startswith("autotuner.")), key=len, reverse=True))
 
 
 def _module(path: Path) -> str:
@@ -49,7 +60,10 @@ SIDEWAYS = {("search_spaces", "kernels"), ("autotuner.cli", "api")}  # allowed w
 
 
 def _part(module: str) -> str:
-    return "autotuner.cli" if module.startswith(("autotuner.cli", "autotuner.__main__")) else module.split(".")[0]
+    """The room a module lives in: a sub-package of autotuner, or a top-level package."""
+    if module == "autotuner.__main__":
+        return "autotuner.cli"
+    return next((r for r in ROOMS if module == r or module.startswith(r + ".")), module.split(".")[0])
 
 
 def _floor(module: str) -> int:
@@ -93,12 +107,27 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_graph_is_read():
     graph = _graph()
-    assert "autotuner.tuner" in graph and "search_spaces.contract" in graph["search_spaces.softmax"]
-    assert "autotuner.lookup" in graph["autotuner.library"]  # an import inside a function counts too
+    assert "autotuner.engine.tuner" in graph and "search_spaces.contract" in graph["search_spaces.softmax"]
+    assert "autotuner.launch.lookup" in graph["autotuner.launch.library"]  # an import inside a function counts too
+    assert _part("autotuner.engine.tuner") == "autotuner.engine" and _part("autotuner.__main__") == "autotuner.cli"
 
 
 def test_no_import_circles():
     assert _cycles(_graph()) == []
+
+
+def test_every_module_lives_in_a_room():
+    """autotuner/ holds rooms, not loose modules: only the package's public names and `__main__` sit at its top."""
+    loose = [m for m in _graph() if m.startswith("autotuner.") and _part(m) == "autotuner" and m != "autotuner"]
+    assert loose == []
+    rooms = {p.name for p in (ROOT / "autotuner").iterdir() if (p / "__init__.py").exists()}
+    assert {f"autotuner.{r}" for r in rooms} == set(ROOMS)
+
+
+def test_each_room_says_what_it_owns_and_may_import():
+    for room in ROOMS:
+        doc = ast.get_docstring(ast.parse((ROOT / room.replace(".", "/") / "__init__.py").read_text())) or ""
+        assert "May import" in doc, room
 
 
 def test_each_floor_imports_only_from_the_floors_below():

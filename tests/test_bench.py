@@ -10,7 +10,7 @@ import pytest
 from alembic import command
 from sqlalchemy import inspect, select, text
 
-from autotuner.peaks import Peaks
+from autotuner.analysis.peaks import Peaks
 from db.engine import _alembic_config, make_engine, open_engine, session_scope
 from db.models import Job
 
@@ -30,9 +30,9 @@ def tuned_db(tmp_path_factory):
 
 def _stored_best(tmp_path, keep_default: bool) -> str:
     """A database whose best softmax 8x40 config on this machine is the space's default, or another config."""
-    from autotuner.device import current_device
-    from autotuner.registry import get_op
-    from autotuner.store import Store
+    from autotuner.base.device import current_device
+    from autotuner.base.registry import get_op
+    from autotuner.store.database import Store
 
     db = f"sqlite:///{tmp_path / 'best.db'}"
     op, device = get_op("softmax"), current_device()
@@ -64,7 +64,7 @@ def test_bench_compares_every_candidate_on_the_same_inputs(tmp_path):
 
 def test_bench_times_a_kept_default_once(tmp_path):
     """Where the tuner kept the default, both rows show the one kernel's time, and say so."""
-    from autotuner.bench import SAME_AS_DEFAULT
+    from autotuner.analysis.bench import SAME_AS_DEFAULT
 
     db = _stored_best(tmp_path, True)
     out = json.loads(_cli("bench", "softmax", "--shape", "8x40", "--rounds", "1", "--json", db=db).stdout)
@@ -97,9 +97,9 @@ def test_report_plots_gpu_results_and_leaves_out_the_interpreters(tuned_db, tmp_
     rather than plotting meaningless ratios; GPU results (written here through the Store) are plotted."""
     only_interpreter = _cli("report", "-o", str(tmp_path / "i.png"), db=tuned_db)
     assert only_interpreter.returncode == 2 and "1 interpreter results left out" in only_interpreter.stderr
-    from autotuner.device import DeviceInfo
-    from autotuner.registry import get_op
-    from autotuner.store import Store
+    from autotuner.base.device import DeviceInfo
+    from autotuner.base.registry import get_op
+    from autotuner.store.database import Store
 
     gpu = DeviceInfo("NVIDIA H100 80GB HBM3", (9, 0), 132, 80 << 30, 232448, "cuda:0")
     op = get_op("softmax")

@@ -1,4 +1,4 @@
-"""autotuner.binary_cache with Triton's real compiler: no GPU is needed to compile a kernel for a named target, so
+"""autotuner.launch.binary_cache with Triton's real compiler: no GPU is needed to compile a kernel for a named target, so
 each step compiles for sm_90 on the CPU in a process of its own (tests/compile_probe.py), as launching processes
 do, and these check what a later process loads."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import triton
 
-from autotuner import binary_cache
+from autotuner.launch import binary_cache
 
 ROOT = Path(__file__).resolve().parents[1]
 KERNEL = """

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from autotuner.device import current_device
-from autotuner.registry import get_op
-from autotuner.store import Store
+from autotuner.base.device import current_device
+from autotuner.base.registry import get_op
+from autotuner.store.database import Store
 
 ROOT = Path(__file__).resolve().parents[1]
 

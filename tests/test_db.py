@@ -7,9 +7,9 @@ import sqlite3
 import pytest
 from sqlalchemy import select, text
 
-from autotuner.device import DeviceInfo
-from autotuner.registry import get_op
-from autotuner.store import Store
+from autotuner.base.device import DeviceInfo
+from autotuner.base.registry import get_op
+from autotuner.store.database import Store
 from db import repository as repo
 from db.engine import (
     DatabaseUnavailable,

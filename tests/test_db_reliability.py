@@ -14,10 +14,10 @@ import time
 import pytest
 from sqlalchemy import func, select
 
-from autotuner.device import DeviceInfo
-from autotuner.registry import get_op
-from autotuner.store import Store
-from autotuner.transfer import export_data, import_data, triton_configs, vllm_files
+from autotuner.base.device import DeviceInfo
+from autotuner.base.registry import get_op
+from autotuner.store.database import Store
+from autotuner.store.transfer import export_data, import_data, triton_configs, vllm_files
 from db.engine import session_scope
 from db.models import BestConfig, Trial, TuningRun
 

@@ -17,11 +17,11 @@ import triton.language as tl
 from sqlalchemy import func, select
 
 import autotuner
-from autotuner.decorator import KernelNotTuned
-from autotuner.device import current_device
-from autotuner.lookup import Resolver, set_resolver
-from autotuner.settings import Settings
-from autotuner.store import Store
+from autotuner.base.device import current_device
+from autotuner.base.settings import Settings
+from autotuner.decorator.autotuned import KernelNotTuned
+from autotuner.launch.lookup import Resolver, set_resolver
+from autotuner.store.database import Store
 from db.engine import session_scope
 from db.models import Job, Trial, TuningRun
 from tests import decorated_kernels as dk
@@ -293,13 +293,13 @@ def test_the_service_and_the_report_show_a_decorated_kernel(url, use, tmp_path):
         assert r.json()["source"] == "exact" and r.json()["config"] == tuned
         ops = client.get("/openapi.json").json()["paths"]["/config"]["get"]["parameters"][0]["schema"]["enum"]
         assert "tests.decorated_kernels:scale_kernel" in ops
-    from autotuner.device import DeviceInfo
+    from autotuner.base.device import DeviceInfo
 
     gpu = DeviceInfo("NVIDIA H100 80GB HBM3", (9, 0), 132, 80 << 30, 232448, "cuda:0")
     store = Store(url)
     problem = dk.scale_kernel.problem({"n": 4096, "x_ptr": torch.zeros(1), "y_ptr": torch.zeros(1)})
     store.save_best(op=dk.scale_kernel.op, problem=problem, device=gpu, config=tuned, median_ms=0.010,
                     default_ms=0.012, torch_ms=None, run_id=None)
-    from autotuner.report import plot_results
+    from autotuner.analysis.report import plot_results
 
     assert plot_results(store, tmp_path / "r.png", device_key=gpu.key) == 1

@@ -10,8 +10,8 @@ import tomllib
 import yaml
 from typer.main import get_command
 
+from autotuner.base.settings import Settings
 from autotuner.cli import app
-from autotuner.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -10,7 +10,7 @@ import importlib
 import pytest
 import torch
 
-from autotuner.registry import get_op
+from autotuner.base.registry import get_op
 from tests.conftest import pick_configs
 
 CASES = {

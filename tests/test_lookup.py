@@ -11,11 +11,11 @@ import torch
 from sqlalchemy import select
 
 import autotuner
-from autotuner.device import current_device
-from autotuner.lookup import Resolver, resolver, set_resolver
-from autotuner.registry import get_op
-from autotuner.settings import Settings
-from autotuner.store import Store
+from autotuner.base.device import current_device
+from autotuner.base.registry import get_op
+from autotuner.base.settings import Settings
+from autotuner.launch.lookup import Resolver, resolver, set_resolver
+from autotuner.store.database import Store
 from db.engine import session_scope
 from db.models import Job
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import os
 from dataclasses import asdict
 
-from autotuner import processes
-from autotuner.device import current_device
-from autotuner.measure import LiveMeasurer
-from autotuner.registry import get_op
-from autotuner.runner import WorkerSpec
+from autotuner.base.device import current_device
+from autotuner.base.registry import get_op
+from autotuner.engine import processes
+from autotuner.engine.measure import LiveMeasurer
+from autotuner.engine.runner import WorkerSpec
 from search_spaces.space import config_key
 
 
@@ -63,7 +63,7 @@ def test_speculative_compiles_take_idle_pool_workers_only_and_count_when_asked()
 
 
 def test_a_trial_worker_started_before_its_problem_sets_it_up_when_told():
-    from autotuner.runner import TrialRunner
+    from autotuner.engine.runner import TrialRunner
 
     sm = get_op("softmax")
     problem = sm.parse_problem("8x64")

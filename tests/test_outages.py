@@ -19,8 +19,8 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.engine import make_url
 
-from autotuner.settings import Settings
-from autotuner.store import Store
+from autotuner.base.settings import Settings
+from autotuner.store.database import Store
 from db.engine import session_scope
 from db.models import BestConfig, Job, Trial, TuningRun
 from tests.conftest import PG_URL
@@ -299,7 +299,7 @@ def test_problems_no_device_could_hold_are_refused_naming_the_limit(server):
 
 
 def test_a_job_whose_inputs_cannot_be_allocated_fails_once_with_a_plain_reason(tmp_path):
-    from autotuner.worker import Worker
+    from autotuner.worker.loop import Worker
 
     url = f"sqlite:///{tmp_path / 'oom.db'}"
     store = Store(url)
@@ -348,7 +348,7 @@ def test_settings_are_checked_at_start_up():
 
 
 def test_result_detail_pages_its_trials_and_counts_rejections(tmp_path):
-    from autotuner.registry import get_op
+    from autotuner.base.registry import get_op
     from tests.test_pages import H100
     from tests.test_pages import seed as seed_pages
 

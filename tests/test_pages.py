@@ -15,9 +15,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from autotuner.device import DeviceInfo, current_device
-from autotuner.registry import get_op
-from autotuner.store import Store
+from autotuner.base.device import DeviceInfo, current_device
+from autotuner.base.registry import get_op
+from autotuner.store.database import Store
 from db import repository as repo
 from db.engine import session_scope
 from tests.server import running_server

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from autotuner.replay import load_landscape, replay
-from autotuner.search import make_search
+from autotuner.engine.replay import load_landscape, replay
+from autotuner.engine.search import make_search
 from search_spaces.space import Param, config_key
 
 # Real GPU timings of whole spaces (every config measured; H200 matmul, H100 matmul, softmax and layernorm), kept in

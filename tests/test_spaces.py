@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from autotuner.device import DeviceInfo
-from autotuner.registry import UnknownOpError, get_op, op_names
+from autotuner.base.device import DeviceInfo
+from autotuner.base.registry import UnknownOpError, get_op, op_names
 from search_spaces.problem import ProblemError
 from search_spaces.space import ConfigError
 

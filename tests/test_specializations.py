@@ -1,4 +1,4 @@
-"""autotuner.specializations against Triton's own binder: a kept specialization replays exactly what Triton's
+"""autotuner.launch.specializations against Triton's own binder: a kept specialization replays exactly what Triton's
 binder gives for the same call, is never used for a call Triton would specialize otherwise, and spares a new
 process Triton's native specialization (whose first use imports gluon). No GPU is needed: the binder is Triton's
 real one, made for its base backend as `triton.runtime.jit.mangle_type` does, and called on CPU tensors."""
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from autotuner import specializations
+from autotuner.launch import specializations
 
 ROOT = Path(__file__).resolve().parents[1]
 KERNEL = '''
@@ -211,7 +211,7 @@ import json, sys
 import torch
 sys.path.insert(0, sys.argv[2])
 import spec_kernel
-from autotuner import specializations
+from autotuner.launch import specializations
 from triton.backends.compiler import BaseBackend
 from triton.runtime.jit import create_function_from_signature
 

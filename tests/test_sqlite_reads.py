@@ -1,4 +1,4 @@
-"""A launching process's reads through stdlib sqlite3 (db.sqlite_reads, autotuner.lazy_store.LaunchReads) answer
+"""A launching process's reads through stdlib sqlite3 (db.sqlite_reads, autotuner.store.lazy.LaunchReads) answer
 exactly what the SQLAlchemy path answers, on a real SQLite file holding current, stale and other problems' rows;
 anything else opens the full Store; and a process launching a tuned kernel never imports SQLAlchemy."""
 
@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from autotuner.device import current_device
-from autotuner.lazy_store import LaunchReads, LazyStore
-from autotuner.registry import get_op
-from autotuner.store import Store
+from autotuner.base.device import current_device
+from autotuner.base.registry import get_op
+from autotuner.store.database import Store
+from autotuner.store.lazy import LaunchReads, LazyStore
 from db import repository as repo
 from db.basics import NoDatabase
 from db.engine import session_scope

@@ -9,11 +9,11 @@ import sys
 import pytest
 from sqlalchemy import select
 
-from autotuner.device import INTERPRETER, DeviceInfo, current_device
-from autotuner.registry import get_op
-from autotuner.settings import Settings
-from autotuner.store import Store
-from autotuner.tuner import tune
+from autotuner.base.device import INTERPRETER, DeviceInfo, current_device
+from autotuner.base.registry import get_op
+from autotuner.base.settings import Settings
+from autotuner.engine.tuner import tune
+from autotuner.store.database import Store
 from db.engine import session_scope
 from db.models import BestConfig, Trial, TuningRun
 
@@ -60,7 +60,7 @@ def test_a_config_must_beat_the_default_by_more_than_the_margin(db_url):
     """Paced configs (known wall-clock times): 0.5% faster than the default is a tie and the default stays;
     30% faster wins. Each is chosen on its re-time, the median of interleaved rounds."""
     import tests.paced_op as paced
-    from autotuner.tuner import DEFAULT_MARGIN
+    from autotuner.engine.tuner import DEFAULT_MARGIN
 
     assert (paced.DEFAULT_US - paced.TIE_US) / paced.DEFAULT_US < DEFAULT_MARGIN
     op = get_op("paced")

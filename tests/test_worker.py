@@ -14,10 +14,10 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import select
 
-from autotuner.registry import get_op
-from autotuner.settings import Settings
-from autotuner.store import Store
-from autotuner.worker import Worker
+from autotuner.base.registry import get_op
+from autotuner.base.settings import Settings
+from autotuner.store.database import Store
+from autotuner.worker.loop import Worker
 from db import queue
 from db.engine import session_scope
 from db.models import BestConfig, Job, TuningRun, utcnow
@@ -60,7 +60,7 @@ def test_a_worker_runs_a_job_and_stores_its_result(url):
 
 
 def worker_device():
-    from autotuner.device import current_device
+    from autotuner.base.device import current_device
 
     return current_device()
 
@@ -207,8 +207,8 @@ def test_a_trial_worker_is_kept_from_one_problem_to_the_next():
     """A worker's trial process sets each new problem up in place (torch imported, CUDA context made once)."""
     from dataclasses import asdict
 
-    from autotuner.device import current_device
-    from autotuner.runner import TrialRunner, WorkerSetupError, WorkerSpec
+    from autotuner.base.device import current_device
+    from autotuner.engine.runner import TrialRunner, WorkerSetupError, WorkerSpec
 
     sm = get_op("softmax")
     first, second = sm.parse_problem("8x64"), sm.parse_problem("16x128")

@@ -6,9 +6,9 @@ from fastapi import APIRouter, Body, Path, Query, Response
 
 from api.deps import State, StoreDep, Writer
 from api.schemas import UNAVAILABLE, ErrorOut, JobOut, JobPage, job_models
-from autotuner import serving
-from autotuner.fits import ProblemTooLarge, check_queueable
-from autotuner.lookup import NotFound
+from autotuner.engine.fits import ProblemTooLarge, check_queueable
+from autotuner.launch import serving
+from autotuner.launch.lookup import NotFound
 from db.models import Job
 from search_spaces.contract import TunableOp
 

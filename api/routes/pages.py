@@ -27,10 +27,10 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from api import charts
 from api.deps import State
 from api.routes.results import Id, judge, result_fields
-from autotuner.report import speedups
-from autotuner.roofline import fraction
-from autotuner.serving import device_info
-from autotuner.store import Store
+from autotuner.analysis.report import speedups
+from autotuner.base.roofline import fraction
+from autotuner.launch.serving import device_info
+from autotuner.store.database import Store
 from db.engine import DatabaseUnavailable, NotAutotunerDatabase
 from db.models import JOB_STATES, BestConfig, Job
 

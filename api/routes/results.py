@@ -18,9 +18,9 @@ from api.schemas import (
     RunOut,
     TrialOut,
 )
-from autotuner.lookup import NotFound
-from autotuner.registry import Op, UnknownOpError, get_op
-from autotuner.stored_best import StoredBest, stored_best
+from autotuner.base.registry import Op, UnknownOpError, get_op
+from autotuner.launch.lookup import NotFound
+from autotuner.store.stored_best import StoredBest, stored_best
 from db.models import BestConfig
 
 MAX_ID = 2**31 - 1

@@ -8,6 +8,8 @@ here, explicitly, in the order `autotuner --help` lists them.
     db upgrade              autotuner.cli.database
 
 Shared options, the consoles and the error-to-exit-code mapping are in autotuner.cli.common.
+
+May import: every room of autotuner, and `api` (`serve` starts the service).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import importlib.util
 import os
 import sys
 
-from autotuner import processes
+from autotuner.engine import processes
 
 if sys.argv[1:2] in (["tune"], ["worker"]) and processes.is_main_process():
     # Commands that tune fork their trial worker and compile pool from a server that imports torch once: it
@@ -32,8 +34,8 @@ if sys.argv[1:2] in (["tune"], ["worker"]) and processes.is_main_process():
 import typer  # noqa: E402
 from pydantic import ValidationError  # noqa: E402
 
-from autotuner.registry import load_plugins  # noqa: E402
-from autotuner.settings import Settings, settings_error  # noqa: E402
+from autotuner.base.registry import load_plugins  # noqa: E402
+from autotuner.base.settings import Settings, settings_error  # noqa: E402
 
 try:
     load_plugins(Settings().plugins)  # before the commands are built: plugin ops bring their options to them

@@ -46,10 +46,10 @@ def bench(
 ) -> None:
     """Compare torch eager, torch.compile, the default and the tuned Triton config (and the unfused torch
     version for softmax and gelu) on the same inputs: time, throughput, roofline fraction, speedups."""
-    from autotuner.bench import COMPUTE_BOUND, DEFAULT, TUNED, profile_table
-    from autotuner.bench import bench as run_bench
-    from autotuner.device import current_device
-    from autotuner.store import Store
+    from autotuner.analysis.bench import COMPUTE_BOUND, DEFAULT, TUNED, profile_table
+    from autotuner.analysis.bench import bench as run_bench
+    from autotuner.base.device import current_device
+    from autotuner.store.database import Store
 
     op_obj, prob = problem(op, shape, dtype, M, N, K, options or {})
     store = Store(settings(db).db_url)
@@ -100,8 +100,8 @@ def report(
     db: str | None = typer.Option(None, "--db"),
 ) -> None:
     """Plot, per tuned problem, the tuned config against the default config against torch (a PNG)."""
-    from autotuner.report import plot_results
-    from autotuner.store import Store
+    from autotuner.analysis.report import plot_results
+    from autotuner.store.database import Store
 
     n = plot_results(Store(settings(db).db_url, create=False), output, op=op, device_key=device)
     console.print(f"wrote {output} ({n} problems)")

@@ -44,7 +44,7 @@ def warn(message: str) -> None:
 
 
 def settings(db: str | None) -> Any:
-    from autotuner.settings import Settings
+    from autotuner.base.settings import Settings
 
     s = Settings()
     if db:
@@ -68,8 +68,8 @@ def clear_errors() -> Iterator[None]:
     from pydantic import ValidationError
     from sqlalchemy.exc import SQLAlchemyError
 
-    from autotuner.runner import WorkerSetupError
-    from autotuner.settings import settings_error
+    from autotuner.base.settings import settings_error
+    from autotuner.engine.runner import WorkerSetupError
     from db.engine import DatabaseUnavailable, NotAutotunerDatabase
 
     try:
@@ -93,7 +93,7 @@ def clear_errors() -> Iterator[None]:
 def problem(op_name: str, shape: str | None, dtype: str, M: int | None, N: int | None, K: int | None,
             options: dict[str, Any]) -> tuple[Any, Any]:
     """The op and problem the problem options name; ValueError naming what is wrong."""
-    from autotuner.registry import import_op
+    from autotuner.base.registry import import_op
 
     op = import_op(op_name)
     if op_name == "matmul" and shape is None:
@@ -116,7 +116,7 @@ def problem_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     import functools
     import inspect
 
-    from autotuner.registry import ops
+    from autotuner.base.registry import ops
     from search_spaces.contract import merge_options
 
     added = []

@@ -21,8 +21,8 @@ def replay(
     as_json: JsonOpt = False,
 ) -> None:
     """Run the search engine against a recorded landscape (a measurement is a table look-up)."""
-    from autotuner.replay import load_landscape
-    from autotuner.replay import replay as run_replay
+    from autotuner.engine.replay import load_landscape
+    from autotuner.engine.replay import replay as run_replay
 
     try:
         result = run_replay(load_landscape(landscape), budget, seed, strategy, width)

@@ -49,8 +49,8 @@ def worker(
 
     SIGTERM or Ctrl-C stops the running job and gives it back to the queue.
     """
-    from autotuner.device import current_device
-    from autotuner.worker import Worker
+    from autotuner.base.device import current_device
+    from autotuner.worker.loop import Worker
 
     s = settings(db)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)

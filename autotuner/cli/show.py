@@ -43,9 +43,9 @@ def show(
 ) -> None:
     """The stored config for a problem on this device: the exact tuned result, else the nearest tuned
     problem's (as GET /config answers), else the space default. Exits 1 when nothing tuned applies."""
-    from autotuner.device import current_device
-    from autotuner.serving import answer_config
-    from autotuner.store import Store
+    from autotuner.base.device import current_device
+    from autotuner.launch.serving import answer_config
+    from autotuner.store.database import Store
     from db.engine import NoDatabase
 
     op_obj, prob = problem(op, shape, dtype, M, N, K, options or {})
@@ -96,7 +96,7 @@ def _print(info: dict[str, Any], as_json: bool, summary: str) -> None:
 
 
 def _explain(op: Any, prob: Any, device: Any, s: Any, as_json: bool) -> None:
-    from autotuner.lookup import Resolver
+    from autotuner.launch.lookup import Resolver
 
     res = Resolver(s).resolve(op, prob, device)
     if as_json:

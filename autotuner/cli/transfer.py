@@ -24,8 +24,8 @@ def export(
     db: DbOpt = None,
 ) -> None:
     """Export results: everything, or filtered by op, device and problem."""
-    from autotuner.store import Store
-    from autotuner.transfer import export_data, landscape, triton_configs, write_vllm
+    from autotuner.store.database import Store
+    from autotuner.store.transfer import export_data, landscape, triton_configs, write_vllm
 
     if fmt not in ("json", "triton", "vllm", "landscape"):
         fail(f"unknown format {fmt!r}; accepted: json, triton, vllm, landscape")
@@ -67,8 +67,8 @@ def export(
 @command
 def import_(file: Path = typer.Argument(..., help="a file written by `autotuner export`"), db: DbOpt = None) -> None:
     """Import an export; a stored result is never replaced by a slower one, and a bad file writes nothing."""
-    from autotuner.store import Store
-    from autotuner.transfer import import_data
+    from autotuner.store.database import Store
+    from autotuner.store.transfer import import_data
 
     try:
         data = json.loads(file.read_text())

@@ -34,7 +34,7 @@ from autotuner.cli.common import (
     times,
     warn,
 )
-from autotuner.tune_result import TrialRecord, TuneObserver, TuneResult
+from autotuner.engine.tune_result import TrialRecord, TuneObserver, TuneResult
 
 PHASE_TEXT = {
     "setup": "setup: starting the trial worker (imports, inputs, reference, torch baseline)",
@@ -113,9 +113,9 @@ def tune(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress on stderr"),
 ) -> None:
     """Tune one problem: search its space, store every trial and the winner."""
-    from autotuner.search import STRATEGIES
-    from autotuner.store import Store
-    from autotuner.tuner import prestarted
+    from autotuner.engine.search import STRATEGIES
+    from autotuner.engine.tuner import prestarted
+    from autotuner.store.database import Store
 
     if strategy not in STRATEGIES:
         fail(f"unknown strategy {strategy!r}; accepted: {', '.join(STRATEGIES)}")
@@ -138,8 +138,8 @@ def tune(
 
 def _tune(op: str, op_obj: Any, prob: Any, s: Any, store: Any, kept: Any, strategy: str, trials: int | None,
           time_budget: float | None, seed: int, as_json: bool, quiet: bool) -> None:
-    from autotuner.device import current_device
-    from autotuner.tuner import tune as run_tune
+    from autotuner.base.device import current_device
+    from autotuner.engine.tuner import tune as run_tune
 
     device = current_device()
     if device.is_interpreter and not as_json:

@@ -10,10 +10,10 @@ import triton
 import triton.language as tl
 
 import autotuner
-from autotuner.device import current_device
-from autotuner.lookup import Resolver, set_resolver
-from autotuner.registry import get_op
-from autotuner.settings import Settings
+from autotuner.base.device import current_device
+from autotuner.base.registry import get_op
+from autotuner.base.settings import Settings
+from autotuner.launch.lookup import Resolver, set_resolver
 from kernels import _direct
 from kernels import attention as k_attention
 from kernels import gelu as k_gelu

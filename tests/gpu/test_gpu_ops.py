@@ -7,8 +7,8 @@ import importlib
 import pytest
 import torch
 
-from autotuner.device import current_device
-from autotuner.registry import get_op
+from autotuner.base.device import current_device
+from autotuner.base.registry import get_op
 from tests.conftest import pick_configs
 
 pytestmark = [

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 import torch
 
-from autotuner.device import DeviceInfo
-from autotuner.store import Store
-from autotuner.timing import time_cuda
+from autotuner.base.device import DeviceInfo
+from autotuner.engine.timing import time_cuda
+from autotuner.store.database import Store
 from search_spaces.problem import TORCH_DTYPES
 
 COPY = "copy_bandwidth"

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from autotuner.device import INTERPRETER
-from autotuner.store import Store
+from autotuner.base.device import INTERPRETER
+from autotuner.store.database import Store
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """Triton's specialization of a launch's arguments, kept per call signature, so a new process's first launch of a
-kept kernel (autotuner.binary_cache) does not start Triton's native specialization.
+kept kernel (autotuner.launch.binary_cache) does not start Triton's native specialization.
 
 Every launch of a `@triton.jit` kernel binds its arguments and specializes each one that is not a constexpr: a
 tensor by its dtype and whether its data pointer is 16-byte aligned, an integer by its width and whether it is

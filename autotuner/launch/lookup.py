@@ -1,5 +1,5 @@
-"""Which config a launch uses when the caller gives none: one path for the library calls (autotuner.library),
-`autotuner.autotune` kernels and `GET /config` (autotuner.serving).
+"""Which config a launch uses when the caller gives none: one path for the library calls (autotuner.launch.library),
+`autotuner.autotune` kernels and `GET /config` (autotuner.launch.serving).
 
 `resolve(op, problem, device, store=..., service=..., fallback=...)` tries, in order, and the first that answers
 wins:
@@ -8,7 +8,7 @@ wins:
    caller's, for a remote caller of the service);
 2. the service (`AUTOTUNER_URL`), for launching processes: `GET /config?...&fallback=none`, with a short
    timeout; a service that fails is not asked again for `SERVICE_BACKOFF_S`, so launches never keep waiting;
-3. with `fallback="nearest"`: the nearest tuned problem on the same device (autotuner.nearest: same op, dtype
+3. with `fallback="nearest"`: the nearest tuned problem on the same device (autotuner.store.nearest: same op, dtype
    and options; log-space distance; for matmul the same N and K first, nearest M);
 4. unless `fallback="none"` (then NotFound): the space's default config.
 
@@ -27,14 +27,14 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from autotuner.device import DeviceInfo
-from autotuner.lazy_store import LaunchReads, LazyStore
-from autotuner.registry import Op, get_op
-from autotuner.settings import Settings
-from autotuner.stored_best import StoredBest
+from autotuner.base.device import DeviceInfo
+from autotuner.base.registry import Op, get_op
+from autotuner.base.settings import Settings
+from autotuner.store.lazy import LaunchReads, LazyStore
+from autotuner.store.stored_best import StoredBest
 
 if TYPE_CHECKING:
-    from autotuner.store import Store
+    from autotuner.store.database import Store
 
 log = logging.getLogger(__name__)
 RECHECK_S = 60.0  # a launching process asks again this long after a non-exact answer, so new results arrive

@@ -1,7 +1,7 @@
 """The measurement boundary of a tuning run: what the search loop asks a config's time of.
 
-`LiveMeasurer` runs real kernels: an isolated trial worker (autotuner.runner) times each config, and on a GPU
-a compile pool (autotuner.compile_pool) compiles the next configs while the current one is timed.
+`LiveMeasurer` runs real kernels: an isolated trial worker (autotuner.engine.runner) times each config, and on a GPU
+a compile pool (autotuner.engine.compile_pool) compiles the next configs while the current one is timed.
 `TableMeasurer` looks times up in a recorded landscape, so `autotuner replay` runs the same search loop
 (`run_search`) without a GPU, as Kernel Tuner's simulation runner does.
 """
@@ -15,13 +15,13 @@ from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from autotuner.compile_pool import CompilePool
-from autotuner.runner import Outcome, TrialRunner, WorkerSpec
-from autotuner.timing import Timing
+from autotuner.engine.compile_pool import CompilePool
+from autotuner.engine.runner import Outcome, TrialRunner, WorkerSpec
+from autotuner.engine.timing import Timing
 from search_spaces.space import Config, config_key
 
 if TYPE_CHECKING:  # (not at run time: the decorator imports this module, and the search brings Optuna)
-    from autotuner.search import Search
+    from autotuner.engine.search import Search
 
 
 class Measurer(Protocol):

@@ -1,6 +1,6 @@
 """What a tuning run reports: its trials, its result, and the progress it tells an observer.
 
-Kept apart from autotuner.tuner so that progress displays (the CLI) can subclass TuneObserver without
+Kept apart from autotuner.engine.tuner so that progress displays (the CLI) can subclass TuneObserver without
 importing the engine, torch or Triton.
 """
 

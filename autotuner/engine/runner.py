@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-from autotuner import processes
-from autotuner.timing import Timing
+from autotuner.engine import processes
+from autotuner.engine.timing import Timing
 
 # A quick timing (the first look at a config) warms up and repeats for this share of the full timing's
-# milliseconds; a config close to the best so far is then timed in full (autotuner.measure.LiveMeasurer).
+# milliseconds; a config close to the best so far is then timed in full (autotuner.engine.measure.LiveMeasurer).
 QUICK_SCALE = 0.2
 
 
@@ -81,8 +81,8 @@ class _Bench:
     def __init__(self, spec: WorkerSpec) -> None:
         import torch
 
-        from autotuner.device import current_device
-        from autotuner.registry import import_op, load_plugins
+        from autotuner.base.device import current_device
+        from autotuner.base.registry import import_op, load_plugins
 
         load_plugins(list(spec.plugins))
         if spec.device_index is not None and torch.cuda.is_available():
@@ -111,7 +111,7 @@ class _Bench:
             self.torch.cuda.synchronize()
 
     def _time(self, fn: Any, quick: bool = False) -> Timing:
-        from autotuner.timing import time_fn
+        from autotuner.engine.timing import time_fn
 
         scale = QUICK_SCALE if quick else 1.0
         return time_fn(fn, self.device.is_interpreter, self.spec.warmup_ms * scale, self.spec.rep_ms * scale)
@@ -173,7 +173,7 @@ def warm_up(device_index: int | None) -> None:
     """In a new process with no problem yet: make the CUDA context, import the ops, and compute Triton's
     installation hash (its cache key's first part: 0.3-0.4 s, once per process, which each process's first
     compile or cache lookup would otherwise pay), so that the first problem only builds its inputs."""
-    from autotuner.registry import load_plugins  # noqa: F401  (imports the registry and the built-in ops)
+    from autotuner.base.registry import load_plugins  # noqa: F401  (imports the registry and the built-in ops)
 
     if device_index is not None:
         import torch
@@ -190,7 +190,7 @@ def warm_up(device_index: int | None) -> None:
 
 def _worker_main(conn: Connection, spec: WorkerSpec | None, env: dict[str, str],
                  device_index: int | None = None) -> None:
-    from autotuner.processes import adopt
+    from autotuner.engine.processes import adopt
 
     adopt(env)
     die_with_parent()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from autotuner.device import DeviceInfo
+from autotuner.base.device import DeviceInfo
 
 
 @dataclass(frozen=True)

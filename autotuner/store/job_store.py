@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
-from autotuner.store import NotHeld, Store
+from autotuner.store.database import NotHeld, Store
 from db.engine import DatabaseUnavailable
 
 log = logging.getLogger(__name__)

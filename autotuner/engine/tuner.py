@@ -5,7 +5,7 @@
 1. setup: the problem is checked against the device's memory, the trial worker starts (imports, CUDA
    context, inputs, reference) and times the torch baseline. Nothing is written before this succeeds.
 2. search: the run is started in the database; the search asks for configs, the measurer checks and times
-   them (autotuner.measure), and every trial is written as soon as it is measured.
+   them (autotuner.engine.measure), and every trial is written as soon as it is measured.
 3. re-time: the search's best few and the default are timed again in interleaved rounds; the default stays
    unless another config beats it by more than `DEFAULT_MARGIN`.
 4. record: the winner is stored, replacing a stored one only if faster.
@@ -22,18 +22,18 @@ import time
 from dataclasses import asdict
 from typing import Any
 
-from autotuner.device import DeviceInfo, current_device
-from autotuner.fits import check_fits
-from autotuner.job_store import JobStore
-from autotuner.measure import KeptProcesses, LiveMeasurer, Measured, Measurer, run_search
-from autotuner.registry import Op
-from autotuner.roofline import fraction
-from autotuner.runner import WorkerSpec
-from autotuner.search import make_search
-from autotuner.settings import Settings
-from autotuner.store import Store
-from autotuner.timing import CUDA_EVENTS, WALL_CLOCK
-from autotuner.tune_result import TrialRecord, TuneObserver, TuneResult
+from autotuner.base.device import DeviceInfo, current_device
+from autotuner.base.registry import Op
+from autotuner.base.roofline import fraction
+from autotuner.base.settings import Settings
+from autotuner.engine.fits import check_fits
+from autotuner.engine.measure import KeptProcesses, LiveMeasurer, Measured, Measurer, run_search
+from autotuner.engine.runner import WorkerSpec
+from autotuner.engine.search import make_search
+from autotuner.engine.timing import CUDA_EVENTS, WALL_CLOCK
+from autotuner.engine.tune_result import TrialRecord, TuneObserver, TuneResult
+from autotuner.store.database import Store
+from autotuner.store.job_store import JobStore
 from kernels._backend import interpreting
 from search_spaces.space import Candidates, Config, config_key
 
@@ -121,7 +121,7 @@ def tune(
     set up) before anything is written, and re-raises what stops the run after marking it failed or
     interrupted.
 
-    `measurer`: how configs are measured (default: an isolated trial worker, autotuner.measure.LiveMeasurer).
+    `measurer`: how configs are measured (default: an isolated trial worker, autotuner.engine.measure.LiveMeasurer).
     `kept`: the trial worker and compile pool to measure in, kept from one tuning to the next (a worker's).
     `candidates`: only these of the space's valid configs (a pruned config list).
     `reuse`: configs measured for this problem before (same kernel hash and Triton version) count as measured:

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from autotuner.measure import TableMeasurer, run_search
-from autotuner.search import make_search
+from autotuner.engine.measure import TableMeasurer, run_search
+from autotuner.engine.search import make_search
 from search_spaces.space import Config, Param, config_key
 
 
@@ -70,14 +70,14 @@ def default_for(landscape: Landscape) -> Config:
     return min(landscape.configs, key=distance)
 
 
-# The tuner asks as far ahead as its compile pool is wide (autotuner.tuner._compile_workers): 14 on a one-GPU,
+# The tuner asks as far ahead as its compile pool is wide (autotuner.engine.tuner._compile_workers): 14 on a one-GPU,
 # 16-core host. Replays ask ahead the same way, since how far ahead a search asks changes what it finds.
 TUNER_WIDTH = 14
 
 
 def replay(landscape: Landscape, budget: int, seed: int, strategy: str = "tpe",
            width: int = TUNER_WIDTH) -> dict[str, Any]:
-    """The tuner's search loop (autotuner.measure.run_search) with the landscape as the measurement, asking
+    """The tuner's search loop (autotuner.engine.measure.run_search) with the landscape as the measurement, asking
     ahead as a tuner with a compile pool of `width` does."""
     search = make_search(strategy, landscape.configs, landscape.params, budget, seed, first=[default_for(landscape)])
     measured = run_search(search, TableMeasurer(landscape.times), budget=budget, batch=width)

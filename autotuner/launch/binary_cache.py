@@ -1,5 +1,5 @@
 """Compiled kernels kept by autotuner, so a process launching a tuned kernel skips Triton's compile-cache key.
-Installed on decorated kernels (autotuner.decorator) and on the library calls' kernels (autotuner.library).
+Installed on decorated kernels (autotuner.decorator.autotuned) and on the library calls' kernels (autotuner.launch.library).
 
 A process's first launch of a Triton kernel goes through `triton.compile`, which, even when the kernel is in
 Triton's on-disk cache, first computes the cache key: a SHA-256 of Triton's whole installation, its 500 MB
@@ -24,7 +24,7 @@ goes to Triton, and the compiled kernel's files are kept (hard links into Triton
 file system allows, copies otherwise). Anything unexpected (a Triton without these internals, a missing file,
 dumping or overriding IR, `always_compile`, a compilation listener) goes to Triton as if this were not here.
 
-`install` also wraps the per-device cache's binder (autotuner.specializations): a process's first launch of a kept
+`install` also wraps the per-device cache's binder (autotuner.launch.specializations): a process's first launch of a kept
 kernel then skips Triton's native argument specialization, whose first use imports gluon.
 """
 
@@ -41,7 +41,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from autotuner import specializations
+from autotuner.launch import specializations
 
 log = logging.getLogger(__name__)
 VERSION = "2"
@@ -170,7 +170,7 @@ def cached_compile(compile_fn: Callable[..., Any], directory: Callable[[], Path 
 def kept_dir() -> Path | None:
     """Where kept binaries live (AUTOTUNER_KERNEL_CACHE_DIR, default a kernels folder in the user's cache dir);
     None when AUTOTUNER_KERNEL_CACHE=0."""
-    from autotuner.lookup import resolver
+    from autotuner.launch.lookup import resolver
 
     settings = resolver().settings
     if not settings.kernel_cache:
@@ -184,7 +184,7 @@ def kept_dir() -> Path | None:
 
 def install(jit_fn: Any, directory: Callable[[], Path | None] = kept_dir) -> bool:
     """Route `jit_fn`'s compiles through the kept kernels, and its binder through the kept specializations
-    (autotuner.specializations); False where this Triton has no per-device cache to
+    (autotuner.launch.specializations); False where this Triton has no per-device cache to
     hook (the interpreter's functions, an older Triton, anything else)."""
     caches = getattr(jit_fn, "device_caches", None)
     if not isinstance(caches, defaultdict) or caches.default_factory is None:

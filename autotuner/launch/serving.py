@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from autotuner.device import DeviceInfo
-from autotuner.lookup import FALLBACKS, resolve
-from autotuner.registry import Op, UnknownOpError, get_op
-from autotuner.store import Store
+from autotuner.base.device import DeviceInfo
+from autotuner.base.registry import Op, UnknownOpError, get_op
+from autotuner.launch.lookup import FALLBACKS, resolve
+from autotuner.store.database import Store
 from db.models import Device
 from search_spaces.problem import ProblemError, parse_dtype
 
@@ -114,7 +114,7 @@ def pick_device(store: Store, key: str | None) -> DeviceInfo:
 
 def answer_config(store: Store, op: Op, problem: Any, device: DeviceInfo, *, fallback: str = "nearest",
                   kernel_hash: str | None = None, triton_version: str | None = None) -> ConfigAnswer:
-    """The config to launch `problem` with on `device` (autotuner.lookup.resolve, as a library launch resolves
+    """The config to launch `problem` with on `device` (autotuner.launch.lookup.resolve, as a library launch resolves
     it, minus the service step); NotFound when `fallback` is "none" and nothing exact."""
     if fallback not in FALLBACKS:
         raise InputError("fallback", f"unknown fallback {fallback!r}; accepted: {', '.join(FALLBACKS)}")

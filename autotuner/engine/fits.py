@@ -11,8 +11,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from autotuner.device import DeviceInfo
-from autotuner.registry import Op
+from autotuner.base.device import DeviceInfo
+from autotuner.base.registry import Op
 from search_spaces.problem import ProblemError
 
 FOOTPRINT = 4.0

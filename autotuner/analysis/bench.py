@@ -20,11 +20,11 @@ from typing import Any
 
 import torch
 
-from autotuner.device import DeviceInfo
-from autotuner.peaks import Peaks, device_peaks
-from autotuner.registry import Op
-from autotuner.store import Store
-from autotuner.timing import CUDA_EVENTS, WALL_CLOCK, time_fn
+from autotuner.analysis.peaks import Peaks, device_peaks
+from autotuner.base.device import DeviceInfo
+from autotuner.base.registry import Op
+from autotuner.engine.timing import CUDA_EVENTS, WALL_CLOCK, time_fn
+from autotuner.store.database import Store
 
 DEFAULT, TUNED = "triton default", "triton tuned"
 SAME_AS_DEFAULT = "the default config (the tuner found nothing faster by its margin)"

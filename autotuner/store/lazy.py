@@ -9,13 +9,13 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from autotuner.stored_best import StoredBest, best_of, versions
+from autotuner.store.stored_best import StoredBest, best_of, versions
 from db.basics import DatabaseUnavailable, NotAutotunerDatabase
 
 if TYPE_CHECKING:
-    from autotuner.device import DeviceInfo
-    from autotuner.registry import Op
-    from autotuner.store import Store
+    from autotuner.base.device import DeviceInfo
+    from autotuner.base.registry import Op
+    from autotuner.store.database import Store
     from db.sqlite_reads import SqliteReads
 
 
@@ -32,7 +32,7 @@ class LaunchReads:
     def full(self) -> Store:
         with self._lock:
             if self._full is None:
-                from autotuner.store import Store
+                from autotuner.store.database import Store
 
                 self._full = Store(self.url, create=False, timeout_s=self.timeout_s)
             return self._full
@@ -74,7 +74,7 @@ class LazyStore:
             reads = SqliteReads.open(self.url)
             if reads is not None:
                 return LaunchReads(reads, self.url, self.timeout_s)
-        from autotuner.store import Store
+        from autotuner.store.database import Store
 
         return Store(self.url, create=self.create, timeout_s=self.timeout_s)
 
@@ -111,7 +111,7 @@ class LazyStore:
         if isinstance(store, LaunchReads):
             return store.full
         if store is None:
-            from autotuner.store import Store
+            from autotuner.store.database import Store
 
             store = Store(self.url, create=True, timeout_s=self.timeout_s)
             with self._lock:

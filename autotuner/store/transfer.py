@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
-from autotuner.store import Store
+from autotuner.store.database import Store
 from search_spaces.space import counts_from_messages
 
 FORMAT = "autotuner-export"

@@ -1,5 +1,5 @@
 """A stored best config as lookups see it, judged against the running kernel hash and Triton version: the one
-definition for both ways a process reads it (autotuner.store through SQLAlchemy, db.sqlite_reads through
+definition for both ways a process reads it (autotuner.store.database through SQLAlchemy, db.sqlite_reads through
 stdlib sqlite3 for a launching process)."""
 
 from __future__ import annotations

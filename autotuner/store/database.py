@@ -7,10 +7,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from autotuner.device import DeviceInfo
-from autotuner.nearest import rank
-from autotuner.registry import Op
-from autotuner.stored_best import StoredBest, best_of, stored_best, versions
+from autotuner.base.device import DeviceInfo
+from autotuner.base.registry import Op
+from autotuner.store.nearest import rank
+from autotuner.store.stored_best import StoredBest, best_of, stored_best, versions
 from db import queue
 from db import repository as repo
 from db.engine import open_engine, session_scope

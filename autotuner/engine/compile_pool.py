@@ -12,9 +12,9 @@ import time
 from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Any
 
-from autotuner import processes
-from autotuner.processes import adopt
-from autotuner.runner import Outcome, WorkerSpec, _short, classify, die_with_parent, warm_up
+from autotuner.engine import processes
+from autotuner.engine.processes import adopt
+from autotuner.engine.runner import Outcome, WorkerSpec, _short, classify, die_with_parent, warm_up
 
 _STATE: dict[str, Any] = {}
 # Compiling is background work: the trial worker's timing loop and the search must never wait for a core.
@@ -34,8 +34,8 @@ def _init(spec: WorkerSpec | None, env: dict[str, str] | None = None, device_ind
         return
     import torch
 
-    from autotuner.device import current_device
-    from autotuner.registry import import_op, load_plugins
+    from autotuner.base.device import current_device
+    from autotuner.base.registry import import_op, load_plugins
 
     load_plugins(list(spec.plugins))
     if spec.device_index is not None:

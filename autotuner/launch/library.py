@@ -5,7 +5,7 @@
     y = autotuner.softmax(x, config={...})       # an explicit config wins (checked on every call)
 
 The first call with a new input signature (dtypes, shapes, strides, devices, 16-byte alignment, and the call's
-own options) checks the inputs in full, resolves the config (autotuner.lookup: local database, service, nearest
+own options) checks the inputs in full, resolves the config (autotuner.launch.lookup: local database, service, nearest
 tuned problem, default) and keeps the kernel module's prepared launcher (`prepare`) for that signature. Later
 calls with the same signature look the launcher up and launch: no checks again, and on a GPU no argument
 binding by Triton either (kernels/_direct.py). A config that is not an exact tuned result is looked up again
@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from autotuner import binary_cache
+from autotuner.launch import binary_cache
 from kernels import attention as k_attention
 from kernels import gelu as k_gelu
 from kernels import layernorm as k_layernorm
@@ -53,9 +53,9 @@ _now = time.monotonic
 
 def _resolve(op_name: str, inputs: dict[str, Any], device: torch.device) -> tuple[dict[str, Any], float]:
     """The config for these inputs, and until when it holds (forever for an exact result)."""
-    from autotuner.device import current_device
-    from autotuner.lookup import RECHECK_S, resolver
-    from autotuner.registry import get_op
+    from autotuner.base.device import current_device
+    from autotuner.base.registry import get_op
+    from autotuner.launch.lookup import RECHECK_S, resolver
 
     op = get_op(op_name)
     info = current_device(device.index if device.type == "cuda" else None)

@@ -23,7 +23,7 @@ A launch with a key not seen in this process: the in-process cache, then the dat
 
 A result stored for another kernel source or Triton version is launched (and said to be stale) while a job to
 re-tune it is queued. Under `default`, or with AUTOTUNER_RECORD=1, the first launch of a key queues a job that
-holds what a worker needs to replay it (autotuner.kernel_problem.record_call).
+holds what a worker needs to replay it (autotuner.decorator.kernel_problem.record_call).
 """
 
 from __future__ import annotations
@@ -39,13 +39,13 @@ from typing import Any
 import torch
 import triton
 
-from autotuner import binary_cache
-from autotuner.kernel_problem import KernelProblem, dtype_name, rebuild_args, record_call
-from autotuner.lookup import NotFound, resolver  # at import: a first launch pays for no imports
-from autotuner.measure import InOrderMeasurer
-from autotuner.registry import register_op
-from autotuner.runner import Outcome, _short, classify
-from autotuner.timing import Timing, time_fn
+from autotuner.base.registry import register_op
+from autotuner.decorator.kernel_problem import KernelProblem, dtype_name, rebuild_args, record_call
+from autotuner.engine.measure import InOrderMeasurer
+from autotuner.engine.runner import Outcome, _short, classify
+from autotuner.engine.timing import Timing, time_fn
+from autotuner.launch import binary_cache
+from autotuner.launch.lookup import NotFound, resolver  # at import: a first launch pays for no imports
 from kernels._backend import interpreting
 from kernels._direct import Launcher
 from search_spaces.contract import DOT_TOLERANCE, Option, TunableOp
@@ -280,7 +280,7 @@ class Autotuned:
         return KernelProblem(tuple(values), dtypes, call)
 
     def _device(self, named: Mapping[str, Any]) -> Any:
-        from autotuner.device import current_device
+        from autotuner.base.device import current_device
 
         t = next((v for v in named.values() if isinstance(v, torch.Tensor)), None)
         return current_device(t.device.index if t is not None and t.device.type == "cuda" else None)
@@ -359,7 +359,7 @@ class Autotuned:
                    problem: KernelProblem, device: Any) -> tuple[dict[str, Any], str]:
         """Tune in this process on the launch's own arguments, storing every trial and the winner; when another
         process is tuning this key, wait for its winner."""
-        from autotuner.tuner import tune
+        from autotuner.engine.tuner import tune
 
         settings = resolver().settings
         pruned = [config_dict(c) for c in self.prune_configs(named, kwargs)] if self.configs else None

@@ -28,12 +28,12 @@ from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from autotuner.job_store import TRANSIENT, DatabaseLost, JobLost, JobStore, retried
-from autotuner.lazy_store import LazyStore
-from autotuner.measure import KeptProcesses
-from autotuner.registry import import_op, load_plugins
-from autotuner.settings import Settings
-from autotuner.store import Store
+from autotuner.base.registry import import_op, load_plugins
+from autotuner.base.settings import Settings
+from autotuner.engine.measure import KeptProcesses
+from autotuner.store.database import Store
+from autotuner.store.job_store import TRANSIENT, DatabaseLost, JobLost, JobStore, retried
+from autotuner.store.lazy import LazyStore
 from db.engine import DatabaseUnavailable
 from db.models import Job, utcnow
 
@@ -102,7 +102,7 @@ class Worker:
     def run(self, *, once: bool = False, until_empty: bool = False) -> int:
         """Work until stopped; `once`: one job then return; `until_empty`: return when nothing is queued or
         running. Returns the number of jobs this worker finished (done or failed)."""
-        from autotuner.tuner import prestarted
+        from autotuner.engine.tuner import prestarted
 
         load_plugins(self.settings.plugins)
         self.kept = prestarted(self.settings, self.gpu)  # ready when the first job comes
@@ -142,10 +142,10 @@ class Worker:
 
     def run_job(self, job: Job) -> str:
         """Tune one claimed job and record how it ended; returns the job's new state (or "taken", "unknown")."""
-        from autotuner.device import current_device
-        from autotuner.fits import ProblemTooLarge
-        from autotuner.runner import WorkerSetupError
-        from autotuner.tuner import tune
+        from autotuner.base.device import current_device
+        from autotuner.engine.fits import ProblemTooLarge
+        from autotuner.engine.runner import WorkerSetupError
+        from autotuner.engine.tuner import tune
 
         job_id = job.id
         self.attempts += 1

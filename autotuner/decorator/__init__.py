@@ -1,0 +1,11 @@
+"""`autotuner.autotune`: a drop-in for `@triton.autotune` whose results persist in the database, are shared
+through the service, and can be tuned offline by workers. `autotuned.Autotuned` is the decorated kernel;
+`kernel_problem` the problem a key names and the recorded call a worker replays.
+
+May import: `autotuner.launch` (lookup, kept binaries), `autotuner.engine` (tuning in process), `autotuner.store`,
+`autotuner.base`, the ground floor.
+"""
+
+from autotuner.decorator.autotuned import Autotuned, KernelNotTuned, autotune
+
+__all__ = ["Autotuned", "KernelNotTuned", "autotune"]
