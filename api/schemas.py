@@ -185,7 +185,7 @@ def job_models(ops: list[TunableOp[Any]]) -> Any:
     body the schema accepts names a problem the worker can parse."""
     models = []
     for op in ops:
-        if len(op.query_options) != len(op.options):
+        if op.needs_recorded_call:
             continue  # a kernel whose jobs carry a recorded call: queued by the process that recorded it
         options: dict[str, Any] = {}
         for o in op.options:
@@ -196,8 +196,7 @@ def job_models(ops: list[TunableOp[Any]]) -> Any:
         models.append(create_model(
             f"{_pascal(op.name)}Job", __base__=JobCommon, __doc__=op.description or None,
             op=(Literal[op.name], ...),  # type: ignore[valid-type, arg-type]
-            shape=(str, Field(pattern=getattr(op.problem_type, "shape_pattern", None),
-                              description=getattr(op.problem_type, "layout", ""))),
+            shape=(str, Field(pattern=op.problem_type.shape_pattern, description=op.problem_type.layout)),
             dtype=(Literal[dtype_names(op.dtypes)], op.dtypes[0]),  # type: ignore[valid-type, arg-type]
             options=(options_model, Field(default_factory=options_model))))
     if len(models) == 1:

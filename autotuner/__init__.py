@@ -4,12 +4,14 @@
     y = autotuner.softmax(x)                 # a built-in kernel, launched with its tuned config
     y = autotuner.matmul(a, b, bias, activation="gelu")
 
-    @autotuner.autotune(configs=[...], key=["M", "N", "K"])   # any Triton kernel (see autotuner.decorator.autotuned)
+    @autotuner.autotune(configs=[...], key=["M", "N", "K"])   # any Triton kernel (see autotuner.decorator)
     @triton.jit
     def my_kernel(...): ...
 
 Importing the package picks Triton's backend first (kernels._backend: the interpreter where there is no CUDA
-device), so kernels decorated after `import autotuner` run on this machine; its names load on first use.
+device), so kernels decorated after `import autotuner` run on this machine; its names load on first use. The
+library calls (`softmax`, `matmul` ...) are those the registered ops declare (autotuner.launch.library): a
+name not listed below is looked up there, which imports the registry and torch.
 """
 
 from __future__ import annotations
@@ -22,22 +24,36 @@ from kernels import _backend  # noqa: F401  (before any @triton.jit in the impor
 __version__ = "0.1.0"
 
 _LAZY = {
-    "softmax": "autotuner.launch.library", "layer_norm": "autotuner.launch.library", "gelu": "autotuner.launch.library",
-    "matmul": "autotuner.launch.library", "attention": "autotuner.launch.library", "clear_cache": "autotuner.launch.library",
-    "autotune": "autotuner.decorator.autotuned", "KernelNotTuned": "autotuner.decorator.autotuned",
+    "autotune": "autotuner.decorator", "KernelNotTuned": "autotuner.decorator",
+    "clear_cache": "autotuner.launch.library",
     "Space": "search_spaces.space", "Param": "search_spaces.space",
 }
-__all__ = [*_LAZY, "__version__"]
+
+
+def _names() -> list[str]:
+    from autotuner.launch import library
+
+    return [*library.names(), *_LAZY, "__version__"]
 
 
 def __getattr__(name: str) -> Any:
+    if name == "__all__":
+        return _names()
     module = _LAZY.get(name)
-    if module is None:
+    if module is not None:
+        value = getattr(importlib.import_module(module), name)
+    elif name.startswith("_"):
         raise AttributeError(f"module 'autotuner' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    else:
+        from autotuner.launch import library
+
+        try:
+            value = library.call(name)
+        except LookupError:
+            raise AttributeError(f"module 'autotuner' has no attribute {name!r}") from None
     globals()[name] = value
     return value
 
 
 def __dir__() -> list[str]:
-    return sorted(__all__)
+    return sorted(_names())

@@ -9,10 +9,11 @@ import torch
 
 from kernels import _checks
 from kernels import attention as k_attention
-from search_spaces.contract import DOT_TOLERANCE, Option, TunableOp
+from search_spaces.contract import DOT_TOLERANCE, LibraryCall, Option, TunableOp, tensor_signature
 from search_spaces.problem import (
     ELEMENT_BYTES,
     TORCH_DTYPES,
+    ProblemBase,
     ProblemError,
     dims_pattern,
     dims_str,
@@ -27,7 +28,7 @@ MAX_PER_THREAD = 256  # fp32 values of the accumulator and score tiles per threa
 
 
 @dataclass(frozen=True)
-class AttentionProblem:
+class AttentionProblem(ProblemBase):
     batch: int
     heads: int
     seq: int
@@ -167,6 +168,22 @@ def _qkv(inputs: Any) -> tuple[Any, Any, Any]:
     return inputs["q"], inputs["k"], inputs["v"]
 
 
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
+              sm_scale: float | None = None) -> tuple[Any, ...]:
+    """Flash attention over (batch, heads, seq, head_dim), like F.scaled_dot_product_attention(q, k, v, is_causal=...)."""
+    return q, k, v, bool(causal), sm_scale
+
+
+LIBRARY = LibraryCall(
+    face=attention, tensors=(0, 1, 2), launch_args=(0, 1, 2),
+    signature=lambda q, k, v, causal, sm_scale: (tensor_signature(q), tensor_signature(k), tensor_signature(v), causal,
+                                                 sm_scale),
+    inputs=lambda q, k, v, causal, sm_scale: {"q": q, "k": k, "v": v, "causal": causal},
+    prepare=lambda q, k, v, causal, sm_scale, config: k_attention.prepare(q, k, v, config, causal, sm_scale),
+    run=lambda q, k, v, causal, sm_scale, config: k_attention.attention(q, k, v, config, causal=causal,
+                                                                         sm_scale=sm_scale),
+)
+
 OP: TunableOp[AttentionProblem] = TunableOp(
     name="attention", problem_type=AttentionProblem, space=SPACE, dtypes=DTYPES,
     call="autotuner.attention(q, k, v, causal=False)",
@@ -177,4 +194,5 @@ OP: TunableOp[AttentionProblem] = TunableOp(
     reference=lambda inputs: k_attention.reference(*_qkv(inputs), bool(inputs.get("causal"))),
     tolerance=DOT_TOLERANCE, sources=(k_attention, _checks), flops=flops, bytes_moved=bytes_moved, elements=elements,
     baseline=lambda inputs: k_attention.baseline(*_qkv(inputs), bool(inputs.get("causal"))),
+    library=LIBRARY,
 )

@@ -17,17 +17,21 @@ option touches the op's own files only. Nothing here imports the engine (autotun
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import inspect
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any, ClassVar, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, Protocol, TypeVar
 
 import torch
 
 from search_spaces.space import Space
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 # Max |out - ref| / max |ref|, per dtype. Dot-product ops accumulate over K and use TF32 for float32 on GPUs.
 DOT_TOLERANCE: Mapping[str, float] = {"float16": 1e-2, "bfloat16": 3e-2, "float32": 1e-2}
@@ -57,11 +61,20 @@ def compare(out: torch.Tensor, ref: torch.Tensor, tol: float) -> Comparison:
     return Comparison(True, err, f"max error {err:.3g} within {tol:g}")
 
 
-class Problem(Protocol):
-    """One problem of an op: its shape string, dtype and options; `key` names it in the database."""
+class ProblemType(Protocol):
+    """A problem type: a frozen dataclass whose fields are one problem of an op (the database keeps them as JSON,
+    and `problem_type(**fields)` builds it again). Its class says how its shapes are written; each problem says
+    its shape string, dtype and database key, and what the nearest tuned problem is measured by. Deriving from
+    search_spaces.problem.ProblemBase gives the defaults of `match_fields`, `nearest_group` and `shape_flags`."""
 
+    __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]  # a dataclass: asdict gives its fields
     layout: ClassVar[str]  # how a shape string is written, for messages: "MxNxK, e.g. 4096x4096x4096"
     shape_pattern: ClassVar[str]  # the regular expression of its shape strings (problem.dims_pattern)
+    shape_flags: ClassVar[tuple[str, ...]]  # dimensions a command line may give one by one (matmul: M, N, K)
+
+    @classmethod
+    def parse(cls, *args: Any, **kwargs: Any) -> Self:
+        """The problem named by (shape, dtype, **options); ProblemError naming what is wrong."""
 
     @property
     def dtype(self) -> str: ...
@@ -72,9 +85,20 @@ class Problem(Protocol):
     @property
     def key(self) -> str: ...
 
+    def dims(self) -> tuple[float, ...]:
+        """The positive sizes a nearest tuned problem is measured by (log scale)."""
 
-P = TypeVar("P", bound=Problem)
+    def match_fields(self) -> Mapping[str, Any]:
+        """What a nearest tuned problem must share: the dtype and the options, or a kernel's non-numeric keys."""
+
+    def nearest_group(self) -> tuple[Any, ...]:
+        """Problems sharing this rank first among the nearest (matmul: the same N and K)."""
+
+
+P = TypeVar("P", bound=ProblemType)
 Inputs = Mapping[str, Any]
+OpKind = Literal["op", "kernel"]  # op: inputs are made from the problem alone (built-in ops, plugins); kernel: an
+# autotuner.autotune kernel, whose inputs are rebuilt from a launch recorded and carried with the problem
 
 
 @dataclass(frozen=True)
@@ -140,11 +164,50 @@ def merge_options(ops: Iterable[TunableOp[Any]]) -> list[MergedOption]:
 
 
 @dataclass(frozen=True, kw_only=True)
+class LibraryCall:
+    """How a built-in op is launched as `autotuner.<name>(...)`, declared with the op (autotuner.launch.library
+    builds the call from it). The call resolves a config once per launch signature and keeps `prepare`'s launch
+    for it; `config=` launches with that config instead.
+
+        face       the call's arguments, documented: returns them in order, defaults filled (its name is the
+                   call's, its docstring the call's help); raises TypeError or ValueError for bad arguments
+        signature  (arguments) -> what decides a launch, data pointers aside: shapes, strides, dtypes, devices
+                   and options. With the tensors' 16-byte alignment (`tensors`: their positions) it keys the kept
+                   launch; alone, it keys the config an eager call resolved, for torch.compile's tracing
+        inputs     (arguments) -> the op's inputs, whose problem the lookup resolves
+        prepare    (arguments, config) -> a launch taking the arguments at `launch_args`, checked once
+        run        (arguments, config) -> the output, the inputs checked on this call
+    """
+
+    face: Callable[..., tuple[Any, ...]]
+    signature: Callable[..., tuple[Any, ...]]
+    tensors: tuple[int, ...]
+    inputs: Callable[..., dict[str, Any]]
+    prepare: Callable[..., Callable[..., Any]]
+    run: Callable[..., Any]
+    launch_args: tuple[int, ...]
+
+    @property
+    def name(self) -> str:
+        return self.face.__name__
+
+
+def tensor_signature(t: torch.Tensor | None) -> tuple[Any, ...] | None:
+    """What of a tensor argument decides a launch, its data pointer aside (a library call's `signature`)."""
+    return None if t is None else (t.shape, t.stride(), t.dtype, t.device)
+
+
+# A format of `autotuner export` an op writes itself (vLLM's tuned-config files for matmul): the export's data
+# (autotuner.store.transfer.export_data) -> file name -> content, and a note for each result changed or left out.
+FileExport = Callable[[Mapping[str, Any]], tuple[dict[str, Any], list[str]]]
+
+
+@dataclass(frozen=True, kw_only=True)
 class TunableOp(Generic[P]):
     """A tunable kernel as the engine sees it. Functions take the inputs as one mapping of names to values."""
 
     name: str
-    problem_type: Callable[..., P]  # a dataclass whose fields are the problem's; parse(shape, dtype, **options)
+    problem_type: type[P]  # a frozen dataclass whose fields are the problem's (ProblemType)
     space: Space[P]
     dtypes: tuple[str, ...]
     launch: Callable[[Inputs, Mapping[str, Any]], Any]  # (inputs, config) -> output
@@ -163,6 +226,9 @@ class TunableOp(Generic[P]):
     variants: Mapping[str, Callable[[Inputs], Any]] = field(default_factory=dict)  # more torch versions to bench
     description: str = ""
     call: str = ""  # how a program launches it, for people: "autotuner.softmax(x)"
+    kind: OpKind = "op"
+    library: LibraryCall | None = None  # the built-in ops' `autotuner.<name>(...)`
+    exports: Mapping[str, FileExport] = field(default_factory=dict)  # export formats of this op's own
 
     @property
     def option_names(self) -> tuple[str, ...]:
@@ -184,11 +250,20 @@ class TunableOp(Generic[P]):
             accepted = ", ".join(self.option_names) or "none"
             raise ValueError(f"{self.name} takes no option(s) {', '.join(unknown)}; accepted: {accepted}")
         parsed = {k: self.option(k).parse(v) for k, v in given.items()}
-        return self.problem_type.parse(shape, dtype, **parsed)  # type: ignore[attr-defined, no-any-return]
+        return self.problem_type.parse(shape, dtype, **parsed)
 
     def problem_from_dict(self, fields: Mapping[str, Any]) -> P:
         """A problem from its stored fields (the database keeps them as JSON)."""
         return self.problem_type(**fields)
+
+    @property
+    def needs_recorded_call(self) -> bool:
+        """Its problems carry the launch a worker replays (a decorated kernel): a bare shape cannot be tuned."""
+        return self.kind == "kernel"
+
+    def options_of(self, problem: P) -> dict[str, Any]:
+        """The problem's option values by name (what a job carries besides shape and dtype)."""
+        return {name: getattr(problem, name) for name in self.option_names}
 
     def run(self, inputs: Inputs, config: Mapping[str, Any]) -> Any:
         return self.launch(inputs, config)
@@ -197,7 +272,7 @@ class TunableOp(Generic[P]):
         """A launch whose result is the output to compare with the reference."""
         return (self.checked or self.launch)(inputs, config)
 
-    def check(self, out: Any, ref: Any, problem: Any) -> Comparison:
+    def check(self, out: Any, ref: Any, problem: P) -> Comparison:
         """An output against the reference within this op's tolerance for the problem's dtype. Outputs may be one
         tensor or a tuple of them (a kernel writing several); each is compared."""
         tol = self.tolerance.get(problem.dtype, max(self.tolerance.values(), default=1e-2))

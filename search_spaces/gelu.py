@@ -9,8 +9,16 @@ import torch
 
 from kernels import _checks
 from kernels import gelu as k_gelu
-from search_spaces.contract import ELEMENTWISE_TOLERANCE, Option, TunableOp
-from search_spaces.problem import ELEMENT_BYTES, TORCH_DTYPES, ProblemError, dims_pattern, parse_dims, parse_dtype
+from search_spaces.contract import ELEMENTWISE_TOLERANCE, LibraryCall, Option, TunableOp
+from search_spaces.problem import (
+    ELEMENT_BYTES,
+    TORCH_DTYPES,
+    ProblemBase,
+    ProblemError,
+    dims_pattern,
+    parse_dims,
+    parse_dtype,
+)
 from search_spaces.space import Config, DeviceLimits, Param, Space, clamp, next_pow2, pow2_range
 
 DTYPES = ("float16", "bfloat16", "float32")
@@ -18,7 +26,7 @@ APPROXIMATIONS = ("tanh", "none")
 
 
 @dataclass(frozen=True)
-class GeluProblem:
+class GeluProblem(ProblemBase):
     n: int
     dtype: str = "float16"
     approximate: str = "tanh"
@@ -106,6 +114,20 @@ SPACE: Space[GeluProblem] = Space(
     default_fn=default,
 )
 
+def gelu(x: torch.Tensor, approximate: str = "tanh") -> tuple[torch.Tensor, str]:
+    """GELU, like torch.nn.functional.gelu(x, approximate=...); 'tanh' or 'none' (exact)."""
+    if approximate not in APPROXIMATIONS:  # before the lookup, which would name the problem's field instead
+        raise ValueError(f"approximate={approximate!r} is not supported; accepted: {', '.join(APPROXIMATIONS)}")
+    return x, approximate
+
+
+LIBRARY = LibraryCall(
+    face=gelu, signature=lambda x, approximate: (x.shape, x.stride(), x.dtype, x.device, approximate), tensors=(0,),
+    inputs=lambda x, approximate: {"x": x, "approximate": approximate},
+    prepare=lambda x, approximate, config: k_gelu.prepare(x, config, approximate),
+    run=lambda x, approximate, config: k_gelu.gelu(x, config, approximate), launch_args=(0,),
+)
+
 OP: TunableOp[GeluProblem] = TunableOp(
     name="gelu", problem_type=GeluProblem, space=SPACE, dtypes=DTYPES,
     call="autotuner.gelu(x, approximate='tanh')",
@@ -116,5 +138,6 @@ OP: TunableOp[GeluProblem] = TunableOp(
     reference=lambda inputs: k_gelu.reference(inputs["x"], inputs.get("approximate", "tanh")),
     tolerance=ELEMENTWISE_TOLERANCE, sources=(k_gelu, _checks), flops=flops, bytes_moved=bytes_moved, elements=elements,
     baseline=lambda inputs: k_gelu.baseline(inputs["x"], inputs.get("approximate", "tanh")),
+    library=LIBRARY,
     variants={"manual (unfused torch)": lambda inputs: k_gelu.manual(inputs["x"], inputs.get("approximate", "tanh"))},
 )

@@ -9,7 +9,7 @@ import torch
 
 from kernels import _checks
 from kernels import layernorm as k_layernorm
-from search_spaces.contract import ELEMENTWISE_TOLERANCE, TunableOp
+from search_spaces.contract import ELEMENTWISE_TOLERANCE, LibraryCall, TunableOp, tensor_signature
 from search_spaces.rowwise import DTYPES, RowwiseProblem, element_bytes, make_space, problem_from_x, random_rows
 from search_spaces.space import Space
 
@@ -52,7 +52,22 @@ def _args(inputs: Any) -> tuple[Any, Any, Any, float]:
     return inputs["x"], inputs.get("weight"), inputs.get("bias"), inputs.get("eps", EPS)
 
 
-OP: TunableOp[Any] = TunableOp(
+def layer_norm(x: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.Tensor | None = None,
+               eps: float = 1e-5) -> tuple[Any, ...]:
+    """Layer normalisation over the last dimension, like torch.nn.functional.layer_norm(x, (N,), weight, bias, eps)."""
+    return x, weight, bias, eps
+
+
+LIBRARY = LibraryCall(
+    face=layer_norm, tensors=(0, 1, 2), launch_args=(0, 1, 2),
+    signature=lambda x, w, b, eps: (x.shape, x.stride(), x.dtype, x.device, tensor_signature(w), tensor_signature(b),
+                                    eps),
+    inputs=lambda x, w, b, eps: {"x": x},
+    prepare=lambda x, w, b, eps, config: k_layernorm.prepare(x, w, b, eps, config),
+    run=lambda x, w, b, eps, config: k_layernorm.layer_norm(x, w, b, eps, config),
+)
+
+OP: TunableOp[LayerNormProblem] = TunableOp(
     name="layernorm", problem_type=LayerNormProblem, space=SPACE, dtypes=DTYPES,
     call="autotuner.layer_norm(x, weight, bias)",
     description="layer normalisation over the last dimension with weight and bias",
@@ -61,4 +76,5 @@ OP: TunableOp[Any] = TunableOp(
     reference=lambda inputs: k_layernorm.reference(*_args(inputs)), tolerance=ELEMENTWISE_TOLERANCE,
     sources=(k_layernorm, _checks), flops=flops, bytes_moved=bytes_moved, elements=elements,
     baseline=lambda inputs: k_layernorm.baseline(*_args(inputs)),
+    library=LIBRARY,
 )

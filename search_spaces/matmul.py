@@ -9,10 +9,11 @@ import torch
 
 from kernels import _checks
 from kernels import matmul as k_matmul
-from search_spaces.contract import DOT_TOLERANCE, Option, TunableOp
+from search_spaces.contract import DOT_TOLERANCE, LibraryCall, Option, TunableOp, tensor_signature
 from search_spaces.problem import (
     ELEMENT_BYTES,
     TORCH_DTYPES,
+    ProblemBase,
     ProblemError,
     dims_pattern,
     dims_str,
@@ -27,7 +28,7 @@ MIN_K_PER_SPLIT = 1024  # H100: 32x4096x4096 gains from 2 splits, 1024^3 loses 2
 
 
 @dataclass(frozen=True)
-class MatmulProblem:
+class MatmulProblem(ProblemBase):
     M: int
     N: int
     K: int
@@ -35,6 +36,7 @@ class MatmulProblem:
     epilogue: str = "none"
     layout: ClassVar[str] = "MxNxK, e.g. 4096x4096x4096"
     shape_pattern: ClassVar[str] = dims_pattern((3,))
+    shape_flags: ClassVar[tuple[str, ...]] = ("M", "N", "K")  # `--M 4096`: N and K default to M
 
     def __post_init__(self) -> None:
         if self.epilogue not in EPILOGUES:
@@ -56,6 +58,10 @@ class MatmulProblem:
 
     def dims(self) -> tuple[int, ...]:
         return (self.M, self.N, self.K)
+
+    def nearest_group(self) -> tuple[int, int]:
+        """The same N and K first: an LLM's GEMMs vary only in M, with the batch of tokens."""
+        return (self.N, self.K)
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -203,6 +209,26 @@ def _launch(inputs: Any, config: Any) -> Any:
     return k_matmul.matmul(a, b, config, bias=bias, epilogue=epilogue)
 
 
+ACTIVATIONS = {None: "", "relu": "relu", "gelu": "gelu"}
+
+
+def matmul(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None,
+           activation: str | None = None) -> tuple[Any, ...]:
+    """a @ b (+ bias) (then relu or gelu), for 2-D a (M, K) and b (K, N); the output has a's dtype."""
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"activation={activation!r} is not supported; accepted: None, 'relu', 'gelu'")
+    act = ACTIVATIONS[activation]
+    return a, b, bias, ("bias_" + act if act else "bias") if bias is not None else (act or "none")
+
+
+LIBRARY = LibraryCall(
+    face=matmul, tensors=(0, 1, 2), launch_args=(0, 1, 2),
+    signature=lambda a, b, bias, epilogue: (tensor_signature(a), tensor_signature(b), tensor_signature(bias), epilogue),
+    inputs=lambda a, b, bias, epilogue: {"a": a, "b": b, "bias": bias, "epilogue": epilogue},
+    prepare=lambda a, b, bias, epilogue, config: k_matmul.prepare(a, b, config, bias, epilogue),
+    run=lambda a, b, bias, epilogue, config: k_matmul.matmul(a, b, config, bias=bias, epilogue=epilogue),
+)
+
 OP: TunableOp[MatmulProblem] = TunableOp(
     name="matmul", problem_type=MatmulProblem, space=SPACE, dtypes=DTYPES,
     call="autotuner.matmul(a, b, bias, activation=None)",
@@ -213,4 +239,5 @@ OP: TunableOp[MatmulProblem] = TunableOp(
     reference=lambda inputs: k_matmul.reference(*_mm(inputs)), tolerance=DOT_TOLERANCE,
     sources=(k_matmul, _checks), flops=flops, bytes_moved=bytes_moved, elements=elements,
     baseline=lambda inputs: k_matmul.baseline(*_mm(inputs)),
+    library=LIBRARY,
 )

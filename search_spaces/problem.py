@@ -1,8 +1,11 @@
-"""Parsing of shape strings and dtype names, shared by every problem type."""
+"""Parsing of shape strings and dtype names, shared by every problem type, and `ProblemBase`: what a problem
+type gives the engine unless it says otherwise."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
+from typing import Any, ClassVar
 
 import torch
 
@@ -66,3 +69,20 @@ def dims_pattern(counts: tuple[int, ...], last: str = DIM) -> str:
 
 def dims_str(*dims: int) -> str:
     return "x".join(str(d) for d in dims)
+
+
+class ProblemBase:
+    """The engine's defaults for a frozen-dataclass problem type (search_spaces.contract.ProblemType): a nearest
+    problem must share every text and boolean field (the dtype and the options), and no group ranks first. A
+    problem type overrides what its op rules otherwise (matmul: the same N and K first)."""
+
+    shape_flags: ClassVar[tuple[str, ...]] = ()  # dimensions a command line may give one by one (matmul: M, N, K)
+
+    def match_fields(self) -> dict[str, Any]:
+        """What a nearest tuned problem must share with this one."""
+        fields = dataclasses.asdict(self)  # type: ignore[call-overload]
+        return {k: v for k, v in fields.items() if isinstance(v, (str, bool))}
+
+    def nearest_group(self) -> tuple[Any, ...]:
+        """Problems sharing this with this one rank before all others (every problem shares the empty group)."""
+        return ()

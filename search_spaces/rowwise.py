@@ -11,7 +11,15 @@ from typing import Any, ClassVar
 
 import torch
 
-from search_spaces.problem import ELEMENT_BYTES, TORCH_DTYPES, dims_pattern, dims_str, parse_dims, parse_dtype
+from search_spaces.problem import (
+    ELEMENT_BYTES,
+    TORCH_DTYPES,
+    ProblemBase,
+    dims_pattern,
+    dims_str,
+    parse_dims,
+    parse_dtype,
+)
 from search_spaces.space import Config, DeviceLimits, Param, Space, clamp, next_pow2, pow2_range
 
 DTYPES = ("float16", "bfloat16", "float32")
@@ -19,7 +27,7 @@ MAX_PER_THREAD = 64  # fp32 elements of the tile held per thread before register
 
 
 @dataclass(frozen=True)
-class RowwiseProblem:
+class RowwiseProblem(ProblemBase):
     rows: int
     cols: int
     dtype: str = "float16"

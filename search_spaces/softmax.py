@@ -9,7 +9,7 @@ import torch
 
 from kernels import _checks
 from kernels import softmax as k_softmax
-from search_spaces.contract import ELEMENTWISE_TOLERANCE, TunableOp
+from search_spaces.contract import ELEMENTWISE_TOLERANCE, LibraryCall, TunableOp
 from search_spaces.rowwise import DTYPES, RowwiseProblem, element_bytes, make_space, problem_from_x, random_rows
 from search_spaces.space import Space
 
@@ -41,7 +41,19 @@ def bytes_moved(p: SoftmaxProblem) -> float:
 
 SPACE: Space[RowwiseProblem] = make_space()
 
-OP: TunableOp[Any] = TunableOp(
+
+def softmax(x: torch.Tensor) -> tuple[torch.Tensor]:
+    """softmax(x, dim=-1), like torch.softmax."""
+    return (x,)
+
+
+LIBRARY = LibraryCall(
+    face=softmax, signature=lambda x: (x.shape, x.stride(), x.dtype, x.device), tensors=(0,),
+    inputs=lambda x: {"x": x}, prepare=lambda x, config: k_softmax.prepare(x, config),
+    run=lambda x, config: k_softmax.softmax(x, config), launch_args=(0,),
+)
+
+OP: TunableOp[SoftmaxProblem] = TunableOp(
     name="softmax", problem_type=SoftmaxProblem, space=SPACE, dtypes=DTYPES,
     call="autotuner.softmax(x)",
     description="softmax over the last dimension, like torch.softmax(x, -1)",
@@ -51,4 +63,5 @@ OP: TunableOp[Any] = TunableOp(
     sources=(k_softmax, _checks), flops=flops, bytes_moved=bytes_moved, elements=elements,
     baseline=lambda inputs: torch.softmax(inputs["x"], dim=-1),
     variants={"manual (unfused torch)": lambda inputs: k_softmax.manual(inputs["x"])},
+    library=LIBRARY,
 )

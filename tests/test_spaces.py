@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from autotuner.base.device import DeviceInfo
-from autotuner.base.registry import UnknownOpError, get_op, op_names
+from autotuner.base.registry import UnknownOpError, builtin_ops, get_op, op_names, register_op, unregister_op
 from search_spaces.problem import ProblemError
 from search_spaces.space import ConfigError
 
@@ -20,8 +21,55 @@ PROBLEMS = {
 
 
 def test_op_names():
-    """The built-in ops come first; plugins and decorated kernels (other tests import some) follow."""
-    assert op_names()[:5] == ["matmul", "softmax", "layernorm", "gelu", "attention"]
+    """The built-in ops (every search_spaces module declaring an OP, by module name) come first; plugins and
+    decorated kernels (other tests import some) follow."""
+    assert op_names()[:5] == ["attention", "gelu", "layernorm", "matmul", "softmax"]
+    assert [op.name for op in builtin_ops()] == op_names()[:5]
+
+
+def test_an_op_module_added_to_search_spaces_is_registered(tmp_path, monkeypatch):
+    """Adding a built-in op is its own module: a search_spaces module declaring an OP is found, with its library
+    call, and nothing else is edited."""
+    import search_spaces
+    from autotuner.launch import library
+
+    module = tmp_path / "doubled.py"
+    module.write_text(DOUBLED_OP)
+    monkeypatch.setattr(search_spaces, "__path__", [*search_spaces.__path__, str(tmp_path)])
+    found = [op for op in builtin_ops() if op.name == "doubled"]
+    assert len(found) == 1 and found[0].library is not None
+    register_op(found[0], replace=True)
+    try:
+        assert "double" in library.names()
+        x = torch.arange(6.0)
+        assert torch.equal(library.call("double")(x), 2 * x)
+    finally:
+        unregister_op("doubled")
+        library.forget("double")
+
+
+DOUBLED_OP = """
+import torch
+from search_spaces.contract import LibraryCall, TunableOp
+from search_spaces.softmax import SPACE, SoftmaxProblem
+
+
+def double(x):
+    \"\"\"2 * x.\"\"\"
+    return (x,)
+
+
+OP = TunableOp(
+    name="doubled", problem_type=SoftmaxProblem, space=SPACE, dtypes=("float32",),
+    launch=lambda inputs, config: 2 * inputs["x"], make_inputs=lambda p, d: {"x": torch.ones(p.rows, p.cols)},
+    problem_from_inputs=lambda inputs: SoftmaxProblem(*inputs["x"].reshape(-1, inputs["x"].shape[-1]).shape,
+                                                      "float32"),
+    reference=None,
+    library=LibraryCall(face=double, signature=lambda x: (x.shape, x.dtype), tensors=(0,),
+                        inputs=lambda x: {"x": x.reshape(1, -1)}, prepare=lambda x, config: (lambda x: 2 * x),
+                        run=lambda x, config: 2 * x, launch_args=(0,)),
+)
+"""
 
 
 @pytest.mark.parametrize("name", list(PROBLEMS))
@@ -181,7 +229,7 @@ def test_problem_keys_are_canonical():
 
 
 def test_unknown_op_lists_the_known_ones():
-    with pytest.raises(UnknownOpError, match="unknown op 'conv'; known ops: matmul, softmax, layernorm, gelu, attention"):
+    with pytest.raises(UnknownOpError, match="unknown op .conv.; known ops: attention, gelu, layernorm, matmul, softmax"):
         get_op("conv")
     assert issubclass(UnknownOpError, ValueError)
     assert isinstance(ProblemError("x"), ValueError)

@@ -37,7 +37,7 @@ def router(ops: list[TunableOp[Any]]) -> APIRouter:
     # A decorated kernel's dtype names its tensor arguments' dtypes ("float16,int64"): a pattern, not a list.
     dtype_kind: Any = Literal[dtypes] if all(op.dtypes for op in ops) else Annotated[str, Query(  # type: ignore[valid-type]
         pattern=r"^[a-z0-9_]{1,16}(,[a-z0-9_]{1,16}){0,63}$", max_length=1100)]
-    shapes = [p for p in dict.fromkeys(getattr(op.problem_type, "shape_pattern", "") for op in ops) if p]
+    shapes = list(dict.fromkeys(op.problem_type.shape_pattern for op in ops))
     shape_pattern = shapes[0] if len(shapes) == 1 else "|".join(f"(?:{p})" for p in shapes)
     options = _option_params(ops)
     accepted = {*FIXED, *(p.name for p in options)}
@@ -80,8 +80,7 @@ def router(ops: list[TunableOp[Any]]) -> APIRouter:
         inspect.Parameter("op", kw, annotation=Annotated[Literal[names], Query(description=", ".join(names))]),  # type: ignore[valid-type]
         inspect.Parameter("shape", kw, annotation=Annotated[str, Query(
             max_length=1000, pattern=shape_pattern,
-            description="e.g. 4096x4096x4096 (matmul), 4096x4096 (softmax); each op's form: " +
-                        "; ".join(f"{op.name} {getattr(op.problem_type, 'layout', '')}" for op in ops))]),
+            description="each op's form: " + "; ".join(f"{op.name} {op.problem_type.layout}" for op in ops))]),
         inspect.Parameter("dtype", kw, default="float16", annotation=dtype_kind),
         inspect.Parameter("device", kw, default=None, annotation=Annotated[str | None, Query(
             max_length=200, pattern=PRINTABLE, description="Device key, e.g. 'NVIDIA H100 80GB HBM3 (sm_90)'; may be "

@@ -48,7 +48,7 @@ def router(ops: list[TunableOp[Any]]) -> APIRouter:
         except ProblemTooLarge as exc:
             raise serving.InputError("shape", str(exc), location="body") from None
         job_id = store.queue_job(op=op.name, shape=problem.shape, dtype=problem.dtype,
-                                 options={k: getattr(problem, k) for k in op.option_names},
+                                 options=op.options_of(problem),
                                  strategy=body.strategy, budget_trials=body.trials,  # type: ignore[attr-defined]
                                  budget_seconds=body.time_budget_s, priority=body.priority)  # type: ignore[attr-defined]
         job = store.job(job_id)

@@ -25,6 +25,7 @@ from autotuner.base.device import DeviceInfo
 from autotuner.base.registry import Op
 from autotuner.engine.timing import CUDA_EVENTS, WALL_CLOCK, time_fn
 from autotuner.store.database import Store
+from search_spaces.contract import ProblemType
 
 DEFAULT, TUNED = "triton default", "triton tuned"
 SAME_AS_DEFAULT = "the default config (the tuner found nothing faster by its margin)"
@@ -65,7 +66,7 @@ class BenchResult:
         return asdict(self)
 
 
-def candidates(op: Op, problem: Any, device: DeviceInfo, store: Store | None, inputs: dict[str, Any],
+def candidates(op: Op, problem: ProblemType, device: DeviceInfo, store: Store | None, inputs: dict[str, Any],
                use_compile: bool) -> tuple[dict[str, Callable[[], Any] | str], dict[str, Any], dict[str, Any] | None]:
     """name -> a callable, or the reason it is left out; plus the default and tuned configs."""
     out: dict[str, Callable[[], Any] | str] = {}
@@ -96,7 +97,7 @@ def candidates(op: Op, problem: Any, device: DeviceInfo, store: Store | None, in
     return out, default, tuned
 
 
-def bench(op: Op, problem: Any, device: DeviceInfo, *, store: Store | None, use_compile: bool = True,
+def bench(op: Op, problem: ProblemType, device: DeviceInfo, *, store: Store | None, use_compile: bool = True,
           rounds: int = 5, rep_ms: float = 100.0, remeasure_peaks: bool = False) -> BenchResult:
     peaks: Peaks | None = device_peaks(store, device, remeasure=remeasure_peaks) if store is not None else None
     inputs = op.make_inputs(problem, device.torch_device)
@@ -154,7 +155,7 @@ def bench(op: Op, problem: Any, device: DeviceInfo, *, store: Store | None, use_
     return result
 
 
-def profile_table(op: Op, problem: Any, device: DeviceInfo, config: dict[str, Any], calls: int = 20) -> str:
+def profile_table(op: Op, problem: ProblemType, device: DeviceInfo, config: dict[str, Any], calls: int = 20) -> str:
     """The torch profiler's kernel table for `calls` launches with `config`."""
     from torch.profiler import ProfilerActivity, profile
 

@@ -1,5 +1,6 @@
-"""The ops the engine can tune, by name: the built-in ones (each declared as a TunableOp in
-`search_spaces/<op>.py`), plugins named in AUTOTUNER_PLUGINS, and kernels wrapped by `autotuner.autotune`.
+"""The ops the engine can tune, by name: the built-in ones (every module of `search_spaces` that declares an
+`OP`, a TunableOp: adding `search_spaces/<op>.py` adds the op, its CLI options, its HTTP schema and, if it declares
+one, its library call), plugins named in AUTOTUNER_PLUGINS, and kernels wrapped by `autotuner.autotune`.
 
     op = get_op("softmax")
     problem = op.parse_problem("4096x4096", "float16")
@@ -10,9 +11,10 @@
 from __future__ import annotations
 
 import importlib
+import pkgutil
 from typing import Any
 
-from search_spaces import attention, gelu, layernorm, matmul, softmax
+import search_spaces
 from search_spaces.contract import TunableOp
 
 Op = TunableOp  # the engine's name for the contract
@@ -22,7 +24,17 @@ class UnknownOpError(ValueError):
     pass
 
 
-_OPS: dict[str, TunableOp[Any]] = {op.name: op for op in (matmul.OP, softmax.OP, layernorm.OP, gelu.OP, attention.OP)}
+def builtin_ops() -> list[TunableOp[Any]]:
+    """The `OP` of every module of the search_spaces package that declares one, by module name."""
+    found = []
+    for module in sorted(m.name for m in pkgutil.iter_modules(search_spaces.__path__)):
+        op = getattr(importlib.import_module(f"search_spaces.{module}"), "OP", None)
+        if isinstance(op, TunableOp):
+            found.append(op)
+    return found
+
+
+_OPS: dict[str, TunableOp[Any]] = {op.name: op for op in builtin_ops()}
 
 
 def register_op(op: TunableOp[Any], *, replace: bool = False) -> None:
@@ -31,6 +43,11 @@ def register_op(op: TunableOp[Any], *, replace: bool = False) -> None:
     if op.name in _OPS and _OPS[op.name] is not op and not replace:
         raise ValueError(f"an op named {op.name!r} is already registered")
     _OPS[op.name] = op
+
+
+def unregister_op(name: str) -> None:
+    """Forget an op (a test's, or a kernel whose module is gone); an unknown name is no error."""
+    _OPS.pop(name, None)
 
 
 def load_plugins(modules: list[str]) -> None:

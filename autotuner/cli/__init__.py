@@ -1,7 +1,7 @@
 """The `autotuner` command line. Each command lives in a module named for what it does; they are registered
 here, explicitly, in the order `autotuner --help` lists them.
 
-    tune, show, replay      autotuner.cli.tune, .show, .replay
+    tune, show, ops, replay autotuner.cli.tune, .show, .ops, .replay
     export, import          autotuner.cli.transfer
     bench, report           autotuner.cli.bench
     serve, worker           autotuner.cli.service
@@ -43,12 +43,13 @@ except ValidationError as _exc:
     sys.stderr.write(f"error: {settings_error(_exc)}\n")
     sys.exit(4)  # common.SETUP
 
-from autotuner.cli import bench, database, replay, service, show, transfer, tune  # noqa: E402
+from autotuner.cli import bench, database, ops, replay, service, show, transfer, tune  # noqa: E402
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_show_locals=False,
                   help="Autotune Triton kernels and serve the results.")
 app.command("tune")(tune.tune)
 app.command("show")(show.show)
+app.command("ops")(ops.ops)
 app.command("replay")(replay.replay)
 app.command("export")(transfer.export)
 app.command("import")(transfer.import_)

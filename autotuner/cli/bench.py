@@ -13,9 +13,6 @@ from autotuner.cli.common import (
     DbOpt,
     DtypeOpt,
     JsonOpt,
-    KOpt,
-    MOpt,
-    NOpt,
     OpArg,
     ShapeOpt,
     command,
@@ -32,9 +29,7 @@ from autotuner.cli.common import (
 def bench(
     op: OpArg,
     shape: ShapeOpt = None,
-    M: MOpt = None,
-    N: NOpt = None,
-    K: KOpt = None,
+    flags: dict[str, int | None] | None = None,
     dtype: DtypeOpt = "float16",
     options: dict[str, Any] | None = None,
     rounds: int = typer.Option(5, "--rounds", min=1, help="interleaved timing rounds"),
@@ -51,7 +46,7 @@ def bench(
     from autotuner.base.device import current_device
     from autotuner.store.database import Store
 
-    op_obj, prob = problem(op, shape, dtype, M, N, K, options or {})
+    op_obj, prob = problem(op, shape, dtype, flags or {}, options or {})
     store = Store(settings(db).db_url)
     device = current_device()
     result = run_bench(op_obj, prob, device, store=store, use_compile=use_compile, rounds=rounds,

@@ -7,13 +7,17 @@ consoles have markup off, and styles are given as `style=` arguments.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
 from rich.text import Text
+
+if TYPE_CHECKING:
+    from autotuner.base.registry import Op
+    from search_spaces.contract import ProblemType
 
 # Piped into a log, rich would wrap tables at 80 columns; a log has room for the whole row.
 console = Console(width=None if sys.stdout.isatty() else 160, markup=False, highlight=False)
@@ -23,12 +27,10 @@ err = Console(stderr=True, markup=False, highlight=False, soft_wrap=not sys.stde
 # set up for tuning, 130/143 interrupted by SIGINT/SIGTERM.
 BAD_INPUT, DATABASE, SETUP = 2, 3, 4
 
-# The options that name a problem, shared by tune, show and bench.
-OpArg = Annotated[str, typer.Argument(help="an op: matmul, softmax, layernorm, gelu, attention, or a registered one")]
-ShapeOpt = Annotated[str | None, typer.Option("--shape", help="e.g. 4096x4096x4096 (matmul), 4096x4096 (softmax)")]
-MOpt = Annotated[int | None, typer.Option("--M", help="matmul M (N and K default to M)")]
-NOpt = Annotated[int | None, typer.Option("--N")]
-KOpt = Annotated[int | None, typer.Option("--K")]
+# The options that name a problem, shared by tune, show and bench (with those `problem_options` adds).
+OpArg = Annotated[str, typer.Argument(help="an op (`autotuner ops` lists them), or a decorated kernel's module:name")]
+ShapeOpt = Annotated[str | None, typer.Option("--shape", help="the problem's shape, as its op writes it "
+                                                                "(`autotuner ops` shows each op's layout)")]
 DtypeOpt = Annotated[str, typer.Option("--dtype", help="float16, bfloat16 or float32")]
 DbOpt = Annotated[str | None, typer.Option("--db", help="database URL (default: AUTOTUNER_DB_URL or a local SQLite file)")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="print the result as JSON")]
@@ -90,35 +92,62 @@ def clear_errors() -> Iterator[None]:
         fail(f"{exc.filename or ''}: {exc.strerror or exc}".lstrip(": "), BAD_INPUT)
 
 
-def problem(op_name: str, shape: str | None, dtype: str, M: int | None, N: int | None, K: int | None,
-            options: dict[str, Any]) -> tuple[Any, Any]:
-    """The op and problem the problem options name; ValueError naming what is wrong."""
+def problem(op_name: str, shape: str | None, dtype: str, flags: dict[str, int | None],
+            options: dict[str, Any]) -> tuple[Op, ProblemType]:
+    """The op and problem the problem options name: `--shape`, or the dimensions one by one where the op's
+    problem type declares them (`shape_flags`: matmul's --M/--N/--K, a left-out one taking the first's value);
+    ValueError naming what is wrong."""
     from autotuner.base.registry import import_op
 
     op = import_op(op_name)
-    if op_name == "matmul" and shape is None:
-        if M is None:
-            raise ValueError("matmul needs --shape MxNxK or --M (N and K default to M)")
-        shape = f"{M}x{N or M}x{K or M}"
-    elif M is not None or N is not None or K is not None:
-        if op_name != "matmul":
-            raise ValueError(f"--M/--N/--K are for matmul; {op_name} takes --shape")
+    declared = op.problem_type.shape_flags
+    given = {k: v for k, v in flags.items() if v is not None}
+    layout = op.problem_type.layout
+    if given:
+        wrong = [k for k in given if k not in declared]
+        if wrong:
+            takes = f"--shape or {_flags(declared)}" if declared else "--shape"
+            raise ValueError(f"{_flags(wrong)} {'is' if len(wrong) == 1 else 'are'} not {op_name}'s; it takes {takes}")
+        if shape is not None:
+            raise ValueError(f"give {op_name} --shape or {_flags(declared)}, not both")
+        first = declared[0]
+        if first not in given:
+            raise ValueError(f"{op_name} needs --{first} when given {_flags(list(given))} ({_defaults(declared)})")
+        shape = "x".join(str(given.get(k, given[first])) for k in declared)
     if shape is None:
-        layout = getattr(op.problem_type, "layout", "")
-        raise ValueError(f"{op_name} needs --shape" + (f": {layout}" if layout else ""))
+        alternative = f" or --{declared[0]} ({_defaults(declared)})" if declared else ""
+        raise ValueError(f"{op_name} needs --shape ({layout}){alternative}")
     return op, op.parse_problem(shape, dtype, **options)
 
 
+def _flags(names: Sequence[str]) -> str:
+    return "/".join(f"--{n}" for n in names)
+
+
+def _defaults(declared: Sequence[str]) -> str:
+    return f"{', '.join(declared[1:])} default to {declared[0]}"
+
+
 def problem_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Give a command one option per problem option the registered ops declare (`--epilogue`, `--causal`,
-    `--approximate` for the built-in ops), in place of its `options: dict` parameter, which receives the ones
-    given. An op added to the registry brings its options to every command that names a problem."""
+    """Give a command the options that the registered ops declare, in place of its `flags: dict` and `options:
+    dict` parameters, which receive the ones given: a dimension flag per name in a problem type's `shape_flags`
+    (`--M --N --K` for matmul), after `--shape`; an option per problem option (`--epilogue`, `--causal`,
+    `--approximate` for the built-in ops), after `--dtype`. An op added to the registry brings its options to
+    every command that names a problem."""
     import functools
     import inspect
 
     from autotuner.base.registry import ops
     from search_spaces.contract import merge_options
 
+    dims: dict[str, list[str]] = {}
+    for op in ops():
+        for name in op.problem_type.shape_flags:
+            dims.setdefault(name, []).append(op.name)
+    dim_params = [
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Annotated[
+            int | None, typer.Option(f"--{name}", min=1, help=f"{', '.join(owners)}: the shape's {name}")])
+        for name, owners in dims.items()]
     added = []
     for m in merge_options(ops()):
         owners = ", ".join(m.owners)
@@ -130,14 +159,17 @@ def problem_options(fn: Callable[..., Any]) -> Callable[..., Any]:
             default = None
         added.append(inspect.Parameter(m.name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation))
     sig = inspect.signature(fn, eval_str=True)
-    params = [p for p in sig.parameters.values() if p.name != "options"]
+    params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in sig.parameters.values()
+              if p.name not in ("options", "flags")]
+    at_shape = next((i for i, p in enumerate(params) if p.name == "shape"), -1) + 1
+    params = [*params[:at_shape], *dim_params, *params[at_shape:]]
     at = next((i for i, p in enumerate(params) if p.name == "dtype"), len(params) - 1) + 1
-    params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in params]
-    names = [p.name for p in added]
+    names, dim_names = [p.name for p in added], list(dims)
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         given = {n: kwargs.pop(n) for n in names if n in kwargs}
+        kwargs["flags"] = {n: kwargs.pop(n) for n in dim_names if n in kwargs}
         kwargs["options"] = {n: v for n, v in given.items() if v is not None and v is not False}
         return fn(*args, **kwargs)
 

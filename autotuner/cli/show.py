@@ -13,9 +13,6 @@ from autotuner.cli.common import (
     DbOpt,
     DtypeOpt,
     JsonOpt,
-    KOpt,
-    MOpt,
-    NOpt,
     OpArg,
     ShapeOpt,
     command,
@@ -25,6 +22,7 @@ from autotuner.cli.common import (
     problem_options,
     settings,
 )
+from search_spaces.contract import ProblemType
 
 
 @problem_options
@@ -32,9 +30,7 @@ from autotuner.cli.common import (
 def show(
     op: OpArg,
     shape: ShapeOpt = None,
-    M: MOpt = None,
-    N: NOpt = None,
-    K: KOpt = None,
+    flags: dict[str, int | None] | None = None,
     dtype: DtypeOpt = "float16",
     options: dict[str, Any] | None = None,
     db: DbOpt = None,
@@ -48,7 +44,7 @@ def show(
     from autotuner.store.database import Store
     from db.engine import NoDatabase
 
-    op_obj, prob = problem(op, shape, dtype, M, N, K, options or {})
+    op_obj, prob = problem(op, shape, dtype, flags or {}, options or {})
     device = current_device()
     s = settings(db)
     if explain:
@@ -95,7 +91,7 @@ def _print(info: dict[str, Any], as_json: bool, summary: str) -> None:
     console.print(summary, soft_wrap=True)
 
 
-def _explain(op: Any, prob: Any, device: Any, s: Any, as_json: bool) -> None:
+def _explain(op: Any, prob: ProblemType, device: Any, s: Any, as_json: bool) -> None:
     from autotuner.launch.lookup import Resolver
 
     res = Resolver(s).resolve(op, prob, device)

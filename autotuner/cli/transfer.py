@@ -39,7 +39,7 @@ def export(
     if shape is not None:
         if not op:
             fail("--shape needs --op")
-        problem_key = common.problem(op, shape, dtype, None, None, None, {})[1].key
+        problem_key = common.problem(op, shape, dtype, {}, {})[1].key
     data = export_data(Store(settings(db).db_url, create=False), op=op, device_key=device, problem_key=problem_key)
     if fmt == "vllm":
         assert output is not None

@@ -18,9 +18,6 @@ from autotuner.cli.common import (
     DbOpt,
     DtypeOpt,
     JsonOpt,
-    KOpt,
-    MOpt,
-    NOpt,
     OpArg,
     ShapeOpt,
     command,
@@ -35,6 +32,7 @@ from autotuner.cli.common import (
     warn,
 )
 from autotuner.engine.tune_result import TrialRecord, TuneObserver, TuneResult
+from search_spaces.contract import ProblemType
 
 PHASE_TEXT = {
     "setup": "setup: starting the trial worker (imports, inputs, reference, torch baseline)",
@@ -99,9 +97,7 @@ def _interrupt(signum: int, _frame: FrameType | None) -> None:
 def tune(
     op: OpArg,
     shape: ShapeOpt = None,
-    M: MOpt = None,
-    N: NOpt = None,
-    K: KOpt = None,
+    flags: dict[str, int | None] | None = None,
     dtype: DtypeOpt = "float16",
     options: dict[str, Any] | None = None,
     trials: int | None = typer.Option(None, "--trials", min=1, help="configs to measure (default: up to 64)"),
@@ -119,10 +115,10 @@ def tune(
 
     if strategy not in STRATEGIES:
         fail(f"unknown strategy {strategy!r}; accepted: {', '.join(STRATEGIES)}")
-    op_obj, prob = problem(op, shape, dtype, M, N, K, options or {})
+    op_obj, prob = problem(op, shape, dtype, flags or {}, options or {})
     s = settings(db)
     store = Store(s.db_url)
-    if len(op_obj.query_options) != len(op_obj.options) and getattr(prob, "call", None) is None:
+    if op_obj.needs_recorded_call and op_obj.options_of(prob).get("call") is None:
         # A decorated kernel: its arguments are rebuilt from the call a launching process recorded.
         recorded = store.recorded_options(op=op_obj.name, shape=prob.shape, dtype=prob.dtype)
         if not recorded:
@@ -136,7 +132,7 @@ def tune(
         kept.close()
 
 
-def _tune(op: str, op_obj: Any, prob: Any, s: Any, store: Any, kept: Any, strategy: str, trials: int | None,
+def _tune(op: str, op_obj: Any, prob: ProblemType, s: Any, store: Any, kept: Any, strategy: str, trials: int | None,
           time_budget: float | None, seed: int, as_json: bool, quiet: bool) -> None:
     from autotuner.base.device import current_device
     from autotuner.engine.tuner import tune as run_tune

@@ -175,7 +175,7 @@ class Autotuned:
         if self._jit is not None:
             binary_cache.install(self._jit)
         self.op: TunableOp[KernelProblem] = TunableOp(
-            name=self.name, problem_type=KernelProblem, space=self.space, dtypes=(),
+            name=self.name, kind="kernel", problem_type=KernelProblem, space=self.space, dtypes=(),
             description=(self.base_fn.__doc__ or "").strip().split("\n")[0],
             call=f"{self.base_fn.__name__}[grid](...)",
             options=(Option("call", data=True, help="a recorded launch, for workers"),),

@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from search_spaces.problem import ProblemError
+from search_spaces.problem import ProblemBase, ProblemError
 
 KEY_VALUE = r"[A-Za-z_][A-Za-z0-9_]*=[A-Za-z0-9_.+\"-]{1,40}"  # the same in Python and ECMA regexes
 SHAPE_PATTERN = f"^{KEY_VALUE}(,{KEY_VALUE})*$|^$"
@@ -47,7 +47,7 @@ def dtype_name(dtype: Any) -> str:
 
 
 @dataclass(frozen=True)
-class KernelProblem:
+class KernelProblem(ProblemBase):
     values: tuple[tuple[str, Any], ...]  # the key arguments: (name, value), in key order
     dtypes: tuple[str, ...]  # the dtypes of the tensor arguments, in argument order
     call: dict[str, Any] | None = field(default=None, compare=False, hash=False)  # a recorded launch (see module)

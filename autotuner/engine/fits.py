@@ -9,10 +9,10 @@ limit is the host's memory.
 from __future__ import annotations
 
 import os
-from typing import Any
 
 from autotuner.base.device import DeviceInfo
 from autotuner.base.registry import Op
+from search_spaces.contract import ProblemType
 from search_spaces.problem import ProblemError
 
 FOOTPRINT = 4.0
@@ -44,7 +44,7 @@ def _size(n: float) -> str:
 INDEX_LIMIT = 2**31 - 1  # the kernels compute offsets in 32-bit integers
 
 
-def check_indexable(op: Op, problem: Any) -> None:
+def check_indexable(op: Op, problem: ProblemType) -> None:
     """Raise ProblemTooLarge when one of the problem's tensors has more elements than 32-bit offsets reach."""
     if op.elements is None:
         return
@@ -54,7 +54,7 @@ def check_indexable(op: Op, problem: Any) -> None:
                               f"offsets, so at most {INDEX_LIMIT:,}; choose a smaller shape")
 
 
-def _check_memory(op: Op, problem: Any, limit: int, where: str) -> None:
+def _check_memory(op: Op, problem: ProblemType, limit: int, where: str) -> None:
     if op.bytes_moved is None or limit <= 0:
         return  # no cost model, or no limit known: nothing to check against
     need = FOOTPRINT * op.bytes_moved(problem)
@@ -64,7 +64,7 @@ def _check_memory(op: Op, problem: Any, limit: int, where: str) -> None:
             f"reference), more than {where}: {_size(limit)}; choose a smaller shape")
 
 
-def check_fits(op: Op, problem: Any, device: DeviceInfo, cap_bytes: int | None = None) -> None:
+def check_fits(op: Op, problem: ProblemType, device: DeviceInfo, cap_bytes: int | None = None) -> None:
     """Raise ProblemTooLarge naming the need and the limit when tuning `problem` would not fit on `device`, or
     its tensors are beyond the kernels' index range."""
     check_indexable(op, problem)
@@ -75,7 +75,7 @@ def check_fits(op: Op, problem: Any, device: DeviceInfo, cap_bytes: int | None =
     _check_memory(op, problem, limit, where)
 
 
-def check_queueable(op: Op, problem: Any, device_memory: list[int], cap_bytes: int | None = None) -> None:
+def check_queueable(op: Op, problem: ProblemType, device_memory: list[int], cap_bytes: int | None = None) -> None:
     """What the service checks before queueing a job for any worker: the index range, and the memory of the
     largest device the database knows (or the configured cap, if smaller or no device is known yet)."""
     check_indexable(op, problem)

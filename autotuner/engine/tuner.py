@@ -20,7 +20,6 @@ import os
 import statistics
 import time
 from dataclasses import asdict
-from typing import Any
 
 from autotuner.base.device import DeviceInfo, current_device
 from autotuner.base.registry import Op
@@ -35,6 +34,7 @@ from autotuner.engine.tune_result import TrialRecord, TuneObserver, TuneResult
 from autotuner.store.database import Store
 from autotuner.store.job_store import JobStore
 from kernels._backend import interpreting
+from search_spaces.contract import ProblemType
 from search_spaces.space import Candidates, Config, config_key
 
 RETIME_TOP = 3  # the search's best few are timed again, with the default, before one is chosen
@@ -71,7 +71,7 @@ def prestarted(settings: Settings, gpu: int | None = None) -> KeptProcesses:
     return kept
 
 
-def _compile_workers(settings: Settings, device: DeviceInfo, op: Op, problem: Any) -> int:
+def _compile_workers(settings: Settings, device: DeviceInfo, op: Op, problem: ProblemType) -> int:
     """The host's share (`host_compile_workers`), and no more than half the device's memory holds copies of the
     inputs (each process launches the kernel on its own)."""
     if device.is_interpreter:
@@ -101,7 +101,7 @@ def _retime(measurer: Measurer, configs: list[Config], rounds: int, observer: Tu
 
 def tune(
     op: Op,
-    problem: Any,
+    problem: ProblemType,
     *,
     store: Store | JobStore,  # a worker's JobStore rides out database outages
     settings: Settings,

@@ -32,6 +32,7 @@ from autotuner.base.registry import Op, get_op
 from autotuner.base.settings import Settings
 from autotuner.store.lazy import LaunchReads, LazyStore
 from autotuner.store.stored_best import StoredBest
+from search_spaces.contract import ProblemType
 
 if TYPE_CHECKING:
     from autotuner.store.database import Store
@@ -69,7 +70,7 @@ class Service:
         self.url = url
         self._down_until = 0.0
 
-    def ask(self, op: Op, problem: Any, device: DeviceInfo) -> tuple[Resolution | None, str]:
+    def ask(self, op: Op, problem: ProblemType, device: DeviceInfo) -> tuple[Resolution | None, str]:
         if not self.url:
             return None, "service: AUTOTUNER_URL is not set"
         now = time.monotonic()
@@ -78,9 +79,10 @@ class Service:
         import httpx
         import triton
 
+        values = op.options_of(problem)
         params = {"op": op.name, "shape": problem.shape, "dtype": problem.dtype, "device": device.key,
                   "fallback": "none", "kernel_hash": op.kernel_hash, "triton_version": triton.__version__,
-                  **{o.name: str(getattr(problem, o.name)).lower() for o in op.query_options}}
+                  **{o.name: str(values[o.name]).lower() for o in op.query_options}}
         try:
             r = httpx.get(self.url.rstrip("/") + "/config", params=params, timeout=SERVICE_TIMEOUT_S)
         except httpx.HTTPError as exc:
@@ -102,7 +104,7 @@ class Service:
                           median_ms=body.get("median_ms")), "service: exact"
 
 
-def resolve(op: Op, problem: Any, device: DeviceInfo, *, store: Store | LaunchReads | None,
+def resolve(op: Op, problem: ProblemType, device: DeviceInfo, *, store: Store | LaunchReads | None,
             store_error: str | None = None, service: Service | None = None, fallback: str = "nearest",
             kernel_hash: str | None = None, triton_version: str | None = None) -> Resolution:
     """The config to launch `problem` with on `device`, and where it came from; NotFound when `fallback` is
@@ -157,7 +159,7 @@ class Resolver:
         self._queued: set[tuple[str, str, str]] = set()
         self._lock = threading.Lock()
 
-    def resolve(self, op: Op | str, problem: Any, device: DeviceInfo, fallback: str = "nearest") -> Resolution:
+    def resolve(self, op: Op | str, problem: ProblemType, device: DeviceInfo, fallback: str = "nearest") -> Resolution:
         """`resolve` with this process's database and service; NotFound under `fallback="none"` with nothing
         exact."""
         op = get_op(op) if isinstance(op, str) else op
@@ -167,11 +169,11 @@ class Resolver:
             self._tune_on_miss(op, problem, device)
         return res
 
-    def _tune_on_miss(self, op: Op, problem: Any, device: DeviceInfo) -> None:
+    def _tune_on_miss(self, op: Op, problem: ProblemType, device: DeviceInfo) -> None:
         if self._first(op, problem, device):
             threading.Thread(target=self._queue_job, args=(op, problem), daemon=True).start()
 
-    def _first(self, op: Op, problem: Any, device: DeviceInfo) -> bool:
+    def _first(self, op: Op, problem: ProblemType, device: DeviceInfo) -> bool:
         key = (op.name, problem.key, device.key)
         with self._lock:
             if key in self._queued:
@@ -179,15 +181,15 @@ class Resolver:
             self._queued.add(key)
             return True
 
-    def queue(self, op: Op, problem: Any, device: DeviceInfo) -> None:
+    def queue(self, op: Op, problem: ProblemType, device: DeviceInfo) -> None:
         """Queue a tuning job for this problem, once per process (a recorded call of a decorated kernel)."""
         if self._first(op, problem, device):
             self._queue_job(op, problem)
 
-    def _queue_job(self, op: Op, problem: Any) -> None:
-        options = {k: getattr(problem, k) for k in op.option_names}
+    def _queue_job(self, op: Op, problem: ProblemType) -> None:
+        options = op.options_of(problem)
         try:
-            if self.settings.url and self.settings.token and len(op.query_options) == len(op.options):
+            if self.settings.url and self.settings.token and not op.needs_recorded_call:
                 import httpx
 
                 httpx.post(self.settings.url.rstrip("/") + "/jobs", timeout=2.0,

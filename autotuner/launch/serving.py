@@ -18,6 +18,7 @@ from autotuner.base.registry import Op, UnknownOpError, get_op
 from autotuner.launch.lookup import FALLBACKS, resolve
 from autotuner.store.database import Store
 from db.models import Device
+from search_spaces.contract import ProblemType
 from search_spaces.problem import ProblemError, parse_dtype
 
 
@@ -70,7 +71,7 @@ def device_info(row: Device) -> DeviceInfo:
                       row.smem_per_block, "")
 
 
-def parse_request(op_name: str, shape: str, dtype: str, options: dict[str, Any]) -> tuple[Op, Any]:
+def parse_request(op_name: str, shape: str, dtype: str, options: dict[str, Any]) -> tuple[Op, ProblemType]:
     """The op and problem a request names. InputError names a value no op accepts; NoSuchProblem names one this
     op does not take (a shape of another op's form, a dtype or option it lacks)."""
     try:
@@ -112,7 +113,7 @@ def pick_device(store: Store, key: str | None) -> DeviceInfo:
     raise NoSuchProblem("device", f"unknown device {key!r}; known: {known}")
 
 
-def answer_config(store: Store, op: Op, problem: Any, device: DeviceInfo, *, fallback: str = "nearest",
+def answer_config(store: Store, op: Op, problem: ProblemType, device: DeviceInfo, *, fallback: str = "nearest",
                   kernel_hash: str | None = None, triton_version: str | None = None) -> ConfigAnswer:
     """The config to launch `problem` with on `device` (autotuner.launch.lookup.resolve, as a library launch resolves
     it, minus the service step); NotFound when `fallback` is "none" and nothing exact."""

@@ -15,6 +15,7 @@ from db import queue
 from db import repository as repo
 from db.engine import open_engine, session_scope
 from db.models import BestConfig, Device, Job, Trial, TuningRun
+from search_spaces.contract import ProblemType
 from search_spaces.space import Rejection, rejection_counts
 
 
@@ -37,7 +38,7 @@ class Store:
                     sm_count=device.sm_count, total_memory=device.total_memory, smem_per_block=device.smem_per_block)
         return self._device_ids[device.key]
 
-    def start_run(self, *, op: Op, problem: Any, device: DeviceInfo, strategy: str, budget_trials: int | None,
+    def start_run(self, *, op: Op, problem: ProblemType, device: DeviceInfo, strategy: str, budget_trials: int | None,
                   budget_seconds: float | None, clock: str, job_id: int | None = None) -> int:
         device_id = self.device_id(device)
         triton_version, torch_version = versions()
@@ -68,7 +69,7 @@ class Store:
                 raise NotHeld(f"job {holder[0]} is no longer {holder[1]}'s")
             repo.finish_run(s, run_id=run_id, status=status, error=error)
 
-    def save_best(self, *, op: Op, problem: Any, device: DeviceInfo, config: dict[str, Any], median_ms: float,
+    def save_best(self, *, op: Op, problem: ProblemType, device: DeviceInfo, config: dict[str, Any], median_ms: float,
                   default_ms: float | None, torch_ms: float | None, run_id: int | None,
                   holder: tuple[int, str] | None = None) -> bool:
         """Store the winner unless a faster one is stored; `holder` (job id, worker): only while that worker
@@ -82,7 +83,7 @@ class Store:
                                   config=config, median_ms=median_ms, default_ms=default_ms, torch_ms=torch_ms,
                                   run_id=run_id)
 
-    def best(self, *, op: Op, problem: Any, device: DeviceInfo, kernel_hash: str | None = None,
+    def best(self, *, op: Op, problem: ProblemType, device: DeviceInfo, kernel_hash: str | None = None,
              triton_version: str | None = None) -> StoredBest | None:
         """The stored best for this exact problem: the current one if any, else the newest stale one.
 
@@ -184,7 +185,7 @@ class Store:
             repo.save_peak(s, device_id=self.device_id(device), name=name, value=value, unit=unit, method=method,
                            torch_version=versions()[1])
 
-    def trial_times(self, *, op: Op, problem: Any, device: DeviceInfo) -> dict[str, tuple[dict[str, Any], float | None]]:
+    def trial_times(self, *, op: Op, problem: ProblemType, device: DeviceInfo) -> dict[str, tuple[dict[str, Any], float | None]]:
         """Configs measured (or failed: None) for this problem before, at the running kernel hash and Triton
         version."""
         with session_scope(self.engine) as s:
@@ -250,8 +251,8 @@ class Store:
         with session_scope(self.engine) as s:
             return queue.requeue_stale(s, older_than=older_than, max_attempts=max_attempts)
 
-    def nearest(self, *, op: Op, problem: Any, device: DeviceInfo, limit: int = 3, kernel_hash: str | None = None,
-                triton_version: str | None = None, any_options: bool = False) -> list[tuple[Any, StoredBest]]:
+    def nearest(self, *, op: Op, problem: ProblemType, device: DeviceInfo, limit: int = 3, kernel_hash: str | None = None,
+                triton_version: str | None = None, any_options: bool = False) -> list[tuple[ProblemType, StoredBest]]:
         """Current (not stale) best configs of the nearest tuned problems on the same device (`any_options`:
         also those differing in dtype, epilogue, causal..., ranked after the matching ones; for warm starts)."""
         with session_scope(self.engine) as s:

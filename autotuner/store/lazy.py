@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from autotuner.store.stored_best import StoredBest, best_of, versions
 from db.basics import DatabaseUnavailable, NotAutotunerDatabase
+from search_spaces.contract import ProblemType
 
 if TYPE_CHECKING:
     from autotuner.base.device import DeviceInfo
@@ -40,13 +41,13 @@ class LaunchReads:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.full, name)
 
-    def best(self, *, op: Op, problem: Any, device: DeviceInfo, kernel_hash: str | None = None,
+    def best(self, *, op: Op, problem: ProblemType, device: DeviceInfo, kernel_hash: str | None = None,
              triton_version: str | None = None) -> StoredBest | None:
         """Store.best: the fastest current stored best of this exact problem, else the newest stale one."""
         rows = self.reads.best_rows(op=op.name, device_key=device.key, problem_key=problem.key)
         return best_of(rows, kernel_hash or op.kernel_hash, triton_version)
 
-    def trial_times(self, *, op: Op, problem: Any, device: DeviceInfo) -> dict[str, tuple[dict[str, Any], float | None]]:
+    def trial_times(self, *, op: Op, problem: ProblemType, device: DeviceInfo) -> dict[str, tuple[dict[str, Any], float | None]]:
         """Store.trial_times: configs measured (or failed: None) before, at the running kernel hash and Triton."""
         return self.reads.trial_times(op=op.name, problem_key=problem.key, device_key=device.key,
                                       kernel_hash=op.kernel_hash, triton_version=versions()[0])

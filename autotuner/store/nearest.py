@@ -1,49 +1,46 @@
 """The nearest tuned problem: same op and device; distance in log space of the dimensions.
 
-For matmul, problems with the same N and K come first, nearest M first (LLM GEMMs vary only in M, with
-the batch of tokens). Other options (dtype, epilogue, causal, approximate) must match too, except for a search's
-warm starts (`any_options`): there a config of the causal twin or another epilogue is a good first guess (the
-search skips one that is not a candidate), ranked after every problem whose options match.
+What must match and what ranks first is the problem type's to say (search_spaces.contract.ProblemType):
+`match_fields` (by default the dtype and the options; a decorated kernel's non-numeric key values), and
+`nearest_group` (matmul: the same N and K first, nearest M first, since an LLM's GEMMs vary only in M with the
+batch of tokens). Fields that differ disqualify a problem, except for a search's warm starts (`any_options`):
+there a config of the causal twin or another epilogue is a good first guess (the search skips one that is not a
+candidate), ranked after every problem whose fields match.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Sequence
-from typing import Any, TypeVar
+from typing import TypeVar
+
+from search_spaces.contract import ProblemType
 
 T = TypeVar("T")
+P = TypeVar("P", bound=ProblemType)
+
+OPTION_PENALTY = 100.0  # per differing field, with any_options: after every problem whose fields match
+GROUP_PENALTY = 1000.0  # another nearest group: after every problem of the same group
 
 
-def _options(problem: Any) -> dict[str, Any]:
-    if hasattr(problem, "match_fields"):  # a problem type that says what must match (autotune kernels)
-        return dict(problem.match_fields())
-    d = dataclasses.asdict(problem)
-    return {k: v for k, v in d.items() if isinstance(v, (str, bool))}
-
-
-OPTION_PENALTY = 100.0  # per differing option, with any_options: after every problem whose options match
-
-
-def distance(a: Any, b: Any, any_options: bool = False) -> float | None:
+def distance(a: ProblemType, b: ProblemType, any_options: bool = False) -> float | None:
     """None when b can never stand in for a; otherwise a sortable distance (smaller is nearer)."""
     if type(a) is not type(b):
         return None
-    oa, ob = _options(a), _options(b)
-    differing = sum(oa[k] != ob[k] for k in oa)
+    fa, fb = a.match_fields(), b.match_fields()
+    differing = sum(fa[k] != fb.get(k) for k in fa)
     if differing and not any_options:
         return None
     da, db = a.dims(), b.dims()
     if len(da) != len(db):
         return None
-    d = math.sqrt(sum(math.log2(x / y) ** 2 for x, y in zip(da, db, strict=False))) + OPTION_PENALTY * differing
-    if hasattr(a, "M") and (a.N, a.K) != (b.N, b.K):
-        d += 1000.0  # same N and K first
+    d = math.sqrt(sum(math.log2(x / y) ** 2 for x, y in zip(da, db, strict=True))) + OPTION_PENALTY * differing
+    if a.nearest_group() != b.nearest_group():
+        d += GROUP_PENALTY
     return d
 
 
-def rank(problem: Any, others: Sequence[tuple[Any, T]], any_options: bool = False) -> list[tuple[float, Any, T]]:
+def rank(problem: P, others: Sequence[tuple[P, T]], any_options: bool = False) -> list[tuple[float, P, T]]:
     """(distance, problem, payload) for every comparable other problem, nearest first (the same one excluded)."""
     out = []
     for other, payload in others:
