@@ -9,6 +9,7 @@ import torch
 
 from kernels import _checks
 from kernels import matmul as k_matmul
+from search_spaces import matmul_vllm
 from search_spaces.contract import DOT_TOLERANCE, LibraryCall, Option, TunableOp, tensor_signature
 from search_spaces.problem import (
     ELEMENT_BYTES,
@@ -240,4 +241,5 @@ OP: TunableOp[MatmulProblem] = TunableOp(
     sources=(k_matmul, _checks), flops=flops, bytes_moved=bytes_moved, elements=elements,
     baseline=lambda inputs: k_matmul.baseline(*_mm(inputs)),
     library=LIBRARY,
+    exports={"vllm": matmul_vllm.vllm_files},
 )

@@ -137,5 +137,18 @@ def test_each_floor_imports_only_from_the_floors_below():
     assert wrong == []
 
 
+def test_the_engine_and_the_launch_path_reach_the_store_through_its_interfaces():
+    """The search and the lookups are written against autotuner.store.interfaces (and the frozen rows and judged
+    results it speaks in), never a store class: any store that answers the interface will do."""
+    allowed = {"autotuner.store.interfaces", "autotuner.store.rows", "autotuner.store.stored_best"}
+    graph = _graph()
+    wrong = [f"{m} imports {t}" for m, targets in graph.items() if _part(m) == "autotuner.engine"
+             for t in targets if _part(t) == "autotuner.store" and t not in allowed]
+    assert wrong == []
+    launch = {t for m, targets in graph.items() if _part(m) == "autotuner.launch" for t in targets
+              if _part(t) == "autotuner.store"}
+    assert "autotuner.store.interfaces" in launch
+
+
 def test_a_circle_would_be_found():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]

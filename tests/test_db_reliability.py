@@ -17,7 +17,7 @@ from sqlalchemy import func, select
 from autotuner.base.device import DeviceInfo
 from autotuner.base.registry import get_op
 from autotuner.store.database import Store
-from autotuner.store.transfer import export_data, import_data, triton_configs, vllm_files
+from autotuner.store.transfer import export_data, import_data, op_files, triton_configs
 from db.engine import session_scope
 from db.models import BestConfig, Trial, TuningRun
 
@@ -179,7 +179,7 @@ def test_triton_and_vllm_exports(url):
     exec(source, namespace)  # noqa: S102  (our own generated code: it must be valid Python)
     assert len(namespace["configs"]) == 2
     assert {c.num_warps for c in namespace["configs"]} <= {4, 8}
-    files, notes = vllm_files(data)
+    files, notes = op_files(data, "vllm")
     assert notes == []  # plain pointer winners: nothing dropped or changed
     assert list(files) == ["N=4096,K=4096,device_name=NVIDIA_H100_80GB_HBM3,dtype=float16.json"]
     table = files["N=4096,K=4096,device_name=NVIDIA_H100_80GB_HBM3,dtype=float16.json"]
@@ -204,7 +204,7 @@ def test_vllm_export_replaces_a_tma_winner_and_says_what_it_dropped(url):
         store.finish_run(run_id=run_id, status="done")
         store.save_best(op=op, problem=problem, device=GPU, config=tma, median_ms=trials[0][1], default_ms=None,
                         torch_ms=None, run_id=run_id)
-    files, notes = vllm_files(export_data(store))
+    files, notes = op_files(export_data(store), "vllm")
     assert list(files) == ["N=4096,K=4096,device_name=NVIDIA_H100_80GB_HBM3,dtype=float16.json"]
     table = files["N=4096,K=4096,device_name=NVIDIA_H100_80GB_HBM3,dtype=float16.json"]
     assert table == {"4096": {"BLOCK_SIZE_M": 128, "BLOCK_SIZE_N": 256, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 8,

@@ -222,7 +222,7 @@ def test_make_inputs_makes_recorded_arguments_valid(url, use):
     x, idx, y = torch.randn(64), torch.randperm(64), torch.empty(64)
     kernel[grid(64)](x, idx, y, 64)
     torch.testing.assert_close(y, x[idx])
-    problem = kernel.problem(kernel._named((x, idx, y, 64), {}))
+    problem = kernel.problem(kernel.named((x, idx, y, 64), {}))
     with session_scope(Store(url).engine) as s:
         job = s.scalars(select(Job)).one()
     recorded = kernel.op.parse_problem(job.shape, job.dtype, **job.options)

@@ -12,7 +12,7 @@ from sqlalchemy import select
 from autotuner.base.device import INTERPRETER, DeviceInfo, current_device
 from autotuner.base.registry import get_op
 from autotuner.base.settings import Settings
-from autotuner.engine.tuner import tune
+from autotuner.engine.tuner import Plan, tune
 from autotuner.store.database import Store
 from db.engine import session_scope
 from db.models import BestConfig, Trial, TuningRun
@@ -67,14 +67,14 @@ def test_a_config_must_beat_the_default_by_more_than_the_margin(db_url):
     problem = op.parse_problem("32")
     settings = Settings(db_url=db_url, plugins=["tests.paced_op"])
     store = Store(db_url)
-    tie = tune(op, problem, store=store, settings=settings, strategy="exhaustive", trials=2)
+    tie = tune(op, problem, store=store, settings=settings, plan=Plan(strategy="exhaustive", trials=2))
     assert [t.config["PAUSE_US"] for t in tie.trials] == [paced.DEFAULT_US, paced.TIE_US]
     assert tie.best_config == tie.default_config and tie.best_ms == tie.default_ms
     with session_scope(store.engine) as s:
         retimed = {t.config["PAUSE_US"]: t.retimed_ms
                    for t in s.scalars(select(Trial).where(Trial.run_id == tie.run_id, Trial.status == "ok"))}
     assert retimed[paced.TIE_US] < retimed[paced.DEFAULT_US]  # measured faster, yet within the margin
-    win = tune(op, problem, store=store, settings=settings, strategy="exhaustive", trials=3)
+    win = tune(op, problem, store=store, settings=settings, plan=Plan(strategy="exhaustive", trials=3))
     assert win.best_config is not None and win.best_config["PAUSE_US"] == paced.FAST_US
     assert win.best_ms is not None and win.default_ms is not None
     assert win.best_ms == pytest.approx(paced.FAST_US / 1e3, rel=0.1)
@@ -123,7 +123,7 @@ def test_failures_are_isolated_recorded_and_the_search_goes_on(db_url):
     problem = op.parse_problem("1000")
     settings = Settings(db_url=db_url, plugins=["tests.faulty_op"], trial_timeout_s=8)
     store = Store(db_url)
-    result = tune(op, problem, store=store, settings=settings, strategy="exhaustive", trials=50)
+    result = tune(op, problem, store=store, settings=settings, plan=Plan(strategy="exhaustive", trials=50))
     statuses = {t.config["MODE"]: t.status for t in result.trials if t.config["BLOCK_SIZE"] == 128}
     assert statuses == {0: "ok", 1: "crash", 2: "timeout", 3: "crash", 4: "wrong_result", 5: "compile_error"}
     assert len(result.trials) == 7  # every candidate measured despite the failures
@@ -147,8 +147,8 @@ def test_rejected_configs_never_reach_the_worker(db_url):
     cands = op.space.enumerate(problem, device)
     assert any("shared memory" in r.reason for r in cands.rejected)
     store = Store(db_url)
-    result = tune(op, problem, store=store, settings=Settings(db_url=db_url), strategy="exhaustive",
-                  trials=len(cands.valid), device=device)
+    result = tune(op, problem, store=store, settings=Settings(db_url=db_url), device=device,
+                  plan=Plan(strategy="exhaustive", trials=len(cands.valid)))
     assert len(result.trials) == len(cands.valid)
     from search_spaces.matmul import smem_bytes
 
@@ -178,7 +178,7 @@ def test_warm_start_from_the_nearest_tuned_problem(db_url):
                              budget_seconds=None, clock="wall-clock")
     assert store.save_best(op=op, problem=near, device=device, config=warm, median_ms=1.0, default_ms=2.0,
                            torch_ms=None, run_id=run_id)
-    second = tune(op, target, store=store, settings=settings, trials=3)
+    second = tune(op, target, store=store, settings=settings, plan=Plan(trials=3))
     assert [t.config for t in second.trials[:2]] == [default, warm]
 
 
@@ -189,12 +189,12 @@ def test_warm_start_from_the_causal_twin(db_url):
     settings = Settings(db_url=db_url)
     store = Store(db_url)
     causal, full = op.parse_problem("1x1x64x64", causal=True), op.parse_problem("1x1x64x64", causal=False)
-    first = tune(op, causal, store=store, settings=settings, strategy="random", trials=2, seed=3)
+    first = tune(op, causal, store=store, settings=settings, plan=Plan(strategy="random", trials=2, seed=3))
     device = current_device()
     assert store.nearest(op=op, problem=full, device=device) == []  # lookups: options must match
     seeds = store.nearest(op=op, problem=full, device=device, any_options=True)
     assert [p for p, _ in seeds] == [causal]
-    second = tune(op, full, store=store, settings=settings, trials=2)
+    second = tune(op, full, store=store, settings=settings, plan=Plan(trials=2))
     assert first.best_config in [t.config for t in second.trials[:2]]
 
 
@@ -204,7 +204,7 @@ def test_the_space_seeds_are_measured_after_the_default(db_url):
     device = current_device()
     seeds = op.space.seeds(problem, device)
     assert len(seeds) >= 2
-    result = tune(op, problem, store=Store(db_url), settings=Settings(db_url=db_url), trials=1 + len(seeds))
+    result = tune(op, problem, store=Store(db_url), settings=Settings(db_url=db_url), plan=Plan(trials=1 + len(seeds)))
     assert [t.config for t in result.trials] == [op.space.default(problem, device), *seeds]
 
 

@@ -9,13 +9,13 @@ from api.schemas import UNAVAILABLE, ErrorOut, JobOut, JobPage, job_models
 from autotuner.engine.fits import ProblemTooLarge, check_queueable
 from autotuner.launch import serving
 from autotuner.launch.lookup import NotFound
-from db.models import Job
+from autotuner.store.rows import JobRow
 from search_spaces.contract import TunableOp
 
 Id = Annotated[int, Path(ge=1, le=2**31 - 1)]
 
 
-def job_out(job: Job) -> JobOut:
+def job_out(job: JobRow) -> JobOut:
     return JobOut(id=job.id, op=job.op, shape=job.shape, dtype=job.dtype, options=job.options, strategy=job.strategy,
                   trials=job.budget_trials, time_budget_s=job.budget_seconds, priority=job.priority, state=job.state,
                   attempts=job.attempts, worker=job.worker, heartbeat_at=job.heartbeat_at, error=job.error,

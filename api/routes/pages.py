@@ -31,8 +31,9 @@ from autotuner.analysis.report import speedups
 from autotuner.base.roofline import fraction
 from autotuner.launch.serving import device_info
 from autotuner.store.database import Store
+from autotuner.store.rows import JobRow, ResultRow
 from db.engine import DatabaseUnavailable, NotAutotunerDatabase
-from db.models import JOB_STATES, BestConfig, Job
+from db.models import JOB_STATES
 
 HERE = Path(__file__).resolve().parent.parent
 STATIC = HERE / "static"
@@ -77,7 +78,7 @@ def age(t: datetime | None, now: datetime) -> str:
     return f"{s:.0f} s ago" if s < 120 else f"{s / 60:.0f} min ago" if s < 7200 else f"{s / 3600:.1f} h ago"
 
 
-def result_view(row: BestConfig) -> dict[str, Any]:
+def result_view(row: ResultRow) -> dict[str, Any]:
     """A stored best config as the pages show it: the API's fields, the problem's shape and dtype, the roofline
     fraction, and why it is stale."""
     op, best = judge(row)
@@ -184,7 +185,7 @@ def router(templates: Jinja2Templates = TEMPLATES) -> APIRouter:
         store = open_store(st)
         now = datetime.now(timezone.utc)
         counts = store.count_jobs()
-        sections: list[tuple[str, list[Job]]] = []
+        sections: list[tuple[str, list[JobRow]]] = []
         for state in ("running", "queued", "failed", "done"):
             jobs, _ = store.jobs_page(state=state, limit=QUEUE_LIMIT, offset=0)
             sections.append((state, jobs))

@@ -20,8 +20,8 @@ from api.schemas import (
 )
 from autotuner.base.registry import Op, UnknownOpError, get_op
 from autotuner.launch.lookup import NotFound
+from autotuner.store.rows import ResultRow
 from autotuner.store.stored_best import StoredBest, stored_best
-from db.models import BestConfig
 
 MAX_ID = 2**31 - 1
 Id = Annotated[int, Path(ge=1, le=MAX_ID)]
@@ -29,7 +29,7 @@ Limit = Annotated[int, Query(ge=1, le=500)]
 Offset = Annotated[int, Query(ge=0, le=10**9)]
 
 
-def judge(row: BestConfig) -> tuple[Op | None, StoredBest]:
+def judge(row: ResultRow) -> tuple[Op | None, StoredBest]:
     """The op a stored result belongs to (None: this server does not load it, so it cannot vouch for the
     result), and the result judged against the running kernel hash and Triton version."""
     try:
@@ -39,7 +39,7 @@ def judge(row: BestConfig) -> tuple[Op | None, StoredBest]:
     return op, stored_best(row, op.kernel_hash)
 
 
-def result_fields(row: BestConfig, judged: tuple[Op | None, StoredBest] | None = None) -> dict[str, Any]:
+def result_fields(row: ResultRow, judged: tuple[Op | None, StoredBest] | None = None) -> dict[str, Any]:
     _, best = judged or judge(row)
     return dict(
         id=row.id, op=row.op, problem_key=row.problem_key, problem=row.problem, device=row.device.key,

@@ -29,7 +29,16 @@ from search_spaces.contract import ProblemType
 
 DEFAULT, TUNED = "triton default", "triton tuned"
 SAME_AS_DEFAULT = "the default config (the tuner found nothing faster by its margin)"
-COMPUTE_BOUND = ("matmul", "attention")  # reported in TFLOP/s; the others in GB/s
+# A problem doing at least this many floating-point operations per byte moved is reported in TFLOP/s, below it
+# in GB/s (a Hopper GPU's ridge point is near 300 for 16-bit dense math; softmax does about 1, matmul 4096^3 1365).
+COMPUTE_INTENSITY = 64.0
+
+
+def compute_bound(op: Op, problem: ProblemType) -> bool:
+    """Whether the problem's rate is best read in TFLOP/s (else GB/s), from the op's cost model."""
+    if op.flops is None or op.bytes_moved is None:
+        return False
+    return op.flops(problem) >= COMPUTE_INTENSITY * op.bytes_moved(problem)
 
 
 @dataclass

@@ -41,7 +41,7 @@ def bench(
 ) -> None:
     """Compare torch eager, torch.compile, the default and the tuned Triton config (and the unfused torch
     version for softmax and gelu) on the same inputs: time, throughput, roofline fraction, speedups."""
-    from autotuner.analysis.bench import COMPUTE_BOUND, DEFAULT, TUNED, profile_table
+    from autotuner.analysis.bench import DEFAULT, TUNED, compute_bound, profile_table
     from autotuner.analysis.bench import bench as run_bench
     from autotuner.base.device import current_device
     from autotuner.store.database import Store
@@ -59,7 +59,7 @@ def bench(
             out["profile"] = table_text
         print(json.dumps(out, default=str))
         return
-    compute = op in COMPUTE_BOUND
+    compute = compute_bound(op_obj, prob)
     t = Table(title=f"{op} {prob.key} on {device.key} ({result.clock})")
     for col in ("", "ms", "p20-p80", "TFLOP/s" if compute else "GB/s", "roofline", "vs torch eager (rounds faster)", "note"):
         t.add_column(col, justify="left" if col in ("", "note") else "right")

@@ -14,36 +14,40 @@ from autotuner.cli.common import DbOpt, command, console, err, fail, settings
 
 @command
 def export(
-    output: Path | None = typer.Option(None, "-o", "--output", help="file (json, triton) or folder (vllm); default: stdout"),
+    output: Path | None = typer.Option(None, "-o", "--output", help="a file (json, triton, landscape) or a folder (an op's own format: vllm); default: stdout"),
     op: str | None = typer.Option(None, "--op"),
     device: str | None = typer.Option(None, "--device", help="device key, e.g. 'NVIDIA H100 80GB HBM3 (sm_90)'"),
     shape: str | None = typer.Option(None, "--shape", help="with --op: one problem"),
     dtype: str = typer.Option("float16", "--dtype"),
-    fmt: str = typer.Option("json", "--format", help="json (round-trips through import), triton, vllm, or "
-                                                     "landscape (one problem's run, for `autotuner replay`)"),
+    fmt: str = typer.Option("json", "--format", help="json (round-trips through import), triton, landscape (one "
+                                                     "problem's run, for `autotuner replay`), or an op's own: vllm "
+                                                     "(matmul: vLLM's tuned-config files)"),
     db: DbOpt = None,
 ) -> None:
-    """Export results: everything, or filtered by op, device and problem."""
+    """Export results: everything, or filtered by op, device and problem. Besides json, triton and landscape, an op
+    may export formats of its own (matmul: vllm, vLLM's tuned-config files)."""
     from autotuner.store.database import Store
-    from autotuner.store.transfer import export_data, landscape, triton_configs, write_vllm
+    from autotuner.store.transfer import export_data, formats, landscape, triton_configs, write_files
 
-    if fmt not in ("json", "triton", "vllm", "landscape"):
-        fail(f"unknown format {fmt!r}; accepted: json, triton, vllm, landscape")
+    own = formats()
+    accepted = ["json", "triton", "landscape", *own]
+    if fmt not in accepted:
+        fail(f"unknown format {fmt!r}; accepted: {', '.join(accepted)}")
     if fmt == "landscape" and not (op and shape):
         fail("--format landscape needs --op and --shape: one problem's run")
     if fmt == "triton" and not op:
         fail("--format triton needs --op")
-    if fmt == "vllm" and output is None:
-        fail("--format vllm writes one file per device and N, K: give a folder with -o")
+    if fmt in own and output is None:
+        fail(f"--format {fmt} writes a folder of files ({', '.join(own[fmt])}'s): give the folder with -o")
     problem_key = None
     if shape is not None:
         if not op:
             fail("--shape needs --op")
         problem_key = common.problem(op, shape, dtype, {}, {})[1].key
     data = export_data(Store(settings(db).db_url, create=False), op=op, device_key=device, problem_key=problem_key)
-    if fmt == "vllm":
+    if fmt in own:
         assert output is not None
-        paths, notes = write_vllm(data, output)
+        paths, notes = write_files(data, fmt, output)
         for path in paths:
             console.print(str(path))
         for note in notes:

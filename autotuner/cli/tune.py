@@ -8,7 +8,7 @@ import signal
 import sys
 import time
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -33,6 +33,13 @@ from autotuner.cli.common import (
 )
 from autotuner.engine.tune_result import TrialRecord, TuneObserver, TuneResult
 from search_spaces.contract import ProblemType
+
+if TYPE_CHECKING:  # the engine and the store load when the command runs, not when the CLI starts
+    from autotuner.base.registry import Op
+    from autotuner.base.settings import Settings
+    from autotuner.engine.measure import KeptProcesses
+    from autotuner.engine.tuner import Plan
+    from autotuner.store.database import Store
 
 PHASE_TEXT = {
     "setup": "setup: starting the trial worker (imports, inputs, reference, torch baseline)",
@@ -110,7 +117,7 @@ def tune(
 ) -> None:
     """Tune one problem: search its space, store every trial and the winner."""
     from autotuner.engine.search import STRATEGIES
-    from autotuner.engine.tuner import prestarted
+    from autotuner.engine.tuner import Plan, prestarted
     from autotuner.store.database import Store
 
     if strategy not in STRATEGIES:
@@ -127,13 +134,14 @@ def tune(
         prob = op_obj.parse_problem(prob.shape, prob.dtype, **recorded)
     kept = prestarted(s)  # the trial worker and compile pool make their CUDA contexts while this process goes on
     try:
-        _tune(op, op_obj, prob, s, store, kept, strategy, trials, time_budget, seed, as_json, quiet)
+        plan = Plan(strategy=strategy, trials=trials, time_budget_s=time_budget, seed=seed)
+        _tune(op, op_obj, prob, s, store, kept, plan, as_json, quiet)
     finally:
         kept.close()
 
 
-def _tune(op: str, op_obj: Any, prob: ProblemType, s: Any, store: Any, kept: Any, strategy: str, trials: int | None,
-          time_budget: float | None, seed: int, as_json: bool, quiet: bool) -> None:
+def _tune(op: str, op_obj: Op, prob: ProblemType, s: Settings, store: Store, kept: KeptProcesses, plan: Plan,
+          as_json: bool, quiet: bool) -> None:
     from autotuner.base.device import current_device
     from autotuner.engine.tuner import tune as run_tune
 
@@ -149,12 +157,12 @@ def _tune(op: str, op_obj: Any, prob: ProblemType, s: Any, store: Any, kept: Any
                        MofNCompleteColumn(), TextColumn("{task.fields[status]}", markup=False), TimeElapsedColumn())
             with Progress(*columns, console=err) as bar:
                 observer = BarProgress(bar, f"{op} {prob.key}")
-                result = run_tune(op_obj, prob, store=store, settings=s, strategy=strategy, trials=trials,
-                                  time_budget_s=time_budget, seed=seed, device=device, observer=observer, kept=kept)
+                result = run_tune(op_obj, prob, store=store, settings=s, plan=plan, device=device,
+                                  observer=observer, kept=kept)
         else:
             observer = PlainProgress() if not quiet else TuneObserver()
-            result = run_tune(op_obj, prob, store=store, settings=s, strategy=strategy, trials=trials,
-                              time_budget_s=time_budget, seed=seed, device=device, observer=observer, kept=kept)
+            result = run_tune(op_obj, prob, store=store, settings=s, plan=plan, device=device, observer=observer,
+                              kept=kept)
     except KeyboardInterrupt as exc:
         kept.close()  # before the message: a trial worker stuck in a kernel goes first
         partial: TuneResult | None = getattr(observer, "result", None)

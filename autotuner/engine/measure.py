@@ -8,6 +8,7 @@ a compile pool (autotuner.engine.compile_pool) compiles the next configs while t
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -133,10 +134,10 @@ class LiveMeasurer:
             full = self.runner.time(config)
             self.full_timing_s += time.perf_counter() - t_full
             if full.status == "ok" and full.timing is not None:
-                outcome = Outcome("ok", full.timing, outcome.compile_s)
+                outcome = Outcome("ok", timing=full.timing, compile_s=outcome.compile_s)
                 self._best = min(self._best, full.timing.median_ms)
         if isinstance(compiled, float):  # the pool's first launch holds the compile time
-            outcome = Outcome(outcome.status, outcome.timing, compiled, outcome.error)
+            outcome = dataclasses.replace(outcome, compile_s=compiled)
         return outcome
 
     def time(self, config: Config) -> Outcome:
@@ -241,7 +242,7 @@ class TableMeasurer(InOrderMeasurer):
         ms = self.times[config_key(config)]
         if ms is None:
             return Outcome("crash", error="failed when the landscape was recorded")
-        return Outcome("ok", Timing(ms, ms, ms, 1, "landscape"))
+        return Outcome("ok", timing=Timing(ms, ms, ms, 1, "landscape"))
 
     def time(self, config: Config) -> Outcome:
         return self.measure(config)

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, Literal
 
 from autotuner.engine import processes
 from autotuner.engine.timing import Timing
@@ -23,9 +23,15 @@ QUICK_SCALE = 0.2
 
 
 
+Status = Literal["ok", "invalid", "compile_error", "out_of_resources", "wrong_result", "crash", "timeout"]
+
+
 @dataclass(frozen=True)
 class Outcome:
-    status: str  # ok, invalid, compile_error, out_of_resources, wrong_result, crash, timeout
+    """How measuring one config ended: its status, and its timing when ok."""
+
+    status: Status
+    _: KW_ONLY
     timing: Timing | None = None
     compile_s: float | None = None
     error: str | None = None
@@ -43,7 +49,7 @@ class WorkerSpec:
     rep_ms: float = 100.0
 
 
-def classify(exc: BaseException) -> str:
+def classify(exc: BaseException) -> Status:
     name = type(exc).__name__
     text = str(exc).lower()
     if name == "OutOfResources" or "out of resource" in text:
@@ -119,7 +125,7 @@ class _Bench:
     def time_only(self, config: dict[str, Any]) -> Outcome:
         """A full timing of a config measured (and checked) before."""
         try:
-            return Outcome("ok", self._time(lambda: self.op.run(self.inputs, config)))
+            return Outcome("ok", timing=self._time(lambda: self.op.run(self.inputs, config)))
         except Exception as exc:
             return Outcome(classify(exc), error=_short(exc))
 
@@ -143,14 +149,14 @@ class _Bench:
             timing = self._time(lambda: self.op.run(self.inputs, config), quick)
         except Exception as exc:
             return Outcome(classify(exc), compile_s=compile_s, error=_short(exc))
-        return Outcome("ok", timing, compile_s)
+        return Outcome("ok", timing=timing, compile_s=compile_s)
 
     def baseline(self) -> Outcome:
         baseline = self.op.baseline
         if baseline is None:
             return Outcome("invalid", error=f"{self.op.name} declares no torch baseline")
         try:
-            return Outcome("ok", self._time(lambda: baseline(self.inputs)))
+            return Outcome("ok", timing=self._time(lambda: baseline(self.inputs)))
         except Exception as exc:
             return Outcome("crash", error=_short(exc))
 

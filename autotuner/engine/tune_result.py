@@ -13,30 +13,30 @@ Config = dict[str, Any]
 PHASES = ("setup", "search", "retime", "record")
 
 
-@dataclass
+@dataclass(kw_only=True)
 class TrialRecord:
     index: int
     config: Config
-    status: str
+    status: str  # autotuner.engine.runner.Status
     median_ms: float | None
-    error: str | None
+    error: str | None = None
     compile_s: float | None = None
 
 
-@dataclass
+@dataclass(kw_only=True)
 class TuneResult:
-    run_id: int | None
     op: str
     problem_key: str
     device: str
     clock: str
     strategy: str
-    best_config: Config | None
-    best_ms: float | None
     default_config: Config
-    default_ms: float | None
-    torch_ms: float | None
-    roofline_fraction: float | None
+    run_id: int | None = None
+    best_config: Config | None = None
+    best_ms: float | None = None
+    default_ms: float | None = None
+    torch_ms: float | None = None
+    roofline_fraction: float | None = None
     trials: list[TrialRecord] = field(default_factory=list)
     budget: int | None = None
     candidates: int = 0

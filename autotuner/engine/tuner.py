@@ -1,6 +1,6 @@
 """Tuning one problem, in phases: set up, search, re-time and pick, record.
 
-    result = tune(op, problem, store=store, settings=settings, trials=32)
+    result = tune(op, problem, store=store, settings=settings, plan=Plan(trials=32))
 
 1. setup: the problem is checked against the device's memory, the trial worker starts (imports, CUDA
    context, inputs, reference) and times the torch baseline. Nothing is written before this succeeds.
@@ -10,8 +10,9 @@
    unless another config beats it by more than `DEFAULT_MARGIN`.
 4. record: the winner is stored, replacing a stored one only if faster.
 
-A `TuneObserver` hears each phase start and each step (the CLI draws progress from it); `TuneResult.phases`
-holds the seconds each phase took.
+Each phase is a function over one `_Tuning` (what the phases share), timed by `_phase`; a `TuneObserver` hears
+each phase start and each step (the CLI draws progress from it), and `TuneResult.phases` holds the seconds each
+phase took.
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ from __future__ import annotations
 import os
 import statistics
 import time
-from dataclasses import asdict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
 
 from autotuner.base.device import DeviceInfo, current_device
 from autotuner.base.registry import Op
@@ -28,11 +31,10 @@ from autotuner.base.settings import Settings
 from autotuner.engine.fits import check_fits
 from autotuner.engine.measure import KeptProcesses, LiveMeasurer, Measured, Measurer, run_search
 from autotuner.engine.runner import WorkerSpec
-from autotuner.engine.search import make_search
+from autotuner.engine.search import Search, make_search
 from autotuner.engine.timing import CUDA_EVENTS, WALL_CLOCK
 from autotuner.engine.tune_result import TrialRecord, TuneObserver, TuneResult
-from autotuner.store.database import Store
-from autotuner.store.job_store import JobStore
+from autotuner.store.interfaces import RunStore
 from kernels._backend import interpreting
 from search_spaces.contract import ProblemType
 from search_spaces.space import Candidates, Config, config_key
@@ -99,159 +101,221 @@ def _retime(measurer: Measurer, configs: list[Config], rounds: int, observer: Tu
     return {key: statistics.median(ts) for key, ts in times.items()}
 
 
-def tune(
-    op: Op,
-    problem: ProblemType,
-    *,
-    store: Store | JobStore,  # a worker's JobStore rides out database outages
-    settings: Settings,
-    strategy: str = "tpe",
-    trials: int | None = None,
-    time_budget_s: float | None = None,
-    seed: int = 0,
-    device: DeviceInfo | None = None,
-    observer: TuneObserver | None = None,
-    job_id: int | None = None,
-    measurer: Measurer | None = None,
-    reuse: bool = False,
-    candidates: list[Config] | None = None,
-    kept: KeptProcesses | None = None,
-) -> TuneResult:
+@dataclass(frozen=True, kw_only=True)
+class Plan:
+    """How to search one problem."""
+
+    strategy: str = "tpe"  # tpe, random or exhaustive (autotuner.engine.search)
+    trials: int | None = None  # configs to measure; default: up to 64 (with no time budget)
+    time_budget_s: float | None = None  # seconds of searching, counted from the search phase's start
+    seed: int = 0
+    candidates: tuple[Config, ...] | None = None  # only these of the space's valid configs (a pruned config list)
+    reuse: bool = False  # configs measured before (same kernel hash and Triton version) count as measured: only
+    # the others are timed, the winner is chosen among all, and there is no re-time (autotuner.autotune kernels,
+    # so that adding a config to a list times only that one)
+
+
+@dataclass(kw_only=True)
+class _Tuning:
+    """What the phases of one tuning share."""
+
+    op: Op
+    problem: ProblemType
+    store: RunStore
+    settings: Settings
+    plan: Plan
+    device: DeviceInfo
+    observer: TuneObserver
+    measurer: Measurer
+    result: TuneResult
+    cands: Candidates
+    default: Config
+    budget: int | None
+    compile_workers: int
+    job_id: int | None
+    known: dict[str, tuple[Config, float | None]] = field(default_factory=dict)
+    search: Search | None = None
+    run_id: int = 0
+    trial_ids: dict[str, int] = field(default_factory=dict)
+
+
+@contextmanager
+def _phase(t: _Tuning, name: str, steps: int | None) -> Iterator[None]:
+    """One phase: announced to the observer, its seconds kept in `result.phases[name + "_s"]`."""
+    t.observer.phase(name, steps, t.result)
+    started = time.perf_counter()
+    try:
+        yield
+    finally:
+        t.result.phases[f"{name}_s"] = time.perf_counter() - started
+
+
+def _setup(t: _Tuning) -> None:
+    """Start the measurer and the run. Warm starts: the nearest tuned problems' winners, the causal twin or another
+    epilogue too (benchmarks/RESULTS.md: a causal winner ran the full problem faster than its own search's best);
+    a config stored before a parameter existed means that parameter's implied value. Then the space's seeds
+    (configs that won hand sweeps on some GPU), if it names any. The first configs compile while the trial worker
+    starts and times torch. A problem that cannot be set up leaves nothing behind in the database."""
+    op, problem, device, result = t.op, t.problem, t.device, t.result
+    near = t.store.nearest(op=op, problem=problem, device=device, any_options=True)
+    first = [t.default, *[op.space.complete(r.config) for _, r in near], *op.space.seeds(problem, device)]
+    valid_keys = {config_key(c) for c in t.cands.valid}
+    t.known = {k: v for k, v in t.known.items() if k in valid_keys}
+    t.measurer.prepare(list({config_key(c): c for c in first if config_key(c) in valid_keys
+                             and config_key(c) not in t.known}.values())[:max(1, t.compile_workers)])
+    base = t.measurer.start()
+    result.torch_ms = base.timing.median_ms if base.status == "ok" and base.timing else None
+    if t.known:  # measured before: not again; a budget counts new measurements
+        t.budget = min(t.budget, len(t.cands.valid) - len(t.known)) if t.budget is not None else None
+        result.budget = t.budget
+    t.search = make_search(t.plan.strategy, t.cands.valid, op.space.params, t.budget, t.plan.seed, first=first)
+    for config, ms in t.known.values():
+        t.search.tell(config, ms)
+    if config_key(t.default) in t.known:
+        result.default_ms = t.known[config_key(t.default)][1]
+    t.run_id = result.run_id = t.store.start_run(
+        op=op, problem=problem, device=device, strategy=t.plan.strategy, budget_trials=t.budget,
+        budget_seconds=t.plan.time_budget_s, clock=result.clock, job_id=t.job_id)
+    t.store.record_rejections(run_id=t.run_id, rejected=t.cands.rejected)
+
+
+def _search(t: _Tuning) -> None:
+    """Ask, measure, tell, writing each trial as it is measured; the time budget starts here, and at least one
+    config is always measured."""
+    result, search = t.result, t.search
+    assert search is not None
+
+    def on_trial(m: Measured) -> None:
+        o, timing = m.outcome, m.outcome.timing
+        key = config_key(m.config)
+        t.trial_ids[key] = t.store.record_trial(
+            run_id=t.run_id, config=m.config, config_key=key, status=o.status,
+            median_ms=timing.median_ms if timing else None, p20_ms=timing.p20_ms if timing else None,
+            p80_ms=timing.p80_ms if timing else None, compile_s=o.compile_s, error=o.error)
+        if m.config == t.default:
+            result.default_ms = m.ms
+        record = TrialRecord(index=len(result.trials) + 1, config=m.config, status=o.status, median_ms=m.ms,
+                             error=o.error, compile_s=o.compile_s)
+        result.trials.append(record)
+        best = search.best(1)
+        if best:
+            result.best_config, result.best_ms = best[0]
+        t.observer.step(result, record)
+
+    if t.budget != 0:
+        run_search(search, t.measurer, budget=t.budget, time_budget_s=t.plan.time_budget_s,
+                   batch=max(1, t.compile_workers), on_trial=on_trial, spent=result.phases)
+        if isinstance(t.measurer, LiveMeasurer):
+            result.phases["compile_wait_s"] = t.measurer.compile_wait_s
+            result.phases["full_timing_s"] = t.measurer.full_timing_s
+    if t.known and result.best_config is None and search.best(1):
+        result.best_config, result.best_ms = search.best(1)[0]
+    result.phases["compile_s"] = sum(r.compile_s or 0.0 for r in result.trials)
+
+
+def _retime_configs(t: _Tuning) -> list[Config]:
+    """The search's best few and the default, unless the configs were measured before (`Plan.reuse`)."""
+    assert t.search is not None
+    retime = [c for c, _ in t.search.best(RETIME_TOP)] if not t.known else []
+    if t.result.default_ms is not None and t.default not in retime and retime:
+        retime.append(t.default)
+    return retime
+
+
+def _retime_and_pick(t: _Tuning, configs: list[Config]) -> None:
+    """The search's first times favour whichever configs were lucky, and one slow measurement (an H100 suite run
+    once re-timed gelu's default at 3.1x its first time) must not decide either: the finalists are timed again in
+    interleaved rounds, and the default stays unless beaten by more than DEFAULT_MARGIN."""
+    result = t.result
+    again = _retime(t.measurer, configs, RETIME_ROUNDS, t.observer, result)
+    for key, ms in again.items():
+        t.store.set_retimed(trial_id=t.trial_ids[key], retimed_ms=ms)
+    if not again:
+        return
+    finalists = [(again[config_key(c)], c) for c in configs if config_key(c) in again]
+    result.best_ms, result.best_config = min(finalists, key=lambda f: f[0])
+    default_ms = again.get(config_key(t.default))
+    if default_ms is not None:
+        result.default_ms = default_ms
+        if result.best_ms > default_ms * (1 - DEFAULT_MARGIN):  # a tie within the noise
+            result.best_ms, result.best_config = default_ms, t.default
+
+
+def _record(t: _Tuning) -> str:
+    """Store the winner (replacing a stored one only if faster) and end the run; its status."""
+    result, op, problem = t.result, t.op, t.problem
+    status = "failed"
+    if result.best_config is not None and result.best_ms is not None:
+        result.stored_as_best = t.store.save_best(
+            op=op, problem=problem, device=t.device, config=result.best_config, median_ms=result.best_ms,
+            default_ms=result.default_ms, torch_ms=result.torch_ms, run_id=t.run_id)
+        if not t.device.is_interpreter and op.flops is not None and op.bytes_moved is not None:
+            result.roofline_fraction = fraction(t.device, op.flops(problem), op.bytes_moved(problem), result.best_ms,
+                                                problem.dtype)
+        status = "done"
+    t.store.finish_run(run_id=t.run_id, status=status,
+                       error=None if status == "done" else "every measured config failed")
+    return status
+
+
+def _prepare(op: Op, problem: ProblemType, *, store: RunStore, settings: Settings, plan: Plan, device: DeviceInfo,
+             observer: TuneObserver, measurer: Measurer | None, kept: KeptProcesses | None,
+             job_id: int | None) -> _Tuning:
+    """Everything decided before a process starts: the problem fits, the candidates, the budget, the measurer."""
+    check_fits(op, problem, device, settings.max_problem_bytes)
+    cands = op.space.enumerate(problem, device)
+    if plan.candidates is not None:
+        allowed = {config_key(c) for c in plan.candidates}
+        cands = Candidates([c for c in cands.valid if config_key(c) in allowed], cands.rejected)
+    default = op.space.default(problem, device)
+    budget = min(plan.trials, len(cands.valid)) if plan.trials is not None else \
+        (None if plan.time_budget_s else max(1, min(len(cands.valid), 64)))
+    clock = WALL_CLOCK if device.is_interpreter else CUDA_EVENTS
+    result = TuneResult(op=op.name, problem_key=problem.key, device=device.key, clock=clock, strategy=plan.strategy,
+                        default_config=default, budget=budget, candidates=len(cands.valid),
+                        rejected=len(cands.rejected))
+    n_workers = _compile_workers(settings, device, op, problem) if measurer is None else 0
+    if measurer is None:
+        spec = WorkerSpec(op.name, asdict(problem), tuple(settings.plugins),
+                          None if device.is_interpreter else int(device.torch_device.split(":")[1]),
+                          settings.warmup_ms, settings.rep_ms)
+        measurer = LiveMeasurer(spec, settings.trial_timeout_s, n_workers, kept)
+    known = store.trial_times(op=op, problem=problem, device=device) if plan.reuse else {}
+    return _Tuning(op=op, problem=problem, store=store, settings=settings, plan=plan, device=device,
+                   observer=observer, measurer=measurer, result=result, cands=cands, default=default, budget=budget,
+                   compile_workers=n_workers, job_id=job_id, known=known)
+
+
+def tune(op: Op, problem: ProblemType, *, store: RunStore, settings: Settings, plan: Plan | None = None,
+         device: DeviceInfo | None = None, observer: TuneObserver | None = None, measurer: Measurer | None = None,
+         kept: KeptProcesses | None = None, job_id: int | None = None) -> TuneResult:
     """Tune `problem`; raises ProblemError (too large for the device), WorkerSetupError (the problem cannot be
     set up) before anything is written, and re-raises what stops the run after marking it failed or
     interrupted.
 
+    `store`: a Store, or a worker's JobStore (which rides out database outages).
     `measurer`: how configs are measured (default: an isolated trial worker, autotuner.engine.measure.LiveMeasurer).
-    `kept`: the trial worker and compile pool to measure in, kept from one tuning to the next (a worker's).
-    `candidates`: only these of the space's valid configs (a pruned config list).
-    `reuse`: configs measured for this problem before (same kernel hash and Triton version) count as measured:
-    only the others are timed, and the winner is chosen among all (`autotuner.autotune` kernels, so that adding
-    a config to a list times only that one); the re-time phase is then left out."""
+    `kept`: the trial worker and compile pool to measure in, kept from one tuning to the next (a worker's)."""
     t_start = time.perf_counter()
-    observer = observer or TuneObserver()
-    device = device or current_device()
-    check_fits(op, problem, device, settings.max_problem_bytes)
-    cands = op.space.enumerate(problem, device)
-    if candidates is not None:
-        allowed = {config_key(c) for c in candidates}
-        cands = Candidates([c for c in cands.valid if config_key(c) in allowed], cands.rejected)
-    default = op.space.default(problem, device)
-    budget = min(trials, len(cands.valid)) if trials is not None else \
-        (None if time_budget_s else max(1, min(len(cands.valid), 64)))
-    clock = WALL_CLOCK if device.is_interpreter else CUDA_EVENTS
-    result = TuneResult(None, op.name, problem.key, device.key, clock, strategy, None, None, default, None, None,
-                        None, budget=budget, candidates=len(cands.valid), rejected=len(cands.rejected))
-    spec = WorkerSpec(op.name, asdict(problem), tuple(settings.plugins),
-                      None if device.is_interpreter else int(device.torch_device.split(":")[1]),
-                      settings.warmup_ms, settings.rep_ms)
-    n_workers = _compile_workers(settings, device, op, problem) if measurer is None else 0
-    measurer = measurer or LiveMeasurer(spec, settings.trial_timeout_s, n_workers, kept)
-    known = store.trial_times(op=op, problem=problem, device=device) if reuse else {}
-    status = "failed"
+    t = _prepare(op, problem, store=store, settings=settings, plan=plan or Plan(),
+                 device=device or current_device(), observer=observer or TuneObserver(), measurer=measurer,
+                 kept=kept, job_id=job_id)
     try:
-        # 1. setup: a problem that cannot be set up leaves nothing behind in the database.
-        observer.phase("setup", None, result)
-        t_phase = time.perf_counter()
-        # Warm starts: the nearest tuned problems' winners, the causal twin or another epilogue too (on the
-        # H100 the causal 2048 winner ran the full problem 6% faster than the best of 80 trials of its own
-        # search). Completed: a config stored before a parameter existed means that parameter's implied
-        # value. Then the space's seeds (configs that won hand sweeps on some GPU), if it names any.
-        near = store.nearest(op=op, problem=problem, device=device, any_options=True)
-        first = [default, *[op.space.complete(r.config) for _, r in near], *op.space.seeds(problem, device)]
-        valid_keys = {config_key(c) for c in cands.valid}
-        known = {k: v for k, v in known.items() if k in valid_keys}
-        # The first configs are known now: they compile while the trial worker starts and times torch.
-        measurer.prepare(list({config_key(c): c for c in first if config_key(c) in valid_keys
-                               and config_key(c) not in known}.values())[:max(1, n_workers)])
-        base = measurer.start()
-        result.torch_ms = base.timing.median_ms if base.status == "ok" and base.timing else None
-        if known:  # measured before: not again; a budget counts new measurements
-            budget = min(budget, len(cands.valid) - len(known)) if budget is not None else None
-            result.budget = budget
-        search = make_search(strategy, cands.valid, op.space.params, budget, seed, first=first)
-        for config, ms in known.values():
-            search.tell(config, ms)
-        if config_key(default) in known:
-            result.default_ms = known[config_key(default)][1]
-        result.run_id = store.start_run(op=op, problem=problem, device=device, strategy=strategy,
-                                        budget_trials=budget, budget_seconds=time_budget_s, clock=clock,
-                                        job_id=job_id)
-        store.record_rejections(run_id=result.run_id, rejected=cands.rejected)
-        result.phases["setup_s"] = time.perf_counter() - t_phase
-
-        # 2. search: the time budget starts here, and at least one config is always measured.
-        observer.phase("search", budget, result)
-        t_phase = time.perf_counter()
-        trial_ids: dict[str, int] = {}
-
-        def on_trial(m: Measured) -> None:
-            o, t = m.outcome, m.outcome.timing
-            key = config_key(m.config)
-            trial_ids[key] = store.record_trial(
-                run_id=result.run_id, config=m.config, config_key=key, status=o.status,
-                median_ms=t.median_ms if t else None, p20_ms=t.p20_ms if t else None,
-                p80_ms=t.p80_ms if t else None, compile_s=o.compile_s, error=o.error)
-            if m.config == default:
-                result.default_ms = m.ms
-            record = TrialRecord(len(result.trials) + 1, m.config, o.status, m.ms, o.error, o.compile_s)
-            result.trials.append(record)
-            best = search.best(1)
-            if best:
-                result.best_config, result.best_ms = best[0]
-            observer.step(result, record)
-
-        if budget != 0:
-            run_search(search, measurer, budget=budget, time_budget_s=time_budget_s, batch=max(1, n_workers),
-                       on_trial=on_trial, spent=result.phases)
-            if isinstance(measurer, LiveMeasurer):
-                result.phases["compile_wait_s"] = measurer.compile_wait_s
-                result.phases["full_timing_s"] = measurer.full_timing_s
-        if known and result.best_config is None and search.best(1):
-            result.best_config, result.best_ms = search.best(1)[0]
-        result.phases["search_s"] = time.perf_counter() - t_phase
-        result.phases["compile_s"] = sum(t.compile_s or 0.0 for t in result.trials)
-
-        # 3. re-time the top few and the default in interleaved rounds: the search's first times favour
-        # whichever configs were lucky, and one slow measurement (an H100 suite run once re-timed gelu's
-        # default at 3.1x its first time) must not decide either.
-        retime = [c for c, _ in search.best(RETIME_TOP)] if not known else []
-        if result.default_ms is not None and default not in retime and retime:
-            retime.append(default)
-        observer.phase("retime", len(retime) * RETIME_ROUNDS, result)
-        t_phase = time.perf_counter()
-        again = _retime(measurer, retime, RETIME_ROUNDS, observer, result)
-        for key, ms in again.items():
-            store.set_retimed(trial_id=trial_ids[key], retimed_ms=ms)
-        if again:
-            finalists = [(again[config_key(c)], c) for c in retime if config_key(c) in again]
-            result.best_ms, result.best_config = min(finalists, key=lambda f: f[0])
-            default_ms = again.get(config_key(default))
-            if default_ms is not None:
-                result.default_ms = default_ms
-                if result.best_ms > default_ms * (1 - DEFAULT_MARGIN):  # a tie within the noise
-                    result.best_ms, result.best_config = default_ms, default
-        result.phases["retime_s"] = time.perf_counter() - t_phase
-
-        # 4. record
-        observer.phase("record", None, result)
-        t_phase = time.perf_counter()
-        if result.best_config is not None and result.best_ms is not None:
-            result.stored_as_best = store.save_best(
-                op=op, problem=problem, device=device, config=result.best_config, median_ms=result.best_ms,
-                default_ms=result.default_ms, torch_ms=result.torch_ms, run_id=result.run_id)
-            if not device.is_interpreter and op.flops is not None and op.bytes_moved is not None:
-                result.roofline_fraction = fraction(device, op.flops(problem), op.bytes_moved(problem),
-                                                    result.best_ms, problem.dtype)
-            status = "done"
-        store.finish_run(run_id=result.run_id, status=status,
-                         error=None if status == "done" else "every measured config failed")
-        result.phases["record_s"] = time.perf_counter() - t_phase
+        with _phase(t, "setup", None):
+            _setup(t)
+        with _phase(t, "search", t.budget):
+            _search(t)
+        configs = _retime_configs(t)
+        with _phase(t, "retime", len(configs) * RETIME_ROUNDS):
+            _retime_and_pick(t, configs)
+        with _phase(t, "record", None):
+            _record(t)
     except BaseException as exc:
-        if result.run_id is not None:
+        if t.run_id:
             status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
-            store.finish_run(run_id=result.run_id, status=status, error=f"{type(exc).__name__}: {exc}"[:2000])
+            store.finish_run(run_id=t.run_id, status=status, error=f"{type(exc).__name__}: {exc}"[:2000])
         raise
     finally:
-        measurer.close()
-        result.elapsed_s = time.perf_counter() - t_start
-    return result
+        t.measurer.close()
+        t.result.elapsed_s = time.perf_counter() - t_start
+    return t.result

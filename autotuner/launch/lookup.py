@@ -30,12 +30,13 @@ from typing import TYPE_CHECKING, Any
 from autotuner.base.device import DeviceInfo
 from autotuner.base.registry import Op, get_op
 from autotuner.base.settings import Settings
-from autotuner.store.lazy import LaunchReads, LazyStore
+from autotuner.store.interfaces import ResultReader
+from autotuner.store.lazy import LazyStore
 from autotuner.store.stored_best import StoredBest
 from search_spaces.contract import ProblemType
 
 if TYPE_CHECKING:
-    from autotuner.store.database import Store
+    pass
 
 log = logging.getLogger(__name__)
 RECHECK_S = 60.0  # a launching process asks again this long after a non-exact answer, so new results arrive
@@ -104,7 +105,7 @@ class Service:
                           median_ms=body.get("median_ms")), "service: exact"
 
 
-def resolve(op: Op, problem: ProblemType, device: DeviceInfo, *, store: Store | LaunchReads | None,
+def resolve(op: Op, problem: ProblemType, device: DeviceInfo, *, store: ResultReader | None,
             store_error: str | None = None, service: Service | None = None, fallback: str = "nearest",
             kernel_hash: str | None = None, triton_version: str | None = None) -> Resolution:
     """The config to launch `problem` with on `device`, and where it came from; NotFound when `fallback` is

@@ -17,7 +17,7 @@ from autotuner.base.device import DeviceInfo
 from autotuner.base.registry import Op, UnknownOpError, get_op
 from autotuner.launch.lookup import FALLBACKS, resolve
 from autotuner.store.database import Store
-from db.models import Device
+from autotuner.store.rows import DeviceRow
 from search_spaces.contract import ProblemType
 from search_spaces.problem import ProblemError, parse_dtype
 
@@ -65,7 +65,7 @@ class ConfigAnswer:
     timing_problem: str | None  # the problem median_ms, default_ms, torch_ms and the speedup were measured on
 
 
-def device_info(row: Device) -> DeviceInfo:
+def device_info(row: DeviceRow) -> DeviceInfo:
     major, _, minor = row.capability.partition(".")
     return DeviceInfo(row.name, (int(major or 0), int(minor or 0)), row.sm_count, row.total_memory,
                       row.smem_per_block, "")

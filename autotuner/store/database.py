@@ -1,4 +1,6 @@
-"""The tuning engine's view of the database: each write is its own committed transaction, so nothing
+"""`Store`: the database through SQLAlchemy (db.repository, db.queue), answering every interface of
+autotuner.store.interfaces (ResultReader, RunWriter, JobQueue) and the reads of the service, the pages and the
+command line, in frozen rows (autotuner.store.rows). Each write is its own committed transaction, so nothing
 already measured is lost if the process dies.
 """
 
@@ -10,11 +12,22 @@ from typing import Any
 from autotuner.base.device import DeviceInfo
 from autotuner.base.registry import Op
 from autotuner.store.nearest import rank
+from autotuner.store.rows import (
+    DeviceRow,
+    JobRow,
+    ResultRow,
+    RunRow,
+    TrialRow,
+    device_row,
+    job_row,
+    result_row,
+    run_row,
+    trial_row,
+)
 from autotuner.store.stored_best import StoredBest, best_of, stored_best, versions
 from db import queue
 from db import repository as repo
 from db.engine import open_engine, session_scope
-from db.models import BestConfig, Device, Job, Trial, TuningRun
 from search_spaces.contract import ProblemType
 from search_spaces.space import Rejection, rejection_counts
 
@@ -48,9 +61,13 @@ class Store:
                                   torch_version=torch_version, strategy=strategy, budget_trials=budget_trials,
                                   budget_seconds=budget_seconds, clock=clock, job_id=job_id)
 
-    def record_trial(self, **kw: Any) -> int:
+    def record_trial(self, *, run_id: int, config: dict[str, Any], config_key: str, status: str,
+                     median_ms: float | None = None, p20_ms: float | None = None, p80_ms: float | None = None,
+                     compile_s: float | None = None, error: str | None = None) -> int:
         with session_scope(self.engine) as s:
-            return repo.record_trial(s, **kw)
+            return repo.record_trial(s, run_id=run_id, config=config, config_key=config_key, status=status,
+                                     median_ms=median_ms, p20_ms=p20_ms, p80_ms=p80_ms, compile_s=compile_s,
+                                     error=error)
 
     def record_rejections(self, *, run_id: int, rejected: list[Rejection]) -> None:
         """Configs the constraints rejected (never compiled): kept as the run's counts per rule."""
@@ -106,34 +123,36 @@ class Store:
             conn.exec_driver_sql("SELECT 1")
         return self.engine.dialect.name
 
-    def devices(self) -> list[Device]:
+    def devices(self) -> list[DeviceRow]:
         with session_scope(self.engine) as s:
-            return repo.list_devices(s)
+            return [device_row(d) for d in repo.list_devices(s)]
 
     def results(self, *, op: str | None = None, device_key: str | None = None,
-                problem_key: str | None = None) -> list[BestConfig]:
+                problem_key: str | None = None) -> list[ResultRow]:
         """Stored best configs (every kernel hash and Triton version), oldest first, with their device."""
         with session_scope(self.engine) as s:
-            return repo.find_best(s, op=op, device_key=device_key, problem_key=problem_key)
+            return [result_row(r) for r in repo.find_best(s, op=op, device_key=device_key, problem_key=problem_key)]
 
     def results_page(self, *, op: str | None, device_key: str | None, limit: int,
-                     offset: int) -> tuple[list[BestConfig], int]:
+                     offset: int) -> tuple[list[ResultRow], int]:
         with session_scope(self.engine) as s:
-            return repo.page_best(s, op=op, device_key=device_key, limit=limit, offset=offset)
+            rows, total = repo.page_best(s, op=op, device_key=device_key, limit=limit, offset=offset)
+            return [result_row(r) for r in rows], total
 
-    def result(self, result_id: int, *, with_trials: bool = True) -> tuple[BestConfig, TuningRun | None] | None:
+    def result(self, result_id: int, *, with_trials: bool = True) -> tuple[ResultRow, RunRow | None] | None:
         """One stored best config and the run that found it (with its trials, unless `with_trials` is off)."""
         with session_scope(self.engine) as s:
             row = repo.get_best(s, best_id=result_id)
             if row is None:
                 return None
             run = repo.get_run(s, run_id=row.run_id, with_trials=with_trials) if row.run_id is not None else None
-            return row, run
+            return result_row(row), run_row(run, with_trials=with_trials) if run is not None else None
 
-    def trials_page(self, run_id: int, *, limit: int, offset: int) -> tuple[list[Trial], int]:
+    def trials_page(self, run_id: int, *, limit: int, offset: int) -> tuple[list[TrialRow], int]:
         """One page of a run's trials in the order measured, and how many it has."""
         with session_scope(self.engine) as s:
-            return repo.page_trials(s, run_id=run_id, limit=limit, offset=offset)
+            trials, total = repo.page_trials(s, run_id=run_id, limit=limit, offset=offset)
+            return [trial_row(t) for t in trials], total
 
     def results_of_runs(self, run_ids: list[int]) -> dict[int, int]:
         """Run id -> the id of the stored best config it produced."""
@@ -141,10 +160,10 @@ class Store:
             return repo.best_of_runs(s, run_ids=run_ids)
 
     def runs(self, *, op: str | None = None, device_key: str | None = None,
-             problem_key: str | None = None) -> list[TuningRun]:
+             problem_key: str | None = None) -> list[RunRow]:
         """Tuning runs with their trials and device, oldest first."""
         with session_scope(self.engine) as s:
-            return repo.list_runs(s, op=op, device_key=device_key, problem_key=problem_key)
+            return [run_row(r) for r in repo.list_runs(s, op=op, device_key=device_key, problem_key=problem_key)]
 
     def import_rows(self, *, devices: list[dict[str, Any]], runs: list[tuple[dict[str, Any], list[dict[str, Any]]]],
                     bests: list[tuple[dict[str, Any], int | None]]) -> dict[str, int]:
@@ -206,13 +225,15 @@ class Store:
             repo.release_tuning(s, op=op, problem_key=problem_key, device_key=device_key, owner=owner)
 
     # -- the job queue (the service and the workers) ---------------------------------------------------------
-    def job(self, job_id: int) -> Job | None:
+    def job(self, job_id: int) -> JobRow | None:
         with session_scope(self.engine) as s:
-            return queue.get_job(s, job_id=job_id)
+            job = queue.get_job(s, job_id=job_id)
+            return job_row(job) if job is not None else None
 
-    def jobs_page(self, *, state: str | None, limit: int, offset: int) -> tuple[list[Job], int]:
+    def jobs_page(self, *, state: str | None, limit: int, offset: int) -> tuple[list[JobRow], int]:
         with session_scope(self.engine) as s:
-            return queue.list_jobs(s, state=state, limit=limit, offset=offset)
+            jobs, total = queue.list_jobs(s, state=state, limit=limit, offset=offset)
+            return [job_row(j) for j in jobs], total
 
     def recorded_options(self, *, op: str, shape: str, dtype: str) -> dict[str, Any] | None:
         """The options (a recorded call) of the newest job queued for this problem, if any."""
@@ -223,11 +244,11 @@ class Store:
         with session_scope(self.engine) as s:
             return queue.count_jobs_by_state(s)
 
-    def claim_job(self, worker: str) -> tuple[Job | None, dict[str, int]]:
+    def claim_job(self, worker: str) -> tuple[JobRow | None, dict[str, int]]:
         """The next queued job, now running for `worker`, or None with the count of jobs by state."""
         with session_scope(self.engine) as s:
-            job = queue.claim_job(s, worker=worker)  # stays readable: expire_on_commit is off
-            return job, (queue.count_jobs_by_state(s) if job is None else {})
+            job = queue.claim_job(s, worker=worker)
+            return (job_row(job), {}) if job is not None else (None, queue.count_jobs_by_state(s))
 
     def heartbeat(self, *, job_id: int, worker: str) -> bool:
         with session_scope(self.engine) as s:

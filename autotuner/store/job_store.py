@@ -24,7 +24,10 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from autotuner.store.database import NotHeld, Store
+from autotuner.store.interfaces import TrialTimes
+from autotuner.store.stored_best import StoredBest
 from db.engine import DatabaseUnavailable
+from search_spaces.contract import ProblemType
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -63,6 +66,8 @@ class DatabaseLost(RuntimeError):
 
 
 class JobStore:
+    """A RunStore (autotuner.store.interfaces) over a Store, for one job of one worker."""
+
     def __init__(self, store: Store, *, job_id: int, worker: str, retry_s: float,
                  on_event: Callable[[str], None] = log.info) -> None:
         self.store = store
@@ -167,10 +172,13 @@ class JobStore:
                 return
             raise
 
-    def trial_times(self, **kw: Any) -> Any:
+    def best(self, **kw: Any) -> StoredBest | None:
+        return self._retry("(reading) the stored best", lambda: self.store.best(**kw))
+
+    def trial_times(self, **kw: Any) -> TrialTimes:
         return self._retry("(reading) earlier trials", lambda: self.store.trial_times(**kw))
 
-    def nearest(self, **kw: Any) -> Any:
+    def nearest(self, **kw: Any) -> list[tuple[ProblemType, StoredBest]]:
         return self._retry("(reading) the nearest results", lambda: self.store.nearest(**kw))
 
 

@@ -47,6 +47,13 @@ class LaunchReads:
         rows = self.reads.best_rows(op=op.name, device_key=device.key, problem_key=problem.key)
         return best_of(rows, kernel_hash or op.kernel_hash, triton_version)
 
+    def nearest(self, *, op: Op, problem: ProblemType, device: DeviceInfo, limit: int = 3,
+                kernel_hash: str | None = None, triton_version: str | None = None,
+                any_options: bool = False) -> list[tuple[ProblemType, StoredBest]]:
+        """Store.nearest, through the full Store (SQLAlchemy is imported then)."""
+        return self.full.nearest(op=op, problem=problem, device=device, limit=limit, kernel_hash=kernel_hash,
+                                 triton_version=triton_version, any_options=any_options)
+
     def trial_times(self, *, op: Op, problem: ProblemType, device: DeviceInfo) -> dict[str, tuple[dict[str, Any], float | None]]:
         """Store.trial_times: configs measured (or failed: None) before, at the running kernel hash and Triton."""
         return self.reads.trial_times(op=op.name, problem_key=problem.key, device_key=device.key,

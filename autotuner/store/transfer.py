@@ -1,11 +1,11 @@
 """Export and import of results: JSON that round-trips exactly, `triton.Config` lists for
-`@triton.autotune` users, and vLLM's tuned-config layout (one file per device and N, K; keyed by M).
+`@triton.autotune` users, a problem's landscape for `autotuner replay`, and the file formats ops export
+themselves (`TunableOp.exports`: matmul writes vLLM's tuned-config layout, search_spaces/matmul_vllm.py).
 """
 
 from __future__ import annotations
 
 import json
-import re
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -219,60 +219,35 @@ def landscape(data: dict[str, Any], op: str, problem_key: str) -> dict[str, Any]
                        for t in run["trials"]]}
 
 
-VLLM_KEYS = {"BLOCK_M": "BLOCK_SIZE_M", "BLOCK_N": "BLOCK_SIZE_N", "BLOCK_K": "BLOCK_SIZE_K", "GROUP_M": "GROUP_SIZE_M",
-             "num_warps": "num_warps", "num_stages": "num_stages"}
+def formats() -> dict[str, list[str]]:
+    """The file formats the registered ops export themselves (`TunableOp.exports`): format -> the ops."""
+    from autotuner.base.registry import ops
+
+    out: dict[str, list[str]] = {}
+    for op in ops():
+        for fmt in op.exports:
+            out.setdefault(fmt, []).append(op.name)
+    return out
 
 
-def _pointer_config(data: dict[str, Any], b: dict[str, Any]) -> tuple[dict[str, Any], float] | None:
-    """The fastest measured config of the best config's run that vLLM's pointer kernel can run (no TMA, no
-    split-K), with its time."""
-    if b.get("run") is None:
-        return None
-    ok = [(t.get("retimed_ms") or t["median_ms"], t["config"]) for t in data["runs"][b["run"]]["trials"]
-          if t["status"] == "ok" and t["median_ms"] is not None and not t["config"].get("TMA", 0)
-          and t["config"].get("SPLIT_K", 1) == 1]
-    if not ok:
-        return None
-    ms, config = min(ok, key=lambda x: x[0])
-    return config, ms
+def op_files(data: dict[str, Any], fmt: str) -> tuple[dict[str, Any], list[str]]:
+    """The files of a format the ops export themselves, from an export's data: each declaring op's export is
+    given the data with only its own best configs; file name -> content, and the notes of every op."""
+    from autotuner.base.registry import get_op
 
-
-def vllm_files(data: dict[str, Any]) -> tuple[dict[str, dict[str, Any]], list[str]]:
-    """vLLM's layout for tuned matmul configs: `N={N},K={K},device_name={device}.json` -> {M: config}, and a
-    note for every result left out or changed. vLLM's kernel loads through pointers with no split-K: a TMA
-    winner is replaced by its run's fastest pointer config; a problem with only split-K or TMA configs, or
-    with a fused epilogue, is left out."""
-    names = {d["key"]: d["name"] for d in data["devices"]}
-    files: dict[str, dict[str, Any]] = {}
+    files: dict[str, Any] = {}
     notes: list[str] = []
-    for b in data["best_configs"]:
-        if b["op"] != "matmul":
-            continue
-        where = f"matmul {b['problem_key']} on {b['device']}"
-        if b["problem"].get("epilogue", "none") != "none":
-            notes.append(f"{where}: left out (vLLM's file holds plain matmuls; this one fuses {b['problem']['epilogue']})")
-            continue
-        config = dict(b["config"])
-        if config.get("TMA", 0) or config.get("SPLIT_K", 1) != 1:
-            what = "TMA loads" if config.get("TMA", 0) else f"SPLIT_K={config['SPLIT_K']}"
-            pointer = _pointer_config(data, b)
-            if pointer is None:
-                notes.append(f"{where}: left out (the winner uses {what}, which vLLM's kernel lacks, and its run "
-                             "measured no config without them)")
-                continue
-            config, ms = pointer
-            notes.append(f"{where}: the winner uses {what} ({b['median_ms']:.4f} ms), which vLLM's kernel lacks; "
-                         f"exported the run's fastest config without them ({ms:.4f} ms)")
-        p = b["problem"]
-        device = re.sub(r"[^A-Za-z0-9_\-]+", "_", names.get(b["device"], b["device"])).strip("_")
-        fname = f"N={p['N']},K={p['K']},device_name={device},dtype={p['dtype']}.json"
-        files.setdefault(fname, {})[str(p["M"])] = {VLLM_KEYS[k]: v for k, v in config.items() if k in VLLM_KEYS}
-    return {f: dict(sorted(m.items(), key=lambda kv: int(kv[0]))) for f, m in files.items()}, notes
+    for name in formats().get(fmt, []):
+        mine = {**data, "best_configs": [b for b in data["best_configs"] if b["op"] == name]}
+        written, said = get_op(name).exports[fmt](mine)
+        files.update(written)
+        notes.extend(said)
+    return files, notes
 
 
-def write_vllm(data: dict[str, Any], out_dir: Path) -> tuple[list[Path], list[str]]:
-    """Write vLLM's files into `out_dir`; returns the files written and the notes (see vllm_files)."""
-    files, notes = vllm_files(data)
+def write_files(data: dict[str, Any], fmt: str, out_dir: Path) -> tuple[list[Path], list[str]]:
+    """Write a format's files (op_files) into `out_dir`; returns the files written and the notes."""
+    files, notes = op_files(data, fmt)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     for fname, content in files.items():

@@ -34,8 +34,9 @@ from autotuner.engine.measure import KeptProcesses
 from autotuner.store.database import Store
 from autotuner.store.job_store import TRANSIENT, DatabaseLost, JobLost, JobStore, retried
 from autotuner.store.lazy import LazyStore
+from autotuner.store.rows import JobRow
 from db.engine import DatabaseUnavailable
-from db.models import Job, utcnow
+from db.models import utcnow
 
 log = logging.getLogger(__name__)
 
@@ -140,12 +141,12 @@ class Worker:
                 signal.signal(sig, handler)
         return handled
 
-    def run_job(self, job: Job) -> str:
+    def run_job(self, job: JobRow) -> str:
         """Tune one claimed job and record how it ended; returns the job's new state (or "taken", "unknown")."""
         from autotuner.base.device import current_device
         from autotuner.engine.fits import ProblemTooLarge
         from autotuner.engine.runner import WorkerSetupError
-        from autotuner.engine.tuner import tune
+        from autotuner.engine.tuner import Plan, tune
 
         job_id = job.id
         self.attempts += 1
@@ -167,8 +168,8 @@ class Worker:
             if self._stopping:
                 raise StopWorker("stopping")
             device = current_device(self.gpu)
-            result = tune(op, problem, store=store, settings=self.settings, strategy=job.strategy,
-                          trials=job.budget_trials, time_budget_s=job.budget_seconds, device=device, job_id=job_id,
+            plan = Plan(strategy=job.strategy, trials=job.budget_trials, time_budget_s=job.budget_seconds)
+            result = tune(op, problem, store=store, settings=self.settings, plan=plan, device=device, job_id=job_id,
                           kept=self.kept)
         except JobLost as exc:
             self.lost += 1

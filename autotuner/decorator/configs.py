@@ -1,0 +1,74 @@
+"""What `autotuner.autotune` reads of the Triton objects it is given: the kernel under its wrappers, its
+constexpr parameters, its importable name, and `triton.Config`s as the database keeps them."""
+
+from __future__ import annotations
+
+import inspect
+import os
+import sys
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import triton
+
+LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
+
+
+def base_fn(fn: Any) -> Any:
+    """The Python function under `fn` (a JITFunction, the interpreter's, or one wrapped by triton.heuristics)."""
+    inner = fn
+    while not inspect.isfunction(inner):
+        if not hasattr(inner, "fn") or not hasattr(fn, "arg_names"):
+            raise TypeError(f"autotuner.autotune wraps a @triton.jit kernel, got {type(fn).__name__}")
+        inner = inner.fn
+    return inner
+
+
+def constexprs(fn: Any, base: Any) -> list[str]:
+    """The kernel's tl.constexpr parameters (from the JITFunction, or the annotations under the interpreter)."""
+    inner = fn
+    while not hasattr(inner, "params") and hasattr(inner, "fn") and not inspect.isfunction(inner):
+        inner = inner.fn
+    if hasattr(inner, "params"):
+        return [p.name for p in inner.params if p.is_constexpr]
+    return [n for n, p in inspect.signature(base).parameters.items()
+            if p.annotation is triton.language.constexpr or "constexpr" in str(p.annotation)]
+
+
+def module_name(fn: Any) -> str:
+    """The importable name of fn's module: a script run as `python -m pkg.mod` is `pkg.mod`, not `__main__`, so
+    the name a worker imports is the one another process records."""
+    module = fn.__module__
+    if module == "__main__":
+        spec = getattr(sys.modules["__main__"], "__spec__", None)
+        if spec is not None and spec.name:
+            return str(spec.name)
+        path = getattr(sys.modules["__main__"], "__file__", None)
+        if path:
+            return os.path.splitext(os.path.basename(path))[0]
+    return str(module)
+
+
+def config_dict(c: triton.Config) -> dict[str, Any]:
+    """A triton.Config as the database keeps it: its meta-parameters and launch options, by name."""
+    out: dict[str, Any] = {**c.kwargs, "num_warps": c.num_warps, "num_stages": c.num_stages}
+    if getattr(c, "num_ctas", 1) not in (None, 1):
+        out["num_ctas"] = c.num_ctas
+    if getattr(c, "maxnreg", None) is not None:
+        out["maxnreg"] = c.maxnreg
+    return out
+
+
+def to_config(d: Mapping[str, Any]) -> triton.Config:
+    kwargs = {k: v for k, v in d.items() if k not in LAUNCH_OPTIONS}
+    return triton.Config(kwargs, **{k: d[k] for k in LAUNCH_OPTIONS if k in d})
+
+
+def check_names(kernel: str, what: str, names: Iterable[str], accepted: Iterable[str], noun: str) -> None:
+    """ValueError naming the names that are not among those accepted."""
+    accepted = list(accepted)
+    unknown = [n for n in names if n not in accepted]
+    if unknown:
+        raise ValueError(f"{kernel}: {what} {', '.join(map(repr, unknown))}, which "
+                         f"{'is' if len(unknown) == 1 else 'are'} not {noun} of the kernel; accepted: "
+                         f"{', '.join(accepted) or 'none'}")

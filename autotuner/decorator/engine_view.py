@@ -1,0 +1,92 @@
+"""A decorated kernel as the engine sees it: a TunableOp whose inputs are a launch's arguments (the launching
+process's own, or rebuilt by a worker from the recorded call) and whose launch is the kernel run as
+`triton.autotune` times it, hooks around it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from autotuner.decorator.kernel_problem import KernelProblem, rebuild_args
+from autotuner.decorator.spec import KernelSpec
+from search_spaces.contract import DOT_TOLERANCE, Option, TunableOp
+from search_spaces.space import config_key
+
+
+class EngineView:
+    def __init__(self, spec: KernelSpec) -> None:
+        self.spec = spec
+        self.op = self._op()
+
+    def call(self, named: dict[str, Any], grid: Any, config: Mapping[str, Any], capture: bool) -> Any:
+        """One launch as triton.autotune times it: hooks around the kernel; with `capture`, a copy of every tensor
+        argument taken after the kernel, before the post-hook restores any."""
+        spec = self.spec
+        full = {**named, **config}
+        original = spec.hooked_config(config)
+        if original is not None and original.pre_hook:
+            original.pre_hook(full)
+        spec.hooks.pre_hook(full)
+        g = grid(full) if callable(grid) else grid
+        try:
+            spec.fn.run(grid=g, warmup=False, **named, **config)
+        except Exception as exc:
+            try:
+                spec.hooks.post_hook(full, exception=exc)
+            finally:
+                raise
+        out = {n: v.clone() for n, v in named.items() if isinstance(v, torch.Tensor)} if capture else None
+        spec.hooks.post_hook(full, exception=None)
+        return out
+
+    def grid_for(self, inputs: Mapping[str, Any], config: Mapping[str, Any]) -> Any:
+        grids = inputs["grids"]
+        if not isinstance(grids, dict):
+            return grids
+        g = grids.get(config_key(config))
+        if g is None:
+            raise ValueError(f"{self.spec.name}: the recorded call has no grid for config {config_key(config)} (the "
+                             "space changed since it was recorded)")
+        return tuple(g)
+
+    def launch(self, inputs: Mapping[str, Any], config: Mapping[str, Any]) -> None:
+        self.call(dict(inputs["args"]), self.grid_for(inputs, config), config, capture=False)
+
+    def checked(self, inputs: Mapping[str, Any], config: Mapping[str, Any]) -> Any:
+        return self.call(dict(inputs["args"]), self.grid_for(inputs, config), config, capture=True)
+
+    def reference(self, inputs: Mapping[str, Any]) -> Any:
+        reference = self.spec.reference
+        assert reference is not None
+        copies = {n: v.clone() if isinstance(v, torch.Tensor) else v for n, v in inputs["args"].items()}
+        out = reference(**copies)
+        if out is None:  # the reference wrote its results into the (copied) arguments, as the kernel does
+            return {n: v for n, v in copies.items() if isinstance(v, torch.Tensor)}
+        if not isinstance(out, Mapping):
+            raise TypeError(f"{self.spec.name}: reference must return a dict of argument name -> expected tensor, or "
+                            "None after writing into its arguments")
+        return dict(out)
+
+    def inputs(self, problem: KernelProblem, device: str) -> dict[str, Any]:
+        """A worker's inputs: the recorded call's arguments rebuilt (then the decorator's `make_inputs`)."""
+        if not problem.call:
+            raise ValueError(f"{self.spec.name} {problem.key}: no recorded call to rebuild its arguments from (record "
+                             "one with AUTOTUNER_RECORD=1 or AUTOTUNER_ON_MISS=default)")
+        named = rebuild_args(problem.call, device)
+        if self.spec.make_inputs is not None:
+            named = dict(self.spec.make_inputs(named))
+        return {"args": named, "grids": problem.call["grids"]}
+
+    def _op(self) -> TunableOp[KernelProblem]:
+        spec = self.spec
+        return TunableOp(
+            name=spec.name, kind="kernel", problem_type=KernelProblem, space=spec.space, dtypes=(),
+            description=(spec.base_fn.__doc__ or "").strip().split("\n")[0],
+            call=f"{spec.base_fn.__name__}[grid](...)",
+            options=(Option("call", data=True, help="a recorded launch, for workers"),),
+            launch=self.launch, checked=self.checked, make_inputs=self.inputs,
+            problem_from_inputs=lambda inputs: spec.keys.problem(inputs["args"]),
+            reference=self.reference if spec.reference is not None else None,
+            tolerance=DOT_TOLERANCE, sources=(spec.base_fn,))

@@ -1,0 +1,153 @@
+"""Tuning a decorated kernel in the launching process, on the launch's own arguments (the `tune` miss policy):
+through the engine with every trial stored, one process per key (a `tune_claims` row; the others wait for its
+winner), or in memory when no database can be written."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from autotuner.decorator.engine_view import EngineView
+from autotuner.decorator.keys import Miss
+from autotuner.engine.measure import InOrderMeasurer
+from autotuner.engine.runner import Outcome, _short, classify
+from autotuner.engine.timing import Timing, time_fn
+from autotuner.launch.lookup import resolver
+from kernels._backend import interpreting
+from search_spaces.space import config_key
+
+if TYPE_CHECKING:  # not at run time: a launching process never imports SQLAlchemy
+    from autotuner.store.database import Store
+
+log = logging.getLogger(__name__)
+
+
+class CallMeasurer(InOrderMeasurer):
+    """Measures configs in this process on a launch's own arguments, as triton.autotune does: hooks around each
+    launch, `do_bench` (or the engine's timing), and a check of the outputs against the reference."""
+
+    def __init__(self, view: EngineView, miss: Miss) -> None:
+        self.view, self.miss = view, miss
+        self.ref: Any = None
+
+    def _run(self, config: dict[str, Any], capture: bool) -> Any:
+        return self.view.call(self.miss.named, self.miss.grid, {**config, **self.miss.extra}, capture=capture)
+
+    def start(self) -> Outcome:
+        m, spec = self.miss, self.view.spec
+        if spec.reference is not None:
+            self.ref = self.view.reference({"args": m.named, "grids": m.grid})
+        else:
+            self.ref = self._run(spec.default(m.named, m.extra, m.problem, m.device), capture=True)
+        return Outcome("invalid", error="a decorated kernel has no torch baseline")
+
+    def measure(self, config: dict[str, Any]) -> Outcome:
+        t0 = time.perf_counter()
+        try:
+            out = self._run(config, capture=True)
+            if self.miss.device.torch_device.startswith("cuda"):
+                torch.cuda.synchronize()
+        except Exception as exc:
+            return Outcome(classify(exc), error=_short(exc))
+        compile_s = time.perf_counter() - t0
+        verdict = self.view.op.check(out, self.ref, self.miss.problem)
+        if not verdict.ok:
+            return Outcome("wrong_result", compile_s=compile_s, error=verdict.message)
+        try:
+            timing = self._time(lambda: self._run(config, capture=False))
+        except Exception as exc:
+            return Outcome(classify(exc), compile_s=compile_s, error=_short(exc))
+        return Outcome("ok", timing=timing, compile_s=compile_s)
+
+    def time(self, config: dict[str, Any]) -> Outcome:
+        try:
+            return Outcome("ok", timing=self._time(lambda: self._run(config, capture=False)))
+        except Exception as exc:
+            return Outcome(classify(exc), error=_short(exc))
+
+    def _time(self, fn: Callable[[], Any]) -> Timing:
+        spec = self.view.spec
+        if spec.do_bench is not None:
+            r = spec.do_bench(fn, quantiles=(0.5, 0.2, 0.8))
+            ms = list(r) if isinstance(r, (list, tuple)) else [float(r)] * 3
+            return Timing(float(ms[0]), float(ms[1]), float(ms[2]), 0, "do_bench (the decorator's)")
+        return time_fn(fn, interpreting(), spec.warmup_ms or 25.0, spec.rep_ms or 100.0)
+
+
+def untried(view: EngineView, store: Any, miss: Miss) -> bool:
+    """Whether a config of the (pruned) list has never been measured for this problem: one added since."""
+    pruned = view.spec.pruned(miss.named, miss.kwargs)
+    if pruned is None:
+        return False
+    known = store.trial_times(op=view.op, problem=miss.problem, device=miss.device)
+    return any(config_key(c) not in known for c in pruned)
+
+
+def tune_here(view: EngineView, miss: Miss) -> tuple[dict[str, Any], str]:
+    """Tune in this process, storing every trial and the winner; when another process is tuning this key, wait
+    for its winner. The config and where it came from."""
+    from autotuner.engine.tuner import Plan, tune
+
+    spec, problem, device = view.spec, miss.problem, miss.device
+    settings = resolver().settings
+    pruned = spec.pruned(miss.named, miss.kwargs)
+    if pruned is not None and len(pruned) == 1:
+        return pruned[0], "the only config left after pruning"
+    try:
+        store = resolver().store.writer()  # tuning is a write: it may create the database
+    except Exception as exc:
+        log.warning("autotuner: no database for %s (%s): tuning in memory, nothing is stored", spec.name, exc)
+        return tune_in_memory(view, miss, pruned), "tuned (not stored)"
+    owner = f"{socket.gethostname()}:{os.getpid()}"
+    if not store.claim_tuning(op=spec.name, problem_key=problem.key, device_key=device.key, owner=owner,
+                              lease_s=max(60.0, settings.tune_wait_s)):
+        return wait_for_winner(view, store, miss)
+    try:
+        best = store.best(op=view.op, problem=problem, device=device)  # tuned meanwhile, by the claim's last holder
+        if best is not None and not best.stale and not untried(view, store, miss):
+            return best.config, "tuned by another process (stored before this one took the claim)"
+        plan = Plan(strategy="exhaustive" if pruned is not None else "tpe",
+                    trials=spec.trials or (len(pruned) if pruned is not None else None), reuse=True,
+                    candidates=tuple(pruned) if pruned is not None else None)
+        result = tune(view.op, problem, store=store, settings=settings, plan=plan, device=device,
+                      measurer=CallMeasurer(view, miss))
+    finally:
+        store.release_tuning(op=spec.name, problem_key=problem.key, device_key=device.key, owner=owner)
+    if result.best_config is None:
+        raise RuntimeError(f"{spec.name} {problem.key}: every config failed; see run {result.run_id}: "
+                           f"{result.trials[0].error if result.trials else ''}")
+    winner = dict(result.best_config)
+    spec.hooks.pre_hook({**miss.named, **miss.kwargs, **winner}, reset_only=True)  # as triton.autotune does
+    return winner, f"tuned here (run {result.run_id}, {len(result.trials)} configs measured)"
+
+
+def tune_in_memory(view: EngineView, miss: Miss, pruned: list[dict[str, Any]] | None) -> dict[str, Any]:
+    measurer = CallMeasurer(view, miss)
+    measurer.start()
+    times = {}
+    for c in pruned if pruned is not None else view.spec.space.candidates(miss.problem, miss.device):
+        o = measurer.measure(c)
+        if o.status == "ok" and o.timing is not None:
+            times[config_key(c)] = (o.timing.median_ms, c)
+    if not times:
+        raise RuntimeError(f"{view.spec.name} {miss.problem.key}: every config failed")
+    winner = min(times.values(), key=lambda t: t[0])[1]
+    view.spec.hooks.pre_hook({**miss.named, **miss.kwargs, **winner}, reset_only=True)
+    return winner
+
+
+def wait_for_winner(view: EngineView, store: Store, miss: Miss) -> tuple[dict[str, Any], str]:
+    deadline = time.monotonic() + resolver().settings.tune_wait_s
+    while time.monotonic() < deadline:
+        best = store.best(op=view.op, problem=miss.problem, device=miss.device)
+        if best is not None and not best.stale:
+            return best.config, "tuned by another process (waited for its winner)"
+        time.sleep(0.2)
+    default = view.spec.default(miss.named, miss.kwargs, miss.problem, miss.device)
+    return default, "default (another process was still tuning)"

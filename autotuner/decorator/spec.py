@@ -1,0 +1,104 @@
+"""What a decorated kernel is, once its decorator's arguments are checked: the kernel, its configs or space, its
+hooks and pruning as `triton.autotune` defines them, and how its configs are timed and checked. The miss policy,
+the in-process tuning and the engine's view all work from a `KernelSpec`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import triton
+
+from autotuner.base.device import DeviceInfo
+from autotuner.decorator.configs import config_dict
+from autotuner.decorator.kernel_problem import KernelProblem
+from autotuner.decorator.keys import Keys
+from search_spaces.space import Space, config_key
+
+ON_MISS = ("tune", "default", "error")
+
+
+@dataclass(kw_only=True)
+class Hooks:
+    """triton.autotune's hooks around each timed launch: `pre_hook` (default: zero `reset_to_zero`, copy
+    `restore_value`) and `post_hook` (default: put the copies back)."""
+
+    reset_to_zero: list[str]
+    restore_value: list[str]
+    user_pre_hook: Callable[..., Any] | None = None
+    user_post_hook: Callable[..., Any] | None = None
+    restore_copies: dict[str, Any] = field(default_factory=dict)
+
+    def pre_hook(self, nargs: dict[str, Any], reset_only: bool = False) -> None:
+        if self.user_pre_hook is not None:
+            self.user_pre_hook(nargs)
+            return
+        for name in self.reset_to_zero:
+            if nargs.get(name) is not None:
+                nargs[name].zero_()
+        if not reset_only:
+            self.restore_copies = {n: nargs[n].clone() for n in self.restore_value if nargs.get(n) is not None}
+
+    def post_hook(self, nargs: dict[str, Any], exception: BaseException | None) -> None:
+        if self.user_post_hook is not None:
+            self.user_post_hook(nargs, exception=exception)
+            return
+        for name, value in self.restore_copies.items():
+            nargs[name].copy_(value)
+        self.restore_copies = {}
+
+
+@dataclass(kw_only=True)
+class KernelSpec:
+    fn: Any  # the JITFunction (or what wraps it: triton.heuristics, the interpreter's)
+    base_fn: Any  # the Python function under it
+    name: str  # in the database: module:qualname, or the decorator's `name=`
+    keys: Keys
+    configs: list[triton.Config]  # the list given (empty with a space)
+    triton_configs: dict[str, triton.Config]  # by config key, for their own pre_hooks
+    space: Space[KernelProblem]
+    hooks: Hooks
+    prune_configs_by: dict[str, Any]
+    warmup_ms: float | None
+    rep_ms: float | None
+    do_bench: Callable[..., Any] | None
+    reference: Callable[..., Any] | None  # (**arguments) -> expected tensors by name, or None after writing them
+    make_inputs: Callable[..., Any] | None  # makes a worker's rebuilt arguments valid
+    on_miss: str | None
+    trials: int | None
+
+    def prune(self, nargs: dict[str, Any], kwargs: dict[str, Any]) -> list[triton.Config]:
+        """triton.autotune's pruning: `early_config_prune`, then the `perf_model`'s `top_k`."""
+        pruned = list(self.configs)
+        early = self.prune_configs_by.get("early_config_prune")
+        perf_model = self.prune_configs_by.get("perf_model")
+        if early:
+            pruned = early(pruned, nargs, **kwargs)
+            if not pruned:
+                raise ValueError(f"{self.name}: early_config_prune returned no config; it must return at least one")
+        if perf_model:
+            top_k = self.prune_configs_by.get("top_k", 1.0)
+            if isinstance(top_k, float) and top_k <= 1.0:
+                top_k = max(1, int(len(pruned) * top_k))
+            elif not isinstance(top_k, int):
+                raise TypeError("top_k must be either 1) a float <= 1.0 or 2) an int")
+            if len(pruned) > top_k:
+                est = {c: perf_model(**nargs, **kwargs, **c.all_kwargs()) for c in pruned}
+                pruned = sorted(est, key=est.__getitem__)[:top_k]
+        return pruned
+
+    def pruned(self, named: dict[str, Any], kwargs: dict[str, Any]) -> list[dict[str, Any]] | None:
+        """The list's configs left after pruning, as dicts; None for a space (searched by the engine)."""
+        return [config_dict(c) for c in self.prune(named, kwargs)] if self.configs else None
+
+    def default(self, named: dict[str, Any], kwargs: dict[str, Any], problem: KernelProblem,
+                device: DeviceInfo) -> dict[str, Any]:
+        """The config a key launches with before it is tuned: the pruned list's first, or the space's default."""
+        if self.configs:
+            return config_dict(self.prune(named, kwargs)[0])
+        return self.space.default(problem, device)
+
+    def hooked_config(self, config: Mapping[str, Any]) -> triton.Config | None:
+        """The list's own triton.Config for a config (it may carry a pre_hook of its own)."""
+        return self.triton_configs.get(config_key(config))

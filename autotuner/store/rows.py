@@ -1,0 +1,137 @@
+"""What the store hands out: frozen rows, read whole inside the store's transaction, so that no caller (the
+service, the pages, the command line, the worker) holds an ORM object, a session or a lazy relationship.
+
+    rows, total = store.results_page(op="softmax", device_key=None, limit=50, offset=0)
+    rows[0].device.key, rows[0].config, rows[0].median_ms
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, TypeVar
+
+R = TypeVar("R")
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeviceRow:
+    id: int
+    key: str
+    name: str
+    capability: str  # "9.0"
+    sm_count: int
+    total_memory: int
+    smem_per_block: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrialRow:
+    id: int
+    run_id: int
+    config: dict[str, Any]
+    config_key: str
+    status: str
+    median_ms: float | None
+    p20_ms: float | None
+    p80_ms: float | None
+    retimed_ms: float | None
+    compile_s: float | None
+    error: str | None
+    created_at: datetime
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunRow:
+    """A tuning run; `trials` in the order measured (empty when read without them)."""
+
+    id: int
+    op: str
+    problem_key: str
+    problem: dict[str, Any]
+    device: DeviceRow
+    kernel_hash: str
+    triton_version: str
+    torch_version: str
+    strategy: str
+    budget_trials: int | None
+    budget_seconds: float | None
+    clock: str
+    status: str
+    error: str | None
+    started_at: datetime
+    finished_at: datetime | None
+    job_id: int | None
+    rejected: int
+    rejections: dict[str, Any] | None
+    trials: tuple[TrialRow, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResultRow:
+    """A stored best config of one problem on one device, for one kernel hash and Triton version."""
+
+    id: int
+    op: str
+    problem_key: str
+    problem: dict[str, Any]
+    device: DeviceRow
+    kernel_hash: str
+    triton_version: str
+    config: dict[str, Any]
+    median_ms: float
+    default_ms: float | None
+    torch_ms: float | None
+    run_id: int | None
+    updated_at: datetime
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobRow:
+    id: int
+    op: str
+    shape: str
+    dtype: str
+    options: dict[str, Any]
+    strategy: str
+    budget_trials: int | None
+    budget_seconds: float | None
+    priority: int
+    state: str
+    attempts: int
+    worker: str | None
+    heartbeat_at: datetime | None
+    error: str | None
+    run_id: int | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+
+
+def _read(cls: type[R], obj: Any, **given: Any) -> R:
+    """A frozen row of `cls` from an ORM object's attributes of the same names (`given` ones excepted)."""
+    names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
+    return cls(**{n: given[n] if n in given else getattr(obj, n) for n in names})
+
+
+def device_row(obj: Any) -> DeviceRow:
+    return _read(DeviceRow, obj)
+
+
+def trial_row(obj: Any) -> TrialRow:
+    return _read(TrialRow, obj, config=dict(obj.config))
+
+
+def run_row(obj: Any, *, with_trials: bool = True) -> RunRow:
+    trials = tuple(trial_row(t) for t in obj.trials) if with_trials else ()
+    return _read(RunRow, obj, device=device_row(obj.device), problem=dict(obj.problem), trials=trials,
+                 rejections=dict(obj.rejections) if obj.rejections is not None else None)
+
+
+def result_row(obj: Any) -> ResultRow:
+    return _read(ResultRow, obj, device=device_row(obj.device), problem=dict(obj.problem), config=dict(obj.config))
+
+
+def job_row(obj: Any) -> JobRow:
+    return _read(JobRow, obj, options=dict(obj.options or {}))
