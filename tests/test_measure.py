@@ -9,7 +9,7 @@ from autotuner.base.device import current_device
 from autotuner.base.registry import get_op
 from autotuner.engine import processes
 from autotuner.engine.measure import LiveMeasurer
-from autotuner.engine.runner import WorkerSpec
+from autotuner.engine.trial_process import WorkerSpec
 from search_spaces.space import config_key
 
 

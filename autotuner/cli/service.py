@@ -69,5 +69,6 @@ def worker(
         w.run(once=once, until_empty=until_empty)
     except (DatabaseUnavailable, NotAutotunerDatabase) as exc:
         fail(str(exc), DATABASE)
-    event(f"worker {w.name} stopped: {w.attempts} attempt(s) on jobs: {w.done} done, {w.failed} failed, "
-          f"{w.requeued} queued again, {w.lost} taken back by another worker")
+    n = w.ledger
+    event(f"worker {w.name} stopped: {n.attempts} attempt(s) on jobs: {n.done} done, {n.failed} failed, "
+          f"{n.requeued} queued again, {n.lost} taken back by another worker")

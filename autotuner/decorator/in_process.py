@@ -16,7 +16,7 @@ import torch
 from autotuner.decorator.engine_view import EngineView
 from autotuner.decorator.keys import Miss
 from autotuner.engine.measure import InOrderMeasurer
-from autotuner.engine.runner import Outcome, _short, classify
+from autotuner.engine.outcome import Outcome, classify, short_error
 from autotuner.engine.timing import Timing, time_fn
 from autotuner.launch.lookup import resolver
 from kernels._backend import interpreting
@@ -54,7 +54,7 @@ class CallMeasurer(InOrderMeasurer):
             if self.miss.device.torch_device.startswith("cuda"):
                 torch.cuda.synchronize()
         except Exception as exc:
-            return Outcome(classify(exc), error=_short(exc))
+            return Outcome(classify(exc), error=short_error(exc))
         compile_s = time.perf_counter() - t0
         verdict = self.view.op.check(out, self.ref, self.miss.problem)
         if not verdict.ok:
@@ -62,14 +62,14 @@ class CallMeasurer(InOrderMeasurer):
         try:
             timing = self._time(lambda: self._run(config, capture=False))
         except Exception as exc:
-            return Outcome(classify(exc), compile_s=compile_s, error=_short(exc))
+            return Outcome(classify(exc), compile_s=compile_s, error=short_error(exc))
         return Outcome("ok", timing=timing, compile_s=compile_s)
 
     def time(self, config: dict[str, Any]) -> Outcome:
         try:
             return Outcome("ok", timing=self._time(lambda: self._run(config, capture=False)))
         except Exception as exc:
-            return Outcome(classify(exc), error=_short(exc))
+            return Outcome(classify(exc), error=short_error(exc))
 
     def _time(self, fn: Callable[[], Any]) -> Timing:
         spec = self.view.spec

@@ -13,8 +13,9 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Any
 
 from autotuner.engine import processes
+from autotuner.engine.outcome import Outcome, classify, short_error
 from autotuner.engine.processes import adopt
-from autotuner.engine.runner import Outcome, WorkerSpec, _short, classify, die_with_parent, warm_up
+from autotuner.engine.trial_process import WorkerSpec, die_with_parent, warm_up
 
 _STATE: dict[str, Any] = {}
 # Compiling is background work: the trial worker's timing loop and the search must never wait for a core.
@@ -58,7 +59,7 @@ def _compile(spec: WorkerSpec, config: dict[str, Any]) -> Outcome | float:
     except Exception as exc:
         status = classify(exc)
         if status in ("compile_error", "out_of_resources", "invalid"):
-            return Outcome(status, error=_short(exc))
+            return Outcome(status, error=short_error(exc))
         raise  # a crash here is left to the isolated trial worker to reproduce and record
     return time.perf_counter() - t0
 

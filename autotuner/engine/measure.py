@@ -17,8 +17,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from autotuner.engine.compile_pool import CompilePool
-from autotuner.engine.runner import Outcome, TrialRunner, WorkerSpec
+from autotuner.engine.outcome import Outcome
+from autotuner.engine.runner import TrialRunner
 from autotuner.engine.timing import Timing
+from autotuner.engine.trial_process import WorkerSpec
 from search_spaces.space import Config, config_key
 
 if TYPE_CHECKING:  # (not at run time: the decorator imports this module, and the search brings Optuna)
@@ -53,7 +55,7 @@ class Measurer(Protocol):
 class LiveMeasurer:
     """Real launches: one trial worker process, and a compile pool ahead of it when `compile_workers` > 1.
 
-    On a GPU each config is first timed briefly (runner.QUICK_SCALE of the full warm-up and repetitions), and
+    On a GPU each config is first timed briefly (trial_process.QUICK_SCALE of the full warm-up and repetitions), and
     timed in full only when that brief time is within FULL_MARGIN of the best full time so far: a brief timing
     is a hundred or more runs of a kernel that takes a tenth of a millisecond or more, a config 5% slower than
     the best by it is not the winner, and the re-timing rounds time the finalists in full again.

@@ -30,9 +30,9 @@ from autotuner.base.roofline import fraction
 from autotuner.base.settings import Settings
 from autotuner.engine.fits import check_fits
 from autotuner.engine.measure import KeptProcesses, LiveMeasurer, Measured, Measurer, run_search
-from autotuner.engine.runner import WorkerSpec
 from autotuner.engine.search import Search, make_search
 from autotuner.engine.timing import CUDA_EVENTS, WALL_CLOCK
+from autotuner.engine.trial_process import WorkerSpec
 from autotuner.engine.tune_result import TrialRecord, TuneObserver, TuneResult
 from autotuner.store.interfaces import RunStore
 from kernels._backend import interpreting

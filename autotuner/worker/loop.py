@@ -16,15 +16,12 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import signal
 import socket
-import threading
 import time
 from collections.abc import Callable
 from datetime import timedelta
 from types import FrameType
-from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -32,20 +29,15 @@ from autotuner.base.registry import import_op, load_plugins
 from autotuner.base.settings import Settings
 from autotuner.engine.measure import KeptProcesses
 from autotuner.store.database import Store
-from autotuner.store.job_store import TRANSIENT, DatabaseLost, JobLost, JobStore, retried
+from autotuner.store.job_store import JobLost, JobStore
 from autotuner.store.lazy import LazyStore
 from autotuner.store.rows import JobRow
+from autotuner.worker.endings import Ledger, StopWorker
+from autotuner.worker.heartbeat import LOST_SIGNAL, Heartbeat
 from db.engine import DatabaseUnavailable
 from db.models import utcnow
 
 log = logging.getLogger(__name__)
-
-
-LOST_SIGNAL = signal.SIGUSR1  # the heartbeat thread's way to stop the main thread's tuning of a lost job
-
-
-class StopWorker(KeyboardInterrupt):
-    """Raised in the main thread when the worker is asked to stop in the middle of a job."""
 
 
 class Worker:
@@ -59,11 +51,9 @@ class Worker:
         self._stopping = False
         self._busy = False
         self._job: JobStore | None = None
-        self.attempts = 0  # jobs claimed (an attempt); how they ended:
-        self.done = 0
-        self.failed = 0  # failed for good
-        self.requeued = 0  # queued again: given back, or failed with attempts left
-        self.lost = 0  # taken back by another worker
+        self._down_since: float | None = None  # when claiming started to fail (the database away)
+        self.ledger = Ledger(self._store, worker=self.name, retry_s=settings.db_retry_s,
+                             max_attempts=settings.max_attempts, on_event=self.on_event, stopping=lambda: self._stopping)
         self.kept = KeptProcesses()  # one trial worker and one compile pool for every job this worker tunes
         # (started ahead by run())
 
@@ -80,20 +70,6 @@ class Worker:
         if self._busy:
             raise StopWorker(f"stopped by signal {signum}")
 
-    def _heartbeat(self, job: JobStore, stop: threading.Event) -> None:
-        while not stop.wait(self.settings.heartbeat_s):
-            try:
-                mine = self._store().heartbeat(job_id=job.job_id, worker=self.name)
-            except (SQLAlchemyError, DatabaseUnavailable) as exc:
-                self.on_event(f"heartbeat for job {job.job_id} failed (will retry): {exc}")
-                continue
-            if not mine:
-                self.on_event(f"job {job.job_id} was taken back from this worker; stopping its tuning")
-                job.lost.set()
-                if self._busy:  # interrupt the tuning now, not at its next write (a trial may run for minutes)
-                    signal.pthread_kill(threading.main_thread().ident or 0, LOST_SIGNAL)
-                return
-
     # -- the loop ---------------------------------------------------------------------------------------
     def requeue_stale(self) -> None:
         cutoff = utcnow() - timedelta(seconds=self.settings.lease_s)
@@ -109,25 +85,12 @@ class Worker:
         self.kept = prestarted(self.settings, self.gpu)  # ready when the first job comes
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT, LOST_SIGNAL)}
         handled = 0
-        down_since: float | None = None
+        self._down_since = None
         try:
             while not self._stopping:
-                try:
-                    self.requeue_stale()
-                    job, counts = self._store().claim_job(self.name)
-                    down_since = None
-                except (SQLAlchemyError, DatabaseUnavailable) as exc:
-                    now = time.monotonic()
-                    down_since = down_since if down_since is not None else now
-                    if (once or until_empty) and now - down_since >= self.settings.db_wait_s:
-                        # A worker asked to drain the queue and stop gives up; a long-running one keeps waiting.
-                        raise DatabaseUnavailable(f"gave up after {now - down_since:.0f} s (AUTOTUNER_DB_WAIT_S="
-                                                  f"{self.settings.db_wait_s:g}): {exc}") from None
-                    self.on_event(f"database unavailable, retrying in {self.settings.poll_s:g} s: {exc}")
-                    time.sleep(self.settings.poll_s)
-                    continue
+                job, counts = self._claim(give_up=once or until_empty)
                 if job is None:
-                    if once or (until_empty and counts["queued"] == 0 and counts["running"] == 0):
+                    if counts is not None and (once or (until_empty and not counts["queued"] and not counts["running"])):
                         break
                     time.sleep(self.settings.poll_s)
                     continue
@@ -141,120 +104,56 @@ class Worker:
                 signal.signal(sig, handler)
         return handled
 
+    def _claim(self, *, give_up: bool) -> tuple[JobRow | None, dict[str, int] | None]:
+        """The next job (stale ones queued again first), or None with the count of jobs by state; None and None
+        while the database is away. A worker asked to drain the queue and stop (`give_up`) raises after
+        db_wait_s of that; a long-running one keeps waiting."""
+        try:
+            self.requeue_stale()
+            job, counts = self._store().claim_job(self.name)
+        except (SQLAlchemyError, DatabaseUnavailable) as exc:
+            now = time.monotonic()
+            self._down_since = self._down_since if self._down_since is not None else now
+            if give_up and now - self._down_since >= self.settings.db_wait_s:
+                raise DatabaseUnavailable(f"gave up after {now - self._down_since:.0f} s (AUTOTUNER_DB_WAIT_S="
+                                          f"{self.settings.db_wait_s:g}): {exc}") from None
+            self.on_event(f"database unavailable, retrying in {self.settings.poll_s:g} s: {exc}")
+            return None, None
+        self._down_since = None
+        return job, counts
+
     def run_job(self, job: JobRow) -> str:
         """Tune one claimed job and record how it ended; returns the job's new state (or "taken", "unknown")."""
         from autotuner.base.device import current_device
-        from autotuner.engine.fits import ProblemTooLarge
-        from autotuner.engine.runner import WorkerSetupError
         from autotuner.engine.tuner import Plan, tune
 
-        job_id = job.id
-        self.attempts += 1
-        self.on_event(f"job {job_id}: {job.op} {job.shape} {job.dtype} {job.options or ''} (attempt {job.attempts}) "
+        self.ledger.attempts += 1
+        self.on_event(f"job {job.id}: {job.op} {job.shape} {job.dtype} {job.options or ''} (attempt {job.attempts}) "
                       "started")
         try:
             op = import_op(job.op)
             problem = op.parse_problem(job.shape, job.dtype, **job.options)
         except ValueError as exc:  # an unknown op, shape, dtype or option
-            return self._fail(job_id, f"bad job: {exc}", permanent=True)
-        store = JobStore(self._store(), job_id=job_id, worker=self.name, retry_s=self.settings.db_retry_s,
+            return self.ledger.fail(job.id, f"bad job: {exc}", permanent=True)
+        store = JobStore(self._store(), job_id=job.id, worker=self.name, retry_s=self.settings.db_retry_s,
                          on_event=self.on_event)
-        stop = threading.Event()
-        beat = threading.Thread(target=self._heartbeat, args=(store, stop), daemon=True)
-        beat.start()
-        self._busy = True
-        self._job = store
+        beat = Heartbeat(self._store, store, worker=self.name, every_s=self.settings.heartbeat_s,
+                         on_event=self.on_event, busy=lambda: self._busy)
+        self._busy, self._job = True, store
         try:
-            if self._stopping:
-                raise StopWorker("stopping")
-            device = current_device(self.gpu)
-            plan = Plan(strategy=job.strategy, trials=job.budget_trials, time_budget_s=job.budget_seconds)
-            result = tune(op, problem, store=store, settings=self.settings, plan=plan, device=device, job_id=job_id,
-                          kept=self.kept)
-        except JobLost as exc:
-            self.lost += 1
-            self.on_event(f"job {job_id}: stopped, {exc}; this worker writes nothing as its result")
-            return "taken"
-        except StopWorker as exc:
+            with beat:
+                if self._stopping:
+                    raise StopWorker("stopping")
+                plan = Plan(strategy=job.strategy, trials=job.budget_trials, time_budget_s=job.budget_seconds)
+                result = tune(op, problem, store=store, settings=self.settings, plan=plan,
+                              device=current_device(self.gpu), job_id=job.id, kept=self.kept)
+        except (Exception, StopWorker, JobLost) as exc:
             self._busy = False
-            why = f"worker {self.name} stopped: {exc}"
-            self._settle(job_id, lambda s: s.release_job(job_id=job_id, worker=self.name, reason=why))
-            self.requeued += 1
-            self.on_event(f"job {job_id}: given back ({exc})")
-            return "queued"
-        except DatabaseLost as exc:
-            self._busy = False
-            self.on_event(f"job {job_id}: {exc}; giving the job back")
-            given = self._settle(job_id, lambda s: s.release_job(job_id=job_id, worker=self.name,
-                                                                  reason=f"worker {self.name} lost the database"))
-            self.requeued += int(bool(given))
-            return "queued" if given else "unknown"
-        except ProblemTooLarge as exc:  # no retry can make it fit
-            return self._fail(job_id, str(exc), permanent=True)
-        except WorkerSetupError as exc:
-            out_of_memory = _out_of_memory(str(exc))
-            reason = (f"the problem's inputs could not be allocated on {self.gpu_name()}: {out_of_memory}"
-                      if out_of_memory else str(exc))
-            return self._fail(job_id, reason[:2000], permanent=out_of_memory is not None)
-        except TRANSIENT as exc:  # a read outside the retried writes
-            self._busy = False
-            self.on_event(f"job {job_id}: database unavailable ({exc}); the job goes back when it is")
-            given = self._settle(job_id, lambda s: s.release_job(job_id=job_id, worker=self.name,
-                                                                  reason=f"worker {self.name} lost the database"))
-            return "queued" if given else "unknown"
-        except Exception as exc:
-            return self._fail(job_id, f"{type(exc).__name__}: {exc}"[:2000])
+            return self.ledger.end(job.id, exc, f"GPU {self.gpu}" if self.gpu is not None else "this device")
         finally:
-            self._busy = False
-            self._job = None
-            stop.set()
-            beat.join()
+            self._busy, self._job = False, None
         if result.best_config is None:
-            return self._fail(job_id, f"every measured config failed; see the trials of run {result.run_id}")
-        mine = self._settle(job_id, lambda s: s.finish_job(job_id=job_id, worker=self.name, run_id=result.run_id))
-        if not mine:
-            self.lost += 1
-            self.on_event(f"job {job_id}: finished, but it had been taken back; the other worker's result stands")
-            return "taken"
-        self.done += 1
-        self.on_event(f"job {job_id}: done, best {result.best_ms:.4g} ms {result.best_config}; "
-                      f"{len(result.trials)} trials in {result.phase_summary()}")
-        return "done"
+            return self.ledger.fail(job.id, f"every measured config failed; see the trials of run {result.run_id}")
+        return self.ledger.done_with(job.id, result.run_id, f"best {result.best_ms:.4g} ms {result.best_config}; "
+                                     f"{len(result.trials)} trials in {result.phase_summary()}")
 
-    def gpu_name(self) -> str:
-        return f"GPU {self.gpu}" if self.gpu is not None else "this device"
-
-    def _settle(self, job_id: int, write: Callable[[Store], Any]) -> Any:
-        """A write about the job's state, retried while the database is away (for up to db_retry_s); None when
-        it could not be made (the lease then gives the job back)."""
-        try:
-            return retried(lambda: write(self._store()), self.settings.db_retry_s, stop=lambda: self._stopping)
-        except TRANSIENT as exc:
-            self.on_event(f"job {job_id}: could not record its state ({exc}); its lease will expire")
-            return None
-
-    def _fail(self, job_id: int, error: str, *, permanent: bool = False) -> str:
-        state = self._settle(job_id, lambda s: s.fail_attempt(
-            job_id=job_id, worker=self.name, error=error, max_attempts=self.settings.max_attempts,
-            permanent=permanent))
-        if state == "failed":
-            self.failed += 1
-        elif state == "queued":
-            self.requeued += 1
-        self.on_event(f"job {job_id}: attempt failed ({error.splitlines()[0]}); now {state or 'not ours'}")
-        return state or "taken"
-
-
-def _out_of_memory(message: str) -> str | None:
-    """The plain reason of an allocation failure in a trial worker's setup, or None for another failure."""
-    lowered = message.lower()
-    if "out of memory" in lowered or "can't allocate memory" in lowered or "cannot allocate memory" in lowered:
-        first = message.splitlines()[0]
-        tried = re.search(r"tried to allocate [\d.]+ [KMGT]i?B\b", first, re.IGNORECASE)  # CUDA: "13.41 GiB"
-        need = re.search(r"allocate (\d+) bytes", first)
-        if tried:
-            return f"out of memory ({tried.group(0)})"
-        if need:
-            return f"out of memory (tried to allocate {int(need.group(1)) / 1e9:.1f} GB)"
-        return "out of memory"
-    return None

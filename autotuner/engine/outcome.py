@@ -1,0 +1,41 @@
+"""How measuring one config ended (`Outcome`, with its `Status`), and an exception read as a status."""
+
+from __future__ import annotations
+
+import traceback
+from dataclasses import KW_ONLY, dataclass
+from typing import Literal
+
+from autotuner.engine.timing import Timing
+
+Status = Literal["ok", "invalid", "compile_error", "out_of_resources", "wrong_result", "crash", "timeout"]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How measuring one config ended: its status, and its timing when ok."""
+
+    status: Status
+    _: KW_ONLY
+    timing: Timing | None = None
+    compile_s: float | None = None
+    error: str | None = None
+
+
+def classify(exc: BaseException) -> Status:
+    name = type(exc).__name__
+    text = str(exc).lower()
+    if name == "OutOfResources" or "out of resource" in text:
+        return "out_of_resources"
+    if name in ("CompilationError", "CompileTimeAssertionFailure") or "compilationerror" in text:
+        return "compile_error"
+    if "cuda error" in text or "illegal memory access" in text or "illegal address" in text or name == "AcceleratorError":
+        return "crash"
+    if isinstance(exc, (ValueError, TypeError)):
+        return "invalid"
+    return "crash"
+
+
+def short_error(exc: BaseException) -> str:
+    lines = "".join(traceback.format_exception_only(type(exc), exc)).strip().splitlines()
+    return "\n".join(lines[-6:])[:2000]

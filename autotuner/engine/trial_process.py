@@ -1,0 +1,198 @@
+"""The trial process's side: it builds the op, the problem's inputs and the reference once (`Bench`), then
+answers the parent's requests (autotuner.engine.runner.TrialRunner): check and time a config, time it again,
+time torch's baseline. A CUDA error leaves its context unusable, so after a `crash` it exits and the parent
+starts a fresh one.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any
+
+from autotuner.engine.outcome import Outcome, classify, short_error
+from autotuner.engine.timing import Timing
+
+# A quick timing (the first look at a config) warms up and repeats for this share of the full timing's
+# milliseconds; a config close to the best so far is then timed in full (autotuner.engine.measure.LiveMeasurer).
+QUICK_SCALE = 0.2
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """Everything a worker process needs to rebuild the op, the problem and the inputs."""
+
+    op: str
+    problem: dict[str, Any]
+    plugins: tuple[str, ...] = ()
+    device_index: int | None = None
+    warmup_ms: float = 25.0
+    rep_ms: float = 100.0
+
+
+def _snapshot(out: Any) -> Any:
+    """A copy of an output (a tensor or a tuple of them) that later launches cannot overwrite."""
+    import torch
+
+    if isinstance(out, torch.Tensor):
+        return out.clone()
+    if isinstance(out, (tuple, list)):
+        return type(out)(_snapshot(o) for o in out)
+    if isinstance(out, dict):
+        return {k: _snapshot(v) for k, v in out.items()}
+    return out
+
+
+class Bench:
+    """Lives in the worker process: the op, inputs, reference, and how to measure one config."""
+
+    def __init__(self, spec: WorkerSpec) -> None:
+        import torch
+
+        from autotuner.base.device import current_device
+        from autotuner.base.registry import import_op, load_plugins
+
+        load_plugins(list(spec.plugins))
+        if spec.device_index is not None and torch.cuda.is_available():
+            torch.cuda.set_device(spec.device_index)
+        self.spec = spec
+        self.device = current_device(spec.device_index)
+        self.op = import_op(spec.op)
+        self.problem = self.op.problem_from_dict(spec.problem)
+        self.inputs = self.op.make_inputs(self.problem, self.device.torch_device)
+        self.torch = torch
+        if self.op.reference is not None:
+            self.ref = self.op.reference(self.inputs)
+        else:  # no reference declared: every config is checked against the default config's output
+            from kernels._checks import poison_outputs
+
+            default = self.op.space.default(self.problem, self.device)
+            poison_outputs(True)
+            try:
+                self.ref = _snapshot(self.op.run_checked(self.inputs, default))
+            finally:
+                poison_outputs(False)
+            self._sync()
+
+    def _sync(self) -> None:
+        if not self.device.is_interpreter:
+            self.torch.cuda.synchronize()
+
+    def _time(self, fn: Any, quick: bool = False) -> Timing:
+        from autotuner.engine.timing import time_fn
+
+        scale = QUICK_SCALE if quick else 1.0
+        return time_fn(fn, self.device.is_interpreter, self.spec.warmup_ms * scale, self.spec.rep_ms * scale)
+
+    def time_only(self, config: dict[str, Any]) -> Outcome:
+        """A full timing of a config measured (and checked) before."""
+        try:
+            return Outcome("ok", timing=self._time(lambda: self.op.run(self.inputs, config)))
+        except Exception as exc:
+            return Outcome(classify(exc), error=short_error(exc))
+
+    def measure(self, config: dict[str, Any], quick: bool = False) -> Outcome:
+        from kernels._checks import poison_outputs
+
+        t0 = time.perf_counter()
+        poison_outputs(True)  # the checked run starts from NaN outputs: an unwritten element fails
+        try:
+            out = self.op.run_checked(self.inputs, config)  # compiles on first use (or loads the compile cache)
+            self._sync()
+        except Exception as exc:
+            return Outcome(classify(exc), error=short_error(exc))
+        finally:
+            poison_outputs(False)  # timed runs allocate without a fill
+        compile_s = time.perf_counter() - t0
+        verdict = self.op.check(out, self.ref, self.problem)
+        if not verdict.ok:
+            return Outcome("wrong_result", compile_s=compile_s, error=verdict.message)
+        try:
+            timing = self._time(lambda: self.op.run(self.inputs, config), quick)
+        except Exception as exc:
+            return Outcome(classify(exc), compile_s=compile_s, error=short_error(exc))
+        return Outcome("ok", timing=timing, compile_s=compile_s)
+
+    def baseline(self) -> Outcome:
+        baseline = self.op.baseline
+        if baseline is None:
+            return Outcome("invalid", error=f"{self.op.name} declares no torch baseline")
+        try:
+            return Outcome("ok", timing=self._time(lambda: baseline(self.inputs)))
+        except Exception as exc:
+            return Outcome("crash", error=short_error(exc))
+
+
+def die_with_parent() -> None:
+    """Linux: this process gets SIGKILL when its parent dies, however the parent died (a trial worker stuck in a
+    hanging kernel would otherwise outlive a killed tuning run)."""
+    import ctypes
+    import signal
+    import sys
+
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        except OSError:  # pragma: no cover - no glibc
+            pass
+
+
+def warm_up(device_index: int | None) -> None:
+    """In a new process with no problem yet: make the CUDA context, import the ops, and compute Triton's
+    installation hash (its cache key's first part: 0.3-0.4 s, once per process, which each process's first
+    compile or cache lookup would otherwise pay), so that the first problem only builds its inputs."""
+    from autotuner.base.registry import load_plugins  # noqa: F401  (imports the registry and the built-in ops)
+
+    if device_index is not None:
+        import torch
+
+        torch.cuda.set_device(device_index)
+        torch.empty(1, device=f"cuda:{device_index}")
+        try:
+            from triton.runtime.cache import triton_key
+
+            triton_key()
+        except ImportError:  # pragma: no cover - a Triton that keeps it elsewhere: computed at first use
+            pass
+
+
+def worker_main(conn: Connection, spec: WorkerSpec | None, env: dict[str, str],
+                 device_index: int | None = None) -> None:
+    from autotuner.engine.processes import adopt
+
+    adopt(env)
+    die_with_parent()
+    if spec is None:  # started ahead of its first problem
+        warm_up(device_index)
+        conn.send(("warm", None))
+    bench: Bench | None = None
+    while True:
+        if spec is not None:  # set up a problem: at start, and for each new problem a long-lived worker gets
+            bench = None  # the last problem's inputs go first
+            try:
+                bench = Bench(spec)
+            except Exception as exc:
+                conn.send(("setup_failed", short_error(exc)))
+                return
+            conn.send(("ready", None))
+            spec = None
+        try:
+            kind, payload = conn.recv()
+        except EOFError:
+            return
+        if kind == "stop":
+            return
+        if kind == "setup":
+            spec = payload
+            continue
+        assert bench is not None
+        if kind == "measure":
+            outcome = bench.measure(*payload)
+        elif kind == "time":
+            outcome = bench.time_only(payload)
+        else:
+            outcome = bench.baseline()
+        conn.send(("outcome", outcome))
+        if outcome.status == "crash":
+            return  # a CUDA error leaves the context unusable: start fresh
