@@ -98,7 +98,8 @@ class ResultOut(BaseModel):
     default_ms: float | None
     torch_ms: float | None
     speedup_vs_default: float | None
-    speedup_vs_torch: float | None
+    speedup_vs_torch: float | None = Field(description="None without a torch time, and for results timed by the "
+                                                       "interpreter (CPU wall-clock says nothing of GPU speed)")
     stale: bool
     run_id: int | None
     updated_at: UtcDatetime

@@ -250,3 +250,57 @@ def test_tune_json_gives_every_phase_and_its_run_exports_as_a_landscape(tmp_path
     assert replayed.returncode == 0 and json.loads(replayed.stdout)["evaluations"] == 3
     missing = cli("export", "--format", "landscape", "--op", "softmax", "--shape", "16x64", "--db", db)
     assert missing.returncode == 2 and "no run of softmax 16x64:float16" in missing.stderr
+
+
+def test_plugins_are_named_plainly_and_a_bad_one_is_one_line(tmp_path):
+    """AUTOTUNER_PLUGINS takes a name, names separated by commas, or a JSON list; a module that cannot be imported
+    or a malformed value ends the command in one line naming the variable, not a traceback."""
+    from autotuner.base.settings import Settings
+
+    for value, names in (("tests.faulty_op", ["tests.faulty_op"]), ("a, b.c", ["a", "b.c"]), ('["x"]', ["x"]),
+                         ("", [])):
+        assert Settings(_env_file=None, plugins=value).plugins == names, value
+    db = f"sqlite:///{tmp_path / 'p.db'}"
+    for value, said in (("no_such_module", "AUTOTUNER_PLUGINS names 'no_such_module', which cannot be imported"),
+                        ("my-module", "'my-module' is not a module name"), ("[oops", "'[oops' is not a JSON list")):
+        out = cli("show", "softmax", "--shape", "4x4", "--db", db, env={"AUTOTUNER_PLUGINS": value})
+        assert out.returncode == 4 and said in out.stderr and "Traceback" not in out.stderr, out.stderr
+        assert len(out.stderr.strip().splitlines()) == 1
+    out = cli("ops", "--json", env={"AUTOTUNER_PLUGINS": "tests.faulty_op"})
+    assert out.returncode == 0 and "faulty" in {o["op"] for o in json.loads(out.stdout)}
+
+
+def test_show_picks_the_dtype_a_decorated_kernel_was_tuned_in_and_rounds_its_numbers(tmp_path):
+    import tests.decorated_kernels  # noqa: F401  (registers the kernel in this process)
+
+    db = f"sqlite:///{tmp_path / 'k.db'}"
+    store, op, device = Store(db), get_op("tests.decorated_kernels:scale_kernel"), current_device()
+    problem = op.parse_problem("n=4096", "float32")
+    store.save_best(op=op, problem=problem, device=device, config={"BLOCK": 64, "num_warps": 2, "num_stages": 3},
+                    median_ms=0.123456789, default_ms=0.325082487, torch_ms=None, run_id=None)
+    out = cli("show", "tests.decorated_kernels:scale_kernel", "--shape", "n=4096", "--db", db, "--json")
+    assert out.returncode == 0, out.stderr
+    shown = json.loads(out.stdout)
+    assert shown["source"] == "exact" and shown["problem"] == "n=4096:float32"  # not float16, which has nothing
+    assert shown["median_ms"] == 0.1235 and shown["speedup_vs_default"] == 2.633
+    table = cli("show", "tests.decorated_kernels:scale_kernel", "--shape", "n=4096", "--db", db)
+    assert "2.63x" in table.stdout and "2.6330" not in table.stdout
+    store.save_best(op=op, problem=op.parse_problem("n=4096", "float16"), device=device,
+                    config={"BLOCK": 32, "num_warps": 1, "num_stages": 3}, median_ms=0.2, default_ms=0.2,
+                    torch_ms=None, run_id=None)
+    two = cli("show", "tests.decorated_kernels:scale_kernel", "--shape", "n=4096", "--db", db)
+    assert two.returncode == 2 and "is tuned in float16, float32: give one with --dtype" in two.stderr
+
+
+def test_ops_lists_every_op_and_dimension_flags_come_from_the_problem_type(tmp_path):
+    out = cli("ops", "--json")
+    ops = {o["op"]: o for o in json.loads(out.stdout)}
+    assert {"attention", "gelu", "layernorm", "matmul", "softmax"} <= set(ops)
+    assert ops["matmul"]["shape_flags"] == ["M", "N", "K"] and ops["softmax"]["shape_flags"] == []
+    assert ops["softmax"]["call"] == "autotuner.softmax(x)"
+    db = f"sqlite:///{tmp_path / 'f.db'}"
+    for args, said in ((["softmax", "--M", "4"], "--M is not softmax's; it takes --shape"),
+                       (["matmul", "--N", "4"], "matmul needs --M when given --N"),
+                       (["matmul", "--shape", "4x4x4", "--M", "4"], "give matmul --shape or --M/--N/--K, not both")):
+        bad = cli("show", *args, "--db", db)
+        assert bad.returncode == 2 and said in bad.stderr, bad.stderr

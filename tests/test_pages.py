@@ -24,6 +24,7 @@ from tests.server import running_server
 
 H100 = DeviceInfo("NVIDIA H100 80GB HBM3", (9, 0), 132, 80 << 30, 232448, "cuda:0")
 EVIL = "<script>window.pwned=1</script>kernel"
+KERNEL = "tests.decorated_kernels:scale_kernel"  # a decorated kernel: its problem is its key values and dtypes
 MEASURED = [  # matmul configs and their times, in the order measured
     (dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, GROUP_M=8, num_warps=4, num_stages=3), 0.61),
     (dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=3), 0.24),
@@ -45,8 +46,11 @@ def _chromium() -> str | None:
 
 
 def seed(url: str) -> dict[str, int]:
-    """An H100 with a matmul run (measured, failed and rejected trials), a softmax result and a kernel whose name
-    and shape hold markup; the interpreter with a softmax result; one job in each state."""
+    """An H100 with a matmul run (measured, failed and rejected trials), softmax results, a decorated kernel's two
+    keys and a kernel whose name and shape hold markup; the interpreter with a softmax result; one job in each
+    state."""
+    import tests.decorated_kernels  # noqa: F401  (registers the decorated kernel)
+
     store = Store(url)
     mm, sm = get_op("matmul"), get_op("softmax")
     mp = mm.parse_problem("4096x4096x4096")
@@ -72,6 +76,11 @@ def seed(url: str) -> dict[str, int]:
                        device_id=store.device_id(H100), kernel_hash="x", triton_version="3.6.0",
                        config={"BLOCK": 128, "num_warps": 4}, median_ms=0.5, default_ms=0.7, torch_ms=None,
                        run_id=None)
+    kernel = get_op(KERNEL)
+    for n in (4096, 1 << 20):
+        kp = kernel.parse_problem(f"n={n}", "float32")
+        store.save_best(op=kernel, problem=kp, device=H100, config={"BLOCK": 128, "num_warps": 4, "num_stages": 3},
+                        median_ms=0.01 * n / 4096, default_ms=0.02 * n / 4096, torch_ms=None, run_id=None)
     jobs = {}
     for name in ("done", "failed", "running", "queued"):
         jobs[name] = store.queue_job(op="softmax" if name != "queued" else EVIL, shape="256x1024",
@@ -93,7 +102,7 @@ def site(tmp_path_factory):
     """A served database (no token: the pages need none) and Chromium; the database's URL and the ids seeded."""
     url = f"sqlite:///{tmp_path_factory.mktemp('pages') / 'r.db'}"
     seeded = seed(url)
-    with running_server(url) as client:
+    with running_server(url, AUTOTUNER_PLUGINS="tests.decorated_kernels") as client:
         yield str(client.base_url), url, seeded
 
 
@@ -151,15 +160,24 @@ def test_overview_shows_the_stored_values_sorted_and_filtered(page, site, tmp_pa
     assert re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d UTC", cells[9])
     interp = page.locator(f"section.device[data-device='{current_device().key}'] tbody tr")
     assert interp.count() == 1
-    # the report's chart: three bars per GPU problem with a torch time; the interpreter's result left out
-    assert h100.locator("rect.bar-tuned").count() == 4 and h100.locator("rect.bar-torch").count() == 4
+    # the interpreter's times are CPU wall-clock: no ratio against torch, as the command line says
+    assert [c.strip() for c in interp.locator("td").all_inner_texts()][5:7] == ["1.05x", ""]
+    kernel = h100.locator("tbody tr", has_text=KERNEL).first
+    assert [c.strip() for c in kernel.locator("td").all_inner_texts()][1:3] == ["n=1048576", "float32"]
+    # at a laptop's width the table fits: no horizontal scrolling, in its box or on the page
+    box = h100.locator("div.scroll")
+    assert box.evaluate("b => b.scrollWidth <= b.clientWidth"), box.evaluate("b => [b.scrollWidth, b.clientWidth]")
+    assert page.evaluate("document.documentElement.scrollWidth") <= 1280
+    # the report's chart: three bars per GPU problem (the kernels with no torch time against their default config);
+    # the interpreter's result left out
+    assert h100.locator("rect.bar-tuned").count() == 6 and h100.locator("rect.bar-torch").count() == 6
     assert "1 result timed by the interpreter" in page.inner_text("main")
     shot(page, "results", tmp_path)
 
     page.click("section.device[data-device*='H100'] th a:has-text('time (ms)')")  # sort by time, descending
     page.wait_for_url(re.compile(r"sort=time"))
     times = [float(t) for t in _column(page, "section.device[data-device*='H100'] table.results", 5)]
-    assert times == sorted(times, reverse=True) and len(times) == 4
+    assert times == sorted(times, reverse=True) and len(times) == 6
     page.click("section.device[data-device*='H100'] th a:has-text('time (ms)')")  # again: ascending
     page.wait_for_url(re.compile(r"order=asc"))
     times = [float(t) for t in _column(page, "section.device[data-device*='H100'] table.results", 5)]

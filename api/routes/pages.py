@@ -94,7 +94,7 @@ def result_view(row: ResultRow) -> dict[str, Any]:
         problem = op.problem_from_dict(row.problem)
     except (TypeError, ValueError):  # a problem stored by another version of the op
         return view
-    view["shape"] = problem.shape
+    view.update(shape=problem.shape, dtype=problem.dtype)
     if op.flops and op.bytes_moved:
         view["roofline"] = fraction(device_info(row.device), op.flops(problem), op.bytes_moved(problem),
                                     row.median_ms, view["dtype"])

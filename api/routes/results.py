@@ -18,6 +18,7 @@ from api.schemas import (
     RunOut,
     TrialOut,
 )
+from autotuner.base.device import INTERPRETER
 from autotuner.base.registry import Op, UnknownOpError, get_op
 from autotuner.launch.lookup import NotFound
 from autotuner.store.rows import ResultRow
@@ -46,7 +47,8 @@ def result_fields(row: ResultRow, judged: tuple[Op | None, StoredBest] | None = 
         kernel_hash=row.kernel_hash, triton_version=row.triton_version, config=row.config, median_ms=row.median_ms,
         default_ms=row.default_ms, torch_ms=row.torch_ms,
         speedup_vs_default=row.default_ms / row.median_ms if row.default_ms and row.median_ms else None,
-        speedup_vs_torch=row.torch_ms / row.median_ms if row.torch_ms and row.median_ms else None,
+        speedup_vs_torch=row.torch_ms / row.median_ms if row.torch_ms and row.median_ms
+        and row.device.key != INTERPRETER else None,  # interpreter wall-clock says nothing of GPU speed
         stale=best.stale,
         run_id=row.run_id, updated_at=row.updated_at)
 

@@ -50,10 +50,19 @@ def unregister_op(name: str) -> None:
     _OPS.pop(name, None)
 
 
+class PluginError(ValueError):
+    """A module named in AUTOTUNER_PLUGINS that cannot be imported."""
+
+
 def load_plugins(modules: list[str]) -> None:
-    """Import modules that register ops (worker processes do this before looking ops up)."""
+    """Import modules that register ops (worker processes do this before looking ops up); PluginError naming a
+    module that cannot be imported, and why."""
     for name in modules:
-        importlib.import_module(name)
+        try:
+            importlib.import_module(name)
+        except Exception as exc:
+            raise PluginError(f"AUTOTUNER_PLUGINS names {name!r}, which cannot be imported: {type(exc).__name__}: "
+                              f"{exc} (run from where it imports, or set PYTHONPATH)") from exc
 
 
 def op_names() -> list[str]:

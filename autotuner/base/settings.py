@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Literal
+import json
+from typing import Annotated, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 MIN_BEATS_PER_LEASE = 3  # a lease shorter than this many heartbeats takes jobs from healthy workers
 
@@ -29,7 +30,9 @@ class Settings(BaseSettings):
                                "key (0.3-0.4 s)")
     kernel_cache_dir: str | None = Field(None, description="Where the kept binaries live; default: a kernels folder "
                                          "in the user's cache dir")
-    plugins: list[str] = Field(default_factory=list, description="Modules that register extra ops on import")
+    plugins: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="Modules that register extra ops on import: a name, names separated by "
+                                          "commas, or a JSON list of names")
     trial_timeout_s: float = Field(60.0, gt=0, description="A trial (compile + check + timing) running longer is killed")
     compile_workers: int = Field(0, ge=0, description="Processes compiling ahead of timing (0: from the CPU count)")
     warmup_ms: float = Field(25.0, gt=0)
@@ -53,6 +56,26 @@ class Settings(BaseSettings):
                                                              "before they are read")
     db_retry_s: float = Field(300.0, ge=0, description="A worker retries a failed database write for this long "
                                                        "(keeping measured trials in memory) before giving its job up")
+
+    @field_validator("plugins", mode="before")
+    @classmethod
+    def _plugins(cls, value: object) -> object:
+        """`mymodule`, `a,b` or `["a", "b"]` (what a shell, a compose file or a JSON-minded user writes)."""
+        if not isinstance(value, str):
+            return value
+        text = value.strip()
+        if text.startswith("["):
+            try:
+                return json.loads(text)
+            except json.JSONDecodeError:
+                raise ValueError(f"{text!r} is not a JSON list; give module names separated by commas, or a JSON "
+                                 'list such as ["mymodule"]') from None
+        names = [n.strip() for n in text.split(",") if n.strip()]
+        bad = [n for n in names if not all(part.isidentifier() for part in n.split("."))]
+        if bad:
+            raise ValueError(f"{', '.join(map(repr, bad))} is not a module name; give module names separated by "
+                             "commas (mymodule,other.module) or a JSON list")
+        return names
 
     @field_validator("token")
     @classmethod

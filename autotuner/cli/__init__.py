@@ -34,7 +34,7 @@ if sys.argv[1:2] in (["tune"], ["worker"]) and processes.is_main_process():
 import typer  # noqa: E402
 from pydantic import ValidationError  # noqa: E402
 
-from autotuner.base.registry import load_plugins  # noqa: E402
+from autotuner.base.registry import PluginError, load_plugins  # noqa: E402
 from autotuner.base.settings import Settings, settings_error  # noqa: E402
 
 try:
@@ -42,6 +42,9 @@ try:
 except ValidationError as _exc:
     sys.stderr.write(f"error: {settings_error(_exc)}\n")
     sys.exit(4)  # common.SETUP
+except PluginError as _exc:
+    sys.stderr.write(f"error: {_exc}\n")
+    sys.exit(4)
 
 from autotuner.cli import bench, database, ops, replay, service, show, transfer, tune  # noqa: E402
 

@@ -30,7 +30,7 @@ def bench(
     op: OpArg,
     shape: ShapeOpt = None,
     flags: dict[str, int | None] | None = None,
-    dtype: DtypeOpt = "float16",
+    dtype: DtypeOpt = None,
     options: dict[str, Any] | None = None,
     rounds: int = typer.Option(5, "--rounds", min=1, help="interleaved timing rounds"),
     use_compile: bool = typer.Option(True, "--compile/--no-compile", help="include torch.compile"),

@@ -31,7 +31,9 @@ BAD_INPUT, DATABASE, SETUP = 2, 3, 4
 OpArg = Annotated[str, typer.Argument(help="an op (`autotuner ops` lists them), or a decorated kernel's module:name")]
 ShapeOpt = Annotated[str | None, typer.Option("--shape", help="the problem's shape, as its op writes it "
                                                                 "(`autotuner ops` shows each op's layout)")]
-DtypeOpt = Annotated[str, typer.Option("--dtype", help="float16, bfloat16 or float32")]
+DtypeOpt = Annotated[str | None, typer.Option("--dtype", help="float16, bfloat16 or float32 (default: the op's "
+                                                              "first, float16 for the built-in ops); for a decorated "
+                                                              "kernel its tensor arguments' dtypes")]
 DbOpt = Annotated[str | None, typer.Option("--db", help="database URL (default: AUTOTUNER_DB_URL or a local SQLite file)")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="print the result as JSON")]
 
@@ -92,7 +94,7 @@ def clear_errors() -> Iterator[None]:
         fail(f"{exc.filename or ''}: {exc.strerror or exc}".lstrip(": "), BAD_INPUT)
 
 
-def problem(op_name: str, shape: str | None, dtype: str, flags: dict[str, int | None],
+def problem(op_name: str, shape: str | None, dtype: str | None, flags: dict[str, int | None],
             options: dict[str, Any]) -> tuple[Op, ProblemType]:
     """The op and problem the problem options name: `--shape`, or the dimensions one by one where the op's
     problem type declares them (`shape_flags`: matmul's --M/--N/--K, a left-out one taking the first's value);
@@ -117,6 +119,8 @@ def problem(op_name: str, shape: str | None, dtype: str, flags: dict[str, int | 
     if shape is None:
         alternative = f" or --{declared[0]} ({_defaults(declared)})" if declared else ""
         raise ValueError(f"{op_name} needs --shape ({layout}){alternative}")
+    if dtype is None:
+        dtype = op.dtypes[0] if op.dtypes else "float16"
     return op, op.parse_problem(shape, dtype, **options)
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.table import Table
@@ -17,12 +17,17 @@ from autotuner.cli.common import (
     ShapeOpt,
     command,
     console,
+    fail,
     ms,
     problem,
     problem_options,
     settings,
+    times,
 )
 from search_spaces.contract import ProblemType
+
+if TYPE_CHECKING:
+    from autotuner.base.registry import Op
 
 
 @problem_options
@@ -31,7 +36,7 @@ def show(
     op: OpArg,
     shape: ShapeOpt = None,
     flags: dict[str, int | None] | None = None,
-    dtype: DtypeOpt = "float16",
+    dtype: DtypeOpt = None,
     options: dict[str, Any] | None = None,
     db: DbOpt = None,
     as_json: JsonOpt = False,
@@ -44,9 +49,11 @@ def show(
     from autotuner.store.database import Store
     from db.engine import NoDatabase
 
+    s = settings(db)
+    if dtype is None:
+        dtype = _tuned_dtype(op, shape, flags or {}, options or {}, s)
     op_obj, prob = problem(op, shape, dtype, flags or {}, options or {})
     device = current_device()
-    s = settings(db)
     if explain:
         _explain(op_obj, prob, device, s, as_json)
         return
@@ -76,6 +83,32 @@ def show(
         raise typer.Exit(1)
 
 
+def _tuned_dtype(op: str, shape: str | None, flags: dict[str, int | None], options: dict[str, Any],
+                 s: Any) -> str | None:
+    """With no --dtype: the dtype this shape was tuned in on any device, when there is one; several name
+    themselves in a bad-input error; none leaves the op's default."""
+    from autotuner.store.database import Store
+    from db.engine import NoDatabase
+
+    op_obj, prob = problem(op, shape, None, flags, options)
+    try:
+        rows = Store(s.db_url, create=False).results(op=op_obj.name)
+    except NoDatabase:
+        return None
+    others = [_problem(op_obj, r.problem) for r in rows]
+    tuned = sorted({o.dtype for o in others if o is not None and o.shape == prob.shape})
+    if len(tuned) > 1:
+        fail(f"{op_obj.name} {prob.shape} is tuned in {', '.join(tuned)}: give one with --dtype")
+    return tuned[0] if tuned else None
+
+
+def _problem(op: Op, fields: dict[str, Any]) -> ProblemType | None:
+    try:
+        return op.problem_from_dict(fields)
+    except (TypeError, ValueError):  # stored by another version of the op
+        return None
+
+
 def _print(info: dict[str, Any], as_json: bool, summary: str) -> None:
     if as_json:
         console.print_json(json.dumps(info))
@@ -85,7 +118,8 @@ def _print(info: dict[str, Any], as_json: bool, summary: str) -> None:
     table.add_column("value")
     for k, v in info.items():
         if k not in ("op", "problem", "device") and v is not None:
-            value = f"{ms(v)} (on {info.get('timing_problem')})" if k.endswith("_ms") else v
+            value = f"{ms(v)} (on {info.get('timing_problem')})" if k.endswith("_ms") else \
+                times(v) if k.startswith("speedup") else v
             table.add_row(k, json.dumps(value) if isinstance(value, dict) else str(value))
     console.print(table)
     console.print(summary, soft_wrap=True)

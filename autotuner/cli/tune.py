@@ -105,7 +105,7 @@ def tune(
     op: OpArg,
     shape: ShapeOpt = None,
     flags: dict[str, int | None] | None = None,
-    dtype: DtypeOpt = "float16",
+    dtype: DtypeOpt = None,
     options: dict[str, Any] | None = None,
     trials: int | None = typer.Option(None, "--trials", min=1, help="configs to measure (default: up to 64)"),
     time_budget: float | None = typer.Option(None, "--time-budget", min=0.1, help="seconds of searching (after the worker is set up; at least one config is measured)"),

@@ -9,6 +9,7 @@ and "current" is judged against the caller's kernel hash and Triton version when
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -45,7 +46,7 @@ class AmbiguousDevice(InputError):
         self.devices = devices
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ConfigAnswer:
     op: str
     problem: dict[str, Any]
@@ -123,8 +124,17 @@ def answer_config(store: Store, op: Op, problem: ProblemType, device: DeviceInfo
                   triton_version=triton_version)
     row = res.row
     speedup = row.default_ms / row.median_ms if row and row.default_ms and row.median_ms else None
-    return ConfigAnswer(op.name, dataclasses.asdict(problem), problem.key, device.key, res.config, res.source,
-                        row.median_ms if row else None, row.default_ms if row else None, speedup,
-                        row.torch_ms if row else None, res.stale is not None,
-                        res.stale.stale_reason if res.stale else None, row.updated_at if row else None,
-                        res.from_problem, row.id if row else None, row.problem_key if row else None)
+    return ConfigAnswer(
+        op=op.name, problem=dataclasses.asdict(problem), problem_key=problem.key, device=device.key,
+        config=res.config, source=res.source, median_ms=measured(row.median_ms if row else None),
+        default_ms=measured(row.default_ms if row else None),
+        speedup_vs_default=round(speedup, 3) if speedup is not None else None,
+        torch_ms=measured(row.torch_ms if row else None), stale=res.stale is not None,
+        stale_reason=res.stale.stale_reason if res.stale else None, tuned_at=row.updated_at if row else None,
+        from_problem=res.from_problem, result_id=row.id if row else None,
+        timing_problem=row.problem_key if row else None)
+
+
+def measured(ms: float | None, digits: int = 4) -> float | None:
+    """A measured time as answered: four significant digits (run-to-run noise is about 1%)."""
+    return None if ms is None or ms == 0 else round(ms, digits - 1 - math.floor(math.log10(abs(ms))))
