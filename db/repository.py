@@ -16,7 +16,7 @@ RESULT_KEY = ("op", "problem_key", "device_id", "kernel_hash", "triton_version")
 
 def _insert(session: Session):  # type: ignore[no-untyped-def]
     """The dialect's INSERT with ON CONFLICT, imported on first use: a process on SQLite (a launching one, say)
-    never loads the PostgreSQL dialect (50 ms of import on the 2-core machine)."""
+    never loads the PostgreSQL dialect."""
     if session.get_bind().dialect.name == "sqlite":
         from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
@@ -119,7 +119,7 @@ def find_best(session: Session, *, op: str | None = None, device_key: str | None
 
 def find_best_rows(session: Session, *, op: str, device_key: str, problem_key: str) -> list[Any]:
     """find_best's rows for one problem as plain rows (the stored columns by name), through SQLAlchemy Core: a
-    launching process's first lookup then skips configuring the ORM's mappers (20-30 ms on an H100 host)."""
+    launching process's first lookup then skips configuring the ORM's mappers."""
     best, device = BestConfig.__table__, Device.__table__
     q = (select(best).join(device, best.c.device_id == device.c.id)
          .where(best.c.op == op, device.c.key == device_key, best.c.problem_key == problem_key).order_by(best.c.id))

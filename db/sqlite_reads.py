@@ -1,7 +1,7 @@
 """A launching process's two reads of a SQLite database, through the standard library's sqlite3: the stored best
 rows of one problem, and the configs measured for it. A process that launches a tuned kernel asks these once per
-key and nothing else, and importing SQLAlchemy (its Core, ORM and models: about 0.3 s on an H100 host, with
-bytecode) would cost it more than its first launch. Everything else goes through db.engine and db.repository;
+key and nothing else, and importing SQLAlchemy (its Core, ORM and models) would cost it more than its first
+launch (benchmarks/RESULTS.md#behind-the-code). Everything else goes through db.engine and db.repository;
 tests/test_sqlite_reads.py holds these two equal to repository.find_best_rows and repository.trial_times.
 
 `SqliteReads.open(url)` answers None where this does not apply, and the caller opens the database through

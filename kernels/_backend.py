@@ -14,7 +14,7 @@ import sys
 
 def _cuda_available() -> bool:
     """A CUDA device is visible. Asked of the driver itself unless torch is imported already, so that importing
-    `autotuner` does not import torch (4.5 s on an H100 host; `autotuner tune` starts its fork server first)."""
+    `autotuner` does not import torch (seconds of imports; `autotuner tune` starts its fork server first)."""
     if "torch" in sys.modules:
         try:
             return bool(sys.modules["torch"].cuda.is_available())

@@ -2,8 +2,8 @@
 
 `kernel[grid](*args, **meta)` binds every argument, computes its specialization (dtypes, 16-byte alignment,
 integers equal to 1 or divisible by 16), hashes that into a cache key, looks the compiled kernel up, and only
-then launches: about 10 us of Python per call on an H200. A caller that already knows every argument but the
-tensors' data pointers is the same from call to call (the library calls cache one launcher per input signature:
+then launches, all of it Python on every call (benchmarks/RESULTS.md#behind-the-code). A caller that already knows every
+argument but the tensors' data pointers is the same from call to call (the library calls cache one launcher per input signature:
 dtypes, shapes, strides, devices, alignment and config) can skip all of it:
 
     launch = Launcher(softmax_kernel, grid, meta)

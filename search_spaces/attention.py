@@ -102,7 +102,8 @@ def _fits_smem(c: Config, p: AttentionProblem, d: DeviceLimits) -> str | None:
 
 def _causal_wide_keys(c: Config, p: AttentionProblem, d: DeviceLimits) -> str | None:
     # The kernel runs these correctly, but the diagonal key block then reaches up to BLOCK_N - BLOCK_M keys
-    # past the last query row: the best causal 64x128 ran 18-20% behind 128x64 / 64x64 on an H100 (RESULTS.md).
+    # past the last query row, and the best such config ran well behind 128x64 / 64x64
+    # (benchmarks/RESULTS.md#behind-the-code).
     if p.causal and c["BLOCK_N"] > c["BLOCK_M"]:
         return f"causal: BLOCK_N > BLOCK_M computes a masked-out strip on the diagonal (got {c['BLOCK_N']} > {c['BLOCK_M']})"
     return None
@@ -127,7 +128,7 @@ def _warps_vs_tile(c: Config, p: AttentionProblem, d: DeviceLimits) -> str | Non
 
 def default(p: AttentionProblem, d: DeviceLimits) -> Config:
     """128x64 tiles (smaller for short sequences); on Hopper GPUs TMA loads, and at head_dim 128 one warpgroup
-    with two stages (1.18x / 1.23x the 8-warp pointer config on an H100 at 4x32x2048x128 causal / full)."""
+    with two stages, faster than the 8-warp pointer config there (benchmarks/RESULTS.md#behind-the-code)."""
     bm = clamp(next_pow2(p.seq), 16, 128)
     bn = clamp(next_pow2(p.seq), 16, 64)
     warps = 8 if bm >= 128 else 4 if bm >= 64 else 2 if bm >= 32 else 1

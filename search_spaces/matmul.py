@@ -25,7 +25,8 @@ from search_spaces.space import Config, DeviceLimits, Param, Space, clamp, hoppe
 
 DTYPES = ("float16", "bfloat16", "float32")
 EPILOGUES = ("none", "bias", "bias_relu", "bias_gelu", "relu", "gelu")
-MIN_K_PER_SPLIT = 1024  # H100: 32x4096x4096 gains from 2 splits, 1024^3 loses 2x from any (benchmarks/variants.py)
+# Below this many of K per split, its partial sums cost more than the split saves (benchmarks/RESULTS.md#behind-the-code).
+MIN_K_PER_SPLIT = 1024
 
 
 @dataclass(frozen=True)
@@ -97,7 +98,8 @@ def bytes_moved(p: MatmulProblem) -> float:
 
 def smem_bytes(c: Config, p: MatmulProblem) -> int:
     """Shared memory of the software pipeline: num_stages tiles of A and of B, and with TMA the C tile that the
-    store goes out through (on an H100, 128x256x64 float16 fits 4 stages through pointers, 3 through TMA)."""
+    store goes out through (with Hopper's 227 KiB, 128x256x64 float16 fits 4 stages through pointers, 3 through
+    TMA)."""
     pipeline = c["num_stages"] * (c["BLOCK_M"] * c["BLOCK_K"] + c["BLOCK_K"] * c["BLOCK_N"])
     return (pipeline + (c["BLOCK_M"] * c["BLOCK_N"] if c.get("TMA") else 0)) * ELEMENT_BYTES[p.dtype]
 
@@ -126,8 +128,8 @@ def _warps_vs_tile(c: Config, p: MatmulProblem, d: DeviceLimits) -> str | None:
 
 
 # The float32 accumulator tile spread over the block's threads: more than this many values per thread leaves
-# too few of the 255 registers for the operands, and the kernel spills. On every recorded matmul landscape (H100
-# and H200, 1024 to 8192) the best such config ran 3.4-5.9x slower than the best, and one took 9.8 s to compile.
+# too few of the 255 registers for the operands, and the kernel spills: on every recorded matmul landscape the
+# best such config ran several times slower than the best (benchmarks/RESULTS.md#behind-the-code).
 MAX_ACCUMULATORS_PER_THREAD = 128
 
 

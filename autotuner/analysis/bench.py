@@ -6,7 +6,7 @@ checked against the reference first. Timing is interleaved: `rounds` rounds, eac
 turn with CUDA events and the L2 flushed before each repetition, so drift hits all alike; a candidate's time
 is the median of its round medians, and `rounds_faster` counts the rounds it beat torch eager in. Where the
 tuner kept the default config, that kernel is timed once and both rows show it (timing one kernel twice
-would show the bench's own noise, up to 3% on a 20 us kernel, as a difference). On the interpreter the
+would show the bench's own noise as a difference; benchmarks/RESULTS.md#behind-the-code). On the interpreter the
 clock is the CPU wall clock (and says so).
 """
 

@@ -27,7 +27,7 @@ class Settings(BaseSettings):
                                                         "waits this long for its winner, then launches the default")
     kernel_cache: bool = Field(True, description="Decorated kernels and the library calls' kernels keep their "
                                "compiled binaries, so a new process's first launch skips Triton's compile-cache "
-                               "key (0.3-0.4 s)")
+                               "key")
     kernel_cache_dir: str | None = Field(None, description="Where the kept binaries live; default: a kernels folder "
                                          "in the user's cache dir")
     plugins: Annotated[list[str], NoDecode] = Field(

@@ -70,8 +70,8 @@ def main() -> None:
         app()
         return
     # `tune` is over once its output is out and the exit handlers (logging, multiprocessing) have run: the
-    # interpreter's own teardown after them (torch's and CUDA's destructors, every module's) is skipped, 0.7 s
-    # on a 2-core CPU. Everything it wrote is committed by then, and the output flushed here.
+    # interpreter's own teardown after them (torch's and CUDA's destructors, every module's) is skipped.
+    # Everything it wrote is committed by then, and the output flushed here.
     try:
         app()
         code: int = 0

@@ -1,14 +1,10 @@
 """Emptying the GPU's L2 cache between timed launches, whatever the process ran before.
 
-The usual flush (as in `triton.testing.do_bench`) writes a buffer twice the L2. On an H100 that left part of
-the next kernel's input in the L2 after some histories and not after others: ncu saw our softmax read 23.7 MB
-of its 33.6 MB input from DRAM after torch.compile's kernels had run, and 33.6 MB after
-cuCtxResetPersistingL2Cache or after an evict_last read of the flush buffer. Its time after a 256 MiB zero-fill
-ranged 0.0239-0.0394 ms over four histories (`benchmarks/state_probe.py --flushes`). Lines held with the
-persisting (evict_last) priority outlive writes with the normal one, and torch.compile's kernels load with
-evict_last hints. Reading the buffer with evict_last first displaces such lines; the zero-fill then leaves the
-L2 full of the buffer's dirty lines, as the usual flush intends. With both, the same softmax read 0.0260-0.0261
-ms after each of the four histories, and cuBLAS's 4096^3 matmul did not change (0.1767-0.1770 ms).
+The usual flush (as in `triton.testing.do_bench`) writes a buffer twice the L2, and leaves part of the next
+kernel's input in the L2 after some histories and not after others: lines held with the persisting
+(evict_last) priority outlive writes with the normal one, and torch.compile's kernels load with evict_last
+hints. Reading the buffer with evict_last first displaces such lines; the zero-fill then leaves the L2 full of
+the buffer's dirty lines, as the usual flush intends. (The measurements: benchmarks/RESULTS.md#behind-the-code.)
 """
 
 from __future__ import annotations

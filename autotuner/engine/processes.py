@@ -1,9 +1,9 @@
 """Where trial workers and compile-pool processes come from: a fork server that imported torch and Triton once.
 
-A process of the `spawn` kind imports torch again: 4.5-5 s on an H100 host, and a tuning run starts a trial
-worker and a compile pool of up to 15 processes at once. The fork server imports torch and Triton once, and
-each process is forked from it ready to work. Commands that tune (`autotuner tune`, `autotuner worker`) call
-`start()` first thing, so the server imports while the command does its own imports. CUDA is never initialised
+A process of the `spawn` kind imports torch again (seconds each: benchmarks/RESULTS.md#behind-the-code), and a
+tuning run starts a trial worker and a compile pool of up to 15 processes at once. The fork server imports torch
+and Triton once, and each process is forked from it ready to work. Commands that tune (`autotuner tune`,
+`autotuner worker`) call `start()` first thing, so the server imports while the command does its own imports. CUDA is never initialised
 in the server (nothing it imports touches the device), so each child makes its own context, as with spawn.
 
 A child of the server starts with the server's environment, which is the command's environment at `start()`;

@@ -140,7 +140,7 @@ def die_with_parent() -> None:
 
 def warm_up(device_index: int | None) -> None:
     """In a new process with no problem yet: make the CUDA context, import the ops, and compute Triton's
-    installation hash (its cache key's first part: 0.3-0.4 s, once per process, which each process's first
+    installation hash (its cache key's first part, once per process, which each process's first
     compile or cache lookup would otherwise pay), so that the first problem only builds its inputs."""
     from autotuner.base.registry import load_plugins  # noqa: F401  (imports the registry and the built-in ops)
 

@@ -41,17 +41,16 @@ from search_spaces.space import Candidates, Config, config_key
 
 RETIME_TOP = 3  # the search's best few are timed again, with the default, before one is chosen
 RETIME_ROUNDS = 3  # interleaved rounds of that re-time; each config keeps the median of its rounds
-# A config replaces the default only when its re-time beats the default's by more than this fraction. In an
-# H100 suite run, softmax and layernorm 4096x4096 stored configs that their single re-time put 0.3% and 2%
-# ahead of the default, and the bench's interleaved rounds then found 4% behind it.
+# A config replaces the default only when its re-time beats the default's by more than this fraction: a single
+# re-time once stored configs a hair ahead of the default that interleaved rounds then found behind it
+# (benchmarks/RESULTS.md#behind-the-code).
 DEFAULT_MARGIN = 0.01
 
 
 def host_compile_workers(settings: Settings) -> int:
     """Processes compiling ahead of timing, sized per host: the CPU cores shared among the GPUs (one worker per
-    GPU being how a host is run), less two for each worker's own process and its trial worker. With two workers
-    on 32 cores, 15 each left 30 compiling processes and 4 timing ones on 32 cores, and jobs ran 10-15% slower
-    than with one worker."""
+    GPU being how a host is run), less two for each worker's own process and its trial worker: more compiling
+    processes than cores slowed every worker's timing (benchmarks/RESULTS.md#behind-the-code)."""
     if settings.compile_workers:
         return settings.compile_workers
     import torch

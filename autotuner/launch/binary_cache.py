@@ -1,10 +1,10 @@
 """Compiled kernels kept by autotuner, so a process launching a tuned kernel skips Triton's compile-cache key.
-Installed on decorated kernels (autotuner.decorator.autotuned) and on the library calls' kernels (autotuner.launch.library).
+Installed on decorated kernels (autotuner.decorator) and on the library calls' kernels (autotuner.launch.library).
 
 A process's first launch of a Triton kernel goes through `triton.compile`, which, even when the kernel is in
 Triton's on-disk cache, first computes the cache key: a SHA-256 of Triton's whole installation, its 500 MB
-`libtriton.so` among it (about 0.3 s), and `ptxas --version` in a subprocess. The first launch of a tuned
-kernel in a new process then costs more than the lookup of its config.
+`libtriton.so` among it, and `ptxas --version` in a subprocess (benchmarks/RESULTS.md#behind-the-code). The first
+launch of a tuned kernel in a new process then costs more than the lookup of its config.
 
 `install(jit_fn, directory)` wraps the JITFunction's compile call (through its per-device cache factory, so
 nothing happens at import and no CUDA is touched before the first launch). The wrapper keys a compile by what

@@ -4,9 +4,8 @@ kept kernel (autotuner.launch.binary_cache) does not start Triton's native speci
 Every launch of a `@triton.jit` kernel binds its arguments and specializes each one that is not a constexpr: a
 tensor by its dtype and whether its data pointer is 16-byte aligned, an integer by its width and whether it is
 1 or divisible by 16, and so on. Triton does this in C++ (`native_specialize_impl`), and that code's first call
-in a process imports `triton.experimental.gluon` for gluon's tensor-descriptor type: 40-50 ms on this
-repository's 2-core machine, 65-100 ms of a first launch on an H100 host under the profiler. A process that
-launches a tuned kernel from its kept binary pays nothing else of that size.
+in a process imports `triton.experimental.gluon` for gluon's tensor-descriptor type, the largest cost left in
+the first launch of a kept binary (benchmarks/RESULTS.md#behind-the-code).
 
 `wrap(jit_fn, binder, identity, directory)` returns a binder for the JITFunction's per-device cache that, until
 Triton's own binder has run once in this process, answers a call from a kept specialization when one matches:
@@ -46,8 +45,9 @@ log = logging.getLogger(__name__)
 VERSION = "1"
 _SCALARS = (int, float, bool, str, type(None))
 _native_used = False  # Triton's binder has run in this process: its specialization is loaded
-# A replay binds in Python (about 70 us on the 2-core machine, against Triton's 3 us once loaded): a process
-# replays at most this many calls, its first launches (two binder calls per launcher), and then loads Triton's.
+# A replay binds in Python, an order of magnitude slower than Triton's binder once loaded
+# (benchmarks/RESULTS.md#behind-the-code): a process replays at most this many calls, its first launches (two binder calls per launcher), and then loads
+# Triton's.
 REPLAYS = 64
 _replays_left = REPLAYS
 REMEMBERED = 8  # calls kept per kernel and process: a process's first launches are what a kept one spares

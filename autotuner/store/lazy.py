@@ -1,7 +1,7 @@
 """The database opened on first use (`LazyStore`): the one way the library's resolver, the service and the worker
 open theirs. A launching process (the resolver's store, opened for reads) on a plain SQLite file reads through
 `LaunchReads`: its two lookups in stdlib sqlite3 (db.sqlite_reads), and anything else through the full Store,
-opened then. So a process that launches tuned kernels never imports SQLAlchemy (about 0.3 s on an H100 host)."""
+opened then. So a process that launches tuned kernels never imports SQLAlchemy (db/sqlite_reads.py says why)."""
 
 from __future__ import annotations
 
