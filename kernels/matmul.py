@@ -13,7 +13,7 @@ TMA (TMA=1, SPLIT_K=1, on Hopper or later GPUs and in the interpreter): tiles of
 tensor memory accelerator and C leaves through it, by descriptors the launcher makes over the whole
 matrices. Out-of-range rows and columns load as zeros and are not stored. Where a matrix's rows are not
 16-byte aligned (or its last dimension is strided), the launcher uses the pointer kernel, with the same result.
-The same tiles run faster through TMA than through pointers on Hopper (benchmarks/RESULTS.md).
+On an H100 the same tiles ran 1-1.5% faster through TMA than through pointers (benchmarks/RESULTS.md).
 """
 
 from __future__ import annotations

@@ -222,9 +222,9 @@ def _retime_configs(t: _Tuning) -> list[Config]:
 
 
 def _retime_and_pick(t: _Tuning, configs: list[Config]) -> None:
-    """The search's first times favour whichever configs were lucky, and one slow measurement (an H100 suite run
-    once re-timed gelu's default at 3.1x its first time) must not decide either: the finalists are timed again in
-    interleaved rounds, and the default stays unless beaten by more than DEFAULT_MARGIN."""
+    """The search's first times favour whichever configs were lucky, and one slow measurement must not decide
+    either (benchmarks/RESULTS.md#behind-the-code): the finalists are timed again in interleaved rounds, and the
+    default stays unless beaten by more than DEFAULT_MARGIN."""
     result = t.result
     again = _retime(t.measurer, configs, RETIME_ROUNDS, t.observer, result)
     for key, ms in again.items():
