@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import shutil
@@ -209,7 +210,7 @@ def kernel_times(tmp: str) -> dict[str, Any]:
         return f"{per_thread} fp32 accumulators per thread, more than 128" if per_thread > 128 else None
 
     # What a user of the tutorial kernel would declare: the list's parameters over wider ranges.
-    space = Space(params=(Param("BLOCK_SIZE_M", (32, 64, 128, 256)), Param("BLOCK_SIZE_N", (32, 64, 128, 256)),
+    space: Space[Any] = Space(params=(Param("BLOCK_SIZE_M", (32, 64, 128, 256)), Param("BLOCK_SIZE_N", (32, 64, 128, 256)),
                           Param("BLOCK_SIZE_K", (32, 64, 128)), Param("GROUP_SIZE_M", (1, 8)),
                           Param("num_warps", (2, 4, 8)), Param("num_stages", (2, 3, 4, 5))),
                   constraints=(smem, registers), default_fn=lambda p, d: {
@@ -238,8 +239,8 @@ def kernel_times(tmp: str) -> dict[str, Any]:
         rounds: dict[str, list[float]] = {k: [] for k in choices}
         for _ in range(5):
             for name, cfg in choices.items():
-                rounds[name].append(time_cuda(lambda cfg=cfg, args=args, grid=grid: ours_mm.fn[grid(cfg)](*args, **cfg),
-                                              25, 100).median_ms)
+                launch = functools.partial(ours_mm.fn[grid(cfg)], *args, **cfg)
+                rounds[name].append(time_cuda(launch, 25, 100).median_ms)
         out[problem] = {k: {"config": dict(choices[k]), "ms": statistics.median(v)} for k, v in rounds.items()}
 
     x = torch.randn(8192, 4096, device="cuda", dtype=torch.bfloat16)
@@ -254,7 +255,8 @@ def kernel_times(tmp: str) -> dict[str, Any]:
     rr: dict[str, list[float]] = {k: [] for k in rchoices}
     for _ in range(5):
         for name, cfg in rchoices.items():
-            rr[name].append(time_cuda(lambda cfg=cfg: ours_rms.fn[(8192,)](*rargs, BLOCK_SIZE=4096, **cfg), 25, 100).median_ms)
+            launch = functools.partial(ours_rms.fn[(8192,)], *rargs, BLOCK_SIZE=4096, **cfg)
+            rr[name].append(time_cuda(launch, 25, 100).median_ms)
     out["rmsnorm 8192x4096 bfloat16"] = {k: {"config": rchoices[k], "ms": statistics.median(v)} for k, v in rr.items()}
     return out
 

@@ -35,7 +35,7 @@ import autotuner  # noqa: E402
 from autotuner.base.device import current_device  # noqa: E402
 from autotuner.base.registry import get_op  # noqa: E402
 from autotuner.base.settings import Settings  # noqa: E402
-from autotuner.engine.tuner import tune  # noqa: E402
+from autotuner.engine.tuner import Plan, tune  # noqa: E402
 from autotuner.launch.lookup import Resolver, set_resolver  # noqa: E402
 from autotuner.store.database import Store  # noqa: E402
 from kernels import _direct  # noqa: E402
@@ -85,7 +85,7 @@ def cases(store: Store, settings: Settings) -> list[tuple[str, dict[str, Callabl
     def tuned(op_name: str, shape: str, **opts: Any) -> dict[str, Any]:
         op = get_op(op_name)
         problem = op.parse_problem(shape, str(dt).removeprefix("torch."), **opts)
-        tune(op, problem, store=store, settings=settings, trials=8, device=device)
+        tune(op, problem, store=store, settings=settings, plan=Plan(trials=8), device=device)
         best = store.best(op=op, problem=problem, device=device)
         assert best is not None
         return best.config

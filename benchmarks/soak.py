@@ -196,9 +196,9 @@ def main() -> None:
         p.wait(60)
 
     with engine.connect() as c:
-        states = dict(c.execute(text("SELECT state, count(*) FROM jobs GROUP BY state")).all())
+        states: dict[str, int] = dict(c.execute(text("SELECT state, count(*) FROM jobs GROUP BY state")).all())
         known = {r[0] for r in c.execute(text("SELECT id FROM jobs"))}
-        done_runs = dict(c.execute(text("SELECT job_id, count(*) FROM tuning_runs WHERE status = 'done' "
+        done_runs: dict[int, int] = dict(c.execute(text("SELECT job_id, count(*) FROM tuning_runs WHERE status = 'done' "
                                         "AND job_id IS NOT NULL GROUP BY job_id")).all())
         failed = c.execute(text("SELECT id, error FROM jobs WHERE state = 'failed'")).all()
         n_trials = c.execute(select(func.count()).select_from(text("trials"))).scalar()

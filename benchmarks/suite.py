@@ -21,11 +21,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from autotuner.analysis.bench import COMPUTE_BOUND, BenchRow, bench  # noqa: E402
+from autotuner.analysis.bench import BenchRow, bench, compute_bound  # noqa: E402
 from autotuner.base.device import current_device  # noqa: E402
 from autotuner.base.registry import get_op  # noqa: E402
 from autotuner.base.settings import Settings  # noqa: E402
-from autotuner.engine.tuner import tune  # noqa: E402
+from autotuner.engine.tuner import Plan, tune  # noqa: E402
 from autotuner.store.database import Store  # noqa: E402
 
 SUITE: list[tuple[str, str, str, dict[str, object]]] = [
@@ -83,11 +83,13 @@ def main() -> None:
         if wanted and not any(m in f"{op_name} {problem.key}" for m in wanted):
             continue
         t_tune = time.perf_counter()
-        search = tune(op, problem, store=store, settings=settings, time_budget_s=args.budget_s, trials=args.trials)
+        search = tune(op, problem, store=store, settings=settings,
+                      plan=Plan(time_budget_s=args.budget_s, trials=args.trials))
         tune_s = time.perf_counter() - t_tune
         result = bench(op, problem, device, store=store, rounds=args.rounds, use_compile=not args.no_compile)
         records.append({"problem": f"{op_name} {problem.key}", "tune_s": tune_s, "trials": len(search.trials),
-                        "candidates": search.candidates, **result.to_dict()})
+                        "candidates": search.candidates, "compute_bound": compute_bound(op, problem),
+                        **result.to_dict()})
         print(f"[{time.perf_counter() - t0:6.1f} s] {op_name} {problem.key}: tuned in {tune_s:.1f} s "
               f"({len(search.trials)} of {search.candidates} configs)", file=sys.stderr, flush=True)
         if args.json_out:
@@ -104,7 +106,7 @@ def main() -> None:
         rows = {r["name"]: r for r in rec["rows"]}
         eager, comp, manual, default, tuned = (_row(rows, name) for name in (
             "torch eager", "torch.compile", "manual (unfused torch)", "triton default", "triton tuned"))
-        compute = rec["op"] in COMPUTE_BOUND
+        compute = rec["compute_bound"]
         rate = (f"{tuned.tflops:.0f} TFLOP/s" if compute else f"{tuned.gbs:.0f} GB/s") if tuned.ms else "-"
         vs_eager = eager.ms / tuned.ms if tuned.ms and eager.ms else None
         vs_default = default.ms / tuned.ms if tuned.ms and default.ms else None

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -51,7 +52,7 @@ def interleaved(op_name: str, shape: str, dtype: str, configs: list[dict], round
     torch.cuda.synchronize()
     for _ in range(rounds):
         for i, c in enumerate(configs):
-            times[i].append(time_cuda(lambda c=c: op.run(inputs, c)).median_ms)
+            times[i].append(time_cuda(functools.partial(op.run, inputs, c)).median_ms)
     return [statistics.median(t) for t in times]
 
 

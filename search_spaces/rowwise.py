@@ -7,7 +7,7 @@ row in BLOCK_N chunks when BLOCK_N < cols.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
@@ -22,6 +22,9 @@ from search_spaces.problem import (
 )
 from search_spaces.space import Config, DeviceLimits, Param, Space, clamp, next_pow2, pow2_range
 
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
 DTYPES = ("float16", "bfloat16", "float32")
 MAX_PER_THREAD = 64  # fp32 elements of the tile held per thread before registers spill
 
@@ -35,7 +38,7 @@ class RowwiseProblem(ProblemBase):
     shape_pattern: ClassVar[str] = dims_pattern((1, 2, 3, 4, 5))
 
     @classmethod
-    def parse(cls, shape: object, dtype: object = "float16") -> RowwiseProblem:
+    def parse(cls, shape: object, dtype: object = "float16") -> Self:
         """'ROWSxCOLS', or more dimensions whose leading ones are flattened into rows."""
         dims = parse_dims(shape, (1, 2, 3, 4, 5), cls.layout)
         rows = 1

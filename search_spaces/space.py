@@ -26,7 +26,7 @@ class ConfigError(ValueError):
     """A config outside the space, or one that breaks a constraint."""
 
 
-P = TypeVar("P")
+P = TypeVar("P", contravariant=True)  # a space for a problem type serves its subtypes too
 Constraint = Callable[[Config, Any, DeviceLimits], "str | None"]
 
 
