@@ -25,7 +25,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Literal
 
 from autotuner.base.device import DeviceInfo
 from autotuner.base.registry import Op, get_op
@@ -34,9 +34,6 @@ from autotuner.store.interfaces import ResultReader
 from autotuner.store.lazy import LazyStore
 from autotuner.store.stored_best import StoredBest
 from search_spaces.contract import ProblemType
-
-if TYPE_CHECKING:
-    pass
 
 log = logging.getLogger(__name__)
 RECHECK_S = 60.0  # a launching process asks again this long after a non-exact answer, so new results arrive
@@ -51,11 +48,15 @@ class NotFound(LookupError):
         self.stale = stale  # an exact result of another kernel hash or Triton version, not served
 
 
-@dataclass(frozen=True)
+Source = Literal["exact", "nearest", "default"]
+Step = Literal["database", "service", "nearest", "default"]
+
+
+@dataclass(frozen=True, kw_only=True)
 class Resolution:
     config: dict[str, Any]
-    source: str  # exact, nearest, default
-    step: str  # database, service, nearest, default
+    source: Source
+    step: Step  # which step answered
     reason: str
     trace: tuple[str, ...] = field(default_factory=tuple)
     row: StoredBest | None = None  # the stored result whose times come with the answer (exact or nearest)
@@ -101,8 +102,8 @@ class Service:
             config = op.space.validate(body["config"], problem, device)
         except (ValueError, KeyError) as exc:
             return None, f"service: answered a config this space rejects ({exc})"
-        return Resolution(config, "exact", "service", f"tuned result from {self.url}", from_problem=problem.key,
-                          median_ms=body.get("median_ms")), "service: exact"
+        return Resolution(config=config, source="exact", step="service", reason=f"tuned result from {self.url}",
+                          from_problem=problem.key, median_ms=body.get("median_ms")), "service: exact"
 
 
 def resolve(op: Op, problem: ProblemType, device: DeviceInfo, *, store: ResultReader | None,
@@ -119,8 +120,9 @@ def resolve(op: Op, problem: ProblemType, device: DeviceInfo, *, store: ResultRe
                           triton_version=triton_version)
         if best is not None and not best.stale:
             trace.append("database: exact")
-            return Resolution(best.config, "exact", "database", f"tuned {problem.key} on {device.key}",
-                              tuple(trace), best, problem.key)
+            return Resolution(config=best.config, source="exact", step="database",
+                              reason=f"tuned {problem.key} on {device.key}", trace=tuple(trace), row=best,
+                              from_problem=problem.key)
         stale = best if best is not None else None
         trace.append(f"database: stale result ignored ({best.stale_reason})" if best
                      else "database: no result for this problem")
@@ -130,8 +132,8 @@ def resolve(op: Op, problem: ProblemType, device: DeviceInfo, *, store: ResultRe
         remote, note = service.ask(op, problem, device)
         trace.append(note)
         if remote is not None:
-            return Resolution(remote.config, "exact", "service", remote.reason, tuple(trace), None, problem.key,
-                              stale, remote.median_ms)
+            return Resolution(config=remote.config, source="exact", step="service", reason=remote.reason,
+                              trace=tuple(trace), from_problem=problem.key, stale=stale, median_ms=remote.median_ms)
     if fallback == "none":
         why = f"only a stale result ({stale.stale_reason})" if stale else "no tuned result"
         raise NotFound(f"{why} for {op.name} {problem.key} on {device.key}", stale)
@@ -140,13 +142,13 @@ def resolve(op: Op, problem: ProblemType, device: DeviceInfo, *, store: ResultRe
                                         triton_version=triton_version):
             if not op.space.violations(row.config, problem, device):
                 trace.append(f"nearest: {other.key}")
-                return Resolution(row.config, "nearest", "nearest",
-                                  f"best config of the nearest tuned problem {other.key}", tuple(trace), row,
-                                  other.key, stale)
+                return Resolution(config=row.config, source="nearest", step="nearest",
+                                  reason=f"best config of the nearest tuned problem {other.key}", trace=tuple(trace),
+                                  row=row, from_problem=other.key, stale=stale)
             trace.append(f"nearest: {other.key}'s config is not valid here")
     trace.append("default: the space's heuristic")
-    return Resolution(op.space.default(problem, device), "default", "default", "no tuned result to use",
-                      tuple(trace), None, None, stale)
+    return Resolution(config=op.space.default(problem, device), source="default", step="default",
+                      reason="no tuned result to use", trace=tuple(trace), stale=stale)
 
 
 class Resolver:
