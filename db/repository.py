@@ -117,13 +117,15 @@ def find_best(session: Session, *, op: str | None = None, device_key: str | None
     return list(session.scalars(_best_query(op, device_key, problem_key)))
 
 
-def find_best_rows(session: Session, *, op: str, device_key: str, problem_key: str) -> list[Any]:
-    """find_best's rows for one problem as plain rows (the stored columns by name), through SQLAlchemy Core: a
-    launching process's first lookup then skips configuring the ORM's mappers."""
+def find_best_rows(session: Session, *, op: str, device_key: str, problem_key: str | None = None) -> list[Any]:
+    """find_best's rows for one problem (or every problem of the op, with no `problem_key`) on one device as plain
+    rows (the stored columns by name), through SQLAlchemy Core: a launching process's first lookup then skips
+    configuring the ORM's mappers."""
     best, device = BestConfig.__table__, Device.__table__
-    q = (select(best).join(device, best.c.device_id == device.c.id)
-         .where(best.c.op == op, device.c.key == device_key, best.c.problem_key == problem_key).order_by(best.c.id))
-    return list(session.execute(q))
+    q = select(best).join(device, best.c.device_id == device.c.id).where(best.c.op == op, device.c.key == device_key)
+    if problem_key is not None:
+        q = q.where(best.c.problem_key == problem_key)
+    return list(session.execute(q.order_by(best.c.id)))
 
 
 def get_run(session: Session, *, run_id: int, with_trials: bool = True) -> TuningRun | None:

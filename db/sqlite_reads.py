@@ -1,8 +1,8 @@
-"""A launching process's two reads of a SQLite database, through the standard library's sqlite3: the stored best
-rows of one problem, and the configs measured for it. A process that launches a tuned kernel asks these once per
+"""A launching process's reads of a SQLite database, through the standard library's sqlite3: the stored best
+rows of one problem (or of every problem of an op, for the nearest one), and the configs measured for it. A process that launches a tuned kernel asks these once per
 key and nothing else, and importing SQLAlchemy (its Core, ORM and models) would cost it more than its first
 launch (benchmarks/RESULTS.md#behind-the-code). Everything else goes through db.engine and db.repository;
-tests/test_sqlite_reads.py holds these two equal to repository.find_best_rows and repository.trial_times.
+tests/test_sqlite_reads.py holds these equal to repository.find_best_rows and repository.trial_times.
 
 `SqliteReads.open(url)` answers None where this does not apply, and the caller opens the database through
 SQLAlchemy instead, which says what is wrong: a URL that is not a plain `sqlite:///PATH` (options, a URI, memory,
@@ -29,6 +29,7 @@ SELECT b.id, b.op, b.problem_key, b.problem, b.kernel_hash, b.triton_version, b.
 FROM best_configs AS b JOIN devices AS d ON b.device_id = d.id
 WHERE b.op = ? AND d.key = ? AND b.problem_key = ?
 ORDER BY b.id"""
+BEST_ROWS_OF_OP = BEST_ROWS.replace(" AND b.problem_key = ?", "")
 TRIAL_TIMES = """
 SELECT t.config_key, t.config, t.status, t.median_ms, t.retimed_ms
 FROM trials AS t JOIN tuning_runs AS r ON t.run_id = r.id JOIN devices AS d ON r.device_id = d.id
@@ -86,10 +87,12 @@ class SqliteReads:
                 self._pid = os.getpid()
             return self._conn.execute(sql, params).fetchall()
 
-    def best_rows(self, *, op: str, device_key: str, problem_key: str) -> list[SimpleNamespace]:
-        """repository.find_best_rows: every stored best of one problem on one device (any kernel hash or Triton
-        version), oldest first, columns by name, JSON and times decoded as SQLAlchemy decodes them."""
-        rows = self._query(BEST_ROWS, (op, device_key, problem_key))
+    def best_rows(self, *, op: str, device_key: str, problem_key: str | None = None) -> list[SimpleNamespace]:
+        """repository.find_best_rows: every stored best of one problem (with no `problem_key`: of every problem
+        of the op) on one device (any kernel hash or Triton version), oldest first, columns by name, JSON and
+        times decoded as SQLAlchemy decodes them."""
+        rows = self._query(BEST_ROWS, (op, device_key, problem_key)) if problem_key is not None else \
+            self._query(BEST_ROWS_OF_OP, (op, device_key))
         return [SimpleNamespace(id=r[0], op=r[1], problem_key=r[2], problem=_json(r[3]), kernel_hash=r[4],
                                 triton_version=r[5], config=_json(r[6]), median_ms=r[7], default_ms=r[8],
                                 torch_ms=r[9], run_id=r[10], updated_at=_datetime(r[11])) for r in rows]

@@ -86,6 +86,17 @@ def test_the_reads_answer_as_the_store_does(filled):
     assert len(plain) == len(rows) == 3
     for row, p in zip(rows, plain, strict=True):  # every column the reads give, as SQLAlchemy decodes it
         assert vars(p) == {k: getattr(row, k) for k in vars(p)}
+    with session_scope(store.engine) as s:  # every problem of the op on the device: the nearest problem's read
+        rows = repo.find_best_rows(s, op=op.name, device_key=device.key)
+    plain = reads.best_rows(op=op.name, device_key=device.key)
+    assert len(plain) == len(rows) == 4
+    for row, p in zip(rows, plain, strict=True):
+        assert vars(p) == {k: getattr(row, k) for k in vars(p)}
+    for near in ("17x100", "30x100", "16x100", "4096x4096"):
+        q = op.parse_problem(near, "float32")
+        for kernel_hash in (None, "old-hash"):
+            assert launch.nearest(op=op, problem=q, device=device, kernel_hash=kernel_hash) == \
+                store.nearest(op=op, problem=q, device=device, kernel_hash=kernel_hash), (near, kernel_hash)
     times = launch.trial_times(op=op, problem=problem, device=device)
     assert times == {"k0": ({"BLOCK_N": 32}, 0.95), "k1": ({"BLOCK_N": 64}, None), "k3": ({"BLOCK_N": 256}, 1.75)}
     best = launch.best(op=op, problem=problem, device=device)
@@ -97,7 +108,8 @@ def test_a_launching_lazy_store_reads_through_sqlite3_and_writes_through_the_sto
     lazy = LazyStore(url, create=False, retry_s=60)
     store, error = lazy.peek()
     assert isinstance(store, LaunchReads) and error is None
-    assert store.nearest(op=op, problem=op.parse_problem("17x100", "float32"), device=device)  # the full Store's
+    assert store.nearest(op=op, problem=op.parse_problem("17x100", "float32"), device=device)
+    assert store._full is None  # the nearest problem's read needs no SQLAlchemy either
     assert isinstance(lazy.writer(), Store) and lazy.writer() is store.full and lazy.full() is store.full
     assert isinstance(LazyStore(url, create=True, retry_s=60).get(), Store)  # the worker's and the service's
 

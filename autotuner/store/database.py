@@ -11,7 +11,7 @@ from typing import Any
 
 from autotuner.base.device import DeviceInfo
 from autotuner.base.registry import Op
-from autotuner.store.nearest import rank
+from autotuner.store.nearest import nearest_stored
 from autotuner.store.rows import (
     DeviceRow,
     JobRow,
@@ -24,7 +24,7 @@ from autotuner.store.rows import (
     run_row,
     trial_row,
 )
-from autotuner.store.stored_best import StoredBest, best_of, stored_best, versions
+from autotuner.store.stored_best import StoredBest, best_of, versions
 from db import queue
 from db import repository as repo
 from db.engine import open_engine, session_scope
@@ -277,13 +277,6 @@ class Store:
         """Current (not stale) best configs of the nearest tuned problems on the same device (`any_options`:
         also those differing in dtype, epilogue, causal..., ranked after the matching ones; for warm starts)."""
         with session_scope(self.engine) as s:
-            rows = [stored_best(r, kernel_hash or op.kernel_hash, triton_version) for r in repo.find_best(s, op=op.name, device_key=device.key)]
-        others = []
-        for r in rows:
-            if r.stale:
-                continue
-            try:
-                others.append((op.problem_from_dict(r.problem), r))
-            except (TypeError, ValueError):
-                continue
-        return [(p, r) for _, p, r in rank(problem, others, any_options)[:limit]]
+            rows = repo.find_best_rows(s, op=op.name, device_key=device.key)
+        return nearest_stored(op, problem, rows, kernel_hash=kernel_hash, triton_version=triton_version, limit=limit,
+                              any_options=any_options)

@@ -9,6 +9,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
+from autotuner.store.nearest import nearest_stored
 from autotuner.store.stored_best import StoredBest, best_of, versions
 from db.basics import DatabaseUnavailable, NotAutotunerDatabase
 from search_spaces.contract import ProblemType
@@ -50,9 +51,10 @@ class LaunchReads:
     def nearest(self, *, op: Op, problem: ProblemType, device: DeviceInfo, limit: int = 3,
                 kernel_hash: str | None = None, triton_version: str | None = None,
                 any_options: bool = False) -> list[tuple[ProblemType, StoredBest]]:
-        """Store.nearest, through the full Store (SQLAlchemy is imported then)."""
-        return self.full.nearest(op=op, problem=problem, device=device, limit=limit, kernel_hash=kernel_hash,
-                                 triton_version=triton_version, any_options=any_options)
+        """Store.nearest: the current stored bests of the nearest tuned problems on this device."""
+        rows = self.reads.best_rows(op=op.name, device_key=device.key)
+        return nearest_stored(op, problem, rows, kernel_hash=kernel_hash, triton_version=triton_version, limit=limit,
+                              any_options=any_options)
 
     def trial_times(self, *, op: Op, problem: ProblemType, device: DeviceInfo) -> dict[str, tuple[dict[str, Any], float | None]]:
         """Store.trial_times: configs measured (or failed: None) before, at the running kernel hash and Triton."""

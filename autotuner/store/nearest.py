@@ -11,10 +11,14 @@ candidate), ranked after every problem whose fields match.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from typing import TypeVar
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from autotuner.store.stored_best import StoredBest, stored_best
 from search_spaces.contract import ProblemType
+
+if TYPE_CHECKING:
+    from autotuner.base.registry import Op
 
 T = TypeVar("T")
 P = TypeVar("P", bound=ProblemType)
@@ -38,6 +42,23 @@ def distance(a: ProblemType, b: ProblemType, any_options: bool = False) -> float
     if a.nearest_group() != b.nearest_group():
         d += GROUP_PENALTY
     return d
+
+
+def nearest_stored(op: Op, problem: ProblemType, rows: Iterable[Any], *, kernel_hash: str | None = None,
+                   triton_version: str | None = None, limit: int = 3,
+                   any_options: bool = False) -> list[tuple[ProblemType, StoredBest]]:
+    """The current stored bests among `rows` (one op's, on one device) of the problems nearest `problem`, nearest
+    first: what Store.nearest and a launching process's sqlite3 reads answer alike."""
+    others = []
+    for row in rows:
+        judged = stored_best(row, kernel_hash or op.kernel_hash, triton_version)
+        if judged.stale:
+            continue
+        try:
+            others.append((op.problem_from_dict(judged.problem), judged))
+        except (TypeError, ValueError):  # stored by another version of the op
+            continue
+    return [(p, r) for _, p, r in rank(problem, others, any_options)[:limit]]
 
 
 def rank(problem: P, others: Sequence[tuple[P, T]], any_options: bool = False) -> list[tuple[float, P, T]]:
