@@ -303,3 +303,77 @@ def test_the_service_and_the_report_show_a_decorated_kernel(url, use, tmp_path):
     from autotuner.analysis.report import plot_results
 
     assert plot_results(store, tmp_path / "r.png", device_key=gpu.key) == 1
+
+
+def _store_winner(url, kernel, n, config):
+    """A stored winner of `kernel` for key n (float32 tensors), as a tuning run would leave it."""
+    problem = kernel.op.parse_problem(f"n={n}", "float32")
+    Store(url).save_best(op=kernel.op, problem=problem, device=current_device(), config=config, median_ms=1.0,
+                         default_ms=2.0, torch_ms=None, run_id=None)
+
+
+def test_nearest_policy_launches_the_nearest_keys_winner_tunes_nothing_and_queues_the_key(url, use, monkeypatch):
+    use(on_miss="nearest")
+    big = {"BLOCK": 128, "num_warps": 4, "num_stages": 3}
+    _store_winner(url, dk.scale_kernel, 4096, big)
+    _store_winner(url, dk.scale_kernel, 64, {"BLOCK": 32, "num_warps": 1, "num_stages": 3})
+    x, y = torch.randn(3000), torch.empty(3000)
+    dk.scale_kernel[grid(3000)](x, y, 3000, 2.0)  # log2(3000) is nearer 4096 than 64
+    torch.testing.assert_close(y, 2 * x)
+    key = next(iter(dk.scale_kernel.cache))
+    assert dk.scale_kernel.cache[key][0] == big
+    assert dk.scale_kernel.sources[key] == "nearest (n=4096:float32's winner); the exact key is queued"
+    from autotuner.launch.lookup import resolver
+
+    resolver()._join_background()  # the job is written on another thread
+    assert _count(url, Trial) == 0 and _count(url, TuningRun) == 0  # nothing tuned on the launching thread
+    with session_scope(Store(url).engine) as s:
+        job = s.scalars(select(Job)).one()
+    assert job.shape == "n=3000" and job.options["call"]["args"]["x_ptr"]["tensor"]["shape"] == [3000]
+    # a worker tunes the key; the launching process picks its winner up once the answer is asked again
+    from autotuner.worker.loop import Worker
+
+    assert Worker(Settings(db_url=url), name="w").run_job(Store(url).claim_job("w")[0]) == "done"
+    dk.scale_kernel[grid(3000)](x, y, 3000, 2.0)
+    assert dk.scale_kernel.sources[key].startswith("nearest")  # within RECHECK_S: the answer stands
+    from autotuner.decorator import autotuned
+
+    monkeypatch.setattr(autotuned, "_now", lambda: float("inf"))
+    dk.scale_kernel[grid(3000)](x, y, 3000, 2.0)
+    assert dk.scale_kernel.sources[key] == "exact (database)"
+    torch.testing.assert_close(y, 2 * x)
+
+
+def test_nearest_policy_skips_a_winner_the_pruning_or_the_space_rules_out(url, use):
+    """accumulate prunes BLOCK=64 away: the nearest key's winner with BLOCK 64 is passed over for the next
+    nearest; with no valid winner near, the default."""
+    use(on_miss="nearest")
+    _store_winner(url, dk.accumulate, 1000, {"BLOCK": 64, "num_warps": 2, "num_stages": 3})
+    _store_winner(url, dk.accumulate, 100, {"BLOCK": 128, "num_warps": 4, "num_stages": 3})
+    x, out = torch.randn(900), torch.zeros(1)
+    dk.accumulate[grid(900)](x, out, 900)
+    torch.testing.assert_close(out, x.sum().reshape(1), rtol=1e-4, atol=1e-4)
+    key = next(iter(dk.accumulate.cache))
+    assert dk.accumulate.cache[key][0] == {"BLOCK": 128, "num_warps": 4, "num_stages": 3}
+    assert dk.accumulate.sources[key].startswith("nearest (n=100:float32's winner)")
+    kernel = autotuner.autotune(configs=dk.CONFIGS[:1], key=["n"], name="tests:one_config",
+                                on_miss="nearest")(dk.scale_kernel.fn)
+    _store_winner(url, kernel, 64, {"BLOCK": 128, "num_warps": 4, "num_stages": 3})  # not in its list
+    y = torch.empty(900)
+    kernel[grid(900)](x, y, 900, 1.0)
+    key = next(iter(kernel.cache))
+    assert kernel.cache[key][0] == {"BLOCK": 32, "num_warps": 1, "num_stages": 3}
+    assert kernel.sources[key].startswith("default (no nearby tuned key's winner is valid here: n=64:float32)")
+
+
+def test_nearest_policy_launches_the_default_at_once_when_the_database_is_down(tmp_path):
+    dead = "postgresql+psycopg://postgres@127.0.0.1:1/none?connect_timeout=1"
+    set_resolver(Resolver(Settings(db_url=dead, on_miss="nearest")))
+    try:
+        kernel = autotuner.autotune(configs=dk.CONFIGS, key=["n"], name="tests:dead_db")(dk.scale_kernel.fn)
+        x, y = torch.randn(50), torch.empty(50)
+        kernel[grid(50)](x, y, 50, 3.0)
+        torch.testing.assert_close(y, 3 * x)
+        assert kernel.sources[next(iter(kernel.cache))] == "default (nothing tuned near); the exact key is queued"
+    finally:
+        set_resolver(None)

@@ -18,9 +18,11 @@ class Settings(BaseSettings):
     url: str | None = Field(None, description="Base URL of a remote autotuner service for lookups")
     token: str | None = Field(None, description="Bearer token the service requires for writes")
     tune_on_miss: bool = False  # library calls: queue a tuning job for a problem with no exact result
-    on_miss: Literal["tune", "default", "error"] = Field(
-        "tune", description="autotuner.autotune kernels, a key with no stored result: tune now, launch the default "
-                            "and queue a job, or raise")
+    on_miss: Literal["tune", "nearest", "default", "error"] = Field(
+        "tune", description="A problem with no stored result. autotuner.autotune kernels: tune now in the launching "
+                            "process; launch the nearest tuned key's winner and queue the exact key (nearest); "
+                            "launch the default and queue it; or raise. Library calls: nearest also queues the "
+                            "problem")
     record: bool = Field(False, description="autotuner.autotune kernels: queue a job with the recorded call for "
                                             "every new key")
     tune_wait_s: float = Field(600.0, gt=0, description="A process that misses a key another process is tuning "

@@ -24,6 +24,7 @@ read of Triton's objects).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -46,10 +47,12 @@ from autotuner.decorator.keys import Keys
 from autotuner.decorator.miss import KernelNotTuned, resolve_miss
 from autotuner.decorator.spec import ON_MISS, Hooks, KernelSpec
 from autotuner.launch import binary_cache
+from autotuner.launch.lookup import RECHECK_S
 from kernels._direct import Launcher
 from search_spaces.space import Space, config_key
 
 __all__ = ["Autotuned", "KernelNotTuned", "autotune"]
+_now = time.monotonic
 
 
 def _spec(fn: Any, configs: list[triton.Config] | None, key: list[str], *, space: Space[Any] | None,
@@ -106,6 +109,7 @@ class Autotuned:
         self.best_config: triton.Config | None = None
         self.sources: dict[tuple[Any, ...], str] = {}  # key -> where its config came from: exact, stale, tuned...
         self._launchers: dict[tuple[Any, ...], Launcher] = {}
+        self._recheck: dict[tuple[Any, ...], float] = {}  # key -> when an unsettled answer is asked again
         self._jit = fn if hasattr(fn, "device_caches") else None  # a JITFunction (not the interpreter's, not wrapped)
         if self._jit is not None:
             binary_cache.install(self._jit)
@@ -119,7 +123,7 @@ class Autotuned:
     def run(self, *args: Any, grid: Any, warmup: bool = False, **kwargs: Any) -> Any:
         key = self.spec.keys.key(args, kwargs)
         hit = self.cache.get(key)
-        if hit is None:
+        if hit is None or (self._recheck and key in self._recheck and self._recheck[key] < _now()):
             hit = self._resolve(key, args, kwargs, grid)
         config, config_pre_hook = hit
         if config_pre_hook is not None:
@@ -145,8 +149,14 @@ class Autotuned:
 
     def _resolve(self, key: tuple[Any, ...], args: tuple[Any, ...], kwargs: dict[str, Any],
                  grid: Any) -> tuple[dict[str, Any], Callable[..., Any] | None]:
-        """The first launch of a key in this process: the miss policy's config, kept in `cache`."""
-        config, self.sources[key] = resolve_miss(self.view, self.spec.keys.miss(args, kwargs, grid))
+        """The first launch of a key in this process: the miss policy's config, kept in `cache` (an answer that is
+        not settled, until RECHECK_S from now)."""
+        answer = resolve_miss(self.view, self.spec.keys.miss(args, kwargs, grid))
+        config, self.sources[key] = answer.config, answer.source
+        if answer.settled:
+            self._recheck.pop(key, None)
+        else:
+            self._recheck[key] = _now() + RECHECK_S
         original = self.spec.hooked_config(config)
         self.best_config = original or to_config(config)
         entry = self.cache[key] = dict(config), (original.pre_hook if original is not None else None)

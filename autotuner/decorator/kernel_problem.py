@@ -84,8 +84,10 @@ class KernelProblem(ProblemBase):
         return tuple(v for _, v in self.values if _positive(v))
 
     def match_fields(self) -> dict[str, Any]:
-        """What a nearest tuned key must share: the dtypes, and every key value that is not a positive number."""
-        return {"dtypes": self.dtypes, **{k: v for k, v in self.values if not _positive(v)}}
+        """What a nearest tuned key must share: the dtypes (as the key writes them: a problem parsed from
+        "float32" and one made from two float32 tensors are the same key), and every key value that is not a
+        positive number."""
+        return {"dtype": self.dtype, **{k: v for k, v in self.values if not _positive(v)}}
 
     def __getitem__(self, name: str) -> Any:
         """A key argument's value (for a space's constraints and default)."""

@@ -2,16 +2,23 @@
 then the miss policy (`on_miss=` or AUTOTUNER_ON_MISS):
 
     tune     tune now in this process (autotuner.decorator.in_process)
+    nearest  launch at once with the winner of the nearest tuned key (key values compared on a log scale; the
+             other key values, the dtypes, the device and the kernel version must match; the config must be valid
+             for this key, under the space's constraints and the pruning), else the default, and queue the exact
+             key as a job with its recorded call; nothing is tuned, and the queueing runs on another thread
     default  launch the default config at once, and queue a tuning job carrying the recorded call
     error    raise KernelNotTuned, naming the kernel, the key and how to tune it
 
 A result stored for another kernel source or Triton version is launched (said to be stale) while a re-tune is
-queued. With AUTOTUNER_RECORD=1 every new key queues a job with its recorded call.
+queued. With AUTOTUNER_RECORD=1 every new key queues a job with its recorded call. An answer that is not settled
+(nearest, default, stale) is asked again after autotuner.launch.lookup.RECHECK_S, so a key tuned meanwhile by a
+worker arrives.
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 from autotuner.decorator.engine_view import EngineView
@@ -28,38 +35,66 @@ class KernelNotTuned(LookupError):
     """A launch under `on_miss="error"` of a key with no stored result."""
 
 
-def resolve_miss(view: EngineView, miss: Miss) -> tuple[dict[str, Any], str]:
-    """The config a new key launches with, and where it came from (exact, stale, tuned here, default...)."""
+@dataclass(frozen=True)
+class Answer:
+    config: dict[str, Any]
+    source: str  # where it came from, for people: "exact (database)", "nearest (n=64's winner) ...", ...
+    settled: bool  # exact or tuned here; otherwise asked again after RECHECK_S
+
+
+def resolve_miss(view: EngineView, miss: Miss) -> Answer:
+    """The config a new key launches with, and where it came from (exact, stale, tuned here, nearest, default)."""
     spec, problem, device = view.spec, miss.problem, miss.device
     r = resolver()
     policy = spec.on_miss or r.settings.on_miss
     store = r.store.peek()[0]
-    config: dict[str, Any] | None = None
-    source = ""
+    answer: Answer | None = None
     try:
         res = r.resolve(view.op, problem, device, fallback="none")
-        config, source = res.config, f"exact ({res.step})"
+        answer = Answer(res.config, f"exact ({res.step})", True)
         if policy == "tune" and store is not None and untried(view, store, miss):
-            config = None  # the list grew since the result was stored: time the new configs
+            answer = None  # the list grew since the result was stored: time the new configs
     except NotFound as exc:
         if exc.stale is not None and not spec.space.violations(exc.stale.config, problem, device):
-            config, source = exc.stale.config, f"stale ({exc.stale.stale_reason}); a re-tune is queued"
-            record(view, miss)
+            answer = Answer(exc.stale.config, f"stale ({exc.stale.stale_reason}); a re-tune is queued", False)
+            record(view, miss, background=policy == "nearest")
         elif policy == "error":
             raise KernelNotTuned(
                 f"{spec.name} has no tuned config for key {problem.key} on {device.key} (and AUTOTUNER_ON_MISS="
                 f"error): tune it in a process with AUTOTUNER_ON_MISS=tune, or record it with AUTOTUNER_RECORD=1 "
                 "and run `autotuner worker`") from None
-    if config is None:
-        if policy == "default" or r.settings.record:
-            record(view, miss)
-        if policy == "tune":
-            config, source = tune_here(view, miss)
+    if answer is None:
+        if policy == "nearest":
+            answer = nearest_answer(view, miss)
+            record(view, miss, background=True)
         else:
-            config = spec.default(miss.named, miss.kwargs, problem, device)
-            source = "default (a tuning job is queued)"
-    log.info("autotuner: %s %s on %s: %s %s", spec.name, problem.key, device.key, source, config)
-    return config, source
+            if policy == "default" or r.settings.record:
+                record(view, miss)
+            if policy == "tune":
+                answer = Answer(*tune_here(view, miss), True)
+            else:
+                answer = Answer(spec.default(miss.named, miss.kwargs, problem, device),
+                                "default (a tuning job is queued)", False)
+    log.info("autotuner: %s %s on %s: %s %s", spec.name, problem.key, device.key, answer.source, answer.config)
+    return answer
+
+
+def nearest_answer(view: EngineView, miss: Miss) -> Answer:
+    """The winner of the nearest tuned key whose config is valid for this key (the space's constraints, and the
+    list as pruned for this launch), else the default; nothing is measured."""
+    spec, problem, device = view.spec, miss.problem, miss.device
+    pruned = spec.pruned(miss.named, miss.kwargs)
+    allowed = None if pruned is None else {config_key(c) for c in pruned}
+    passed = []
+    for other, row in resolver().nearest(view.op, problem, device):
+        if spec.space.violations(row.config, problem, device) or \
+                (allowed is not None and config_key(row.config) not in allowed):
+            passed.append(other.key)
+            continue
+        return Answer(row.config, f"nearest ({other.key}'s winner); the exact key is queued", False)
+    why = f"no nearby tuned key's winner is valid here: {', '.join(passed)}" if passed else "nothing tuned near"
+    return Answer(spec.default(miss.named, miss.kwargs, problem, device), f"default ({why}); the exact key is queued",
+                  False)
 
 
 def _grids(miss: Miss, candidates: list[dict[str, Any]]) -> dict[str, tuple[int, ...]]:
@@ -70,12 +105,23 @@ def _grids(miss: Miss, candidates: list[dict[str, Any]]) -> dict[str, tuple[int,
     return out
 
 
-def record(view: EngineView, miss: Miss) -> None:
-    """Queue a tuning job holding what a worker needs to replay this launch."""
-    spec = view.spec
-    try:
-        candidates = spec.space.candidates(miss.problem, miss.device)
-        call = record_call(spec.keys.arg_names, miss.named, _grids(miss, candidates))
-        resolver().queue(view.op, spec.keys.problem(miss.named, call), miss.device)
-    except Exception as exc:  # recording must never stop a launch
-        log.warning("autotuner: could not record %s %s: %s", spec.name, miss.problem.key, exc)
+def record(view: EngineView, miss: Miss, *, background: bool = False) -> None:
+    """Queue a tuning job holding what a worker needs to replay this launch (once per key and process); with
+    `background`, the grids, the recorded call and the write happen on another thread."""
+    r = resolver()
+    if r.queued(view.op, miss.problem, miss.device):
+        return
+
+    def write() -> None:
+        spec = view.spec
+        try:
+            candidates = spec.space.candidates(miss.problem, miss.device)
+            call = record_call(spec.keys.arg_names, miss.named, _grids(miss, candidates))
+            r.queue(view.op, spec.keys.problem(miss.named, call), miss.device)
+        except Exception as exc:  # recording must never stop a launch
+            log.warning("autotuner: could not record %s %s: %s", spec.name, miss.problem.key, exc)
+
+    if background:
+        r.in_background(write)
+    else:
+        write()

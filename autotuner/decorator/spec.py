@@ -16,7 +16,7 @@ from autotuner.decorator.kernel_problem import KernelProblem
 from autotuner.decorator.keys import Keys
 from search_spaces.space import Space, config_key
 
-ON_MISS = ("tune", "default", "error")
+ON_MISS = ("tune", "nearest", "default", "error")
 
 
 @dataclass(kw_only=True)

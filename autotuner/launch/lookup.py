@@ -21,9 +21,11 @@ service's back-off, and the tuning jobs it queued on a miss (`AUTOTUNER_TUNE_ON_
 
 from __future__ import annotations
 
+import atexit
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -39,6 +41,7 @@ log = logging.getLogger(__name__)
 RECHECK_S = 60.0  # a launching process asks again this long after a non-exact answer, so new results arrive
 SERVICE_TIMEOUT_S = 0.25
 SERVICE_BACKOFF_S = 30.0
+BACKGROUND_EXIT_S = 5.0  # at exit, queueing still under way gets this long to finish
 FALLBACKS = ("nearest", "default", "none")
 
 
@@ -161,6 +164,8 @@ class Resolver:
         self.service = Service(self.settings.url)
         self._queued: set[tuple[str, str, str]] = set()
         self._lock = threading.Lock()
+        self._background: list[threading.Thread] = []
+        self._joins_at_exit = False
 
     def resolve(self, op: Op | str, problem: ProblemType, device: DeviceInfo, fallback: str = "nearest") -> Resolution:
         """`resolve` with this process's database and service; NotFound under `fallback="none"` with nothing
@@ -168,13 +173,13 @@ class Resolver:
         op = get_op(op) if isinstance(op, str) else op
         store, error = self.store.peek()
         res = resolve(op, problem, device, store=store, store_error=error, service=self.service, fallback=fallback)
-        if res.source != "exact" and self.settings.tune_on_miss:
+        if res.source != "exact" and (self.settings.tune_on_miss or self.settings.on_miss == "nearest"):
             self._tune_on_miss(op, problem, device)
         return res
 
     def _tune_on_miss(self, op: Op, problem: ProblemType, device: DeviceInfo) -> None:
         if self._first(op, problem, device):
-            threading.Thread(target=self._queue_job, args=(op, problem), daemon=True).start()
+            self.in_background(lambda: self._queue_job(op, problem))
 
     def _first(self, op: Op, problem: ProblemType, device: DeviceInfo) -> bool:
         key = (op.name, problem.key, device.key)
@@ -184,10 +189,45 @@ class Resolver:
             self._queued.add(key)
             return True
 
+    def queued(self, op: Op, problem: ProblemType, device: DeviceInfo) -> bool:
+        """Whether this process queued a tuning job for this problem already."""
+        with self._lock:
+            return (op.name, problem.key, device.key) in self._queued
+
     def queue(self, op: Op, problem: ProblemType, device: DeviceInfo) -> None:
         """Queue a tuning job for this problem, once per process (a recorded call of a decorated kernel)."""
         if self._first(op, problem, device):
             self._queue_job(op, problem)
+
+    def in_background(self, work: Callable[[], None]) -> None:
+        """Run `work` (queueing a job: a write, which may import SQLAlchemy and wait on the database) on a thread
+        of its own, so a launch never waits for it; the process's exit waits up to BACKGROUND_EXIT_S for those
+        still running."""
+        thread = threading.Thread(target=work, daemon=True, name="autotuner-queue")
+        with self._lock:
+            self._background = [t for t in self._background if t.is_alive()] + [thread]
+            if not self._joins_at_exit:
+                atexit.register(self._join_background)
+                self._joins_at_exit = True
+        thread.start()
+
+    def _join_background(self) -> None:
+        deadline = time.monotonic() + BACKGROUND_EXIT_S
+        for thread in list(self._background):
+            thread.join(max(0.0, deadline - time.monotonic()))
+
+    def nearest(self, op: Op, problem: ProblemType, device: DeviceInfo,
+                limit: int = 8) -> list[tuple[ProblemType, StoredBest]]:
+        """The current stored bests of the tuned problems nearest this one on this device, nearest first; none
+        while the database cannot be read."""
+        store, _ = self.store.peek()
+        if store is None:
+            return []
+        try:
+            return store.nearest(op=op, problem=problem, device=device, limit=limit)
+        except Exception as exc:  # a database that went away after opening: a launch goes on with the default
+            log.warning("autotuner: nearest lookup for %s %s failed: %s", op.name, problem.key, exc)
+            return []
 
     def _queue_job(self, op: Op, problem: ProblemType) -> None:
         options = op.options_of(problem)
