@@ -18,7 +18,7 @@ def _utc(value: datetime) -> datetime:
 
 UtcDatetime = Annotated[datetime, AfterValidator(_utc)]
 
-Source = Literal["exact", "nearest", "default"]
+Source = Literal["exact", "bucket", "nearest", "default"]
 PRINTABLE = r"^[^\x00-\x1f\x7f]*$"  # no control characters
 OptionValue = str | bool | int | float
 
@@ -57,7 +57,9 @@ class ConfigOut(BaseModel):
     problem_key: str
     device: str
     config: dict[str, Any] = Field(description="Keyword arguments to launch the kernel with")
-    source: Source = Field(description="exact: tuned for this problem; nearest: tuned for the nearest problem; "
+    source: Source = Field(description="exact: tuned for this problem; bucket: tuned for its bucket's "
+                                       "representative (the built-in ops bucket their leading dimension by powers "
+                                       "of two); nearest: tuned for the nearest problem; "
                                        "default: the space's heuristic")
     median_ms: float | None = Field(description="Measured time of this config on `timing_problem` (for a nearest "
                                                 "answer: the other problem, not this one)")

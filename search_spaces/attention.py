@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -19,6 +20,7 @@ from search_spaces.problem import (
     dims_str,
     parse_dims,
     parse_dtype,
+    pow2_bucket,
 )
 from search_spaces.space import Config, DeviceLimits, Param, Space, clamp, hopper, next_pow2, tma_needs_hopper
 
@@ -57,6 +59,10 @@ class AttentionProblem(ProblemBase):
 
     def dims(self) -> tuple[int, ...]:
         return (self.batch, self.heads, self.seq, self.head_dim)
+
+    def bucket(self) -> AttentionProblem:
+        """The batch by powers of two."""
+        return dataclasses.replace(self, batch=pow2_bucket(self.batch))
 
     @property
     def torch_dtype(self) -> torch.dtype:

@@ -94,6 +94,10 @@ class ProblemType(Protocol):
     def nearest_group(self) -> tuple[Any, ...]:
         """Problems sharing this rank first among the nearest (matmul: the same N and K)."""
 
+    def bucket(self) -> Self:
+        """The representative of this problem's bucket, whose tuned result serves it when it has none of its own
+        (the built-in ops bucket their leading dimension by powers of two); itself where there are no buckets."""
+
 
 P = TypeVar("P", bound=ProblemType)
 Inputs = Mapping[str, Any]

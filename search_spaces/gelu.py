@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -18,6 +19,7 @@ from search_spaces.problem import (
     dims_pattern,
     parse_dims,
     parse_dtype,
+    pow2_bucket,
 )
 from search_spaces.space import Config, DeviceLimits, Param, Space, clamp, next_pow2, pow2_range
 
@@ -55,6 +57,10 @@ class GeluProblem(ProblemBase):
 
     def dims(self) -> tuple[int, ...]:
         return (self.n,)
+
+    def bucket(self) -> GeluProblem:
+        """The element count by powers of two."""
+        return dataclasses.replace(self, n=pow2_bucket(self.n))
 
     @property
     def torch_dtype(self) -> torch.dtype:

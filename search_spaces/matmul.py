@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -20,6 +21,7 @@ from search_spaces.problem import (
     dims_str,
     parse_dims,
     parse_dtype,
+    pow2_bucket,
 )
 from search_spaces.space import Config, DeviceLimits, Param, Space, clamp, hopper, next_pow2, tma_needs_hopper
 
@@ -64,6 +66,10 @@ class MatmulProblem(ProblemBase):
     def nearest_group(self) -> tuple[int, int]:
         """The same N and K first: an LLM's GEMMs vary only in M, with the batch of tokens."""
         return (self.N, self.K)
+
+    def bucket(self) -> MatmulProblem:
+        """M by powers of two: a workload's token counts share the result tuned at the power of two above them."""
+        return dataclasses.replace(self, M=pow2_bucket(self.M))
 
     @property
     def torch_dtype(self) -> torch.dtype:

@@ -86,3 +86,13 @@ class ProblemBase:
     def nearest_group(self) -> tuple[Any, ...]:
         """Problems sharing this with this one rank before all others (every problem shares the empty group)."""
         return ()
+
+    def bucket(self) -> Any:
+        """The problem whose tuned result serves this one when it has none of its own (its bucket's
+        representative); by default itself: no buckets."""
+        return self
+
+
+def pow2_bucket(value: int) -> int:
+    """The bucket of a size: the power of two at or above it (1000 -> 1024, 1024 -> 1024, 1 -> 1)."""
+    return 1 << max(0, (int(value) - 1).bit_length())

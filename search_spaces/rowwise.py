@@ -6,6 +6,7 @@ row in BLOCK_N chunks when BLOCK_N < cols.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -19,6 +20,7 @@ from search_spaces.problem import (
     dims_str,
     parse_dims,
     parse_dtype,
+    pow2_bucket,
 )
 from search_spaces.space import Config, DeviceLimits, Param, Space, clamp, next_pow2, pow2_range
 
@@ -56,6 +58,10 @@ class RowwiseProblem(ProblemBase):
 
     def dims(self) -> tuple[int, ...]:
         return (self.rows, self.cols)
+
+    def bucket(self) -> Self:
+        """Rows by powers of two (a batch's row count varies; the row length is the kernel's shape)."""
+        return dataclasses.replace(self, rows=pow2_bucket(self.rows))
 
     @property
     def torch_dtype(self) -> torch.dtype:

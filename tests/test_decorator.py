@@ -377,3 +377,30 @@ def test_nearest_policy_launches_the_default_at_once_when_the_database_is_down(t
         assert kernel.sources[next(iter(kernel.cache))] == "default (nothing tuned near); the exact key is queued"
     finally:
         set_resolver(None)
+
+
+def test_buckets_resolve_store_and_serve_one_result_per_bucket(url, use):
+    use(on_miss="tune")
+    kernel = autotuner.autotune(configs=dk.CONFIGS, key=["n"], name="tests:bucketed",
+                                buckets={"n": "pow2"})(dk.scale_kernel.fn)
+    for n in (700, 900, 1024):  # one bucket: n=1024
+        x, y = torch.randn(n), torch.empty(n)
+        kernel[grid(n)](x, y, n, 2.0)
+        torch.testing.assert_close(y, 2 * x)
+    assert list(kernel.sources.values()) == [kernel.sources[(1024, "torch.float32", "torch.float32")]]
+    assert kernel.sources[(1024, "torch.float32", "torch.float32")].startswith("tuned here")
+    assert _count(url, TuningRun) == 1
+    stored = [r.problem_key for r in Store(url).results(op="tests:bucketed")]
+    assert stored == ["n=1024:float32"]  # tuned on n=700's launch, stored for its bucket
+    kernel.cache.clear()
+    x, y = torch.randn(600), torch.empty(600)
+    kernel[grid(600)](x, y, 600, 2.0)
+    assert kernel.sources[(1024, "torch.float32", "torch.float32")] == "exact (database) for this key's bucket n=1024"
+    assert _count(url, TuningRun) == 1
+    custom = autotuner.autotune(configs=dk.CONFIGS, key=["n"], name="tests:by_hundreds",
+                                buckets={"n": lambda v: -(-v // 100) * 100})(dk.scale_kernel.fn)
+    assert custom.problem(custom.named((x, y, 601, 2.0), {})).shape == "n=700"
+    for bad, said in (({"m": "pow2"}, "buckets names 'm', which is not a key argument"),
+                      ({"n": "log10"}, "bucket 'log10' for 'n' is not known")):
+        with pytest.raises(ValueError, match=said):
+            autotuner.autotune(configs=dk.CONFIGS, key=["n"], buckets=bad)(dk.scale_kernel.fn)

@@ -206,3 +206,24 @@ def test_checks_run_once_per_input_signature_and_every_new_one_in_full(db, use):
         autotuner.gelu(x, approximate="fast")
     with pytest.raises(ValueError, match="bias has shape"):
         autotuner.matmul(torch.randn(4, 8), torch.randn(8, 5), torch.randn(4))
+
+
+def test_a_problem_without_a_result_is_served_its_buckets(db):
+    """Softmax buckets its rows by powers of two: 100 rows are served the result of 128 while they have none of
+    their own, and only if that config is valid for 100 rows; an exact result wins over the bucket's."""
+    from autotuner.launch.lookup import resolve
+
+    op, device = get_op("softmax"), current_device()
+    assert op.parse_problem("100x1000", "float32").bucket() == op.parse_problem("128x1000", "float32")
+    assert get_op("matmul").parse_problem("1000x512x256").bucket().shape == "1024x512x256"
+    _store_best(db, "128x1000", LOOPING)
+    store = Store(db)
+    res = resolve(op, op.parse_problem("100x1000", "float32"), device, store=store, fallback="none")
+    assert (res.source, res.from_problem, res.config) == ("bucket", "128x1000:float32", LOOPING)
+    assert "database: 128x1000:float32, this problem's bucket" in res.trace
+    _store_best(db, "100x1000", {**LOOPING, "num_warps": 2})
+    assert resolve(op, op.parse_problem("100x1000", "float32"), device, store=store).source == "exact"
+    wide = {**LOOPING, "BLOCK_N": 2048}  # larger than useful for 1000 columns: not valid there
+    _store_best(db, "16x1000", wide)
+    res = resolve(op, op.parse_problem("9x1000", "float32"), device, store=store)
+    assert res.source == "nearest" and "database: nothing current for its bucket 16x1000:float32" in res.trace

@@ -73,6 +73,9 @@ def show(
     stale = f" (a stale exact result was not used: {a.stale_reason})" if a.stale else ""
     if a.source == "exact":
         summary = f"tuned for this problem on {device.key}"
+    elif a.source == "bucket":
+        summary = (f"no tuned result for {prob.key} itself{stale}; this is the result tuned for its bucket's "
+                   f"representative, {a.from_problem}, and its times below were measured on that problem")
     elif a.source == "nearest":
         summary = (f"no tuned result for {prob.key}{stale}; this is the best config of the nearest tuned problem, "
                    f"{a.from_problem}, and its times below were measured on that problem, not this one")

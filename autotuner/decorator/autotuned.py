@@ -43,7 +43,7 @@ from autotuner.decorator.configs import (
 )
 from autotuner.decorator.engine_view import EngineView
 from autotuner.decorator.kernel_problem import KernelProblem
-from autotuner.decorator.keys import Keys
+from autotuner.decorator.keys import Bucket, Keys, bucket_functions
 from autotuner.decorator.miss import KernelNotTuned, resolve_miss
 from autotuner.decorator.spec import ON_MISS, Hooks, KernelSpec
 from autotuner.launch import binary_cache
@@ -56,7 +56,8 @@ _now = time.monotonic
 
 
 def _spec(fn: Any, configs: list[triton.Config] | None, key: list[str], *, space: Space[Any] | None,
-          name: str | None, prune_configs_by: dict[str, Any] | None, hooks: Hooks, **rest: Any) -> KernelSpec:
+          name: str | None, prune_configs_by: dict[str, Any] | None, hooks: Hooks,
+          buckets: Mapping[str, Bucket] | None, **rest: Any) -> KernelSpec:
     """The decorator's arguments, checked: every name they give must be the kernel's."""
     base = base_fn(fn)
     arg_names = list(fn.arg_names)
@@ -79,7 +80,8 @@ def _spec(fn: Any, configs: list[triton.Config] | None, key: list[str], *, space
         check_names(name, "the space's parameters", space.names, [*params, *LAUNCH_OPTIONS],
                     "a tl.constexpr parameter or launch option")
     return KernelSpec(
-        fn=fn, base_fn=base, name=name, keys=Keys(list(key), arg_names), configs=listed,
+        fn=fn, base_fn=base, name=name, keys=Keys(list(key), arg_names, bucket_functions(name, buckets, list(key))),
+        configs=listed,
         triton_configs={config_key(config_dict(c)): c for c in listed},
         space=space if space is not None else Space.from_configs([config_dict(c) for c in listed]), hooks=hooks,
         prune_configs_by=dict(prune_configs_by or {}), **rest)
@@ -95,11 +97,12 @@ class Autotuned:
                  post_hook: Callable[..., Any] | None = None, warmup: float | None = None, rep: float | None = None,
                  do_bench: Callable[..., Any] | None = None, space: Space[Any] | None = None, name: str | None = None,
                  reference: Callable[..., Any] | None = None, make_inputs: Callable[..., Any] | None = None,
-                 on_miss: str | None = None, trials: int | None = None) -> None:
+                 on_miss: str | None = None, trials: int | None = None,
+                 buckets: Mapping[str, Bucket] | None = None) -> None:
         hooks = Hooks(reset_to_zero=list(reset_to_zero or []), restore_value=list(restore_value or []),
                       user_pre_hook=pre_hook, user_post_hook=post_hook)
         self.spec = spec = _spec(fn, configs, key, space=space, name=name, prune_configs_by=prune_configs_by,
-                                 hooks=hooks, warmup_ms=warmup, rep_ms=rep, do_bench=do_bench, reference=reference,
+                                 hooks=hooks, buckets=buckets, warmup_ms=warmup, rep_ms=rep, do_bench=do_bench, reference=reference,
                                  make_inputs=make_inputs, on_miss=on_miss, trials=trials)
         self.fn, self.base_fn, self.name, self.arg_names = fn, spec.base_fn, spec.name, spec.keys.arg_names
         self.keys, self.configs, self.space = spec.keys.keys, spec.configs, spec.space
@@ -192,14 +195,16 @@ def autotune(configs: list[triton.Config] | None = None, key: list[str] | None =
              use_cuda_graph: bool = False, do_bench: Callable[..., Any] | None = None, cache_results: bool = False, *,
              space: Space[Any] | None = None, name: str | None = None, reference: Callable[..., Any] | None = None,
              make_inputs: Callable[..., Any] | None = None, on_miss: str | None = None,
-             trials: int | None = None) -> Callable[[Any], Autotuned]:
+             trials: int | None = None, buckets: Mapping[str, Bucket] | None = None) -> Callable[[Any], Autotuned]:
     """Decorate a `@triton.jit` kernel, as `triton.autotune(configs, key, ...)` does; see the module's text.
-    `use_cuda_graph` and `cache_results` are accepted for compatibility: results always persist, in the database."""
+    `buckets` maps key arguments to how their values group ("pow2", or a function from a value to its bucket's
+    representative): results are resolved, stored and served per bucket. `use_cuda_graph` and `cache_results` are
+    accepted for compatibility: results always persist, in the database."""
 
     def decorator(fn: Any) -> Autotuned:
         return Autotuned(fn, configs, list(key or []), prune_configs_by=prune_configs_by, reset_to_zero=reset_to_zero,
                          restore_value=restore_value, pre_hook=pre_hook, post_hook=post_hook, warmup=warmup, rep=rep,
                          do_bench=do_bench, space=space, name=name, reference=reference, make_inputs=make_inputs,
-                         on_miss=on_miss, trials=trials)
+                         on_miss=on_miss, trials=trials, buckets=buckets)
 
     return decorator

@@ -1,9 +1,15 @@
 """A decorated kernel's keys, as `triton.autotune` keys its cache (the `key` arguments' values and the tensor
-arguments' dtypes), the problem a key names in the database, and the launch that first met a key."""
+arguments' dtypes), the problem a key names in the database, and the launch that first met a key.
+
+With buckets (`autotuner.autotune(..., buckets={"M": "pow2"})`, or a function from a value to its bucket's
+representative), a key argument's value is replaced by its bucket's representative in the key and the problem:
+one resolution per bucket and process, and one stored result per bucket, tuned on the first launch recorded in
+it.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -11,19 +17,47 @@ import torch
 
 from autotuner.base.device import DeviceInfo, current_device
 from autotuner.decorator.kernel_problem import KernelProblem, dtype_name
+from search_spaces.problem import pow2_bucket
+
+BUCKETS: dict[str, Callable[[Any], Any]] = {"pow2": lambda v: pow2_bucket(v) if isinstance(v, int) and v > 0 else v}
+Bucket = str | Callable[[Any], Any]
+
+
+def bucket_functions(kernel: str, buckets: Mapping[str, Bucket] | None, keys: list[str]) -> dict[str, Callable[[Any], Any]]:
+    """The decorator's `buckets`, checked: key argument -> the function from its value to its bucket's
+    representative."""
+    out: dict[str, Callable[[Any], Any]] = {}
+    for name, how in (buckets or {}).items():
+        if name not in keys:
+            raise ValueError(f"{kernel}: buckets names {name!r}, which is not a key argument; key: {', '.join(keys)}")
+        if callable(how):
+            out[name] = how
+        elif how in BUCKETS:
+            out[name] = BUCKETS[how]
+        else:
+            raise ValueError(f"{kernel}: bucket {how!r} for {name!r} is not known; give one of {', '.join(BUCKETS)} "
+                             "or a function from a value to its bucket's representative")
+    return out
 
 
 class Keys:
-    """Keys and problems of one kernel: `keys` are its key arguments' names, `arg_names` all its arguments'."""
+    """Keys and problems of one kernel: `keys` are its key arguments' names, `arg_names` all its arguments',
+    `buckets` the key arguments whose values are bucketed (name -> value -> representative)."""
 
-    def __init__(self, keys: list[str], arg_names: list[str]) -> None:
+    def __init__(self, keys: list[str], arg_names: list[str],
+                 buckets: Mapping[str, Callable[[Any], Any]] | None = None) -> None:
         self.keys, self.arg_names = keys, arg_names
+        self.buckets = dict(buckets or {})
         self._positions = [arg_names.index(k) for k in keys]
+        self._bucketed = [(i, self.buckets[k]) for i, k in enumerate(keys) if k in self.buckets]
 
     def key(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
-        """The cache key of a launch: each key argument's value, then every tensor argument's dtype."""
+        """The cache key of a launch: each key argument's value (its bucket's representative, where bucketed),
+        then every tensor argument's dtype."""
         n = len(args)
         key = [args[p] if p < n else kwargs.get(name) for name, p in zip(self.keys, self._positions, strict=True)]
+        for i, bucket in self._bucketed:
+            key[i] = bucket(key[i])
         for a in args:
             if hasattr(a, "dtype"):
                 key.append(str(a.dtype))
@@ -42,6 +76,8 @@ class Keys:
         values = []
         for k in self.keys:
             v = named.get(k)
+            if k in self.buckets:
+                v = self.buckets[k](v)
             values.append((k, v if isinstance(v, (int, float, bool, str)) or v is None else str(v)))
         tensors = [named[n] for n in self.arg_names if hasattr(named.get(n), "dtype")]
         return KernelProblem(tuple(values), tuple(dtype_name(t.dtype) for t in tensors), call)
@@ -50,8 +86,9 @@ class Keys:
         named = self.named(args, kwargs)
         tensor = next((v for v in named.values() if isinstance(v, torch.Tensor)), None)
         device = current_device(tensor.device.index if tensor is not None and tensor.device.type == "cuda" else None)
+        bucketed = any(self.buckets[k](named.get(k)) != named.get(k) for k in self.buckets)
         return Miss(args=args, kwargs=kwargs, grid=grid, named=named, problem=self.problem(named), device=device,
-                    extra={k: v for k, v in kwargs.items() if k not in self.arg_names})
+                    extra={k: v for k, v in kwargs.items() if k not in self.arg_names}, bucketed=bucketed)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,5 +101,6 @@ class Miss:
     grid: Any
     named: dict[str, Any]  # the kernel's arguments by name
     extra: dict[str, Any]  # keyword arguments that are not the kernel's (launch options such as num_warps)
-    problem: KernelProblem
+    problem: KernelProblem  # its key values bucketed, where the kernel declares buckets
     device: DeviceInfo
+    bucketed: bool = False  # a key value differs from its bucket's representative

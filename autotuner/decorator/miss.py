@@ -51,7 +51,8 @@ def resolve_miss(view: EngineView, miss: Miss) -> Answer:
     answer: Answer | None = None
     try:
         res = r.resolve(view.op, problem, device, fallback="none")
-        answer = Answer(res.config, f"exact ({res.step})", True)
+        where = f" for this key's bucket {problem.shape}" if miss.bucketed else ""
+        answer = Answer(res.config, f"exact ({res.step}){where}", True)
         if policy == "tune" and store is not None and untried(view, store, miss):
             answer = None  # the list grew since the result was stored: time the new configs
     except NotFound as exc:

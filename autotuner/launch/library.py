@@ -57,7 +57,7 @@ def _resolve(op: TunableOp[Any], inputs: dict[str, Any], device: torch.device) -
 
     info = current_device(device.index if device.type == "cuda" else None)
     res = resolver().resolve(op, op.problem_from_inputs(inputs), info)
-    return res.config, (float("inf") if res.source == "exact" else _now() + RECHECK_S)
+    return res.config, (float("inf") if res.source in ("exact", "bucket") else _now() + RECHECK_S)
 
 
 def _keep(key: tuple[Any, ...], traced: tuple[Any, ...], launch: Callable[..., torch.Tensor], config: dict[str, Any],

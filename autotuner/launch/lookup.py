@@ -5,7 +5,8 @@
 wins:
 
 1. the database: the stored best for this exact problem, current for the kernel hash and Triton version (the
-   caller's, for a remote caller of the service);
+   caller's, for a remote caller of the service); else, where the problem has a bucket (the built-in ops bucket
+   their leading dimension by powers of two), the stored best of its bucket's representative, if valid here;
 2. the service (`AUTOTUNER_URL`), for launching processes: `GET /config?...&fallback=none`, with a short
    timeout; a service that fails is not asked again for `SERVICE_BACKOFF_S`, so launches never keep waiting;
 3. with `fallback="nearest"`: the nearest tuned problem on the same device (autotuner.store.nearest: same op, dtype
@@ -51,7 +52,7 @@ class NotFound(LookupError):
         self.stale = stale  # an exact result of another kernel hash or Triton version, not served
 
 
-Source = Literal["exact", "nearest", "default"]
+Source = Literal["exact", "bucket", "nearest", "default"]
 Step = Literal["database", "service", "nearest", "default"]
 
 
@@ -99,14 +100,15 @@ class Service:
             self._down_until = time.monotonic() + SERVICE_BACKOFF_S
             return None, f"service: HTTP {r.status_code}; not asked again for {SERVICE_BACKOFF_S:.0f} s"
         body = r.json()
-        if body.get("source") != "exact" or body.get("stale"):
+        if body.get("source") not in ("exact", "bucket") or body.get("stale"):
             return None, "service: no exact result"
         try:
             config = op.space.validate(body["config"], problem, device)
         except (ValueError, KeyError) as exc:
             return None, f"service: answered a config this space rejects ({exc})"
-        return Resolution(config=config, source="exact", step="service", reason=f"tuned result from {self.url}",
-                          from_problem=problem.key, median_ms=body.get("median_ms")), "service: exact"
+        return Resolution(config=config, source=body["source"], step="service",
+                          reason=f"tuned result from {self.url}", from_problem=body.get("from_problem") or problem.key,
+                          median_ms=body.get("median_ms")), f"service: {body['source']}"
 
 
 def resolve(op: Op, problem: ProblemType, device: DeviceInfo, *, store: ResultReader | None,
@@ -129,13 +131,23 @@ def resolve(op: Op, problem: ProblemType, device: DeviceInfo, *, store: ResultRe
         stale = best if best is not None else None
         trace.append(f"database: stale result ignored ({best.stale_reason})" if best
                      else "database: no result for this problem")
+        bucket = problem.bucket()
+        if bucket != problem:
+            held = store.best(op=op, problem=bucket, device=device, kernel_hash=kernel_hash,
+                              triton_version=triton_version)
+            if held is not None and not held.stale and not op.space.violations(held.config, problem, device):
+                trace.append(f"database: {bucket.key}, this problem's bucket")
+                return Resolution(config=held.config, source="bucket", step="database",
+                                  reason=f"tuned for {bucket.key}, the representative of this problem's bucket",
+                                  trace=tuple(trace), row=held, from_problem=bucket.key, stale=stale)
+            trace.append(f"database: nothing current for its bucket {bucket.key}")
     else:
         trace.append(f"database: unavailable ({store_error})")
     if service is not None:
         remote, note = service.ask(op, problem, device)
         trace.append(note)
         if remote is not None:
-            return Resolution(config=remote.config, source="exact", step="service", reason=remote.reason,
+            return Resolution(config=remote.config, source=remote.source, step="service", reason=remote.reason,
                               trace=tuple(trace), from_problem=problem.key, stale=stale, median_ms=remote.median_ms)
     if fallback == "none":
         why = f"only a stale result ({stale.stale_reason})" if stale else "no tuned result"
@@ -173,8 +185,8 @@ class Resolver:
         op = get_op(op) if isinstance(op, str) else op
         store, error = self.store.peek()
         res = resolve(op, problem, device, store=store, store_error=error, service=self.service, fallback=fallback)
-        if res.source != "exact" and (self.settings.tune_on_miss or self.settings.on_miss == "nearest"):
-            self._tune_on_miss(op, problem, device)
+        if res.source not in ("exact", "bucket") and (self.settings.tune_on_miss or self.settings.on_miss == "nearest"):
+            self._tune_on_miss(op, problem.bucket(), device)  # tuning the bucket's representative serves them all
         return res
 
     def _tune_on_miss(self, op: Op, problem: ProblemType, device: DeviceInfo) -> None:
