@@ -102,6 +102,44 @@ class BestConfig(Base):
     device: Mapped[Device] = relationship()
 
 
+class Sweep(Base):
+    """Problems of one op, dtype and options that differ in one dimension (`dim`), tuned together and then
+    cross-timed: each point's winner timed on the neighbouring points (`cross_timings`)."""
+
+    __tablename__ = "sweeps"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    op: Mapped[str] = mapped_column(String(200))
+    dtype: Mapped[str] = mapped_column(String(200))
+    options: Mapped[dict[str, Any]]
+    dim: Mapped[str] = mapped_column(String(64))  # what varies: a dimension flag (M) or a key argument
+    points: Mapped[dict[str, Any]]  # {"shapes": [shape strings, in order along dim]}
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class CrossTiming(Base):
+    """One point's winner timed on one point of its sweep (its own included), interleaved with that point's own
+    winner on one device: `ms` against `own_ms` is the loss of serving that point with the other's config."""
+
+    __tablename__ = "cross_timings"
+    __table_args__ = (UniqueConstraint("sweep_id", "device_id", "winner_key", "on_key", "kernel_hash",
+                                       "triton_version", name="uq_cross_timing"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    sweep_id: Mapped[int] = mapped_column(ForeignKey("sweeps.id", ondelete="CASCADE"), index=True)
+    device_id: Mapped[int] = mapped_column(ForeignKey("devices.id"))
+    winner_key: Mapped[str] = mapped_column(String(400))  # the problem whose winner was timed
+    on_key: Mapped[str] = mapped_column(String(400))  # the problem it was timed on
+    config: Mapped[dict[str, Any]]
+    ms: Mapped[float | None] = mapped_column(Float, nullable=True)  # None: not valid there, or it failed
+    own_ms: Mapped[float | None] = mapped_column(Float, nullable=True)  # on_key's own winner, the same rounds
+    kernel_hash: Mapped[str] = mapped_column(String(64))
+    triton_version: Mapped[str] = mapped_column(String(32))
+    measured_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    device: Mapped[Device] = relationship()
+
+
+JOB_KINDS = ("tune", "cross_time")
+
+
 class Job(Base):
     __tablename__ = "jobs"
     __table_args__ = (Index("ix_jobs_claim", "state", "priority", "id"),)
@@ -123,6 +161,9 @@ class Job(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    kind: Mapped[str] = mapped_column(String(16), default="tune", server_default="tune")  # JOB_KINDS
+    sweep_id: Mapped[int | None] = mapped_column(ForeignKey("sweeps.id", ondelete="SET NULL"), nullable=True,
+                                                 index=True)
 
 
 class TuneClaim(Base):

@@ -22,9 +22,11 @@ _CLAIM_ORDER = (Job.priority.desc(), Job.id)
 
 
 def add_job(session: Session, *, op: str, shape: str, dtype: str, options: dict[str, Any], strategy: str,
-            budget_trials: int | None, budget_seconds: float | None, priority: int = 0) -> int:
+            budget_trials: int | None, budget_seconds: float | None, priority: int = 0, kind: str = "tune",
+            sweep_id: int | None = None) -> int:
     job = Job(op=op, shape=shape, dtype=dtype, options=options, strategy=strategy, budget_trials=budget_trials,
-              budget_seconds=budget_seconds, priority=priority, state="queued", attempts=0, created_at=utcnow())
+              budget_seconds=budget_seconds, priority=priority, state="queued", attempts=0, created_at=utcnow(),
+              kind=kind, sweep_id=sweep_id)
     session.add(job)
     session.flush()
     return job.id
@@ -95,7 +97,24 @@ def holds(session: Session, *, job_id: int, worker: str) -> bool:
 def finish_job(session: Session, *, job_id: int, worker: str, run_id: int | None) -> bool:
     result: Any = session.execute(update(Job).where(Job.id == job_id, Job.worker == worker, Job.state == "running")
                                   .values(state="done", run_id=run_id, error=None, finished_at=utcnow()))
+    if result.rowcount == 1:
+        _sweep_settled(session, job_id)
     return bool(result.rowcount == 1)
+
+
+def _sweep_settled(session: Session, job_id: int) -> None:
+    """When a sweep's last tuning job ends (done or failed for good) and at least two of its points were tuned,
+    queue the job that cross-times its winners, once."""
+    job = session.get(Job, job_id)
+    if job is None or job.sweep_id is None or job.kind != "tune":
+        return
+    states = list(session.scalars(select(Job.state).where(Job.sweep_id == job.sweep_id, Job.kind == "tune")))
+    if any(s in ("queued", "running") for s in states) or states.count("done") < 2:
+        return
+    if session.scalar(select(func.count(Job.id)).where(Job.sweep_id == job.sweep_id, Job.kind == "cross_time")):
+        return
+    add_job(session, op=job.op, shape=job.shape, dtype=job.dtype, options={}, strategy=job.strategy,
+            budget_trials=None, budget_seconds=None, priority=job.priority, kind="cross_time", sweep_id=job.sweep_id)
 
 
 def fail_attempt(session: Session, *, job_id: int, worker: str, error: str, max_attempts: int,
@@ -111,6 +130,8 @@ def fail_attempt(session: Session, *, job_id: int, worker: str, error: str, max_
     if permanent or job.attempts >= max_attempts:
         job.state, job.finished_at = "failed", utcnow()
         job.error = error if permanent else f"failed {job.attempts} times; last: {error}"
+        session.flush()
+        _sweep_settled(session, job_id)
     else:
         job.state, job.worker, job.error = "queued", None, f"attempt {job.attempts} failed: {error}"
     return job.state
@@ -152,8 +173,8 @@ def requeue_stale(session: Session, *, older_than: datetime, max_attempts: int) 
 
 
 def recorded_options(session: Session, *, op: str, shape: str, dtype: str) -> dict[str, Any] | None:
-    """The options of the newest job of this problem (a decorated kernel's recorded call rides in them)."""
-    job = session.scalar(select(Job).where(Job.op == op, Job.shape == shape, Job.dtype == dtype)
+    """The options of the newest tuning job of this problem (a decorated kernel's recorded call rides in them)."""
+    job = session.scalar(select(Job).where(Job.op == op, Job.shape == shape, Job.dtype == dtype, Job.kind == "tune")
                          .order_by(Job.id.desc()).limit(1))
     return dict(job.options) if job is not None else None
 

@@ -9,7 +9,7 @@ from typing import Any
 from sqlalchemy import Select, delete, func, select, update
 from sqlalchemy.orm import Session, selectinload
 
-from db.models import BestConfig, Device, DevicePeak, Trial, TuneClaim, TuningRun, utcnow
+from db.models import BestConfig, CrossTiming, Device, DevicePeak, Sweep, Trial, TuneClaim, TuningRun, utcnow
 
 RESULT_KEY = ("op", "problem_key", "device_id", "kernel_hash", "triton_version")
 
@@ -238,3 +238,43 @@ def claim_tuning(session: Session, *, op: str, problem_key: str, device_key: str
 def release_tuning(session: Session, *, op: str, problem_key: str, device_key: str, owner: str) -> None:
     session.execute(delete(TuneClaim).where(TuneClaim.op == op, TuneClaim.problem_key == problem_key,
                                             TuneClaim.device_key == device_key, TuneClaim.owner == owner))
+
+
+def create_sweep(session: Session, *, op: str, dtype: str, options: dict[str, Any], dim: str,
+                 shapes: list[str]) -> int:
+    sweep = Sweep(op=op, dtype=dtype, options=options, dim=dim, points={"shapes": list(shapes)}, created_at=utcnow())
+    session.add(sweep)
+    session.flush()
+    return sweep.id
+
+
+def get_sweep(session: Session, *, sweep_id: int) -> Sweep | None:
+    return session.get(Sweep, sweep_id)
+
+
+def list_sweeps(session: Session, *, op: str | None = None) -> list[Sweep]:
+    q = select(Sweep).order_by(Sweep.id)
+    if op is not None:
+        q = q.where(Sweep.op == op)
+    return list(session.scalars(q))
+
+
+def save_cross_timings(session: Session, *, sweep_id: int, device_id: int, kernel_hash: str, triton_version: str,
+                       cells: list[dict[str, Any]]) -> None:
+    """Each cell (winner_key, on_key, config, ms, own_ms), replacing one measured before for the same pair."""
+    for cell in cells:
+        session.execute(delete(CrossTiming).where(
+            CrossTiming.sweep_id == sweep_id, CrossTiming.device_id == device_id,
+            CrossTiming.winner_key == cell["winner_key"], CrossTiming.on_key == cell["on_key"],
+            CrossTiming.kernel_hash == kernel_hash, CrossTiming.triton_version == triton_version))
+        session.add(CrossTiming(sweep_id=sweep_id, device_id=device_id, kernel_hash=kernel_hash,
+                                triton_version=triton_version, measured_at=utcnow(), **cell))
+    session.flush()
+
+
+def cross_timings(session: Session, *, sweep_id: int, device_key: str | None = None) -> list[CrossTiming]:
+    q = (select(CrossTiming).join(Device, CrossTiming.device_id == Device.id).where(CrossTiming.sweep_id == sweep_id)
+         .options(selectinload(CrossTiming.device)).order_by(CrossTiming.id))
+    if device_key is not None:
+        q = q.where(Device.key == device_key)
+    return list(session.scalars(q))

@@ -29,7 +29,7 @@ from autotuner.cli.common import (
 def bench(
     op: OpArg,
     shape: ShapeOpt = None,
-    flags: dict[str, int | None] | None = None,
+    flags: dict[str, str | None] | None = None,
     dtype: DtypeOpt = None,
     options: dict[str, Any] | None = None,
     rounds: int = typer.Option(5, "--rounds", min=1, help="interleaved timing rounds"),

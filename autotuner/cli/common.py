@@ -6,6 +6,7 @@ consoles have markup off, and styles are given as `style=` arguments.
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -94,7 +95,38 @@ def clear_errors() -> Iterator[None]:
         fail(f"{exc.filename or ''}: {exc.strerror or exc}".lstrip(": "), BAD_INPUT)
 
 
-def problem(op_name: str, shape: str | None, dtype: str | None, flags: dict[str, int | None],
+def problems(op_name: str, shape: str | None, dtype: str | None, flags: dict[str, str | None],
+             options: dict[str, Any]) -> tuple[Op, list[ProblemType], str | None]:
+    """The op and the problems the problem options name, and the dimension that varies: one problem, or a sweep
+    where one dimension names several values (a flag `--M 1-8192:pow2` or `--M 16,64,256`, or a range `A-B:pow2`
+    in one place of `--shape`). ValueError naming what is wrong."""
+    from autotuner.engine.sweep import is_sweep, points
+
+    swept = [k for k, v in flags.items() if v is not None and is_sweep(v)]
+    in_shape = re.findall(r"\d+\s*-\s*\d+\s*:\s*pow2", shape or "")
+    if len(swept) + len(in_shape) > 1:
+        raise ValueError("sweep one dimension at a time: more than one value names several points")
+    if swept:
+        dim = swept[0]
+        values = points(flags[dim] or "")
+        picked = [problem(op_name, shape, dtype, {**flags, dim: str(v)}, options) for v in values]
+    elif in_shape:
+        values = points(in_shape[0])
+        assert shape is not None
+        before = shape[:shape.index(in_shape[0])]
+        picked = [problem(op_name, shape.replace(in_shape[0], str(v), 1), dtype, flags, options) for v in values]
+        named = re.search(r"([A-Za-z_][A-Za-z0-9_]*)=$", before)  # a decorated kernel's key: NAME=A-B:pow2
+        position = before.count("x")
+        layout = re.match(r"[A-Z_]+(?:x[A-Z_]+)*", picked[0][0].problem_type.layout)  # "MxNxK, e.g. ..."
+        names = layout.group(0).split("x") if layout else []
+        dim = named.group(1) if named else names[position] if position < len(names) else f"dimension {position + 1}"
+    else:
+        op, one = problem(op_name, shape, dtype, flags, options)
+        return op, [one], None
+    return picked[0][0], [p for _, p in picked], dim
+
+
+def problem(op_name: str, shape: str | None, dtype: str | None, flags: dict[str, str | None],
             options: dict[str, Any]) -> tuple[Op, ProblemType]:
     """The op and problem the problem options name: `--shape`, or the dimensions one by one where the op's
     problem type declares them (`shape_flags`: matmul's --M/--N/--K, a left-out one taking the first's value);
@@ -102,6 +134,9 @@ def problem(op_name: str, shape: str | None, dtype: str | None, flags: dict[str,
     from autotuner.base.registry import import_op
 
     op = import_op(op_name)
+    for name, value in flags.items():
+        if value is not None and not str(value).strip().isdigit():
+            raise ValueError(f"--{name} {value!r}: give a positive integer (several values sweep: tune only)")
     declared = op.problem_type.shape_flags
     given = {k: v for k, v in flags.items() if v is not None}
     layout = op.problem_type.layout
@@ -150,7 +185,8 @@ def problem_options(fn: Callable[..., Any]) -> Callable[..., Any]:
             dims.setdefault(name, []).append(op.name)
     dim_params = [
         inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Annotated[
-            int | None, typer.Option(f"--{name}", min=1, help=f"{', '.join(owners)}: the shape's {name}")])
+            str | None, typer.Option(f"--{name}", help=f"{', '.join(owners)}: the shape's {name} (tune: several "
+                                                        "values sweep it, A-B:pow2 or a,b,c)")])
         for name, owners in dims.items()]
     added = []
     for m in merge_options(ops()):

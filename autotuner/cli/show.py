@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 def show(
     op: OpArg,
     shape: ShapeOpt = None,
-    flags: dict[str, int | None] | None = None,
+    flags: dict[str, str | None] | None = None,
     dtype: DtypeOpt = None,
     options: dict[str, Any] | None = None,
     db: DbOpt = None,
@@ -86,7 +86,7 @@ def show(
         raise typer.Exit(1)
 
 
-def _tuned_dtype(op: str, shape: str | None, flags: dict[str, int | None], options: dict[str, Any],
+def _tuned_dtype(op: str, shape: str | None, flags: dict[str, str | None], options: dict[str, Any],
                  s: Any) -> str | None:
     """With no --dtype: the dtype this shape was tuned in on any device, when there is one; several name
     themselves in a bad-input error; none leaves the op's default."""

@@ -25,8 +25,8 @@ from autotuner.cli.common import (
     err,
     fail,
     ms,
-    problem,
     problem_options,
+    problems,
     settings,
     times,
     warn,
@@ -104,7 +104,7 @@ def _interrupt(signum: int, _frame: FrameType | None) -> None:
 def tune(
     op: OpArg,
     shape: ShapeOpt = None,
-    flags: dict[str, int | None] | None = None,
+    flags: dict[str, str | None] | None = None,
     dtype: DtypeOpt = None,
     options: dict[str, Any] | None = None,
     trials: int | None = typer.Option(None, "--trials", min=1, help="configs to measure (default: up to 64)"),
@@ -114,30 +114,50 @@ def tune(
     db: DbOpt = None,
     as_json: JsonOpt = False,
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress on stderr"),
+    queue: bool = typer.Option(False, "--queue", help="a sweep: queue its points as jobs for the workers instead "
+                                                       "of tuning them here"),
 ) -> None:
-    """Tune one problem: search its space, store every trial and the winner."""
+    """Tune one problem: search its space, store every trial and the winner. Several values of one dimension
+    (`--M 1-8192:pow2`, `--M 16,64,256`, or a range in `--shape`) sweep it: every point is tuned, then each
+    winner is timed on its neighbours (the regret a bucket or nearest answer can expect)."""
+    from autotuner.cli.sweep import queue_sweep, run_sweep_here
     from autotuner.engine.search import STRATEGIES
     from autotuner.engine.tuner import Plan, prestarted
     from autotuner.store.database import Store
 
     if strategy not in STRATEGIES:
         fail(f"unknown strategy {strategy!r}; accepted: {', '.join(STRATEGIES)}")
-    op_obj, prob = problem(op, shape, dtype, flags or {}, options or {})
+    op_obj, probs, dim = problems(op, shape, dtype, flags or {}, options or {})
     s = settings(db)
     store = Store(s.db_url)
-    if op_obj.needs_recorded_call and op_obj.options_of(prob).get("call") is None:
-        # A decorated kernel: its arguments are rebuilt from the call a launching process recorded.
-        recorded = store.recorded_options(op=op_obj.name, shape=prob.shape, dtype=prob.dtype)
-        if not recorded:
-            fail(f"{op} {prob.key}: no recorded call to tune from; launch it once with AUTOTUNER_RECORD=1 (or "
-                 "AUTOTUNER_ON_MISS=default) first")
-        prob = op_obj.parse_problem(prob.shape, prob.dtype, **recorded)
+    if op_obj.needs_recorded_call:  # a decorated kernel: its arguments are rebuilt from the calls a process recorded
+        probs = [with_recorded_call(op_obj, p, store) for p in probs]
+    plan = Plan(strategy=strategy, trials=trials, time_budget_s=time_budget, seed=seed)
+    if dim is not None and queue:
+        queue_sweep(op_obj, probs, dim, store, plan, as_json)
+        return
+    if queue:
+        fail("--queue is for a sweep (several values of one dimension); a worker takes single problems from "
+             "POST /jobs")
     kept = prestarted(s)  # the trial worker and compile pool make their CUDA contexts while this process goes on
     try:
-        plan = Plan(strategy=strategy, trials=trials, time_budget_s=time_budget, seed=seed)
-        _tune(op, op_obj, prob, s, store, kept, plan, as_json, quiet)
+        if dim is not None:
+            run_sweep_here(op_obj, probs, dim, s, store, kept, plan, as_json, quiet)
+        else:
+            _tune(op, op_obj, probs[0], s, store, kept, plan, as_json, quiet)
     finally:
         kept.close()
+
+
+def with_recorded_call(op: Op, prob: ProblemType, store: Store) -> ProblemType:
+    """A decorated kernel's problem with the call a launching process recorded for its key."""
+    if op.options_of(prob).get("call") is not None:
+        return prob
+    recorded = store.recorded_options(op=op.name, shape=prob.shape, dtype=prob.dtype)
+    if not recorded:
+        fail(f"{op.name} {prob.key}: no recorded call to tune from; launch it once with AUTOTUNER_RECORD=1 (or "
+             "AUTOTUNER_ON_MISS=default or nearest) first")
+    return op.parse_problem(prob.shape, prob.dtype, **recorded)
 
 
 def _tune(op: str, op_obj: Op, prob: ProblemType, s: Settings, store: Store, kept: KeptProcesses, plan: Plan,

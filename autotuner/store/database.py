@@ -13,15 +13,19 @@ from autotuner.base.device import DeviceInfo
 from autotuner.base.registry import Op
 from autotuner.store.nearest import nearest_stored
 from autotuner.store.rows import (
+    CrossTimingRow,
     DeviceRow,
     JobRow,
     ResultRow,
     RunRow,
+    SweepRow,
     TrialRow,
+    cross_timing_row,
     device_row,
     job_row,
     result_row,
     run_row,
+    sweep_row,
     trial_row,
 )
 from autotuner.store.stored_best import StoredBest, best_of, versions
@@ -111,10 +115,36 @@ class Store:
         return best_of(rows, kernel_hash or op.kernel_hash, triton_version)
 
     def queue_job(self, *, op: str, shape: str, dtype: str, options: dict[str, Any], strategy: str = "tpe",
-                  budget_trials: int | None = None, budget_seconds: float | None = None, priority: int = 0) -> int:
+                  budget_trials: int | None = None, budget_seconds: float | None = None, priority: int = 0,
+                  sweep_id: int | None = None) -> int:
         with session_scope(self.engine) as s:
             return queue.add_job(s, op=op, shape=shape, dtype=dtype, options=options, strategy=strategy,
-                                 budget_trials=budget_trials, budget_seconds=budget_seconds, priority=priority)
+                                 budget_trials=budget_trials, budget_seconds=budget_seconds, priority=priority,
+                                 sweep_id=sweep_id)
+
+    # -- sweeps: problems differing in one dimension, and their winners timed on each other ----------------------
+    def create_sweep(self, *, op: str, dtype: str, options: dict[str, Any], dim: str, shapes: list[str]) -> int:
+        with session_scope(self.engine) as s:
+            return repo.create_sweep(s, op=op, dtype=dtype, options=options, dim=dim, shapes=shapes)
+
+    def sweep(self, sweep_id: int) -> SweepRow | None:
+        with session_scope(self.engine) as s:
+            found = repo.get_sweep(s, sweep_id=sweep_id)
+            return sweep_row(found) if found is not None else None
+
+    def sweeps(self, *, op: str | None = None) -> list[SweepRow]:
+        with session_scope(self.engine) as s:
+            return [sweep_row(w) for w in repo.list_sweeps(s, op=op)]
+
+    def save_cross_timings(self, *, sweep_id: int, op: Op, device: DeviceInfo, cells: list[dict[str, Any]]) -> None:
+        device_id = self.device_id(device)
+        with session_scope(self.engine) as s:
+            repo.save_cross_timings(s, sweep_id=sweep_id, device_id=device_id, kernel_hash=op.kernel_hash,
+                                    triton_version=versions()[0], cells=cells)
+
+    def cross_timings(self, sweep_id: int, *, device_key: str | None = None) -> list[CrossTimingRow]:
+        with session_scope(self.engine) as s:
+            return [cross_timing_row(c) for c in repo.cross_timings(s, sweep_id=sweep_id, device_key=device_key)]
 
     # -- reading results (the service, export, report) ----------------------------------------------------
     def ping(self) -> str:

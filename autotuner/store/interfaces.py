@@ -7,6 +7,7 @@ answers it.
     RunWriter      what writes one tuning run as it goes, each call its own transaction (`database.Store`, and a
                    worker's `job_store.JobStore`, which rides out outages).
     RunStore       both: what `autotuner.engine.tuner.tune` is given.
+    SweepStore     a RunStore that also keeps sweeps and their cross timings (`autotuner.engine.sweep`).
     JobQueue       the job queue the service fills and the workers drain (`database.Store`).
 
 Rows handed out are frozen (autotuner.store.rows), never ORM objects.
@@ -70,6 +71,15 @@ class RunWriter(Protocol):
 
 class RunStore(ResultReader, RunWriter, Protocol):
     """What tuning one problem reads and writes."""
+
+
+class SweepStore(RunStore, Protocol):
+    """What a sweep writes besides its points' runs: the sweep, and its cross timings."""
+
+    def create_sweep(self, *, op: str, dtype: str, options: dict[str, Any], dim: str, shapes: list[str]) -> int: ...
+
+    def save_cross_timings(self, *, sweep_id: int, op: Op, device: DeviceInfo, cells: list[dict[str, Any]]) -> None:
+        """Each cell (winner_key, on_key, config, ms, own_ms), replacing one measured before for the same pair."""
 
 
 class JobQueue(Protocol):

@@ -107,6 +107,40 @@ class JobRow:
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
+    kind: str = "tune"  # tune, or cross_time: time a sweep's winners on its points
+    sweep_id: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class SweepRow:
+    """Problems of one op, dtype and options differing in `dim`, in order along it (`shapes`)."""
+
+    id: int
+    op: str
+    dtype: str
+    options: dict[str, Any]
+    dim: str
+    shapes: tuple[str, ...]
+    created_at: datetime
+
+
+@dataclass(frozen=True, kw_only=True)
+class CrossTimingRow:
+    """One point's winner (`winner_key`) timed on a point (`on_key`) against that point's own winner."""
+
+    winner_key: str
+    on_key: str
+    config: dict[str, Any]
+    ms: float | None
+    own_ms: float | None
+    device: str
+    kernel_hash: str
+    triton_version: str
+
+    @property
+    def regret(self) -> float | None:
+        """How much slower than the point's own winner: 0.05 is 5% slower; None where not measured."""
+        return self.ms / self.own_ms - 1.0 if self.ms and self.own_ms else None
 
 
 def _read(cls: type[R], obj: Any, **given: Any) -> R:
@@ -135,3 +169,11 @@ def result_row(obj: Any) -> ResultRow:
 
 def job_row(obj: Any) -> JobRow:
     return _read(JobRow, obj, options=dict(obj.options or {}))
+
+
+def sweep_row(obj: Any) -> SweepRow:
+    return _read(SweepRow, obj, options=dict(obj.options or {}), shapes=tuple(obj.points.get("shapes", ())))
+
+
+def cross_timing_row(obj: Any) -> CrossTimingRow:
+    return _read(CrossTimingRow, obj, config=dict(obj.config), device=obj.device.key)

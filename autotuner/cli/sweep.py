@@ -1,0 +1,98 @@
+"""`autotuner tune` over a sweep: several values of one dimension (`--M 1-8192:pow2`), tuned here one after the
+other and then cross-timed, or queued as jobs for the workers (`--queue`)."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from rich.table import Table
+
+from autotuner.cli.common import console, err, ms
+from autotuner.engine.tune_result import TuneObserver
+
+if TYPE_CHECKING:
+    from autotuner.base.registry import Op
+    from autotuner.base.settings import Settings
+    from autotuner.engine.measure import KeptProcesses
+    from autotuner.engine.sweep import SweepResult
+    from autotuner.engine.tuner import Plan
+    from autotuner.store.database import Store
+    from search_spaces.contract import ProblemType
+
+
+def queue_sweep(op: Op, probs: list[ProblemType], dim: str, store: Store, plan: Plan, as_json: bool) -> None:
+    """The sweep stored and one job per point queued; the workers' last finished point queues the cross-timing."""
+    query = {o.name for o in op.query_options}
+    sweep_id = store.create_sweep(op=op.name, dtype=probs[0].dtype, dim=dim, shapes=[p.shape for p in probs],
+                                  options={k: v for k, v in op.options_of(probs[0]).items() if k in query})
+    jobs = [store.queue_job(op=op.name, shape=p.shape, dtype=p.dtype, options=op.options_of(p),
+                            strategy=plan.strategy, budget_trials=plan.trials, budget_seconds=plan.time_budget_s,
+                            sweep_id=sweep_id) for p in probs]
+    if as_json:
+        console.print_json(json.dumps({"sweep_id": sweep_id, "jobs": jobs, "points": [p.key for p in probs]}))
+        return
+    console.print(f"sweep {sweep_id}: {len(jobs)} jobs queued ({op.name} {dim} = "
+                  f"{', '.join(p.shape for p in probs)}), jobs {jobs[0]}-{jobs[-1]}; `autotuner worker` on each GPU "
+                  "tunes them, and the last one done queues the cross-timing of their winners")
+
+
+class _PointProgress(TuneObserver):
+    def __init__(self, index: int, total: int, problem: ProblemType) -> None:
+        self.label = f"[{index + 1}/{total}] {problem.key}"
+
+    def phase(self, name: str, total: int | None, result: Any) -> None:
+        if name == "search":
+            err.print(f"{self.label}: searching {total if total is not None else 'until the time budget'} configs")
+
+    def step(self, result: Any, record: Any = None) -> None:
+        pass
+
+
+def run_sweep_here(op: Op, probs: list[ProblemType], dim: str, s: Settings, store: Store, kept: KeptProcesses,
+                   plan: Plan, as_json: bool, quiet: bool) -> None:
+    from autotuner.base.device import current_device
+    from autotuner.engine.sweep import run_sweep
+
+    device = current_device()
+    index = {p.key: i for i, p in enumerate(probs)}
+    result = run_sweep(
+        op, probs, dim=dim, store=store, settings=s, plan=plan, device=device, kept=kept,
+        observer=(lambda p: _PointProgress(index[p.key], len(probs), p)) if not quiet else None,
+        on_point=(lambda p: err.print(f"cross-timing: the winners near {p.key} on it")) if not quiet else None)
+    kept.close()  # killed, not waited for: before the output
+    if as_json:
+        console.print_json(json.dumps(sweep_summary(result), default=str))
+    else:
+        _print(result, device.key, dim)
+
+
+def sweep_summary(result: SweepResult) -> dict[str, Any]:
+    return {"sweep_id": result.sweep_id, "tune_s": result.tune_s, "cross_time_s": result.cross_time_s,
+            "errors": result.errors,
+            "points": [{"problem": p.key, "winner": w, "best_ms": r.best_ms if r else None,
+                        "trials": len(r.trials) if r else 0}
+                       for p, w, r in zip(result.problems, result.winners, result.results, strict=True)],
+            "cross_timings": [c.as_row() for c in result.cells]}
+
+
+def _print(result: SweepResult, device: str, dim: str) -> None:
+    table = Table(title=f"sweep {result.sweep_id} over {dim} on {device}: each winner on its neighbours")
+    for column in ("point", "winner", "its time", "on the point below", "on the point above"):
+        table.add_column(column)
+    keys = [p.key for p in result.problems]
+    loss = {(c.winner_key, c.on_key): (c.ms / c.own_ms - 1 if c.ms and c.own_ms else None) for c in result.cells}
+
+    def cell(winner: str, j: int) -> str:
+        if not 0 <= j < len(keys) or (winner, keys[j]) not in loss:
+            return ""
+        value = loss[(winner, keys[j])]
+        return "not valid there" if value is None else f"{value:+.1%}"
+
+    for i, (p, w, r) in enumerate(zip(result.problems, result.winners, result.results, strict=True)):
+        table.add_row(p.key, json.dumps(w) if w else result.errors.get(p.key, "not tuned"),
+                      ms(r.best_ms) if r else "n/a", cell(p.key, i - 1), cell(p.key, i + 1))
+    console.print(table)
+    console.print(f"tuned {len(keys)} points in {result.tune_s:.1f} s, cross-timed in {result.cross_time_s:.1f} s; "
+                  "a winner's loss on a neighbour is what serving that neighbour's bucket or nearest answer with it "
+                  "can be expected to cost")

@@ -1,0 +1,93 @@
+"""Cross-timing a sweep: each point's winner timed on the neighbouring points, interleaved with each point's own
+winner, in a trial process set up for that point (its inputs and reference). A winner's time on a neighbour
+against that neighbour's own winner is the loss of serving one with the other's config: what a bucket or a
+nearest answer can be expected to lose (autotuner.launch.serving reports it as `expected_regret`).
+
+    cells = cross_time(op, problems, winners, settings=settings, device=device)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from autotuner.base.device import DeviceInfo
+from autotuner.base.registry import Op
+from autotuner.base.settings import Settings
+from autotuner.engine.runner import TrialRunner
+from autotuner.engine.trial_process import WorkerSpec
+from search_spaces.contract import ProblemType
+from search_spaces.space import Config, config_key
+
+ROUNDS = 3  # interleaved rounds per point; each config keeps the median of its rounds
+REACH = 1  # a winner is timed on the points this many steps away on either side (and on its own)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Cell:
+    winner_key: str  # the point whose winner was timed
+    on_key: str  # the point it was timed on
+    config: Config
+    ms: float | None  # None: not valid on that point, or it failed there
+    own_ms: float | None  # the point's own winner, the same rounds
+
+    def as_row(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def cross_time(op: Op, problems: list[ProblemType], winners: list[Config | None], *, settings: Settings,
+               device: DeviceInfo, runner: TrialRunner | None = None, reach: int = REACH, rounds: int = ROUNDS,
+               on_point: Callable[[ProblemType], None] | None = None) -> list[Cell]:
+    """Each point's winner (None: the point was not tuned) timed on the points within `reach` of it, against their
+    own winners. `runner`: a trial process to set each point up in (default: one started here, closed after)."""
+    own_runner = runner is None
+    runner = runner or TrialRunner(None, settings.trial_timeout_s)
+    cells: list[Cell] = []
+    try:
+        for j, on in enumerate(problems):
+            if winners[j] is None:
+                continue
+            if on_point is not None:
+                on_point(on)
+            cells += _on_point(op, problems, winners, j, settings, device, runner, reach, rounds)
+    finally:
+        if own_runner:
+            runner.close()
+    return cells
+
+
+def _on_point(op: Op, problems: list[ProblemType], winners: list[Config | None], j: int, settings: Settings,
+              device: DeviceInfo, runner: TrialRunner, reach: int, rounds: int) -> list[Cell]:
+    on = problems[j]
+    near = [i for i in range(max(0, j - reach), min(len(problems), j + reach + 1)) if winners[i] is not None]
+    valid: dict[str, Config] = {}
+    for i in near:
+        config = winners[i]
+        assert config is not None
+        if not op.space.violations(config, on, device):
+            valid[config_key(config)] = config
+    runner.use(WorkerSpec(op.name, dataclasses.asdict(on), tuple(settings.plugins),
+                          None if device.is_interpreter else int(device.torch_device.split(":")[1]),
+                          settings.warmup_ms, settings.rep_ms), settings.trial_timeout_s)
+    times: dict[str, list[float]] = {k: [] for k, c in valid.items() if runner.measure(c).status == "ok"}
+    for _ in range(rounds):  # interleaved: drift hits every config alike
+        for key in list(times):
+            outcome = runner.time(valid[key])
+            if outcome.status == "ok" and outcome.timing is not None:
+                times[key].append(outcome.timing.median_ms)
+            else:
+                del times[key]
+    ms = {k: statistics.median(v) for k, v in times.items() if v}
+    own_config = winners[j]
+    assert own_config is not None
+    own = ms.get(config_key(own_config))
+    cells = []
+    for i in near:
+        config = winners[i]
+        assert config is not None
+        cells.append(Cell(winner_key=problems[i].key, on_key=on.key, config=config, ms=ms.get(config_key(config)),
+                          own_ms=own))
+    return cells
