@@ -75,6 +75,13 @@ class ConfigOut(BaseModel):
     timing_problem: str | None = Field(description="The problem whose measurements median_ms, default_ms, torch_ms "
                                                    "and speedup_vs_default are: this one for an exact answer, the "
                                                    "nearest tuned problem for a nearest one, none for the default")
+    expected_regret: float | None = Field(None, description="For a bucket or nearest answer: how much slower its "
+                                                            "config ran than the own winner of the swept problem "
+                                                            "beside `from_problem` on this one's side (0.03: 3%), "
+                                                            "from a sweep's cross timings; null where no sweep "
+                                                            "measured it")
+    regret_measured_on: list[str] = Field(default_factory=list, description="The problems expected_regret was "
+                                                                            "measured on")
 
 
 class DeviceOut(BaseModel):

@@ -69,7 +69,8 @@ def show(
             "from_problem": a.from_problem, "timing_problem": a.timing_problem, "median_ms": a.median_ms,
             "default_ms": a.default_ms, "torch_ms": a.torch_ms, "speedup_vs_default": a.speedup_vs_default,
             "stale": a.stale, "stale_reason": a.stale_reason,
-            "tuned_at": str(a.tuned_at) if a.tuned_at else None, "result_id": a.result_id}
+            "tuned_at": str(a.tuned_at) if a.tuned_at else None, "result_id": a.result_id,
+            "expected_regret": a.expected_regret, "regret_measured_on": list(a.regret_measured_on) or None}
     stale = f" (a stale exact result was not used: {a.stale_reason})" if a.stale else ""
     if a.source == "exact":
         summary = f"tuned for this problem on {device.key}"
@@ -122,7 +123,9 @@ def _print(info: dict[str, Any], as_json: bool, summary: str) -> None:
     for k, v in info.items():
         if k not in ("op", "problem", "device") and v is not None:
             value = f"{ms(v)} (on {info.get('timing_problem')})" if k.endswith("_ms") else \
-                times(v) if k.startswith("speedup") else v
+                times(v) if k.startswith("speedup") else \
+                f"{v:+.1%} against the own winner (measured on {', '.join(info['regret_measured_on'] or [])})" \
+                if k == "expected_regret" else ", ".join(v) if isinstance(v, list) else v
             table.add_row(k, json.dumps(value) if isinstance(value, dict) else str(value))
     console.print(table)
     console.print(summary, soft_wrap=True)

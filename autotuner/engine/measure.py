@@ -191,6 +191,13 @@ class KeptProcesses:
             self._starting.join()
             self._starting = None
 
+    def trial_runner(self, trial_timeout_s: float) -> TrialRunner:
+        """The kept trial worker alone (for timing configs checked elsewhere: cross-timing a sweep)."""
+        self._started()
+        if self.runner is None:
+            self.runner = TrialRunner(None, trial_timeout_s)
+        return self.runner
+
     def for_problem(self, spec: WorkerSpec, trial_timeout_s: float,
                     compile_workers: int) -> tuple[TrialRunner, CompilePool | None]:
         self._started()

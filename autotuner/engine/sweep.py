@@ -87,7 +87,8 @@ def run_sweep(op: Op, problems: list[ProblemType], *, dim: str, store: SweepStor
     out.tune_s = time.perf_counter() - started
     started = time.perf_counter()
     out.cells = cross_time(op, problems, out.winners, settings=settings, device=device,
-                           runner=kept.runner if kept is not None else None, on_point=on_point)
+                           runner=kept.trial_runner(settings.trial_timeout_s) if kept is not None else None,
+                           on_point=on_point)
     store.save_cross_timings(sweep_id=sweep_id, op=op, device=device, cells=[c.as_row() for c in out.cells])
     out.cross_time_s = time.perf_counter() - started
     return out

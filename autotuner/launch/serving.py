@@ -18,6 +18,7 @@ from autotuner.base.device import DeviceInfo
 from autotuner.base.registry import Op, UnknownOpError, get_op
 from autotuner.launch.lookup import FALLBACKS, resolve
 from autotuner.store.database import Store
+from autotuner.store.regret import expected_regret
 from autotuner.store.rows import DeviceRow
 from search_spaces.contract import ProblemType
 from search_spaces.problem import ProblemError, parse_dtype
@@ -64,6 +65,9 @@ class ConfigAnswer:
     from_problem: str | None
     result_id: int | None
     timing_problem: str | None  # the problem median_ms, default_ms, torch_ms and the speedup were measured on
+    expected_regret: float | None = None  # a bucket or nearest answer: its loss against the problem's own winner,
+    # measured by a sweep's cross timings on `regret_measured_on` (autotuner.store.regret)
+    regret_measured_on: tuple[str, ...] = ()
 
 
 def device_info(row: DeviceRow) -> DeviceInfo:
@@ -124,6 +128,8 @@ def answer_config(store: Store, op: Op, problem: ProblemType, device: DeviceInfo
                   triton_version=triton_version)
     row = res.row
     speedup = row.default_ms / row.median_ms if row and row.default_ms and row.median_ms else None
+    regret = expected_regret(store, op, problem, res.from_problem, device, kernel_hash, triton_version) \
+        if res.source in ("bucket", "nearest") and res.from_problem else None
     return ConfigAnswer(
         op=op.name, problem=dataclasses.asdict(problem), problem_key=problem.key, device=device.key,
         config=res.config, source=res.source, median_ms=measured(row.median_ms if row else None),
@@ -132,7 +138,9 @@ def answer_config(store: Store, op: Op, problem: ProblemType, device: DeviceInfo
         torch_ms=measured(row.torch_ms if row else None), stale=res.stale is not None,
         stale_reason=res.stale.stale_reason if res.stale else None, tuned_at=row.updated_at if row else None,
         from_problem=res.from_problem, result_id=row.id if row else None,
-        timing_problem=row.problem_key if row else None)
+        timing_problem=row.problem_key if row else None,
+        expected_regret=round(regret.loss, 4) if regret else None,
+        regret_measured_on=regret.measured_on if regret else ())
 
 
 def measured(ms: float | None, digits: int = 4) -> float | None:

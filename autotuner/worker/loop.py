@@ -25,7 +25,7 @@ from types import FrameType
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from autotuner.base.registry import import_op, load_plugins
+from autotuner.base.registry import load_plugins
 from autotuner.base.settings import Settings
 from autotuner.engine.measure import KeptProcesses
 from autotuner.store.database import Store
@@ -34,6 +34,7 @@ from autotuner.store.lazy import LazyStore
 from autotuner.store.rows import JobRow
 from autotuner.worker.endings import Ledger, StopWorker
 from autotuner.worker.heartbeat import LOST_SIGNAL, Heartbeat
+from autotuner.worker.jobs import work_for
 from db.engine import DatabaseUnavailable
 from db.models import utcnow
 
@@ -123,16 +124,15 @@ class Worker:
         return job, counts
 
     def run_job(self, job: JobRow) -> str:
-        """Tune one claimed job and record how it ended; returns the job's new state (or "taken", "unknown")."""
+        """Run one claimed job (autotuner.worker.jobs: tune a problem, or cross-time a sweep) and record how it
+        ended; returns the job's new state (or "taken", "unknown")."""
         from autotuner.base.device import current_device
-        from autotuner.engine.tuner import Plan, tune
 
         self.ledger.attempts += 1
-        self.on_event(f"job {job.id}: {job.op} {job.shape} {job.dtype} {job.options or ''} (attempt {job.attempts}) "
-                      "started")
+        self.on_event(f"job {job.id}: {job.kind} {job.op} {job.shape} {job.dtype} {job.options or ''} "
+                      f"(attempt {job.attempts}) started")
         try:
-            op = import_op(job.op)
-            problem = op.parse_problem(job.shape, job.dtype, **job.options)
+            work = work_for(job, self.settings, current_device(self.gpu), self.kept)
         except ValueError as exc:  # an unknown op, shape, dtype or option
             return self.ledger.fail(job.id, f"bad job: {exc}", permanent=True)
         store = JobStore(self._store(), job_id=job.id, worker=self.name, retry_s=self.settings.db_retry_s,
@@ -144,16 +144,13 @@ class Worker:
             with beat:
                 if self._stopping:
                     raise StopWorker("stopping")
-                plan = Plan(strategy=job.strategy, trials=job.budget_trials, time_budget_s=job.budget_seconds)
-                result = tune(op, problem, store=store, settings=self.settings, plan=plan,
-                              device=current_device(self.gpu), job_id=job.id, kept=self.kept)
+                done = work(store)
         except (Exception, StopWorker, JobLost) as exc:
             self._busy = False
             return self.ledger.end(job.id, exc, f"GPU {self.gpu}" if self.gpu is not None else "this device")
         finally:
             self._busy, self._job = False, None
-        if result.best_config is None:
-            return self.ledger.fail(job.id, f"every measured config failed; see the trials of run {result.run_id}")
-        return self.ledger.done_with(job.id, result.run_id, f"best {result.best_ms:.4g} ms {result.best_config}; "
-                                     f"{len(result.trials)} trials in {result.phase_summary()}")
+        if not done.ok:
+            return self.ledger.fail(job.id, done.summary)
+        return self.ledger.done_with(job.id, done.run_id, done.summary)
 

@@ -1,0 +1,70 @@
+"""What serving a problem with another problem's winner can be expected to cost, from a sweep's cross timings:
+the winner's loss against the own winner of the swept point next to it on the served problem's side (for a
+bucket's representative at 1024 serving 1000, its loss on 512: the far end of the bucket).
+
+    regret = expected_regret(store, op, problem, from_key, device)   # Regret(0.031, ("512x4096x4096:float16",))
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from autotuner.store.nearest import distance
+from autotuner.store.rows import CrossTimingRow, SweepRow
+from autotuner.store.stored_best import versions
+from search_spaces.contract import ProblemType
+
+if TYPE_CHECKING:
+    from autotuner.base.device import DeviceInfo
+    from autotuner.base.registry import Op
+
+
+class SweepReader(Protocol):
+    def sweeps(self, *, op: str | None = None) -> list[SweepRow]: ...
+
+    def cross_timings(self, sweep_id: int, *, device_key: str | None = None) -> list[CrossTimingRow]: ...
+
+
+@dataclass(frozen=True)
+class Regret:
+    loss: float  # 0.031: 3.1% slower than the measured point's own winner
+    measured_on: tuple[str, ...]  # the problems the loss was measured on
+    sweep_id: int
+
+
+def sweep_points(op: Op, sweep: SweepRow) -> list[ProblemType]:
+    """A sweep's points as problems of the op (those another version of the op cannot parse left out)."""
+    out = []
+    for shape in sweep.shapes:
+        try:
+            out.append(op.parse_problem(shape, sweep.dtype, **sweep.options))
+        except ValueError:
+            continue
+    return out
+
+
+def expected_regret(store: SweepReader, op: Op, problem: ProblemType, from_key: str, device: DeviceInfo,
+                    kernel_hash: str | None = None, triton_version: str | None = None) -> Regret | None:
+    """The loss of serving `problem` with the winner of `from_key`, measured on the swept point beside
+    `from_key` nearest `problem`, by the newest sweep holding `from_key` with current cross timings on `device`;
+    None when no sweep measured it."""
+    if from_key == problem.key:
+        return None
+    kernel_hash, triton_version = kernel_hash or op.kernel_hash, triton_version or versions()[0]
+    for sweep in reversed(store.sweeps(op=op.name)):
+        points = sweep_points(op, sweep)
+        keys = [p.key for p in points]
+        if from_key not in keys:
+            continue
+        cells = {c.on_key: c for c in store.cross_timings(sweep.id, device_key=device.key)
+                 if c.winner_key == from_key and c.kernel_hash == kernel_hash and c.triton_version == triton_version
+                 and c.on_key != from_key and c.regret is not None}
+        beside = [p for p in points if p.key in cells]
+        ranked = sorted(((distance(problem, p), p) for p in beside), key=lambda t: (t[0] is None, t[0] or 0.0))
+        if ranked and ranked[0][0] is not None:
+            nearest = ranked[0][1]
+            loss = cells[nearest.key].regret
+            assert loss is not None
+            return Regret(loss, (nearest.key,), sweep.id)
+    return None

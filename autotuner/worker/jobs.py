@@ -1,0 +1,74 @@
+"""What a worker does with each kind of job: `tune` a problem, or `cross_time` a sweep (its points' winners timed
+on each other, once its points are tuned). Each is parsed first (ValueError: a bad job, failed for good) into
+work the worker runs under its heartbeat, against the job's store."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from autotuner.base.device import DeviceInfo
+from autotuner.base.registry import import_op
+from autotuner.base.settings import Settings
+from autotuner.engine.measure import KeptProcesses
+from autotuner.store.job_store import JobStore
+from autotuner.store.rows import JobRow
+
+
+@dataclass(frozen=True)
+class Done:
+    ok: bool  # False: every measured config failed (the job fails)
+    summary: str
+    run_id: int | None = None
+
+
+Work = Callable[[JobStore], Done]
+
+
+def work_for(job: JobRow, settings: Settings, device: DeviceInfo, kept: KeptProcesses) -> Work:
+    """The job's work; ValueError for a job that names no problem this worker can run."""
+    return cross_time_work(job, settings, device, kept) if job.kind == "cross_time" else \
+        tune_work(job, settings, device, kept)
+
+
+def tune_work(job: JobRow, settings: Settings, device: DeviceInfo, kept: KeptProcesses) -> Work:
+    from autotuner.engine.tuner import Plan, tune
+
+    op = import_op(job.op)
+    problem = op.parse_problem(job.shape, job.dtype, **job.options)
+    plan = Plan(strategy=job.strategy, trials=job.budget_trials, time_budget_s=job.budget_seconds)
+
+    def run(store: JobStore) -> Done:
+        result = tune(op, problem, store=store, settings=settings, plan=plan, device=device, job_id=job.id, kept=kept)
+        if result.best_config is None:
+            return Done(False, f"every measured config failed; see the trials of run {result.run_id}", result.run_id)
+        return Done(True, f"best {result.best_ms:.4g} ms {result.best_config}; {len(result.trials)} trials in "
+                          f"{result.phase_summary()}", result.run_id)
+
+    return run
+
+
+def cross_time_work(job: JobRow, settings: Settings, device: DeviceInfo, kept: KeptProcesses) -> Work:
+    from autotuner.engine.cross_time import cross_time
+
+    if job.sweep_id is None:
+        raise ValueError("a cross_time job names no sweep")
+
+    def run(store: JobStore) -> Done:
+        sweep = store.store.sweep(job.sweep_id or 0)
+        if sweep is None:
+            raise ValueError(f"sweep {job.sweep_id} is gone")
+        op = import_op(sweep.op)
+        problems = [op.parse_problem(shape, sweep.dtype, **sweep.options) for shape in sweep.shapes]
+        if op.needs_recorded_call:  # each point's recorded call, as its tuning job carried it
+            problems = [op.parse_problem(p.shape, p.dtype, **(store.store.recorded_options(
+                op=op.name, shape=p.shape, dtype=p.dtype) or {})) for p in problems]
+        bests = [store.best(op=op, problem=p, device=device) for p in problems]
+        winners = [dict(b.config) if b is not None and not b.stale else None for b in bests]
+        cells = cross_time(op, problems, winners, settings=settings, device=device,
+                           runner=kept.trial_runner(settings.trial_timeout_s))
+        store.store.save_cross_timings(sweep_id=sweep.id, op=op, device=device, cells=[c.as_row() for c in cells])
+        measured = sum(c.ms is not None for c in cells)
+        return Done(True, f"sweep {sweep.id}: {measured} of {len(cells)} winner-on-point timings measured")
+
+    return run
