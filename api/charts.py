@@ -211,3 +211,57 @@ def speedup_chart(bars: Sequence[Speedup]) -> Chart | None:
             chart.marks.append(Mark(x, scale(v), f"{b.label}: {name} {v:.2f}x", kind, w=w, h=scale(0.0) - scale(v)))
         chart.x_ticks.append((mid, b.label if len(b.label) <= LABEL else b.label[:LABEL - 1] + "…"))
     return chart
+
+
+REGRET_LEVELS = (0.01, 0.03, 0.10, 0.30)  # a cell's shade: at most 1%, 3%, 10%, 30% slower, or more
+
+
+@dataclass(frozen=True)
+class HeatCell:
+    x: float
+    y: float
+    w: float
+    h: float
+    text: str
+    level: str  # the CSS class: heat-0 (fastest) .. heat-4, heat-own (the point's own winner), heat-na
+    title: str
+
+
+@dataclass
+class Heatmap:
+    rows: list[tuple[float, str]]  # (y of the row's middle, label): the winners
+    cols: list[tuple[float, str]]  # (x of the column's middle, label): the points they were timed on
+    cells: list[HeatCell]
+    width: int
+    height: int
+    left: int
+    top: int
+
+
+def regret_heatmap(points: Sequence[str], labels: Sequence[str],
+                   cells: Sequence[tuple[str, str, float | None]]) -> Heatmap:
+    """A sweep's cross timings as a grid: a row per point's winner, a column per point it was timed on, each cell
+    its loss against that point's own winner (`cells`: winner key, on key, regret; None where not valid or it
+    failed). `labels` name the points for people (the swept value)."""
+    n = len(points)
+    size = max(28, min(64, 560 // max(1, n)))
+    left, top = 96, 28
+    index = {key: i for i, key in enumerate(points)}
+    out = []
+    for winner, on, regret in cells:
+        if winner not in index or on not in index:
+            continue
+        i, j = index[winner], index[on]
+        if regret is None:
+            level, text = "heat-na", "-"
+        elif winner == on:
+            level, text = "heat-own", "own"
+        else:
+            level = f"heat-{sum(regret > t for t in REGRET_LEVELS)}"
+            text = f"{regret:+.0%}" if abs(regret) >= 0.01 else f"{regret:+.1%}"
+        title = (f"{winner}'s winner on {on}: " +
+                 ("not valid there, or it failed" if regret is None else f"{regret:+.1%} against {on}'s own winner"))
+        out.append(HeatCell(left + j * size, top + i * size, size, size, text, level, title))
+    return Heatmap(rows=[(top + (i + 0.5) * size, labels[i]) for i in range(n)],
+                   cols=[(left + (j + 0.5) * size, labels[j]) for j in range(n)], cells=out,
+                   width=left + n * size + 8, height=top + n * size + 8, left=left, top=top)

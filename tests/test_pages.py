@@ -81,6 +81,14 @@ def seed(url: str) -> dict[str, int]:
         kp = kernel.parse_problem(f"n={n}", "float32")
         store.save_best(op=kernel, problem=kp, device=H100, config={"BLOCK": 128, "num_warps": 4, "num_stages": 3},
                         median_ms=0.01 * n / 4096, default_ms=0.02 * n / 4096, torch_ms=None, run_id=None)
+    sweep = store.create_sweep(op="matmul", dtype="float16", options={"epilogue": "none"}, dim="M",
+                               shapes=[f"{m}x4096x4096" for m in (256, 512, 1024)])
+    keys = [f"{m}x4096x4096:float16" for m in (256, 512, 1024)]
+    cells = [dict(winner_key=keys[i], on_key=keys[j], config=MEASURED[i][0], ms=loss, own_ms=1.0)
+             for i, j, loss in ((0, 0, 1.0), (0, 1, 1.02), (1, 0, 1.05), (1, 1, 1.0), (1, 2, 1.12), (2, 1, 1.4),
+                                (2, 2, 1.0))]
+    cells[4]["ms"] = None  # not valid there
+    store.save_cross_timings(sweep_id=sweep, op=mm, device=H100, cells=cells)
     jobs = {}
     for name in ("done", "failed", "running", "queued"):
         jobs[name] = store.queue_job(op="softmax" if name != "queued" else EVIL, shape="256x1024",
@@ -94,7 +102,7 @@ def seed(url: str) -> dict[str, int]:
         elif name == "failed":
             store.fail_attempt(job_id=job.id, worker=f"gpu-worker-{name}", max_attempts=1,
                                error="CUDA out of memory: the problem needs 14.4 GB", permanent=True)
-    return {"result": next(r.id for r in store.results(op="matmul")), **jobs}
+    return {"result": next(r.id for r in store.results(op="matmul")), "sweep": sweep, **jobs}
 
 
 @pytest.fixture(scope="module")
@@ -164,6 +172,13 @@ def test_overview_shows_the_stored_values_sorted_and_filtered(page, site, tmp_pa
     assert [c.strip() for c in interp.locator("td").all_inner_texts()][5:7] == ["1.05x", ""]
     kernel = h100.locator("tbody tr", has_text=KERNEL).first
     assert [c.strip() for c in kernel.locator("td").all_inner_texts()][1:3] == ["n=1048576", "float32"]
+    # the sweep's cross timings as a heat map: a row per winner, a column per point, each cell its loss there
+    heat = h100.locator(f"#sweep-{seeded['sweep']}")
+    assert heat.locator("g.cell").count() == 7
+    assert heat.locator("text.tick").all_text_contents() == ["256", "512", "1024"] * 2
+    assert [heat.locator(f"g.{level}").count() for level in ("heat-own", "heat-1", "heat-2", "heat-4", "heat-na")] \
+        == [3, 1, 1, 1, 1]
+    assert "+40.0% against 512x4096x4096:float16's own winner" in heat.locator("g.heat-4 title").text_content()
     # at a laptop's width the table fits: no horizontal scrolling, in its box or on the page
     box = h100.locator("div.scroll")
     assert box.evaluate("b => b.scrollWidth <= b.clientWidth"), box.evaluate("b => [b.scrollWidth, b.clientWidth]")

@@ -10,8 +10,9 @@ The pages are left out of the OpenAPI schema: they are not an API.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Annotated, Any
@@ -28,9 +29,11 @@ from api import charts
 from api.deps import State
 from api.routes.results import Id, judge, result_fields
 from autotuner.analysis.report import speedups
+from autotuner.base.registry import UnknownOpError, get_op
 from autotuner.base.roofline import fraction
 from autotuner.launch.serving import device_info
 from autotuner.store.database import Store
+from autotuner.store.regret import sweep_points
 from autotuner.store.rows import JobRow, ResultRow
 from db.engine import DatabaseUnavailable, NotAutotunerDatabase
 from db.models import JOB_STATES
@@ -101,6 +104,38 @@ def result_view(row: ResultRow) -> dict[str, Any]:
     return view
 
 
+def varying_part(shapes: Sequence[str]) -> list[str]:
+    """What tells a sweep's points apart, for labels: the one token that varies ("M=1024" or "1024"), else the
+    whole shape."""
+    split = [re.split(r"([x,])", s) for s in shapes]
+    if len(split) > 1 and len({len(s) for s in split}) == 1:
+        varying = [i for i in range(len(split[0])) if len({s[i] for s in split}) > 1]
+        if len(varying) == 1:
+            return [s[varying[0]] for s in split]
+    return list(shapes)
+
+
+def sweep_views(store: Store, device_key: str) -> list[dict[str, Any]]:
+    """Each sweep cross-timed on this device, as a heat map of its winners' losses on its points (the op's
+    current kernel and Triton version where this server knows the op; every measurement otherwise)."""
+    out = []
+    for sweep in store.sweeps():
+        timings = store.cross_timings(sweep.id, device_key=device_key)
+        try:
+            op = get_op(sweep.op)
+            timings = [t for t in timings if t.kernel_hash == op.kernel_hash] or timings
+            keys = [p.key for p in sweep_points(op, sweep)]
+        except UnknownOpError:
+            keys = []
+        if not timings or len(keys) != len(sweep.shapes):
+            continue
+        chart = charts.regret_heatmap(keys, varying_part(sweep.shapes),
+                                      [(t.winner_key, t.on_key, t.regret if t.ms is not None else None)
+                                       for t in timings])
+        out.append({"sweep": sweep, "chart": chart})
+    return out
+
+
 def sort_rows(rows: list[dict[str, Any]], column: str, descending: bool) -> list[dict[str, Any]]:
     key = COLUMNS[column][1]
     present = [r for r in rows if key(r) is not None]
@@ -146,11 +181,12 @@ def router(templates: Jinja2Templates = TEMPLATES) -> APIRouter:
             all_ops = sorted({r.op for r in store.results()})
             bars, left_out = speedups(store, op=op or None)
             jobs = store.count_jobs()
+            sweeps = {d.key: sweep_views(store, d.key) for d in devices}
         except UNAVAILABLE:
             return unavailable(request)
         views = sort_rows([result_view(r) for r in rows], sort, order == "desc")
         per_device = [(d, [v for v in views if v["device"] == d.key],
-                       charts.speedup_chart([b for b in bars if b.device == d.key])) for d in devices]
+                       charts.speedup_chart([b for b in bars if b.device == d.key]), sweeps[d.key]) for d in devices]
         return render(request, "index.html", title="Tuned results", devices=per_device, op=op or "", ops=all_ops,
                       sort=sort, order=order, columns=COLUMNS, total=total, shown=len(views), jobs=jobs,
                       left_out=left_out)
