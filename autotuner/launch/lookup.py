@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable
@@ -176,8 +177,8 @@ class Resolver:
         self.service = Service(self.settings.url)
         self._queued: set[tuple[str, str, str]] = set()
         self._lock = threading.Lock()
-        self._background: list[threading.Thread] = []
-        self._joins_at_exit = False
+        self._pending: queue.Queue[Callable[[], None]] = queue.Queue()
+        self._worker: threading.Thread | None = None
 
     def resolve(self, op: Op | str, problem: ProblemType, device: DeviceInfo, fallback: str = "nearest") -> Resolution:
         """`resolve` with this process's database and service; NotFound under `fallback="none"` with nothing
@@ -212,21 +213,31 @@ class Resolver:
             self._queue_job(op, problem)
 
     def in_background(self, work: Callable[[], None]) -> None:
-        """Run `work` (queueing a job: a write, which may import SQLAlchemy and wait on the database) on a thread
-        of its own, so a launch never waits for it; the process's exit waits up to BACKGROUND_EXIT_S for those
-        still running."""
-        thread = threading.Thread(target=work, daemon=True, name="autotuner-queue")
+        """Run `work` (queueing a job: a write, which may import SQLAlchemy and wait on the database) on this
+        resolver's background thread, so a launch never waits for it; the process's exit waits up to
+        BACKGROUND_EXIT_S for what is still pending."""
         with self._lock:
-            self._background = [t for t in self._background if t.is_alive()] + [thread]
-            if not self._joins_at_exit:
+            if self._worker is None:
+                self._worker = threading.Thread(target=self._drain, daemon=True, name="autotuner-queue")
+                self._worker.start()
                 atexit.register(self._join_background)
-                self._joins_at_exit = True
-        thread.start()
+        self._pending.put(work)
+
+    def _drain(self) -> None:
+        while True:
+            work = self._pending.get()
+            try:
+                work()
+            except Exception as exc:  # the work logs its own failures; nothing may stop this thread
+                log.warning("autotuner: background work failed: %s", exc)
+            finally:
+                self._pending.task_done()
 
     def _join_background(self) -> None:
+        """Wait until the background work is done, for up to BACKGROUND_EXIT_S."""
         deadline = time.monotonic() + BACKGROUND_EXIT_S
-        for thread in list(self._background):
-            thread.join(max(0.0, deadline - time.monotonic()))
+        while self._pending.unfinished_tasks and time.monotonic() < deadline:
+            time.sleep(0.01)
 
     def nearest(self, op: Op, problem: ProblemType, device: DeviceInfo,
                 limit: int = 8) -> list[tuple[ProblemType, StoredBest]]:

@@ -9,7 +9,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from autotuner.store.nearest import nearest_stored
+from autotuner.store.nearest import current_problems, rank
 from autotuner.store.stored_best import StoredBest, best_of, versions
 from db.basics import DatabaseUnavailable, NotAutotunerDatabase
 from search_spaces.contract import ProblemType
@@ -21,6 +21,9 @@ if TYPE_CHECKING:
     from db.sqlite_reads import SqliteReads
 
 
+OP_ROWS_S = 5.0  # a launching process reads an op's results for its nearest lookups at most this often
+
+
 class LaunchReads:
     """A launching process's reads: `best` and `trial_times` as Store answers them, through sqlite3; every other
     attribute is the full Store's (opened for reads on first use)."""
@@ -29,6 +32,7 @@ class LaunchReads:
         self.reads, self.url, self.timeout_s = reads, url, timeout_s
         self._full: Store | None = None
         self._lock = threading.Lock()
+        self._op_rows: dict[tuple[str, str, str | None, str | None], tuple[float, list[tuple[ProblemType, StoredBest]]]] = {}
 
     @property
     def full(self) -> Store:
@@ -51,10 +55,17 @@ class LaunchReads:
     def nearest(self, *, op: Op, problem: ProblemType, device: DeviceInfo, limit: int = 3,
                 kernel_hash: str | None = None, triton_version: str | None = None,
                 any_options: bool = False) -> list[tuple[ProblemType, StoredBest]]:
-        """Store.nearest: the current stored bests of the nearest tuned problems on this device."""
-        rows = self.reads.best_rows(op=op.name, device_key=device.key)
-        return nearest_stored(op, problem, rows, kernel_hash=kernel_hash, triton_version=triton_version, limit=limit,
-                              any_options=any_options)
+        """Store.nearest: the current stored bests of the nearest tuned problems on this device. The op's current
+        results are read once per OP_ROWS_S (a process meeting many new keys ranks them in memory; a result
+        stored meanwhile is seen within that time)."""
+        key = (op.name, device.key, kernel_hash, triton_version)
+        held = self._op_rows.get(key)
+        if held is None or held[0] < time.monotonic():
+            rows = self.reads.best_rows(op=op.name, device_key=device.key)
+            held = (time.monotonic() + OP_ROWS_S, current_problems(op, rows, kernel_hash=kernel_hash,
+                                                                   triton_version=triton_version))
+            self._op_rows[key] = held
+        return [(p, r) for _, p, r in rank(problem, held[1], any_options)[:limit]]
 
     def trial_times(self, *, op: Op, problem: ProblemType, device: DeviceInfo) -> dict[str, tuple[dict[str, Any], float | None]]:
         """Store.trial_times: configs measured (or failed: None) before, at the running kernel hash and Triton."""

@@ -44,11 +44,9 @@ def distance(a: ProblemType, b: ProblemType, any_options: bool = False) -> float
     return d
 
 
-def nearest_stored(op: Op, problem: ProblemType, rows: Iterable[Any], *, kernel_hash: str | None = None,
-                   triton_version: str | None = None, limit: int = 3,
-                   any_options: bool = False) -> list[tuple[ProblemType, StoredBest]]:
-    """The current stored bests among `rows` (one op's, on one device) of the problems nearest `problem`, nearest
-    first: what Store.nearest and a launching process's sqlite3 reads answer alike."""
+def current_problems(op: Op, rows: Iterable[Any], *, kernel_hash: str | None = None,
+                     triton_version: str | None = None) -> list[tuple[ProblemType, StoredBest]]:
+    """The current stored bests among `rows` (one op's, on one device), each with its problem."""
     others = []
     for row in rows:
         judged = stored_best(row, kernel_hash or op.kernel_hash, triton_version)
@@ -58,6 +56,15 @@ def nearest_stored(op: Op, problem: ProblemType, rows: Iterable[Any], *, kernel_
             others.append((op.problem_from_dict(judged.problem), judged))
         except (TypeError, ValueError):  # stored by another version of the op
             continue
+    return others
+
+
+def nearest_stored(op: Op, problem: ProblemType, rows: Iterable[Any], *, kernel_hash: str | None = None,
+                   triton_version: str | None = None, limit: int = 3,
+                   any_options: bool = False) -> list[tuple[ProblemType, StoredBest]]:
+    """The current stored bests among `rows` (one op's, on one device) of the problems nearest `problem`, nearest
+    first: what Store.nearest and a launching process's sqlite3 reads answer alike."""
+    others = current_problems(op, rows, kernel_hash=kernel_hash, triton_version=triton_version)
     return [(p, r) for _, p, r in rank(problem, others, any_options)[:limit]]
 
 
