@@ -9,6 +9,7 @@
 #   tunetime   benchmarks/tune_time.py: that, plus an exhaustive run (a landscape) and the winner against its best
 #   landscapes exhaustive runs of softmax and layernorm problems, written as landscapes to $OUT/landscapes
 #   scale      benchmarks/scale_workers.py: 16 jobs drained by workers on 1 and on every GPU of the host
+#   dynamic    benchmarks/dynamic_shapes.py: a stream of matmuls whose M changes every call (DYNAMIC_CASES: which)
 # Logs and JSON go to $OUT; each step's table is printed at its end.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -67,4 +68,8 @@ if [[ $STEPS == *,scale,* ]]; then
   step "scale: workers on 1 and on every GPU"
   n=$(nvidia-smi -L | wc -l); gpus=1; [ "$n" -gt 1 ] && gpus="1,$n"
   python3 benchmarks/scale_workers.py --gpus "$gpus" --out "$OUT" 2>&1 | tee "$OUT/scale.txt" | tail -12
+fi
+if [[ $STEPS == *,dynamic,* ]]; then
+  step "dynamic shapes: ${DYNAMIC_CASES:-c,lib,a,b}"
+  python3 benchmarks/dynamic_shapes.py --cases "${DYNAMIC_CASES:-c,lib,a,b}" --out "$OUT" 2>&1 | tee "$OUT/dynamic.txt" | tail -12
 fi
