@@ -129,6 +129,11 @@ def list_regret(ops: Operands, chosen: dict[int, dict[str, Any]], rounds: int = 
     return out
 
 
+def quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0.0
+
+
 def summary(regrets: list[dict[str, Any]]) -> dict[str, float]:
     ratios = [1 + r["regret"] for r in regrets]
     return {"geomean_regret": math.exp(statistics.mean(math.log(x) for x in ratios)) - 1,
@@ -170,7 +175,9 @@ def _decorated_case(ms: list[int], picks: list[int], kernel: Any) -> dict[str, A
     regrets = list_regret(ops, chosen)
     return {"wall_s": wall, "inline_tunings": kinds.count("tuned"), "keys": len(kinds),
             "sources": {k: kinds.count(k) for k in sorted(set(kinds))},
-            "resolve_ms_p50": statistics.median(resolve_s) * 1e3, "resolve_ms_max": max(resolve_s) * 1e3,
+            "resolve_ms": {"first": resolve_s[0] * 1e3, **{f"p{q}": quantile(resolve_s[1:], q / 100) * 1e3
+                                                            for q in (50, 90, 99)}, "max_after_first":
+                           max(resolve_s[1:], default=0.0) * 1e3},
             "regrets": regrets, **summary(regrets)}
 
 

@@ -1,8 +1,10 @@
 """A launching process's reads of a SQLite database, through the standard library's sqlite3: the stored best
-rows of one problem (or of every problem of an op, for the nearest one), and the configs measured for it. A process that launches a tuned kernel asks these once per
+rows of one problem (or of every problem of an op, for the nearest one), and the configs measured for it; and its
+one write, queueing a tuning job for a key it met untuned (`AUTOTUNER_ON_MISS=nearest` or `default`). A process that launches a tuned kernel asks these once per
 key and nothing else, and importing SQLAlchemy (its Core, ORM and models) would cost it more than its first
 launch (benchmarks/RESULTS.md#behind-the-code). Everything else goes through db.engine and db.repository;
-tests/test_sqlite_reads.py holds these equal to repository.find_best_rows and repository.trial_times.
+tests/test_sqlite_reads.py holds these equal to repository.find_best_rows, repository.trial_times and
+queue.add_job.
 
 `SqliteReads.open(url)` answers None where this does not apply, and the caller opens the database through
 SQLAlchemy instead, which says what is wrong: a URL that is not a plain `sqlite:///PATH` (options, a URI, memory,
@@ -15,7 +17,7 @@ import json
 import os
 import sqlite3
 import threading
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -36,6 +38,12 @@ FROM trials AS t JOIN tuning_runs AS r ON t.run_id = r.id JOIN devices AS d ON r
 WHERE r.op = ? AND r.problem_key = ? AND d.key = ? AND r.kernel_hash = ? AND r.triton_version = ?
       AND t.status != 'invalid'
 ORDER BY t.id"""
+
+
+ADD_JOB = """
+INSERT INTO jobs (op, shape, dtype, options, strategy, budget_trials, budget_seconds, priority, state, attempts,
+                  created_at, kind)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'queued', 0, ?, 'tune')"""
 
 
 def plain_path(url: str | None) -> Path | None:
@@ -78,14 +86,18 @@ class SqliteReads:
             at_head = False  # no such table, not a database: SQLAlchemy's path says which
         return reads if at_head else None
 
+    def _connection(self) -> sqlite3.Connection:
+        """This process's connection (autocommit), the lock held by the caller."""
+        if self._conn is None or self._pid != os.getpid():
+            # not the parent's connection after a fork (SQLite forbids carrying one across)
+            self._conn = sqlite3.connect(self.path, timeout=SQLITE_BUSY_TIMEOUT_MS / 1000, isolation_level=None,
+                                         check_same_thread=False)
+            self._pid = os.getpid()
+        return self._conn
+
     def _query(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
         with self._lock:
-            if self._conn is None or self._pid != os.getpid():
-                # not the parent's connection after a fork (SQLite forbids carrying one across)
-                self._conn = sqlite3.connect(self.path, timeout=SQLITE_BUSY_TIMEOUT_MS / 1000, isolation_level=None,
-                                             check_same_thread=False)
-                self._pid = os.getpid()
-            return self._conn.execute(sql, params).fetchall()
+            return self._connection().execute(sql, params).fetchall()
 
     def best_rows(self, *, op: str, device_key: str, problem_key: str | None = None) -> list[SimpleNamespace]:
         """repository.find_best_rows: every stored best of one problem (with no `problem_key`: of every problem
@@ -96,6 +108,16 @@ class SqliteReads:
         return [SimpleNamespace(id=r[0], op=r[1], problem_key=r[2], problem=_json(r[3]), kernel_hash=r[4],
                                 triton_version=r[5], config=_json(r[6]), median_ms=r[7], default_ms=r[8],
                                 torch_ms=r[9], run_id=r[10], updated_at=_datetime(r[11])) for r in rows]
+
+    def add_job(self, *, op: str, shape: str, dtype: str, options: dict[str, Any], strategy: str = "tpe",
+                budget_trials: int | None = None, budget_seconds: float | None = None, priority: int = 0) -> int:
+        """queue.add_job: a queued tuning job, its columns written as SQLAlchemy writes them; its id."""
+        now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")  # SQLAlchemy's SQLite DATETIME
+        with self._lock:
+            conn = self._connection()
+            cursor = conn.execute(ADD_JOB, (op, shape, dtype, json.dumps(options), strategy, budget_trials,
+                                            budget_seconds, priority, now))
+            return int(cursor.lastrowid or 0)
 
     def trial_times(self, *, op: str, problem_key: str, device_key: str, kernel_hash: str,
                     triton_version: str) -> dict[str, tuple[dict[str, Any], float | None]]:

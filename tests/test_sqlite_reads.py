@@ -164,9 +164,12 @@ import json, sys
 import torch
 sys.path.insert(0, sys.argv[1])
 from examples.rmsnorm import rms_norm, rms_norm_forward
-x, w = torch.randn(4, 64), torch.randn(64)
+from autotuner.launch.lookup import resolver
+cols = int(sys.argv[2]) if len(sys.argv) > 2 else 64
+x, w = torch.randn(4, cols), torch.randn(cols)
 y, _ = rms_norm(x, w)
 torch.testing.assert_close(y, x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w)
+resolver()._join_background()  # the job a miss queues is written on another thread
 print(json.dumps({"source": next(iter(rms_norm_forward.sources.values())),
                   "imported": sorted({m.split(".")[0] for m in sys.modules} & {"sqlalchemy", "alembic", "optuna"})}))
 """
@@ -176,12 +179,35 @@ def test_a_process_launching_a_tuned_kernel_never_imports_sqlalchemy(tmp_path):
     env = {**os.environ, "TRITON_INTERPRET": "1", "AUTOTUNER_DB_URL": f"sqlite:///{tmp_path / 'k.db'}",
            "AUTOTUNER_KERNEL_CACHE_DIR": str(tmp_path / "kept"), "AUTOTUNER_ON_MISS": "tune"}
 
-    def launch():
-        out = subprocess.run([sys.executable, "-c", LAUNCH, str(ROOT)], env=env, capture_output=True, text=True,
-                             timeout=600, cwd=ROOT)
+    def launch(*args: str):
+        out = subprocess.run([sys.executable, "-c", LAUNCH, str(ROOT), *args], env=env, capture_output=True,
+                             text=True, timeout=600, cwd=ROOT)
         assert out.returncode == 0, out.stderr[-3000:]
         return json.loads(out.stdout.strip().splitlines()[-1])
 
     tuning = launch()
     assert tuning["source"].startswith("tuned here") and "sqlalchemy" in tuning["imported"]
     assert launch() == {"source": "exact (database)", "imported": []}
+    # a new key under the nearest policy: the nearest key's winner, and the key queued through sqlite3 too
+    env["AUTOTUNER_ON_MISS"] = "nearest"
+    near = launch("96")
+    assert near["source"].startswith("nearest (n_cols=64") and near["imported"] == [], near
+    jobs, _ = Store(env["AUTOTUNER_DB_URL"], create=False).jobs_page(state="queued", limit=5, offset=0)
+    assert [(j.op, j.shape, j.kind) for j in jobs] == [("examples.rmsnorm:rms_norm_forward", "n_cols=96", "tune")]
+    assert jobs[0].options["call"]["args"]["X_ptr"]["tensor"]["shape"] == [4, 96]
+
+
+def test_a_job_queued_through_sqlite3_is_the_job_the_store_queues(filled):
+    url = filled[0]
+    store, reads = Store(url, create=False), SqliteReads.open(url)
+    assert reads is not None
+    options = {"call": {"args": {"x": {"value": 1.5}}, "grids": {"k": [4, 1]}}}
+    ids = [store.queue_job(op="k:m", shape="n=3", dtype="float16", options=options),
+           reads.add_job(op="k:m", shape="n=3", dtype="float16", options=options)]
+    jobs = [store.job(i) for i in ids]
+    assert all(j is not None for j in jobs)
+    a, b = (dataclasses.asdict(j) for j in jobs)  # type: ignore[arg-type]
+    assert abs((a.pop("created_at") - b.pop("created_at")).total_seconds()) < 60
+    assert a.pop("id") != b.pop("id") and a == b
+    claimed, _ = store.claim_job("w")  # the worker takes it as any other
+    assert claimed is not None and claimed.id == ids[0]

@@ -35,7 +35,7 @@ from autotuner.base.device import DeviceInfo
 from autotuner.base.registry import Op, get_op
 from autotuner.base.settings import Settings
 from autotuner.store.interfaces import ResultReader
-from autotuner.store.lazy import LazyStore
+from autotuner.store.lazy import LaunchReads, LazyStore
 from autotuner.store.stored_best import StoredBest
 from search_spaces.contract import ProblemType
 
@@ -262,8 +262,11 @@ class Resolver:
                            headers={"Authorization": f"Bearer {self.settings.token}"},
                            json={"op": op.name, "shape": problem.shape, "dtype": problem.dtype, "options": options})
                 return
-            # Queueing is a write: it may create the database that a lookup never would.
-            self.store.writer().queue_job(op=op.name, shape=problem.shape, dtype=problem.dtype, options=options)
+            # Queueing is a write: it may create the database that a lookup never would. A plain SQLite file at
+            # this schema is written through sqlite3, like the lookups read it: no SQLAlchemy to import.
+            store = self.store.peek()[0]
+            writer = store if isinstance(store, LaunchReads) else self.store.writer()
+            writer.queue_job(op=op.name, shape=problem.shape, dtype=problem.dtype, options=options)
         except Exception as exc:
             log.warning("autotuner: could not queue a tuning job for %s %s: %s", op.name, problem.key, exc)
 

@@ -67,6 +67,17 @@ class LaunchReads:
             self._op_rows[key] = held
         return [(p, r) for _, p, r in rank(problem, held[1], any_options)[:limit]]
 
+    def queue_job(self, *, op: str, shape: str, dtype: str, options: dict[str, Any], strategy: str = "tpe",
+                  budget_trials: int | None = None, budget_seconds: float | None = None, priority: int = 0,
+                  sweep_id: int | None = None) -> int:
+        """Store.queue_job through sqlite3 (a launching process queueing a key it met untuned)."""
+        if sweep_id is not None:
+            return self.full.queue_job(op=op, shape=shape, dtype=dtype, options=options, strategy=strategy,
+                                       budget_trials=budget_trials, budget_seconds=budget_seconds, priority=priority,
+                                       sweep_id=sweep_id)
+        return self.reads.add_job(op=op, shape=shape, dtype=dtype, options=options, strategy=strategy,
+                                  budget_trials=budget_trials, budget_seconds=budget_seconds, priority=priority)
+
     def trial_times(self, *, op: Op, problem: ProblemType, device: DeviceInfo) -> dict[str, tuple[dict[str, Any], float | None]]:
         """Store.trial_times: configs measured (or failed: None) before, at the running kernel hash and Triton."""
         return self.reads.trial_times(op=op.name, problem_key=problem.key, device_key=device.key,
