@@ -40,6 +40,12 @@ WHERE r.op = ? AND r.problem_key = ? AND d.key = ? AND r.kernel_hash = ? AND r.t
 ORDER BY t.id"""
 
 
+SWEEPS = "SELECT id, op, dtype, options, dim, points, created_at FROM sweeps WHERE op = ? ORDER BY id"
+CROSS_TIMINGS = """
+SELECT c.winner_key, c.on_key, c.config, c.ms, c.own_ms, d.key, c.kernel_hash, c.triton_version
+FROM cross_timings AS c JOIN devices AS d ON c.device_id = d.id
+WHERE c.sweep_id = ? AND d.key = ?
+ORDER BY c.id"""
 ADD_JOB = """
 INSERT INTO jobs (op, shape, dtype, options, strategy, budget_trials, budget_seconds, priority, state, attempts,
                   created_at, kind)
@@ -108,6 +114,17 @@ class SqliteReads:
         return [SimpleNamespace(id=r[0], op=r[1], problem_key=r[2], problem=_json(r[3]), kernel_hash=r[4],
                                 triton_version=r[5], config=_json(r[6]), median_ms=r[7], default_ms=r[8],
                                 torch_ms=r[9], run_id=r[10], updated_at=_datetime(r[11])) for r in rows]
+
+    def sweeps(self, *, op: str) -> list[SimpleNamespace]:
+        """repository.list_sweeps of one op: its sweeps, oldest first, columns by name."""
+        return [SimpleNamespace(id=r[0], op=r[1], dtype=r[2], options=_json(r[3]), dim=r[4], points=_json(r[5]),
+                                created_at=_datetime(r[6])) for r in self._query(SWEEPS, (op,))]
+
+    def cross_timings(self, *, sweep_id: int, device_key: str) -> list[SimpleNamespace]:
+        """repository.cross_timings of one sweep on one device, oldest first (`device` as its key)."""
+        return [SimpleNamespace(winner_key=r[0], on_key=r[1], config=_json(r[2]), ms=r[3], own_ms=r[4],
+                                device=SimpleNamespace(key=r[5]), kernel_hash=r[6], triton_version=r[7])
+                for r in self._query(CROSS_TIMINGS, (sweep_id, device_key))]
 
     def add_job(self, *, op: str, shape: str, dtype: str, options: dict[str, Any], strategy: str = "tpe",
                 budget_trials: int | None = None, budget_seconds: float | None = None, priority: int = 0) -> int:

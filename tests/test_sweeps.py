@@ -118,3 +118,38 @@ def test_a_bucket_or_nearest_answer_reports_its_expected_regret(tmp_path):
     assert info["regret_measured_on"] == ["64x1000:float32"]
     table = cli("show", "softmax", "--shape", "100x1000", "--dtype", "float32", "--db", db).stdout
     assert "+10.0% against the own winner (measured on 64x1000:float32)" in " ".join(table.split())
+
+
+def test_between_two_swept_points_the_winner_measured_to_lose_less_is_served(tmp_path):
+    """Softmax over 1000 and 2000 columns (a sweep, no bucket in between): 1100 columns are nearest 1000, but
+    2000's winner lost 2% on 1000 where 1000's lost 30% on 2000, so 2000's is served, and says what it should
+    lose. With the losses the other way round, the nearest point's winner stays."""
+    from autotuner.launch.lookup import resolve
+    from autotuner.store.lazy import LazyStore
+
+    db = f"sqlite:///{tmp_path / 'b.db'}"
+    store, op, device = Store(db), get_op("softmax"), current_device()
+    wide = {**CONFIG, "BLOCK_N": 1024}
+    low, high = "64x1000:float32", "64x2000:float32"
+    for shape, config in (("64x1000", CONFIG), ("64x2000", wide)):
+        store.save_best(op=op, problem=op.parse_problem(shape, "float32"), device=device, config=config,
+                        median_ms=1.0, default_ms=None, torch_ms=None, run_id=None)
+
+    def sweep(low_on_high: float, high_on_low: float) -> None:
+        swept = store.create_sweep(op="softmax", dtype="float32", options={}, dim="COLS",
+                                   shapes=["64x1000", "64x2000"])
+        store.save_cross_timings(sweep_id=swept, op=op, device=device, cells=[
+            dict(winner_key=low, on_key=high, config=CONFIG, ms=low_on_high, own_ms=1.0),
+            dict(winner_key=high, on_key=low, config=wide, ms=high_on_low, own_ms=1.0)])
+
+    sweep(1.30, 1.02)
+    q = op.parse_problem("64x1100", "float32")
+    for reader in (store, LazyStore(db, create=False, retry_s=0).get()):  # the Store, and sqlite3's reads
+        res = resolve(op, q, device, store=reader)
+        assert (res.source, res.from_problem, res.config) == ("nearest", high, wide), type(reader)
+    answer = answer_config(store, op, q, device)
+    assert answer.expected_regret == pytest.approx(0.02) and answer.regret_measured_on == (low,)
+    assert resolve(op, op.parse_problem("64x3000", "float32"), device, store=store).from_problem == high
+    assert resolve(op, op.parse_problem("64x900", "float32"), device, store=store).from_problem == low  # not between
+    sweep(1.02, 1.30)  # a newer sweep, measured the other way round
+    assert resolve(op, q, device, store=store).from_problem == low

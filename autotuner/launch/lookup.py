@@ -36,6 +36,7 @@ from autotuner.base.registry import Op, get_op
 from autotuner.base.settings import Settings
 from autotuner.store.interfaces import ResultReader
 from autotuner.store.lazy import LaunchReads, LazyStore
+from autotuner.store.regret import prefer_measured
 from autotuner.store.stored_best import StoredBest
 from search_spaces.contract import ProblemType
 
@@ -154,8 +155,9 @@ def resolve(op: Op, problem: ProblemType, device: DeviceInfo, *, store: ResultRe
         why = f"only a stale result ({stale.stale_reason})" if stale else "no tuned result"
         raise NotFound(f"{why} for {op.name} {problem.key} on {device.key}", stale)
     if fallback == "nearest" and store is not None:
-        for other, row in store.nearest(op=op, problem=problem, device=device, kernel_hash=kernel_hash,
-                                        triton_version=triton_version):
+        ranked = store.nearest(op=op, problem=problem, device=device, kernel_hash=kernel_hash,
+                               triton_version=triton_version)
+        for other, row in prefer_measured(store, op, problem, device, ranked, kernel_hash, triton_version):
             if not op.space.violations(row.config, problem, device):
                 trace.append(f"nearest: {other.key}")
                 return Resolution(config=row.config, source="nearest", step="nearest",
@@ -241,13 +243,15 @@ class Resolver:
 
     def nearest(self, op: Op, problem: ProblemType, device: DeviceInfo,
                 limit: int = 8) -> list[tuple[ProblemType, StoredBest]]:
-        """The current stored bests of the tuned problems nearest this one on this device, nearest first; none
-        while the database cannot be read."""
+        """The current stored bests of the tuned problems nearest this one on this device, nearest first (a swept
+        point's winner measured to lose less first: autotuner.store.regret.prefer_measured); none while the
+        database cannot be read."""
         store, _ = self.store.peek()
         if store is None:
             return []
         try:
-            return store.nearest(op=op, problem=problem, device=device, limit=limit)
+            ranked = store.nearest(op=op, problem=problem, device=device, limit=limit)
+            return prefer_measured(store, op, problem, device, ranked)
         except Exception as exc:  # a database that went away after opening: a launch goes on with the default
             log.warning("autotuner: nearest lookup for %s %s failed: %s", op.name, problem.key, exc)
             return []

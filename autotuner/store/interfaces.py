@@ -18,7 +18,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
-from autotuner.store.rows import JobRow
+from autotuner.store.rows import CrossTimingRow, JobRow, SweepRow
 from autotuner.store.stored_best import StoredBest
 
 if TYPE_CHECKING:
@@ -42,6 +42,12 @@ class ResultReader(Protocol):
 
     def trial_times(self, *, op: Op, problem: ProblemType, device: DeviceInfo) -> TrialTimes:
         """Configs measured (or failed) for this problem before, at the running kernel hash and Triton version."""
+
+    def sweeps(self, *, op: str | None = None) -> list[SweepRow]:
+        """The sweeps of an op (every op's with None), oldest first."""
+
+    def cross_timings(self, sweep_id: int, *, device_key: str | None = None) -> list[CrossTimingRow]:
+        """A sweep's winners timed on its points (on one device's, with a key)."""
 
 
 class RunWriter(Protocol):

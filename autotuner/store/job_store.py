@@ -25,6 +25,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from autotuner.store.database import NotHeld, Store
 from autotuner.store.interfaces import TrialTimes
+from autotuner.store.rows import CrossTimingRow, SweepRow
 from autotuner.store.stored_best import StoredBest
 from db.engine import DatabaseUnavailable
 from search_spaces.contract import ProblemType
@@ -180,6 +181,12 @@ class JobStore:
 
     def nearest(self, **kw: Any) -> list[tuple[ProblemType, StoredBest]]:
         return self._retry("(reading) the nearest results", lambda: self.store.nearest(**kw))
+
+    def sweeps(self, **kw: Any) -> list[SweepRow]:
+        return self._retry("(reading) sweeps", lambda: self.store.sweeps(**kw))
+
+    def cross_timings(self, sweep_id: int, **kw: Any) -> list[CrossTimingRow]:
+        return self._retry("(reading) cross timings", lambda: self.store.cross_timings(sweep_id, **kw))
 
 
 def _first_line(exc: BaseException) -> str:

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from autotuner.store.nearest import current_problems, rank
+from autotuner.store.rows import CrossTimingRow, SweepRow, cross_timing_row, sweep_row
 from autotuner.store.stored_best import StoredBest, best_of, versions
 from db.basics import DatabaseUnavailable, NotAutotunerDatabase
 from search_spaces.contract import ProblemType
@@ -21,6 +23,7 @@ if TYPE_CHECKING:
     from db.sqlite_reads import SqliteReads
 
 
+T = TypeVar("T")
 OP_ROWS_S = 5.0  # a launching process reads an op's results for its nearest lookups at most this often
 
 
@@ -32,6 +35,7 @@ class LaunchReads:
         self.reads, self.url, self.timeout_s = reads, url, timeout_s
         self._full: Store | None = None
         self._lock = threading.Lock()
+        self._reads_held: dict[tuple[Any, ...], tuple[float, Any]] = {}
         self._op_rows: dict[tuple[str, str, str | None, str | None], tuple[float, list[tuple[ProblemType, StoredBest]]]] = {}
 
     @property
@@ -66,6 +70,26 @@ class LaunchReads:
                                                                    triton_version=triton_version))
             self._op_rows[key] = held
         return [(p, r) for _, p, r in rank(problem, held[1], any_options)[:limit]]
+
+    def sweeps(self, *, op: str | None = None) -> list[SweepRow]:
+        """Store.sweeps of one op, through sqlite3 (read at most once per OP_ROWS_S)."""
+        if op is None:
+            return self.full.sweeps()
+        return self._held(("sweeps", op), lambda: [sweep_row(s) for s in self.reads.sweeps(op=op)])
+
+    def cross_timings(self, sweep_id: int, *, device_key: str | None = None) -> list[CrossTimingRow]:
+        """Store.cross_timings of one sweep on one device, through sqlite3 (read at most once per OP_ROWS_S)."""
+        if device_key is None:
+            return self.full.cross_timings(sweep_id)
+        return self._held(("cross", sweep_id, device_key), lambda: [
+            cross_timing_row(c) for c in self.reads.cross_timings(sweep_id=sweep_id, device_key=device_key)])
+
+    def _held(self, key: tuple[Any, ...], read: Callable[[], list[T]]) -> list[T]:
+        held = self._reads_held.get(key)
+        if held is None or held[0] < time.monotonic():
+            held = (time.monotonic() + OP_ROWS_S, read())
+            self._reads_held[key] = held
+        return held[1]
 
     def queue_job(self, *, op: str, shape: str, dtype: str, options: dict[str, Any], strategy: str = "tpe",
                   budget_trials: int | None = None, budget_seconds: float | None = None, priority: int = 0,

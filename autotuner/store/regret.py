@@ -1,8 +1,11 @@
 """What serving a problem with another problem's winner can be expected to cost, from a sweep's cross timings:
 the winner's loss against the own winner of the swept point next to it on the served problem's side (for a
-bucket's representative at 1024 serving 1000, its loss on 512: the far end of the bucket).
+bucket's representative at 1024 serving 1000, its loss on 512: the far end of the bucket). And, for a problem
+between two swept points, which of their winners to serve: the one that lost less on the other point (a
+nearest answer on a log scale would take the closer point's, which may lose much more just past it).
 
     regret = expected_regret(store, op, problem, from_key, device)   # Regret(0.031, ("512x4096x4096:float16",))
+    ranked = prefer_measured(store, op, problem, device, ranked)     # the nearest candidates, reordered
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from autotuner.store.nearest import distance
 from autotuner.store.rows import CrossTimingRow, SweepRow
-from autotuner.store.stored_best import versions
+from autotuner.store.stored_best import StoredBest, versions
 from search_spaces.contract import ProblemType
 
 if TYPE_CHECKING:
@@ -44,6 +47,47 @@ def sweep_points(op: Op, sweep: SweepRow) -> list[ProblemType]:
     return out
 
 
+def _current(op: Op, kernel_hash: str | None, triton_version: str | None) -> tuple[str, str]:
+    return kernel_hash or op.kernel_hash, triton_version or versions()[0]
+
+
+def prefer_measured(store: SweepReader, op: Op, problem: ProblemType, device: DeviceInfo,
+                    ranked: list[tuple[ProblemType, StoredBest]], kernel_hash: str | None = None,
+                    triton_version: str | None = None) -> list[tuple[ProblemType, StoredBest]]:
+    """`ranked` (the nearest tuned problems, nearest first), with the winner of the swept point on `problem`'s
+    other side first where a sweep measured it losing less on the nearest point than the nearest point's winner
+    loses on it; otherwise as given."""
+    if len(ranked) < 2:
+        return ranked
+    kernel_hash, triton_version = _current(op, kernel_hash, triton_version)
+    nearest_key = ranked[0][0].key
+    for sweep in reversed(store.sweeps(op=op.name)):
+        points = sweep_points(op, sweep)
+        keys = [p.key for p in points]
+        if nearest_key not in keys:
+            continue
+        i = keys.index(nearest_key)
+        between = [j for j in (i - 1, i + 1) if 0 <= j < len(points)
+                   and _closer(problem, points[j], points[i])]  # `problem` lies between points i and j
+        if not between:
+            return ranked
+        j = between[0]
+        loss = {(c.winner_key, c.on_key): c.regret for c in store.cross_timings(sweep.id, device_key=device.key)
+                if c.kernel_hash == kernel_hash and c.triton_version == triton_version}
+        mine, theirs = loss.get((keys[i], keys[j])), loss.get((keys[j], keys[i]))
+        at = next((n for n, (p, _) in enumerate(ranked) if p.key == keys[j]), None)
+        if mine is None or theirs is None or at is None or theirs >= mine:
+            return ranked
+        return [ranked[at], *ranked[:at], *ranked[at + 1:]]
+    return ranked
+
+
+def _closer(problem: ProblemType, other: ProblemType, nearest: ProblemType) -> bool:
+    """Whether `problem` is nearer `other` than `nearest` is: it lies between them."""
+    d_problem, d_points = distance(problem, other), distance(nearest, other)
+    return d_problem is not None and d_points is not None and d_problem < d_points
+
+
 def expected_regret(store: SweepReader, op: Op, problem: ProblemType, from_key: str, device: DeviceInfo,
                     kernel_hash: str | None = None, triton_version: str | None = None) -> Regret | None:
     """The loss of serving `problem` with the winner of `from_key`, measured on the swept point beside
@@ -51,7 +95,7 @@ def expected_regret(store: SweepReader, op: Op, problem: ProblemType, from_key: 
     None when no sweep measured it."""
     if from_key == problem.key:
         return None
-    kernel_hash, triton_version = kernel_hash or op.kernel_hash, triton_version or versions()[0]
+    kernel_hash, triton_version = _current(op, kernel_hash, triton_version)
     for sweep in reversed(store.sweeps(op=op.name)):
         points = sweep_points(op, sweep)
         keys = [p.key for p in points]
