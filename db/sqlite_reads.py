@@ -79,6 +79,9 @@ class SqliteReads:
         self._lock = threading.Lock()
         self._conn: sqlite3.Connection | None = None
         self._pid = -1
+        self._write_lock = threading.Lock()
+        self._writer: sqlite3.Connection | None = None
+        self._writer_pid = -1
 
     @classmethod
     def open(cls, url: str | None) -> SqliteReads | None:
@@ -92,12 +95,15 @@ class SqliteReads:
             at_head = False  # no such table, not a database: SQLAlchemy's path says which
         return reads if at_head else None
 
+    def _connect(self) -> sqlite3.Connection:
+        return sqlite3.connect(self.path, timeout=SQLITE_BUSY_TIMEOUT_MS / 1000, isolation_level=None,
+                               check_same_thread=False)
+
     def _connection(self) -> sqlite3.Connection:
-        """This process's connection (autocommit), the lock held by the caller."""
+        """This process's reading connection (autocommit), the lock held by the caller."""
         if self._conn is None or self._pid != os.getpid():
             # not the parent's connection after a fork (SQLite forbids carrying one across)
-            self._conn = sqlite3.connect(self.path, timeout=SQLITE_BUSY_TIMEOUT_MS / 1000, isolation_level=None,
-                                         check_same_thread=False)
+            self._conn = self._connect()
             self._pid = os.getpid()
         return self._conn
 
@@ -130,10 +136,12 @@ class SqliteReads:
                 budget_trials: int | None = None, budget_seconds: float | None = None, priority: int = 0) -> int:
         """queue.add_job: a queued tuning job, its columns written as SQLAlchemy writes them; its id."""
         now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")  # SQLAlchemy's SQLite DATETIME
-        with self._lock:
-            conn = self._connection()
-            cursor = conn.execute(ADD_JOB, (op, shape, dtype, json.dumps(options), strategy, budget_trials,
-                                            budget_seconds, priority, now))
+        with self._write_lock:  # a connection of its own: a launch's lookups never wait behind this write
+            if self._writer is None or self._writer_pid != os.getpid():
+                self._writer = self._connect()
+                self._writer_pid = os.getpid()
+            cursor = self._writer.execute(ADD_JOB, (op, shape, dtype, json.dumps(options), strategy, budget_trials,
+                                                    budget_seconds, priority, now))
             return int(cursor.lastrowid or 0)
 
     def trial_times(self, *, op: str, problem_key: str, device_key: str, kernel_hash: str,

@@ -57,6 +57,15 @@ class KernelProblem(ProblemBase):
     def __post_init__(self) -> None:  # from JSON: lists back to tuples
         object.__setattr__(self, "values", tuple((str(k), v) for k, v in self.values))
         object.__setattr__(self, "dtypes", tuple(self.dtypes))
+        # What lookups ask of a key again and again (a launching process ranks every tuned key against a new
+        # one), worked out once: the problem is frozen.
+        shape = ",".join(f"{k}={_value_text(v)}" for k, v in self.values)
+        dtype = self.dtypes[0] if len(set(self.dtypes)) == 1 else ",".join(self.dtypes)
+        object.__setattr__(self, "_shape", shape)
+        object.__setattr__(self, "_dtype", dtype)
+        object.__setattr__(self, "_key", f"{shape}:{dtype}")
+        object.__setattr__(self, "_dims", tuple(v for _, v in self.values if _positive(v)))
+        object.__setattr__(self, "_match", {"dtype": dtype, **{k: v for k, v in self.values if not _positive(v)}})
 
     @classmethod
     def parse(cls, shape: object, dtype: object = "", call: dict[str, Any] | None = None) -> KernelProblem:
@@ -69,25 +78,25 @@ class KernelProblem(ProblemBase):
 
     @property
     def shape(self) -> str:
-        return ",".join(f"{k}={_value_text(v)}" for k, v in self.values)
+        return self._shape  # type: ignore[no-any-return, attr-defined]
 
     @property
     def dtype(self) -> str:
-        return self.dtypes[0] if len(set(self.dtypes)) == 1 else ",".join(self.dtypes)
+        return self._dtype  # type: ignore[no-any-return, attr-defined]
 
     @property
     def key(self) -> str:
-        return f"{self.shape}:{self.dtype}"
+        return self._key  # type: ignore[no-any-return, attr-defined]
 
     def dims(self) -> tuple[float, ...]:
         """The positive numbers among the key values: what the nearest tuned key is measured by."""
-        return tuple(v for _, v in self.values if _positive(v))
+        return self._dims  # type: ignore[no-any-return, attr-defined]
 
     def match_fields(self) -> dict[str, Any]:
         """What a nearest tuned key must share: the dtypes (as the key writes them: a problem parsed from
         "float32" and one made from two float32 tensors are the same key), and every key value that is not a
         positive number."""
-        return {"dtype": self.dtype, **{k: v for k, v in self.values if not _positive(v)}}
+        return self._match  # type: ignore[no-any-return, attr-defined]
 
     def __getitem__(self, name: str) -> Any:
         """A key argument's value (for a space's constraints and default)."""

@@ -36,15 +36,25 @@ class Regret:
     sweep_id: int
 
 
+_POINTS: dict[tuple[str, int, tuple[str, ...]], list[ProblemType]] = {}  # a sweep's points never change
+
+
 def sweep_points(op: Op, sweep: SweepRow) -> list[ProblemType]:
-    """A sweep's points as problems of the op (those another version of the op cannot parse left out)."""
-    out = []
-    for shape in sweep.shapes:
-        try:
-            out.append(op.parse_problem(shape, sweep.dtype, **sweep.options))
-        except ValueError:
-            continue
-    return out
+    """A sweep's points as problems of the op (those another version of the op cannot parse left out); parsed
+    once per process."""
+    key = (op.name, sweep.id, sweep.shapes)
+    held = _POINTS.get(key)
+    if held is None:
+        held = []
+        for shape in sweep.shapes:
+            try:
+                held.append(op.parse_problem(shape, sweep.dtype, **sweep.options))
+            except ValueError:
+                continue
+        if len(_POINTS) > 1024:
+            _POINTS.clear()
+        _POINTS[key] = held
+    return held
 
 
 def _current(op: Op, kernel_hash: str | None, triton_version: str | None) -> tuple[str, str]:
@@ -72,9 +82,13 @@ def prefer_measured(store: SweepReader, op: Op, problem: ProblemType, device: De
         if not between:
             return ranked
         j = between[0]
-        loss = {(c.winner_key, c.on_key): c.regret for c in store.cross_timings(sweep.id, device_key=device.key)
-                if c.kernel_hash == kernel_hash and c.triton_version == triton_version}
-        mine, theirs = loss.get((keys[i], keys[j])), loss.get((keys[j], keys[i]))
+        mine = theirs = None
+        for c in store.cross_timings(sweep.id, device_key=device.key):
+            if c.kernel_hash == kernel_hash and c.triton_version == triton_version:
+                if (c.winner_key, c.on_key) == (keys[i], keys[j]):
+                    mine = c.regret
+                elif (c.winner_key, c.on_key) == (keys[j], keys[i]):
+                    theirs = c.regret
         at = next((n for n, (p, _) in enumerate(ranked) if p.key == keys[j]), None)
         if mine is None or theirs is None or at is None or theirs >= mine:
             return ranked
