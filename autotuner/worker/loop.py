@@ -129,7 +129,8 @@ class Worker:
         from autotuner.base.device import current_device
 
         self.ledger.attempts += 1
-        self.on_event(f"job {job.id}: {job.kind} {job.op} {job.shape} {job.dtype} {job.options or ''} "
+        kind = "" if job.kind == "tune" else f"{job.kind} of sweep {job.sweep_id}: "
+        self.on_event(f"job {job.id}: {kind}{job.op} {job.shape} {job.dtype} {job.options or ''} "
                       f"(attempt {job.attempts}) started")
         try:
             work = work_for(job, self.settings, current_device(self.gpu), self.kept)
