@@ -8,6 +8,9 @@
     @triton.jit
     def my_kernel(...): ...
 
+    autotuner.install()      # every @triton.autotune kernel of the process too (autotuner.decorator.install);
+                             # AUTOTUNER_INSTALL=1 does it on import, `python -m autotuner run -- x.py` without
+
 Importing the package picks Triton's backend first (kernels._backend: the interpreter where there is no CUDA
 device), so kernels decorated after `import autotuner` run on this machine; its names load on first use. The
 library calls (`softmax`, `matmul` ...) are those the registered ops declare (autotuner.launch.library): a
@@ -17,6 +20,7 @@ name not listed below is looked up there, which imports the registry and torch.
 from __future__ import annotations
 
 import importlib
+import os
 from typing import Any
 
 from kernels import _backend  # noqa: F401  (before any @triton.jit in the importing module)
@@ -25,6 +29,7 @@ __version__ = "0.1.0"
 
 _LAZY = {
     "autotune": "autotuner.decorator", "KernelNotTuned": "autotuner.decorator",
+    "install": "autotuner.decorator.install", "uninstall": "autotuner.decorator.install",
     "clear_cache": "autotuner.launch.library",
     "Space": "search_spaces.space", "Param": "search_spaces.space",
 }
@@ -57,3 +62,7 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted(_names())
+
+
+if os.environ.get("AUTOTUNER_INSTALL", "").strip().lower() in ("1", "true", "yes", "on"):
+    importlib.import_module("autotuner.decorator.install").install()

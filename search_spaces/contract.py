@@ -221,6 +221,7 @@ class TunableOp(Generic[P]):
     tolerance: Mapping[str, float] = field(default_factory=lambda: dict(ELEMENTWISE_TOLERANCE))
     options: tuple[Option, ...] = ()
     sources: tuple[ModuleType | Callable[..., Any], ...] = ()  # their source text is the result's kernel hash
+    imports: tuple[str, ...] = ()  # modules a trial process imports (as plugins) before it can find the op
     flops: Callable[[P], float] | None = None
     bytes_moved: Callable[[P], float] | None = None
     elements: Callable[[P], int] | None = None  # its largest tensor's element count (32-bit offsets in the kernels)

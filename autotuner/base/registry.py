@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+from collections.abc import Callable
 from typing import Any
 
 import search_spaces
@@ -80,9 +81,19 @@ def get_op(name: str) -> TunableOp[Any]:
         raise UnknownOpError(f"unknown op {name!r}; known ops: {', '.join(_OPS)}") from None
 
 
+_FINDERS: list[Callable[[str], TunableOp[Any] | None]] = []
+
+
+def add_op_finder(finder: Callable[[str], TunableOp[Any] | None]) -> None:
+    """A way to reach a kernel's op once its module is imported, when importing it registers none (a plain
+    `@triton.autotune` kernel that autotuner.install covers registers its op at its first launch)."""
+    if finder not in _FINDERS:
+        _FINDERS.append(finder)
+
+
 def import_op(name: str) -> TunableOp[Any]:
     """The op named; for a decorated kernel's `module:qualname` not yet registered, its module is imported first
-    (the worker and `autotuner tune module:kernel` reach recorded kernels this way)."""
+    (the worker and `autotuner tune module:kernel` reach recorded kernels this way), then the finders asked."""
     if name not in _OPS and ":" in name:
         module = name.split(":", 1)[0]
         try:
@@ -90,4 +101,10 @@ def import_op(name: str) -> TunableOp[Any]:
         except Exception as exc:
             raise UnknownOpError(f"cannot import {module!r} for the kernel {name!r}: {type(exc).__name__}: {exc} "
                                  "(run from where that module imports, or set PYTHONPATH)") from None
+        for finder in _FINDERS:
+            if name in _OPS:
+                break
+            op = finder(name)
+            if op is not None:
+                register_op(op, replace=True)
     return get_op(name)

@@ -4,6 +4,7 @@ here, explicitly, in the order `autotuner --help` lists them.
     tune, show, ops, replay autotuner.cli.tune, .show, .ops, .replay
     export, import          autotuner.cli.transfer
     bench, report           autotuner.cli.bench
+    run, install            autotuner.cli.install
     serve, worker           autotuner.cli.service
     db upgrade              autotuner.cli.database
 
@@ -46,7 +47,8 @@ except PluginError as _exc:
     sys.stderr.write(f"error: {_exc}\n")
     sys.exit(4)
 
-from autotuner.cli import bench, database, ops, replay, service, show, transfer, tune  # noqa: E402
+from autotuner.cli import bench, database, install, ops, replay, service, show, transfer, tune  # noqa: E402
+from autotuner.decorator import install as _covered  # noqa: E402,F401  (covered Triton kernels found by name)
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_show_locals=False,
                   help="Autotune Triton kernels and serve the results.")
@@ -58,6 +60,8 @@ app.command("export")(transfer.export)
 app.command("import")(transfer.import_)
 app.command("bench")(bench.bench)
 app.command("report")(bench.report)
+app.command("run", context_settings=install.SCRIPT)(install.run)
+app.command("install", context_settings=install.SCRIPT)(install.install)
 app.command("serve")(service.serve)
 app.command("worker")(service.worker)
 db_app = typer.Typer(no_args_is_help=True, help="Manage the result database.")

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 import triton
@@ -44,7 +44,7 @@ from autotuner.decorator.configs import (
 from autotuner.decorator.engine_view import EngineView
 from autotuner.decorator.kernel_problem import KernelProblem
 from autotuner.decorator.keys import Bucket, Keys, bucket_functions
-from autotuner.decorator.miss import KernelNotTuned, resolve_miss
+from autotuner.decorator.miss import Answer, KernelNotTuned, resolve_miss
 from autotuner.decorator.spec import ON_MISS, Hooks, KernelSpec
 from autotuner.launch import binary_cache
 from autotuner.launch.lookup import RECHECK_S
@@ -53,6 +53,15 @@ from search_spaces.space import Space, config_key
 
 __all__ = ["Autotuned", "KernelNotTuned", "autotune"]
 _now = time.monotonic
+
+
+class Mirror(Protocol):
+    """A Triton Autotuner whose tuning a decorated kernel does (autotuner.decorator.install): its own cache is
+    asked first, and told every config resolved."""
+
+    def prior(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any] | None: ...
+
+    def resolved(self, args: tuple[Any, ...], kwargs: dict[str, Any], config: triton.Config) -> None: ...
 
 
 def _spec(fn: Any, configs: list[triton.Config] | None, key: list[str], *, space: Space[Any] | None,
@@ -98,9 +107,9 @@ class Autotuned:
                  do_bench: Callable[..., Any] | None = None, space: Space[Any] | None = None, name: str | None = None,
                  reference: Callable[..., Any] | None = None, make_inputs: Callable[..., Any] | None = None,
                  on_miss: str | None = None, trials: int | None = None,
-                 buckets: Mapping[str, Bucket] | None = None) -> None:
+                 buckets: Mapping[str, Bucket] | None = None, mirror: Mirror | None = None) -> None:
         hooks = Hooks(reset_to_zero=list(reset_to_zero or []), restore_value=list(restore_value or []),
-                      user_pre_hook=pre_hook, user_post_hook=post_hook)
+                      user_pre_hook=pre_hook, user_post_hook=post_hook, hooks_take_reset_only=mirror is not None)
         self.spec = spec = _spec(fn, configs, key, space=space, name=name, prune_configs_by=prune_configs_by,
                                  hooks=hooks, buckets=buckets, warmup_ms=warmup, rep_ms=rep, do_bench=do_bench, reference=reference,
                                  make_inputs=make_inputs, on_miss=on_miss, trials=trials)
@@ -111,12 +120,15 @@ class Autotuned:
         self.cache: dict[tuple[Any, ...], tuple[dict[str, Any], Callable[..., Any] | None]] = {}
         self.best_config: triton.Config | None = None
         self.sources: dict[tuple[Any, ...], str] = {}  # key -> where its config came from: exact, stale, tuned...
+        self.resolve_s: dict[tuple[Any, ...], float] = {}  # key -> seconds its first launch spent finding its config
+        self.mirror = mirror  # the triton.runtime.autotuner.Autotuner this kernel tunes for (autotuner.install)
         self._launchers: dict[tuple[Any, ...], Launcher] = {}
         self._recheck: dict[tuple[Any, ...], float] = {}  # key -> when an unsettled answer is asked again
         self._jit = fn if hasattr(fn, "device_caches") else None  # a JITFunction (not the interpreter's, not wrapped)
         if self._jit is not None:
             binary_cache.install(self._jit)
-        self.view = EngineView(spec)
+        # a covered Triton Autotuner's op is found, in a trial process, by the finder autotuner.decorator.install adds
+        self.view = EngineView(spec, ("autotuner.decorator.install",) if mirror is not None else ())
         self.op = self.view.op
         register_op(self.op, replace=True)
 
@@ -154,8 +166,14 @@ class Autotuned:
                  grid: Any) -> tuple[dict[str, Any], Callable[..., Any] | None]:
         """The first launch of a key in this process: the miss policy's config, kept in `cache` (an answer that is
         not settled, until RECHECK_S from now)."""
-        answer = resolve_miss(self.view, self.spec.keys.miss(args, kwargs, grid))
+        t0 = _now()
+        prior = self.mirror.prior(args, kwargs) if self.mirror is not None else None
+        if prior is not None:
+            answer = Answer(prior, "Triton's own cache (tuned before autotuner.install)", True)
+        else:
+            answer = resolve_miss(self.view, self.spec.keys.miss(args, kwargs, grid))
         config, self.sources[key] = answer.config, answer.source
+        self.resolve_s[key] = _now() - t0
         if answer.settled:
             self._recheck.pop(key, None)
         else:
@@ -164,6 +182,8 @@ class Autotuned:
         self.best_config = original or to_config(config)
         entry = self.cache[key] = dict(config), (original.pre_hook if original is not None else None)
         self._launchers.clear()  # launchers hold their config: a key resolved again starts afresh
+        if self.mirror is not None:
+            self.mirror.resolved(args, kwargs, self.best_config)
         return entry
 
     def warmup(self, *args: Any, grid: Any, **kwargs: Any) -> Any:

@@ -16,8 +16,8 @@ from search_spaces.space import config_key
 
 
 class EngineView:
-    def __init__(self, spec: KernelSpec) -> None:
-        self.spec = spec
+    def __init__(self, spec: KernelSpec, imports: tuple[str, ...] = ()) -> None:
+        self.spec, self.imports = spec, imports
         self.op = self._op()
 
     def call(self, named: dict[str, Any], grid: Any, config: Mapping[str, Any], capture: bool) -> Any:
@@ -89,4 +89,4 @@ class EngineView:
             launch=self.launch, checked=self.checked, make_inputs=self.inputs,
             problem_from_inputs=lambda inputs: spec.keys.problem(inputs["args"]),
             reference=self.reference if spec.reference is not None else None,
-            tolerance=DOT_TOLERANCE, sources=(spec.base_fn,))
+            tolerance=DOT_TOLERANCE, sources=(spec.base_fn,), imports=self.imports)

@@ -28,11 +28,15 @@ class Hooks:
     restore_value: list[str]
     user_pre_hook: Callable[..., Any] | None = None
     user_post_hook: Callable[..., Any] | None = None
+    hooks_take_reset_only: bool = False  # the hooks are a Triton Autotuner's own, which take `reset_only`
     restore_copies: dict[str, Any] = field(default_factory=dict)
 
     def pre_hook(self, nargs: dict[str, Any], reset_only: bool = False) -> None:
         if self.user_pre_hook is not None:
-            self.user_pre_hook(nargs)
+            if self.hooks_take_reset_only:
+                self.user_pre_hook(nargs, reset_only=reset_only)
+            else:
+                self.user_pre_hook(nargs)
             return
         for name in self.reset_to_zero:
             if nargs.get(name) is not None:

@@ -275,7 +275,7 @@ def _prepare(op: Op, problem: ProblemType, *, store: RunStore, settings: Setting
                         rejected=len(cands.rejected))
     n_workers = _compile_workers(settings, device, op, problem) if measurer is None else 0
     if measurer is None:
-        spec = WorkerSpec(op.name, asdict(problem), tuple(settings.plugins),
+        spec = WorkerSpec(op.name, asdict(problem), (*settings.plugins, *op.imports),
                           None if device.is_interpreter else int(device.torch_device.split(":")[1]),
                           settings.warmup_ms, settings.rep_ms)
         measurer = LiveMeasurer(spec, settings.trial_timeout_s, n_workers, kept)

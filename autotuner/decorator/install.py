@@ -1,0 +1,238 @@
+"""`autotuner.install()`: every autotuned Triton kernel of the process persists and shares its tuning, without
+touching its code.
+
+    import autotuner; autotuner.install()       # or AUTOTUNER_INSTALL=1, or `python -m autotuner run -- x.py`
+    import some_library                           # its @triton.autotune kernels now tune through autotuner
+
+It replaces `run` on `triton.runtime.autotuner.Autotuner` itself, so it covers kernels decorated with
+`triton.autotune`, Autotuners built directly, libraries' subclasses of it, and kernels defined before the
+switch. A kernel's first launch makes it an `autotune.Autotuned` (named `module:qualname`, its configs,
+key, pruning, hooks and timing the Autotuner's own) that finds each key's config as `@autotuner.autotune`
+does: the database, the service, then the miss policy (AUTOTUNER_ON_MISS; by default tuned here and
+stored). The Autotuner stays what it was: `isinstance`, `configs`, `fn`, `warmup`, `prune_configs` and
+its hooks are Triton's, and every config resolved is written into its `cache` and `best_config` as
+Triton's `run` would. A key already in its `cache` (tuned before the switch, or put there by a subclass)
+is launched as it is.
+
+Left to Triton, and listed by `report()` with the reason: a subclass whose own `_bench` or
+`check_disk_cache` would be bypassed, a subclass whose `run` does not call Triton's (it never reaches
+this one), a kernel with one config (nothing to tune), and one whose arguments autotuner cannot read.
+`uninstall()` gives `run` back to Triton; kernels keep what they resolved.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import runpy
+import sys
+import threading
+import weakref
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import triton
+from triton.runtime.autotuner import Autotuner
+
+from autotuner.base.registry import add_op_finder
+from autotuner.decorator.autotuned import Autotuned
+from autotuner.decorator.configs import config_dict, module_name
+
+__all__ = ["KernelReport", "install", "installed", "report", "run_script", "uninstall"]
+
+_ADOPTED = "_autotuner_adopted"  # on each Autotuner met: its Autotuned, or why it is left to Triton
+_NAME = "_autotuner_name"  # on each Autotuner seen: its name, taken while its module is what it was (a script's)
+_TRITON_RUN = Autotuner.run
+_TRITON_INIT = Autotuner.__init__
+_OWN_WORK = ("_bench", "check_disk_cache")  # a subclass's own version of these would be bypassed
+_seen: weakref.WeakSet[Autotuner] = weakref.WeakSet()  # every Autotuner defined (for the report)
+_lock = threading.Lock()
+
+
+class Left(str):
+    """Why an Autotuner is left to Triton."""
+
+
+def triton_key(tr: Autotuner, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+    """The key Triton's `run` files a launch under in `cache`: the key arguments' values, then the dtype of
+    every argument that has one."""
+    named = {k: v for k, v in {**dict(zip(tr.arg_names, args, strict=False)), **kwargs}.items() if k in tr.arg_names}
+    key = [named[k] for k in tr.keys if k in named]
+    key += [str(v.dtype) for v in named.values() if hasattr(v, "dtype")]
+    return tuple(key)
+
+
+class TritonMirror:
+    """Keeps a covered Autotuner's `cache` and `best_config` as its own `run` would."""
+
+    def __init__(self, tr: Autotuner) -> None:
+        self.tr = tr  # (a cycle through the Autotuned it holds: both go together)
+
+    def prior(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any] | None:
+        config = self.tr.cache.get(triton_key(self.tr, args, kwargs))
+        return config_dict(config) if config is not None else None
+
+    def resolved(self, args: tuple[Any, ...], kwargs: dict[str, Any], config: triton.Config) -> None:
+        self.tr.cache[triton_key(self.tr, args, kwargs)] = config
+        self.tr.best_config = config
+
+
+def _left(tr: Autotuner) -> Left | None:
+    cls = type(tr)
+    for name in _OWN_WORK:
+        if getattr(cls, name) is not getattr(Autotuner, name):
+            return Left(f"{cls.__module__}.{cls.__qualname__} has its own {name}")
+    if len(tr.configs) <= 1:
+        return Left("one config: nothing to tune")
+    return None
+
+
+def _adopt(tr: Autotuner) -> Autotuned | Left:
+    """The Autotuned that tunes for `tr`, made at its first launch (or why it is left to Triton)."""
+    with _lock:
+        adopted = tr.__dict__.get(_ADOPTED)
+        if adopted is not None:
+            return adopted  # type: ignore[no-any-return]
+        adopted = _left(tr)
+        if adopted is None:
+            try:
+                adopted = _autotuned(tr)
+            except Exception as exc:  # a kernel autotuner cannot read stays Triton's, and says why
+                adopted = Left(f"not readable by autotuner: {exc}")
+        tr.__dict__[_ADOPTED] = adopted
+        _register(tr)
+        return adopted
+
+
+def _autotuned(tr: Autotuner) -> Autotuned:
+    def prune(configs: list[triton.Config], nargs: dict[str, Any], **kwargs: Any) -> list[triton.Config]:
+        saved, tr.nargs = getattr(tr, "nargs", None), nargs  # Triton's prune_configs reads the arguments there
+        try:
+            return list(tr.prune_configs(kwargs))
+        finally:
+            tr.nargs = saved
+
+    own_bench = tr._do_bench is not None or type(tr).do_bench is not Autotuner.do_bench
+    return Autotuned(tr.fn, list(tr.configs), list(tr.keys), prune_configs_by={"early_config_prune": prune},
+                     pre_hook=tr.pre_hook, post_hook=tr.post_hook,
+                     do_bench=(lambda fn, quantiles: tr.do_bench(fn, quantiles=quantiles)) if own_bench else None,
+                     mirror=TritonMirror(tr))
+
+
+def _run(self: Autotuner, *args: Any, **kwargs: Any) -> Any:
+    adopted = self.__dict__.get(_ADOPTED) or _adopt(self)
+    if isinstance(adopted, Left):
+        return _TRITON_RUN(self, *args, **kwargs)
+    grid, warmup = kwargs.pop("grid"), kwargs.pop("warmup", False)
+    return adopted.run(*args, grid=grid, warmup=warmup, **kwargs)
+
+
+def _init(self: Autotuner, *args: Any, **kwargs: Any) -> None:
+    _TRITON_INIT(self, *args, **kwargs)
+    _register(self)
+
+
+def _register(tr: Autotuner) -> None:
+    if _NAME not in tr.__dict__:
+        base = getattr(tr, "base_fn", None)
+        tr.__dict__[_NAME] = f"{module_name(base)}:{base.__qualname__}" if base is not None else repr(tr)
+    _seen.add(tr)
+
+
+def install() -> None:
+    """Tune every Autotuner of the process through autotuner, those defined already included."""
+    if installed():
+        return
+    Autotuner.run = _run  # type: ignore[method-assign]
+    Autotuner.__init__ = _init  # type: ignore[method-assign]
+    for obj in gc.get_objects():
+        if issubclass(type(obj), Autotuner):  # type(), not isinstance: no lazy module attribute is touched
+            _register(obj)
+
+
+def uninstall() -> None:
+    """Give every Autotuner back to Triton. Configs already resolved stay in their `cache`."""
+    Autotuner.run = _TRITON_RUN  # type: ignore[method-assign]
+    Autotuner.__init__ = _TRITON_INIT  # type: ignore[method-assign]
+
+
+def installed() -> bool:
+    return Autotuner.run is _run
+
+
+@dataclass(frozen=True)
+class KernelReport:
+    name: str  # module:qualname, as in the database
+    library: str  # the top-level package it comes from
+    covered: bool
+    why: str  # why it is left to Triton; empty when covered
+    keys: dict[str, str]  # each key met -> where its config came from
+    tuning_s: float  # seconds spent finding configs in this process (tuning, lookups)
+    tuned_here: int  # keys tuned in this process
+
+
+def report() -> list[KernelReport]:
+    """Every Autotuner of the process: covered or not (why), keys seen, tuned here or reused, time spent."""
+    out = []
+    for tr in list(_seen):
+        name = tr.__dict__[_NAME]
+        library = name.split(":")[0].split(".")[0]
+        adopted = tr.__dict__.get(_ADOPTED)
+        if isinstance(adopted, Autotuned):
+            keys = {",".join(map(str, k)): s for k, s in adopted.sources.items()}
+            out.append(KernelReport(adopted.name, library, True, "", keys,
+                                    sum(adopted.resolve_s.values()),
+                                    sum(s.startswith("tuned here") for s in adopted.sources.values())))
+            continue
+        cls = type(tr)
+        if adopted is None and cls.run is not _run and cls.run is not _TRITON_RUN:
+            adopted = Left(f"{cls.__module__}.{cls.__qualname__}.run replaces Triton's run")
+        if adopted is None:
+            continue  # defined, never launched
+        keys = {",".join(map(str, k)): "Triton" for k in tr.cache}
+        out.append(KernelReport(name, library, False, str(adopted), keys, 0.0, 0))
+    return sorted(out, key=lambda r: r.name)
+
+
+def run_script(argv: list[str]) -> None:
+    """Run `script.py args...` (or `-m module args...`) as `python` would, installed: what `python -m autotuner
+    run -- ...` does. AUTOTUNER_INSTALL=1 is set for the processes it starts that import autotuner."""
+    argv = argv[1:] if argv[:1] == ["--"] else list(argv)
+    if not argv or argv[:1] == ["-m"] and len(argv) < 2:
+        raise SystemExit("usage: python -m autotuner run [--] script.py [args...] | -m module [args...]")
+    os.environ["AUTOTUNER_INSTALL"] = "1"
+    install()
+    if argv[0] == "-m":
+        sys.argv = argv[1:]
+        sys.path.insert(0, os.getcwd())  # as `python -m` does
+        runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+    else:
+        path = Path(argv[0])
+        if not path.is_file():
+            raise SystemExit(f"error: no script at {path}")
+        sys.argv = argv
+        sys.path.insert(0, str(path.resolve().parent))
+        runpy.run_path(str(path), run_name="__main__")
+
+
+def find_op(name: str) -> Any:
+    """The op of a covered kernel named `module:qualname` whose module is imported (a worker tuning a recorded
+    key, `autotuner show`): the module's Autotuner over that function, made an Autotuned now."""
+    module, _, qualname = name.partition(":")
+    mod = sys.modules.get(module)
+    if mod is None:
+        return None
+    for value in list(vars(mod).values()):
+        for _ in range(8):  # through wrappers (triton.heuristics above the autotuner) to the Autotuner
+            if isinstance(value, Autotuner) or not hasattr(value, "fn"):
+                break
+            value = value.fn
+        if isinstance(value, Autotuner) and getattr(value.base_fn, "__qualname__", None) == qualname:
+            adopted = _adopt(value)
+            if isinstance(adopted, Autotuned) and adopted.name == name:
+                return adopted.op
+    return None
+
+
+add_op_finder(find_op)  # a worker, its trial processes and `autotuner show` reach covered kernels by name

@@ -1,0 +1,206 @@
+"""`autotuner.install()`: kernels written for Triton's own autotuner (tests.triton_autotuned, which never imports
+autotuner) tuned through autotuner without a change to their code, on the interpreter, on SQLite and PostgreSQL:
+results stored and reused by another process, Triton's attributes kept, library subclasses covered or left to
+Triton with the reason, the launcher and the report."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import triton
+from sqlalchemy import func, select
+from triton.runtime.autotuner import Autotuner
+
+import autotuner
+from autotuner.base.settings import Settings
+from autotuner.decorator import install as covered
+from autotuner.launch.lookup import Resolver, set_resolver
+from autotuner.store.database import Store
+from db.engine import session_scope
+from db.models import Trial, TuningRun
+from tests import triton_autotuned as ta
+
+ROOT = Path(__file__).resolve().parents[1]
+KERNELS = [ta.scale, ta.accumulate, ta.shift_above.fn, ta.shift_below, ta.negate, ta.square, ta.halve, ta.double]
+
+
+@pytest.fixture
+def installed(url):
+    """autotuner.install() on a fresh database; afterwards Triton's autotuner as it was, kernels forgotten."""
+    set_resolver(Resolver(Settings(db_url=url, on_miss="tune")))
+    autotuner.install()
+    yield url
+    autotuner.uninstall()
+    set_resolver(None)
+    for k in KERNELS:
+        k.__dict__.pop("_autotuner_adopted", None)
+        k.cache.clear()
+
+
+def _trials(url, op=None):
+    with session_scope(Store(url).engine) as s:
+        q = select(func.count()).select_from(Trial).join(TuningRun, Trial.run_id == TuningRun.id)
+        if op is not None:
+            q = q.where(TuningRun.op == op)
+        return int(s.scalar(q) or 0)
+
+
+def _run_elsewhere(url, n, *launcher):
+    out = subprocess.run([sys.executable, "-m", "autotuner", *launcher, "--", "-m", "tests.triton_autotuned", str(n)],
+                         capture_output=True, text=True, cwd=ROOT, timeout=300,
+                         env={**os.environ, "AUTOTUNER_DB_URL": url})
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout
+
+
+def test_a_triton_autotune_kernel_is_tuned_stored_and_kept_as_triton_keeps_it(installed):
+    x, y = torch.randn(300), torch.empty(300)
+    ta.scale[ta.grid(300)](x, y, 300, 3.0)
+    torch.testing.assert_close(y, 3 * x)
+    assert isinstance(ta.scale, Autotuner) and type(ta.scale) is Autotuner
+    key = (300, "torch.float32", "torch.float32")  # as Triton's own run keys its cache
+    assert list(ta.scale.cache) == [key]
+    assert ta.scale.best_config is ta.scale.cache[key] and any(c is ta.scale.best_config for c in ta.CONFIGS)
+    assert _trials(installed, "tests.triton_autotuned:scale") == 3  # every config, stored under a lasting name
+    adopted = ta.scale.__dict__["_autotuner_adopted"]
+    assert adopted.sources[key].startswith("tuned here")
+    ta.scale[ta.grid(300)](x, y, 300, 5.0)  # later launches: no more tuning
+    torch.testing.assert_close(y, 5 * x)
+    assert _trials(installed) == 3
+
+
+def test_a_second_process_reuses_every_covered_kernels_results(installed):
+    first = json.loads(_run_elsewhere(installed, 200, "run").strip().splitlines()[-1])
+    measured = _trials(installed)
+    assert measured == 3 + 3 + 3 + 3 + 2 + 2  # six covered kernels; two prune to two configs
+    second = json.loads(_run_elsewhere(installed, 200, "run").strip().splitlines()[-1])
+    assert _trials(installed) == measured  # the second process tuned nothing
+    assert second == first  # and computed the same outputs (seeded inputs)
+
+
+def test_kernels_defined_before_install_and_direct_autotuners_are_covered(installed):
+    # tests.triton_autotuned was imported before install(): its Autotuners are patched through their class
+    x = torch.randn(100)
+    for kernel, expected in ((ta.negate, -x), (ta.shift_above, x + 1), (ta.shift_below, x - 1)):
+        y = torch.empty(100)
+        kernel[ta.grid(100)](x, y, 100)
+        torch.testing.assert_close(y, expected)
+    assert _trials(installed, "tests.triton_autotuned:_negate") == 3
+    assert _trials(installed, "tests.triton_autotuned:shift_above") == 3  # triton.heuristics above the autotuner
+    assert _trials(installed, "tests.triton_autotuned:shift_below") == 3  # and below it
+
+
+def test_hooks_and_pruning_work_as_under_triton(installed):
+    x = torch.randn(500)
+    total = torch.full((1,), 123.0)  # reset_to_zero zeroes it before each timed launch and before the winner's
+    ta.accumulate[ta.grid(500)](x, total, 500)
+    torch.testing.assert_close(total, x.sum().reshape(1), rtol=1e-5, atol=1e-4)
+    with session_scope(Store(installed).engine) as s:
+        blocks = {c["BLOCK"] for c in s.scalars(select(Trial.config))}
+    assert blocks == {32, 128}  # early_config_prune dropped 64
+    y = torch.empty(500)
+    ta.square[ta.grid(500)](x, y, 500)  # a subclass's own prune_configs is what gets tuned
+    torch.testing.assert_close(y, x * x)
+    assert _trials(installed, "tests.triton_autotuned:_square") == 2
+
+
+def test_subclasses_with_their_own_run_or_timing_are_left_to_triton_and_reported(installed):
+    x, y = torch.randn(64), torch.empty(64)
+    ta.halve[ta.grid(64)](x, y, 64)
+    torch.testing.assert_close(y, x / 2)
+    ta.double[ta.grid(64)](x, y, 64)
+    torch.testing.assert_close(y, 2 * x)
+    assert ta.double.best_config.kwargs["BLOCK"] == 32  # its own _bench chose, as it would without autotuner
+    assert _trials(installed) == 0
+    rows = {r.name: r for r in covered.report()}
+    assert "has its own _bench" in rows["tests.triton_autotuned:_double"].why
+    assert "run replaces Triton's run" in rows["tests.triton_autotuned:_halve"].why
+    assert not rows["tests.triton_autotuned:_double"].covered
+
+
+def test_a_key_in_tritons_cache_before_install_is_launched_as_it_is(url):
+    set_resolver(Resolver(Settings(db_url=url, on_miss="error")))  # a lookup would fail: none must happen
+    try:
+        x, y = torch.randn(96), torch.empty(96)
+        ta.negate.cache[(96, "torch.float32", "torch.float32")] = ta.CONFIGS[2]
+        autotuner.install()
+        ta.negate[ta.grid(96)](x, y, 96)
+        torch.testing.assert_close(y, -x)
+        assert ta.negate.best_config is ta.CONFIGS[2]
+    finally:
+        autotuner.uninstall()
+        set_resolver(None)
+        ta.negate.__dict__.pop("_autotuner_adopted", None)
+        ta.negate.cache.clear()
+
+
+def test_uninstall_gives_run_back_to_triton(installed):
+    autotuner.uninstall()
+    assert Autotuner.run is covered._TRITON_RUN and not covered.installed()
+    x, y = torch.randn(64), torch.empty(64)
+    ta.double[ta.grid(64)](x, y, 64)  # Triton's own path (its _bench needs no GPU)
+    torch.testing.assert_close(y, 2 * x)
+    assert _trials(installed) == 0
+
+
+def test_the_environment_switch_installs_on_import(tmp_path):
+    out = subprocess.run([sys.executable, "-c", "import autotuner.decorator.install as i; print(i.installed())"],
+                         capture_output=True, text=True, cwd=ROOT, timeout=120,
+                         env={**os.environ, "AUTOTUNER_INSTALL": "1"})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "True"
+
+
+def test_the_report_lists_each_kernel_met(url):
+    out = subprocess.run([sys.executable, "-m", "autotuner", "install", "--json", "--", "-m", "tests.triton_autotuned",
+                          "128"], capture_output=True, text=True, cwd=ROOT, timeout=300,
+                         env={**os.environ, "AUTOTUNER_DB_URL": url})
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = {r["name"]: r for r in json.loads(out.stdout[out.stdout.index("\n[") + 1:])}
+    assert {n for n, r in rows.items() if r["covered"]} == {
+        f"tests.triton_autotuned:{k}" for k in ("scale", "accumulate", "shift_above", "shift_below", "_negate",
+                                                "_square")}
+    scale = rows["tests.triton_autotuned:scale"]
+    assert scale["library"] == "tests" and scale["tuned_here"] == 1 and scale["tuning_s"] > 0
+    assert list(scale["keys"]) == ["128,torch.float32,torch.float32"]
+
+
+def test_the_launcher_says_what_it_needs():
+    out = subprocess.run([sys.executable, "-m", "autotuner", "run", "--", "no/such/script.py"], capture_output=True,
+                         text=True, cwd=ROOT, timeout=120)
+    assert out.returncode != 0 and "no script at no/such/script.py" in out.stderr
+
+
+def test_triton_config_objects_are_the_lists_own(installed):
+    x, y = torch.randn(40), torch.empty(40)
+    ta.shift_below[ta.grid(40)](x, y, 40)
+    assert isinstance(ta.shift_below.best_config, triton.Config)
+    assert any(ta.shift_below.best_config is c for c in ta.shift_below.configs)
+
+
+def test_a_recorded_miss_is_tuned_by_a_worker_and_then_reused(url):
+    """AUTOTUNER_ON_MISS=default: the covered kernels launch their first config and queue their keys; a worker
+    finds each kernel by its name and tunes it; the next process launches the stored winners."""
+    env = {**os.environ, "AUTOTUNER_DB_URL": url, "AUTOTUNER_ON_MISS": "default"}
+    first = subprocess.run([sys.executable, "-m", "autotuner", "run", "--", "-m", "tests.triton_autotuned", "80"],
+                           capture_output=True, text=True, cwd=ROOT, timeout=300, env=env)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert _trials(url) == 0
+    worker = subprocess.run([sys.executable, "-m", "autotuner", "worker", "--until-empty", "--db", url], cwd=ROOT,
+                            capture_output=True, text=True, timeout=600)
+    assert worker.returncode == 0, worker.stderr[-3000:]
+    assert "6 done, 0 failed" in worker.stderr + worker.stdout
+    assert _trials(url, "tests.triton_autotuned:scale") == 3
+    report = subprocess.run([sys.executable, "-m", "autotuner", "install", "--json", "--", "-m",
+                             "tests.triton_autotuned", "80"], capture_output=True, text=True, cwd=ROOT, timeout=300,
+                            env=env)
+    assert report.returncode == 0, report.stderr[-3000:]
+    rows = json.loads(report.stdout[report.stdout.index("\n[") + 1:])
+    sources = [s for r in rows if r["covered"] for s in r["keys"].values()]
+    assert len(sources) == 6 and all(s.startswith("exact (database)") for s in sources)
