@@ -27,7 +27,8 @@ from db.models import Trial, TuningRun
 from tests import triton_autotuned as ta
 
 ROOT = Path(__file__).resolve().parents[1]
-KERNELS = [ta.scale, ta.accumulate, ta.shift_above.fn, ta.shift_below, ta.negate, ta.square, ta.halve, ta.double]
+KERNELS = [ta.scale, ta.accumulate, ta.shift_above.fn, ta.shift_below, ta.negate, ta.square, ta.halve, ta.double,
+           ta.cube]
 
 
 @pytest.fixture
@@ -39,7 +40,8 @@ def installed(url):
     autotuner.uninstall()
     set_resolver(None)
     for k in KERNELS:
-        k.__dict__.pop("_autotuner_adopted", None)
+        for attr in ("_autotuner_adopted", "_autotuner_kept", "chosen"):
+            k.__dict__.pop(attr, None)
         k.cache.clear()
 
 
@@ -78,7 +80,7 @@ def test_a_triton_autotune_kernel_is_tuned_stored_and_kept_as_triton_keeps_it(in
 def test_a_second_process_reuses_every_covered_kernels_results(installed):
     first = json.loads(_run_elsewhere(installed, 200, "run").strip().splitlines()[-1])
     measured = _trials(installed)
-    assert measured == 3 + 3 + 3 + 3 + 2 + 2  # six covered kernels; two prune to two configs
+    assert measured == 3 + 3 + 3 + 3 + 2 + 2 + 3  # seven covered kernels; two prune to two configs
     second = json.loads(_run_elsewhere(installed, 200, "run").strip().splitlines()[-1])
     assert _trials(installed) == measured  # the second process tuned nothing
     assert second == first  # and computed the same outputs (seeded inputs)
@@ -119,8 +121,8 @@ def test_subclasses_with_their_own_run_or_timing_are_left_to_triton_and_reported
     assert ta.double.best_config.kwargs["BLOCK"] == 32  # its own _bench chose, as it would without autotuner
     assert _trials(installed) == 0
     rows = {r.name: r for r in covered.report()}
-    assert "has its own _bench" in rows["tests.triton_autotuned:_double"].why
-    assert "run replaces Triton's run" in rows["tests.triton_autotuned:_halve"].why
+    assert "has its own _bench" in rows["tests.triton_autotuned:_double"].how
+    assert "run replaces Triton's run" in rows["tests.triton_autotuned:_halve"].how
     assert not rows["tests.triton_autotuned:_double"].covered
 
 
@@ -165,7 +167,8 @@ def test_the_report_lists_each_kernel_met(url):
     rows = {r["name"]: r for r in json.loads(out.stdout[out.stdout.index("\n[") + 1:])}
     assert {n for n, r in rows.items() if r["covered"]} == {
         f"tests.triton_autotuned:{k}" for k in ("scale", "accumulate", "shift_above", "shift_below", "_negate",
-                                                "_square")}
+                                                "_square", "_cube")}
+    assert rows["tests.triton_autotuned:_cube"]["how"].startswith("its own run chooses; timings kept: 3 measured")
     scale = rows["tests.triton_autotuned:scale"]
     assert scale["library"] == "tests" and scale["tuned_here"] == 1 and scale["tuning_s"] > 0
     assert list(scale["keys"]) == ["128,torch.float32,torch.float32"]
@@ -191,7 +194,7 @@ def test_a_recorded_miss_is_tuned_by_a_worker_and_then_reused(url):
     first = subprocess.run([sys.executable, "-m", "autotuner", "run", "--", "-m", "tests.triton_autotuned", "80"],
                            capture_output=True, text=True, cwd=ROOT, timeout=300, env=env)
     assert first.returncode == 0, first.stderr[-3000:]
-    assert _trials(url) == 0
+    assert _trials(url) == _trials(url, "tests.triton_autotuned:_cube") == 3  # only the one choosing by itself timed
     worker = subprocess.run([sys.executable, "-m", "autotuner", "worker", "--until-empty", "--db", url], cwd=ROOT,
                             capture_output=True, text=True, timeout=600)
     assert worker.returncode == 0, worker.stderr[-3000:]
@@ -202,5 +205,33 @@ def test_a_recorded_miss_is_tuned_by_a_worker_and_then_reused(url):
                             env=env)
     assert report.returncode == 0, report.stderr[-3000:]
     rows = json.loads(report.stdout[report.stdout.index("\n[") + 1:])
-    sources = [s for r in rows if r["covered"] for s in r["keys"].values()]
+    sources = [s for r in rows if r["how"] == "tuned by autotuner" for s in r["keys"].values()]
     assert len(sources) == 6 and all(s.startswith("exact (database)") for s in sources)
+
+
+def test_a_subclass_choosing_by_its_own_run_keeps_its_timings(installed):
+    """Its run never reaches autotuner's; its `_bench` timings are stored, and a process that starts afresh (here:
+    the same kernel, its own choices forgotten) times nothing again and chooses the same config."""
+    x, y = torch.randn(256), torch.empty(256)
+    ta.cube[ta.grid(256)](x, y, 256)
+    torch.testing.assert_close(y, x * x * x)
+    assert _trials(installed, "tests.triton_autotuned:_cube") == 3
+    first = ta.cube.best_config
+    rows = {r.name: r for r in covered.report()}
+    assert rows["tests.triton_autotuned:_cube"].covered
+    stored = Store(installed).best(op=ta.cube.__dict__["_autotuner_kept"].kernel.op,
+                                   problem=ta.cube.__dict__["_autotuner_kept"].kernel.problem({"n": 256, "x_ptr": x,
+                                                                                              "y_ptr": y}),
+                                   device=covered_device())
+    assert stored is not None and stored.config["BLOCK"] == first.kwargs["BLOCK"]  # its fastest, listed
+    for attr in ("_autotuner_kept", "chosen"):
+        ta.cube.__dict__.pop(attr)
+    ta.cube[ta.grid(256)](x, y, 256)
+    assert _trials(installed) == 3  # every timing came from the database
+    assert ta.cube.best_config is first
+
+
+def covered_device():
+    from autotuner.base.device import current_device
+
+    return current_device()

@@ -59,6 +59,6 @@ def _table(rows: list) -> None:  # type: ignore[type-arg]
         table.add_column(column)
     for r in rows:
         keys = "\n".join(f"{k}: {s}" for k, s in r.keys.items()) or "-"
-        table.add_row(r.name, r.library, "yes" if r.covered else f"no: {r.why}", keys,
+        table.add_row(r.name, r.library, f"yes: {r.how}" if r.covered else f"no: {r.how}", keys,
                       str(r.tuned_here) if r.covered else "-", f"{r.tuning_s:.2f}" if r.covered else "-")
     console.print(table)

@@ -14,15 +14,18 @@ its hooks are Triton's, and every config resolved is written into its `cache` an
 Triton's `run` would. A key already in its `cache` (tuned before the switch, or put there by a subclass)
 is launched as it is.
 
-Left to Triton, and listed by `report()` with the reason: a subclass whose own `_bench` or
-`check_disk_cache` would be bypassed, a subclass whose `run` does not call Triton's (it never reaches
-this one), a kernel with one config (nothing to tune), and one whose arguments autotuner cannot read.
-`uninstall()` gives `run` back to Triton; kernels keep what they resolved.
+A subclass whose own `run` does not call Triton's never reaches this one: it keeps choosing for itself, and
+the timings it takes through `_bench` are kept in the database (autotuner.decorator.kept_timings), so no
+process times a config twice. Left to Triton, and listed by `report()` with the reason: a subclass whose own
+`_bench` or `check_disk_cache` would be bypassed, a kernel with one config (nothing to tune), and one whose
+arguments autotuner cannot read. `uninstall()` gives `run` and `_bench` back to Triton; kernels keep what
+they resolved.
 """
 
 from __future__ import annotations
 
 import gc
+import logging
 import os
 import runpy
 import sys
@@ -38,16 +41,20 @@ from triton.runtime.autotuner import Autotuner
 from autotuner.base.registry import add_op_finder
 from autotuner.decorator.autotuned import Autotuned
 from autotuner.decorator.configs import config_dict, module_name
+from autotuner.decorator.kept_timings import KeptTimings
 
 __all__ = ["KernelReport", "install", "installed", "report", "run_script", "uninstall"]
 
 _ADOPTED = "_autotuner_adopted"  # on each Autotuner met: its Autotuned, or why it is left to Triton
 _NAME = "_autotuner_name"  # on each Autotuner seen: its name, taken while its module is what it was (a script's)
+_KEPT = "_autotuner_kept"  # on an Autotuner whose own run chooses: its KeptTimings, or False (none can be kept)
 _TRITON_RUN = Autotuner.run
+_TRITON_BENCH = Autotuner._bench
 _TRITON_INIT = Autotuner.__init__
 _OWN_WORK = ("_bench", "check_disk_cache")  # a subclass's own version of these would be bypassed
 _seen: weakref.WeakSet[Autotuner] = weakref.WeakSet()  # every Autotuner defined (for the report)
 _lock = threading.Lock()
+log = logging.getLogger(__name__)
 
 
 class Left(str):
@@ -128,6 +135,38 @@ def _run(self: Autotuner, *args: Any, **kwargs: Any) -> Any:
     return adopted.run(*args, grid=grid, warmup=warmup, **kwargs)
 
 
+def _bench(self: Autotuner, *args: Any, config: triton.Config, **meta: Any) -> Any:
+    """Triton's `_bench`, its timings kept in the database (reached by subclasses whose own run chooses)."""
+    kept = self.__dict__.get(_KEPT)
+    if kept is None:
+        kept = _keep(self)
+    if kept is False:
+        return _TRITON_BENCH(self, *args, config=config, **meta)
+    try:
+        return kept.bench(self, _TRITON_BENCH, args, meta, config)
+    except Exception as exc:  # timings not kept must never stop the library's own tuning
+        log.warning("autotuner: %s: timings not kept (%s: %s); Triton's _bench from now on",
+                    self.__dict__.get(_NAME), type(exc).__name__, exc)
+        self.__dict__[_KEPT] = False
+        return _TRITON_BENCH(self, *args, config=config, **meta)
+
+
+def _keep(tr: Autotuner) -> KeptTimings | bool:
+    with _lock:
+        kept = tr.__dict__.get(_KEPT)
+        if kept is not None:
+            return kept  # type: ignore[no-any-return]
+        adopted = tr.__dict__.get(_ADOPTED)
+        try:
+            kept = KeptTimings(adopted if isinstance(adopted, Autotuned) else _autotuned(tr))
+        except Exception as exc:
+            log.info("autotuner: %r: timings not kept: %s", tr, exc)
+            kept = False
+        tr.__dict__[_KEPT] = kept
+    _register(tr)
+    return kept
+
+
 def _init(self: Autotuner, *args: Any, **kwargs: Any) -> None:
     _TRITON_INIT(self, *args, **kwargs)
     _register(self)
@@ -145,6 +184,7 @@ def install() -> None:
     if installed():
         return
     Autotuner.run = _run  # type: ignore[method-assign]
+    Autotuner._bench = _bench  # type: ignore[method-assign]
     Autotuner.__init__ = _init  # type: ignore[method-assign]
     for obj in gc.get_objects():
         if issubclass(type(obj), Autotuner):  # type(), not isinstance: no lazy module attribute is touched
@@ -154,6 +194,7 @@ def install() -> None:
 def uninstall() -> None:
     """Give every Autotuner back to Triton. Configs already resolved stay in their `cache`."""
     Autotuner.run = _TRITON_RUN  # type: ignore[method-assign]
+    Autotuner._bench = _TRITON_BENCH  # type: ignore[method-assign]
     Autotuner.__init__ = _TRITON_INIT  # type: ignore[method-assign]
 
 
@@ -166,7 +207,7 @@ class KernelReport:
     name: str  # module:qualname, as in the database
     library: str  # the top-level package it comes from
     covered: bool
-    why: str  # why it is left to Triton; empty when covered
+    how: str  # tuned by autotuner, its timings kept (its own run chooses), or why it is left to Triton
     keys: dict[str, str]  # each key met -> where its config came from
     tuning_s: float  # seconds spent finding configs in this process (tuning, lookups)
     tuned_here: int  # keys tuned in this process
@@ -179,15 +220,23 @@ def report() -> list[KernelReport]:
         name = tr.__dict__[_NAME]
         library = name.split(":")[0].split(".")[0]
         adopted = tr.__dict__.get(_ADOPTED)
+        kept = tr.__dict__.get(_KEPT)
+        if isinstance(kept, KeptTimings):
+            keys = {k: f"{len(known)} configs timed or reused" for k, known in kept.known.items()}
+            how = (f"its own run chooses; timings kept: {kept.measured} measured here, {kept.reused} reused from "
+                   "the database")
+            out.append(KernelReport(name, library, True, how, keys, 0.0, len(kept.runs)))
+            continue
         if isinstance(adopted, Autotuned):
             keys = {",".join(map(str, k)): s for k, s in adopted.sources.items()}
-            out.append(KernelReport(adopted.name, library, True, "", keys,
+            out.append(KernelReport(adopted.name, library, True, "tuned by autotuner", keys,
                                     sum(adopted.resolve_s.values()),
                                     sum(s.startswith("tuned here") for s in adopted.sources.values())))
             continue
         cls = type(tr)
         if adopted is None and cls.run is not _run and cls.run is not _TRITON_RUN:
-            adopted = Left(f"{cls.__module__}.{cls.__qualname__}.run replaces Triton's run")
+            adopted = Left(f"{cls.__module__}.{cls.__qualname__}.run replaces Triton's run and times nothing "
+                           "through _bench")
         if adopted is None:
             continue  # defined, never launched
         keys = {",".join(map(str, k)): "Triton" for k in tr.cache}
