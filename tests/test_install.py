@@ -235,3 +235,24 @@ def covered_device():
     from autotuner.base.device import current_device
 
     return current_device()
+
+
+def test_kept_binaries_reach_the_jit_function_under_heuristics():
+    """With Triton's real JIT (no GPU needed to decorate): a covered kernel with triton.heuristics below the
+    autotuner launches through Triton's run, so the kept binaries are installed on the JITFunction under it."""
+    code = """
+from autotuner.decorator import install as covered
+from tests import triton_autotuned as ta
+for kernel in (ta.shift_below, ta.scale, ta.shift_above.fn):
+    adopted = covered._adopt(kernel)
+    inner = kernel.fn
+    while not hasattr(inner, "device_caches"):
+        inner = inner.fn
+    print(type(adopted).__name__, type(kernel.fn).__name__, getattr(inner.device_caches.default_factory,
+                                                                   "_autotuner_kept", False))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120,
+                         env={**os.environ, "TRITON_INTERPRET": "0"})
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split("\n")[:3] == ["Autotuned Heuristics True", "Autotuned JITFunction True",
+                                          "Autotuned JITFunction True"]

@@ -125,8 +125,10 @@ class Autotuned:
         self._launchers: dict[tuple[Any, ...], Launcher] = {}
         self._recheck: dict[tuple[Any, ...], float] = {}  # key -> when an unsettled answer is asked again
         self._jit = fn if hasattr(fn, "device_caches") else None  # a JITFunction (not the interpreter's, not wrapped)
-        if self._jit is not None:
-            binary_cache.install(self._jit)
+        inner = fn
+        while not hasattr(inner, "device_caches") and hasattr(inner, "fn"):
+            inner = inner.fn  # a JITFunction under triton.heuristics: its launches go through Triton's run, and
+        binary_cache.install(inner)  # still load the kept binaries and specializations
         # a covered Triton Autotuner's op is found, in a trial process, by the finder autotuner.decorator.install adds
         self.view = EngineView(spec, ("autotuner.decorator.install",) if mirror is not None else ())
         self.op = self.view.op
