@@ -97,6 +97,8 @@ class DeviceOut(BaseModel):
 class ResultOut(BaseModel):
     id: int
     op: str
+    library: str | None = Field(None, description="a kernel's library: the top-level package of its module (a "
+                                                  "`module:qualname` op); None for the built-in ops")
     problem_key: str
     problem: dict[str, Any]
     device: str

@@ -150,6 +150,9 @@ def test_results_devices_and_one_result_with_its_trials(served):
     assert {i["id"] for i in page["items"] + rest["items"]} == {1, 2, 3}
     only = client.get("/results", params={"op": "matmul", "device": H100.key}).json()
     assert only["total"] == 1 and only["items"][0]["problem_key"] == "4096x4096x4096:float16"
+    assert only["items"][0]["library"] is None  # a built-in op; a `module:qualname` kernel names its package
+    long_name = "liger_kernel.ops.fused_linear_cross_entropy:_fused_linear_cross_entropy_fwd_kernel"
+    assert client.get("/results", params={"op": long_name}).json()["total"] == 0  # kernel names run long
     assert client.get("/results", params={"device": "nothing"}).json()["total"] == 0
     softmax = client.get("/results", params={"op": "softmax"}).json()["items"][0]
     detail = client.get(f"/results/{softmax['id']}").json()

@@ -172,6 +172,8 @@ def test_overview_shows_the_stored_values_sorted_and_filtered(page, site, tmp_pa
     assert [c.strip() for c in interp.locator("td").all_inner_texts()][5:7] == ["1.05x", ""]
     kernel = h100.locator("tbody tr", has_text=KERNEL).first
     assert [c.strip() for c in kernel.locator("td").all_inner_texts()][1:3] == ["n=1048576", "float32"]
+    assert kernel.locator("td.op span.library").inner_text() == "tests"  # the kernel's library, beside its name
+    assert h100.locator("tbody tr", has_text="matmul").first.locator("span.library").count() == 0
     # the sweep's cross timings as a heat map: a row per winner, a column per point, each cell its loss there
     heat = h100.locator(f"#sweep-{seeded['sweep']}")
     assert heat.locator("g.cell").count() == 7

@@ -19,7 +19,7 @@ from api.schemas import (
     TrialOut,
 )
 from autotuner.base.device import INTERPRETER
-from autotuner.base.registry import Op, UnknownOpError, get_op
+from autotuner.base.registry import Op, UnknownOpError, get_op, library_of
 from autotuner.launch.lookup import NotFound
 from autotuner.store.rows import ResultRow
 from autotuner.store.stored_best import StoredBest, stored_best
@@ -43,7 +43,7 @@ def judge(row: ResultRow) -> tuple[Op | None, StoredBest]:
 def result_fields(row: ResultRow, judged: tuple[Op | None, StoredBest] | None = None) -> dict[str, Any]:
     _, best = judged or judge(row)
     return dict(
-        id=row.id, op=row.op, problem_key=row.problem_key, problem=row.problem, device=row.device.key,
+        id=row.id, op=row.op, library=library_of(row.op), problem_key=row.problem_key, problem=row.problem, device=row.device.key,
         kernel_hash=row.kernel_hash, triton_version=row.triton_version, config=row.config, median_ms=row.median_ms,
         default_ms=row.default_ms, torch_ms=row.torch_ms,
         speedup_vs_default=row.default_ms / row.median_ms if row.default_ms and row.median_ms else None,
@@ -62,7 +62,7 @@ def router() -> APIRouter:
         return [DeviceOut.model_validate(d, from_attributes=True) for d in store.devices()]
 
     @api.get("/results", response_model=ResultPage, responses=UNAVAILABLE)
-    def get_results(store: StoreDep, op: Annotated[str | None, Query(max_length=64, pattern=PRINTABLE)] = None,
+    def get_results(store: StoreDep, op: Annotated[str | None, Query(max_length=200, pattern=PRINTABLE)] = None,
                     device: Annotated[str | None, Query(max_length=200, pattern=PRINTABLE)] = None,
                     limit: Limit = 50, offset: Offset = 0) -> ResultPage:
         """Stored best configs, newest first; filter by op and device key."""

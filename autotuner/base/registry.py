@@ -81,6 +81,12 @@ def get_op(name: str) -> TunableOp[Any]:
         raise UnknownOpError(f"unknown op {name!r}; known ops: {', '.join(_OPS)}") from None
 
 
+def library_of(op_name: str) -> str | None:
+    """A kernel's library: the top-level package of its module (`liger_kernel` for
+    `liger_kernel.ops.rms_norm:_rms_norm_forward_kernel`); None for the built-in ops and plugins' ops."""
+    return op_name.split(":", 1)[0].split(".", 1)[0] if ":" in op_name else None
+
+
 _FINDERS: list[Callable[[str], TunableOp[Any] | None]] = []
 
 

@@ -9,6 +9,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
+from autotuner.base.registry import library_of
 from autotuner.cli.common import (
     DbOpt,
     DtypeOpt,
@@ -65,7 +66,8 @@ def show(
         _print(info, as_json, "the space default: nothing tuned can be read")
         raise typer.Exit(1) from None
     a = answer_config(store, op_obj, prob, device, fallback="nearest")
-    info = {"op": op, "problem": prob.key, "device": device.key, "source": a.source, "config": a.config,
+    info = {"op": op, "library": library_of(op), "problem": prob.key, "device": device.key, "source": a.source,
+            "config": a.config,
             "from_problem": a.from_problem, "timing_problem": a.timing_problem, "median_ms": a.median_ms,
             "default_ms": a.default_ms, "torch_ms": a.torch_ms, "speedup_vs_default": a.speedup_vs_default,
             "stale": a.stale, "stale_reason": a.stale_reason,
