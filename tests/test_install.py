@@ -28,7 +28,7 @@ from tests import triton_autotuned as ta
 
 ROOT = Path(__file__).resolve().parents[1]
 KERNELS = [ta.scale, ta.accumulate, ta.shift_above.fn, ta.shift_below, ta.negate, ta.square, ta.halve, ta.double,
-           ta.cube]
+           ta.cube, ta.wide_only]
 
 
 @pytest.fixture
@@ -256,3 +256,34 @@ for kernel in (ta.shift_below, ta.scale, ta.shift_above.fn):
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.split("\n")[:3] == ["Autotuned Heuristics True", "Autotuned JITFunction True",
                                           "Autotuned JITFunction True"]
+
+
+def test_a_list_whose_first_config_cannot_compile_is_tuned_on_the_others(installed):
+    x, y = torch.randn(200), torch.empty(200)
+    ta.wide_only[ta.grid(200)](x, y, 200)
+    torch.testing.assert_close(y, x + 2)
+    assert ta.wide_only.best_config.kwargs["BLOCK"] in (64, 128)
+    with session_scope(Store(installed).engine) as s:
+        statuses = {c["BLOCK"]: st for c, st in s.execute(select(Trial.config, Trial.status))}
+    assert statuses[64] == statuses[128] == "ok" and statuses[32] != "ok"
+
+
+def test_a_kernel_autotuner_fails_to_tune_is_left_to_triton(installed, monkeypatch):
+    """Whatever stops autotuner finding a key's config (here: the reference run out of memory) leaves the kernel
+    to Triton's own autotuner, which tunes it as it would have: never worse than without the switch."""
+    from autotuner.decorator import in_process
+
+    def out_of_memory(self):
+        raise torch.OutOfMemoryError("CUDA out of memory (injected)")
+
+    monkeypatch.setattr(in_process.CallMeasurer, "start", out_of_memory)
+    x, y = torch.randn(64), torch.empty(64)
+    kernel = ta.negate
+    kernel._do_bench = ta.wall_bench  # Triton's own path needs a timer that runs on the interpreter
+    try:
+        kernel[ta.grid(64)](x, y, 64)
+        torch.testing.assert_close(y, -x)
+        assert "autotuner failed to tune it (OutOfMemoryError" in kernel.__dict__["_autotuner_adopted"]
+        assert list(kernel.cache) == [(64, "torch.float32", "torch.float32")]  # tuned by Triton
+    finally:
+        kernel._do_bench = None

@@ -83,6 +83,16 @@ def _negate(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
 negate = Autotuner(_negate, _negate.arg_names, CONFIGS, ["n"], None, None)  # built directly, as some libraries do
 
 
+@triton.autotune(configs=CONFIGS, key=["n"])
+@triton.jit
+def wide_only(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    """Its list's first config cannot compile (BLOCK 32 fails the assert): tuning must skip it, as Triton does."""
+    tl.static_assert(BLOCK >= 64)
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=mask) + 2.0, mask=mask)
+
+
 class OwnPrune(Autotuner):
     """A library's subclass that prunes by itself: covered, and its pruning is what is tuned."""
 

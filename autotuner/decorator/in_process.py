@@ -26,6 +26,7 @@ if TYPE_CHECKING:  # not at run time: a launching process never imports SQLAlche
     from autotuner.store.database import Store
 
 log = logging.getLogger(__name__)
+REFERENCE_TRIES = 8  # configs of the list tried in turn for the reference output
 
 
 class CallMeasurer(InOrderMeasurer):
@@ -43,9 +44,19 @@ class CallMeasurer(InOrderMeasurer):
         m, spec = self.miss, self.view.spec
         if spec.reference is not None:
             self.ref = self.view.reference({"args": m.named, "grids": m.grid})
-        else:
-            self.ref = self._run(spec.default(m.named, m.extra, m.problem, m.device), capture=True)
-        return Outcome("invalid", error="a decorated kernel has no torch baseline")
+            return Outcome("invalid", error="a decorated kernel has no torch baseline")
+        # the reference is the default config's output, or, where it cannot run (a static_assert, out of
+        # resources), the next config's of the list, as triton.autotune skips a config that fails
+        pruned = spec.pruned(m.named, m.kwargs) or []
+        errors = []
+        for config in [spec.default(m.named, m.extra, m.problem, m.device), *pruned[1:REFERENCE_TRIES]]:
+            try:
+                self.ref = self._run(config, capture=True)
+                return Outcome("invalid", error="a decorated kernel has no torch baseline")
+            except Exception as exc:
+                errors.append(f"{config_key(config)}: {short_error(exc)}")
+        raise RuntimeError(f"{spec.name} {m.problem.key}: no config ran to give the reference output: "
+                           + "; ".join(errors))
 
     def measure(self, config: dict[str, Any]) -> Outcome:
         t0 = time.perf_counter()

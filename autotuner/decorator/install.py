@@ -39,7 +39,7 @@ import triton
 from triton.runtime.autotuner import Autotuner
 
 from autotuner.base.registry import add_op_finder
-from autotuner.decorator.autotuned import Autotuned
+from autotuner.decorator.autotuned import Autotuned, KernelNotTuned
 from autotuner.decorator.configs import config_dict, module_name
 from autotuner.decorator.kept_timings import KeptTimings
 
@@ -132,7 +132,18 @@ def _run(self: Autotuner, *args: Any, **kwargs: Any) -> Any:
     if isinstance(adopted, Left):
         return _TRITON_RUN(self, *args, **kwargs)
     grid, warmup = kwargs.pop("grid"), kwargs.pop("warmup", False)
-    return adopted.run(*args, grid=grid, warmup=warmup, **kwargs)
+    try:
+        return adopted.run(*args, grid=grid, warmup=warmup, **kwargs)
+    except KernelNotTuned:
+        raise  # AUTOTUNER_ON_MISS=error: asked for
+    except Exception as exc:
+        if adopted.spec.keys.key(args, kwargs) in adopted.cache:
+            raise  # the launch itself failed, with a config it had: as it would under Triton
+        # autotuner could not find this key a config (every config failed its check, a measurement ran out of
+        # memory...): never worse than Triton, which tunes the kernel from here on
+        log.warning("autotuner: %s: left to Triton's autotuner (%s: %s)", adopted.name, type(exc).__name__, exc)
+        self.__dict__[_ADOPTED] = Left(f"autotuner failed to tune it ({type(exc).__name__}: {exc}"[:300] + ")")
+        return _TRITON_RUN(self, *args, grid=grid, warmup=warmup, **kwargs)
 
 
 def _bench(self: Autotuner, *args: Any, config: triton.Config, **meta: Any) -> Any:
