@@ -17,8 +17,8 @@ is launched as it is.
 A subclass whose own `run` does not call Triton's never reaches this one: it keeps choosing for itself, and
 the timings it takes through `_bench` are kept in the database (autotuner.decorator.kept_timings), so no
 process times a config twice. Left to Triton, and listed by `report()` with the reason: a subclass whose own
-`_bench` or `check_disk_cache` would be bypassed, a kernel with one config (nothing to tune), and one whose
-arguments autotuner cannot read. `uninstall()` gives `run` and `_bench` back to Triton; kernels keep what
+`_bench` or `check_disk_cache` would be bypassed, a kernel with one config (nothing to tune), one whose
+arguments autotuner cannot read, and one autotuner failed to tune (from then on: never worse than Triton). `uninstall()` gives `run` and `_bench` back to Triton; kernels keep what
 they resolved.
 """
 
