@@ -287,3 +287,15 @@ def test_a_kernel_autotuner_fails_to_tune_is_left_to_triton(installed, monkeypat
         assert list(kernel.cache) == [(64, "torch.float32", "torch.float32")]  # tuned by Triton
     finally:
         kernel._do_bench = None
+
+
+def test_the_report_is_written_at_exit_where_asked(url, tmp_path):
+    out = subprocess.run([sys.executable, "-m", "autotuner", "run", "--", "-m", "tests.triton_autotuned", "64"],
+                         capture_output=True, text=True, cwd=ROOT, timeout=300,
+                         env={**os.environ, "AUTOTUNER_DB_URL": url,
+                              "AUTOTUNER_REPORT": str(tmp_path / "r" / "kernels-{pid}.json")})
+    assert out.returncode == 0, out.stderr[-3000:]
+    (written,) = (tmp_path / "r").glob("kernels-*.json")
+    rows = {r["name"]: r for r in json.loads(written.read_text())}
+    assert rows["tests.triton_autotuned:scale"]["tuned_here"] == 1
+    assert not rows["tests.triton_autotuned:_halve"]["covered"]

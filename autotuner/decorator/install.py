@@ -24,7 +24,10 @@ they resolved.
 
 from __future__ import annotations
 
+import atexit
+import dataclasses
 import gc
+import json
 import logging
 import os
 import runpy
@@ -200,6 +203,23 @@ def install() -> None:
     for obj in gc.get_objects():
         if issubclass(type(obj), Autotuner):  # type(), not isinstance: no lazy module attribute is touched
             _register(obj)
+    path = os.environ.get("AUTOTUNER_REPORT")
+    if path and not _reporting:
+        _reporting.append(path)
+        atexit.register(write_report, path)
+
+
+_reporting: list[str] = []
+
+
+def write_report(path: str) -> None:
+    """The report as JSON at `path` ("{pid}" in it becomes the process id): AUTOTUNER_REPORT does this at exit."""
+    target = Path(path.replace("{pid}", str(os.getpid())))
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(json.dumps([dataclasses.asdict(r) for r in report()], indent=1))
+    except OSError as exc:
+        log.warning("autotuner: could not write the report to %s: %s", target, exc)
 
 
 def uninstall() -> None:
