@@ -253,7 +253,8 @@ def report() -> list[KernelReport]:
         adopted = tr.__dict__.get(_ADOPTED)
         kept = tr.__dict__.get(_KEPT)
         if isinstance(kept, KeptTimings):
-            keys = {k: f"{len(known)} configs timed or reused" for k, known in kept.known.items()}
+            keys = {k: "timed here (a config or more)" if k in kept.runs else "reused (every timing from the database)"
+                    for k in kept.known}
             how = (f"its own run chooses; timings kept: {kept.measured} measured here, {kept.reused} reused from "
                    "the database")
             out.append(KernelReport(name, library, True, how, keys, 0.0, len(kept.runs)))

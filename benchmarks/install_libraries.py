@@ -1,0 +1,116 @@
+"""Real kernel libraries' autotuned kernels under `python -m autotuner run` against Triton's own autotuner, on a GPU.
+
+Each workload (benchmarks/workloads/*.py: a library's calls forward and backward on model-sized inputs) runs three
+times, each in a new process: under Triton's own autotuner with a cold Triton cache; under `python -m autotuner
+run` with a new database and a cold Triton cache (the first process: it tunes); and again on that database and
+cache (the second process: it should tune nothing; a library's own cache of configs starts empty in each run, so
+this one is as another machine on the same database would be). Per run: the wall time, the time from process start to the
+first call done, the first call (tuning included) and a steady call; from the switch's report (AUTOTUNER_REPORT),
+kernels covered and left to Triton, keys tuned here and reused; and whether every output and gradient equals
+Triton's run bit for bit (else the largest difference).
+
+    python benchmarks/install_libraries.py [--workloads liger_dyt,fla_gla,flag_gems_ops] [--json-out FILE]
+        [--keep DIR]
+
+The libraries are the caller's to install (pinned versions: RESULTS.md says which were measured).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKLOADS = ROOT / "benchmarks" / "workloads"
+DEFAULT = ("liger_dyt", "fla_gla", "flag_gems_ops")
+
+
+def run_once(script: Path, mode: str, folder: Path, cache: Path, db: str, timeout: int) -> dict[str, Any]:
+    out_file, report = folder / f"{mode}.pt", folder / f"{mode}-report.json"
+    env = {**os.environ, "WORKLOAD_OUT": str(out_file), "TRITON_CACHE_DIR": str(cache),
+           "AUTOTUNER_DB_URL": db, "AUTOTUNER_KERNEL_CACHE_DIR": str(cache / "kept"), "AUTOTUNER_REPORT": str(report),
+           # a library's own cache of tuned configs, new in each run: the second process is as another machine
+           # sharing the database would be (FlagGems keeps one; FLA's is off unless FLA_CACHE_MODE is set)
+           "FLAGGEMS_CACHE_DIR": str(folder / f"{mode}-flaggems")}
+    cmd = [sys.executable, str(script)] if mode == "triton" else \
+        [sys.executable, "-m", "autotuner", "run", "--", str(script)]
+    env["WORKLOAD_START"] = repr(time.time())
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    wall = time.perf_counter() - t0
+    (folder / f"{mode}.log").write_text(proc.stdout + "\n--- stderr ---\n" + proc.stderr)
+    row: dict[str, Any] = {"mode": mode, "wall_s": wall, "ok": proc.returncode == 0}
+    if proc.returncode != 0:
+        row["error"] = (proc.stderr.strip().splitlines() or ["?"])[-1][:200]
+        return row
+    row.update(json.loads(proc.stdout.strip().splitlines()[-1]))
+    if report.exists():
+        kernels = json.loads(report.read_text())
+        sources = [s for k in kernels if k["covered"] for s in k["keys"].values()]
+        row.update(kernels=len(kernels), covered=sum(k["covered"] for k in kernels),
+                   left={k["name"]: k["how"] for k in kernels if not k["covered"]},
+                   keys_tuned_here=sum(k["tuned_here"] for k in kernels),
+                   keys_reused=sum(s.startswith(("exact", "Triton's own cache", "reused")) for s in sources),
+                   tuning_s=sum(k["tuning_s"] for k in kernels))
+    return row
+
+
+def compare(a: Path, b: Path) -> str:
+    import torch
+
+    if not (a.exists() and b.exists()):
+        return "-"
+    x, y = torch.load(a), torch.load(b)
+    diffs = {n: (x[n].float() - y[n].float()).abs().max().item() for n in x if not torch.equal(x[n], y[n])}
+    return "bit-identical" if not diffs else "differs: " + ", ".join(f"{n} {d:.3g}" for n, d in diffs.items())
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--workloads", default=",".join(DEFAULT), help="names in benchmarks/workloads, or script paths")
+    ap.add_argument("--json-out")
+    ap.add_argument("--keep", help="keep each run's logs, outputs and reports here")
+    ap.add_argument("--timeout", type=int, default=900)
+    args = ap.parse_args()
+    rows = []
+    for name in args.workloads.split(","):
+        script = Path(name) if name.endswith(".py") else WORKLOADS / f"{name}.py"
+        folder = Path(args.keep) / script.stem if args.keep else Path(tempfile.mkdtemp(prefix=f"{script.stem}-"))
+        folder.mkdir(parents=True, exist_ok=True)
+        db = f"sqlite:///{folder / 'autotuner.db'}"
+        for stale in (folder / "autotuner.db", folder / "cache-triton", folder / "cache-autotuner"):
+            shutil.rmtree(stale, ignore_errors=True) if stale.is_dir() else stale.unlink(missing_ok=True)
+        for mode, cache in (("triton", "cache-triton"), ("first", "cache-autotuner"), ("second", "cache-autotuner")):
+            row = {"workload": script.stem, **run_once(script, mode, folder, folder / cache, db, args.timeout)}
+            if mode != "triton":
+                row["outputs_vs_triton"] = compare(folder / "triton.pt", folder / f"{mode}.pt")
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(rows, indent=1))
+    print("\n| workload | run | wall s | start to first call done s | first call s | steady ms | covered / met | "
+          "keys tuned here / reused | outputs vs triton |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for r in rows:
+        if not r["ok"]:
+            print(f"| {r['workload']} | {r['mode']} | {r['wall_s']:.1f} | failed: {r['error']} | | | | | |")
+            continue
+        met = f"{r['covered']} / {r['kernels']}" if "kernels" in r else "-"
+        keys = f"{r['keys_tuned_here']} / {r['keys_reused']}" if "kernels" in r else "-"
+        print(f"| {r['workload']} | {r['mode']} | {r['wall_s']:.1f} | {r['started_to_first_done_s']:.2f} | "
+              f"{r['first_call_s']:.3f} | {r['steady_ms']:.3f} | {met} | {keys} | {r.get('outputs_vs_triton', '')} |")
+    for r in rows:
+        for kernel, how in (r.get("left") or {}).items():
+            print(f"left to Triton in {r['workload']} ({r['mode']}): {kernel}: {how}")
+
+
+if __name__ == "__main__":
+    main()
