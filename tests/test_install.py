@@ -299,3 +299,32 @@ def test_the_report_is_written_at_exit_where_asked(url, tmp_path):
     rows = {r["name"]: r for r in json.loads(written.read_text())}
     assert rows["tests.triton_autotuned:scale"]["tuned_here"] == 1
     assert not rows["tests.triton_autotuned:_halve"]["covered"]
+
+
+def test_an_unsettled_answer_is_asked_again_not_read_back_from_tritons_cache(url, monkeypatch):
+    """Under AUTOTUNER_ON_MISS=default a covered kernel launches its first config (written into Triton's cache,
+    as Triton's run would) and queues the key; once a worker has tuned it, the answer asked again is the
+    database's winner, not the default read back from that cache."""
+    from autotuner.decorator import autotuned
+    from autotuner.launch.lookup import resolver
+    from autotuner.worker.loop import Worker
+
+    set_resolver(Resolver(Settings(db_url=url, on_miss="default")))
+    autotuner.install()
+    try:
+        x, y = torch.randn(500), torch.empty(500)
+        ta.scale[ta.grid(500)](x, y, 500, 2.0)
+        adopted = ta.scale.__dict__["_autotuner_adopted"]
+        (key,) = adopted.sources
+        assert adopted.sources[key].startswith("default") and ta.scale.best_config is ta.CONFIGS[0]
+        resolver()._join_background()
+        assert Worker(Settings(db_url=url), name="w").run_job(Store(url).claim_job("w")[0]) == "done"
+        monkeypatch.setattr(autotuned, "_now", lambda: float("inf"))
+        ta.scale[ta.grid(500)](x, y, 500, 2.0)
+        torch.testing.assert_close(y, 2 * x)
+        assert adopted.sources[key] == "exact (database)"
+    finally:
+        autotuner.uninstall()
+        set_resolver(None)
+        ta.scale.__dict__.pop("_autotuner_adopted", None)
+        ta.scale.cache.clear()

@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
 
 from autotuner.cli.common import JsonOpt, console, fail
+
+if TYPE_CHECKING:
+    from autotuner.decorator.install import KernelReport
 
 SCRIPT = {"allow_extra_args": True, "ignore_unknown_options": True}
 ReportOpt = Annotated[bool, typer.Option("--report", help="after the script, list each autotuned kernel it met: "
@@ -52,7 +55,7 @@ def install(ctx: typer.Context, report: ReportOpt = False, as_json: JsonOpt = Fa
     raise typer.Exit(code)
 
 
-def _table(rows: list) -> None:  # type: ignore[type-arg]
+def _table(rows: list[KernelReport]) -> None:
     table = Table(title=f"autotuned kernels met: {sum(r.covered for r in rows)} covered, "
                         f"{sum(not r.covered for r in rows)} left to Triton")
     for column in ("kernel", "library", "covered", "keys: where each config came from", "tuned here", "time (s)"):

@@ -18,8 +18,8 @@ A subclass whose own `run` does not call Triton's never reaches this one: it kee
 the timings it takes through `_bench` are kept in the database (autotuner.decorator.kept_timings), so no
 process times a config twice. Left to Triton, and listed by `report()` with the reason: a subclass whose own
 `_bench` or `check_disk_cache` would be bypassed, a kernel with one config (nothing to tune), one whose
-arguments autotuner cannot read, and one autotuner failed to tune (from then on: never worse than Triton). `uninstall()` gives `run` and `_bench` back to Triton; kernels keep what
-they resolved.
+arguments autotuner cannot read, and one autotuner failed to tune (from then on: never worse than Triton).
+`uninstall()` gives `run` and `_bench` back to Triton; kernels keep what they resolved.
 """
 
 from __future__ import annotations
@@ -78,14 +78,18 @@ class TritonMirror:
 
     def __init__(self, tr: Autotuner) -> None:
         self.tr = tr  # (a cycle through the Autotuned it holds: both go together)
+        self.written: set[tuple[Any, ...]] = set()  # keys this mirror put in the cache (not the Autotuner's own)
 
     def prior(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any] | None:
-        config = self.tr.cache.get(triton_key(self.tr, args, kwargs))
+        key = triton_key(self.tr, args, kwargs)
+        config = None if key in self.written else self.tr.cache.get(key)  # an unsettled answer is asked again
         return config_dict(config) if config is not None else None
 
     def resolved(self, args: tuple[Any, ...], kwargs: dict[str, Any], config: triton.Config) -> None:
-        self.tr.cache[triton_key(self.tr, args, kwargs)] = config
+        key = triton_key(self.tr, args, kwargs)
+        self.tr.cache[key] = config
         self.tr.best_config = config
+        self.written.add(key)
 
 
 def _left(tr: Autotuner) -> Left | None:
