@@ -28,7 +28,7 @@ from tests import triton_autotuned as ta
 
 ROOT = Path(__file__).resolve().parents[1]
 KERNELS = [ta.scale, ta.accumulate, ta.shift_above.fn, ta.shift_below, ta.negate, ta.square, ta.halve, ta.double,
-           ta.cube, ta.wide_only]
+           ta.cube, ta.wide_only, ta.hooked]
 
 
 @pytest.fixture
@@ -328,3 +328,11 @@ def test_an_unsettled_answer_is_asked_again_not_read_back_from_tritons_cache(url
         set_resolver(None)
         ta.scale.__dict__.pop("_autotuner_adopted", None)
         ta.scale.cache.clear()
+
+
+def test_a_users_one_argument_pre_hook_runs_around_each_timed_launch(installed):
+    ta.HOOK_CALLS.clear()
+    x, y = torch.randn(96), torch.empty(96)
+    ta.hooked[ta.grid(96)](x, y, 96)
+    torch.testing.assert_close(y, 4 * x)
+    assert len(ta.HOOK_CALLS) >= 3 and set(ta.HOOK_CALLS) == {96}  # each config's timed launches called it

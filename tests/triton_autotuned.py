@@ -83,6 +83,22 @@ def _negate(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
 negate = Autotuner(_negate, _negate.arg_names, CONFIGS, ["n"], None, None)  # built directly, as some libraries do
 
 
+HOOK_CALLS = []
+
+
+def counting_hook(nargs):
+    """A user's pre_hook as Triton's docs write one: one argument."""
+    HOOK_CALLS.append(nargs["n"])
+
+
+@triton.autotune(configs=CONFIGS, key=["n"], pre_hook=counting_hook)
+@triton.jit
+def hooked(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=mask) * 4.0, mask=mask)
+
+
 @triton.autotune(configs=CONFIGS, key=["n"])
 @triton.jit
 def wide_only(x_ptr, y_ptr, n, BLOCK: tl.constexpr):

@@ -107,9 +107,11 @@ class Autotuned:
                  do_bench: Callable[..., Any] | None = None, space: Space[Any] | None = None, name: str | None = None,
                  reference: Callable[..., Any] | None = None, make_inputs: Callable[..., Any] | None = None,
                  on_miss: str | None = None, trials: int | None = None,
-                 buckets: Mapping[str, Bucket] | None = None, mirror: Mirror | None = None) -> None:
+                 buckets: Mapping[str, Bucket] | None = None, mirror: Mirror | None = None,
+                 pre_hook_takes_reset_only: bool = False) -> None:
         hooks = Hooks(reset_to_zero=list(reset_to_zero or []), restore_value=list(restore_value or []),
-                      user_pre_hook=pre_hook, user_post_hook=post_hook, hooks_take_reset_only=mirror is not None)
+                      user_pre_hook=pre_hook, user_post_hook=post_hook,
+                      hooks_take_reset_only=pre_hook_takes_reset_only)
         self.spec = spec = _spec(fn, configs, key, space=space, name=name, prune_configs_by=prune_configs_by,
                                  hooks=hooks, buckets=buckets, warmup_ms=warmup, rep_ms=rep, do_bench=do_bench, reference=reference,
                                  make_inputs=make_inputs, on_miss=on_miss, trials=trials)

@@ -131,7 +131,10 @@ def _autotuned(tr: Autotuner) -> Autotuned:
     return Autotuned(tr.fn, list(tr.configs), list(tr.keys), prune_configs_by={"early_config_prune": prune},
                      pre_hook=tr.pre_hook, post_hook=tr.post_hook,
                      do_bench=(lambda fn, quantiles: tr.do_bench(fn, quantiles=quantiles)) if own_bench else None,
-                     mirror=TritonMirror(tr))
+                     mirror=TritonMirror(tr),
+                     # Triton's own pre_hook (reset_to_zero, restore_value) takes reset_only; a user's takes one
+                     # argument (Triton's run passes it reset_only after tuning regardless, and fails on it)
+                     pre_hook_takes_reset_only=not getattr(tr, "user_defined_pre_hook", False))
 
 
 def _run(self: Autotuner, *args: Any, **kwargs: Any) -> Any:

@@ -33,8 +33,8 @@ class Hooks:
 
     def pre_hook(self, nargs: dict[str, Any], reset_only: bool = False) -> None:
         if self.user_pre_hook is not None:
-            if self.hooks_take_reset_only:
-                self.user_pre_hook(nargs, reset_only=reset_only)
+            if self.hooks_take_reset_only and reset_only:  # as Triton's run calls them: reset_only only when set
+                self.user_pre_hook(nargs, reset_only=True)
             else:
                 self.user_pre_hook(nargs)
             return
