@@ -72,6 +72,9 @@ def test_a_triton_autotune_kernel_is_tuned_stored_and_kept_as_triton_keeps_it(in
     assert _trials(installed, "tests.triton_autotuned:scale") == 3  # every config, stored under a lasting name
     adopted = ta.scale.__dict__["_autotuner_adopted"]
     assert adopted.sources[key].startswith("tuned here")
+    # what Triton's run leaves after tuning: the time it took and each config's timings
+    assert ta.scale.bench_time > 0 and set(ta.scale.configs_timings) == set(ta.CONFIGS)
+    assert min(ta.scale.configs_timings, key=lambda c: ta.scale.configs_timings[c][0]) is ta.scale.best_config
     ta.scale[ta.grid(300)](x, y, 300, 5.0)  # later launches: no more tuning
     torch.testing.assert_close(y, 5 * x)
     assert _trials(installed) == 3

@@ -61,7 +61,8 @@ class Mirror(Protocol):
 
     def prior(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any] | None: ...
 
-    def resolved(self, args: tuple[Any, ...], kwargs: dict[str, Any], config: triton.Config) -> None: ...
+    def resolved(self, kernel: Autotuned, key: tuple[Any, ...], args: tuple[Any, ...], kwargs: dict[str, Any],
+                 config: triton.Config) -> None: ...
 
 
 def _spec(fn: Any, configs: list[triton.Config] | None, key: list[str], *, space: Space[Any] | None,
@@ -187,7 +188,7 @@ class Autotuned:
         entry = self.cache[key] = dict(config), (original.pre_hook if original is not None else None)
         self._launchers.clear()  # launchers hold their config: a key resolved again starts afresh
         if self.mirror is not None:
-            self.mirror.resolved(args, kwargs, self.best_config)
+            self.mirror.resolved(self, key, args, kwargs, self.best_config)
         return entry
 
     def warmup(self, *args: Any, grid: Any, **kwargs: Any) -> Any:

@@ -29,6 +29,7 @@ import dataclasses
 import gc
 import json
 import logging
+import math
 import os
 import runpy
 import sys
@@ -45,6 +46,8 @@ from autotuner.base.registry import add_op_finder
 from autotuner.decorator.autotuned import Autotuned, KernelNotTuned
 from autotuner.decorator.configs import config_dict, module_name
 from autotuner.decorator.kept_timings import KeptTimings
+from autotuner.launch.lookup import resolver
+from search_spaces.space import config_key
 
 __all__ = ["KernelReport", "install", "installed", "report", "run_script", "uninstall"]
 
@@ -85,11 +88,38 @@ class TritonMirror:
         config = None if key in self.written else self.tr.cache.get(key)  # an unsettled answer is asked again
         return config_dict(config) if config is not None else None
 
-    def resolved(self, args: tuple[Any, ...], kwargs: dict[str, Any], config: triton.Config) -> None:
-        key = triton_key(self.tr, args, kwargs)
-        self.tr.cache[key] = config
+    def resolved(self, kernel: Autotuned, key: tuple[Any, ...], args: tuple[Any, ...], kwargs: dict[str, Any],
+                 config: triton.Config) -> None:
+        tkey = triton_key(self.tr, args, kwargs)
+        self.tr.cache[tkey] = config
         self.tr.best_config = config
-        self.written.add(key)
+        self.written.add(tkey)
+        source = kernel.sources[key]
+        if not source.startswith("tuned here"):
+            return
+        # as Triton's run leaves them after tuning: its time, each config's timings, and its printout
+        self.tr.bench_time = kernel.resolve_s[key]
+        try:
+            store = resolver().store.peek()[0]
+            miss = kernel.spec.keys.miss(args, kwargs, None)
+            times = store.trial_times(op=kernel.op, problem=miss.problem, device=miss.device) if store else {}
+        except Exception as exc:  # what is only told is never worth a failed launch
+            log.info("autotuner: %s: no timings for configs_timings: %s", kernel.name, exc)
+            times = {}
+        by_key = {config_key(config_dict(c)): c for c in self.tr.configs}
+        self.tr.configs_timings = {by_key[k]: [ms] * 3 if ms is not None else [math.inf] * 3
+                                   for k, (_, ms) in times.items() if k in by_key}
+        if _print_autotuning():
+            print(f"Triton autotuning for function {self.tr.base_fn.__name__},\nwith key as {tkey},\n"
+                  f"finished after {self.tr.bench_time:.2f}s,\nbest config selected: {config}; (autotuner: {source})")
+
+
+def _print_autotuning() -> bool:
+    """TRITON_PRINT_AUTOTUNING, as this Triton reads it."""
+    knobs = getattr(triton, "knobs", None)
+    if knobs is not None and hasattr(knobs, "autotuning"):
+        return bool(knobs.autotuning.print)
+    return os.environ.get("TRITON_PRINT_AUTOTUNING") == "1"
 
 
 def _left(tr: Autotuner) -> Left | None:
