@@ -10,9 +10,11 @@
 #   landscapes exhaustive runs of softmax and layernorm problems, written as landscapes to $OUT/landscapes
 #   scale      benchmarks/scale_workers.py: 16 jobs drained by workers on 1 and on every GPU of the host
 #   dynamic    benchmarks/dynamic_shapes.py: a stream of matmuls whose M changes every call (DYNAMIC_CASES: which)
-#   libraries  benchmarks/install_libraries.py: real libraries' autotuned kernels (wheels carried in .whl/libs:
-#              liger-kernel 0.8.5, fla-core 0.6.0 with einops 0.8.2, flag-gems 5.0.2 with PyYAML 6.0.3) under
-#              `python -m autotuner run` against Triton's own (LIB_WORKLOADS: which)
+#   libraries  benchmarks/libraries.py: real libraries' autotuned kernels (wheels carried in .whl/libs:
+#              liger-kernel 0.8.5, fla-core 0.6.0 with einops 0.8.2, flag-gems 5.0.2 with PyYAML 6.0.3; the Triton
+#              tutorial's fused attention in .whl/tutorial) under `python -m autotuner run` against Triton's own
+#              (LIB_WORKLOADS: which); then, where LIB_TESTS_DIR names a library's test folder (carried: liger-kernel
+#              0.8.5's sdist tests in .whl/liger_tests), the tests in LIB_TESTS with and without the switch
 # Logs and JSON go to $OUT; each step's table is printed at its end.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -77,11 +79,12 @@ if [[ $STEPS == *,dynamic,* ]]; then
   python3 benchmarks/dynamic_shapes.py --cases "${DYNAMIC_CASES:-c,lib,a,b}" --out "$OUT" 2>&1 | tee "$OUT/dynamic.txt" | tail -12
 fi
 if [[ $STEPS == *,libraries,* ]]; then
-  step "real libraries under python -m autotuner run: ${LIB_WORKLOADS:-liger_dyt,fla_gla,flag_gems_ops}"
+  workloads=${LIB_WORKLOADS-liger_dyt,fla_gla,flag_gems_ops,tutorial_attention}
+  step "real libraries under python -m autotuner run: $workloads ${LIB_TESTS_DIR:+; tests in $LIB_TESTS_DIR}"
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/libsite .whl/libs/*.whl || exit 1
-  PYTHONPATH=/tmp/libsite:$PYTHONPATH python3 benchmarks/install_libraries.py --keep /tmp/libraries \
-      --workloads "${LIB_WORKLOADS:-liger_dyt,fla_gla,flag_gems_ops}" --json-out "$OUT/libraries.json" 2>&1 \
-      | tee "$OUT/libraries.txt" | tail -16
-  mkdir -p "$OUT/libraries" && (cd /tmp/libraries && find . \( -name '*.log' -o -name '*-report.json' \) \
+  PYTHONPATH=/tmp/libsite:$PYTHONPATH python3 benchmarks/libraries.py --keep /tmp/libraries --workloads "$workloads" \
+      ${LIB_TESTS_DIR:+--tests-dir "$LIB_TESTS_DIR" --tests "${LIB_TESTS:-}"} --timeout "${LIB_TIMEOUT:-900}" \
+      --json-out "$OUT/libraries.json" 2>&1 | tee "$OUT/libraries.txt" | tail -40
+  mkdir -p "$OUT/libraries" && (cd /tmp/libraries && find . \( -name '*.log' -o -name '*-report.json' -o -name '*.xml' \) \
       -exec cp --parents {} "$OUT/libraries" \;)
 fi

@@ -175,6 +175,8 @@ def test_the_report_lists_each_kernel_met(url):
     scale = rows["tests.triton_autotuned:scale"]
     assert scale["library"] == "tests" and scale["tuned_here"] == 1 and scale["tuning_s"] > 0
     assert list(scale["keys"]) == ["128,torch.float32,torch.float32"]
+    assert scale["first_call_s"] >= scale["tuning_s"]  # its first launch: the tuning it waited for, and the launch
+    assert rows["tests.triton_autotuned:_cube"]["first_call_s"] is None  # its own run launched it
 
 
 def test_the_launcher_says_what_it_needs():
@@ -210,6 +212,7 @@ def test_a_recorded_miss_is_tuned_by_a_worker_and_then_reused(url):
     rows = json.loads(report.stdout[report.stdout.index("\n[") + 1:])
     sources = [s for r in rows if r["how"] == "tuned by autotuner" for s in r["keys"].values()]
     assert len(sources) == 6 and all(s.startswith("exact (database)") for s in sources)
+    assert all(0 < r["first_call_s"] < 60 for r in rows if r["how"] == "tuned by autotuner")
 
 
 def test_a_subclass_choosing_by_its_own_run_keeps_its_timings(installed):

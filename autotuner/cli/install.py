@@ -58,10 +58,12 @@ def install(ctx: typer.Context, report: ReportOpt = False, as_json: JsonOpt = Fa
 def _table(rows: list[KernelReport]) -> None:
     table = Table(title=f"autotuned kernels met: {sum(r.covered for r in rows)} covered, "
                         f"{sum(not r.covered for r in rows)} left to Triton")
-    for column in ("kernel", "library", "covered", "keys: where each config came from", "tuned here", "time (s)"):
+    for column in ("kernel", "library", "covered", "keys: where each config came from", "tuned here", "time (s)",
+                   "first call (ms)"):
         table.add_column(column)
     for r in rows:
         keys = "\n".join(f"{k}: {s}" for k, s in r.keys.items()) or "-"
         table.add_row(r.name, r.library, f"yes: {r.how}" if r.covered else f"no: {r.how}", keys,
-                      str(r.tuned_here) if r.covered else "-", f"{r.tuning_s:.2f}" if r.covered else "-")
+                      str(r.tuned_here) if r.covered else "-", f"{r.tuning_s:.2f}" if r.covered else "-",
+                      f"{r.first_call_s * 1e3:.1f}" if r.first_call_s is not None else "-")
     console.print(table)

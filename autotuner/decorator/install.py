@@ -34,6 +34,7 @@ import os
 import runpy
 import sys
 import threading
+import time
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,6 +55,7 @@ __all__ = ["KernelReport", "install", "installed", "report", "run_script", "unin
 _ADOPTED = "_autotuner_adopted"  # on each Autotuner met: its Autotuned, or why it is left to Triton
 _NAME = "_autotuner_name"  # on each Autotuner seen: its name, taken while its module is what it was (a script's)
 _KEPT = "_autotuner_kept"  # on an Autotuner whose own run chooses: its KeptTimings, or False (none can be kept)
+_FIRST = "_autotuner_first_s"  # on each Autotuner launched through autotuner: seconds its first launch took
 _TRITON_RUN = Autotuner.run
 _TRITON_BENCH = Autotuner._bench
 _TRITON_INIT = Autotuner.__init__
@@ -168,7 +170,17 @@ def _autotuned(tr: Autotuner) -> Autotuned:
 
 
 def _run(self: Autotuner, *args: Any, **kwargs: Any) -> Any:
-    adopted = self.__dict__.get(_ADOPTED) or _adopt(self)
+    adopted = self.__dict__.get(_ADOPTED)
+    if adopted is not None and _FIRST in self.__dict__:
+        return _launch(self, adopted, args, kwargs)
+    t0 = time.perf_counter()  # the kernel's first launch in this process: its cost is reported
+    try:
+        return _launch(self, adopted or _adopt(self), args, kwargs)
+    finally:
+        self.__dict__.setdefault(_FIRST, time.perf_counter() - t0)
+
+
+def _launch(self: Autotuner, adopted: Autotuned | Left, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     if isinstance(adopted, Left):
         return _TRITON_RUN(self, *args, **kwargs)
     grid, warmup = kwargs.pop("grid"), kwargs.pop("warmup", False)
@@ -279,6 +291,8 @@ class KernelReport:
     keys: dict[str, str]  # each key met -> where its config came from
     tuning_s: float  # seconds spent finding configs in this process (tuning, lookups)
     tuned_here: int  # keys tuned in this process
+    first_call_s: float | None = None  # its first launch in this process, as the caller waited for it (None: its
+    # own run launched it)
 
 
 def report() -> list[KernelReport]:
@@ -300,7 +314,8 @@ def report() -> list[KernelReport]:
             keys = {",".join(map(str, k)): s for k, s in adopted.sources.items()}
             out.append(KernelReport(adopted.name, library, True, "tuned by autotuner", keys,
                                     sum(adopted.resolve_s.values()),
-                                    sum(s.startswith("tuned here") for s in adopted.sources.values())))
+                                    sum(s.startswith("tuned here") for s in adopted.sources.values()),
+                                    tr.__dict__.get(_FIRST)))
             continue
         cls = type(tr)
         if adopted is None and cls.run is not _run and cls.run is not _TRITON_RUN:
@@ -309,7 +324,7 @@ def report() -> list[KernelReport]:
         if adopted is None:
             continue  # defined, never launched
         keys = {",".join(map(str, k)): "Triton" for k in tr.cache}
-        out.append(KernelReport(name, library, False, str(adopted), keys, 0.0, 0))
+        out.append(KernelReport(name, library, False, str(adopted), keys, 0.0, 0, tr.__dict__.get(_FIRST)))
     return sorted(out, key=lambda r: r.name)
 
 

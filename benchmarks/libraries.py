@@ -7,10 +7,15 @@ cache (the second process: it should tune nothing; a library's own cache of conf
 this one is as another machine on the same database would be). Per run: the wall time, the time from process start to the
 first call done, the first call (tuning included) and a steady call; from the switch's report (AUTOTUNER_REPORT),
 kernels covered and left to Triton, keys tuned here and reused; and whether every output and gradient equals
-Triton's run bit for bit (else the largest difference).
+Triton's run bit for bit (else the largest difference). Then, per kernel, its first launch in the second process
+(the lookup, the kept binary's load and the launch, as the caller waited for it).
 
-    python benchmarks/install_libraries.py [--workloads liger_dyt,fla_gla,flag_gems_ops] [--json-out FILE]
-        [--keep DIR]
+With --tests-dir, a library's own tests (pytest arguments in --tests, run in that folder) run twice in new
+processes, plainly and under `python -m autotuner run -m pytest` on a new database, and the pass counts are compared
+test by test.
+
+    python benchmarks/libraries.py [--workloads liger_dyt,fla_gla,flag_gems_ops,tutorial_attention]
+        [--json-out FILE] [--keep DIR] [--tests-dir DIR --tests "ARGS"]
 
 The libraries are the caller's to install (pinned versions: RESULTS.md says which were measured).
 """
@@ -30,7 +35,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKLOADS = ROOT / "benchmarks" / "workloads"
-DEFAULT = ("liger_dyt", "fla_gla", "flag_gems_ops")
+DEFAULT = ("liger_dyt", "fla_gla", "flag_gems_ops", "tutorial_attention")
 
 
 def run_once(script: Path, mode: str, folder: Path, cache: Path, db: str, timeout: int) -> dict[str, Any]:
@@ -59,7 +64,8 @@ def run_once(script: Path, mode: str, folder: Path, cache: Path, db: str, timeou
                    left={k["name"]: k["how"] for k in kernels if not k["covered"]},
                    keys_tuned_here=sum(k["tuned_here"] for k in kernels),
                    keys_reused=sum(s.startswith(("exact", "Triton's own cache", "reused")) for s in sources),
-                   tuning_s=sum(k["tuning_s"] for k in kernels))
+                   tuning_s=sum(k["tuning_s"] for k in kernels),
+                   first_calls={k["name"]: k["first_call_s"] for k in kernels if k.get("first_call_s") is not None})
     return row
 
 
@@ -73,15 +79,57 @@ def compare(a: Path, b: Path) -> str:
     return "bit-identical" if not diffs else "differs: " + ", ".join(f"{n} {d:.3g}" for n, d in diffs.items())
 
 
+def library_tests(folder: Path, tests: str, timeout: int, work: Path) -> dict[str, Any]:
+    """The library's tests plainly and under the switch, each in a new process: counts, and tests that differ."""
+    import shlex
+    import xml.etree.ElementTree as ET
+
+    results: dict[str, Any] = {}
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    for mode in ("triton", "switch"):
+        xml = work / f"{mode}.xml"
+        env = {**os.environ, "TRITON_CACHE_DIR": str(work / f"cache-{mode}"),
+               "AUTOTUNER_DB_URL": f"sqlite:///{work / 'autotuner.db'}",
+               "AUTOTUNER_KERNEL_CACHE_DIR": str(work / f"cache-{mode}" / "kept")}
+        if mode == "switch":
+            env["AUTOTUNER_REPORT"] = str(work / f"{mode}-report.json")
+        pytest = ["-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={xml}", *shlex.split(tests)]
+        cmd = [sys.executable, *pytest] if mode == "triton" else [sys.executable, "-m", "autotuner", "run", *pytest]
+        t0 = time.perf_counter()
+        proc = subprocess.run(cmd, cwd=folder, env=env, capture_output=True, text=True, timeout=timeout)
+        wall = time.perf_counter() - t0
+        (work / f"{mode}.log").write_text(proc.stdout + "\n--- stderr ---\n" + proc.stderr)
+        outcomes = {}
+        if xml.exists():
+            for case in ET.parse(xml).getroot().iter("testcase"):
+                kinds = {child.tag for child in case}
+                outcome = ("failed" if kinds & {"failure", "error"} else "skipped" if "skipped" in kinds else "passed")
+                outcomes[f"{case.get('classname')}::{case.get('name')}"] = outcome
+        report = work / f"{mode}-report.json"
+        kernels = json.loads(report.read_text()) if report.exists() else []
+        results[mode] = {"wall_s": wall, "returncode": proc.returncode, "outcomes": outcomes,
+                         "counts": {o: sum(v == o for v in outcomes.values()) for o in ("passed", "failed", "skipped")},
+                         "kernels": len(kernels), "covered": sum(k["covered"] for k in kernels),
+                         "keys_tuned_here": sum(k["tuned_here"] for k in kernels),
+                         "tail": (proc.stdout.strip().splitlines() or ["?"])[-1][:200]}
+    a, b = results["triton"]["outcomes"], results["switch"]["outcomes"]
+    results["differ"] = {t: (a.get(t), b.get(t)) for t in sorted(set(a) | set(b)) if a.get(t) != b.get(t)}
+    results["logs"] = str(work)
+    return results
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--workloads", default=",".join(DEFAULT), help="names in benchmarks/workloads, or script paths")
     ap.add_argument("--json-out")
     ap.add_argument("--keep", help="keep each run's logs, outputs and reports here")
     ap.add_argument("--timeout", type=int, default=900)
+    ap.add_argument("--tests-dir", help="a library's source folder whose tests to run (see --tests)")
+    ap.add_argument("--tests", default="", help="pytest arguments, run in --tests-dir")
     args = ap.parse_args()
     rows = []
-    for name in args.workloads.split(","):
+    for name in filter(None, args.workloads.split(",")):
         script = Path(name) if name.endswith(".py") else WORKLOADS / f"{name}.py"
         folder = Path(args.keep) / script.stem if args.keep else Path(tempfile.mkdtemp(prefix=f"{script.stem}-"))
         folder.mkdir(parents=True, exist_ok=True)
@@ -94,8 +142,12 @@ def main() -> None:
                 row["outputs_vs_triton"] = compare(folder / "triton.pt", folder / f"{mode}.pt")
             rows.append(row)
             print(json.dumps(row), flush=True)
+    tests = None
+    if args.tests_dir:
+        work = Path(args.keep) / "library-tests" if args.keep else Path(tempfile.mkdtemp(prefix="library-tests-"))
+        tests = library_tests(Path(args.tests_dir), args.tests, args.timeout, work)
     if args.json_out:
-        Path(args.json_out).write_text(json.dumps(rows, indent=1))
+        Path(args.json_out).write_text(json.dumps({"workloads": rows, "library_tests": tests}, indent=1))
     print("\n| workload | run | wall s | start to first call done s | first call s | steady ms | covered / met | "
           "keys tuned here / reused | outputs vs triton |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
@@ -110,6 +162,20 @@ def main() -> None:
     for r in rows:
         for kernel, how in (r.get("left") or {}).items():
             print(f"left to Triton in {r['workload']} ({r['mode']}): {kernel}: {how}")
+    firsts = [(r["workload"], k, s) for r in rows if r["mode"] == "second" for k, s in r.get("first_calls", {}).items()]
+    if firsts:
+        print("\nfirst launch of each covered kernel in the second process (ms): "
+              f"max {max(s for *_, s in firsts) * 1e3:.1f}, over 50 ms: {sum(s > 0.05 for *_, s in firsts)} of "
+              f"{len(firsts)}")
+        for workload, kernel, s in sorted(firsts, key=lambda f: -f[2]):
+            print(f"  {workload} {kernel} {s * 1e3:.1f}")
+    if tests:
+        print(f"\nlibrary tests ({args.tests_dir}: {args.tests})")
+        for mode in ("triton", "switch"):
+            t = tests[mode]
+            print(f"  {mode}: {t['counts']} in {t['wall_s']:.0f} s, kernels covered {t['covered']} / "
+                  f"{t['kernels']}, keys tuned {t['keys_tuned_here']}; {t['tail']}")
+        print(f"  outcomes that differ: {tests['differ'] or 'none'}")
 
 
 if __name__ == "__main__":
