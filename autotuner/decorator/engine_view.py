@@ -4,7 +4,10 @@ process's own, or rebuilt by a worker from the recorded call) and whose launch i
 
 from __future__ import annotations
 
+import os
+import time
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import torch
@@ -13,6 +16,8 @@ from autotuner.decorator.kernel_problem import KernelProblem, rebuild_args
 from autotuner.decorator.spec import KernelSpec
 from search_spaces.contract import DOT_TOLERANCE, Option, TunableOp
 from search_spaces.space import config_key
+
+COMPILE_THREADS = 16  # threads compiling a launch's configs ahead of timing (compile_ahead)
 
 
 class EngineView:
@@ -40,6 +45,32 @@ class EngineView:
         out = {n: v.clone() for n, v in named.items() if isinstance(v, torch.Tensor)} if capture else None
         spec.hooks.post_hook(full, exception=None)
         return out
+
+    def compile_ahead(self, named: dict[str, Any], grid: Any, configs: list[dict[str, Any]]) -> tuple[int, float]:
+        """Compile `configs` for this launch at once, on threads, before any is timed (Triton's AsyncCompileMode,
+        where this Triton has it): the code generation and ptxas of one config overlap another's, and each timed
+        launch then finds its binary. A config that fails to compile is left for its measurement to report. How
+        many were submitted, and the seconds it took."""
+        try:
+            from triton.runtime._async_compile import AsyncCompileMode
+        except ImportError:  # an older Triton: each config compiles at its first launch, as before
+            return 0, 0.0
+        t0, submitted = time.perf_counter(), 0
+        workers = max(1, min(len(configs), os.cpu_count() or 1, COMPILE_THREADS))
+        with ThreadPoolExecutor(workers, thread_name_prefix="autotuner-compile") as pool, \
+                AsyncCompileMode(pool, ignore_errors=True):
+            for config in configs:
+                full = {**named, **config}
+                original = self.spec.hooked_config(config)
+                try:
+                    if original is not None and original.pre_hook:
+                        original.pre_hook(full)  # a config's hook may set what the binary depends on
+                    g = grid(full) if callable(grid) else grid
+                    self.spec.fn.run(grid=g, warmup=True, **named, **config)
+                    submitted += 1
+                except Exception:  # noqa: S112 - its measurement compiles it again and says why it fails
+                    continue
+        return submitted, time.perf_counter() - t0
 
     def grid_for(self, inputs: Mapping[str, Any], config: Mapping[str, Any]) -> Any:
         grids = inputs["grids"]

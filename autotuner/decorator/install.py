@@ -295,6 +295,14 @@ class KernelReport:
     # own run launched it)
 
 
+def _triton_keys(tr: Autotuner) -> dict[str, str]:
+    """The keys in a kernel's own cache, where it can list them (a library's cache may be a mapping of its own)."""
+    try:
+        return {",".join(map(str, k)) if isinstance(k, tuple) else str(k): "Triton" for k in list(tr.cache.keys())}
+    except Exception as exc:
+        return {f"(its cache cannot list its keys: {type(exc).__name__})": "Triton"}
+
+
 def report() -> list[KernelReport]:
     """Every Autotuner of the process: covered or not (why), keys seen, tuned here or reused, time spent."""
     out = []
@@ -323,8 +331,7 @@ def report() -> list[KernelReport]:
                            "through _bench")
         if adopted is None:
             continue  # defined, never launched
-        keys = {",".join(map(str, k)): "Triton" for k in tr.cache}
-        out.append(KernelReport(name, library, False, str(adopted), keys, 0.0, 0, tr.__dict__.get(_FIRST)))
+        out.append(KernelReport(name, library, False, str(adopted), _triton_keys(tr), 0.0, 0, tr.__dict__.get(_FIRST)))
     return sorted(out, key=lambda r: r.name)
 
 

@@ -20,7 +20,7 @@ def sync() -> None:
         torch.cuda.synchronize()
 
 
-def run(name: str, step: Callable[[], dict[str, torch.Tensor]], repeats: int = 10) -> None:
+def run(name: str, step: Callable[[], dict[str, torch.Tensor]], repeats: int = 30) -> None:
     """`step` runs the library's calls (forward and backward) and returns what they computed, by name."""
     sync()
     t0 = time.perf_counter()
