@@ -35,6 +35,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKLOADS = ROOT / "benchmarks" / "workloads"
+PROFILE = False
 DEFAULT = ("liger_dyt", "fla_gla", "flag_gems_ops", "tutorial_attention")
 
 
@@ -45,6 +46,8 @@ def run_once(script: Path, mode: str, folder: Path, cache: Path, db: str, timeou
            # a library's own cache of tuned configs, new in each run: the second process is as another machine
            # sharing the database would be (FlagGems keeps one; FLA's is off unless FLA_CACHE_MODE is set)
            "FLAGGEMS_CACHE_DIR": str(folder / f"{mode}-flaggems")}
+    if PROFILE:  # the first call's profile (its times then include the profiler's own cost)
+        env["WORKLOAD_PROFILE"] = str(folder / f"{mode}-profile.log")
     cmd = [sys.executable, str(script)] if mode.startswith("triton") else \
         [sys.executable, "-m", "autotuner", "run", "--", str(script)]
     env["WORKLOAD_START"] = repr(time.time())
@@ -132,7 +135,10 @@ def main() -> None:
     ap.add_argument("--timeout", type=int, default=900)
     ap.add_argument("--tests-dir", help="a library's source folder whose tests to run (see --tests)")
     ap.add_argument("--tests", default="", help="pytest arguments, run in --tests-dir")
+    ap.add_argument("--profile", action="store_true", help="profile each run's first call (to *-profile.log)")
     args = ap.parse_args()
+    global PROFILE
+    PROFILE = args.profile
     rows = []
     for name in filter(None, args.workloads.split(",")):
         script = Path(name) if name.endswith(".py") else WORKLOADS / f"{name}.py"

@@ -40,7 +40,7 @@ def installed(url):
     autotuner.uninstall()
     set_resolver(None)
     for k in KERNELS:
-        for attr in ("_autotuner_adopted", "_autotuner_kept", "chosen"):
+        for attr in ("_autotuner_adopted", "_autotuner_kept", "_autotuner_first_s", "chosen"):
             k.__dict__.pop(attr, None)
         k.cache.clear()
 
@@ -126,7 +126,16 @@ def test_subclasses_with_their_own_run_or_timing_are_left_to_triton_and_reported
     rows = {r.name: r for r in covered.report()}
     assert "has its own _bench" in rows["tests.triton_autotuned:_double"].how
     assert "run replaces Triton's run" in rows["tests.triton_autotuned:_halve"].how
+    assert rows["tests.triton_autotuned:_halve"].first_call_s > 0  # its own run's first launch, timed around it
     assert not rows["tests.triton_autotuned:_double"].covered
+    assert "tests.triton_autotuned:_cube" not in rows  # defined with its own run, never launched: not met
+
+
+def test_uninstall_gives_back_a_subclass_its_own_run(installed):
+    assert hasattr(ta.FirstConfig.run, "__wrapped__")  # its first launches timed while installed
+    covered.uninstall()
+    assert ta.FirstConfig.run.__name__ == "run" and not hasattr(ta.FirstConfig.run, "__wrapped__")
+    assert ta.OwnChoice.run.__qualname__ == "OwnChoice.run"
 
 
 def test_a_key_in_tritons_cache_before_install_is_launched_as_it_is(url):

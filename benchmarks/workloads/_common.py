@@ -22,11 +22,27 @@ def sync() -> None:
 
 def run(name: str, step: Callable[[], dict[str, torch.Tensor]], repeats: int = 30) -> None:
     """`step` runs the library's calls (forward and backward) and returns what they computed, by name."""
+    profile = os.environ.get("WORKLOAD_PROFILE")  # a path: the first call's profile, as text, goes there
+    if profile:
+        import cProfile
+
+        profiler = cProfile.Profile()
     sync()
     t0 = time.perf_counter()
+    if profile:
+        profiler.enable()
     outputs = step()
     sync()
     first = time.perf_counter() - t0
+    if profile:
+        import io
+        import pstats
+
+        profiler.disable()
+        text = io.StringIO()
+        pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(45)
+        with open(profile, "w") as f:
+            f.write(text.getvalue())
     t0 = time.perf_counter()
     for _ in range(repeats):
         step()
