@@ -3,7 +3,9 @@ launching process would, and prints what it got as JSON: how often Triton's comp
 digests of its binary and PTX. tests/test_binary_cache.py runs it; a process of its own keeps the compile clear
 of the suite's TRITON_INTERPRET and of the interpreter's patches to triton.language.
 
-    python tests/compile_probe.py KEPT_DIR KERNEL_FILE BLOCK NUM_WARPS [always_compile] [off]
+    python tests/compile_probe.py KEPT_DIR KERNEL_FILE BLOCK NUM_WARPS [always_compile] [off] [async]
+
+`async`: the compile is asked as Triton's AsyncCompileMode asks it, with Triton's cache-invalidating variables.
 """
 
 import hashlib
@@ -35,7 +37,12 @@ def main() -> None:
     src = ASTSource(module.copy, {"x_ptr": "*fp32", "y_ptr": "*fp32", "n": "i32", "BLOCK": "constexpr"},
                     {(3,): int(block)}, {})
     compile_fn = binary_cache.cached_compile(counting, lambda: None if "off" in flags else Path(kept))
-    kernel = compile_fn(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": int(warps)})
+    kw = {}
+    if "async" in flags:
+        from triton.compiler.compiler import get_cache_invalidating_env_vars
+
+        kw["_env_vars"] = get_cache_invalidating_env_vars()
+    kernel = compile_fn(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": int(warps)}, **kw)
     print(json.dumps({"calls": len(calls), "hash": kernel.hash, "name": kernel.name,
                       "cubin": hashlib.sha256(kernel.asm["cubin"]).hexdigest(),
                       "ptx": hashlib.sha256(kernel.asm["ptx"].encode()).hexdigest(),

@@ -90,6 +90,16 @@ def test_a_damaged_entry_is_dropped_and_kept_again(tmp_path):
         assert probe(kept, kernel)["calls"] == 0
 
 
+def test_a_compile_asked_as_async_compile_mode_asks_is_kept_too(tmp_path):
+    """install() compiles a kernel's configs ahead on threads (Triton's AsyncCompileMode), whose compile call also
+    hands over Triton's cache-invalidating variables: those binaries are kept, and loaded by the next process."""
+    kept, kernel = tmp_path / "kept", kernel_file(tmp_path, "a")
+    first = probe(kept, kernel, 128, 4, "async")
+    assert first["calls"] == 1
+    again = probe(kept, kernel, 128, 4)
+    assert again["calls"] == 0 and again["cubin"] == first["cubin"]
+
+
 def test_a_folder_that_cannot_be_written_keeps_nothing_and_compiles(tmp_path):
     blocker = tmp_path / "a file, not a folder"
     blocker.write_text("")

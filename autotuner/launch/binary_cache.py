@@ -145,7 +145,9 @@ def cached_compile(compile_fn: Callable[..., Any], directory: Callable[[], Path 
         except Exception as exc:  # bad settings, say: compiling must not fail for the kept binaries' sake
             log.warning("autotuner: kept binaries off for this compile: %s", exc)
             root = None
-        if root is None or target is None or kw or not hasattr(src, "fn") or _passthrough():
+        # `_env_vars`: Triton's own list of its cache-invalidating variables, handed over by a compile started in
+        # its AsyncCompileMode (compile_key reads them itself); any other keyword is one this does not know
+        if root is None or target is None or set(kw) - {"_env_vars"} or not hasattr(src, "fn") or _passthrough():
             return compile_fn(src, target=target, options=options, **kw)
         try:
             key = compile_key(src, target, options)
