@@ -83,7 +83,7 @@ if [[ $STEPS == *,libraries,* ]]; then
   step "real libraries under python -m autotuner run: $workloads ${LIB_TESTS_DIR:+; tests in $LIB_TESTS_DIR}"
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/libsite .whl/libs/*.whl || exit 1
   PYTHONPATH=/tmp/libsite:$PYTHONPATH python3 benchmarks/libraries.py --keep /tmp/libraries --workloads "$workloads" \
-      ${LIB_TESTS_DIR:+--tests-dir "$LIB_TESTS_DIR" --tests "${LIB_TESTS:-}"} --timeout "${LIB_TIMEOUT:-900}" ${LIB_PROFILE:+--profile} \
+      ${LIB_TESTS_DIR:+--tests-dir "$LIB_TESTS_DIR" --tests "${LIB_TESTS:-}" --tests-timeout "${LIB_TESTS_TIMEOUT:-900}"} --timeout "${LIB_TIMEOUT:-900}" ${LIB_PROFILE:+--profile} \
       --json-out "$OUT/libraries.json" 2>&1 | tee "$OUT/libraries.txt" | tail -40
   (cd /tmp/libraries && find . \( -name '*.log' -o -name '*-report.json' -o -name '*.xml' \) -print0 \
       | tar czf "$OUT/libraries.tgz" --null -T -)  # one file: what comes back is counted in files
