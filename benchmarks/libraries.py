@@ -52,7 +52,10 @@ def run_once(script: Path, mode: str, folder: Path, cache: Path, db: str, timeou
         [sys.executable, "-m", "autotuner", "run", "--", str(script)]
     env["WORKLOAD_START"] = repr(time.time())
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    try:
+        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"mode": mode, "wall_s": time.perf_counter() - t0, "ok": False, "error": f"stopped after {timeout} s"}
     wall = time.perf_counter() - t0
     (folder / f"{mode}.log").write_text(proc.stdout + "\n--- stderr ---\n" + proc.stderr)
     row: dict[str, Any] = {"mode": mode, "wall_s": wall, "ok": proc.returncode == 0}
@@ -162,6 +165,8 @@ def main() -> None:
                 row["outputs_vs_triton"] = compare(folder / "triton.pt", folder / f"{mode}.pt")
             rows.append(row)
             print(json.dumps(row), flush=True)
+            if mode == "triton" and not row["ok"]:
+                break  # nothing to compare against
         if any(r["workload"] == script.stem and r.get("outputs_vs_triton", "bit-identical") != "bit-identical"
                for r in rows):
             # Triton's own choice varies between runs (its timings are noisy), and a reduction's result with it:
