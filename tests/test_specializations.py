@@ -243,3 +243,45 @@ def test_a_new_process_replays_without_importing_gluon(tmp_path):
 
     assert run("remember")["gluon"]  # Triton's binder ran: its native specialization imported gluon
     assert run("replay") == {"gluon": False, "same": True}
+
+
+DESCRIPTOR_KERNEL = '''
+import triton.language as tl
+from triton.runtime.jit import JITFunction
+
+
+def kernel(desc, x_ptr, n, BLOCK: tl.constexpr):
+    pass
+
+
+kernel = JITFunction(kernel)
+'''
+
+
+def test_a_host_tensor_descriptor_is_keyed_by_all_it_holds(tmp_path, monkeypatch):
+    """A TensorDescriptor argument (the Triton tutorial's fused attention passes four): its kept specialization
+    replays Triton's binder exactly, and a descriptor that differs in anything it holds goes to Triton."""
+    import importlib.util
+
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    (tmp_path / "desc_kernel.py").write_text(DESCRIPTOR_KERNEL)
+    spec = importlib.util.spec_from_file_location("desc_kernel", tmp_path / "desc_kernel.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    fn, h = module.kernel, torch.zeros(64, 64, dtype=torch.float16)
+
+    def desc(base=h, block=(16, 32), shape=(64, 64), strides=(64, 1)):
+        return TensorDescriptor(base, shape=list(shape), strides=list(strides), block_shape=list(block))
+
+    args = (desc(), h, 64)
+    kept(fn, tmp_path).remember(args, {"BLOCK": 128})
+    assert len(list(tmp_path.glob("specializations/*/*.json"))) == 1
+    monkeypatch.setattr(specializations, "_native_used", False)
+    same(kept(fn, tmp_path)(*args, BLOCK=128), native_binder(fn)(*args, BLOCK=128))
+    assert not specializations._native_used, "the kept entry was not used"
+    for other in (desc(block=(32, 32)), desc(base=h.float()), desc(shape=(32, 64)), desc(strides=(128, 1))):
+        monkeypatch.setattr(specializations, "_native_used", False)
+        out = kept(fn, tmp_path)(other, h, 64, BLOCK=128)
+        assert specializations._native_used, other
+        same(out, native_binder(fn)(other, h, 64, BLOCK=128))

@@ -46,13 +46,16 @@ from autotuner.decorator.kernel_problem import KernelProblem
 from autotuner.decorator.keys import Bucket, Keys, bucket_functions
 from autotuner.decorator.miss import Answer, KernelNotTuned, resolve_miss
 from autotuner.decorator.spec import ON_MISS, Hooks, KernelSpec
-from autotuner.launch import binary_cache
+from autotuner.launch import binary_cache, specializations
 from autotuner.launch.lookup import RECHECK_S
 from kernels._direct import Launcher
 from search_spaces.space import Space, config_key
 
 __all__ = ["Autotuned", "KernelNotTuned", "autotune"]
 _now = time.monotonic
+
+
+KEEP_SPECIALIZATIONS = 4  # launches with an unhashable argument whose specialization is kept, per kernel
 
 
 class Mirror(Protocol):
@@ -128,6 +131,7 @@ class Autotuned:
         self._launchers: dict[tuple[Any, ...], Launcher] = {}
         self._recheck: dict[tuple[Any, ...], float] = {}  # key -> when an unsettled answer is asked again
         self._jit = fn if hasattr(fn, "device_caches") else None  # a JITFunction (not the interpreter's, not wrapped)
+        self._kept_specializations = 0  # launches with unhashable arguments whose specialization was kept
         inner = fn
         while not hasattr(inner, "device_caches") and hasattr(inner, "fn"):
             inner = inner.fn  # a JITFunction under triton.heuristics: its launches go through Triton's run, and
@@ -157,8 +161,16 @@ class Autotuned:
             sig = (key, *[(a.dtype, a.data_ptr() % 16) if isinstance(a, torch.Tensor) else (type(a), a) for a in args],
                    *kwargs.items())
             launcher = self._launchers.get(sig)
-        except TypeError:  # an unhashable argument: Triton's own launch
-            return self.fn.run(*args, grid=grid, warmup=warmup, **kwargs, **config)
+        except TypeError:  # an unhashable argument (a host TensorDescriptor, say): Triton's own launch
+            out = self.fn.run(*args, grid=grid, warmup=warmup, **kwargs, **config)
+            if self._kept_specializations < KEEP_SPECIALIZATIONS:  # for a later process's first launch
+                self._kept_specializations += 1
+                try:
+                    binder = self._jit.device_caches[torch.cuda.current_device()][-1]
+                    specializations.remember(binder, args, {**kwargs, **config})
+                except Exception:  # noqa: S110 - keeping is never worth a failed launch
+                    pass
+            return out
         if launcher is None:
             if len(self._launchers) >= 1024:
                 self._launchers.clear()

@@ -29,6 +29,7 @@ launch path that binds on every call, `warmup=True` say, would otherwise pay a P
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import inspect
 import json
@@ -63,7 +64,25 @@ def _arg_key(value: Any) -> tuple[Any, ...]:
         return (t.__module__, t.__qualname__, str(value.dtype), value.data_ptr() % 16 == 0)
     if t in _SCALARS:
         return (t.__name__, value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):  # a host TensorDescriptor, say: keyed
+        # by everything it holds
+        return (t.__module__, t.__qualname__, *[(f.name, _field_key(getattr(value, f.name)))
+                                                for f in dataclasses.fields(value)])
     raise Unkeyed(t.__qualname__)
+
+
+def _field_key(value: Any) -> Any:
+    """A descriptor's field, exactly: a tensor by its dtype, alignment, shape and strides, a list by its items."""
+    if isinstance(value, torch.Tensor):
+        return ("tensor", str(value.dtype), value.data_ptr() % 16 == 0, tuple(value.shape), tuple(value.stride()))
+    if isinstance(value, (list, tuple)):
+        return (type(value).__name__, *[_field_key(v) for v in value])
+    if type(value) in _SCALARS:
+        return (type(value).__name__, value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return (type(value).__qualname__, *[(f.name, _field_key(getattr(value, f.name)))
+                                            for f in dataclasses.fields(value)])
+    raise Unkeyed(type(value).__qualname__)
 
 
 def _entry(spec: Any) -> list[Any] | None:
