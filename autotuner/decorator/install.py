@@ -320,8 +320,8 @@ class KernelReport:
     keys: dict[str, str]  # each key met -> where its config came from
     tuning_s: float  # seconds spent finding configs in this process (tuning, lookups)
     tuned_here: int  # keys tuned in this process
-    first_call_s: float | None = None  # its first launch in this process, as the caller waited for it (None: its
-    # own run launched it)
+    first_call_s: float | None = None  # its first launch in this process, as the caller waited for it (None: not
+    # timed, launched before install())
 
 
 def _triton_keys(tr: Autotuner) -> dict[str, str]:
@@ -345,7 +345,7 @@ def report() -> list[KernelReport]:
                     for k in kept.known}
             how = (f"its own run chooses; timings kept: {kept.measured} measured here, {kept.reused} reused from "
                    "the database")
-            out.append(KernelReport(name, library, True, how, keys, 0.0, len(kept.runs)))
+            out.append(KernelReport(name, library, True, how, keys, 0.0, len(kept.runs), tr.__dict__.get(_FIRST)))
             continue
         if isinstance(adopted, Autotuned):
             keys = {",".join(map(str, k)): s for k, s in adopted.sources.items()}
