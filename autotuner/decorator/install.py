@@ -12,7 +12,8 @@ does: the database, the service, then the miss policy (AUTOTUNER_ON_MISS; by def
 stored). The Autotuner stays what it was: `isinstance`, `configs`, `fn`, `warmup`, `prune_configs` and
 its hooks are Triton's, and every config resolved is written into its `cache` and `best_config` as
 Triton's `run` would. A key already in its `cache` (tuned before the switch, or put there by a subclass)
-is launched as it is.
+is launched as it is. With `cache_results=True`, the database keeps results across processes in place of
+Triton's own disk cache, which is then neither read nor written.
 
 A subclass whose own `run` does not call Triton's never reaches this one: it keeps choosing for itself, and
 the timings it takes through `_bench` are kept in the database (autotuner.decorator.kept_timings), so no
