@@ -112,15 +112,22 @@ def library_tests(folder: Path, tests: str, timeout: int, work: Path) -> dict[st
         log = (work / f"{mode}.log").open("w")
         procs[mode] = (subprocess.Popen(cmd, cwd=folder, env=env, stdout=log, stderr=subprocess.STDOUT, text=True),
                        time.perf_counter(), log)
-    for mode, (proc, t0, log) in procs.items():
-        try:
-            code: int | str = proc.wait(timeout=max(1.0, timeout - (time.perf_counter() - t0)))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-            code = f"stopped after {timeout} s"
-        wall = time.perf_counter() - t0
-        log.close()
+    ended: dict[str, tuple[int | str, float]] = {}
+    while len(ended) < len(procs):  # each run's own wall time, though they end in either order
+        for mode, (proc, t0, log) in procs.items():
+            if mode in ended:
+                continue
+            code: int | str | None = proc.poll()
+            if code is None and time.perf_counter() - t0 > timeout:
+                proc.kill()
+                proc.wait()
+                code = f"stopped after {timeout} s"
+            if code is not None:
+                log.close()
+                ended[mode] = code, time.perf_counter() - t0
+        time.sleep(0.5)
+    for mode in procs:
+        code, wall = ended[mode]
         text = (work / f"{mode}.log").read_text()
         outcomes = {m.group(1): m.group(2).lower() for m in re.finditer(
             r"^(\S+::\S+) (PASSED|FAILED|SKIPPED|ERROR|XFAIL|XPASS)", text, re.MULTILINE)}
