@@ -12,6 +12,8 @@ from _common import leaf, run
 
 path = Path(os.environ.get("TUTORIAL_ATTENTION", Path(__file__).resolve().parents[2] / ".whl/tutorial/fused_attention.py"))
 spec = importlib.util.spec_from_file_location("fused_attention", path)
+if spec is None or spec.loader is None:
+    raise SystemExit(f"no tutorial at {path} (TUTORIAL_ATTENTION names it)")
 tutorial = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(tutorial)
 
