@@ -144,6 +144,8 @@ def tune_here(view: EngineView, miss: Miss) -> tuple[dict[str, Any], str]:
 
 
 def tune_in_memory(view: EngineView, miss: Miss, pruned: list[dict[str, Any]] | None) -> dict[str, Any]:
+    if pruned is not None and not interpreting():
+        view.compile_ahead(miss.named, miss.grid, pruned)
     measurer = CallMeasurer(view, miss)
     measurer.start()
     times = {}
