@@ -82,11 +82,15 @@ def compare(a: Path, b: Path) -> str:
         return "-"
     x, y = torch.load(a), torch.load(b)
 
-    def same(u: torch.Tensor, v: torch.Tensor) -> bool:  # equal everywhere, a NaN where the other has one
-        return u.shape == v.shape and u.dtype == v.dtype and bool(((u == v) | (u.isnan() & v.isnan())).all())
+    def same(u: torch.Tensor, v: torch.Tensor) -> bool:  # bit for bit (NaNs, and the sign of zero, included)
+        return u.shape == v.shape and u.dtype == v.dtype and torch.equal(u.contiguous().view(torch.uint8),
+                                                                          v.contiguous().view(torch.uint8))
 
-    diffs = {n: (x[n].float() - y[n].float()).abs().nan_to_num(nan=float("inf")).max().item()
-             for n in x if not same(x[n], y[n])}
+    def largest(u: torch.Tensor, v: torch.Tensor) -> float:  # NaN in both places: no difference; in one: inf
+        d = (u.float() - v.float()).abs()
+        return d.masked_fill(u.isnan() & v.isnan(), 0).nan_to_num(nan=float("inf")).max().item()
+
+    diffs = {n: largest(x[n], y[n]) for n in x if not same(x[n], y[n])}
     return "bit-identical" if not diffs else "differs: " + ", ".join(f"{n} {d:.3g}" for n, d in diffs.items())
 
 
