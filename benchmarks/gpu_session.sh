@@ -14,7 +14,12 @@
 #              liger-kernel 0.8.5, fla-core 0.6.0 with einops 0.8.2, flag-gems 5.0.2 with PyYAML 6.0.3; the Triton
 #              tutorial's fused attention in .whl/tutorial) under `python -m autotuner run` against Triton's own
 #              (LIB_WORKLOADS: which); then, where LIB_TESTS_DIR names a library's test folder (carried: liger-kernel
-#              0.8.5's sdist tests in .whl/liger_tests), the tests in LIB_TESTS with and without the switch
+#              0.8.5's sdist tests in .whl/liger_tests), the tests in LIB_TESTS with and without the switch.
+#              None of .whl is committed: the wheels come from `pip download --no-deps --only-binary=:all:
+#              --python-version 3.12 -d .whl/libs NAME==VERSION`; .whl/liger_tests holds test/{__init__,conftest,
+#              utils}.py and test/transformers/test_dyt.py from `pip download --no-binary=:all: liger_kernel==0.8.5`;
+#              .whl/tutorial/fused_attention.py is python/tutorials/06-fused-attention.py of triton-lang/triton at
+#              003da478, its TMA forward (with configs, keep_tma, _tma_pre_hook) and backward kept as they are
 # Logs and JSON go to $OUT; each step's table is printed at its end.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
