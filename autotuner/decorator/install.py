@@ -28,6 +28,7 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import gc
+import inspect
 import json
 import logging
 import math
@@ -252,8 +253,8 @@ def _time_own_run(cls: type) -> None:
     """A subclass whose own run chooses: its first launch of each kernel is timed (and the kernel counted as met)
     by a thin wrapper around that run, given back at uninstall()."""
     owner = next(k for k in cls.__mro__ if "run" in k.__dict__)
-    if owner is Autotuner or owner in _OWN_RUNS:
-        return
+    if owner is Autotuner or owner in _OWN_RUNS or not inspect.isfunction(owner.__dict__["run"]):
+        return  # Triton's own, timed already, or not a plain function (a staticmethod, say): left as it is
     own = _OWN_RUNS[owner] = owner.__dict__["run"]
 
     def run(self: Autotuner, *args: Any, **kwargs: Any) -> Any:
