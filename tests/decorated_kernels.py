@@ -3,12 +3,11 @@ decorator line only. A worker process imports this module by the kernels' record
 
 from __future__ import annotations
 
-import time
-
 import triton
 import triton.language as tl
 
 import autotuner
+from tests.interpreter_timing import drop_64, wall_bench
 
 CONFIGS = [triton.Config({"BLOCK": 32}, num_warps=1), triton.Config({"BLOCK": 64}, num_warps=2),
            triton.Config({"BLOCK": 128}, num_warps=4)]
@@ -37,25 +36,10 @@ def _bump(x_ptr, n, BLOCK: tl.constexpr):
     tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=mask) + 1.0, mask=mask)
 
 
-def _drop_64(configs, named_args, **kwargs):
-    return [c for c in configs if c.kwargs["BLOCK"] != 64]
-
-
-def wall_bench(fn, quantiles=(0.5, 0.2, 0.8)):
-    """triton.autotune's do_bench needs a GPU driver: on the interpreter both decorators time by wall clock."""
-    times = []
-    for _ in range(3):
-        t0 = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t0) * 1e3)
-    times.sort()
-    return [times[1], times[0], times[2]]
-
-
 accumulate = autotuner.autotune(configs=CONFIGS, key=["n"], reset_to_zero=["out_ptr"],
-                                prune_configs_by={"early_config_prune": _drop_64})(_accumulate)
+                                prune_configs_by={"early_config_prune": drop_64})(_accumulate)
 accumulate_triton = triton.autotune(configs=CONFIGS, key=["n"], reset_to_zero=["out_ptr"], do_bench=wall_bench,
-                                    prune_configs_by={"early_config_prune": _drop_64})(_accumulate)
+                                    prune_configs_by={"early_config_prune": drop_64})(_accumulate)
 bump = autotuner.autotune(configs=CONFIGS, key=["n"], restore_value=["x_ptr"])(_bump)
 bump_triton = triton.autotune(configs=CONFIGS, key=["n"], restore_value=["x_ptr"], do_bench=wall_bench)(_bump)
 

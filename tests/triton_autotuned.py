@@ -6,26 +6,16 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 
 import torch
 import triton
 import triton.language as tl
 from triton.runtime.autotuner import Autotuner
 
+from tests.interpreter_timing import drop_64, wall_bench
+
 CONFIGS = [triton.Config({"BLOCK": 32}, num_warps=1), triton.Config({"BLOCK": 64}, num_warps=2),
            triton.Config({"BLOCK": 128}, num_warps=4)]
-
-
-def wall_bench(fn, quantiles=(0.5, 0.2, 0.8)):
-    """Triton's own do_bench needs a GPU driver: on the interpreter, what Triton runs itself is timed by wall clock."""
-    times = []
-    for _ in range(3):
-        t0 = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t0) * 1e3)
-    times.sort()
-    return [times[1], times[0], times[2]]
 
 
 @triton.autotune(configs=CONFIGS, key=["n"])
@@ -36,12 +26,8 @@ def scale(x_ptr, y_ptr, n, factor, BLOCK: tl.constexpr):
     tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=mask) * factor, mask=mask)
 
 
-def _drop_64(configs, named_args, **kwargs):
-    return [c for c in configs if c.kwargs["BLOCK"] != 64]
-
-
 @triton.autotune(configs=CONFIGS, key=["n"], reset_to_zero=["out_ptr"],
-                 prune_configs_by={"early_config_prune": _drop_64})
+                 prune_configs_by={"early_config_prune": drop_64})
 @triton.jit
 def accumulate(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
     """Sum x into out[0] with an atomic add per block: out must start at zero."""
