@@ -32,17 +32,27 @@ KERNELS = [ta.scale, ta.accumulate, ta.shift_above.fn, ta.shift_below, ta.negate
 
 
 @pytest.fixture
-def installed(url):
-    """autotuner.install() on a fresh database; afterwards Triton's autotuner as it was, kernels forgotten."""
-    set_resolver(Resolver(Settings(db_url=url, on_miss="tune")))
-    autotuner.install()
-    yield url
+def install_with(url):
+    """autotuner.install() on a fresh database, under the miss policy asked for; afterwards Triton's autotuner as
+    it was, kernels forgotten."""
+
+    def install(on_miss):
+        set_resolver(Resolver(Settings(db_url=url, on_miss=on_miss)))
+        autotuner.install()
+        return url
+
+    yield install
     autotuner.uninstall()
     set_resolver(None)
     for k in KERNELS:
         for attr in ("_autotuner_adopted", "_autotuner_kept", "_autotuner_first_s", "chosen"):
             k.__dict__.pop(attr, None)
         k.cache.clear()
+
+
+@pytest.fixture
+def installed(install_with):
+    return install_with("tune")
 
 
 def _trials(url, op=None):
@@ -138,20 +148,13 @@ def test_uninstall_gives_back_a_subclass_its_own_run(installed):
     assert ta.OwnChoice.run.__qualname__ == "OwnChoice.run"
 
 
-def test_a_key_in_tritons_cache_before_install_is_launched_as_it_is(url):
-    set_resolver(Resolver(Settings(db_url=url, on_miss="error")))  # a lookup would fail: none must happen
-    try:
-        x, y = torch.randn(96), torch.empty(96)
-        ta.negate.cache[(96, "torch.float32", "torch.float32")] = ta.CONFIGS[2]
-        autotuner.install()
-        ta.negate[ta.grid(96)](x, y, 96)
-        torch.testing.assert_close(y, -x)
-        assert ta.negate.best_config is ta.CONFIGS[2]
-    finally:
-        autotuner.uninstall()
-        set_resolver(None)
-        ta.negate.__dict__.pop("_autotuner_adopted", None)
-        ta.negate.cache.clear()
+def test_a_key_in_tritons_cache_before_install_is_launched_as_it_is(install_with):
+    x, y = torch.randn(96), torch.empty(96)
+    ta.negate.cache[(96, "torch.float32", "torch.float32")] = ta.CONFIGS[2]
+    install_with("error")  # a lookup would fail: none must happen
+    ta.negate[ta.grid(96)](x, y, 96)
+    torch.testing.assert_close(y, -x)
+    assert ta.negate.best_config is ta.CONFIGS[2]
 
 
 def test_uninstall_gives_run_back_to_triton(installed):
@@ -316,7 +319,7 @@ def test_the_report_is_written_at_exit_where_asked(url, tmp_path):
     assert not rows["tests.triton_autotuned:_halve"]["covered"]
 
 
-def test_an_unsettled_answer_is_asked_again_not_read_back_from_tritons_cache(url, monkeypatch):
+def test_an_unsettled_answer_is_asked_again_not_read_back_from_tritons_cache(install_with, monkeypatch):
     """Under AUTOTUNER_ON_MISS=default a covered kernel launches its first config (written into Triton's cache,
     as Triton's run would) and queues the key; once a worker has tuned it, the answer asked again is the
     database's winner, not the default read back from that cache."""
@@ -324,25 +327,18 @@ def test_an_unsettled_answer_is_asked_again_not_read_back_from_tritons_cache(url
     from autotuner.launch.lookup import resolver
     from autotuner.worker.loop import Worker
 
-    set_resolver(Resolver(Settings(db_url=url, on_miss="default")))
-    autotuner.install()
-    try:
-        x, y = torch.randn(500), torch.empty(500)
-        ta.scale[ta.grid(500)](x, y, 500, 2.0)
-        adopted = ta.scale.__dict__["_autotuner_adopted"]
-        (key,) = adopted.sources
-        assert adopted.sources[key].startswith("default") and ta.scale.best_config is ta.CONFIGS[0]
-        resolver()._join_background()
-        assert Worker(Settings(db_url=url), name="w").run_job(Store(url).claim_job("w")[0]) == "done"
-        monkeypatch.setattr(autotuned, "_now", lambda: float("inf"))
-        ta.scale[ta.grid(500)](x, y, 500, 2.0)
-        torch.testing.assert_close(y, 2 * x)
-        assert adopted.sources[key] == "exact (database)"
-    finally:
-        autotuner.uninstall()
-        set_resolver(None)
-        ta.scale.__dict__.pop("_autotuner_adopted", None)
-        ta.scale.cache.clear()
+    url = install_with("default")
+    x, y = torch.randn(500), torch.empty(500)
+    ta.scale[ta.grid(500)](x, y, 500, 2.0)
+    adopted = ta.scale.__dict__["_autotuner_adopted"]
+    (key,) = adopted.sources
+    assert adopted.sources[key].startswith("default") and ta.scale.best_config is ta.CONFIGS[0]
+    resolver()._join_background()
+    assert Worker(Settings(db_url=url), name="w").run_job(Store(url).claim_job("w")[0]) == "done"
+    monkeypatch.setattr(autotuned, "_now", lambda: float("inf"))
+    ta.scale[ta.grid(500)](x, y, 500, 2.0)
+    torch.testing.assert_close(y, 2 * x)
+    assert adopted.sources[key] == "exact (database)"
 
 
 def test_a_users_one_argument_pre_hook_runs_around_each_timed_launch(installed):
