@@ -14,6 +14,7 @@ import torch
 
 from autotuner.decorator.kernel_problem import KernelProblem, rebuild_args
 from autotuner.decorator.spec import KernelSpec
+from kernels._backend import interpreting
 from search_spaces.contract import DOT_TOLERANCE, Option, TunableOp
 from search_spaces.space import config_key
 
@@ -29,10 +30,7 @@ class EngineView:
         """One launch as triton.autotune times it: hooks around the kernel; with `capture`, a copy of every tensor
         argument taken after the kernel, before the post-hook restores any."""
         spec = self.spec
-        full = {**named, **config}
-        original = spec.hooked_config(config)
-        if original is not None and original.pre_hook:
-            original.pre_hook(full)
+        full = self._config_hooked(named, config)
         spec.hooks.pre_hook(full)
         g = grid(full) if callable(grid) else grid
         try:
@@ -46,11 +44,23 @@ class EngineView:
         spec.hooks.post_hook(full, exception=None)
         return out
 
-    def compile_ahead(self, named: dict[str, Any], grid: Any, configs: list[dict[str, Any]]) -> tuple[int, float]:
+    def _config_hooked(self, named: dict[str, Any], config: Mapping[str, Any]) -> dict[str, Any]:
+        """The launch's arguments and the config's, after the config's own pre_hook has run on them (it may set
+        what the binary depends on: a tensor descriptor's block shape, say)."""
+        full = {**named, **config}
+        original = self.spec.hooked_config(config)
+        if original is not None and original.pre_hook:
+            original.pre_hook(full)
+        return full
+
+    def compile_ahead(self, named: dict[str, Any], grid: Any,
+                      configs: list[dict[str, Any]] | None) -> tuple[int, float]:
         """Compile `configs` for this launch at once, on threads, before any is timed (Triton's AsyncCompileMode,
         where this Triton has it): the code generation and ptxas of one config overlap another's, and each timed
         launch then finds its binary. A config that fails to compile is left for its measurement to report. How
-        many were submitted, and the seconds it took."""
+        many were submitted, and the seconds it took (none: no list of configs, or the interpreter)."""
+        if configs is None or interpreting():
+            return 0, 0.0
         try:
             from triton.runtime._async_compile import AsyncCompileMode
         except ImportError:  # an older Triton: each config compiles at its first launch, as before
@@ -60,11 +70,8 @@ class EngineView:
         with ThreadPoolExecutor(workers, thread_name_prefix="autotuner-compile") as pool, \
                 AsyncCompileMode(pool, ignore_errors=True):
             for config in configs:
-                full = {**named, **config}
-                original = self.spec.hooked_config(config)
                 try:
-                    if original is not None and original.pre_hook:
-                        original.pre_hook(full)  # a config's hook may set what the binary depends on
+                    full = self._config_hooked(named, config)
                     g = grid(full) if callable(grid) else grid
                     self.spec.fn.run(grid=g, warmup=True, **named, **config)
                     submitted += 1

@@ -123,10 +123,8 @@ def tune_here(view: EngineView, miss: Miss) -> tuple[dict[str, Any], str]:
         best = store.best(op=view.op, problem=problem, device=device)  # tuned meanwhile, by the claim's last holder
         if best is not None and not best.stale and not untried(view, store, miss):
             return best.config, "tuned by another process (stored before this one took the claim)"
-        ahead = ""
-        if pruned is not None and not interpreting():
-            n, seconds = view.compile_ahead(miss.named, miss.grid, pruned)
-            ahead = f", {n} compiled ahead in {seconds:.1f} s" if n else ""
+        n, seconds = view.compile_ahead(miss.named, miss.grid, pruned)
+        ahead = f", {n} compiled ahead in {seconds:.1f} s" if n else ""
         plan = Plan(strategy="exhaustive" if pruned is not None else "tpe",
                     trials=spec.trials or (len(pruned) if pruned is not None else None), reuse=True,
                     candidates=tuple(pruned) if pruned is not None else None)
@@ -144,8 +142,7 @@ def tune_here(view: EngineView, miss: Miss) -> tuple[dict[str, Any], str]:
 
 
 def tune_in_memory(view: EngineView, miss: Miss, pruned: list[dict[str, Any]] | None) -> dict[str, Any]:
-    if pruned is not None and not interpreting():
-        view.compile_ahead(miss.named, miss.grid, pruned)
+    view.compile_ahead(miss.named, miss.grid, pruned)
     measurer = CallMeasurer(view, miss)
     measurer.start()
     times = {}
