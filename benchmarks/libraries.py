@@ -39,17 +39,25 @@ PROFILE = False
 DEFAULT = ("liger_dyt", "fla_gla", "flag_gems_ops", "tutorial_attention")
 
 
+def process(argv: list[str], switched: bool, cache: Path, db: str,
+            report: Path | None) -> tuple[list[str], dict[str, str]]:
+    """A new process's command and environment: plainly (Triton's own autotuner) or under `python -m autotuner
+    run`, with a Triton cache and kept binaries of its own, the database `db`, and the switch's report to write."""
+    env = {**os.environ, "TRITON_CACHE_DIR": str(cache), "AUTOTUNER_DB_URL": db,
+           "AUTOTUNER_KERNEL_CACHE_DIR": str(cache / "kept")}
+    if report is not None:
+        env["AUTOTUNER_REPORT"] = str(report)
+    return [sys.executable, *(["-m", "autotuner", "run", "--"] if switched else []), *argv], env
+
+
 def run_once(script: Path, mode: str, folder: Path, cache: Path, db: str, timeout: int) -> dict[str, Any]:
     out_file, report = folder / f"{mode}.pt", folder / f"{mode}-report.json"
-    env = {**os.environ, "WORKLOAD_OUT": str(out_file), "TRITON_CACHE_DIR": str(cache),
-           "AUTOTUNER_DB_URL": db, "AUTOTUNER_KERNEL_CACHE_DIR": str(cache / "kept"), "AUTOTUNER_REPORT": str(report),
-           # a library's own cache of tuned configs, new in each run: the second process is as another machine
-           # sharing the database would be (FlagGems keeps one; FLA's is off unless FLA_CACHE_MODE is set)
-           "FLAGGEMS_CACHE_DIR": str(folder / f"{mode}-flaggems")}
+    cmd, env = process([str(script)], not mode.startswith("triton"), cache, db, report)
+    # a library's own cache of tuned configs, new in each run: the second process is as another machine sharing
+    # the database would be (FlagGems keeps one; FLA's is off unless FLA_CACHE_MODE is set)
+    env.update(WORKLOAD_OUT=str(out_file), FLAGGEMS_CACHE_DIR=str(folder / f"{mode}-flaggems"))
     if PROFILE:  # the first call's profile (its times then include the profiler's own cost)
         env["WORKLOAD_PROFILE"] = str(folder / f"{mode}-profile.log")
-    cmd = [sys.executable, str(script)] if mode.startswith("triton") else \
-        [sys.executable, "-m", "autotuner", "run", "--", str(script)]
     env["WORKLOAD_START"] = repr(time.time())
     t0 = time.perf_counter()
     try:
@@ -106,13 +114,10 @@ def library_tests(folder: Path, tests: str, timeout: int, work: Path) -> dict[st
     work.mkdir(parents=True)
     procs = {}
     for mode in ("triton", "switch"):
-        env = {**os.environ, "TRITON_CACHE_DIR": str(work / f"cache-{mode}"),
-               "AUTOTUNER_DB_URL": f"sqlite:///{work / 'autotuner.db'}",
-               "AUTOTUNER_KERNEL_CACHE_DIR": str(work / f"cache-{mode}" / "kept")}
-        if mode == "switch":
-            env["AUTOTUNER_REPORT"] = str(work / f"{mode}-report.json")
-        pytest = ["-m", "pytest", "-v", "-p", "no:cacheprovider", *shlex.split(tests)]
-        cmd = [sys.executable, *pytest] if mode == "triton" else [sys.executable, "-m", "autotuner", "run", *pytest]
+        switched = mode == "switch"
+        cmd, env = process(["-m", "pytest", "-v", "-p", "no:cacheprovider", *shlex.split(tests)], switched,
+                           work / f"cache-{mode}", f"sqlite:///{work / 'autotuner.db'}",
+                           work / f"{mode}-report.json" if switched else None)
         log = (work / f"{mode}.log").open("w")
         procs[mode] = (subprocess.Popen(cmd, cwd=folder, env=env, stdout=log, stderr=subprocess.STDOUT, text=True),
                        time.perf_counter(), log)
