@@ -35,8 +35,7 @@ class LaunchReads:
         self.reads, self.url, self.timeout_s = reads, url, timeout_s
         self._full: Store | None = None
         self._lock = threading.Lock()
-        self._reads_held: dict[tuple[Any, ...], tuple[float, Any]] = {}
-        self._op_rows: dict[tuple[str, str, str | None, str | None], tuple[float, list[tuple[ProblemType, StoredBest]]]] = {}
+        self._reads_held: dict[tuple[Any, ...], tuple[float, Any]] = {}  # what is read at most once per OP_ROWS_S
 
     @property
     def full(self) -> Store:
@@ -62,14 +61,10 @@ class LaunchReads:
         """Store.nearest: the current stored bests of the nearest tuned problems on this device. The op's current
         results are read once per OP_ROWS_S (a process meeting many new keys ranks them in memory; a result
         stored meanwhile is seen within that time)."""
-        key = (op.name, device.key, kernel_hash, triton_version)
-        held = self._op_rows.get(key)
-        if held is None or held[0] < time.monotonic():
-            rows = self.reads.best_rows(op=op.name, device_key=device.key)
-            held = (time.monotonic() + OP_ROWS_S, current_problems(op, rows, kernel_hash=kernel_hash,
-                                                                   triton_version=triton_version))
-            self._op_rows[key] = held
-        return [(p, r) for _, p, r in rank(problem, held[1], any_options)[:limit]]
+        current = self._held(("nearest", op.name, device.key, kernel_hash, triton_version), lambda: current_problems(
+            op, self.reads.best_rows(op=op.name, device_key=device.key), kernel_hash=kernel_hash,
+            triton_version=triton_version))
+        return [(p, r) for _, p, r in rank(problem, current, any_options)[:limit]]
 
     def sweeps(self, *, op: str | None = None) -> list[SweepRow]:
         """Store.sweeps of one op, through sqlite3 (read at most once per OP_ROWS_S)."""
