@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from platformdirs import user_data_dir  # at import: a launch's first lookup must not pay for it
+
 SQLITE_BUSY_TIMEOUT_MS = 60_000
 DB_HINT = "use sqlite:///PATH or postgresql+psycopg://USER@HOST:PORT/DB (--db or AUTOTUNER_DB_URL)"
 # The newest migration's revision: a database at it is used without loading Alembic (a launching process opens
@@ -26,7 +28,5 @@ class NoDatabase(DatabaseUnavailable):
 
 
 def default_url() -> str:
-    from platformdirs import user_data_dir
-
     path = Path(user_data_dir("autotuner", appauthor=False)) / "autotuner.db"
     return f"sqlite:///{path}"

@@ -227,3 +227,29 @@ def test_a_problem_without_a_result_is_served_its_buckets(db):
     _store_best(db, "16x1000", wide)
     res = resolve(op, op.parse_problem("9x1000", "float32"), device, store=store)
     assert res.source == "nearest" and "database: nothing current for its bucket 16x1000:float32" in res.trace
+
+
+def test_prepare_readies_the_resolver_ahead_and_follows_a_later_environment(db, monkeypatch):
+    """`prepare` (a kernel being decorated) builds the process's resolver and opens its database on a background
+    thread, so the first launch pays for neither; a variable changed between then and the first launch still
+    counts."""
+    from autotuner.launch import lookup
+
+    _store_best(db, "8x64", LOOPING)  # the database exists: a prepared resolver opens it for reads
+    monkeypatch.setenv("AUTOTUNER_DB_URL", db)
+    monkeypatch.setenv("AUTOTUNER_ON_MISS", "default")
+    set_resolver(None)
+    try:
+        lookup.prepare(get_op("softmax"))
+        lookup.prepared()
+        ahead = lookup._RESOLVER
+        assert ahead is not None and ahead.store._store is not None  # opened before any launch asked
+        assert resolver() is ahead and resolver().settings.on_miss == "default"
+
+        set_resolver(None)
+        lookup.prepare()
+        lookup.prepared()
+        monkeypatch.setenv("AUTOTUNER_ON_MISS", "nearest")  # after the resolver was prepared, before first use
+        assert resolver().settings.on_miss == "nearest"
+    finally:
+        set_resolver(None)

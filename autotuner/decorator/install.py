@@ -49,7 +49,7 @@ from autotuner.base.registry import add_op_finder
 from autotuner.decorator.autotuned import Autotuned, KernelNotTuned
 from autotuner.decorator.configs import config_dict, module_name
 from autotuner.decorator.kept_timings import KeptTimings
-from autotuner.launch.lookup import resolver
+from autotuner.launch.lookup import prepare, resolver
 from search_spaces.space import config_key
 
 __all__ = ["KernelReport", "install", "installed", "report", "run_script", "uninstall"]
@@ -280,6 +280,7 @@ def install() -> None:
     for obj in gc.get_objects():
         if issubclass(type(obj), Autotuner):  # type(), not isinstance: no lazy module attribute is touched
             _register(obj)
+    prepare()  # the settings and the database, before a first launch needs them
     path = os.environ.get("AUTOTUNER_REPORT")
     if path and not _reporting:
         _reporting.append(path)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import os
 import queue
 import threading
 import time
@@ -218,12 +219,16 @@ class Resolver:
         """Run `work` (queueing a job: a write, which may import SQLAlchemy and wait on the database) on this
         resolver's background thread, so a launch never waits for it; the process's exit waits up to
         BACKGROUND_EXIT_S for what is still pending."""
+        self.start_background()
+        self._pending.put(work)
+
+    def start_background(self) -> None:
+        """Start the background thread `in_background` hands work to, if it is not running."""
         with self._lock:
             if self._worker is None:
                 self._worker = threading.Thread(target=self._drain, daemon=True, name="autotuner-queue")
                 self._worker.start()
                 atexit.register(self._join_background)
-        self._pending.put(work)
 
     def _drain(self) -> None:
         while True:
@@ -276,16 +281,71 @@ class Resolver:
 
 
 _RESOLVER: Resolver | None = None
+_AHEAD_ENV: tuple[tuple[str, str], ...] | None = None  # the AUTOTUNER_* variables a resolver built ahead read
+_RESOLVER_LOCK = threading.Lock()
+_PREPARING: queue.Queue[Op | None] = queue.Queue()
+_PREPARER: threading.Thread | None = None
+
+
+def _autotuner_env() -> tuple[tuple[str, str], ...]:
+    return tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("AUTOTUNER_")))
 
 
 def resolver() -> Resolver:
-    """The process-wide resolver, built from AUTOTUNER_* settings on first use."""
-    global _RESOLVER
+    """The process-wide resolver, built from AUTOTUNER_* settings on first use (or ahead of it by `prepare`, and
+    then built again if those variables changed since)."""
+    global _RESOLVER, _AHEAD_ENV
+    if _AHEAD_ENV is not None:
+        with _RESOLVER_LOCK:
+            if _AHEAD_ENV is not None and _AHEAD_ENV != _autotuner_env():
+                _RESOLVER = None
+            _AHEAD_ENV = None
     if _RESOLVER is None:
-        _RESOLVER = Resolver()
+        with _RESOLVER_LOCK:
+            if _RESOLVER is None:
+                _RESOLVER = Resolver()
     return _RESOLVER
 
 
 def set_resolver(r: Resolver | None) -> None:
-    global _RESOLVER
-    _RESOLVER = r
+    global _RESOLVER, _AHEAD_ENV
+    with _RESOLVER_LOCK:
+        _RESOLVER, _AHEAD_ENV = r, None
+
+
+def prepare(op: Op | None = None) -> None:
+    """Ready, on a background thread, what the first launch of `op` in this process would otherwise pay for on the
+    launching thread: the settings, the database opened for reads, the kernel's source hash (a decorated kernel
+    calls this when it is decorated, `autotuner.install()` when it installs). Nothing is created or written."""
+    global _PREPARER
+    _PREPARING.put(op)
+    with _RESOLVER_LOCK:
+        if _PREPARER is None:
+            _PREPARER = threading.Thread(target=_prepare_queued, daemon=True, name="autotuner-prepare")
+            _PREPARER.start()
+
+
+def _prepare_queued() -> None:
+    global _RESOLVER, _AHEAD_ENV
+    while True:
+        op = _PREPARING.get()
+        try:
+            if _RESOLVER is None:
+                env, ahead = _autotuner_env(), Resolver()
+                with _RESOLVER_LOCK:
+                    if _RESOLVER is None:  # else one was set or built meanwhile: it stays
+                        _RESOLVER, _AHEAD_ENV = ahead, env
+            if _RESOLVER is not None:
+                _RESOLVER.store.peek()
+                _RESOLVER.start_background()  # a miss's queueing then starts no thread on the launching one
+            if op is not None:
+                op.kernel_hash  # noqa: B018  (a cached property: computed once, here)
+        except Exception as exc:  # readying is an optimisation: the launch does it itself if this fails
+            log.debug("autotuner: could not prepare %s: %s", op.name if op is not None else "the resolver", exc)
+        finally:
+            _PREPARING.task_done()
+
+
+def prepared() -> None:
+    """Wait until what `prepare` was handed is ready (for tests and benchmarks)."""
+    _PREPARING.join()

@@ -14,13 +14,13 @@ from autotuner.store.nearest import current_problems, rank
 from autotuner.store.rows import CrossTimingRow, SweepRow, cross_timing_row, sweep_row
 from autotuner.store.stored_best import StoredBest, best_of, versions
 from db.basics import DatabaseUnavailable, NotAutotunerDatabase
+from db.sqlite_reads import SqliteReads  # at import: a launch's first lookup must not pay for it
 from search_spaces.contract import ProblemType
 
 if TYPE_CHECKING:
     from autotuner.base.device import DeviceInfo
     from autotuner.base.registry import Op
     from autotuner.store.database import Store
-    from db.sqlite_reads import SqliteReads
 
 
 T = TypeVar("T")
@@ -120,8 +120,6 @@ class LazyStore:
 
     def _open(self) -> Store | LaunchReads:
         if not self.create:
-            from db.sqlite_reads import SqliteReads
-
             reads = SqliteReads.open(self.url)
             if reads is not None:
                 return LaunchReads(reads, self.url, self.timeout_s)
