@@ -6,6 +6,7 @@ Cases, each in a new process with a database of its own:
 
     a    the Triton tutorial's matmul under @triton.autotune (its 8-config list, key M, N, K)
     b    the same kernel under @autotuner.autotune, on_miss=tune: every new key tuned on the launching thread
+         (DYNAMIC_DEADLINE_S: stop the stream after that many seconds, and say how many calls were made)
     c    the same under @autotuner.autotune, on_miss=nearest, after a pow2 sweep of M (1..8192, 14 points) tuned
          with `autotuner tune ... --shape M=1-8192:pow2,N=4096,K=4096` from recorded calls: nothing tuned inline
     lib  autotuner.matmul after `autotuner tune matmul --M 1-8192:pow2 --N 4096 --K 4096` (pow2 buckets of M),
@@ -101,13 +102,18 @@ class Operands:
         return c
 
 
-def run_stream(ms: list[int], call: Any) -> float:
+def run_stream(ms: list[int], call: Any, deadline_s: float | None = None) -> tuple[float, int]:
+    """The stream's wall time and the calls made: all of them, or those made before `deadline_s` ran out."""
     sync()
     t0 = time.perf_counter()
+    done = 0
     for m in ms:
         call(m)
+        done += 1
+        if deadline_s is not None and time.perf_counter() - t0 > deadline_s:
+            break
     sync()
-    return time.perf_counter() - t0
+    return time.perf_counter() - t0, done
 
 
 def list_regret(ops: Operands, chosen: dict[int, dict[str, Any]], rounds: int = 5) -> list[dict[str, Any]]:
@@ -144,7 +150,7 @@ def summary(regrets: list[dict[str, Any]]) -> dict[str, float]:
 def case_a(ms: list[int], picks: list[int]) -> dict[str, Any]:
     ops = Operands()
     theirs = triton.autotune(configs=get_autotune_config(), key=["M", "N", "K"])(triton.jit(matmul_kernel.fn.fn))
-    wall = run_stream(ms, lambda m: ops.launch(theirs, m))
+    wall, _ = run_stream(ms, lambda m: ops.launch(theirs, m))
     chosen = {}
     for key, config in theirs.cache.items():
         if key[0] in picks:
@@ -169,11 +175,12 @@ def _decorated_case(ms: list[int], picks: list[int], kernel: Any) -> dict[str, A
             resolve_s.append(time.perf_counter() - t0)
 
     autotuned.resolve_miss = timed_resolve  # the name Autotuned calls
-    wall = run_stream(ms, lambda m: ops.launch(kernel, m))
+    deadline = float(os.environ["DYNAMIC_DEADLINE_S"]) if os.environ.get("DYNAMIC_DEADLINE_S") else None
+    wall, done = run_stream(ms, lambda m: ops.launch(kernel, m), deadline)
     kinds = [s.split()[0] for s in kernel.sources.values()]  # exact, nearest, default, tuned (here), stale
     chosen = {key[0]: dict(entry[0]) for key, entry in kernel.cache.items() if key[0] in picks}
     regrets = list_regret(ops, chosen)
-    return {"wall_s": wall, "inline_tunings": kinds.count("tuned"), "keys": len(kinds),
+    return {"wall_s": wall, "calls_done": done, "inline_tunings": kinds.count("tuned"), "keys": len(kinds),
             "sources": {k: kinds.count(k) for k in sorted(set(kinds))},
             "resolve_ms": {"first": resolve_s[0] * 1e3, **{f"p{q}": quantile(resolve_s[1:], q / 100) * 1e3
                                                             for q in (50, 90, 99)}, "max_after_first":
@@ -216,7 +223,7 @@ def case_lib(ms: list[int], picks: list[int]) -> dict[str, Any]:
         return res
 
     lookup.Resolver.resolve = counted  # type: ignore[method-assign]
-    wall = run_stream(ms, lambda m: autotuner.matmul(ops.a[:m], ops.b))
+    wall, _ = run_stream(ms, lambda m: autotuner.matmul(ops.a[:m], ops.b))
     lookup.Resolver.resolve = real  # type: ignore[method-assign]
     # the own best of each sampled M: a 64-trial tuning of it, after the stream
     db = os.environ["AUTOTUNER_DB_URL"]
@@ -304,7 +311,9 @@ def main() -> None:
             env["AUTOTUNER_ON_MISS"] = "nearest"
         result = {**in_process(case, env, args.calls, args.sample), **extra}
         (args.out / f"dynamic_{case}.json").write_text(json.dumps(result, indent=1, default=str))
-        print(f"{case}: stream {result['wall_s']:.1f} s, {result['inline_tunings']} inline tunings, regret geomean "
+        cut = f" (stopped at DYNAMIC_DEADLINE_S after {result['calls_done']} calls)" \
+            if result.get("calls_done", args.calls) < args.calls else ""
+        print(f"{case}: stream {result['wall_s']:.1f} s{cut}, {result['inline_tunings']} inline tunings, regret geomean "
               f"{result['geomean_regret']:+.2%} worst {result['worst_regret']:+.2%} over {result['sampled']} M"
               + (f", sweep {extra['sweep_s']:.0f} s ({extra['sweep_points']} points)" if extra else ""), flush=True)
 

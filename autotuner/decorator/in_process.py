@@ -18,6 +18,7 @@ from autotuner.decorator.keys import Miss
 from autotuner.engine.measure import InOrderMeasurer
 from autotuner.engine.outcome import Outcome, classify, short_error
 from autotuner.engine.timing import Timing, time_fn
+from autotuner.engine.trial_process import QUICK_SCALE
 from autotuner.launch.lookup import resolver
 from kernels._backend import interpreting
 from search_spaces.space import config_key
@@ -31,7 +32,8 @@ REFERENCE_TRIES = 8  # configs of the list tried in turn for the reference outpu
 
 class CallMeasurer(InOrderMeasurer):
     """Measures configs in this process on a launch's own arguments, as triton.autotune does: hooks around each
-    launch, `do_bench` (or the engine's timing), and a check of the outputs against the reference."""
+    launch, `do_bench` (or the engine's timing: briefly in the search, as long as it takes to rank a config, the
+    finalists again in the re-time's rounds), and a check of the outputs against the reference."""
 
     def __init__(self, view: EngineView, miss: Miss) -> None:
         self.view, self.miss = view, miss
@@ -71,24 +73,26 @@ class CallMeasurer(InOrderMeasurer):
         if not verdict.ok:
             return Outcome("wrong_result", compile_s=compile_s, error=verdict.message)
         try:
-            timing = self._time(lambda: self._run(config, capture=False))
+            timing = self._time(lambda: self._run(config, capture=False), QUICK_SCALE)
         except Exception as exc:
             return Outcome(classify(exc), compile_s=compile_s, error=short_error(exc))
         return Outcome("ok", timing=timing, compile_s=compile_s)
 
-    def time(self, config: dict[str, Any]) -> Outcome:
+    def time(self, config: dict[str, Any], scale: float = 1.0) -> Outcome:
         try:
-            return Outcome("ok", timing=self._time(lambda: self._run(config, capture=False)))
+            return Outcome("ok", timing=self._time(lambda: self._run(config, capture=False), scale))
         except Exception as exc:
             return Outcome(classify(exc), error=short_error(exc))
 
-    def _time(self, fn: Callable[[], Any]) -> Timing:
+    def _time(self, fn: Callable[[], Any], scale: float) -> Timing:
+        """The decorator's own `do_bench` as it is given, or the engine's timing for `scale` of its full warm-up and
+        repetitions (the decorator's `warmup` and `rep`, else the engine's)."""
         spec = self.view.spec
         if spec.do_bench is not None:
             r = spec.do_bench(fn, quantiles=(0.5, 0.2, 0.8))
             ms = list(r) if isinstance(r, (list, tuple)) else [float(r)] * 3
             return Timing(float(ms[0]), float(ms[1]), float(ms[2]), 0, "do_bench (the decorator's)")
-        return time_fn(fn, interpreting(), spec.warmup_ms or 25.0, spec.rep_ms or 100.0)
+        return time_fn(fn, interpreting(), (spec.warmup_ms or 25.0) * scale, (spec.rep_ms or 100.0) * scale)
 
 
 def untried(view: EngineView, store: Any, miss: Miss) -> bool:

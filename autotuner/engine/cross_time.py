@@ -18,11 +18,11 @@ from autotuner.base.device import DeviceInfo
 from autotuner.base.registry import Op
 from autotuner.base.settings import Settings
 from autotuner.engine.runner import TrialRunner
-from autotuner.engine.trial_process import WorkerSpec
+from autotuner.engine.trial_process import QUICK_SCALE, WorkerSpec
 from search_spaces.contract import ProblemType
 from search_spaces.space import Config, config_key
 
-ROUNDS = 3  # interleaved rounds per point; each config keeps the median of its rounds
+ROUNDS = 3  # interleaved rounds per point, each 1/ROUNDS of a full timing; each config keeps its rounds' median
 REACH = 1  # a winner is timed on the points this many steps away on either side (and on its own)
 
 
@@ -72,10 +72,10 @@ def _on_point(op: Op, problems: list[ProblemType], winners: list[Config | None],
     runner.use(WorkerSpec(op.name, dataclasses.asdict(on), (*settings.plugins, *op.imports),
                           None if device.is_interpreter else int(device.torch_device.split(":")[1]),
                           settings.warmup_ms, settings.rep_ms), settings.trial_timeout_s)
-    times: dict[str, list[float]] = {k: [] for k, c in valid.items() if runner.measure(c).status == "ok"}
+    times: dict[str, list[float]] = {k: [] for k, c in valid.items() if runner.measure(c, QUICK_SCALE).status == "ok"}
     for _ in range(rounds):  # interleaved: drift hits every config alike
         for key in list(times):
-            outcome = runner.time(valid[key])
+            outcome = runner.time(valid[key], 1.0 / rounds)
             if outcome.status == "ok" and outcome.timing is not None:
                 times[key].append(outcome.timing.median_ms)
             else:

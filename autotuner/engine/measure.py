@@ -20,7 +20,7 @@ from autotuner.engine.compile_pool import CompilePool
 from autotuner.engine.outcome import Outcome
 from autotuner.engine.runner import TrialRunner
 from autotuner.engine.timing import Timing
-from autotuner.engine.trial_process import WorkerSpec
+from autotuner.engine.trial_process import QUICK_SCALE, WorkerSpec
 from search_spaces.space import Config, config_key
 
 if TYPE_CHECKING:  # (not at run time: the decorator imports this module, and the search brings Optuna)
@@ -46,22 +46,19 @@ class Measurer(Protocol):
         is done, waiting for one if none is; one slow compile does not hold up the others)."""
 
     def measure(self, config: Config) -> Outcome:
-        """Check and time one config."""
+        """Check one config and time it as long as it takes to rank it (a brief timing on a GPU)."""
 
-    def time(self, config: Config) -> Outcome:
-        """Time a config measured before again, in full (the re-timing rounds)."""
+    def time(self, config: Config, scale: float = 1.0) -> Outcome:
+        """Time a config measured before again, for `scale` of a full timing (a round of the re-time)."""
 
 
 class LiveMeasurer:
     """Real launches: one trial worker process, and a compile pool ahead of it when `compile_workers` > 1.
 
-    On a GPU each config is first timed briefly (trial_process.QUICK_SCALE of the full warm-up and repetitions), and
-    timed in full only when that brief time is within FULL_MARGIN of the best full time so far: a brief timing
-    is a hundred or more runs of a kernel that takes a tenth of a millisecond or more, a config 5% slower than
-    the best by it is not the winner, and the re-timing rounds time the finalists in full again.
+    On a GPU the search times each config briefly (trial_process.QUICK_SCALE of the full warm-up and repetitions:
+    ten or more runs, a hundred or more of a kernel that takes a tenth of a millisecond), which ranks it; the
+    configs close to the best are timed again in the re-time's interleaved rounds before one is chosen.
     """
-
-    FULL_MARGIN = 0.05
 
     def __init__(self, spec: WorkerSpec, trial_timeout_s: float, compile_workers: int,
                  kept: KeptProcesses | None = None) -> None:
@@ -73,10 +70,9 @@ class LiveMeasurer:
             self.runner, self.pool = kept.for_problem(spec, trial_timeout_s, compile_workers)
         self.trial_timeout_s = trial_timeout_s
         self._ahead: dict[str, Future[Outcome | float]] = {}
-        self.quick = spec.device_index is not None  # the interpreter's wall-clock timing has no brief form
-        self._best = float("inf")
+        # the interpreter's wall-clock timing has no brief form
+        self.scale = QUICK_SCALE if spec.device_index is not None else 1.0
         self.compile_wait_s = 0.0  # time the search waited on the compile pool, measure() by measure()
-        self.full_timing_s = 0.0  # time spent timing configs near the best in full
         self._speculative: set[str] = set()  # keys in _ahead that the search has not asked for (yet)
 
     def start(self) -> Outcome:
@@ -129,21 +125,13 @@ class LiveMeasurer:
         self.compile_wait_s += time.perf_counter() - t0
         if isinstance(compiled, Outcome):  # a compile error or out of resources, found by the pool
             return compiled
-        outcome = self.runner.measure(config, quick=self.quick)
-        if self.quick and outcome.status == "ok" and outcome.timing is not None \
-                and outcome.timing.median_ms <= self._best * (1 + self.FULL_MARGIN):
-            t_full = time.perf_counter()
-            full = self.runner.time(config)
-            self.full_timing_s += time.perf_counter() - t_full
-            if full.status == "ok" and full.timing is not None:
-                outcome = Outcome("ok", timing=full.timing, compile_s=outcome.compile_s)
-                self._best = min(self._best, full.timing.median_ms)
+        outcome = self.runner.measure(config, self.scale)
         if isinstance(compiled, float):  # the pool's first launch holds the compile time
             outcome = dataclasses.replace(outcome, compile_s=compiled)
         return outcome
 
-    def time(self, config: Config) -> Outcome:
-        return self.runner.time(config)
+    def time(self, config: Config, scale: float = 1.0) -> Outcome:
+        return self.runner.time(config, scale)
 
     def close(self) -> None:
         if self.kept is not None:  # the processes outlive this tuning, unless stopped mid-trial
@@ -253,7 +241,7 @@ class TableMeasurer(InOrderMeasurer):
             return Outcome("crash", error="failed when the landscape was recorded")
         return Outcome("ok", timing=Timing(ms, ms, ms, 1, "landscape"))
 
-    def time(self, config: Config) -> Outcome:
+    def time(self, config: Config, scale: float = 1.0) -> Outcome:
         return self.measure(config)
 
 

@@ -144,13 +144,13 @@ class TrialRunner:
             self._kill()
         return outcome
 
-    def measure(self, config: dict[str, Any], quick: bool = False) -> Outcome:
-        """Check a config against the reference and time it (briefly, with `quick`)."""
-        return self._ask("measure", (config, quick))
+    def measure(self, config: dict[str, Any], scale: float = 1.0) -> Outcome:
+        """Check a config against the reference and time it (`scale` of the full warm-up and repetitions)."""
+        return self._ask("measure", (config, scale))
 
-    def time(self, config: dict[str, Any]) -> Outcome:
-        """Time a config checked before, fully."""
-        return self._ask("time", config)
+    def time(self, config: dict[str, Any], scale: float = 1.0) -> Outcome:
+        """Time a config checked before (`scale` of the full warm-up and repetitions)."""
+        return self._ask("time", (config, scale))
 
     def baseline(self) -> Outcome:
         return self._ask("baseline", None)

@@ -14,8 +14,9 @@ from typing import Any
 from autotuner.engine.outcome import Outcome, classify, short_error
 from autotuner.engine.timing import Timing
 
-# A quick timing (the first look at a config) warms up and repeats for this share of the full timing's
-# milliseconds; a config close to the best so far is then timed in full (autotuner.engine.measure.LiveMeasurer).
+# The search's timing of a config (its first look) warms up and repeats for this share of the full timing's
+# milliseconds: enough to rank it; the configs close to the best are then timed again, interleaved, before one is
+# chosen (autotuner.engine.tuner's re-time).
 QUICK_SCALE = 0.2
 
 
@@ -79,20 +80,19 @@ class Bench:
         if not self.device.is_interpreter:
             self.torch.cuda.synchronize()
 
-    def _time(self, fn: Any, quick: bool = False) -> Timing:
+    def _time(self, fn: Any, scale: float = 1.0) -> Timing:
         from autotuner.engine.timing import time_fn
 
-        scale = QUICK_SCALE if quick else 1.0
         return time_fn(fn, self.device.is_interpreter, self.spec.warmup_ms * scale, self.spec.rep_ms * scale)
 
-    def time_only(self, config: dict[str, Any]) -> Outcome:
-        """A full timing of a config measured (and checked) before."""
+    def time_only(self, config: dict[str, Any], scale: float = 1.0) -> Outcome:
+        """A timing of a config measured (and checked) before: `scale` of the full warm-up and repetitions."""
         try:
-            return Outcome("ok", timing=self._time(lambda: self.op.run(self.inputs, config)))
+            return Outcome("ok", timing=self._time(lambda: self.op.run(self.inputs, config), scale))
         except Exception as exc:
             return Outcome(classify(exc), error=short_error(exc))
 
-    def measure(self, config: dict[str, Any], quick: bool = False) -> Outcome:
+    def measure(self, config: dict[str, Any], scale: float = 1.0) -> Outcome:
         from kernels._checks import poison_outputs
 
         t0 = time.perf_counter()
@@ -109,7 +109,7 @@ class Bench:
         if not verdict.ok:
             return Outcome("wrong_result", compile_s=compile_s, error=verdict.message)
         try:
-            timing = self._time(lambda: self.op.run(self.inputs, config), quick)
+            timing = self._time(lambda: self.op.run(self.inputs, config), scale)
         except Exception as exc:
             return Outcome(classify(exc), compile_s=compile_s, error=short_error(exc))
         return Outcome("ok", timing=timing, compile_s=compile_s)
@@ -190,7 +190,7 @@ def worker_main(conn: Connection, spec: WorkerSpec | None, env: dict[str, str],
         if kind == "measure":
             outcome = bench.measure(*payload)
         elif kind == "time":
-            outcome = bench.time_only(payload)
+            outcome = bench.time_only(*payload)
         else:
             outcome = bench.baseline()
         conn.send(("outcome", outcome))

@@ -39,8 +39,12 @@ from kernels._backend import interpreting
 from search_spaces.contract import ProblemType
 from search_spaces.space import Candidates, Config, config_key
 
-RETIME_TOP = 3  # the search's best few are timed again, with the default, before one is chosen
-RETIME_ROUNDS = 3  # interleaved rounds of that re-time; each config keeps the median of its rounds
+# The search's best few are timed again, with the default, before one is chosen: those within RETIME_WINDOW of the
+# best search time (the search times each config only as long as it takes to rank it), at most RETIME_TOP.
+RETIME_TOP = 4
+RETIME_WINDOW = 0.05
+# Interleaved rounds of that re-time, each 1/RETIME_ROUNDS of a full timing; a config keeps its rounds' median.
+RETIME_ROUNDS = 3
 # A config replaces the default only when its re-time beats the default's by more than this fraction: a single
 # re-time once stored configs a hair ahead of the default that interleaved rounds then found behind it
 # (benchmarks/RESULTS.md#behind-the-code).
@@ -85,13 +89,14 @@ def _compile_workers(settings: Settings, device: DeviceInfo, op: Op, problem: Pr
 
 def _retime(measurer: Measurer, configs: list[Config], rounds: int, observer: TuneObserver,
             result: TuneResult) -> dict[str, float]:
-    """Median time of each config over interleaved rounds, by config key; a config that fails once is left out."""
+    """Median time of each config over interleaved rounds (each 1/rounds of a full timing), by config key; a
+    config that fails once is left out."""
     times: dict[str, list[float]] = {config_key(c): [] for c in configs}
     for _ in range(rounds):
         for config in configs:
             key = config_key(config)
             if key in times:
-                outcome = measurer.time(config)
+                outcome = measurer.time(config, 1.0 / rounds)
                 if outcome.status == "ok" and outcome.timing:
                     times[key].append(outcome.timing.median_ms)
                 else:
@@ -206,19 +211,20 @@ def _search(t: _Tuning) -> None:
                    batch=max(1, t.compile_workers), on_trial=on_trial, spent=result.phases)
         if isinstance(t.measurer, LiveMeasurer):
             result.phases["compile_wait_s"] = t.measurer.compile_wait_s
-            result.phases["full_timing_s"] = t.measurer.full_timing_s
     if t.known and result.best_config is None and search.best(1):
         result.best_config, result.best_ms = search.best(1)[0]
     result.phases["compile_s"] = sum(r.compile_s or 0.0 for r in result.trials)
 
 
 def _retime_configs(t: _Tuning) -> list[Config]:
-    """The search's best few and the default, unless the configs were measured before (`Plan.reuse`)."""
+    """The search's best few (within RETIME_WINDOW of its best, at most RETIME_TOP) and the default, unless the
+    configs were measured before (`Plan.reuse`). A lone finalist that is the default needs no re-time."""
     assert t.search is not None
-    retime = [c for c, _ in t.search.best(RETIME_TOP)] if not t.known else []
+    best = t.search.best(RETIME_TOP) if not t.known else []
+    retime = [c for c, ms in best if ms <= best[0][1] * (1 + RETIME_WINDOW)]
     if t.result.default_ms is not None and t.default not in retime and retime:
         retime.append(t.default)
-    return retime
+    return retime if len(retime) > 1 else []
 
 
 def _retime_and_pick(t: _Tuning, configs: list[Config]) -> None:
