@@ -32,6 +32,8 @@ FROM best_configs AS b JOIN devices AS d ON b.device_id = d.id
 WHERE b.op = ? AND d.key = ? AND b.problem_key = ?
 ORDER BY b.id"""
 BEST_ROWS_OF_OP = BEST_ROWS.replace(" AND b.problem_key = ?", "")
+DEVICE_KEYS = """
+SELECT DISTINCT d.key FROM best_configs AS b JOIN devices AS d ON b.device_id = d.id WHERE b.op = ? ORDER BY d.key"""
 TRIAL_TIMES = """
 SELECT t.config_key, t.config, t.status, t.median_ms, t.retimed_ms
 FROM trials AS t JOIN tuning_runs AS r ON t.run_id = r.id JOIN devices AS d ON r.device_id = d.id
@@ -120,6 +122,10 @@ class SqliteReads:
         return [SimpleNamespace(id=r[0], op=r[1], problem_key=r[2], problem=_json(r[3]), kernel_hash=r[4],
                                 triton_version=r[5], config=_json(r[6]), median_ms=r[7], default_ms=r[8],
                                 torch_ms=r[9], run_id=r[10], updated_at=_datetime(r[11])) for r in rows]
+
+    def device_keys(self, *, op: str) -> list[str]:
+        """The devices that hold stored bests of one op."""
+        return [r[0] for r in self._query(DEVICE_KEYS, (op,))]
 
     def sweeps(self, *, op: str) -> list[SimpleNamespace]:
         """repository.list_sweeps of one op: its sweeps, oldest first, columns by name."""

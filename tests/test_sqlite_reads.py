@@ -211,3 +211,30 @@ def test_a_job_queued_through_sqlite3_is_the_job_the_store_queues(filled):
     assert a.pop("id") != b.pop("id") and a == b
     claimed, _ = store.claim_job("w")  # the worker takes it as any other
     assert claimed is not None and claimed.id == ids[0]
+
+
+def test_held_rows_are_read_ahead_and_read_again_in_the_background(filled, monkeypatch):
+    """`warm` reads what a first nearest lookup reads (a kernel prepared ahead of its launch), so that lookup reads
+    nothing; past OP_ROWS_S the held rows answer while the refresh reads them again, and the next lookup sees what
+    was stored meanwhile."""
+    url, op, device, _, _ = filled
+    refreshes: list = []
+    launch = LaunchReads(SqliteReads.open(url), url, None, refresh=refreshes.append)
+    launch.warm(op)
+    read: list = []
+    real = launch.reads.best_rows
+    monkeypatch.setattr(launch.reads, "best_rows", lambda **kw: read.append(kw) or real(**kw))
+    new = op.parse_problem("40x100", "float32")
+    assert launch.nearest(op=op, problem=new, device=device)[0][0].key == "32x100:float32"
+    assert read == []  # held since `warm`
+
+    Store(url).save_best(op=op, problem=op.parse_problem("44x100", "float32"), device=device,
+                         config={"BLOCK_N": 128, "num_warps": 4}, median_ms=0.6, default_ms=None, torch_ms=None,
+                         run_id=None)
+    launch._reads_held = {k: (0.0, v) for k, (_, v) in launch._reads_held.items()}  # every held read expired
+    assert launch.nearest(op=op, problem=new, device=device)[0][0].key == "32x100:float32"  # the held rows answer
+    assert read == [] and len(refreshes) == 1
+    refreshes.pop()()  # what the background thread runs
+    assert len(read) == 1
+    assert launch.nearest(op=op, problem=new, device=device)[0][0].key == "44x100:float32"
+    assert len(read) == 1 and refreshes == []  # read again, held for the next OP_ROWS_S

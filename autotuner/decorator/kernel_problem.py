@@ -24,6 +24,7 @@ from search_spaces.problem import ProblemBase, ProblemError
 
 KEY_VALUE = r"[A-Za-z_][A-Za-z0-9_]*=[A-Za-z0-9_.+\"-]{1,40}"  # the same in Python and ECMA regexes
 SHAPE_PATTERN = f"^{KEY_VALUE}(,{KEY_VALUE})*$|^$"
+_SHAPE = re.compile(SHAPE_PATTERN)  # compiled at import: a launch's first miss parses shapes
 SCALARS = (int, float, bool, str, type(None))
 
 
@@ -70,7 +71,7 @@ class KernelProblem(ProblemBase):
     @classmethod
     def parse(cls, shape: object, dtype: object = "", call: dict[str, Any] | None = None) -> KernelProblem:
         text = str(shape).strip()
-        if text and not re.match(SHAPE_PATTERN, text):
+        if text and not _SHAPE.match(text):
             raise ProblemError(f"bad key {shape!r}; expected {cls.layout}")
         values = tuple((k, _parse_value(v)) for k, v in (part.split("=", 1) for part in text.split(",") if part))
         dtypes = tuple(d for d in str(dtype).split(",") if d) if dtype else ()

@@ -18,6 +18,8 @@ worker arrives.
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -98,12 +100,23 @@ def nearest_answer(view: EngineView, miss: Miss) -> Answer:
                   False)
 
 
-def _grids(miss: Miss, candidates: list[dict[str, Any]]) -> dict[str, tuple[int, ...]]:
+def _grids(miss: Miss, candidates: list[dict[str, Any]], pause: Callable[[], None]) -> dict[str, tuple[int, ...]]:
     out = {}
     for c in candidates:
         g = miss.grid({**miss.named, **miss.kwargs, **c}) if callable(miss.grid) else miss.grid
         out[config_key(c)] = tuple(int(x) for x in g)
+        pause()
     return out
+
+
+def _no_pause() -> None:
+    pass
+
+
+def _let_launches_run() -> None:
+    """Give up the GIL for a moment: on a background thread, between steps, so that a launching thread waiting
+    for it takes it now rather than after the interpreter's switch interval (5 ms)."""
+    time.sleep(0)
 
 
 def record(view: EngineView, miss: Miss, *, background: bool = False) -> None:
@@ -113,12 +126,19 @@ def record(view: EngineView, miss: Miss, *, background: bool = False) -> None:
     if r.queued(view.op, miss.problem, miss.device):
         return
 
+    pause = _let_launches_run if background else _no_pause
+
     def write() -> None:
         spec = view.spec
         try:
+            pause()
             candidates = spec.space.candidates(miss.problem, miss.device)
-            call = record_call(spec.keys.arg_names, miss.named, _grids(miss, candidates))
-            r.queue(view.op, spec.keys.problem(miss.named, call), miss.device)
+            pause()
+            call = record_call(spec.keys.arg_names, miss.named, _grids(miss, candidates, pause))
+            pause()
+            problem = spec.keys.problem(miss.named, call)
+            pause()
+            r.queue(view.op, problem, miss.device)
         except Exception as exc:  # recording must never stop a launch
             log.warning("autotuner: could not record %s %s: %s", spec.name, miss.problem.key, exc)
 

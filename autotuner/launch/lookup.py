@@ -37,7 +37,7 @@ from autotuner.base.registry import Op, get_op
 from autotuner.base.settings import Settings
 from autotuner.store.interfaces import ResultReader
 from autotuner.store.lazy import LaunchReads, LazyStore
-from autotuner.store.regret import prefer_measured
+from autotuner.store.regret import prefer_measured, sweep_points
 from autotuner.store.stored_best import StoredBest
 from search_spaces.contract import ProblemType
 
@@ -176,7 +176,7 @@ class Resolver:
 
     def __init__(self, settings: Settings | None = None) -> None:
         self.settings = settings or Settings()
-        self.store = LazyStore(self.settings.db_url, create=False, retry_s=RECHECK_S)
+        self.store = LazyStore(self.settings.db_url, create=False, retry_s=RECHECK_S, refresh=self.in_background)
         self.service = Service(self.settings.url)
         self._queued: set[tuple[str, str, str]] = set()
         self._lock = threading.Lock()
@@ -336,8 +336,12 @@ def _prepare_queued() -> None:
                     if _RESOLVER is None:  # else one was set or built meanwhile: it stays
                         _RESOLVER, _AHEAD_ENV = ahead, env
             if _RESOLVER is not None:
-                _RESOLVER.store.peek()
+                store = _RESOLVER.store.peek()[0]
                 _RESOLVER.start_background()  # a miss's queueing then starts no thread on the launching one
+                if op is not None and isinstance(store, LaunchReads):
+                    store.warm(op)
+                    for sweep in store.sweeps(op=op.name):
+                        sweep_points(op, sweep)  # parsed once per process
             if op is not None:
                 op.kernel_hash  # noqa: B018  (a cached property: computed once, here)
         except Exception as exc:  # readying is an optimisation: the launch does it itself if this fails

@@ -24,18 +24,23 @@ if TYPE_CHECKING:
 
 
 T = TypeVar("T")
-OP_ROWS_S = 5.0  # a launching process reads an op's results for its nearest lookups at most this often
+# A launching process reads an op's results for its nearest lookups at most this often; past it, the rows held are
+# served while a background thread reads them again (the launching thread reads only what it never read before).
+OP_ROWS_S = 5.0
 
 
 class LaunchReads:
     """A launching process's reads: `best` and `trial_times` as Store answers them, through sqlite3; every other
     attribute is the full Store's (opened for reads on first use)."""
 
-    def __init__(self, reads: SqliteReads, url: str | None, timeout_s: float | None) -> None:
+    def __init__(self, reads: SqliteReads, url: str | None, timeout_s: float | None,
+                 refresh: Callable[[Callable[[], None]], None] | None = None) -> None:
         self.reads, self.url, self.timeout_s = reads, url, timeout_s
+        self.refresh = refresh  # runs a read of held rows elsewhere (the resolver's background thread); None: here
         self._full: Store | None = None
         self._lock = threading.Lock()
         self._reads_held: dict[tuple[Any, ...], tuple[float, Any]] = {}  # what is read at most once per OP_ROWS_S
+        self._refreshing: set[tuple[Any, ...]] = set()
 
     @property
     def full(self) -> Store:
@@ -60,11 +65,24 @@ class LaunchReads:
                 any_options: bool = False) -> list[tuple[ProblemType, StoredBest]]:
         """Store.nearest: the current stored bests of the nearest tuned problems on this device. The op's current
         results are read once per OP_ROWS_S (a process meeting many new keys ranks them in memory; a result
-        stored meanwhile is seen within that time)."""
-        current = self._held(("nearest", op.name, device.key, kernel_hash, triton_version), lambda: current_problems(
-            op, self.reads.best_rows(op=op.name, device_key=device.key), kernel_hash=kernel_hash,
-            triton_version=triton_version))
+        stored meanwhile is seen within that time and one background read)."""
+        current = self._current(op, device.key, kernel_hash, triton_version)
         return [(p, r) for _, p, r in rank(problem, current, any_options)[:limit]]
+
+    def _current(self, op: Op, device_key: str, kernel_hash: str | None = None,
+                 triton_version: str | None = None) -> list[tuple[ProblemType, StoredBest]]:
+        return self._held(("nearest", op.name, device_key, kernel_hash, triton_version), lambda: current_problems(
+            op, self.reads.best_rows(op=op.name, device_key=device_key), kernel_hash=kernel_hash,
+            triton_version=triton_version))
+
+    def warm(self, op: Op) -> None:
+        """Read now what a first nearest lookup of `op` reads (its results, sweeps and their cross timings, on each
+        device that has results of it), so that lookup finds them held (a kernel prepared ahead of its launch)."""
+        sweeps = self.sweeps(op=op.name)
+        for device_key in self.reads.device_keys(op=op.name):
+            self._current(op, device_key)
+            for s in sweeps:
+                self.cross_timings(s.id, device_key=device_key)
 
     def sweeps(self, *, op: str | None = None) -> list[SweepRow]:
         """Store.sweeps of one op, through sqlite3 (read at most once per OP_ROWS_S)."""
@@ -80,10 +98,26 @@ class LaunchReads:
             cross_timing_row(c) for c in self.reads.cross_timings(sweep_id=sweep_id, device_key=device_key)])
 
     def _held(self, key: tuple[Any, ...], read: Callable[[], list[T]]) -> list[T]:
+        """`read()`, read at most once per OP_ROWS_S: past it, the rows held are answered while `refresh` reads
+        them again (where there is no `refresh`, read here)."""
         held = self._reads_held.get(key)
-        if held is None or held[0] < time.monotonic():
-            held = (time.monotonic() + OP_ROWS_S, read())
-            self._reads_held[key] = held
+        if held is not None and held[0] >= time.monotonic():
+            return held[1]
+        if held is not None and self.refresh is not None:
+            with self._lock:
+                if key in self._refreshing:
+                    return held[1]
+                self._refreshing.add(key)
+
+            def again() -> None:
+                try:
+                    self._reads_held[key] = (time.monotonic() + OP_ROWS_S, read())
+                finally:
+                    self._refreshing.discard(key)
+
+            self.refresh(again)
+            return held[1]
+        held = self._reads_held[key] = (time.monotonic() + OP_ROWS_S, read())
         return held[1]
 
     def queue_job(self, *, op: str, shape: str, dtype: str, options: dict[str, Any], strategy: str = "tpe",
@@ -108,8 +142,10 @@ class LazyStore:
     database; `get` raises it, `peek` hands it back as text. `create=False` (a launching process's lookups) on a
     plain SQLite file at this code's schema gives LaunchReads."""
 
-    def __init__(self, url: str | None, *, create: bool, retry_s: float, timeout_s: float | None = None) -> None:
+    def __init__(self, url: str | None, *, create: bool, retry_s: float, timeout_s: float | None = None,
+                 refresh: Callable[[Callable[[], None]], None] | None = None) -> None:
         self.url = url
+        self.refresh = refresh  # LaunchReads' background reads
         self.create = create
         self.timeout_s = timeout_s
         self.retry_s = retry_s
@@ -122,7 +158,7 @@ class LazyStore:
         if not self.create:
             reads = SqliteReads.open(self.url)
             if reads is not None:
-                return LaunchReads(reads, self.url, self.timeout_s)
+                return LaunchReads(reads, self.url, self.timeout_s, self.refresh)
         from autotuner.store.database import Store
 
         return Store(self.url, create=self.create, timeout_s=self.timeout_s)
