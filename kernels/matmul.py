@@ -14,10 +14,18 @@ tensor memory accelerator and C leaves through it, by descriptors the launcher m
 matrices. Out-of-range rows and columns load as zeros and are not stored. Where a matrix's rows are not
 16-byte aligned (or its last dimension is strided), the launcher uses the pointer kernel, with the same result.
 On an H100 the same tiles ran 1-1.5% faster through TMA than through pointers (benchmarks/RESULTS.md).
+
+Persistent TMA (TMA=2): a program per SM (at most one per tile) walks the tiles NUM_SMS apart in the same
+grouped order, so the launch and each program's set-up are paid once per SM rather than once per tile, and
+one tile's epilogue overlaps the next one's loads. TMA=3 is the same loop warp-specialized by Triton
+(`tl.range(..., warp_specialize=True)`: producer warps issue the TMA loads, consumer warps run the MMAs), with
+8 warps and 16-bit operands only: on an H100, Triton 3.6 failed to compile 4-warp tiles (a descriptor store's
+types) and float32 ones (a WGMMA shape assertion).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -34,6 +42,7 @@ DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 EPILOGUES = ("none", "bias", "bias_relu", "bias_gelu", "relu", "gelu")
 PARAMS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M")
 OPTIONAL = {"SPLIT_K": 1, "TMA": 0}  # tunable, with the value a config that leaves it out means
+TMA_KINDS = (0, 1, 2, 3)  # pointers; TMA, a tile per program; TMA, a program per SM; that, warp-specialized
 
 
 @triton.jit
@@ -157,7 +166,48 @@ def matmul_tma_kernel(
     c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], acc.to(c_desc.dtype))
 
 
+@triton.jit
+def matmul_tma_persistent_kernel(
+    a_desc, b_desc, c_desc, bias_ptr,
+    M, N, K,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    EPILOGUE: tl.constexpr,
+    UPCAST: tl.constexpr,
+    NUM_SMS: tl.constexpr,
+    WARP_SPECIALIZE: tl.constexpr,
+):
+    """One program per SM, each walking the output tiles in grouped order, NUM_SMS apart; A and B tiles come
+    through TMA descriptors and C leaves through one. With WARP_SPECIALIZE, Triton splits the tile loop into
+    warps that load and warps that multiply (Hopper and later)."""
+    num_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
+    k_tiles = tl.cdiv(K, BLOCK_K)
+    for tile in tl.range(tl.program_id(0), num_tiles, NUM_SMS, flatten=False, warp_specialize=WARP_SPECIALIZE):
+        pid_m, pid_n = _grouped_tile(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        off_m = pid_m * BLOCK_M
+        off_n = pid_n * BLOCK_N
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for k in range(k_tiles):
+            a = a_desc.load([off_m, k * BLOCK_K])
+            b = b_desc.load([k * BLOCK_K, off_n])
+            if UPCAST:
+                a = a.to(tl.float32)
+                b = b.to(tl.float32)
+            acc = tl.dot(a, b, acc)
+        acc = _epilogue(acc, bias_ptr, off_n + tl.arange(0, BLOCK_N), N, EPILOGUE)
+        c_desc.store([off_m, off_n], acc.to(c_desc.dtype))
+
+
 _COUNTERS: dict[tuple[str, int], torch.Tensor] = {}
+_SMS: dict[str, int] = {}
+
+
+def _sm_count(device: torch.device) -> int:
+    """The device's SM count (the persistent kernel's grid), asked once per device."""
+    key = str(device)
+    if key not in _SMS:
+        _SMS[key] = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else \
+            os.cpu_count() or 1  # the interpreter's, as autotuner.base.device counts it
+    return _SMS[key]
 
 
 def _tile_counters(device: torch.device, tiles: int) -> torch.Tensor:
@@ -218,16 +268,25 @@ def prepare(
     dtype, device = a.dtype, a.device
     tiles = triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"])
     split = cfg["SPLIT_K"]
-    if cfg["TMA"] not in (0, 1):
-        raise ValueError(f"matmul: config['TMA'] must be 0 or 1, got {cfg['TMA']}")
+    if cfg["TMA"] not in TMA_KINDS:
+        raise ValueError(f"matmul: config['TMA'] must be one of {', '.join(map(str, TMA_KINDS))} (0 pointers, 1 TMA, "
+                         f"2 persistent TMA, 3 persistent TMA warp-specialized), got {cfg['TMA']}")
     if cfg["TMA"] and split > 1:
-        raise ValueError(f"matmul: TMA=1 works with SPLIT_K=1 only, got SPLIT_K={split}")
+        raise ValueError(f"matmul: TMA={cfg['TMA']} works with SPLIT_K=1 only, got SPLIT_K={split}")
+    if cfg["TMA"] == 3 and (cfg["num_warps"] != 8 or dtype == torch.float32):
+        raise ValueError(f"matmul: TMA=3 (warp-specialized) takes 8 warps and float16 or bfloat16 operands, got "
+                         f"{cfg['num_warps']} warps and {dtype}: Triton 3.6 fails to compile the others on Hopper")
     warps = dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
     if cfg["TMA"] and _tma_ready(a, b) and (N * a.element_size()) % 16 == 0:  # C is new: its rows align as N does
         bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
-        tma = Launcher(matmul_tma_kernel, (tiles,), dict(
-            BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg["GROUP_M"], EPILOGUE=EPILOGUES.index(epilogue),
-            UPCAST=dot_needs_upcast(dtype), **warps))
+        common = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg["GROUP_M"], EPILOGUE=EPILOGUES.index(epilogue),
+                      UPCAST=dot_needs_upcast(dtype), **warps)
+        if cfg["TMA"] == 1:
+            tma = Launcher(matmul_tma_kernel, (tiles,), common)
+        else:
+            sms = _sm_count(device)
+            tma = Launcher(matmul_tma_persistent_kernel, (min(sms, tiles),),
+                           dict(common, NUM_SMS=sms, WARP_SPECIALIZE=cfg["TMA"] == 3))
 
         def launch_tma(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
             c = new_output((M, N), dtype, device)

@@ -154,11 +154,23 @@ def _grouping(c: Config, p: MatmulProblem, d: DeviceLimits) -> str | None:
     return None
 
 
+def _persistent(c: Config, p: MatmulProblem, d: DeviceLimits) -> str | None:
+    if c["TMA"] < 2:
+        return None
+    if c["TMA"] == 3 and (c["num_warps"] != 8 or p.dtype == "float32"):
+        return "TMA=3 (warp-specialized) takes 8 warps and float16 or bfloat16: Triton 3.6 fails to compile the others"
+    tiles = -(-p.M // c["BLOCK_M"]) * -(-p.N // c["BLOCK_N"])
+    if tiles <= d.sm_count:
+        return (f"TMA={c['TMA']} (a program per SM): {tiles} output tiles for {d.sm_count} SMs give every program "
+                "one tile, as TMA=1 does")
+    return None
+
+
 def _split_k(c: Config, p: MatmulProblem, d: DeviceLimits) -> str | None:
     if c["SPLIT_K"] == 1:
         return None
     if c["TMA"]:
-        return f"SPLIT_K={c['SPLIT_K']}: TMA=1 works with SPLIT_K=1 only"
+        return f"SPLIT_K={c['SPLIT_K']}: TMA={c['TMA']} works with SPLIT_K=1 only"
     tiles = -(-p.M // c["BLOCK_M"]) * -(-p.N // c["BLOCK_N"])
     if tiles >= d.sm_count:
         return f"SPLIT_K={c['SPLIT_K']}: {tiles} output tiles already fill the device's {d.sm_count} SMs"
@@ -183,12 +195,14 @@ def default(p: MatmulProblem, d: DeviceLimits) -> Config:
 
 def seeds(p: MatmulProblem, d: DeviceLimits) -> list[Config]:
     """On Hopper GPUs, the 128x256x64 tiles that won every large problem of the H100 suite, through TMA and
-    through pointers (benchmarks/RESULTS.md), measured right after the default; the ones a problem rules out
-    (tiles larger than it, shared memory) are dropped."""
+    through pointers (benchmarks/RESULTS.md), and the same tiles persistent (with and without warp
+    specialization), measured right after the default; the ones a problem rules out (tiles larger than it,
+    shared memory, too few tiles to persist over) are dropped."""
     if not hopper(d):
         return []
     big = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8, "SPLIT_K": 1, "num_warps": 8, "num_stages": 3}
-    return [{**big, "TMA": 1}, {**big, "TMA": 0}, {**big, "TMA": 0, "num_stages": 4}]
+    return [{**big, "TMA": 1}, {**big, "TMA": 0}, {**big, "TMA": 0, "num_stages": 4}, {**big, "TMA": 2},
+            {**big, "TMA": 3}]
 
 
 SPACE: Space[MatmulProblem] = Space(
@@ -198,12 +212,12 @@ SPACE: Space[MatmulProblem] = Space(
         Param("BLOCK_K", (32, 64, 128)),
         Param("GROUP_M", (1, 8)),
         Param("SPLIT_K", (1, 2, 4, 8), implied=1),
-        Param("TMA", (0, 1), implied=0),
+        Param("TMA", (0, 1, 2, 3), implied=0),  # pointers, TMA, persistent TMA, that warp-specialized
         Param("num_warps", (4, 8)),
         Param("num_stages", (2, 3, 4, 5)),
     ),
     constraints=(_fits_smem, _tile_vs_problem, _warps_vs_tile, _accumulator_fits_registers, _grouping, _split_k,
-                 tma_needs_hopper),
+                 _persistent, tma_needs_hopper),
     default_fn=default,
     seeds_fn=seeds,
 )

@@ -200,10 +200,10 @@ def _order(v: Any) -> tuple[str, Any]:
 
 
 def tma_needs_hopper(c: Config, p: Any, d: DeviceLimits) -> str | None:
-    """Constraint of spaces with a TMA parameter: TMA=1 needs compute capability 9.0 (or the interpreter)."""
+    """Constraint of spaces with a TMA parameter: TMA > 0 needs compute capability 9.0 (or the interpreter)."""
     cap = getattr(d, "capability", (9, 0))
     if c["TMA"] and not getattr(d, "is_interpreter", False) and cap[0] < 9:
-        return f"TMA=1 needs a Hopper or later GPU (compute capability 9.0), this one is {cap[0]}.{cap[1]}"
+        return f"TMA={c['TMA']} needs a Hopper or later GPU (compute capability 9.0), this one is {cap[0]}.{cap[1]}"
     return None
 
 

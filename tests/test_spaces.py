@@ -140,10 +140,15 @@ def test_matmul_tma_rules_and_seeds():
     assert any("+ C tile" in r for r in op.space.violations({**cfg, "num_stages": 4}, square, H100))
     split = {**cfg, "BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 128, "GROUP_M": 1, "SPLIT_K": 2, "num_warps": 4}
     assert op.space.violations(split, skinny, H100) == ["SPLIT_K=2: TMA=1 works with SPLIT_K=1 only"]
+    assert "SPLIT_K=2: TMA=3 works with SPLIT_K=1 only" in op.space.violations({**split, "TMA": 3}, skinny, H100)
     ampere = DeviceInfo("NVIDIA A100-SXM4-80GB", (8, 0), 108, 80 << 30, 166912, "cuda:0")
     assert any("Hopper" in r for r in op.space.violations(cfg, square, ampere))
     seeds = op.space.seeds(square, H100)
-    assert {c["TMA"] for c in seeds} == {0, 1} and all(c in op.space.candidates(square, H100) for c in seeds)
+    assert {c["TMA"] for c in seeds} == {0, 1, 2, 3} and all(c in op.space.candidates(square, H100) for c in seeds)
+    # A program per SM needs more tiles than SMs: 4096 x 512 in 128 x 256 tiles is 64 tiles for 132 SMs.
+    wide = op.parse_problem("4096x512x4096", "float16")
+    assert any("give every program one tile" in r for r in op.space.violations({**cfg, "TMA": 2}, wide, H100))
+    assert op.space.violations({**cfg, "TMA": 3}, square, H100) == []
     assert op.space.seeds(square, ampere) == [] and op.space.seeds(skinny, H100) == []  # tiles too big for M=32
     assert op.space.default(square, H100)["TMA"] == 0  # the default stays the tutorial's pointer kernel
 

@@ -106,8 +106,9 @@ def test_attention_tma_on_gpu(shape, causal):
                                                     ("2056x1000x520", "bfloat16", "bias_gelu"),
                                                     ("1000x1000x1000", "float32", "bias_relu")])
 def test_matmul_tma_on_gpu(shape, dtype, epilogue, monkeypatch):
-    """The TMA kernel at the suite's large shapes, and where M, N and K end inside a tile (zero-filled loads,
-    clipped stores). The pointer kernel is taken away, so a silent fallback fails."""
+    """The TMA kernels (a tile per program, persistent, persistent and warp-specialized) at the suite's large
+    shapes, and where M, N and K end inside a tile (zero-filled loads, clipped stores). The pointer kernel is
+    taken away, so a silent fallback fails."""
     if torch.cuda.get_device_capability()[0] < 9:
         pytest.skip("TMA needs compute capability 9.0")
     km = importlib.import_module("kernels.matmul")
@@ -116,11 +117,12 @@ def test_matmul_tma_on_gpu(shape, dtype, epilogue, monkeypatch):
     inputs = op.make_inputs(problem, current_device().torch_device)
     ref = op.reference(inputs)
     monkeypatch.setattr(km, "matmul_kernel", None)
-    for cfg in op.space.seeds(problem, current_device()) + [
-            {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 32 if dtype == "float32" else 64, "GROUP_M": 8, "TMA": 1,
-             "num_warps": 4, "num_stages": 3}]:
-        if not cfg.get("TMA"):
-            continue
+    small = {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 32 if dtype == "float32" else 64, "GROUP_M": 8,
+             "num_warps": 4, "num_stages": 3}
+    seeds = [c for c in op.space.seeds(problem, current_device())
+             if c.get("TMA") and not op.space.violations(c, problem, current_device())]
+    warp_specialized = [] if dtype == "float32" else [{**small, "TMA": 3, "num_warps": 8}]
+    for cfg in seeds + [{**small, "TMA": 1}, {**small, "TMA": 2}, *warp_specialized]:
         out = op.run(inputs, cfg)
         torch.cuda.synchronize()
         result = op.check(out, ref, problem)
