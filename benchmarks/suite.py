@@ -34,6 +34,13 @@ SUITE: list[tuple[str, str, str, dict[str, object]]] = [
     ("matmul", "32x4096x4096", "float16", {}),
     ("matmul", "1024x1024x1024", "float16", {}),
     ("matmul", "4096x4096x4096", "float16", {"epilogue": "bias_gelu"}),
+    # shapes of real models (issue 30): a non-power-of-two square, Llama-2-7B's MLP, Llama-3-8B's MLP and its fused
+    # QKV projection at 3000 tokens, one decode step of a 70B-class layer
+    ("matmul", "4000x4000x4000", "float16", {}),
+    ("matmul", "2048x11008x4096", "bfloat16", {}),
+    ("matmul", "4096x14336x4096", "bfloat16", {}),
+    ("matmul", "3000x6144x4096", "bfloat16", {}),
+    ("matmul", "16x8192x8192", "float16", {}),
     ("softmax", "4096x4096", "float16", {}),
     ("softmax", "16384x1024", "float16", {}),
     ("softmax", "1024x32768", "float32", {}),
