@@ -253,3 +253,22 @@ def test_prepare_readies_the_resolver_ahead_and_follows_a_later_environment(db, 
         assert resolver().settings.on_miss == "nearest"
     finally:
         set_resolver(None)
+
+
+def test_a_database_created_after_the_resolver_was_prepared_is_found(tmp_path, monkeypatch):
+    """Preparing ahead finds no database yet; that is not remembered as a failure, so the first lookup, after the
+    database was created, reads it."""
+    from autotuner.launch import lookup
+
+    db = f"sqlite:///{tmp_path / 'later.db'}"
+    monkeypatch.setenv("AUTOTUNER_DB_URL", db)
+    set_resolver(None)
+    try:
+        lookup.prepare(get_op("softmax"))
+        lookup.prepared()
+        assert lookup._RESOLVER is not None and lookup._RESOLVER.store._store is None
+        _store_best(db, "8x64", LOOPING)
+        store, error = resolver().store.peek()
+        assert error is None and store is not None
+    finally:
+        set_resolver(None)

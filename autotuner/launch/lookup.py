@@ -336,7 +336,7 @@ def _prepare_queued() -> None:
                     if _RESOLVER is None:  # else one was set or built meanwhile: it stays
                         _RESOLVER, _AHEAD_ENV = ahead, env
             if _RESOLVER is not None:
-                store = _RESOLVER.store.peek()[0]
+                store = _RESOLVER.store.prefetch()
                 _RESOLVER.start_background()  # a miss's queueing then starts no thread on the launching one
                 if op is not None and isinstance(store, LaunchReads):
                     store.warm(op)

@@ -178,6 +178,20 @@ class LazyStore:
                     raise
             return self._store
 
+    def prefetch(self) -> Store | LaunchReads | None:
+        """Open the database now if it can be opened (a launching process readying itself ahead of its first
+        lookup); a failure is not remembered: the first lookup tries again, and finds a database created since."""
+        if self._store is not None:
+            return self._store
+        with self._lock:
+            if self._store is None:
+                try:
+                    self._store = self._open()
+                    self._error = None
+                except (DatabaseUnavailable, NotAutotunerDatabase):
+                    return None
+            return self._store
+
     def full(self) -> Store:
         """`get`, as a full Store (the worker's and the service's, opened with create=True, always are)."""
         store = self.get()
