@@ -17,7 +17,8 @@ On an H100 the same tiles ran 1-1.5% faster through TMA than through pointers (b
 
 Persistent TMA (TMA=2): a program per SM (at most one per tile) walks the tiles NUM_SMS apart in the same
 grouped order, so the launch and each program's set-up are paid once per SM rather than once per tile, and
-one tile's epilogue overlaps the next one's loads. TMA=3 is the same loop warp-specialized by Triton
+one tile's epilogue overlaps the next one's loads. With SUBTILE=1 their C tile leaves in two halves, so the
+store needs half the shared memory (the 128x256x64 tile keeps 4 stages through TMA). TMA=3 is the same loop warp-specialized by Triton
 (`tl.range(..., warp_specialize=True)`: producer warps issue the TMA loads, consumer warps run the MMAs), with
 8 warps and 16-bit operands only: on an H100, Triton 3.6 failed to compile 4-warp tiles (a descriptor store's
 types) and float32 ones (a WGMMA shape assertion).
@@ -41,7 +42,7 @@ from kernels._direct import Launcher
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 EPILOGUES = ("none", "bias", "bias_relu", "bias_gelu", "relu", "gelu")
 PARAMS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M")
-OPTIONAL = {"SPLIT_K": 1, "TMA": 0}  # tunable, with the value a config that leaves it out means
+OPTIONAL = {"SPLIT_K": 1, "TMA": 0, "SUBTILE": 0}  # tunable, with the value a config that leaves it out means
 TMA_KINDS = (0, 1, 2, 3)  # pointers; TMA, a tile per program; TMA, a program per SM; that, warp-specialized
 
 
@@ -175,6 +176,7 @@ def matmul_tma_persistent_kernel(
     UPCAST: tl.constexpr,
     NUM_SMS: tl.constexpr,
     WARP_SPECIALIZE: tl.constexpr,
+    SUBTILE: tl.constexpr,
 ):
     """One program per SM, each walking the output tiles in grouped order, NUM_SMS apart; A and B tiles come
     through TMA descriptors and C leaves through one. With WARP_SPECIALIZE, Triton splits the tile loop into
@@ -194,7 +196,13 @@ def matmul_tma_persistent_kernel(
                 b = b.to(tl.float32)
             acc = tl.dot(a, b, acc)
         acc = _epilogue(acc, bias_ptr, off_n + tl.arange(0, BLOCK_N), N, EPILOGUE)
-        c_desc.store([off_m, off_n], acc.to(c_desc.dtype))
+        if SUBTILE:  # the C tile leaves in two halves of BLOCK_N / 2 columns: half the shared memory
+            halves = tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))
+            left, right = tl.split(halves)
+            c_desc.store([off_m, off_n], left.to(c_desc.dtype))
+            c_desc.store([off_m, off_n + BLOCK_N // 2], right.to(c_desc.dtype))
+        else:
+            c_desc.store([off_m, off_n], acc.to(c_desc.dtype))
 
 
 _COUNTERS: dict[tuple[str, int], torch.Tensor] = {}
@@ -273,6 +281,9 @@ def prepare(
                          f"2 persistent TMA, 3 persistent TMA warp-specialized), got {cfg['TMA']}")
     if cfg["TMA"] and split > 1:
         raise ValueError(f"matmul: TMA={cfg['TMA']} works with SPLIT_K=1 only, got SPLIT_K={split}")
+    if cfg["SUBTILE"] not in (0, 1) or (cfg["SUBTILE"] and cfg["TMA"] < 2):
+        raise ValueError(f"matmul: SUBTILE=1 (the C tile stored in halves) is for TMA=2 and 3, got SUBTILE="
+                         f"{cfg['SUBTILE']} with TMA={cfg['TMA']}")
     if cfg["TMA"] == 3 and (cfg["num_warps"] != 8 or dtype == torch.float32):
         raise ValueError(f"matmul: TMA=3 (warp-specialized) takes 8 warps and float16 or bfloat16 operands, got "
                          f"{cfg['num_warps']} warps and {dtype}: Triton 3.6 fails to compile the others on Hopper")
@@ -286,12 +297,14 @@ def prepare(
         else:
             sms = _sm_count(device)
             tma = Launcher(matmul_tma_persistent_kernel, (min(sms, tiles),),
-                           dict(common, NUM_SMS=sms, WARP_SPECIALIZE=cfg["TMA"] == 3))
+                           dict(common, NUM_SMS=sms, WARP_SPECIALIZE=cfg["TMA"] == 3, SUBTILE=cfg["SUBTILE"]))
+
+        c_block = [bm, bn // 2 if cfg["SUBTILE"] else bn]
 
         def launch_tma(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
             c = new_output((M, N), dtype, device)
             tma(TensorDescriptor.from_tensor(a, [bm, bk]), TensorDescriptor.from_tensor(b, [bk, bn]),
-                TensorDescriptor.from_tensor(c, [bm, bn]), bias if bias is not None else c, M, N, K)
+                TensorDescriptor.from_tensor(c, c_block), bias if bias is not None else c, M, N, K)
             return c
 
         return launch_tma

@@ -71,22 +71,22 @@ def test_matmul_accepts_strided_operands(device):
 @pytest.mark.parametrize("shape, epilogue", [("37x48x72", "none"), ("70x40x56", "bias_gelu"), ("64x32x40", "relu")])
 def test_matmul_tma_matches_reference_at_the_edges(shape, epilogue, dtype, device, monkeypatch):
     """Rows aligned to 16 bytes go through the TMA kernels (the pointer kernel is taken away here, so a fallback
-    fails): a tile per program (TMA=1), a program per SM walking the tiles (TMA=2; the interpreter counts 4 SMs, so
-    programs take several tiles each wherever the host has fewer cores than tiles) and that warp-specialized (TMA=3); tiles past the edges of M, N and K load
-    zeros and store nothing."""
+    fails): a tile per program (TMA=1), a program per SM walking the tiles (TMA=2; the interpreter counts the host's
+    cores as SMs, so programs take several tiles each) and that warp-specialized (TMA=3), each persistent kind also
+    storing its C tile in halves (SUBTILE=1); tiles past the edges of M, N and K load zeros and store nothing."""
     km = importlib.import_module("kernels.matmul")
     op = get_op("matmul")
     problem = op.parse_problem(shape, dtype, epilogue=epilogue)
     inputs = op.make_inputs(problem, device.torch_device)
     ref = op.reference(inputs)
     monkeypatch.setattr(km, "matmul_kernel", None)
-    for tma in (1, 2, 3):
+    for tma, subtile in ((1, 0), (2, 0), (2, 1), (3, 0), (3, 1)):
         if tma == 3 and dtype == "float32":
             continue  # refused: see test_launchers_reject_bad_input_clearly
         for cfg in ({"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 2, "num_warps": 8, "num_stages": 2},
                     {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16, "GROUP_M": 1, "num_warps": 8, "num_stages": 3}):
-            result = op.check(op.run(inputs, {**cfg, "TMA": tma}), ref, problem)
-            assert result.ok, f"{problem.key} {cfg} TMA={tma}: {result.message}"
+            result = op.check(op.run(inputs, {**cfg, "TMA": tma, "SUBTILE": subtile}), ref, problem)
+            assert result.ok, f"{problem.key} {cfg} TMA={tma} SUBTILE={subtile}: {result.message}"
 
 
 def test_matmul_tma_falls_back_to_pointers_where_rows_are_not_aligned(device):
@@ -147,6 +147,8 @@ def test_rowwise_ops_take_leading_dimensions(device):
          {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 1, "TMA": 3, "num_warps": 4}, "TMA=3.*8 warps"),
         ("matmul", {"a": torch.randn(4, 5).float(), "b": torch.randn(5, 3).float()},
          {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 1, "TMA": 3, "num_warps": 8}, "TMA=3.*float16"),
+        ("matmul", {"a": torch.randn(4, 5).half(), "b": torch.randn(5, 3).half()},
+         {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 1, "TMA": 1, "SUBTILE": 1}, "SUBTILE=1.*TMA=2 and 3"),
         ("matmul", {"a": torch.randn(4, 5).half(), "b": torch.randn(5, 3).half()},
          {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 1, "TMA": 1, "SPLIT_K": 2}, "SPLIT_K=1 only"),
         ("softmax", {"x": torch.randn(4, 6).half().t()}, None, "contiguous in its last dimension"),

@@ -138,6 +138,9 @@ def test_matmul_tma_rules_and_seeds():
     # The TMA store goes out through a C tile in shared memory: 4 stages fit through pointers, not through TMA.
     assert op.space.violations({**cfg, "TMA": 0, "num_stages": 4}, square, H100) == []
     assert any("+ C tile" in r for r in op.space.violations({**cfg, "num_stages": 4}, square, H100))
+    # ... and through persistent TMA storing the C tile in halves, which needs half of it
+    assert op.space.violations({**cfg, "TMA": 2, "SUBTILE": 1, "num_stages": 4}, square, H100) == []
+    assert any("SUBTILE=1" in r for r in op.space.violations({**cfg, "SUBTILE": 1}, square, H100))  # TMA=1
     split = {**cfg, "BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 128, "GROUP_M": 1, "SPLIT_K": 2, "num_warps": 4}
     assert op.space.violations(split, skinny, H100) == ["SPLIT_K=2: TMA=1 works with SPLIT_K=1 only"]
     assert "SPLIT_K=2: TMA=3 works with SPLIT_K=1 only" in op.space.violations({**split, "TMA": 3}, skinny, H100)

@@ -121,8 +121,10 @@ def test_matmul_tma_on_gpu(shape, dtype, epilogue, monkeypatch):
              "num_warps": 4, "num_stages": 3}
     seeds = [c for c in op.space.seeds(problem, current_device())
              if c.get("TMA") and not op.space.violations(c, problem, current_device())]
-    warp_specialized = [] if dtype == "float32" else [{**small, "TMA": 3, "num_warps": 8}]
-    for cfg in seeds + [{**small, "TMA": 1}, {**small, "TMA": 2}, *warp_specialized]:
+    warp_specialized = [] if dtype == "float32" else [{**small, "TMA": 3, "num_warps": 8},
+                                                      {**small, "TMA": 3, "num_warps": 8, "SUBTILE": 1}]
+    for cfg in seeds + [{**small, "TMA": 1}, {**small, "TMA": 2}, {**small, "TMA": 2, "SUBTILE": 1},
+                        *warp_specialized]:
         out = op.run(inputs, cfg)
         torch.cuda.synchronize()
         result = op.check(out, ref, problem)
