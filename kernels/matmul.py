@@ -146,6 +146,22 @@ def matmul_kernel(
 
 
 @triton.jit
+def _tma_tile_product(a_desc, b_desc, off_m, off_n, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                      BLOCK_K: tl.constexpr, UPCAST: tl.constexpr):
+    """The float32 product of the A rows at off_m and the B columns at off_n, over all of K, tiles loaded through
+    TMA descriptors."""
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(tl.cdiv(K, BLOCK_K)):
+        a = a_desc.load([off_m, k * BLOCK_K])
+        b = b_desc.load([k * BLOCK_K, off_n])
+        if UPCAST:
+            a = a.to(tl.float32)
+            b = b.to(tl.float32)
+        acc = tl.dot(a, b, acc)
+    return acc
+
+
+@triton.jit
 def matmul_tma_kernel(
     a_desc, b_desc, c_desc, bias_ptr,
     M, N, K,
@@ -155,14 +171,7 @@ def matmul_tma_kernel(
 ):
     """One output tile per program, A and B tiles loaded and C stored through TMA descriptors."""
     pid_m, pid_n = _grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k in range(tl.cdiv(K, BLOCK_K)):
-        a = a_desc.load([pid_m * BLOCK_M, k * BLOCK_K])
-        b = b_desc.load([k * BLOCK_K, pid_n * BLOCK_N])
-        if UPCAST:
-            a = a.to(tl.float32)
-            b = b.to(tl.float32)
-        acc = tl.dot(a, b, acc)
+    acc = _tma_tile_product(a_desc, b_desc, pid_m * BLOCK_M, pid_n * BLOCK_N, K, BLOCK_M, BLOCK_N, BLOCK_K, UPCAST)
     acc = _epilogue(acc, bias_ptr, pid_n * BLOCK_N + tl.arange(0, BLOCK_N), N, EPILOGUE)
     c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], acc.to(c_desc.dtype))
 
@@ -182,19 +191,11 @@ def matmul_tma_persistent_kernel(
     through TMA descriptors and C leaves through one. With WARP_SPECIALIZE, Triton splits the tile loop into
     warps that load and warps that multiply (Hopper and later)."""
     num_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
-    k_tiles = tl.cdiv(K, BLOCK_K)
     for tile in tl.range(tl.program_id(0), num_tiles, NUM_SMS, flatten=False, warp_specialize=WARP_SPECIALIZE):
         pid_m, pid_n = _grouped_tile(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for k in range(k_tiles):
-            a = a_desc.load([off_m, k * BLOCK_K])
-            b = b_desc.load([k * BLOCK_K, off_n])
-            if UPCAST:
-                a = a.to(tl.float32)
-                b = b.to(tl.float32)
-            acc = tl.dot(a, b, acc)
+        acc = _tma_tile_product(a_desc, b_desc, off_m, off_n, K, BLOCK_M, BLOCK_N, BLOCK_K, UPCAST)
         acc = _epilogue(acc, bias_ptr, off_n + tl.arange(0, BLOCK_N), N, EPILOGUE)
         if SUBTILE:  # the C tile leaves in two halves of BLOCK_N / 2 columns: half the shared memory
             halves = tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))
