@@ -206,6 +206,20 @@ def matmul_tma_persistent_kernel(
             c_desc.store([off_m, off_n], acc.to(c_desc.dtype))
 
 
+def persistent_unsupported(config: Mapping[str, Any], float32: bool) -> str | None:
+    """Why a config's SUBTILE or warp specialization cannot run (None: it can): SUBTILE=1 stores the persistent
+    kernels' C tile, and TMA=3 compiles (Triton 3.6, Hopper) with 8 warps and 16-bit operands only. The launcher
+    refuses such a config with this reason, and matmul's space rules it out with it."""
+    subtile, tma = config.get("SUBTILE", 0), config.get("TMA", 0)
+    if subtile not in (0, 1) or (subtile and tma < 2):
+        return f"SUBTILE=1 (the C tile stored in halves) is for TMA=2 and 3, got SUBTILE={subtile} with TMA={tma}"
+    warps = config.get("num_warps", 4)
+    if tma == 3 and (warps != 8 or float32):
+        return (f"TMA=3 (warp-specialized) takes 8 warps and float16 or bfloat16 operands, got {warps} warps and "
+                f"{'float32' if float32 else 'a 16-bit dtype'}: Triton 3.6 fails to compile the others on Hopper")
+    return None
+
+
 _COUNTERS: dict[tuple[str, int], torch.Tensor] = {}
 _SMS: dict[str, int] = {}
 
@@ -282,12 +296,9 @@ def prepare(
                          f"2 persistent TMA, 3 persistent TMA warp-specialized), got {cfg['TMA']}")
     if cfg["TMA"] and split > 1:
         raise ValueError(f"matmul: TMA={cfg['TMA']} works with SPLIT_K=1 only, got SPLIT_K={split}")
-    if cfg["SUBTILE"] not in (0, 1) or (cfg["SUBTILE"] and cfg["TMA"] < 2):
-        raise ValueError(f"matmul: SUBTILE=1 (the C tile stored in halves) is for TMA=2 and 3, got SUBTILE="
-                         f"{cfg['SUBTILE']} with TMA={cfg['TMA']}")
-    if cfg["TMA"] == 3 and (cfg["num_warps"] != 8 or dtype == torch.float32):
-        raise ValueError(f"matmul: TMA=3 (warp-specialized) takes 8 warps and float16 or bfloat16 operands, got "
-                         f"{cfg['num_warps']} warps and {dtype}: Triton 3.6 fails to compile the others on Hopper")
+    unsupported = persistent_unsupported(cfg, float32=dtype == torch.float32)
+    if unsupported:
+        raise ValueError(f"matmul: {unsupported}")
     warps = dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
     if cfg["TMA"] and _tma_ready(a, b) and (N * a.element_size()) % 16 == 0:  # C is new: its rows align as N does
         bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]

@@ -157,12 +157,13 @@ def _grouping(c: Config, p: MatmulProblem, d: DeviceLimits) -> str | None:
 
 
 def _persistent(c: Config, p: MatmulProblem, d: DeviceLimits) -> str | None:
-    if c["SUBTILE"] and (c["TMA"] < 2 or c["BLOCK_N"] < 128):
-        return "SUBTILE=1 (the C tile stored in halves) is for persistent TMA (TMA=2, 3) and BLOCK_N >= 128"
+    unsupported = k_matmul.persistent_unsupported(c, float32=p.dtype == "float32")
+    if unsupported:
+        return unsupported
+    if c["SUBTILE"] and c["BLOCK_N"] < 128:
+        return f"SUBTILE=1 with BLOCK_N={c['BLOCK_N']}: halves narrower than 64 columns are not worth storing apart"
     if c["TMA"] < 2:
         return None
-    if c["TMA"] == 3 and (c["num_warps"] != 8 or p.dtype == "float32"):
-        return "TMA=3 (warp-specialized) takes 8 warps and float16 or bfloat16: Triton 3.6 fails to compile the others"
     tiles = -(-p.M // c["BLOCK_M"]) * -(-p.N // c["BLOCK_N"])
     if tiles <= d.sm_count:
         return (f"TMA={c['TMA']} (a program per SM): {tiles} output tiles for {d.sm_count} SMs give every program "
