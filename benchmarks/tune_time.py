@@ -6,8 +6,10 @@
    wall time, and the phases from its --json (setup, search with its compile share, re-time, record).
 2. An exhaustive run of the same problem (every valid config measured; the Triton cache now warm), written out
    as a landscape (`autotuner export --format landscape`) for benchmarks/replay_efficiency.py.
-3. The tuned winner against the exhaustive best, timed interleaved (7 rounds, CUDA events, L2 flushed): the
-   ratio is the tuned config's time over the best's.
+3. The same command handed to a local worker (`autotuner worker` already running on the host, started with its
+   own cold Triton cache and left READY_S to start its processes): the command's wall time, and its phases.
+4. The tuned winners against the exhaustive best, timed interleaved (7 rounds, CUDA events, L2 flushed): the
+   ratio is a tuned config's time over the best's.
 """
 
 from __future__ import annotations
@@ -56,6 +58,36 @@ def interleaved(op_name: str, shape: str, dtype: str, configs: list[dict], round
     return [statistics.median(t) for t in times]
 
 
+READY_S = 20.0  # a worker's trial worker and compile pool start in the background; a running worker has them
+
+
+def through_worker(args: argparse.Namespace, work: Path, problem: list[str], tag: str) -> tuple[float, dict]:
+    """`autotuner tune` handed to a worker started READY_S before, on a fresh database and a cold Triton cache."""
+    db = f"sqlite:///{work / 'worker.db'}"
+    env = {**os.environ, "TRITON_CACHE_DIR": str(work / "triton_cache_worker"),
+           "AUTOTUNER_RUNTIME_DIR": str(work / "run")}
+    log = (args.out / f"worker_{tag}.log").open("w")
+    proc = subprocess.Popen([sys.executable, "-m", "autotuner", "worker", "--db", db], env=env, stdout=log,
+                            stderr=subprocess.STDOUT, cwd=ROOT)
+    try:
+        deadline = time.monotonic() + 120
+        while not list((work / "run").glob("*.sock")):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"the worker opened no door: {(args.out / f'worker_{tag}.log').read_text()[-2000:]}")
+            time.sleep(0.1)
+        time.sleep(READY_S)
+        wall, out = run([sys.executable, "-m", "autotuner", "tune", args.op, *problem, "--db", db, "--json"], env,
+                        args.out / f"tune_worker_{tag}.log")
+    finally:
+        proc.terminate()
+        proc.wait(60)
+        log.close()
+    result = json.loads(out)
+    if not result.get("worker"):
+        raise SystemExit("the command was not handed to the worker")
+    return wall, result
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--op", default="matmul")
@@ -63,11 +95,12 @@ def main() -> None:
     ap.add_argument("--dtype", default="float16")
     ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp/out")))
     ap.add_argument("--no-exhaustive", action="store_true")
+    ap.add_argument("--no-worker", action="store_true", help="leave out the path through a running worker")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="tune_time_"))
     db = f"sqlite:///{work / 'tune.db'}"
-    env = {**os.environ, "TRITON_CACHE_DIR": str(work / "triton_cache")}
+    env = {**os.environ, "TRITON_CACHE_DIR": str(work / "triton_cache"), "AUTOTUNER_LOCAL_WORKER": "0"}
     tag = f"{args.op}_{args.shape}_{args.dtype}"
     problem = ["--shape", args.shape, "--dtype", args.dtype]
 
@@ -80,6 +113,13 @@ def main() -> None:
           f"({tuned['elapsed_s']:.1f} s in tune, {wall - tuned['elapsed_s']:.1f} s start-up), "
           f"{len(tuned['trials'])} trials of {tuned['candidates']} valid; phases {phases}", flush=True)
     print(f"  winner {tuned['best_ms']:.4f} ms {tuned['best_config']}", flush=True)
+    by_worker: dict | None = None
+    if not args.no_worker:
+        w_wall, by_worker = through_worker(args, work, problem, tag)
+        w_phases = {k: round(v, 2) for k, v in by_worker["phases"].items()}
+        print(f"through a running worker (its own cold Triton cache): {w_wall:.1f} s wall ({by_worker['elapsed_s']:.1f}"
+              f" s in tune), {len(by_worker['trials'])} trials; phases {w_phases}", flush=True)
+        print(f"  winner {by_worker['best_ms']:.4f} ms {by_worker['best_config']}", flush=True)
     if args.no_exhaustive:
         return
 
@@ -97,12 +137,17 @@ def main() -> None:
     best = min(measured, key=lambda t: t["ms"])
     print(f"landscape: {len(land['trials'])} configs, best {best['ms']:.4f} ms {best['config']}", flush=True)
 
-    a, b = interleaved(args.op, args.shape, args.dtype, [tuned["best_config"], best["config"]])
+    configs = [tuned["best_config"], best["config"]] + ([by_worker["best_config"]] if by_worker else [])
+    a, b, *w = interleaved(args.op, args.shape, args.dtype, configs)
     print(f"interleaved (7 rounds): tuned {a:.4f} ms, exhaustive best {b:.4f} ms, ratio {a / b:.3f} "
           f"({'within' if a <= 1.02 * b else 'NOT within'} 2%)", flush=True)
+    if w:
+        print(f"  through the worker: tuned {w[0]:.4f} ms, ratio {w[0] / b:.3f} "
+              f"({'within' if w[0] <= 1.02 * b else 'NOT within'} 2%)", flush=True)
     (args.out / f"summary_{tag}.json").write_text(json.dumps({
         "wall_s": wall, "tune_s": tuned["elapsed_s"], "phases": tuned["phases"], "trials": len(tuned["trials"]),
-        "candidates": tuned["candidates"], "tuned_ms": a, "best_ms": b, "ratio": a / b}, indent=1))
+        "candidates": tuned["candidates"], "tuned_ms": a, "best_ms": b, "ratio": a / b,
+        "worker": by_worker and {"wall_s": w_wall, "phases": by_worker["phases"], "tuned_ms": w[0]}}, indent=1))
 
 
 if __name__ == "__main__":

@@ -87,6 +87,19 @@ def make_engine(url: str | None = None, *, timeout_s: float | None = None) -> En
                                   "pip install 'autotuner[postgres]'") from None
 
 
+def identity(url: str | None) -> str:
+    """What names one database, whichever way its URL is written: a SQLite file's resolved path (relative to the
+    current folder), or the URL without its password. An in-memory database is never the same as another."""
+    engine = make_engine(url)
+    try:
+        if engine.dialect.name == "sqlite":
+            path = sqlite_path(engine)
+            return f"sqlite:{path.resolve()}" if path is not None else f"memory:{os.urandom(8).hex()}"
+        return engine.url.set(password=None).render_as_string(hide_password=False)
+    finally:
+        engine.dispose()
+
+
 def sqlite_path(engine: Engine) -> Path | None:
     """The file of a SQLite engine (None for another backend or an in-memory database)."""
     if engine.dialect.name != "sqlite":

@@ -16,6 +16,13 @@ from kernels._checks import poison_outputs
 poison_outputs(True)  # every output in the tests starts as NaN, so an unwritten element fails
 
 
+@pytest.fixture(autouse=True)
+def _own_runtime_dir(tmp_path_factory, monkeypatch):
+    """Each test's workers open their doors in a folder of its own: a `tune` in one test is never handed to a
+    worker of another (or to a worker running on the developer's machine)."""
+    monkeypatch.setenv("AUTOTUNER_RUNTIME_DIR", str(tmp_path_factory.mktemp("run")))
+
+
 @pytest.fixture(scope="session")
 def device() -> DeviceInfo:
     return current_device()

@@ -56,6 +56,11 @@ class Settings(BaseSettings):
                                                            "is answered 503 (the database stalled)")
     max_body_bytes: int = Field(16_384, ge=1024, description="Request bodies larger than this are refused (413) "
                                                              "before they are read")
+    local_worker: bool = Field(True, description="`autotuner tune` hands its problem to an `autotuner worker` running "
+                                                 "on this host (same database), which tunes it in its warm processes; "
+                                                 "a worker takes such commands")
+    runtime_dir: str | None = Field(None, description="Where running workers' sockets are (default: the user's "
+                                                      "runtime folder)")
     db_retry_s: float = Field(300.0, ge=0, description="A worker retries a failed database write for this long "
                                                        "(keeping measured trials in memory) before giving its job up")
 

@@ -22,6 +22,17 @@ import sys
 
 from autotuner.engine import processes
 
+if sys.argv[1:2] == ["tune"] and processes.is_main_process():
+    # A worker running on this host takes the command (autotuner.cli.forward): this process then only relays its
+    # output, having imported nothing heavy.
+    from autotuner.cli.forward import forward
+
+    _code = forward(sys.argv[2:])
+    if _code is not None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(_code)
+
 if sys.argv[1:2] in (["tune"], ["worker"]) and processes.is_main_process():
     # Commands that tune fork their trial worker and compile pool from a server that imports torch once: it
     # starts now, so that its imports run while this process does its own.

@@ -20,9 +20,28 @@ if TYPE_CHECKING:
     from autotuner.base.registry import Op
     from search_spaces.contract import ProblemType
 
-# Piped into a log, rich would wrap tables at 80 columns; a log has room for the whole row.
-console = Console(width=None if sys.stdout.isatty() else 160, markup=False, highlight=False)
-err = Console(stderr=True, markup=False, highlight=False, soft_wrap=not sys.stderr.isatty())  # a log keeps whole lines
+
+
+def _console_args(columns: int | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The consoles' settings for sys.stdout and sys.stderr as they are now: piped into a log, rich would wrap
+    tables at 80 columns (a log has room for the whole row, and keeps whole lines); `columns`: a terminal's width
+    where the terminal is another process's (autotuner.cli.served)."""
+    out = dict(width=columns if sys.stdout.isatty() else 160, markup=False, highlight=False)
+    err = dict(stderr=True, width=columns if sys.stderr.isatty() else None, markup=False, highlight=False,
+               soft_wrap=not sys.stderr.isatty())
+    return out, err
+
+
+console = Console(**_console_args()[0])
+err = Console(**_console_args()[1])
+
+
+def reset_consoles(columns: int | None = None) -> None:
+    """Set the consoles up again for sys.stdout and sys.stderr as they are now (a worker running a command typed
+    elsewhere points them at that command's, then back); every module holding them sees the change."""
+    out_args, err_args = _console_args(columns)
+    console.__init__(**out_args)  # type: ignore[misc]
+    err.__init__(**err_args)  # type: ignore[misc]
 
 # Exit codes: 1 nothing found or every config failed, 2 bad input, 3 the database, 4 the problem could not be
 # set up for tuning, 130/143 interrupted by SIGINT/SIGTERM.

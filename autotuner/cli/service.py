@@ -5,11 +5,15 @@ from __future__ import annotations
 import logging
 import sys
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 import typer
 from rich.text import Text
 
 from autotuner.cli.common import DATABASE, DbOpt, command, console, err, fail, settings, warn
+
+if TYPE_CHECKING:
+    from autotuner.engine.measure import KeptProcesses
 
 
 @command
@@ -39,6 +43,7 @@ def serve(
 
 @command
 def worker(
+    ctx: typer.Context,
     gpu: int | None = typer.Option(None, "--gpu", min=0, help="CUDA device index to tune on (default: the current one)"),
     once: bool = typer.Option(False, "--once", help="run one job (if any is queued) and exit"),
     until_empty: bool = typer.Option(False, "--until-empty", help="exit when no job is queued or running"),
@@ -47,9 +52,13 @@ def worker(
 ) -> None:
     """Claim queued tuning jobs from the database and run them until stopped.
 
-    SIGTERM or Ctrl-C stops the running job and gives it back to the queue.
+    SIGTERM or Ctrl-C stops the running job and gives it back to the queue. `autotuner tune` typed on this host
+    (same database) is handed to a running worker, which tunes it in its warm processes before the next queued job
+    (AUTOTUNER_LOCAL_WORKER=0: not).
     """
     from autotuner.base.device import current_device
+    from autotuner.cli import served
+    from autotuner.worker.door import Request
     from autotuner.worker.loop import Worker
 
     s = settings(db)
@@ -61,7 +70,12 @@ def worker(
     def event(message: str) -> None:
         console.print(Text.assemble((f"{datetime.now():%H:%M:%S}", "dim"), " ", message), soft_wrap=True)
 
-    w = Worker(s, gpu=gpu, name=name, on_event=event)
+    cli = ctx.find_root().command  # the command line this worker was started with
+
+    def serve_command(request: Request, kept: KeptProcesses) -> bool:
+        return served.run(request, cli, kept, s, w.name, gpu)
+
+    w = Worker(s, gpu=gpu, name=name, on_event=event, serve=serve_command)
     event(f"worker {w.name} on {device.key}, polling every {s.poll_s:g} s")
     from db.engine import DatabaseUnavailable, NotAutotunerDatabase
 

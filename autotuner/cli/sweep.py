@@ -52,15 +52,17 @@ class _PointProgress(TuneObserver):
 def run_sweep_here(op: Op, probs: list[ProblemType], dim: str, s: Settings, store: Store, kept: KeptProcesses,
                    plan: Plan, as_json: bool, quiet: bool) -> None:
     from autotuner.base.device import current_device
+    from autotuner.cli import served
     from autotuner.engine.sweep import run_sweep
 
-    device = current_device()
+    by = served.current()
+    device = current_device(by.gpu if by is not None else None)
     index = {p.key: i for i, p in enumerate(probs)}
     result = run_sweep(
         op, probs, dim=dim, store=store, settings=s, plan=plan, device=device, kept=kept,
         observer=(lambda p: _PointProgress(index[p.key], len(probs), p)) if not quiet else None,
         on_point=(lambda p: err.print(f"cross-timing: the winners near {p.key} on it")) if not quiet else None)
-    kept.close()  # killed, not waited for: before the output
+    served.release(kept)  # killed, not waited for: before the output (a worker's are kept)
     if as_json:
         console.print_json(json.dumps(sweep_summary(result), default=str))
     else:

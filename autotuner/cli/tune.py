@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import sys
 import time
@@ -14,6 +13,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from autotuner.cli.forward import since_process_start
 from autotuner.cli.common import (
     DbOpt,
     DtypeOpt,
@@ -116,10 +116,17 @@ def tune(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress on stderr"),
     queue: bool = typer.Option(False, "--queue", help="a sweep: queue its points as jobs for the workers instead "
                                                        "of tuning them here"),
+    here: bool = typer.Option(False, "--here", help="tune in this process, not in an `autotuner worker` running on "
+                                                     "this host (which takes the command when it shares the database; "
+                                                     "AUTOTUNER_LOCAL_WORKER=0 never hands it over)"),
 ) -> None:
     """Tune one problem: search its space, store every trial and the winner. Several values of one dimension
     (`--M 1-8192:pow2`, `--M 16,64,256`, or a range in `--shape`) sweep it: every point is tuned, then each
-    winner is timed on its neighbours (the regret a bucket or nearest answer can expect)."""
+    winner is timed on its neighbours (the regret a bucket or nearest answer can expect).
+
+    A worker running on this host (`autotuner worker`, same database) takes the command and tunes in its warm
+    processes, so it starts at once; `--here` tunes in this process instead."""
+    from autotuner.cli import served
     from autotuner.cli.sweep import queue_sweep, run_sweep_here
     from autotuner.engine.search import STRATEGIES
     from autotuner.engine.tuner import Plan, prestarted
@@ -127,8 +134,11 @@ def tune(
 
     if strategy not in STRATEGIES:
         fail(f"unknown strategy {strategy!r}; accepted: {', '.join(STRATEGIES)}")
-    op_obj, probs, dim = problems(op, shape, dtype, flags or {}, options or {})
+    by = served.current()  # a worker running this command for a process on its host
     s = settings(db)
+    if by is not None:
+        by.check_database(s.db_url)
+    op_obj, probs, dim = problems(op, shape, dtype, flags or {}, options or {})
     store = Store(s.db_url)
     if op_obj.needs_recorded_call:  # a decorated kernel: its arguments are rebuilt from the calls a process recorded
         probs = [with_recorded_call(op_obj, p, store) for p in probs]
@@ -139,14 +149,16 @@ def tune(
     if queue:
         fail("--queue is for a sweep (several values of one dimension); a worker takes single problems from "
              "POST /jobs")
-    kept = prestarted(s)  # the trial worker and compile pool make their CUDA contexts while this process goes on
+    # the trial worker and compile pool make their CUDA contexts while this process goes on (or a worker's, ready)
+    kept = by.kept if by is not None else prestarted(s)
     try:
         if dim is not None:
             run_sweep_here(op_obj, probs, dim, s, store, kept, plan, as_json, quiet)
         else:
             _tune(op, op_obj, probs[0], s, store, kept, plan, as_json, quiet)
     finally:
-        kept.close()
+        served.release(kept)
+
 
 
 def with_recorded_call(op: Op, prob: ProblemType, store: Store) -> ProblemType:
@@ -165,10 +177,16 @@ def _tune(op: str, op_obj: Op, prob: ProblemType, s: Settings, store: Store, kep
     from autotuner.base.device import current_device
     from autotuner.engine.tuner import tune as run_tune
 
-    device = current_device()
+    from autotuner.cli import served
+
+    by = served.current()
+    device = current_device(by.gpu if by is not None else None)
     if device.is_interpreter and not as_json:
         warn("No GPU: kernels run in Triton's interpreter and times are CPU wall-clock, not GPU speed.")
-    startup_s = _since_process_start()  # imports, the database, the device: before the tuner's phases
+    if by is not None and not as_json and not quiet:
+        err.print(f"tuning in worker {by.worker} on this host (its processes were running: no start-up)", style="dim")
+    # imports, the database, the device: before the tuner's phases (handed to a worker: this process's, waiting)
+    startup_s = by.since_start() if by is not None else since_process_start()
     previous = signal.signal(signal.SIGTERM, _interrupt)
     observer: TuneObserver = TuneObserver()
     try:
@@ -184,7 +202,7 @@ def _tune(op: str, op_obj: Op, prob: ProblemType, s: Settings, store: Store, kep
             result = run_tune(op_obj, prob, store=store, settings=s, plan=plan, device=device, observer=observer,
                               kept=kept)
     except KeyboardInterrupt as exc:
-        kept.close()  # before the message: a trial worker stuck in a kernel goes first
+        served.release(kept)  # before the message: a trial worker stuck in a kernel goes first
         partial: TuneResult | None = getattr(observer, "result", None)
         code = 143 if str(exc) == "SIGTERM" else 130
         if partial is not None and partial.run_id is not None:
@@ -193,25 +211,18 @@ def _tune(op: str, op_obj: Op, prob: ProblemType, s: Settings, store: Store, kep
         fail(f"interrupted ({exc or 'SIGINT'}) before anything was stored", code)
     finally:
         signal.signal(signal.SIGTERM, previous)
-    kept.close()  # killed, not waited for: before the output, which the user is waiting for
+    served.release(kept)  # killed, not waited for: before the output, which the user is waiting for
     if startup_s is not None:
         result.phases["startup_s"] = startup_s
     if as_json:
-        console.print_json(json.dumps(result.to_dict(), default=str))
+        payload = result.to_dict()
+        if by is not None:
+            payload["worker"] = by.worker  # tuned by a worker running on this host, for this command
+        console.print_json(json.dumps(payload, default=str))
     else:
         _print(result, device, op)
     if result.best_config is None:
         raise typer.Exit(1)
-
-
-def _since_process_start() -> float | None:
-    """Seconds since this process started (Linux: /proc/self/stat), or None where that cannot be read."""
-    try:
-        with open("/proc/self/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return time.clock_gettime(time.CLOCK_BOOTTIME) - int(fields[19]) / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError, AttributeError):
-        return None
 
 
 def _print(result: TuneResult, device: Any, op: str) -> None:

@@ -1,9 +1,19 @@
 """`autotuner worker`: claim queued jobs from the database and run the engine on them (`loop.Worker`), through
-database outages and lost leases.
+database outages and lost leases; and take `autotuner tune` commands typed on the same host (`door`).
 
-May import: `autotuner.engine`, `autotuner.store`, `autotuner.base`, `db`, the ground floor.
+May import: `autotuner.engine`, `autotuner.store`, `autotuner.base`, `db`, the ground floor. `door` imports only
+the standard library (and platformdirs): a command uses it before importing anything heavy, so `Worker` loads on
+first use.
 """
 
-from autotuner.worker.loop import Worker
+from typing import Any
 
 __all__ = ["Worker"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Worker":
+        from autotuner.worker.loop import Worker
+
+        return Worker
+    raise AttributeError(f"module 'autotuner.worker' has no attribute {name!r}")

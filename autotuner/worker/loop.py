@@ -10,6 +10,10 @@ The worker outlives its database: the tuner writes through a `JobStore` (retries
 the database is away), and every write about a job's state is retried for up to `db_retry_s`; a worker never
 exits on a database error. A job taken back while it runs (the worker stalled past its lease) is stopped at
 once, and nothing this worker measured becomes the job's result.
+
+A worker also takes `autotuner tune` commands typed on its host (autotuner.worker.door): given a `serve`
+function (the CLI's), it opens a door and runs each command handed over before the next queued job, in the
+processes it keeps.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from autotuner.store.database import Store
 from autotuner.store.job_store import JobLost, JobStore
 from autotuner.store.lazy import LazyStore
 from autotuner.store.rows import JobRow
+from autotuner.worker.door import Door, Request, runtime_dir
 from autotuner.worker.endings import Ledger, StopWorker
 from autotuner.worker.heartbeat import LOST_SIGNAL, Heartbeat
 from autotuner.worker.jobs import work_for
@@ -40,10 +45,14 @@ from db.models import utcnow
 
 log = logging.getLogger(__name__)
 
+# Runs a command handed over through the door, in the worker's kept processes; True: a signal sent to the worker
+# stopped it (the worker stops too).
+Serve = Callable[[Request, KeptProcesses], bool]
+
 
 class Worker:
     def __init__(self, settings: Settings, *, gpu: int | None = None, name: str | None = None,
-                 on_event: Callable[[str], None] | None = None) -> None:
+                 on_event: Callable[[str], None] | None = None, serve: Serve | None = None) -> None:
         self.settings = settings
         self.gpu = gpu
         self.name = name or f"{socket.gethostname()}:{os.getpid()}" + (f":gpu{gpu}" if gpu is not None else "")
@@ -57,6 +66,8 @@ class Worker:
                              max_attempts=settings.max_attempts, on_event=self.on_event, stopping=lambda: self._stopping)
         self.kept = KeptProcesses()  # one trial worker and one compile pool for every job this worker tunes
         # (started ahead by run())
+        self.serve = serve if settings.local_worker else None
+        self.door: Door | None = None
 
     # -- plumbing ---------------------------------------------------------------------------------------
     def _store(self) -> Store:
@@ -87,23 +98,58 @@ class Worker:
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT, LOST_SIGNAL)}
         handled = 0
         self._down_since = None
+        self._open_door()
         try:
             while not self._stopping:
+                if self._serve_next(0.0):
+                    continue
                 job, counts = self._claim(give_up=once or until_empty)
                 if job is None:
                     if counts is not None and (once or (until_empty and not counts["queued"] and not counts["running"])):
                         break
-                    time.sleep(self.settings.poll_s)
+                    if self.door is not None:
+                        self._serve_next(self.settings.poll_s)  # idle: a command typed here is taken at once
+                    else:
+                        time.sleep(self.settings.poll_s)
                     continue
                 self.run_job(job)
                 handled += 1
                 if once:
                     break
         finally:
+            if self.door is not None:
+                self.door.close()
+                self.door = None
             self.kept.close()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
         return handled
+
+    # -- commands typed on this host ----------------------------------------------------------------------
+    def _open_door(self) -> None:
+        if self.serve is None:
+            return
+        door = Door(runtime_dir(self.settings.runtime_dir), self.name,
+                    busy=lambda: f"job {self._job.job_id}" if self._job is not None else None)
+        try:
+            door.open()
+        except OSError as exc:
+            self.on_event(f"commands on this host cannot hand their problems to this worker: {door.path}: {exc}")
+            return
+        self.door = door
+
+    def _serve_next(self, wait_s: float) -> bool:
+        """Run the next command handed over (waiting up to `wait_s` for one); False if none came."""
+        request = self.door.take(wait_s) if self.door is not None else None
+        if request is None or self.serve is None:
+            return False
+        command = " ".join(["tune", *request.argv])
+        self.on_event(f"{command}: from a command on this host")
+        t0 = time.perf_counter()
+        if self.serve(request, self.kept):
+            self._stopping = True
+        self.on_event(f"{command}: over in {time.perf_counter() - t0:.1f} s")
+        return True
 
     def _claim(self, *, give_up: bool) -> tuple[JobRow | None, dict[str, int] | None]:
         """The next job (stale ones queued again first), or None with the count of jobs by state; None and None

@@ -1,0 +1,120 @@
+"""`autotuner tune` handed to a worker already running on this host (autotuner.worker.door), before the command
+imports anything heavy: the worker tunes in the processes it keeps, and this process only relays its output.
+
+Not handed over: `--here`, `--queue` and `--help`, AUTOTUNER_LOCAL_WORKER=0, or no worker's door in the runtime
+folder. A worker that declines (another database, other plugins or device settings, a decorated kernel's module
+it may not import) gives the command back, and it runs here as before.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import time
+from typing import Any
+
+from autotuner.worker.door import Lines, door_paths, runtime_dir, send
+
+CONNECT_TIMEOUT_S = 1.0
+HELLO_TIMEOUT_S = 5.0
+OFF = ("0", "false", "no", "off")
+
+
+def since_process_start() -> float | None:
+    """Seconds since this process started (Linux: /proc/self/stat), or None where that cannot be read."""
+    try:
+        with open("/proc/self/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return time.clock_gettime(time.CLOCK_BOOTTIME) - int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
+
+
+def wanted(argv: list[str]) -> bool:
+    if os.environ.get("AUTOTUNER_LOCAL_WORKER", "").strip().lower() in OFF:
+        return False
+    return not any(a in ("--here", "--queue", "--help") for a in argv)
+
+
+def forward(argv: list[str]) -> int | None:
+    """Run `autotuner tune ARGV` in a local worker: its exit status, or None where no worker took it."""
+    if not wanted(argv):
+        return None
+    doors = door_paths(runtime_dir(os.environ.get("AUTOTUNER_RUNTIME_DIR")))
+    for i, path in enumerate(doors):
+        code = _through(str(path), argv, wait_if_busy=i == len(doors) - 1)
+        if code is not None:
+            return code
+    return None
+
+
+def _request(argv: list[str]) -> dict[str, Any]:
+    columns = None
+    if sys.stderr.isatty():
+        try:
+            columns = os.get_terminal_size(sys.stderr.fileno()).columns
+        except OSError:
+            pass
+    return {"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ), "stdout_tty": sys.stdout.isatty(),
+            "stderr_tty": sys.stderr.isatty(), "columns": columns, "startup_s": since_process_start()}
+
+
+def _through(path: str, argv: list[str], *, wait_if_busy: bool) -> int | None:
+    """One door: the command's exit status, or None where this worker did not take it (gone, busy while another
+    may be idle, declined)."""
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        conn.settimeout(CONNECT_TIMEOUT_S)
+        conn.connect(path)
+        send(conn, _request(argv))
+        conn.settimeout(HELLO_TIMEOUT_S)
+        lines = Lines(conn)
+        hello = lines.read()
+        conn.settimeout(None)
+    except (OSError, ValueError):  # a door left by a worker that died, or one not answering
+        conn.close()
+        return None
+    if hello is None or "worker" not in hello:
+        conn.close()
+        return None
+    if hello.get("busy"):
+        if not wait_if_busy:
+            conn.close()
+            return None
+        sys.stderr.write(f"worker {hello['worker']} on this host takes this command after its {hello['busy']}\n")
+    try:
+        return _relay(lines, str(hello["worker"]))
+    except KeyboardInterrupt:
+        return 130  # closing our end interrupts the worker's tuning (its run is marked interrupted)
+    finally:
+        conn.close()
+
+
+def _relay(lines: Lines, worker: str) -> int | None:
+    started = False
+    while True:
+        try:
+            message = lines.read()
+        except (OSError, ValueError) as exc:
+            message, lost = None, exc
+        else:
+            lost = None
+        if message is None:
+            if not started:
+                return None
+            sys.stderr.write(f"error: worker {worker} stopped while running this command"
+                             f"{f' ({lost})' if lost else ''}; what it measured is in the database\n")
+            return 1
+        if "declined" in message:
+            sys.stderr.write(f"worker {worker} on this host did not take this command ({message['declined']}); "
+                             "tuning here\n")
+            return None
+        if "start" in message:
+            started = True
+        for key, stream in (("out", sys.stdout), ("err", sys.stderr)):
+            if key in message:
+                stream.write(str(message[key]))
+                stream.flush()
+        if "exit" in message:
+            return int(message["exit"])
