@@ -35,6 +35,7 @@ class TrialRunner:
         self._warming = False  # prestarted, its "warm" message not read yet
         self._in_flight = False
         self.restarts = 0
+        self.setup_s: dict[str, float] = {}  # the last problem's set-up in the process, by part (inputs, reference)
 
     @property
     def in_flight(self) -> bool:
@@ -103,6 +104,7 @@ class TrialRunner:
                 raise WorkerSetupError(f"the trial worker died while starting (exit code {proc.exitcode})") from None
             if kind != "ready":
                 raise WorkerSetupError(f"the trial worker could not set up the problem: {payload}")
+            self.setup_s = dict(payload or {})
         except WorkerSetupError:
             self.close()
             raise

@@ -24,6 +24,7 @@ import random
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import numpy as np
 import optuna
 
 from search_spaces.space import Config, Param, config_key
@@ -125,6 +126,8 @@ class TPESearch(Search):
         self.dists: dict[str, optuna.distributions.BaseDistribution] = {p.name: optuna.distributions.IntDistribution(0, len(p.values) - 1) for p in self.params}
         sampler = optuna.samplers.TPESampler(seed=self.seed, multivariate=True, n_startup_trials=8, n_ei_candidates=64)
         self.study = optuna.create_study(direction="minimize", sampler=sampler)
+        self._grid: np.ndarray | None = None  # the candidates' parameter indices, built on first use
+        self._grid_keys: list[str] = []
 
     def _index(self, c: Config) -> dict[str, int]:
         return {p.name: p.values.index(c[p.name]) for p in self.params}
@@ -147,21 +150,33 @@ class TPESearch(Search):
         self.study.add_trial(trial)
 
     def _explore(self) -> Iterator[Config]:
-        misses = 0
-        while self.measured + len(self.pending) < self.EXPLORE_FRACTION * self.budget and misses < 200:
+        """TPE's proposals, each snapped to the nearest valid config not yet asked (a proposal that breaks a
+        constraint is not a measurement: it was asked of TPE again and again, nine in ten proposals on matmul's
+        space, at 9 ms each)."""
+        while self.measured + len(self.pending) < self.EXPLORE_FRACTION * self.budget:
             trial = self.study.ask(self.dists)
-            config = self._config(trial.params)
-            key = config_key(config)
-            if key not in self.candidates:  # breaks a constraint: teach TPE that region is bad
-                self.study.tell(trial, self._penalty())
-                misses += 1
-                continue
             self.study.tell(trial, state=optuna.trial.TrialState.FAIL)  # the real result arrives via _learn
-            if self._fresh(config):
-                misses = 0
-                yield config
-            else:
-                misses += 1
+            config = self._nearest_fresh(trial.params)
+            if config is None:
+                return
+            yield config
+
+    def _nearest_fresh(self, idx: dict[str, Any]) -> Config | None:
+        """The valid config not yet asked nearest to a point of the index grid (fewest steps summed over the
+        parameters; a tie broken by the seeded generator)."""
+        if self._grid is None:
+            self._grid_keys = list(self.candidates)
+            self._grid = np.array([[p.values.index(self.candidates[k][p.name]) for p in self.params]
+                                   for k in self._grid_keys], dtype=np.int64).reshape(len(self._grid_keys), -1)
+        fresh = np.fromiter((k not in self.results and k not in self.pending for k in self._grid_keys), dtype=bool,
+                            count=len(self._grid_keys))
+        if not fresh.any():
+            return None
+        point = np.array([int(idx[p.name]) for p in self.params], dtype=np.int64)
+        distance = np.abs(self._grid - point).sum(axis=1)
+        distance[~fresh] = np.iinfo(np.int64).max
+        nearest = np.flatnonzero(distance == distance.min())
+        return dict(self.candidates[self._grid_keys[int(nearest[self.rng.randrange(len(nearest))])]])
 
     def _exploring(self) -> bool:
         return bool(self._first) or self.measured + len(self.pending) < self.EXPLORE_FRACTION * self.budget

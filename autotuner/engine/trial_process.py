@@ -58,11 +58,14 @@ class Bench:
         if spec.device_index is not None and torch.cuda.is_available():
             torch.cuda.set_device(spec.device_index)
         self.spec = spec
+        t0 = time.perf_counter()
         self.device = current_device(spec.device_index)
         self.op = import_op(spec.op)
         self.problem = self.op.problem_from_dict(spec.problem)
         self.inputs = self.op.make_inputs(self.problem, self.device.torch_device)
         self.torch = torch
+        self._sync()
+        t1 = time.perf_counter()
         if self.op.reference is not None:
             self.ref = self.op.reference(self.inputs)
         else:  # no reference declared: every config is checked against the default config's output
@@ -74,7 +77,9 @@ class Bench:
                 self.ref = _snapshot(self.op.run_checked(self.inputs, default))
             finally:
                 poison_outputs(False)
-            self._sync()
+        self._sync()
+        # where the set-up went (the tuner's phases: setup_inputs_s, setup_reference_s)
+        self.setup_s = {"inputs_s": t1 - t0, "reference_s": time.perf_counter() - t1}
 
     def _sync(self) -> None:
         if not self.device.is_interpreter:
@@ -139,16 +144,20 @@ def die_with_parent() -> None:
 
 
 def warm_up(device_index: int | None) -> None:
-    """In a new process with no problem yet: make the CUDA context, import the ops, and compute Triton's
-    installation hash (its cache key's first part, once per process, which each process's first
-    compile or cache lookup would otherwise pay), so that the first problem only builds its inputs."""
+    """In a new process with no problem yet: make the CUDA context, import the ops, start cuBLAS (its handle and
+    workspace, which the first reference or baseline would otherwise pay), and compute Triton's installation hash
+    (its cache key's first part, once per process, which each process's first compile or cache lookup would
+    otherwise pay), so that the first problem only builds its inputs."""
     from autotuner.base.registry import load_plugins  # noqa: F401  (imports the registry and the built-in ops)
 
     if device_index is not None:
         import torch
 
         torch.cuda.set_device(device_index)
-        torch.empty(1, device=f"cuda:{device_index}")
+        for dtype in (torch.float16, torch.float32):
+            x = torch.ones(16, 16, device=f"cuda:{device_index}", dtype=dtype)
+            x @ x
+        torch.cuda.synchronize()
         try:
             from triton.runtime.cache import triton_key
 
@@ -175,7 +184,7 @@ def worker_main(conn: Connection, spec: WorkerSpec | None, env: dict[str, str],
             except Exception as exc:
                 conn.send(("setup_failed", short_error(exc)))
                 return
-            conn.send(("ready", None))
+            conn.send(("ready", bench.setup_s))
             spec = None
         try:
             kind, payload = conn.recv()

@@ -167,7 +167,11 @@ def _setup(t: _Tuning) -> None:
     t.known = {k: v for k, v in t.known.items() if k in valid_keys}
     t.measurer.prepare(list({config_key(c): c for c in first if config_key(c) in valid_keys
                              and config_key(c) not in t.known}.values())[:max(1, t.compile_workers)])
+    started = time.perf_counter()
     base = t.measurer.start()
+    result.phases["setup_worker_s"] = time.perf_counter() - started  # the trial process's set-up and torch's time
+    if isinstance(t.measurer, LiveMeasurer):
+        result.phases.update({f"setup_{part}": s for part, s in t.measurer.runner.setup_s.items()})
     result.torch_ms = base.timing.median_ms if base.status == "ok" and base.timing else None
     if t.known:  # measured before: not again; a budget counts new measurements
         t.budget = min(t.budget, len(t.cands.valid) - len(t.known)) if t.budget is not None else None
@@ -305,6 +309,7 @@ def tune(op: Op, problem: ProblemType, *, store: RunStore, settings: Settings, p
     t = _prepare(op, problem, store=store, settings=settings, plan=plan or Plan(),
                  device=device or current_device(), observer=observer or TuneObserver(), measurer=measurer,
                  kept=kept, job_id=job_id)
+    t.result.phases["prepare_s"] = time.perf_counter() - t_start  # the space enumerated, the measurer made
     try:
         with _phase(t, "setup", None):
             _setup(t)
