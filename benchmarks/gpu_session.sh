@@ -6,7 +6,9 @@
 #              with a profile of each warm first launch in $OUT/profiles (DROPIN_ARGS: more arguments)
 #   tune       `autotuner tune matmul --M 4096`, cold Triton cache, with its phases (TUNE_RUNS times, default 1),
 #              after the start-up's parts: import torch, CUDA init, importing the CLI
-#   tunetime   benchmarks/tune_time.py: that, plus an exhaustive run (a landscape) and the winner against its best
+#   tunetime   benchmarks/tune_time.py: that, the same through a running worker, an exhaustive run (a landscape)
+#              and the winners against its best (TUNETIME_ARGS: more arguments, e.g. --no-exhaustive)
+#   kinds      benchmarks/matmul_kinds.py: the matmul kernel's kinds on one tile against cuBLAS
 #   landscapes exhaustive runs of softmax and layernorm problems, written as landscapes to $OUT/landscapes
 #   scale      benchmarks/scale_workers.py: 16 jobs drained by workers on 1 and on every GPU of the host
 #   dynamic    benchmarks/dynamic_shapes.py: a stream of matmuls whose M changes every call (DYNAMIC_CASES: which)
@@ -57,7 +59,11 @@ if [[ $STEPS == *,tune,* ]]; then
 fi
 if [[ $STEPS == *,tunetime,* ]]; then
   step "tune time, exhaustive landscape, winner against the best"
-  python3 benchmarks/tune_time.py --out "$OUT" 2>&1 | tee "$OUT/tune_time.txt" | tail -8
+  python3 benchmarks/tune_time.py --out "$OUT" ${TUNETIME_ARGS:-} 2>&1 | tee "$OUT/tune_time.txt" | tail -8
+fi
+if [[ $STEPS == *,kinds,* ]]; then
+  step "matmul kinds against cuBLAS"
+  python3 benchmarks/matmul_kinds.py 2>&1 | tee "$OUT/kinds.txt" | tail -10
 fi
 if [[ $STEPS == *,landscapes,* ]]; then
   step "landscapes: exhaustive softmax and layernorm"

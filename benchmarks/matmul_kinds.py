@@ -1,0 +1,78 @@
+"""The matmul kernel's kinds on the same tiles, against cuBLAS, at real models' shapes. GPU only.
+
+    python benchmarks/matmul_kinds.py [--rounds 5] [--shapes 3000x6144x4096:bfloat16,...]
+
+Each row is one problem; each column one config of the 128x256x64 tile (8 warps, GROUP_M 8) that won the large
+problems of the suite: a tile per program (TMA=1), persistent (TMA=2, its C tile stored in halves with 4 stages),
+that with the last partial wave shared out by K steps (STREAM_K=1), and warp-specialized (TMA=3). Times are
+medians of interleaved rounds (CUDA events, L2 flushed), as a fraction of cuBLAS's time (higher is faster). The
+waves column is the tiles over the SMs: a fractional part leaves SMs idle in the last wave, which stream-K fills.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+SHAPES = ("4096x4096x4096:float16,4000x4000x4000:float16,2048x11008x4096:bfloat16,4096x14336x4096:bfloat16,"
+          "3000x6144x4096:bfloat16,8192x8192x8192:bfloat16")
+BIG = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8}
+KINDS = {
+    "TMA=1 s3": {**BIG, "TMA": 1, "num_stages": 3},
+    "TMA=2 sub s4": {**BIG, "TMA": 2, "SUBTILE": 1, "num_stages": 4},
+    "+STREAM_K": {**BIG, "TMA": 2, "SUBTILE": 1, "STREAM_K": 1, "num_stages": 4},
+    "TMA=3 s3": {**BIG, "TMA": 3, "num_stages": 3},
+}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--shapes", default=SHAPES)
+    args = ap.parse_args()
+
+    import torch
+
+    from autotuner.base.device import current_device
+    from autotuner.base.registry import get_op
+    from autotuner.engine.timing import time_cuda
+
+    op = get_op("matmul")
+    device = current_device()
+    print(f"{device.name}, {device.sm_count} SMs; medians of {args.rounds} interleaved rounds; tuned/cuBLAS "
+          "time ratio as speed (higher is faster)")
+    print("| problem | waves | cuBLAS ms | " + " | ".join(KINDS) + " |")
+    print("|---|---|---|" + "---|" * len(KINDS))
+    for item in args.shapes.split(","):
+        shape, dtype = item.split(":")
+        problem = op.parse_problem(shape, dtype)
+        inputs = op.make_inputs(problem, device.torch_device)
+        ref = op.reference(inputs)
+        runs = {"cuBLAS": functools.partial(op.baseline, inputs)}  # type: ignore[misc]
+        for name, cfg in KINDS.items():
+            if op.space.violations({**op.space.complete(cfg)}, problem, device):
+                continue
+            check = op.check(op.run(inputs, cfg), ref, problem)
+            if not check.ok:
+                raise SystemExit(f"{shape} {dtype} {name}: {check.message}")
+            runs[name] = functools.partial(op.run, inputs, cfg)
+        times: dict[str, list[float]] = {name: [] for name in runs}
+        for _ in range(args.rounds):
+            for name, fn in runs.items():
+                times[name].append(time_cuda(fn).median_ms)
+        med = {name: statistics.median(t) for name, t in times.items()}
+        tiles = -(-problem.M // 128) * -(-problem.N // 256)
+        cells = [f"{med['cuBLAS'] / med[n]:.3f}x ({med[n]:.4f})" if n in med else "ruled out" for n in KINDS]
+        print(f"| {shape} {dtype} | {tiles / device.sm_count:.2f} | {med['cuBLAS']:.4f} | " + " | ".join(cells) + " |",
+              flush=True)
+        del inputs, ref
+        torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()
