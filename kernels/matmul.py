@@ -15,9 +15,9 @@ matrices. Out-of-range rows and columns load as zeros and are not stored. Where 
 16-byte aligned (or its last dimension is strided), the launcher uses the pointer kernel, with the same result.
 On an H100 the same tiles ran 1-1.5% faster through TMA than through pointers (benchmarks/RESULTS.md).
 
-Stream-K (STREAM_K=1, with TMA=2): the tiles of the last, partial wave are shared among all the programs by K
-steps, so no SM idles while a few finish it (on 132 SMs, 576 tiles are 4.4 waves: the fifth would run a third
-full); partial tiles meet in a float32 workspace, the last contributor adding them up as split-K's does.
+Tail split (TAIL_SPLIT=1, with TMA=2): the tiles of the last, partial wave are computed as twice as many tiles of
+half the columns, so it takes half as long where it is less than half full (on 132 SMs, 576 tiles of 128x256 are
+4.4 waves: the fifth, a third full, would take a whole tile's time).
 
 Persistent TMA (TMA=2): a program per SM (at most one per tile) walks the tiles NUM_SMS apart in the same
 grouped order, so the launch and each program's set-up are paid once per SM rather than once per tile, and
@@ -46,7 +46,7 @@ from kernels._direct import Launcher
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 EPILOGUES = ("none", "bias", "bias_relu", "bias_gelu", "relu", "gelu")
 PARAMS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M")
-OPTIONAL = {"SPLIT_K": 1, "TMA": 0, "SUBTILE": 0, "STREAM_K": 0}  # tunable, with the value a config that leaves it out means
+OPTIONAL = {"SPLIT_K": 1, "TMA": 0, "SUBTILE": 0, "TAIL_SPLIT": 0}  # tunable, with the value a config that leaves it out means
 TMA_KINDS = (0, 1, 2, 3)  # pointers; TMA, a tile per program; TMA, a program per SM; that, warp-specialized
 
 
@@ -195,14 +195,8 @@ def matmul_tma_kernel(
 
 
 @triton.jit
-def _owner(iteration, sk_iters, NUM_SMS: tl.constexpr):
-    """The program whose stream-K range holds this K step (program p's range starts at p * sk_iters // NUM_SMS)."""
-    return ((iteration + 1) * NUM_SMS - 1) // sk_iters
-
-
-@triton.jit
 def matmul_tma_persistent_kernel(
-    a_desc, b_desc, c_desc, bias_ptr, ws_ptr, count_ptr,
+    a_desc, b_desc, c_desc, bias_ptr, b_half_desc, c_half_desc,
     M, N, K,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     EPILOGUE: tl.constexpr,
@@ -210,21 +204,19 @@ def matmul_tma_persistent_kernel(
     NUM_SMS: tl.constexpr,
     WARP_SPECIALIZE: tl.constexpr,
     SUBTILE: tl.constexpr,
-    STREAM_K: tl.constexpr,
+    TAIL_SPLIT: tl.constexpr,
 ):
     """One program per SM, each walking the output tiles in grouped order, NUM_SMS apart; A and B tiles come
     through TMA descriptors and C leaves through one. With WARP_SPECIALIZE, Triton splits the tile loop into
     warps that load and warps that multiply (Hopper and later).
 
-    With STREAM_K, the tiles that would make a last, partial wave (num_tiles % NUM_SMS of them) are not given out
-    whole: their K steps are shared evenly among all the programs, each taking a contiguous run of them (spanning
-    at most two tiles). A program that has only part of a tile writes its float32 partial to its slot of the
-    workspace (two per program) and adds its step count to the tile's counter; the one that completes the count
-    adds the others' partials, applies the epilogue, stores the tile and puts the counter back to zero."""
+    With TAIL_SPLIT, the tiles that would make a last, partial wave (num_tiles % NUM_SMS of them) are computed as
+    twice as many tiles of half the columns (through the half-width descriptors): where that wave is less than
+    half full it takes half as long, and where it is more, more SMs share it."""
     pid = tl.program_id(0)
     num_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
     whole_tiles = num_tiles
-    if STREAM_K:
+    if TAIL_SPLIT:
         whole_tiles = num_tiles - num_tiles % NUM_SMS
     k_iters = tl.cdiv(K, BLOCK_K)
     for tile in tl.range(pid, whole_tiles, NUM_SMS, flatten=False, warp_specialize=WARP_SPECIALIZE):
@@ -234,52 +226,28 @@ def matmul_tma_persistent_kernel(
         acc = _tma_k_product(a_desc, b_desc, off_m, off_n, 0, k_iters, BLOCK_M, BLOCK_N, BLOCK_K, UPCAST)
         acc = _epilogue(acc, bias_ptr, off_n + tl.arange(0, BLOCK_N), N, EPILOGUE)
         _store_tile(c_desc, acc, off_m, off_n, BLOCK_M, BLOCK_N, SUBTILE)
-    if STREAM_K:
-        sk_iters = (num_tiles - whole_tiles) * k_iters
-        first = pid * sk_iters // NUM_SMS
-        last = (pid + 1) * sk_iters // NUM_SMS
-        tile_elems = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
-        it = first
-        while it < last:
-            t = it // k_iters  # of the stream-K tiles
-            k0 = it - t * k_iters
-            k1 = tl.minimum(k_iters, k0 + last - it)
-            pid_m, pid_n = _grouped_tile(whole_tiles + t, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    if TAIL_SPLIT:
+        HALF_N: tl.constexpr = BLOCK_N // 2
+        for half in range(pid, 2 * (num_tiles - whole_tiles), NUM_SMS):
+            pid_m, pid_n = _grouped_tile(whole_tiles + half // 2, M, N, BLOCK_M, BLOCK_N, GROUP_M)
             off_m = pid_m * BLOCK_M
-            off_n = pid_n * BLOCK_N
-            acc = _tma_k_product(a_desc, b_desc, off_m, off_n, k0, k1, BLOCK_M, BLOCK_N, BLOCK_K, UPCAST)
-            done = k1 - k0 == k_iters
-            if k1 - k0 != k_iters:
-                slot = 2 * pid + (it != first).to(tl.int32)
-                tl.store(ws_ptr + slot.to(tl.int64) * (BLOCK_M * BLOCK_N) + tile_elems, acc)
-                # A scalar atomic is issued by one thread: the barrier puts every warp's stores before its release.
-                tl.debug_barrier()
-                arrived = tl.atomic_add(count_ptr + t, k1 - k0, sem="acq_rel", scope="gpu")
-                done = arrived + (k1 - k0) == k_iters
-                if done:  # the tile's last contributor: add the others' partials
-                    for p in range(_owner(t * k_iters, sk_iters, NUM_SMS),
-                                   _owner((t + 1) * k_iters - 1, sk_iters, NUM_SMS) + 1):
-                        if p != pid:
-                            p_slot = 2 * p + (((p * sk_iters // NUM_SMS) // k_iters) != t).to(tl.int32)
-                            acc += tl.load(ws_ptr + p_slot.to(tl.int64) * (BLOCK_M * BLOCK_N) + tile_elems,
-                                           cache_modifier=".cg")
-                    tl.atomic_xchg(count_ptr + t, 0, sem="relaxed", scope="gpu")  # ready for the next launch
-            if done:
-                acc = _epilogue(acc, bias_ptr, off_n + tl.arange(0, BLOCK_N), N, EPILOGUE)
-                _store_tile(c_desc, acc, off_m, off_n, BLOCK_M, BLOCK_N, SUBTILE)
-            it = t * k_iters + k1
+            off_n = pid_n * BLOCK_N + (half % 2) * HALF_N
+            acc = _tma_k_product(a_desc, b_half_desc, off_m, off_n, 0, k_iters, BLOCK_M, HALF_N, BLOCK_K, UPCAST)
+            acc = _epilogue(acc, bias_ptr, off_n + tl.arange(0, HALF_N), N, EPILOGUE)
+            c_half_desc.store([off_m, off_n], acc.to(c_half_desc.dtype))
 
 
 def persistent_unsupported(config: Mapping[str, Any], float32: bool) -> str | None:
-    """Why a config's SUBTILE, STREAM_K or warp specialization cannot run (None: it can): SUBTILE=1 stores the
-    persistent kernels' C tile, STREAM_K=1 is the persistent kernel's (not warp-specialized), and TMA=3 compiles (Triton 3.6, Hopper) with 8 warps and 16-bit operands only. The launcher
+    """Why a config's SUBTILE, TAIL_SPLIT or warp specialization cannot run (None: it can): SUBTILE=1 stores the
+    persistent kernels' C tile, TAIL_SPLIT=1 is the persistent kernel's (not warp-specialized), and TMA=3 compiles (Triton 3.6, Hopper) with 8 warps and 16-bit operands only. The launcher
     refuses such a config with this reason, and matmul's space rules it out with it."""
-    subtile, tma, stream_k = config.get("SUBTILE", 0), config.get("TMA", 0), config.get("STREAM_K", 0)
+    subtile, tma, tail = config.get("SUBTILE", 0), config.get("TMA", 0), config.get("TAIL_SPLIT", 0)
     if subtile not in (0, 1) or (subtile and tma < 2):
         return f"SUBTILE=1 (the C tile stored in halves) is for TMA=2 and 3, got SUBTILE={subtile} with TMA={tma}"
-    if stream_k not in (0, 1) or (stream_k and tma != 2):
-        return f"STREAM_K=1 (the last wave's tiles shared out by K steps) is for TMA=2, got STREAM_K={stream_k} " \
-               f"with TMA={tma}"
+    if tail not in (0, 1) or (tail and tma != 2):
+        return f"TAIL_SPLIT=1 (the last wave's tiles split in halves) is for TMA=2, got TAIL_SPLIT={tail} with TMA={tma}"
+    if tail and config.get("BLOCK_N", 0) < 32:
+        return f"TAIL_SPLIT=1 halves BLOCK_N, which must stay 16 or more for tl.dot: got BLOCK_N={config.get('BLOCK_N')}"
     warps = config.get("num_warps", 4)
     if tma == 3 and (warps != 8 or float32):
         return (f"TMA=3 (warp-specialized) takes 8 warps and float16 or bfloat16 operands, got {warps} warps and "
@@ -371,29 +339,28 @@ def prepare(
         bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
         common = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg["GROUP_M"], EPILOGUE=EPILOGUES.index(epilogue),
                       UPCAST=dot_needs_upcast(dtype), **warps)
-        stream_k, workspace_size, persistent = False, 0, cfg["TMA"] >= 2
+        tail, persistent = False, cfg["TMA"] >= 2
         if not persistent:
             tma = Launcher(matmul_tma_kernel, (tiles,), common)
         else:
             sms = _sm_count(device)
-            # stream-K only where the tiles leave a partial wave: every program runs (each owns K steps), each
-            # with two float32 partial tiles of workspace, and a counter per shared tile (fewer than the SMs)
-            stream_k = cfg["STREAM_K"] == 1 and tiles % sms != 0
-            workspace_size = 2 * sms * bm * bn if stream_k else 0
-            tma = Launcher(matmul_tma_persistent_kernel, (sms if stream_k else min(sms, tiles),),
+            tail = cfg["TAIL_SPLIT"] == 1 and tiles % sms != 0  # only where the tiles leave a partial wave
+            # the tail's tiles % sms tiles become twice as many halves
+            tma = Launcher(matmul_tma_persistent_kernel, (min(sms, tiles + (tiles % sms if tail else 0)),),
                            dict(common, NUM_SMS=sms, WARP_SPECIALIZE=cfg["TMA"] == 3, SUBTILE=cfg["SUBTILE"],
-                                STREAM_K=int(stream_k)))
+                                TAIL_SPLIT=int(tail)))
         c_block = [bm, bn // 2 if cfg["SUBTILE"] else bn]
 
         def launch_tma(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
             c = new_output((M, N), dtype, device)
-            if stream_k:
-                shared: tuple[torch.Tensor, ...] = (torch.empty(workspace_size, dtype=torch.float32, device=device),
-                                                    _tile_counters(device, tiles))
+            c_desc = TensorDescriptor.from_tensor(c, c_block)
+            if tail:  # the last wave's half-width tiles
+                halves: tuple[Any, ...] = (TensorDescriptor.from_tensor(b, [bk, bn // 2]),
+                                           TensorDescriptor.from_tensor(c, [bm, bn // 2]))
             else:
-                shared = (c, c) if persistent else ()  # the persistent kernel's workspace and counters, unused
-            tma(TensorDescriptor.from_tensor(a, [bm, bk]), TensorDescriptor.from_tensor(b, [bk, bn]),
-                TensorDescriptor.from_tensor(c, c_block), bias if bias is not None else c, *shared, M, N, K)
+                halves = (c_desc, c_desc) if persistent else ()  # unused
+            tma(TensorDescriptor.from_tensor(a, [bm, bk]), TensorDescriptor.from_tensor(b, [bk, bn]), c_desc,
+                bias if bias is not None else c, *halves, M, N, K)
             return c
 
         return launch_tma

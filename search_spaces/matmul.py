@@ -168,9 +168,9 @@ def _persistent(c: Config, p: MatmulProblem, d: DeviceLimits) -> str | None:
     if tiles <= d.sm_count:
         return (f"TMA={c['TMA']} (a program per SM): {tiles} output tiles for {d.sm_count} SMs give every program "
                 "one tile, as TMA=1 does")
-    if c["STREAM_K"] and tiles % d.sm_count == 0:
-        return (f"STREAM_K=1: {tiles} output tiles make whole waves on {d.sm_count} SMs, with no partial wave to "
-                "share out")
+    if c["TAIL_SPLIT"] and tiles % d.sm_count == 0:
+        return (f"TAIL_SPLIT=1: {tiles} output tiles make whole waves on {d.sm_count} SMs, with no partial wave to "
+                "split")
     return None
 
 
@@ -204,14 +204,14 @@ def default(p: MatmulProblem, d: DeviceLimits) -> Config:
 def seeds(p: MatmulProblem, d: DeviceLimits) -> list[Config]:
     """On Hopper GPUs, the 128x256x64 tiles that won every large problem of the H100 suite, through TMA and
     through pointers (benchmarks/RESULTS.md), and the same tiles persistent (with and without warp
-    specialization, and with the last wave shared out by stream-K), measured right after the default; the ones a problem rules out (tiles larger than it,
+    specialization, and with the last partial wave in half-width tiles), measured right after the default; the ones a problem rules out (tiles larger than it,
     shared memory, too few tiles to persist over) are dropped."""
     if not hopper(d):
         return []
     big = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8, "SPLIT_K": 1, "num_warps": 8, "num_stages": 3}
     return [{**big, "TMA": 1}, {**big, "TMA": 0}, {**big, "TMA": 0, "num_stages": 4}, {**big, "TMA": 2},
             {**big, "TMA": 2, "SUBTILE": 1, "num_stages": 4}, {**big, "TMA": 3},
-            {**big, "TMA": 2, "SUBTILE": 1, "STREAM_K": 1, "num_stages": 4}]
+            {**big, "TMA": 2, "SUBTILE": 1, "TAIL_SPLIT": 1, "num_stages": 4}]
 
 
 SPACE: Space[MatmulProblem] = Space(
@@ -223,7 +223,7 @@ SPACE: Space[MatmulProblem] = Space(
         Param("SPLIT_K", (1, 2, 4, 8), implied=1),
         Param("TMA", (0, 1, 2, 3), implied=0),  # pointers, TMA, persistent TMA, that warp-specialized
         Param("SUBTILE", (0, 1), implied=0),  # persistent TMA's C tile stored in two halves
-        Param("STREAM_K", (0, 1), implied=0),  # persistent TMA's last, partial wave shared out by K steps
+        Param("TAIL_SPLIT", (0, 1), implied=0),  # persistent TMA's last, partial wave in half-width tiles
         Param("num_warps", (4, 8)),
         Param("num_stages", (2, 3, 4, 5)),
     ),
