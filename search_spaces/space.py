@@ -151,6 +151,10 @@ class Space(Generic[P]):
             cfg = dict(config)
         else:
             cfg = {k: int(v) for k, v in config.items()}
+        return self._constraints_broken(cfg, problem, device)
+
+    def _constraints_broken(self, cfg: Config, problem: P, device: DeviceLimits) -> list[tuple[str, str]]:
+        broken = []
         for check in self.constraints:
             reason = check(cfg, problem, device)
             if reason:
@@ -172,8 +176,8 @@ class Space(Generic[P]):
     def enumerate(self, problem: P, device: DeviceLimits) -> Candidates:
         valid: list[Config] = []
         rejected: list[Rejection] = []
-        for cfg in self.grid():
-            broken = self.broken_rules(cfg, problem, device)
+        for cfg in self.grid():  # complete and inside the space by construction: only the constraints to check
+            broken = self._constraints_broken(cfg, problem, device)
             if broken:
                 rejected.append(Rejection(cfg, "; ".join(m for _, m in broken), tuple(r for r, _ in broken)))
             else:
