@@ -33,22 +33,6 @@ def select_backend() -> None:
         os.environ["TRITON_INTERPRET"] = "1"
 
 
-_SMS: dict[str, int] = {}
-
-
-def sm_count(device: object) -> int:
-    """A device's SM count (persistent kernels' grids), asked once per device; in the interpreter, the host's
-    cores, as autotuner.base.device counts them."""
-    key = str(device)
-    if key not in _SMS:
-        import torch
-
-        dev = torch.device(device)  # type: ignore[call-overload]
-        _SMS[key] = torch.cuda.get_device_properties(dev).multi_processor_count if dev.type == "cuda" else \
-            os.cpu_count() or 1
-    return _SMS[key]
-
-
 def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "yes", "on")
 

@@ -2,9 +2,7 @@
 
 Each program handles ROWS rows as one [ROWS, BLOCK_N] tile. When BLOCK_N covers the row the tile stays in
 registers (one read, one write); otherwise the row is streamed in BLOCK_N chunks with an online max/sum
-(two reads, one write). Computation is in float32; the output has the input dtype. With PER_SM > 0 the grid is
-persistent: PER_SM programs per SM walk the blocks of rows, the loop software-pipelined (num_stages), so a
-program's next rows are in flight while it computes these.
+(two reads, one write). Computation is in float32; the output has the input dtype.
 """
 
 from __future__ import annotations
@@ -24,18 +22,20 @@ from kernels._checks import (
     check_tensor,
     new_output,
 )
-from kernels._backend import sm_count
 from kernels._direct import Launcher
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 PARAMS = ("BLOCK_N", "ROWS")
-OPTIONAL = {"PER_SM": 0}  # persistent: this many programs per SM walk the row blocks (0: a program per block)
 
 
 @triton.jit
-def _softmax_rows(x_ptr, y_ptr, rows, n_rows, n_cols, stride_xm, stride_ym,
-                  BLOCK_N: tl.constexpr, ROWS: tl.constexpr, SINGLE_PASS: tl.constexpr):
-    """Softmax of ROWS rows (those past n_rows masked)."""
+def softmax_kernel(
+    x_ptr, y_ptr,
+    n_rows, n_cols,
+    stride_xm, stride_ym,
+    BLOCK_N: tl.constexpr, ROWS: tl.constexpr, SINGLE_PASS: tl.constexpr,
+):
+    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     row_ok = rows < n_rows
     cols = tl.arange(0, BLOCK_N)
     x_row = x_ptr + rows.to(tl.int64)[:, None] * stride_xm
@@ -69,32 +69,13 @@ def _softmax_rows(x_ptr, y_ptr, rows, n_rows, n_cols, stride_xm, stride_ym,
             tl.store(y_row + c[None, :], y.to(y_ptr.dtype.element_ty), mask=mask)
 
 
-@triton.jit
-def softmax_kernel(
-    x_ptr, y_ptr,
-    n_rows, n_cols,
-    stride_xm, stride_ym,
-    n_programs,
-    BLOCK_N: tl.constexpr, ROWS: tl.constexpr, SINGLE_PASS: tl.constexpr, PERSISTENT: tl.constexpr,
-):
-    """A program per ROWS rows; or, PERSISTENT, n_programs programs each walking the blocks of rows n_programs
-    apart, the next block's load issued while this one is computed (the loop pipelined by num_stages)."""
-    if PERSISTENT:
-        for block in tl.range(tl.program_id(0), tl.cdiv(n_rows, ROWS), n_programs):
-            _softmax_rows(x_ptr, y_ptr, block * ROWS + tl.arange(0, ROWS), n_rows, n_cols, stride_xm, stride_ym,
-                          BLOCK_N, ROWS, SINGLE_PASS)
-    else:
-        _softmax_rows(x_ptr, y_ptr, tl.program_id(0) * ROWS + tl.arange(0, ROWS), n_rows, n_cols, stride_xm,
-                      stride_ym, BLOCK_N, ROWS, SINGLE_PASS)
-
-
 def prepare(x: torch.Tensor, config: Mapping[str, Any]) -> Callable[[torch.Tensor], torch.Tensor]:
     """Check x and the config once; the returned launch(x) takes any tensor with this x's dtype, shape, strides,
     device and 16-byte alignment, and launches without checking again."""
     check_tensor("x", x, DTYPES)
     check_same_device(x=x)
     check_last_dim_contiguous("x", x)
-    cfg = check_config(config, PARAMS, "softmax", OPTIONAL)
+    cfg = check_config(config, PARAMS, "softmax")
     check_pow2("softmax", cfg, PARAMS)
     shape, dtype, device = x.shape, x.dtype, x.device
     n_cols = x.shape[-1]
@@ -103,15 +84,13 @@ def prepare(x: torch.Tensor, config: Mapping[str, Any]) -> Callable[[torch.Tenso
         stride, flatten = x.view(-1, n_cols).stride(0), False  # rows reachable by one stride: launch on x itself
     except RuntimeError:
         stride, flatten = n_cols, True  # leading dimensions that do not flatten: copy into rows first
-    blocks = triton.cdiv(n_rows, cfg["ROWS"])
-    programs = min(blocks, sm_count(device) * cfg["PER_SM"]) if cfg["PER_SM"] else blocks
-    launcher = Launcher(softmax_kernel, (programs,), dict(
+    launcher = Launcher(softmax_kernel, (triton.cdiv(n_rows, cfg["ROWS"]),), dict(
         BLOCK_N=cfg["BLOCK_N"], ROWS=cfg["ROWS"], SINGLE_PASS=cfg["BLOCK_N"] >= n_cols,
-        PERSISTENT=bool(cfg["PER_SM"]), num_warps=cfg["num_warps"], num_stages=cfg["num_stages"]))
+        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"]))
 
     def launch(x: torch.Tensor) -> torch.Tensor:
         y = new_output(shape, dtype, device)
-        launcher(x.reshape(-1, n_cols) if flatten else x, y, n_rows, n_cols, stride, n_cols, programs)
+        launcher(x.reshape(-1, n_cols) if flatten else x, y, n_rows, n_cols, stride, n_cols)
         return y
 
     return launch

@@ -101,17 +101,8 @@ def _warps_vs_tile(c: Config, p: RowwiseProblem, d: DeviceLimits) -> str | None:
 
 
 def _stages_need_loop(c: Config, p: RowwiseProblem, d: DeviceLimits) -> str | None:
-    if c["num_stages"] > 1 and c["BLOCK_N"] >= p.cols and not c.get("PER_SM"):
-        return "num_stages > 1 pipelines a loop, and with BLOCK_N covering the row (and a program per block of rows) " \
-               "there is none"
-    return None
-
-
-def _persistent_rows(c: Config, p: RowwiseProblem, d: DeviceLimits) -> str | None:
-    blocks = -(-p.rows // c["ROWS"])
-    if c.get("PER_SM") and blocks <= c["PER_SM"] * d.sm_count:
-        return (f"PER_SM={c['PER_SM']}: {blocks} blocks of {c['ROWS']} rows give each of {c['PER_SM']} programs per "
-                f"SM on {d.sm_count} SMs at most one, as a program per block does")
+    if c["num_stages"] > 1 and c["BLOCK_N"] >= p.cols:
+        return "num_stages > 1 pipelines a loop, and with BLOCK_N covering the row there is none"
     return None
 
 
@@ -125,19 +116,15 @@ def default(p: RowwiseProblem, d: DeviceLimits) -> Config:
     return {"BLOCK_N": block, "ROWS": rows, "num_warps": warps, "num_stages": 1 if block >= p.cols else 2}
 
 
-def make_space(persistent: bool = False) -> Space[RowwiseProblem]:
-    """The row-wise space; `persistent`: with PER_SM, the kernel's persistent grid (programs per SM, 0: a program
-    per block of rows)."""
+def make_space() -> Space[RowwiseProblem]:
     return Space(
         params=(
             Param("BLOCK_N", pow2_range(32, 65536)),
             Param("ROWS", (1, 2, 4, 8, 16)),
-            *((Param("PER_SM", (0, 2, 8), implied=0),) if persistent else ()),
             Param("num_warps", (1, 2, 4, 8, 16)),
             Param("num_stages", (1, 2)),
         ),
-        constraints=(_block_vs_row, _rows_vs_problem, _warps_vs_tile, _stages_need_loop,
-                     *((_persistent_rows,) if persistent else ())),
+        constraints=(_block_vs_row, _rows_vs_problem, _warps_vs_tile, _stages_need_loop),
         default_fn=default,
     )
 

@@ -39,7 +39,7 @@ def bytes_moved(p: SoftmaxProblem) -> float:
     return 2.0 * p.rows * p.cols * element_bytes(p)
 
 
-SPACE: Space[RowwiseProblem] = make_space(persistent=True)
+SPACE: Space[RowwiseProblem] = make_space()
 
 
 def softmax(x: torch.Tensor) -> tuple[torch.Tensor]:

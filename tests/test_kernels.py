@@ -96,7 +96,7 @@ def test_matmul_tail_split_computes_the_last_wave_in_halves(shape, epilogue, sms
     included). The SM count is fixed here (the interpreter counts the host's cores), so the partial waves are
     known: of 3, 6, and 6 or 9 tiles on 3 and 5 SMs, with and without SUBTILE (the whole tiles' store)."""
     km = importlib.import_module("kernels.matmul")
-    monkeypatch.setitem(importlib.import_module("kernels._backend")._SMS, "cpu", sms)
+    monkeypatch.setitem(km._SMS, "cpu", sms)
     monkeypatch.setattr(km, "matmul_kernel", None)
     op = get_op("matmul")
     problem = op.parse_problem(shape, "float16", epilogue=epilogue)
@@ -108,21 +108,6 @@ def test_matmul_tail_split_computes_the_last_wave_in_halves(shape, epilogue, sms
         cfg = {**cfg, "TMA": 2, "TAIL_SPLIT": 1}
         result = op.check(op.run(inputs, cfg), ref, problem)
         assert result.ok, f"{problem.key} on {sms} SMs {cfg}: {result.message}"
-
-
-@pytest.mark.parametrize("cols, block", [(300, 512), (300, 128), (64, 64)])
-def test_softmax_persistent_grid_walks_every_block_of_rows(cols, block, device, monkeypatch):
-    """PER_SM > 0: PER_SM programs per SM (3 SMs here) walk the blocks of rows, the last block partly past the
-    end; single pass (the row in one block) and streamed (two passes over 128-column chunks)."""
-    monkeypatch.setitem(importlib.import_module("kernels._backend")._SMS, "cpu", 3)
-    op = get_op("softmax")
-    problem = op.parse_problem(f"37x{cols}", "float16")
-    inputs = op.make_inputs(problem, device.torch_device)
-    ref = op.reference(inputs)
-    for per_sm, rows, stages in ((1, 2, 2), (2, 1, 1), (2, 4, 2)):
-        cfg = {"BLOCK_N": block, "ROWS": rows, "PER_SM": per_sm, "num_warps": 2, "num_stages": stages}
-        result = op.check(op.run(inputs, cfg), ref, problem)
-        assert result.ok, f"{problem.key} {cfg}: {result.message}"
 
 
 def test_matmul_tma_falls_back_to_pointers_where_rows_are_not_aligned(device):

@@ -60,24 +60,6 @@ def test_op_on_gpu(name, shape, dtype, opts):
         assert result.ok, f"{name} {problem.key} {config}: {result.message}"
 
 
-@pytest.mark.parametrize("shape, dtype", [("8192x2048", "bfloat16"), ("1000x3001", "float16"), ("1024x32768", "float32")])
-def test_softmax_persistent_on_gpu(shape, dtype):
-    """The persistent grid (PER_SM programs per SM walking the blocks of rows, pipelined), single pass and
-    streamed, where the space allows it."""
-    device = current_device()
-    op = get_op("softmax")
-    problem = op.parse_problem(shape, dtype)
-    inputs = op.make_inputs(problem, device.torch_device)
-    ref = op.reference(inputs)
-    persistent = [c for c in op.space.candidates(problem, device) if c.get("PER_SM")]
-    assert persistent
-    for config in pick_configs(persistent, persistent[0], 4, seed=3):
-        out = op.run(inputs, config)
-        torch.cuda.synchronize()
-        result = op.check(out, ref, problem)
-        assert result.ok, f"softmax {problem.key} {config}: {result.message}"
-
-
 @pytest.mark.parametrize("shape, epilogue, split", [("32x4096x4096", "none", 2), ("33x1000x4100", "bias_gelu", 4),
                                                     ("64x512x8192", "relu", 8)])
 def test_matmul_split_k_on_gpu(shape, epilogue, split):
