@@ -38,22 +38,20 @@ PARAMS = ("BLOCK_M", "BLOCK_N")
 L2_SHARE = 1.0  # of the L2, for the keys and values of the heads a causal launch runs longest-first together
 DEFAULT_L2_BYTES = 50 << 20  # the interpreter's stand-in (an H100's L2)
 HOST_DESCRIPTORS = True  # TMA descriptors made once by the launcher where the layout allows (see _host_descriptors)
-# TMA=1: tiles move through Hopper's tensor memory accelerator (descriptors); WS=1 (with TMA): the key loop
-# warp-specialized by Triton, warps that issue the loads apart from warps that compute
-OPTIONAL = {"TMA": 0, "WS": 0}
+OPTIONAL = {"TMA": 0}  # TMA=1: tiles move through Hopper's tensor memory accelerator (descriptors)
 
 
 @triton.jit
 def _attn_inner(
     acc, l_i, m_i, q, k_ptrs, v_ptrs, k_desc, v_desc, row0, stride_kn, stride_vn, start_m, lo, hi, S, qk_scale,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DIAGONAL: tl.constexpr, EVEN_N: tl.constexpr,
-    UPCAST: tl.constexpr, TMA: tl.constexpr, WS: tl.constexpr,
+    UPCAST: tl.constexpr, TMA: tl.constexpr,
 ):
     offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
     k_ptrs += lo * stride_kn
     v_ptrs += lo * stride_vn
-    for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WS):
+    for start_n in range(lo, hi, BLOCK_N):
         start_n = tl.multiple_of(start_n, BLOCK_N)
         cols = start_n + offs_n
         if TMA:  # rows past the end of the sequence come back as zeros
@@ -107,7 +105,6 @@ def attention_kernel(
     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     CAUSAL: tl.constexpr, EVEN_N: tl.constexpr,
     TMA: tl.constexpr,  # load tiles with the tensor memory accelerator (Hopper and later)
-    WS: tl.constexpr,  # the key loop warp-specialized by Triton (loading warps and computing warps)
     HOST_DESC: tl.constexpr,  # TMA through the launcher's (batch*heads*seq, head_dim) descriptors
     UPCAST: tl.constexpr,  # interpreter only: bfloat16 dot operands go through float32
 ):
@@ -169,13 +166,13 @@ def attention_kernel(
         # BLOCK_N > BLOCK_M the masked block starts at the key block holding this query block's first row.
         diag_lo = (start_m * BLOCK_M) // BLOCK_N * BLOCK_N
         acc, l_i, m_i = _attn_inner(acc, l_i, m_i, q, k_ptrs, v_ptrs, k_desc, v_desc, row0, stride_kn, stride_vn,
-                                    start_m, 0, diag_lo, S, qk_scale, BLOCK_M, BLOCK_N, False, True, UPCAST, TMA, WS)
+                                    start_m, 0, diag_lo, S, qk_scale, BLOCK_M, BLOCK_N, False, True, UPCAST, TMA)
         acc, l_i, m_i = _attn_inner(acc, l_i, m_i, q, k_ptrs, v_ptrs, k_desc, v_desc, row0, stride_kn, stride_vn,
                                     start_m, diag_lo, tl.minimum((start_m + 1) * BLOCK_M, S), S, qk_scale,
-                                    BLOCK_M, BLOCK_N, True, EVEN_N, UPCAST, TMA, WS)
+                                    BLOCK_M, BLOCK_N, True, EVEN_N, UPCAST, TMA)
     else:
         acc, l_i, m_i = _attn_inner(acc, l_i, m_i, q, k_ptrs, v_ptrs, k_desc, v_desc, row0, stride_kn, stride_vn,
-                                    start_m, 0, S, S, qk_scale, BLOCK_M, BLOCK_N, False, EVEN_N, UPCAST, TMA, WS)
+                                    start_m, 0, S, S, qk_scale, BLOCK_M, BLOCK_N, False, EVEN_N, UPCAST, TMA)
     # Rows past the end of the sequence saw no keys; keep them finite (they are never stored).
     l_i = tl.where(l_i == 0.0, 1.0, l_i)
     o = (acc / l_i[:, None]).to(o_ptr.dtype.element_ty)
@@ -267,8 +264,6 @@ def prepare(
     check_pow2("attention", cfg, PARAMS)
     if cfg["TMA"] not in (0, 1):
         raise ValueError(f"attention: config['TMA'] must be 0 or 1, got {cfg['TMA']}")
-    if cfg["WS"] not in (0, 1) or (cfg["WS"] and not cfg["TMA"]):
-        raise ValueError(f"attention: config['WS'] must be 0, or 1 with TMA=1, got WS={cfg['WS']} TMA={cfg['TMA']}")
     B, H, S, D = q.shape
     shape, dtype, device = q.shape, q.dtype, q.device
     scale = (1.0 / math.sqrt(D)) if sm_scale is None else float(sm_scale)
@@ -277,8 +272,7 @@ def prepare(
     host = tma and _host_descriptors(cfg, q, k, v, o_like, make=False) is not None
     launcher = Launcher(attention_kernel, (triton.cdiv(S, cfg["BLOCK_M"]) * B * H,), dict(
         HEAD_DIM=D, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], CAUSAL=bool(causal),
-        EVEN_N=S % cfg["BLOCK_N"] == 0, TMA=tma, WS=tma and bool(cfg["WS"]), HOST_DESC=host,
-        UPCAST=dot_needs_upcast(dtype),
+        EVEN_N=S % cfg["BLOCK_N"] == 0, TMA=tma, HOST_DESC=host, UPCAST=dot_needs_upcast(dtype),
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"]))
     scalars = (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o_like.stride()[:3],
                H, S, scale * 1.4426950408889634, causal_group(q) if causal else 1)  # log2(e): exp2 in the kernel

@@ -132,12 +132,6 @@ def _warps_vs_tile(c: Config, p: AttentionProblem, d: DeviceLimits) -> str | Non
     return None
 
 
-def _warp_specialized(c: Config, p: AttentionProblem, d: DeviceLimits) -> str | None:
-    if c["WS"] and not c["TMA"]:
-        return "WS=1 (the key loop warp-specialized) loads through TMA: it needs TMA=1"
-    return None
-
-
 def default(p: AttentionProblem, d: DeviceLimits) -> Config:
     """128x64 tiles (smaller for short sequences); on Hopper GPUs TMA loads, and at head_dim 128 one warpgroup
     with two stages, faster than the 8-warp pointer config there (benchmarks/RESULTS.md#behind-the-code)."""
@@ -168,11 +162,10 @@ SPACE: Space[AttentionProblem] = Space(
         Param("BLOCK_M", (16, 32, 64, 128, 256)),
         Param("BLOCK_N", (16, 32, 64, 128)),
         Param("TMA", (0, 1), implied=0),
-        Param("WS", (0, 1), implied=0),  # the key loop warp-specialized (with TMA)
         Param("num_warps", (1, 2, 4, 8)),
         Param("num_stages", (1, 2, 3, 4)),
     ),
-    constraints=(_fits_smem, _causal_wide_keys, _tiles_vs_seq, _warps_vs_tile, _warp_specialized, tma_needs_hopper),
+    constraints=(_fits_smem, _causal_wide_keys, _tiles_vs_seq, _warps_vs_tile, tma_needs_hopper),
     default_fn=default,
     seeds_fn=seeds,
 )
