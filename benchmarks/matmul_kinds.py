@@ -54,8 +54,9 @@ def main() -> None:
         shape, dtype = item.split(":")
         problem = op.parse_problem(shape, dtype)
         inputs = op.make_inputs(problem, device.torch_device)
+        assert op.reference is not None and op.baseline is not None
         ref = op.reference(inputs)
-        runs = {"cuBLAS": functools.partial(op.baseline, inputs)}  # type: ignore[misc]
+        runs = {"cuBLAS": functools.partial(op.baseline, inputs)}
         for name, cfg in KINDS.items():
             if op.space.violations({**op.space.complete(cfg)}, problem, device):
                 continue

@@ -94,12 +94,11 @@ def _through(path: str, argv: list[str], *, wait_if_busy: bool) -> int | None:
 def _relay(lines: Lines, worker: str) -> int | None:
     started = False
     while True:
+        lost: Exception | None = None
         try:
             message = lines.read()
         except (OSError, ValueError) as exc:
             message, lost = None, exc
-        else:
-            lost = None
         if message is None:
             if not started:
                 return None

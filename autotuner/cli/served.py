@@ -20,13 +20,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from autotuner.worker.door import Request
 
 if TYPE_CHECKING:
-    import click
-
     from autotuner.base.settings import Settings
     from autotuner.engine.measure import KeptProcesses
 
@@ -34,6 +32,12 @@ if TYPE_CHECKING:
 RENDERING = ("TERM", "COLORTERM", "NO_COLOR", "FORCE_COLOR", "COLUMNS", "LINES")
 # Variables that must agree, or the command would run on another device or with other ops here.
 SAME = ("CUDA_VISIBLE_DEVICES", "TRITON_INTERPRET", "AUTOTUNER_PLUGINS")
+
+
+class Command(Protocol):
+    """The command line's root command (a click command, as typer builds it)."""
+
+    def main(self, args: list[str], prog_name: str) -> Any: ...
 
 
 class Declined(Exception):
@@ -161,7 +165,7 @@ def _streams(request: Request) -> Iterator[tuple[_Stream, _Stream]]:
         common.reset_consoles()
 
 
-def run(request: Request, cli: click.Command, kept: KeptProcesses, settings: Settings, worker: str,
+def run(request: Request, cli: Command, kept: KeptProcesses, settings: Settings, worker: str,
         gpu: int | None) -> bool:
     """Run the command handed over (`cli`: the command line's root command, as the worker was started with), and
     close its connection; True if a signal sent to this worker stopped it (the worker should stop too)."""
