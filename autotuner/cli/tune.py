@@ -13,7 +13,6 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from autotuner.cli.forward import since_process_start
 from autotuner.cli.common import (
     DbOpt,
     DtypeOpt,
@@ -31,6 +30,7 @@ from autotuner.cli.common import (
     times,
     warn,
 )
+from autotuner.cli.forward import since_process_start
 from autotuner.engine.tune_result import TrialRecord, TuneObserver, TuneResult
 from search_spaces.contract import ProblemType
 
@@ -175,9 +175,8 @@ def with_recorded_call(op: Op, prob: ProblemType, store: Store) -> ProblemType:
 def _tune(op: str, op_obj: Op, prob: ProblemType, s: Settings, store: Store, kept: KeptProcesses, plan: Plan,
           as_json: bool, quiet: bool) -> None:
     from autotuner.base.device import current_device
-    from autotuner.engine.tuner import tune as run_tune
-
     from autotuner.cli import served
+    from autotuner.engine.tuner import tune as run_tune
 
     by = served.current()
     device = current_device(by.gpu if by is not None else None)
