@@ -21,6 +21,7 @@ from search_spaces.problem import (
     parse_dims,
     parse_dtype,
     pow2_bucket,
+    seeded,
 )
 from search_spaces.space import Config, DeviceLimits, Param, Space, clamp, hopper, next_pow2, tma_needs_hopper
 
@@ -70,8 +71,8 @@ class AttentionProblem(ProblemBase):
 
 
 def make_inputs(p: AttentionProblem, device: str) -> dict[str, Any]:
-    g = torch.Generator(device="cpu").manual_seed(0)
-    q, k, v = (torch.randn(p.batch, p.heads, p.seq, p.head_dim, generator=g).to(device=device, dtype=p.torch_dtype)
+    g = seeded(device, 0)
+    q, k, v = (torch.randn(p.batch, p.heads, p.seq, p.head_dim, generator=g, device=device).to(p.torch_dtype)
                for _ in range(3))
     return {"q": q, "k": k, "v": v, "causal": p.causal}
 

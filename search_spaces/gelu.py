@@ -20,6 +20,7 @@ from search_spaces.problem import (
     parse_dims,
     parse_dtype,
     pow2_bucket,
+    seeded,
 )
 from search_spaces.space import Config, DeviceLimits, Param, Space, clamp, next_pow2, pow2_range
 
@@ -68,8 +69,8 @@ class GeluProblem(ProblemBase):
 
 
 def make_inputs(p: GeluProblem, device: str) -> dict[str, Any]:
-    g = torch.Generator(device="cpu").manual_seed(0)
-    return {"x": (3.0 * torch.randn(p.n, generator=g)).to(device=device, dtype=p.torch_dtype), "approximate": p.approximate}
+    g = seeded(device, 0)
+    return {"x": (3.0 * torch.randn(p.n, generator=g, device=device)).to(p.torch_dtype), "approximate": p.approximate}
 
 
 def problem_from_inputs(inputs: dict[str, Any]) -> GeluProblem:

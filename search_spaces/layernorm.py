@@ -10,6 +10,7 @@ import torch
 from kernels import _checks
 from kernels import layernorm as k_layernorm
 from search_spaces.contract import ELEMENTWISE_TOLERANCE, LibraryCall, TunableOp, tensor_signature
+from search_spaces.problem import seeded
 from search_spaces.rowwise import DTYPES, RowwiseProblem, element_bytes, make_space, problem_from_x, random_rows
 from search_spaces.space import Space
 
@@ -22,9 +23,9 @@ class LayerNormProblem(RowwiseProblem):
 
 
 def make_inputs(p: LayerNormProblem, device: str) -> dict[str, Any]:
-    g = torch.Generator(device="cpu").manual_seed(1)
-    weight = (1.0 + 0.5 * torch.randn(p.cols, generator=g)).to(device=device, dtype=p.torch_dtype)
-    bias = (0.5 * torch.randn(p.cols, generator=g)).to(device=device, dtype=p.torch_dtype)
+    g = seeded(device, 1)
+    weight = (1.0 + 0.5 * torch.randn(p.cols, generator=g, device=device)).to(p.torch_dtype)
+    bias = (0.5 * torch.randn(p.cols, generator=g, device=device)).to(p.torch_dtype)
     x = random_rows(p, device) + 3.0  # a non-zero mean, so centring is exercised
     return {"x": x, "weight": weight, "bias": bias, "eps": EPS}
 

@@ -22,6 +22,7 @@ from search_spaces.problem import (
     parse_dims,
     parse_dtype,
     pow2_bucket,
+    seeded,
 )
 from search_spaces.space import Config, DeviceLimits, Param, Space, clamp, hopper, next_pow2, tma_needs_hopper
 
@@ -77,10 +78,11 @@ class MatmulProblem(ProblemBase):
 
 
 def make_inputs(p: MatmulProblem, device: str) -> dict[str, Any]:
-    g = torch.Generator(device="cpu").manual_seed(0)
-    a = torch.randn(p.M, p.K, generator=g).to(device=device, dtype=p.torch_dtype)
-    b = torch.randn(p.K, p.N, generator=g).to(device=device, dtype=p.torch_dtype)
-    bias = None if not p.epilogue.startswith("bias") else torch.randn(p.N, generator=g).to(device=device, dtype=p.torch_dtype)
+    g = seeded(device, 0)
+    a = torch.randn(p.M, p.K, generator=g, device=device).to(p.torch_dtype)
+    b = torch.randn(p.K, p.N, generator=g, device=device).to(p.torch_dtype)
+    bias = None if not p.epilogue.startswith("bias") else \
+        torch.randn(p.N, generator=g, device=device).to(p.torch_dtype)
     return {"a": a, "b": b, "bias": bias, "epilogue": p.epilogue}
 
 

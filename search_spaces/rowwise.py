@@ -21,6 +21,7 @@ from search_spaces.problem import (
     parse_dims,
     parse_dtype,
     pow2_bucket,
+    seeded,
 )
 from search_spaces.space import Config, DeviceLimits, Param, Space, clamp, next_pow2, pow2_range
 
@@ -69,8 +70,8 @@ class RowwiseProblem(ProblemBase):
 
 
 def random_rows(p: RowwiseProblem, device: str, scale: float = 2.0) -> torch.Tensor:
-    g = torch.Generator(device="cpu").manual_seed(0)
-    return (scale * torch.randn(p.rows, p.cols, generator=g)).to(device=device, dtype=p.torch_dtype)
+    g = seeded(device, 0)
+    return (scale * torch.randn(p.rows, p.cols, generator=g, device=device)).to(p.torch_dtype)
 
 
 def element_bytes(p: RowwiseProblem) -> int:
