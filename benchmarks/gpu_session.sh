@@ -9,7 +9,8 @@
 #   tunetime   benchmarks/tune_time.py: that, the same through a running worker, an exhaustive run (a landscape)
 #              and the winners against its best (TUNETIME_ARGS: more arguments, e.g. --no-exhaustive)
 #   kinds      benchmarks/matmul_kinds.py: the matmul kernel's kinds on one tile against cuBLAS
-#   landscapes exhaustive runs of softmax and layernorm problems, written as landscapes to $OUT/landscapes
+#   landscapes exhaustive runs of softmax and layernorm problems (LANDSCAPES: "op shape dtype" items separated by
+#              commas), written as landscapes to $OUT/landscapes, then replayed with the repository's
 #   scale      benchmarks/scale_workers.py: 16 jobs drained by workers on 1 and on every GPU of the host
 #   dynamic    benchmarks/dynamic_shapes.py: a stream of matmuls whose M changes every call (DYNAMIC_CASES: which)
 #   libraries  benchmarks/libraries.py: real libraries' autotuned kernels (wheels carried in .whl/libs:
@@ -69,8 +70,8 @@ if [[ $STEPS == *,landscapes,* ]]; then
   step "landscapes: exhaustive softmax and layernorm"
   mkdir -p "$OUT/landscapes"
   export TRITON_CACHE_DIR=/tmp/tc_land
-  for p in "softmax 4096x4096 float16" "softmax 8192x1024 bfloat16" "softmax 1024x32768 float16" \
-           "layernorm 4096x4096 float16" "layernorm 16384x1024 bfloat16"; do
+  IFS=, read -ra problems <<< "${LANDSCAPES:-softmax 4096x4096 float16,softmax 8192x1024 bfloat16,softmax 1024x32768 float16,layernorm 4096x4096 float16,layernorm 16384x1024 bfloat16}"
+  for p in "${problems[@]}"; do
     set -- $p
     db=sqlite:////tmp/land_$1_$2_$3.db
     python3 -m autotuner tune "$1" --shape "$2" --dtype "$3" --strategy exhaustive --trials 100000 --db "$db" -q \
