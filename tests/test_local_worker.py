@@ -31,13 +31,13 @@ def tune(*args: str, db: str, cwd: Path = ROOT, env: dict[str, str] | None = Non
 
 
 class LocalWorker:
-    def __init__(self, db: str, log: Path) -> None:
+    def __init__(self, db: str, log: Path, cwd: Path = ROOT) -> None:
         self.door_dir = Path(os.environ["AUTOTUNER_RUNTIME_DIR"])
         before = set(self.door_dir.glob("*.sock"))
         self.log_path = log
         self.log = log.open("w")
         self.proc = subprocess.Popen([sys.executable, "-m", "autotuner", "worker", "--name", "w1", "--db", db],
-                                     env=_env(), stdout=self.log, stderr=subprocess.STDOUT, cwd=ROOT,
+                                     env=_env(), stdout=self.log, stderr=subprocess.STDOUT, cwd=cwd,
                                      start_new_session=True)
         deadline = time.monotonic() + 120
         while not set(self.door_dir.glob("*.sock")) - before:
@@ -114,6 +114,19 @@ def test_the_worker_gives_back_what_it_would_not_run_the_same(worker, tmp_path):
         here = tune("matmul", "--M", "16", "--trials", "1", "-q", *args, db=f"sqlite:///{other}", env=env)
         assert here.returncode == 0, here.stderr
     assert worker.text().count("from a command on this host") == before
+
+
+@pytest.mark.timeout(300)
+def test_a_worker_started_with_a_relative_database_takes_commands_naming_it_from_elsewhere(tmp_path):
+    """The worker's database is resolved in the worker's folder, the command's in the command's."""
+    w = LocalWorker("sqlite:///rel.db", tmp_path / "worker.log", cwd=tmp_path)
+    try:
+        out = tune("matmul", "--M", "16", "--trials", "1", "-q", db=f"sqlite:///{tmp_path / 'rel.db'}")
+        assert out.returncode == 0 and "did not take" not in out.stderr, out.stderr
+        assert "from a command on this host" in w.text()
+        assert _runs(tmp_path / "rel.db") == [(1, "done")]
+    finally:
+        w.stop()
 
 
 @pytest.mark.timeout(300)

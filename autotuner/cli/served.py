@@ -176,6 +176,7 @@ def run(request: Request, cli: Command, kept: KeptProcesses, settings: Settings,
     if reason is not None:
         request.decline(reason)
         return False
+    database = identity(settings.db_url)  # here, before entering the command's folder: a relative path is ours
     signalled: list[int] = []
 
     def interrupt(signum: int, _frame: FrameType | None) -> None:
@@ -191,7 +192,7 @@ def run(request: Request, cli: Command, kept: KeptProcesses, settings: Settings,
         with _environment(request):
             if not request.send({"start": True}):
                 return False
-            _current = Served(kept, worker, gpu, identity(settings.db_url), request.startup_s)
+            _current = Served(kept, worker, gpu, database, request.startup_s)
             request.watch(lambda: _thread.interrupt_main(signal.SIGINT))
             with _streams(request) as (out, err):
                 try:
