@@ -128,6 +128,8 @@ def tune(
     processes, so it starts at once; `--here` tunes in this process instead."""
     from autotuner.cli import served
     from autotuner.cli.sweep import queue_sweep, run_sweep_here
+
+    del here  # read from the arguments by autotuner.cli.forward, before this process imports anything heavy
     from autotuner.engine.search import STRATEGIES
     from autotuner.engine.tuner import Plan, prestarted
     from autotuner.store.database import Store
