@@ -40,10 +40,14 @@ class LocalWorker:
                                      env=_env(), stdout=self.log, stderr=subprocess.STDOUT, cwd=cwd,
                                      start_new_session=True)
         deadline = time.monotonic() + 120
-        while not set(self.door_dir.glob("*.sock")) - before:
-            assert self.proc.poll() is None, self.text()
-            assert time.monotonic() < deadline, "the worker opened no door in 120 s:\n" + self.text()
-            time.sleep(0.1)
+        try:
+            while not set(self.door_dir.glob("*.sock")) - before:
+                assert self.proc.poll() is None, self.text()
+                assert time.monotonic() < deadline, "the worker opened no door in 120 s:\n" + self.text()
+                time.sleep(0.1)
+        except AssertionError:
+            self.proc.kill()
+            raise
 
     def text(self) -> str:
         self.log.flush()
@@ -176,7 +180,9 @@ def test_a_door_left_by_a_dead_worker_or_a_stopped_one_is_passed_by(tmp_path):
     assert out.returncode == 0, out.stderr
     assert _runs(tmp_path / "a.db") == [(1, "done")]
     w = LocalWorker(f"sqlite:///{tmp_path / 'a.db'}", tmp_path / "worker.log")
-    mine = set(door_dir.glob("*.sock")) - {door_dir / "99999999.sock"}
-    assert len(mine) == 1
-    assert w.stop() == 0
+    try:
+        mine = set(door_dir.glob("*.sock")) - {door_dir / "99999999.sock"}
+        assert len(mine) == 1
+    finally:
+        assert w.stop() == 0
     assert not any(p.exists() for p in mine)  # a stopped worker removes its door

@@ -37,9 +37,13 @@ def runtime_dir(configured: str | None = None) -> Path:
     """Where the doors are: `configured` (AUTOTUNER_RUNTIME_DIR), else the user's runtime folder."""
     if configured:
         return Path(configured).expanduser()
+    import warnings
+
     from platformdirs import user_runtime_dir
 
-    return Path(user_runtime_dir("autotuner", appauthor=False))
+    with warnings.catch_warnings():  # without XDG_RUNTIME_DIR it warns, on every command, of its /tmp fallback
+        warnings.simplefilter("ignore")
+        return Path(user_runtime_dir("autotuner", appauthor=False))
 
 
 def door_paths(folder: Path) -> list[Path]:
