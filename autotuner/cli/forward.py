@@ -46,6 +46,8 @@ def forward(argv: list[str]) -> int | None:
         code = _through(str(path), argv, wait_if_busy=i == len(doors) - 1)
         if code is not None:
             return code
+    if doors:
+        sys.stderr.write("tuning in this process\n")  # no worker took it (each said why), or none answered
     return None
 
 
@@ -106,8 +108,7 @@ def _relay(lines: Lines, worker: str) -> int | None:
                              f"{f' ({lost})' if lost else ''}; what it measured is in the database\n")
             return 1
         if "declined" in message:
-            sys.stderr.write(f"worker {worker} on this host did not take this command ({message['declined']}); "
-                             "tuning here\n")
+            sys.stderr.write(f"worker {worker} on this host did not take this command ({message['declined']})\n")
             return None
         if "start" in message:
             started = True
