@@ -166,8 +166,8 @@ class TPESearch(Search):
         parameters; a tie broken by the seeded generator)."""
         if self._grid is None:
             self._grid_keys = list(self.candidates)
-            self._grid = np.array([[p.values.index(self.candidates[k][p.name]) for p in self.params]
-                                   for k in self._grid_keys], dtype=np.int64).reshape(len(self._grid_keys), -1)
+            self._grid = np.array([list(self._index(self.candidates[k]).values()) for k in self._grid_keys],
+                                  dtype=np.int64).reshape(len(self._grid_keys), -1)
         fresh = np.fromiter((k not in self.results and k not in self.pending for k in self._grid_keys), dtype=bool,
                             count=len(self._grid_keys))
         if not fresh.any():
