@@ -164,32 +164,31 @@ class LazyStore:
         return Store(self.url, create=self.create, timeout_s=self.timeout_s)
 
     def get(self) -> Store | LaunchReads:
+        return self._opened(remember=True)
+
+    def prefetch(self) -> Store | LaunchReads | None:
+        """Open the database now if it can be opened (a launching process readying itself ahead of its first
+        lookup); a failure is not remembered: the first lookup tries again, and finds a database created since."""
+        try:
+            return self._opened(remember=False)
+        except (DatabaseUnavailable, NotAutotunerDatabase):
+            return None
+
+    def _opened(self, *, remember: bool) -> Store | LaunchReads:
+        """The store, opened on first use; `remember`: a failure is raised again, without retrying, for retry_s."""
         if self._store is not None:
             return self._store
         with self._lock:
             if self._store is None:
-                if self._error is not None and time.monotonic() - self._failed_at < self.retry_s:
+                if remember and self._error is not None and time.monotonic() - self._failed_at < self.retry_s:
                     raise self._error
                 try:
                     self._store = self._open()
                     self._error = None
                 except (DatabaseUnavailable, NotAutotunerDatabase) as exc:
-                    self._failed_at, self._error = time.monotonic(), exc
+                    if remember:
+                        self._failed_at, self._error = time.monotonic(), exc
                     raise
-            return self._store
-
-    def prefetch(self) -> Store | LaunchReads | None:
-        """Open the database now if it can be opened (a launching process readying itself ahead of its first
-        lookup); a failure is not remembered: the first lookup tries again, and finds a database created since."""
-        if self._store is not None:
-            return self._store
-        with self._lock:
-            if self._store is None:
-                try:
-                    self._store = self._open()
-                    self._error = None
-                except (DatabaseUnavailable, NotAutotunerDatabase):
-                    return None
             return self._store
 
     def full(self) -> Store:
