@@ -32,8 +32,9 @@ def _console_args(columns: int | None = None) -> tuple[dict[str, Any], dict[str,
     return out, err
 
 
-console = Console(**_console_args()[0])
-err = Console(**_console_args()[1])
+_out_args, _err_args = _console_args()
+console = Console(**_out_args)
+err = Console(**_err_args)
 
 
 def reset_consoles(columns: int | None = None) -> None:
