@@ -22,9 +22,9 @@ half the columns, so it takes half as long where it is less than half full (on 1
 Persistent TMA (TMA=2): a program per SM (at most one per tile) walks the tiles NUM_SMS apart in the same
 grouped order, so the launch and each program's set-up are paid once per SM rather than once per tile, and
 one tile's epilogue overlaps the next one's loads. With SUBTILE=1 their C tile leaves in two halves, so the
-store needs half the shared memory (the 128x256x64 tile keeps 4 stages through TMA). TMA=3 is the same loop warp-specialized by Triton
-(`tl.range(..., warp_specialize=True)`: producer warps issue the TMA loads, consumer warps run the MMAs), with
-8 warps and 16-bit operands only: on an H100, Triton 3.6 failed to compile 4-warp tiles (a descriptor store's
+store needs half the shared memory (the 128x256x64 tile keeps 4 stages through TMA). TMA=3 is the same loop
+warp-specialized by Triton (`tl.range(..., warp_specialize=True)`: producer warps issue the TMA loads, consumer
+warps run the MMAs), with 8 warps and 16-bit operands only: on an H100, Triton 3.6 failed to compile 4-warp tiles (a descriptor store's
 types) and float32 ones (a WGMMA shape assertion).
 """
 
@@ -46,7 +46,8 @@ from kernels._direct import Launcher
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 EPILOGUES = ("none", "bias", "bias_relu", "bias_gelu", "relu", "gelu")
 PARAMS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M")
-OPTIONAL = {"SPLIT_K": 1, "TMA": 0, "SUBTILE": 0, "TAIL_SPLIT": 0}  # tunable, with the value a config that leaves it out means
+# tunable, with the value a config that leaves it out means
+OPTIONAL = {"SPLIT_K": 1, "TMA": 0, "SUBTILE": 0, "TAIL_SPLIT": 0}
 TMA_KINDS = (0, 1, 2, 3)  # pointers; TMA, a tile per program; TMA, a program per SM; that, warp-specialized
 
 
@@ -239,8 +240,9 @@ def matmul_tma_persistent_kernel(
 
 def persistent_unsupported(config: Mapping[str, Any], float32: bool) -> str | None:
     """Why a config's SUBTILE, TAIL_SPLIT or warp specialization cannot run (None: it can): SUBTILE=1 stores the
-    persistent kernels' C tile, TAIL_SPLIT=1 is the persistent kernel's (not warp-specialized), and TMA=3 compiles (Triton 3.6, Hopper) with 8 warps and 16-bit operands only. The launcher
-    refuses such a config with this reason, and matmul's space rules it out with it."""
+    persistent kernels' C tile, TAIL_SPLIT=1 is the persistent kernel's (not warp-specialized), and TMA=3
+    compiles (Triton 3.6, Hopper) with 8 warps and 16-bit operands only. The launcher refuses such a config with
+    this reason, and matmul's space rules it out with it."""
     subtile, tma, tail = config.get("SUBTILE", 0), config.get("TMA", 0), config.get("TAIL_SPLIT", 0)
     if subtile not in (0, 1) or (subtile and tma < 2):
         return f"SUBTILE=1 (the C tile stored in halves) is for TMA=2 and 3, got SUBTILE={subtile} with TMA={tma}"

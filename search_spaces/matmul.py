@@ -206,8 +206,8 @@ def default(p: MatmulProblem, d: DeviceLimits) -> Config:
 def seeds(p: MatmulProblem, d: DeviceLimits) -> list[Config]:
     """On Hopper GPUs, the 128x256x64 tiles that won every large problem of the H100 suite, through TMA and
     through pointers (benchmarks/RESULTS.md), and the same tiles persistent (with and without warp
-    specialization, and with the last partial wave in half-width tiles), measured right after the default; the ones a problem rules out (tiles larger than it,
-    shared memory, too few tiles to persist over) are dropped."""
+    specialization, and with the last partial wave in half-width tiles), measured right after the default; the
+    ones a problem rules out (tiles larger than it, shared memory, too few tiles to persist over) are dropped."""
     if not hopper(d):
         return []
     big = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8, "SPLIT_K": 1, "num_warps": 8, "num_stages": 3}

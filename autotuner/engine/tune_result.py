@@ -42,8 +42,8 @@ class TuneResult:
     candidates: int = 0
     rejected: int = 0
     elapsed_s: float = 0.0
-    # Seconds per phase (prepare_s: the space enumerated and the measurer made; setup_s, search_s, retime_s, record_s; startup_s from the CLI), the setup's parts
-    # (setup_worker_s: the trial process setting the problem up and timing torch, of it setup_inputs_s and
+    # Seconds per phase (prepare_s: the space enumerated and the measurer made; setup_s, search_s, retime_s,
+    # record_s; startup_s from the CLI), the setup's parts (setup_worker_s: the trial process setting the problem up and timing torch, of it setup_inputs_s and
     # setup_reference_s), and the search's: ask_s, measure_s (of it compile_wait_s: waiting on the compile pool),
     # record_trial_s; compile_s is the compile time summed over trials (spent in parallel by the compile pool).
     phases: dict[str, float] = field(default_factory=dict)
@@ -64,8 +64,9 @@ class TuneResult:
     def phase_summary(self) -> str:
         """One line: where the time went."""
         p = self.phases
-        parts = [f"prepare {p.get('prepare_s', 0):.1f}", f"setup {p.get('setup_s', 0):.1f}", f"search {p.get('search_s', 0):.1f} (waiting on compiles "
-                 f"{p.get('compile_wait_s', 0):.1f}, measuring {p.get('measure_s', 0) - p.get('compile_wait_s', 0):.1f},"
+        parts = [f"prepare {p.get('prepare_s', 0):.1f}", f"setup {p.get('setup_s', 0):.1f}",
+                 f"search {p.get('search_s', 0):.1f} (waiting on compiles {p.get('compile_wait_s', 0):.1f}, "
+                 f"measuring {p.get('measure_s', 0) - p.get('compile_wait_s', 0):.1f},"
                  f" asking {p.get('ask_s', 0):.1f}, storing {p.get('record_trial_s', 0):.1f})",
                  f"re-time {p.get('retime_s', 0):.1f}", f"record {p.get('record_s', 0):.1f}"]
         startup = f"start-up {p['startup_s']:.1f} + " if "startup_s" in p else ""
