@@ -12,7 +12,7 @@ export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 AUTOTUNER_DB_URL=sqlite:///$
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv,noheader | tee "$OUT/device.txt"
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" | tee -a "$OUT/device.txt"
 timeout "${SUITE_TIMEOUT_S:-540}" python3 benchmarks/suite.py --ops "${OPS:-matmul,attention}" --budget-s "${BUDGET_S:-15}" --match "${MATCH:-}" \
-    --rounds "${ROUNDS:-5}" ${NO_COMPILE:+--no-compile} --json-out "$OUT/suite.json" > "$OUT/suite.md" 2> "$OUT/suite.log"
+    --rounds "${ROUNDS:-5}" ${NO_COMPILE:+--no-compile} --compile-mode "${COMPILE_MODE:-max-autotune}" --json-out "$OUT/suite.json" > "$OUT/suite.md" 2> "$OUT/suite.log"
 echo "suite exit $?"
 tail -n 4 "$OUT/suite.log"
 if [ "${PROFILE:-0}" = 1 ]; then

@@ -319,3 +319,13 @@ def baseline(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = F
              sm_scale: float | None = None) -> torch.Tensor:
     """torch.nn.functional.scaled_dot_product_attention in the input dtype (flash/cuDNN backends)."""
     return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=sm_scale)
+
+
+def baseline_flash(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
+                   sm_scale: float | None = None) -> torch.Tensor:
+    """scaled_dot_product_attention held to its flash backend (FlashAttention-2); the default above may choose
+    cuDNN's instead (torch 2.11 on an H100 does)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=sm_scale)

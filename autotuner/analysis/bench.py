@@ -28,6 +28,7 @@ from autotuner.store.database import Store
 from search_spaces.contract import ProblemType
 
 DEFAULT, TUNED = "triton default", "triton tuned"
+COPY = "copy of the same bytes"  # not the op: how fast this device moves a problem's bytes at its size
 SAME_AS_DEFAULT = "the default config (the tuner found nothing faster by its margin)"
 # A problem doing at least this many floating-point operations per byte moved is reported in TFLOP/s, below it
 # in GB/s (a Hopper GPU's ridge point is near 300 for 16-bit dense math; softmax does about 1, matmul 4096^3 1365).
@@ -76,7 +77,8 @@ class BenchResult:
 
 
 def candidates(op: Op, problem: ProblemType, device: DeviceInfo, store: Store | None, inputs: dict[str, Any],
-               use_compile: bool) -> tuple[dict[str, Callable[[], Any] | str], dict[str, Any], dict[str, Any] | None]:
+               use_compile: bool, compile_mode: str | None = None,
+               ) -> tuple[dict[str, Callable[[], Any] | str], dict[str, Any], dict[str, Any] | None]:
     """name -> a callable, or the reason it is left out; plus the default and tuned configs."""
     out: dict[str, Callable[[], Any] | str] = {}
     baseline = op.baseline
@@ -90,7 +92,7 @@ def candidates(op: Op, problem: ProblemType, device: DeviceInfo, store: Store | 
         elif device.is_interpreter:
             out["torch.compile"] = "left out on the interpreter"
         else:
-            compiled = torch.compile(baseline)
+            compiled = torch.compile(baseline, mode=compile_mode)
             out["torch.compile"] = lambda: compiled(inputs)
     for name, variant in op.variants.items():
         out[name] = functools.partial(variant, inputs)
@@ -106,11 +108,25 @@ def candidates(op: Op, problem: ProblemType, device: DeviceInfo, store: Store | 
     return out, default, tuned
 
 
+def same_bytes_copy(op: Op, problem: ProblemType, device: DeviceInfo) -> Callable[[], Any] | None:
+    """For a memory-bound problem on a GPU, `dst.copy_(src)` moving as many bytes as the op does (half read, half
+    written): the rate a problem of this size can reach, below the 1 GiB copy's at small sizes (launch and
+    tail). None where it does not apply."""
+    if device.is_interpreter or op.bytes_moved is None or compute_bound(op, problem):
+        return None
+    half = int(op.bytes_moved(problem)) // 2
+    src = torch.empty(half, dtype=torch.uint8, device=device.torch_device)
+    dst = torch.empty_like(src)
+    return lambda: dst.copy_(src)
+
+
 def bench(op: Op, problem: ProblemType, device: DeviceInfo, *, store: Store | None, use_compile: bool = True,
-          rounds: int = 5, rep_ms: float = 100.0, remeasure_peaks: bool = False) -> BenchResult:
+          rounds: int = 5, rep_ms: float = 100.0, remeasure_peaks: bool = False,
+          compile_mode: str | None = None) -> BenchResult:
+    """`compile_mode`: torch.compile's mode (None: its default; "max-autotune" searches Inductor's templates)."""
     peaks: Peaks | None = device_peaks(store, device, remeasure=remeasure_peaks) if store is not None else None
     inputs = op.make_inputs(problem, device.torch_device)
-    fns, default, tuned = candidates(op, problem, device, store, inputs, use_compile)
+    fns, default, tuned = candidates(op, problem, device, store, inputs, use_compile, compile_mode)
     result = BenchResult(op.name, problem.key, device.key, WALL_CLOCK if device.is_interpreter else CUDA_EVENTS,
                          asdict(peaks) if peaks else None, default, tuned)
     ref = op.reference(inputs) if op.reference is not None else op.run(inputs, default)
@@ -133,6 +149,10 @@ def bench(op: Op, problem: ProblemType, device: DeviceInfo, *, store: Store | No
         if verdict.ok:
             runnable[name] = fn
     del ref
+    copy = same_bytes_copy(op, problem, device)
+    if copy is not None:  # timed in the rounds like the rest; not checked (it does not compute the op)
+        result.rows.append(BenchRow(COPY, None, note="the device's rate for this many bytes, not the op"))
+        runnable[COPY] = copy
     per_round: dict[str, list[Any]] = {name: [] for name in runnable}
     result.rounds = rounds if not device.is_interpreter else 1
     for _ in range(result.rounds):

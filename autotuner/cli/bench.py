@@ -34,13 +34,17 @@ def bench(
     options: dict[str, Any] | None = None,
     rounds: int = typer.Option(5, "--rounds", min=1, help="interleaved timing rounds"),
     use_compile: bool = typer.Option(True, "--compile/--no-compile", help="include torch.compile"),
+    compile_mode: str | None = typer.Option(None, "--compile-mode",
+                                            help="torch.compile's mode, e.g. max-autotune (default: its default)"),
     remeasure_peaks: bool = typer.Option(False, "--remeasure-peaks", help="measure copy bandwidth and matmul peak again"),
     profile: bool = typer.Option(False, "--profile", help="print the torch profiler's kernel table for the tuned kernel"),
     db: DbOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Compare torch eager, torch.compile, the default and the tuned Triton config (and the unfused torch
-    version for softmax and gelu) on the same inputs: time, throughput, roofline fraction, speedups."""
+    """Compare torch eager, torch.compile, the default and the tuned Triton config (and the op's other torch
+    versions: the unfused one for softmax and gelu, SDPA's flash backend for attention) on the same inputs:
+    time, throughput, roofline fraction, speedups; memory-bound problems on a GPU also time a copy of as many
+    bytes."""
     from autotuner.analysis.bench import DEFAULT, TUNED, compute_bound, profile_table
     from autotuner.analysis.bench import bench as run_bench
     from autotuner.base.device import current_device
@@ -50,7 +54,7 @@ def bench(
     store = Store(settings(db).db_url)
     device = current_device()
     result = run_bench(op_obj, prob, device, store=store, use_compile=use_compile, rounds=rounds,
-                       remeasure_peaks=remeasure_peaks)
+                       remeasure_peaks=remeasure_peaks, compile_mode=compile_mode)
     config = result.tuned_config or result.default_config
     table_text = profile_table(op_obj, prob, device, config) if profile else None
     if as_json:
