@@ -48,6 +48,8 @@ SUITE: list[tuple[str, str, str, dict[str, object]]] = [
     ("softmax", "16384x1024", "float16", {}),
     ("softmax", "1024x32768", "float32", {}),
     ("softmax", "65536x256", "float16", {}),
+    ("softmax", "8192x2048", "bfloat16", {}),
+    ("softmax", "2048x16384", "float16", {}),
     ("layernorm", "4096x4096", "float16", {}),
     ("layernorm", "16384x1024", "bfloat16", {}),
     ("gelu", "4096x4096", "float16", {}),
