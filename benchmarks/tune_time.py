@@ -10,6 +10,8 @@
    own cold Triton cache and left READY_S to start its processes): the command's wall time, and its phases.
 4. The tuned winners against the exhaustive best, timed interleaved (7 rounds, CUDA events, L2 flushed): the
    ratio is a tuned config's time over the best's.
+5. With `--gpus 0,1`: the same command measuring on those GPUs at once (`autotuner tune --gpus`), from a new
+   process with its own cold Triton cache: wall time and search time against step 1's (issue 31, part 2).
 """
 
 from __future__ import annotations
@@ -96,6 +98,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp/out")))
     ap.add_argument("--no-exhaustive", action="store_true")
     ap.add_argument("--no-worker", action="store_true", help="leave out the path through a running worker")
+    ap.add_argument("--gpus", default="", help="also tune on these GPUs at once (e.g. 0,1) and compare")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="tune_time_"))
@@ -113,6 +116,21 @@ def main() -> None:
           f"({tuned['elapsed_s']:.1f} s in tune, {wall - tuned['elapsed_s']:.1f} s start-up), "
           f"{len(tuned['trials'])} trials of {tuned['candidates']} valid; phases {phases}", flush=True)
     print(f"  winner {tuned['best_ms']:.4f} ms {tuned['best_config']}", flush=True)
+    lanes: dict | None = None
+    if args.gpus:
+        g_env = {**env, "TRITON_CACHE_DIR": str(work / "triton_cache_gpus")}
+        g_wall, out = run([sys.executable, "-m", "autotuner", "tune", args.op, *problem, "--db",
+                           f"sqlite:///{work / 'gpus.db'}", "--json", "--gpus", args.gpus], g_env,
+                          args.out / f"tune_gpus_{tag}.log")
+        lanes = json.loads(out)
+        (args.out / f"tune_gpus_{tag}.json").write_text(out)
+        per_lane = {lane: sum(t["lane"] == lane for t in lanes["trials"]) for lane in sorted({t["lane"] for t in
+                                                                                              lanes["trials"]})}
+        one, many = tuned["phases"]["search_s"], lanes["phases"]["search_s"]
+        print(f"--gpus {args.gpus}, cold Triton cache: {g_wall:.1f} s wall (one GPU: {wall:.1f} s); search "
+              f"{many:.2f} s against {one:.2f} s on one GPU = {one / many:.2f}x; configs per GPU {per_lane}; "
+              f"phases {({k: round(v, 2) for k, v in lanes['phases'].items()})}", flush=True)
+        print(f"  winner {lanes['best_ms']:.4f} ms {lanes['best_config']}", flush=True)
     by_worker: dict | None = None
     if not args.no_worker:
         w_wall, by_worker = through_worker(args, work, problem, tag)
@@ -137,8 +155,13 @@ def main() -> None:
     best = min(measured, key=lambda t: t["ms"])
     print(f"landscape: {len(land['trials'])} configs, best {best['ms']:.4f} ms {best['config']}", flush=True)
 
-    configs = [tuned["best_config"], best["config"]] + ([by_worker["best_config"]] if by_worker else [])
-    a, b, *w = interleaved(args.op, args.shape, args.dtype, configs)
+    configs = [tuned["best_config"], best["config"]] + ([by_worker["best_config"]] if by_worker else []) + (
+        [lanes["best_config"]] if lanes else [])
+    a, b, *rest = interleaved(args.op, args.shape, args.dtype, configs)
+    w = rest[:1] if by_worker else []
+    if lanes:
+        print(f"  on {args.gpus}: tuned {rest[-1]:.4f} ms, ratio {rest[-1] / b:.3f} "
+              f"({'within' if rest[-1] <= 1.02 * b else 'NOT within'} 2%)", flush=True)
     print(f"interleaved (7 rounds): tuned {a:.4f} ms, exhaustive best {b:.4f} ms, ratio {a / b:.3f} "
           f"({'within' if a <= 1.02 * b else 'NOT within'} 2%)", flush=True)
     if w:

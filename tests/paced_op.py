@@ -7,6 +7,7 @@ On the interpreter the tuner times configs by wall clock, so the pause sets each
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from typing import Any
 
@@ -21,10 +22,15 @@ DEFAULT_US, TIE_US, FAST_US = 100_000, 99_500, 70_000
 
 
 def launch(inputs: Any, config: dict[str, Any]) -> torch.Tensor:
-    """The kernel, then a pause until PAUSE_US after the start: the kernel's own jittery time is absorbed."""
+    """The kernel, then a pause until PAUSE_US after the start: the kernel's own jittery time is absorbed. With
+    PACED_LOG set, each launch appends "pid start end" (wall-clock seconds) to that file."""
+    started = time.time()
     deadline = time.perf_counter() + config["PAUSE_US"] / 1e6
     out = k_gelu.gelu(inputs["x"], {"BLOCK_SIZE": 32, "num_warps": 1, "num_stages": 1}, inputs["approximate"])
     time.sleep(max(0.0, deadline - time.perf_counter()))
+    if os.environ.get("PACED_LOG"):
+        with open(os.environ["PACED_LOG"], "a") as f:
+            f.write(f"{os.getpid()} {started} {time.time()}\n")
     return out
 
 

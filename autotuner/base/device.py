@@ -56,6 +56,27 @@ def _smem_optin(index: int, props: Any) -> int:
 
 
 @functools.cache
+def parse_gpus(text: str | None) -> tuple[int, ...]:
+    """`--gpus` / AUTOTUNER_GPUS: device indices separated by commas ("0,1"), or "all" (every visible GPU; on
+    the interpreter, two processes). Empty: ()."""
+    text = (text or "").strip()
+    if not text:
+        return ()
+    if text == "all":
+        if interpreting():
+            return (0, 1)
+        import torch
+
+        return tuple(range(torch.cuda.device_count()))
+    try:
+        gpus = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise ValueError(f"--gpus takes device indices separated by commas (e.g. 0,1) or 'all', got {text!r}") from None
+    if any(g < 0 for g in gpus):
+        raise ValueError(f"--gpus takes device indices (0 or more), got {text!r}")
+    return gpus
+
+
 def current_device(index: int | None = None) -> DeviceInfo:
     """The device kernels launch on: CUDA device `index` (default: the current one) or the interpreter."""
     if interpreting():

@@ -1,8 +1,8 @@
 """`autotuner tune` handed to a worker already running on this host (autotuner.worker.door), before the command
 imports anything heavy: the worker tunes in the processes it keeps, and this process only relays its output.
 
-Not handed over: `--here`, `--queue` and `--help`, AUTOTUNER_LOCAL_WORKER=0, or no worker's door in the runtime
-folder. A worker that declines (another database, other plugins or device settings, a decorated kernel's module
+Not handed over: `--here`, `--queue`, `--gpus` (a worker measures on its one GPU) and `--help`,
+AUTOTUNER_LOCAL_WORKER=0 or AUTOTUNER_GPUS set, or no worker's door in the runtime folder. A worker that declines (another database, other plugins or device settings, a decorated kernel's module
 it may not import) gives the command back, and it runs here as before.
 """
 
@@ -32,9 +32,9 @@ def since_process_start() -> float | None:
 
 
 def wanted(argv: list[str]) -> bool:
-    if os.environ.get("AUTOTUNER_LOCAL_WORKER", "").strip().lower() in OFF:
+    if os.environ.get("AUTOTUNER_LOCAL_WORKER", "").strip().lower() in OFF or os.environ.get("AUTOTUNER_GPUS", "").strip():
         return False
-    return not any(a in ("--here", "--queue", "--help") for a in argv)
+    return not any(a in ("--here", "--queue", "--help", "--gpus") or a.startswith("--gpus=") for a in argv)
 
 
 def forward(argv: list[str]) -> int | None:

@@ -54,9 +54,10 @@ def run_sweep_here(op: Op, probs: list[ProblemType], dim: str, s: Settings, stor
     from autotuner.base.device import current_device
     from autotuner.cli import served
     from autotuner.engine.sweep import run_sweep
+    from autotuner.engine.tuner import plan_device
 
     by = served.current()
-    device = current_device(by.gpu if by is not None else None)
+    device = current_device(by.gpu if by is not None else plan_device(plan))
     index = {p.key: i for i, p in enumerate(probs)}
     result = run_sweep(
         op, probs, dim=dim, store=store, settings=s, plan=plan, device=device, kept=kept,

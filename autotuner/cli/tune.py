@@ -119,32 +119,41 @@ def tune(
     here: bool = typer.Option(False, "--here", help="tune in this process, not in an `autotuner worker` running on "
                                                      "this host (which takes the command when it shares the database; "
                                                      "AUTOTUNER_LOCAL_WORKER=0 never hands it over)"),
+    gpus: str | None = typer.Option(None, "--gpus", help="GPUs that measure the configs at once, e.g. 0,1 or all "
+                                                         "(default: AUTOTUNER_GPUS, else one); the first is the "
+                                                         "problem's device and re-times the finalists"),
 ) -> None:
     """Tune one problem: search its space, store every trial and the winner. Several values of one dimension
     (`--M 1-8192:pow2`, `--M 16,64,256`, or a range in `--shape`) sweep it: every point is tuned, then each
     winner is timed on its neighbours (the regret a bucket or nearest answer can expect).
 
     A worker running on this host (`autotuner worker`, same database) takes the command and tunes in its warm
-    processes, so it starts at once; `--here` tunes in this process instead."""
+    processes, so it starts at once; `--here` tunes in this process instead. `--gpus 0,1` measures the configs on
+    both GPUs at once (same device type), tuning here."""
     from autotuner.cli import served
     from autotuner.cli.sweep import queue_sweep, run_sweep_here
 
     del here  # read from the arguments by autotuner.cli.forward, before this process imports anything heavy
+    from autotuner.base.device import parse_gpus
     from autotuner.engine.search import STRATEGIES
-    from autotuner.engine.tuner import Plan, prestarted
+    from autotuner.engine.tuner import Plan, plan_device, prestarted
     from autotuner.store.database import Store
 
     if strategy not in STRATEGIES:
         fail(f"unknown strategy {strategy!r}; accepted: {', '.join(STRATEGIES)}")
     by = served.current()  # a worker running this command for a process on its host
     s = settings(db)
+    try:
+        devices = parse_gpus(gpus if gpus is not None else s.gpus) if by is None else ()
+    except ValueError as exc:
+        fail(str(exc))
     if by is not None:
         by.check_database(s.db_url)
     op_obj, probs, dim = problems(op, shape, dtype, flags or {}, options or {})
     store = Store(s.db_url)
     if op_obj.needs_recorded_call:  # a decorated kernel: its arguments are rebuilt from the calls a process recorded
         probs = [with_recorded_call(op_obj, p, store) for p in probs]
-    plan = Plan(strategy=strategy, trials=trials, time_budget_s=time_budget, seed=seed)
+    plan = Plan(strategy=strategy, trials=trials, time_budget_s=time_budget, seed=seed, gpus=devices)
     if dim is not None and queue:
         queue_sweep(op_obj, probs, dim, store, plan, as_json)
         return
@@ -152,7 +161,7 @@ def tune(
         fail("--queue is for a sweep (several values of one dimension); a worker takes single problems from "
              "POST /jobs")
     # the trial worker and compile pool make their CUDA contexts while this process goes on (or a worker's, ready)
-    kept = by.kept if by is not None else prestarted(s)
+    kept = by.kept if by is not None else prestarted(s, plan_device(plan))
     try:
         if dim is not None:
             run_sweep_here(op_obj, probs, dim, s, store, kept, plan, as_json, quiet)
@@ -178,10 +187,11 @@ def _tune(op: str, op_obj: Op, prob: ProblemType, s: Settings, store: Store, kep
           as_json: bool, quiet: bool) -> None:
     from autotuner.base.device import current_device
     from autotuner.cli import served
+    from autotuner.engine.tuner import plan_device
     from autotuner.engine.tuner import tune as run_tune
 
     by = served.current()
-    device = current_device(by.gpu if by is not None else None)
+    device = current_device(by.gpu if by is not None else plan_device(plan))
     if device.is_interpreter and not as_json:
         warn("No GPU: kernels run in Triton's interpreter and times are CPU wall-clock, not GPU speed.")
     if by is not None and not as_json and not quiet:

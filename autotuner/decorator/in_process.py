@@ -60,7 +60,7 @@ class CallMeasurer(InOrderMeasurer):
         raise RuntimeError(f"{spec.name} {m.problem.key}: no config ran to give the reference output: "
                            + "; ".join(errors))
 
-    def measure(self, config: dict[str, Any]) -> Outcome:
+    def measure(self, config: dict[str, Any], lane: int = 0) -> Outcome:
         t0 = time.perf_counter()
         try:
             out = self._run(config, capture=True)

@@ -9,9 +9,10 @@ a compile pool (autotuner.engine.compile_pool) compiles the next configs while t
 from __future__ import annotations
 
 import dataclasses
+import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
@@ -41,19 +42,26 @@ class Measurer(Protocol):
         """Configs the search may ask next (a live measurer compiles them if it has idle workers; the last call's
         list replaces the one before)."""
 
-    def first_ready(self, configs: list[Config]) -> int:
-        """The index of the config to measure first among those asked (a live measurer: the first whose compile
-        is done, waiting for one if none is; one slow compile does not hold up the others)."""
+    @property
+    def lanes(self) -> int:
+        """How many configs it measures at once (`measure` is called from that many threads)."""
 
-    def measure(self, config: Config) -> Outcome:
-        """Check one config and time it as long as it takes to rank it (a brief timing on a GPU)."""
+    def first_ready(self, configs: list[Config], wait_for_one: bool = True) -> int:
+        """The index of the config to measure first among those asked (a live measurer: the first whose compile
+        is done, waiting for one if none is and `wait_for_one`; one slow compile does not hold up the others)."""
+
+    def measure(self, config: Config, lane: int = 0) -> Outcome:
+        """Check one config and time it as long as it takes to rank it (a brief timing on a GPU); `lane`: which of
+        the measurer's `lanes` (trial workers measuring at once, one per GPU) measures it."""
 
     def time(self, config: Config, scale: float = 1.0) -> Outcome:
         """Time a config measured before again, for `scale` of a full timing (a round of the re-time)."""
 
 
 class LiveMeasurer:
-    """Real launches: one trial worker process, and a compile pool ahead of it when `compile_workers` > 1.
+    """Real launches: one trial worker process, and a compile pool ahead of it when `compile_workers` > 1. With
+    `more_devices`, one more trial worker on each of those GPUs measures configs at the same time (`lanes`); the
+    problem's own device does the baseline and every re-time, so a winner is chosen on one GPU.
 
     On a GPU the search times each config briefly (trial_process.QUICK_SCALE of the full warm-up and repetitions:
     ten or more runs, a hundred or more of a kernel that takes a tenth of a millisecond), which ranks it; the
@@ -61,13 +69,16 @@ class LiveMeasurer:
     """
 
     def __init__(self, spec: WorkerSpec, trial_timeout_s: float, compile_workers: int,
-                 kept: KeptProcesses | None = None) -> None:
+                 kept: KeptProcesses | None = None, more_devices: Sequence[int | None] = ()) -> None:
         self.kept = kept
         if kept is None:
             self.runner = TrialRunner(spec, trial_timeout_s)
             self.pool = CompilePool(spec, compile_workers) if compile_workers > 1 else None
         else:
             self.runner, self.pool = kept.for_problem(spec, trial_timeout_s, compile_workers)
+        # the other GPUs' trial workers load what the pool compiled from Triton's cache (one device type)
+        self.more = [TrialRunner(dataclasses.replace(spec, device_index=d), trial_timeout_s) for d in more_devices]
+        self._lock = threading.Lock()  # the lanes' threads share what is compiling ahead
         self.trial_timeout_s = trial_timeout_s
         self._ahead: dict[str, Future[Outcome | float]] = {}
         # the interpreter's wall-clock timing has no brief form
@@ -75,17 +86,39 @@ class LiveMeasurer:
         self.compile_wait_s = 0.0  # time the search waited on the compile pool, measure() by measure()
         self._speculative: set[str] = set()  # keys in _ahead that the search has not asked for (yet)
 
+    @property
+    def lanes(self) -> int:
+        return 1 + len(self.more)
+
     def start(self) -> Outcome:
-        """Start the trial worker (imports, CUDA context, inputs, reference) and time the torch baseline;
-        raises runner.WorkerSetupError when the problem cannot be set up."""
-        return self.runner.baseline()
+        """Start the trial worker (imports, CUDA context, inputs, reference) and time the torch baseline, the
+        other lanes' workers setting up meanwhile; raises runner.WorkerSetupError when the problem cannot be set
+        up."""
+        failed: list[BaseException] = []
+
+        def set_up(runner: TrialRunner) -> None:
+            try:
+                runner.setup()
+            except BaseException as exc:  # noqa: BLE001 - raised below, in the caller's thread
+                failed.append(exc)
+
+        threads = [threading.Thread(target=set_up, args=(r,), name="lane-setup", daemon=True) for r in self.more]
+        for th in threads:
+            th.start()
+        base = self.runner.baseline()
+        for th in threads:
+            th.join()
+        if failed:
+            raise failed[0]
+        return base
 
     def prepare(self, configs: list[Config]) -> None:
         if self.pool is not None:
-            for c in configs:
-                self._speculative.discard(config_key(c))
-                if config_key(c) not in self._ahead:  # handed over twice (the first configs): compiled once
-                    self._ahead[config_key(c)] = self.pool.submit(c)
+            with self._lock:
+                for c in configs:
+                    self._speculative.discard(config_key(c))
+                    if config_key(c) not in self._ahead:  # handed over twice (the first configs): compiled once
+                        self._ahead[config_key(c)] = self.pool.submit(c)
 
     def speculate(self, configs: list[Config]) -> None:
         """Compile configs the search may ask next, with the pool's idle workers only: what is asked is never
@@ -93,6 +126,11 @@ class LiveMeasurer:
         dropped."""
         if self.pool is None:
             return
+        with self._lock:
+            self._speculate(configs)
+
+    def _speculate(self, configs: list[Config]) -> None:
+        assert self.pool is not None
         wanted = {config_key(c) for c in configs}
         for key in list(self._speculative - wanted):
             if self._ahead[key].cancel():
@@ -108,24 +146,29 @@ class LiveMeasurer:
                 self._speculative.add(key)
                 busy += 1
 
-    def first_ready(self, configs: list[Config]) -> int:
-        futs = [self._ahead.get(config_key(c)) for c in configs]
+    def first_ready(self, configs: list[Config], wait_for_one: bool = True) -> int:
+        with self._lock:
+            futs = [self._ahead.get(config_key(c)) for c in configs]
         if not futs or None in futs:  # one not compiling ahead (no pool): nothing to wait for
             return futs.index(None) if futs else 0
-        t0 = time.perf_counter()
-        wait([f for f in futs if f is not None], timeout=self.trial_timeout_s, return_when=FIRST_COMPLETED)
-        self.compile_wait_s += time.perf_counter() - t0
+        if wait_for_one:
+            t0 = time.perf_counter()
+            wait([f for f in futs if f is not None], timeout=self.trial_timeout_s, return_when=FIRST_COMPLETED)
+            self.compile_wait_s += time.perf_counter() - t0
         return next((i for i, f in enumerate(futs) if f is not None and f.done()), 0)
 
-    def measure(self, config: Config) -> Outcome:
-        fut = self._ahead.pop(config_key(config), None)
-        self._speculative.discard(config_key(config))
+    def measure(self, config: Config, lane: int = 0) -> Outcome:
+        with self._lock:
+            fut = self._ahead.pop(config_key(config), None)
+            self._speculative.discard(config_key(config))
         t0 = time.perf_counter()
         compiled = self.pool.result(fut, self.trial_timeout_s) if self.pool is not None and fut else None
-        self.compile_wait_s += time.perf_counter() - t0
+        with self._lock:
+            self.compile_wait_s += time.perf_counter() - t0
         if isinstance(compiled, Outcome):  # a compile error or out of resources, found by the pool
             return compiled
-        outcome = self.runner.measure(config, self.scale)
+        runner = self.runner if lane == 0 else self.more[lane - 1]
+        outcome = runner.measure(config, self.scale)
         if isinstance(compiled, float):  # the pool's first launch holds the compile time
             outcome = dataclasses.replace(outcome, compile_s=compiled)
         return outcome
@@ -134,6 +177,8 @@ class LiveMeasurer:
         return self.runner.time(config, scale)
 
     def close(self) -> None:
+        for runner in self.more:
+            runner.close(wait=False)
         if self.kept is not None:  # the processes outlive this tuning, unless stopped mid-trial
             for fut in self._ahead.values():
                 fut.cancel()
@@ -222,7 +267,11 @@ class InOrderMeasurer:
     def speculate(self, configs: list[Config]) -> None:
         pass
 
-    def first_ready(self, configs: list[Config]) -> int:
+    @property
+    def lanes(self) -> int:
+        return 1
+
+    def first_ready(self, configs: list[Config], wait_for_one: bool = True) -> int:
         return 0
 
 
@@ -235,7 +284,7 @@ class TableMeasurer(InOrderMeasurer):
     def start(self) -> Outcome:
         return Outcome("invalid", error="a landscape holds no baseline")
 
-    def measure(self, config: Config) -> Outcome:
+    def measure(self, config: Config, lane: int = 0) -> Outcome:
         ms = self.times[config_key(config)]
         if ms is None:
             return Outcome("crash", error="failed when the landscape was recorded")
@@ -249,6 +298,7 @@ class TableMeasurer(InOrderMeasurer):
 class Measured:
     config: Config
     outcome: Outcome
+    lane: int = 0  # the measurer's lane (GPU) that measured it
 
     @property
     def ms(self) -> float | None:
@@ -271,6 +321,9 @@ def run_search(search: Search, measurer: Measurer, *, budget: int | None, time_b
     spent = spent if spent is not None else {}
     for part in ("ask_s", "measure_s", "record_trial_s"):
         spent.setdefault(part, 0.0)
+    if measurer.lanes > 1:
+        return _run_lanes(search, measurer, budget=budget, time_budget_s=time_budget_s, batch=batch,
+                          on_trial=on_trial, spent=spent)
     t0 = time.perf_counter()
     done: list[Measured] = []
     ahead: list[Config] = []
@@ -309,6 +362,102 @@ def run_search(search: Search, measurer: Measurer, *, budget: int | None, time_b
         if on_trial:
             on_trial(m)
         spent["record_trial_s"] += time.perf_counter() - t_trial
+    for config in ahead:  # asked, never measured: no longer pending
+        search.pending.discard(config_key(config))
+    return done
+
+
+def _run_lanes(search: Search, measurer: Measurer, *, budget: int | None, time_budget_s: float | None, batch: int,
+               on_trial: Callable[[Measured], None] | None, spent: dict[str, float]) -> list[Measured]:
+    """`run_search` with several configs measured at once, one per lane (a trial worker on each GPU): each lane
+    takes the next config (one whose compile is done, if any), measures it, and tells the search. The search, the
+    budget and `on_trial` are used under one lock; the measuring is not. Lane 0 runs in the calling thread, so
+    that an interrupt there stops the run (the other lanes then stop after their config, telling nothing)."""
+    t0 = time.perf_counter()
+    done: list[Measured] = []
+    ahead: list[Config] = []
+    state = {"in_flight": 0, "stop": False}
+    failed: list[BaseException] = []
+    changed = threading.Condition()
+
+    def out_of_budget() -> bool:
+        if budget is not None and len(done) + state["in_flight"] >= budget:
+            return True
+        return time_budget_s is not None and bool(done) and time.perf_counter() - t0 >= time_budget_s
+
+    def next_config() -> Config | None:
+        """Under the lock: the lane's next config, waiting while none can be asked but other lanes may still
+        tell (a search that holds few pending asks); None when the run is over."""
+        while not state["stop"] and not out_of_budget():
+            t = time.perf_counter()
+            asked: list[Config] = []
+            while len(ahead) + len(asked) < search.max_pending(max(1, batch + measurer.lanes)) and (
+                    budget is None or len(done) + state["in_flight"] + len(ahead) + len(asked) < budget):
+                c = search.ask()
+                if c is None:
+                    break
+                asked.append(c)
+            if asked:
+                measurer.prepare(asked)
+                ahead.extend(asked)
+            if batch > 1:
+                measurer.speculate(search.upcoming(batch))
+            spent["ask_s"] += time.perf_counter() - t
+            if ahead:
+                state["in_flight"] += 1
+                return ahead.pop(measurer.first_ready(ahead, wait_for_one=False))
+            if not state["in_flight"]:
+                return None  # nothing left to ask, and no lane will tell anything more
+            changed.wait()
+        return None
+
+    def lane(index: int) -> None:
+        try:
+            while True:
+                with changed:
+                    config = next_config()
+                if config is None:
+                    return
+                t_measure = time.perf_counter()
+                outcome = measurer.measure(config, lane=index)
+                with changed:
+                    state["in_flight"] -= 1
+                    changed.notify_all()
+                    if state["stop"]:
+                        return
+                    t_tell = time.perf_counter()
+                    spent["measure_s"] += t_tell - t_measure
+                    m = Measured(config, outcome, index)
+                    search.tell(config, m.ms)
+                    done.append(m)
+                    t_trial = time.perf_counter()
+                    spent["ask_s"] += t_trial - t_tell
+                    if on_trial:
+                        on_trial(m)
+                    spent["record_trial_s"] += time.perf_counter() - t_trial
+        except BaseException as exc:
+            with changed:
+                failed.append(exc)
+                state["stop"] = True
+                changed.notify_all()
+            if index == 0:
+                raise
+
+    threads = [threading.Thread(target=lane, args=(i,), name=f"lane-{i}", daemon=True)
+               for i in range(1, measurer.lanes)]
+    for th in threads:
+        th.start()
+    try:
+        lane(0)
+    finally:
+        with changed:
+            if failed or sys.exc_info()[0] is not None:
+                state["stop"] = True
+            changed.notify_all()
+    for th in threads:
+        th.join()
+    if failed:
+        raise failed[0]
     for config in ahead:  # asked, never measured: no longer pending
         search.pending.discard(config_key(config))
     return done

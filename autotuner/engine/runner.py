@@ -110,6 +110,14 @@ class TrialRunner:
             raise
         self._in_flight = False
 
+    def setup(self) -> None:
+        """Start the process and set the problem up in it now, rather than at the first request (raises
+        WorkerSetupError as the first request would)."""
+        if self._proc is not None and not self._proc.is_alive():
+            self._kill()
+        if self._proc is None or self._needs_setup:
+            self._start()
+
     def _kill(self) -> None:
         if self._proc is not None:
             self._proc.kill()

@@ -21,6 +21,7 @@ class TrialRecord:
     median_ms: float | None
     error: str | None = None
     compile_s: float | None = None
+    lane: int = 0  # which of the run's GPUs measured it (an index into Plan.gpus; 0 without --gpus)
 
 
 @dataclass(kw_only=True)

@@ -76,15 +76,50 @@ def prestarted(settings: Settings, gpu: int | None = None) -> KeptProcesses:
     return kept
 
 
-def _compile_workers(settings: Settings, device: DeviceInfo, op: Op, problem: ProblemType) -> int:
-    """The host's share (`host_compile_workers`), and no more than half the device's memory holds copies of the
-    inputs (each process launches the kernel on its own)."""
+def _compile_workers(settings: Settings, device: DeviceInfo, op: Op, problem: ProblemType, gpus: int = 1) -> int:
+    """The host's share (`host_compile_workers`; `gpus` GPUs' shares for a problem measured on that many), and
+    no more than half the device's memory holds copies of the inputs (each process launches the kernel on its
+    own)."""
     if device.is_interpreter:
         return 0  # the interpreter has nothing to compile
-    n = host_compile_workers(settings)
+    n = host_compile_workers(settings) * (gpus if not settings.compile_workers else 1) + 2 * (gpus - 1)
     if not settings.compile_workers and op.bytes_moved is not None and device.total_memory > 0:
         n = min(n, max(1, int(device.total_memory / 2 // max(1.0, op.bytes_moved(problem)))))
     return n
+
+
+def plan_device(plan: Plan) -> int | None:
+    """The problem's CUDA device under `plan.gpus` (its first), or None: the current one (or the interpreter)."""
+    return plan.gpus[0] if plan.gpus and not interpreting() else None
+
+
+def more_devices(device: DeviceInfo, gpus: tuple[int, ...]) -> list[int | None]:
+    """The devices of `gpus` other than the problem's `device` (which must be the first), each checked to be of
+    the same type (a config's time must not depend on which GPU measured it); on the interpreter, one more CPU
+    process per further entry."""
+    if len(gpus) <= 1:
+        return []
+    if len(set(gpus)) != len(gpus):
+        raise ValueError(f"--gpus names a device twice: {','.join(map(str, gpus))}")
+    if device.is_interpreter:
+        return [None] * (len(gpus) - 1)
+    import torch
+
+    count = torch.cuda.device_count()
+    missing = [g for g in gpus if not 0 <= g < count]
+    if missing:
+        raise ValueError(f"--gpus: no CUDA device {missing[0]} here (this host shows {count}: 0-{count - 1})")
+    index = int(device.torch_device.split(":")[1])
+    if gpus[0] != index:
+        raise ValueError(f"the problem's device cuda:{index} must come first in --gpus, got {','.join(map(str, gpus))}")
+    others: list[int | None] = []
+    for g in gpus[1:]:
+        other = current_device(g)
+        if other.key != device.key:
+            raise ValueError(f"--gpus: cuda:{g} is {other.key}, the problem's device is {device.key}; every config's "
+                             "time must come from one device type")
+        others.append(g)
+    return others
 
 
 def _retime(measurer: Measurer, configs: list[Config], rounds: int, observer: TuneObserver,
@@ -117,6 +152,8 @@ class Plan:
     reuse: bool = False  # configs measured before (same kernel hash and Triton version) count as measured: only
     # the others are timed, the winner is chosen among all, and there is no re-time (autotuner.autotune kernels,
     # so that adding a config to a list times only that one)
+    gpus: tuple[int, ...] = ()  # CUDA devices measuring this problem's configs at once, the first being the
+    # problem's device (baseline and re-time); empty: the device alone. On the interpreter: that many processes
 
 
 @dataclass(kw_only=True)
@@ -203,7 +240,7 @@ def _search(t: _Tuning) -> None:
         if m.config == t.default:
             result.default_ms = m.ms
         record = TrialRecord(index=len(result.trials) + 1, config=m.config, status=o.status, median_ms=m.ms,
-                             error=o.error, compile_s=o.compile_s)
+                             error=o.error, compile_s=o.compile_s, lane=m.lane)
         result.trials.append(record)
         best = search.best(1)
         if best:
@@ -283,12 +320,13 @@ def _prepare(op: Op, problem: ProblemType, *, store: RunStore, settings: Setting
     result = TuneResult(op=op.name, problem_key=problem.key, device=device.key, clock=clock, strategy=plan.strategy,
                         default_config=default, budget=budget, candidates=len(cands.valid),
                         rejected=len(cands.rejected))
-    n_workers = _compile_workers(settings, device, op, problem) if measurer is None else 0
+    n_workers = _compile_workers(settings, device, op, problem, max(1, len(plan.gpus))) if measurer is None else 0
     if measurer is None:
-        spec = WorkerSpec(op.name, asdict(problem), (*settings.plugins, *op.imports),
-                          None if device.is_interpreter else int(device.torch_device.split(":")[1]),
+        index = None if device.is_interpreter else int(device.torch_device.split(":")[1])
+        spec = WorkerSpec(op.name, asdict(problem), (*settings.plugins, *op.imports), index,
                           settings.warmup_ms, settings.rep_ms)
-        measurer = LiveMeasurer(spec, settings.trial_timeout_s, n_workers, kept)
+        measurer = LiveMeasurer(spec, settings.trial_timeout_s, n_workers, kept,
+                                more_devices=more_devices(device, plan.gpus))
     known = store.trial_times(op=op, problem=problem, device=device) if plan.reuse else {}
     return _Tuning(op=op, problem=problem, store=store, settings=settings, plan=plan, device=device,
                    observer=observer, measurer=measurer, result=result, cands=cands, default=default, budget=budget,
