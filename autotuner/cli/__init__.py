@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import atexit
 import importlib.util
+import multiprocessing.util as mp_util
 import os
 import sys
 
@@ -99,7 +100,15 @@ def main() -> None:
             stream.flush()
         except OSError:  # a reader that went away (a closed pipe): nothing more to say to it
             pass
+    # multiprocessing's exit handler would join the trial worker and compile pool, killed by now, and so wait
+    # while the driver tears their CUDA contexts down: its finalizers (the fork server's folder) run, the join is
+    # left out (the killed processes are reaped by init; the fork server exits when this process does).
+    exit_function, run_finalizers = getattr(mp_util, "_exit_function", None), getattr(mp_util, "_run_finalizers", None)
+    if exit_function is not None and run_finalizers is not None:
+        atexit.unregister(exit_function)
     atexit._run_exitfuncs()
+    if run_finalizers is not None:
+        run_finalizers()
     os._exit(code)
 
 

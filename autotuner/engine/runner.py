@@ -167,8 +167,14 @@ class TrialRunner:
 
     def close(self, wait: bool = True) -> None:
         """Stop the process: asked to exit (`wait`), or killed (it holds nothing to save; not waiting saves the
-        second or so its CUDA context takes to tear down)."""
-        if (self._in_flight or not wait) and self._proc is not None:
+        second or so its CUDA context takes to tear down; multiprocessing reaps it later)."""
+        if not wait and self._proc is not None:
+            self._proc.kill()
+            if self._conn is not None:
+                self._conn.close()
+            self._proc, self._conn, self._in_flight, self._warming = None, None, False, False
+            return
+        if self._in_flight and self._proc is not None:
             self._proc.kill()  # interrupted mid-trial: the worker may be stuck in a kernel, don't wait for it
         if self._conn is not None and self._proc is not None and self._proc.is_alive():
             try:
