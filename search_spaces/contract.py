@@ -270,6 +270,16 @@ class TunableOp(Generic[P]):
         """The problem's option values by name (what a job carries besides shape and dtype)."""
         return {name: getattr(problem, name) for name in self.option_names}
 
+    def command_args(self, problem: P) -> str:
+        """The problem as `autotuner tune` arguments: `--shape S --dtype D`, then each option away from its
+        default (`--causal`, `--epilogue bias_gelu`)."""
+        args = [f"--shape {problem.shape}", f"--dtype {problem.dtype}"]
+        for o in self.query_options:
+            value = getattr(problem, o.name)
+            if value != o.default and value is not None:
+                args.append(f"--{o.name}" if o.is_flag else f"--{o.name} {value}")
+        return " ".join(args)
+
     def run(self, inputs: Inputs, config: Mapping[str, Any]) -> Any:
         return self.launch(inputs, config)
 

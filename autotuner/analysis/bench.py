@@ -104,7 +104,7 @@ def candidates(op: Op, problem: ProblemType, device: DeviceInfo, store: Store | 
         out[TUNED] = lambda: op.run(inputs, tuned)
     else:
         why = f"stale ({best.stale_reason})" if best is not None else "no tuned result"
-        out[TUNED] = f"{why}: run `autotuner tune {op.name} --shape {problem.shape}`"
+        out[TUNED] = f"{why}: run `autotuner tune {op.name} {op.command_args(problem)}`"
     return out, default, tuned
 
 
