@@ -42,13 +42,38 @@ def test_two_lanes_measure_configs_at_once_and_pick_the_fastest(tmp_path):
     assert all(t["status"] == "ok" for t in trials) and {t["lane"] for t in trials} == {0, 1}
     assert result["best_config"]["PAUSE_US"] == 50_000  # the fastest, whichever lane measured it
     # two processes launched, and some of their launches overlapped in time
+    assert _overlapping_pids(log) == (2, True)
+
+
+def _overlapping_pids(log: Path) -> tuple[int, bool]:
+    """How many processes launched (tests/paced_op.py's log), and whether two of them launched at once."""
     spans: dict[str, list[tuple[float, float]]] = {}
     for line in log.read_text().splitlines():
         pid, start, end = line.split()
         spans.setdefault(pid, []).append((float(start), float(end)))
-    assert len(spans) == 2, spans.keys()
-    a, b = spans.values()
-    assert any(s1 < e2 and s2 < e1 for s1, e1 in a for s2, e2 in b)
+    lists = list(spans.values())
+    overlap = any(s1 < e2 and s2 < e1 for i, a in enumerate(lists) for b in lists[i + 1:] for s1, e1 in a
+                  for s2, e2 in b)
+    return len(spans), overlap
+
+
+def test_a_worker_on_two_gpus_measures_each_job_on_both(tmp_path):
+    from autotuner.store.database import Store
+
+    db = f"sqlite:///{tmp_path / 'worker.db'}"
+    store = Store(db)
+    jobs = [store.queue_job(op="paced_many", shape=shape, dtype="float32", options={"approximate": "tanh"},
+                            strategy="exhaustive", budget_trials=10) for shape in ("64", "128")]
+    log = tmp_path / "launches.log"
+    out = _cli("worker", "--gpus", "0,1", "--until-empty", "--db", db,
+               env={"AUTOTUNER_PLUGINS": "tests.paced_op", "PACED_LOG": str(log), "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 0, out.stderr
+    assert ":gpus0,1" in out.stdout
+    for job_id in jobs:
+        job = store.job(job_id)
+        assert job is not None and job.state == "done", job
+    # the second job's lanes are the first's processes, kept: two processes in all, launching at once
+    assert _overlapping_pids(log) == (2, True)
 
 
 @pytest.mark.parametrize("gpus, message", [("x", "--gpus takes device indices"), ("0,0", "names a device twice"),
@@ -56,6 +81,14 @@ def test_two_lanes_measure_configs_at_once_and_pick_the_fastest(tmp_path):
 def test_bad_gpus_are_a_clear_error(tmp_path, gpus, message):
     db = tmp_path / "bad.db"
     out = _cli("tune", "softmax", "--shape", "8x8", "--trials", "2", "--gpus", gpus, "--db", f"sqlite:///{db}")
+    assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize("args, message", [(["--gpus", "0,0"], "names a device twice"),
+                                           (["--gpus", "0,1", "--gpu", "0"], "not both"),
+                                           (["--gpus", "a"], "--gpus takes device indices")])
+def test_a_worker_refuses_bad_gpus(tmp_path, args, message):
+    out = _cli("worker", *args, "--once", "--db", f"sqlite:///{tmp_path / 'w.db'}")
     assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr
 
 

@@ -45,6 +45,8 @@ def serve(
 def worker(
     ctx: typer.Context,
     gpu: int | None = typer.Option(None, "--gpu", min=0, help="CUDA device index to tune on (default: the current one)"),
+    gpus: str | None = typer.Option(None, "--gpus", help="several GPUs measuring each job's configs at once, e.g. "
+                                                         "0,1 (the first does the baseline and the re-time)"),
     once: bool = typer.Option(False, "--once", help="run one job (if any is queued) and exit"),
     until_empty: bool = typer.Option(False, "--until-empty", help="exit when no job is queued or running"),
     name: str | None = typer.Option(None, "--name", help="worker name stored on its jobs (default: host:pid[:gpuN])"),
@@ -56,13 +58,24 @@ def worker(
     (same database) is handed to a running worker, which tunes it in its warm processes before the next queued job
     (AUTOTUNER_LOCAL_WORKER=0: not).
     """
-    from autotuner.base.device import current_device
+    from autotuner.base.device import current_device, parse_gpus
     from autotuner.cli import served
     from autotuner.worker.door import Request
     from autotuner.worker.loop import Worker
+    from kernels._backend import interpreting
 
     s = settings(db)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    try:
+        lanes = parse_gpus(gpus)
+    except ValueError as exc:
+        fail(str(exc))
+    if lanes and gpu is not None:
+        fail("give --gpu or --gpus, not both")
+    if len(set(lanes)) != len(lanes):
+        fail(f"--gpus names a device twice: {gpus}")
+    if lanes and not interpreting():
+        gpu = lanes[0]
     device = current_device(gpu)
     if gpu is not None and device.is_interpreter:
         warn("warning: no CUDA device here; --gpu is ignored and jobs run in Triton's interpreter")
@@ -75,7 +88,7 @@ def worker(
     def serve_command(request: Request, kept: KeptProcesses) -> bool:
         return served.run(request, cli, kept, s, w.name, gpu)
 
-    w = Worker(s, gpu=gpu, name=name, on_event=event, serve=serve_command)
+    w = Worker(s, gpu=gpu, name=name, on_event=event, serve=serve_command, gpus=lanes)
     event(f"worker {w.name} on {device.key}, polling every {s.poll_s:g} s")
     from db.engine import DatabaseUnavailable, NotAutotunerDatabase
 

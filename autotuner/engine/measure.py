@@ -77,7 +77,9 @@ class LiveMeasurer:
         else:
             self.runner, self.pool = kept.for_problem(spec, trial_timeout_s, compile_workers)
         # the other GPUs' trial workers load what the pool compiled from Triton's cache (one device type)
-        self.more = [TrialRunner(dataclasses.replace(spec, device_index=d), trial_timeout_s) for d in more_devices]
+        lane_specs = [dataclasses.replace(spec, device_index=d) for d in more_devices]
+        self.more = [kept.lane_runner(i, s, trial_timeout_s) if kept is not None else TrialRunner(s, trial_timeout_s)
+                     for i, s in enumerate(lane_specs)]
         self._lock = threading.Lock()  # the lanes' threads share what is compiling ahead
         self.trial_timeout_s = trial_timeout_s
         self._ahead: dict[str, Future[Outcome | float]] = {}
@@ -178,7 +180,8 @@ class LiveMeasurer:
 
     def close(self) -> None:
         for runner in self.more:
-            runner.close(wait=False)
+            if self.kept is None or runner.in_flight:
+                runner.close(wait=False)
         if self.kept is not None:  # the processes outlive this tuning, unless stopped mid-trial
             for fut in self._ahead.values():
                 fut.cancel()
@@ -200,6 +203,7 @@ class KeptProcesses:
     def __init__(self) -> None:
         self.runner: TrialRunner | None = None
         self.pool: CompilePool | None = None
+        self.lanes: list[TrialRunner] = []  # trial workers on the further GPUs of a worker with several
         self._starting: threading.Thread | None = None
 
     def prestart(self, device_index: int | None, compile_workers: int, background: bool = True) -> None:
@@ -245,13 +249,27 @@ class KeptProcesses:
             self.pool.spec = spec
         return self.runner, self.pool if compile_workers > 1 else None
 
+    def lane_runner(self, index: int, spec: WorkerSpec, trial_timeout_s: float) -> TrialRunner:
+        """The kept trial worker of the `index`-th further GPU (`spec.device_index`), given this problem."""
+        while len(self.lanes) <= index:
+            self.lanes.append(TrialRunner(None, trial_timeout_s))
+        runner = self.lanes[index]
+        if runner.spec is not None and runner.spec.device_index != spec.device_index:  # another GPU: a new process
+            runner.close(wait=False)
+            runner = self.lanes[index] = TrialRunner(None, trial_timeout_s)
+        runner.use(spec, trial_timeout_s)
+        return runner
+
     def close(self) -> None:
         self._started()
         if self.pool is not None:
             self.pool.reset()
         if self.runner is not None:
             self.runner.close(wait=False)
+        for lane in self.lanes:
+            lane.close(wait=False)
         self.runner = self.pool = None
+        self.lanes = []
 
 
 class InOrderMeasurer:

@@ -25,18 +25,21 @@ class Done:
 Work = Callable[[JobStore], Done]
 
 
-def work_for(job: JobRow, settings: Settings, device: DeviceInfo, kept: KeptProcesses) -> Work:
-    """The job's work; ValueError for a job that names no problem this worker can run."""
+def work_for(job: JobRow, settings: Settings, device: DeviceInfo, kept: KeptProcesses,
+             gpus: tuple[int, ...] = ()) -> Work:
+    """The job's work; ValueError for a job that names no problem this worker can run. `gpus`: a worker's several
+    GPUs, which measure a tuning job's configs at once (the first is `device`)."""
     return cross_time_work(job, settings, device, kept) if job.kind == "cross_time" else \
-        tune_work(job, settings, device, kept)
+        tune_work(job, settings, device, kept, gpus)
 
 
-def tune_work(job: JobRow, settings: Settings, device: DeviceInfo, kept: KeptProcesses) -> Work:
+def tune_work(job: JobRow, settings: Settings, device: DeviceInfo, kept: KeptProcesses,
+              gpus: tuple[int, ...] = ()) -> Work:
     from autotuner.engine.tuner import Plan, tune
 
     op = import_op(job.op)
     problem = op.parse_problem(job.shape, job.dtype, **job.options)
-    plan = Plan(strategy=job.strategy, trials=job.budget_trials, time_budget_s=job.budget_seconds)
+    plan = Plan(strategy=job.strategy, trials=job.budget_trials, time_budget_s=job.budget_seconds, gpus=gpus)
 
     def run(store: JobStore) -> Done:
         result = tune(op, problem, store=store, settings=settings, plan=plan, device=device, job_id=job.id, kept=kept)

@@ -42,6 +42,7 @@ from autotuner.worker.heartbeat import LOST_SIGNAL, Heartbeat
 from autotuner.worker.jobs import work_for
 from db.engine import DatabaseUnavailable
 from db.models import utcnow
+from kernels._backend import interpreting
 
 log = logging.getLogger(__name__)
 
@@ -52,10 +53,14 @@ Serve = Callable[[Request, KeptProcesses], bool]
 
 class Worker:
     def __init__(self, settings: Settings, *, gpu: int | None = None, name: str | None = None,
-                 on_event: Callable[[str], None] | None = None, serve: Serve | None = None) -> None:
+                 on_event: Callable[[str], None] | None = None, serve: Serve | None = None,
+                 gpus: tuple[int, ...] = ()) -> None:
+        """`gpus`: several GPUs that measure each tuning job's configs at once (the first is `gpu`)."""
         self.settings = settings
-        self.gpu = gpu
-        self.name = name or f"{socket.gethostname()}:{os.getpid()}" + (f":gpu{gpu}" if gpu is not None else "")
+        self.gpus = gpus
+        self.gpu = gpus[0] if gpus and not interpreting() else gpu
+        on = f":gpus{','.join(map(str, gpus))}" if gpus else f":gpu{gpu}" if gpu is not None else ""
+        self.name = name or f"{socket.gethostname()}:{os.getpid()}" + on
         self.on_event = on_event or (lambda message: log.info("%s", message))
         self.store = LazyStore(settings.db_url, create=True, retry_s=0.0, timeout_s=settings.db_timeout_s)
         self._stopping = False
@@ -179,7 +184,7 @@ class Worker:
         self.on_event(f"job {job.id}: {kind}{job.op} {job.shape} {job.dtype} {job.options or ''} "
                       f"(attempt {job.attempts}) started")
         try:
-            work = work_for(job, self.settings, current_device(self.gpu), self.kept)
+            work = work_for(job, self.settings, current_device(self.gpu), self.kept, self.gpus)
         except ValueError as exc:  # an unknown op, shape, dtype or option
             return self.ledger.fail(job.id, f"bad job: {exc}", permanent=True)
         store = JobStore(self._store(), job_id=job.id, worker=self.name, retry_s=self.settings.db_retry_s,
