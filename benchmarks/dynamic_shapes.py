@@ -119,14 +119,15 @@ def run_stream(ms: list[int], call: Any, deadline_s: float | None = None) -> tup
 def list_regret(ops: Operands, chosen: dict[int, dict[str, Any]], rounds: int = 5) -> list[dict[str, Any]]:
     """Each sampled M's chosen config against the best of the 8-config list on it, all timed interleaved."""
     from autotuner.decorator.configs import config_dict
+    from autotuner.engine.timing import rotation
 
     configs = [config_dict(c) for c in get_autotune_config()]
     out = []
     for m, config in chosen.items():
         times: dict[int, list[float]] = {i: [] for i in range(len(configs))}
-        for _ in range(rounds):
-            for i, c in enumerate(configs):
-                times[i].append(timed(functools.partial(ops.launch, matmul_kernel.fn, m, **c)))
+        for r in range(rounds):
+            for i in rotation(list(range(len(configs))), r):
+                times[i].append(timed(functools.partial(ops.launch, matmul_kernel.fn, m, **configs[i])))
         med = {i: statistics.median(t) for i, t in times.items()}
         mine = next(i for i, c in enumerate(configs) if c == config)
         best = min(med, key=med.__getitem__)

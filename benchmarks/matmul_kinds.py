@@ -42,7 +42,7 @@ def main() -> None:
 
     from autotuner.base.device import current_device
     from autotuner.base.registry import get_op
-    from autotuner.engine.timing import time_cuda
+    from autotuner.engine.timing import rotation, time_cuda
 
     op = get_op("matmul")
     device = current_device()
@@ -65,9 +65,9 @@ def main() -> None:
                 raise SystemExit(f"{shape} {dtype} {name}: {check.message}")
             runs[name] = functools.partial(op.run, inputs, cfg)
         times: dict[str, list[float]] = {name: [] for name in runs}
-        for _ in range(args.rounds):
-            for name, fn in runs.items():
-                times[name].append(time_cuda(fn).median_ms)
+        for r in range(args.rounds):
+            for name in rotation(list(runs), r):
+                times[name].append(time_cuda(runs[name]).median_ms)
         med = {name: statistics.median(t) for name, t in times.items()}
         tiles = -(-problem.M // 128) * -(-problem.N // 256)
         cells = [f"{med['cuBLAS'] / med[n]:.3f}x ({med[n]:.4f})" if n in med else "ruled out" for n in KINDS]

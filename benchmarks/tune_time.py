@@ -45,7 +45,7 @@ def interleaved(op_name: str, shape: str, dtype: str, configs: list[dict], round
     import torch
 
     from autotuner.base.registry import get_op
-    from autotuner.engine.timing import time_cuda
+    from autotuner.engine.timing import rotation, time_cuda
 
     op = get_op(op_name)
     problem = op.parse_problem(shape, dtype)
@@ -54,9 +54,9 @@ def interleaved(op_name: str, shape: str, dtype: str, configs: list[dict], round
     for c in configs:
         op.run(inputs, c)
     torch.cuda.synchronize()
-    for _ in range(rounds):
-        for i, c in enumerate(configs):
-            times[i].append(time_cuda(functools.partial(op.run, inputs, c)).median_ms)
+    for r in range(rounds):
+        for i in rotation(list(range(len(configs))), r):
+            times[i].append(time_cuda(functools.partial(op.run, inputs, configs[i])).median_ms)
     return [statistics.median(t) for t in times]
 
 

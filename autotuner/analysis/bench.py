@@ -3,7 +3,8 @@
 Candidates: torch eager, torch.compile of the same function, the unfused "manual" PyTorch version (softmax,
 gelu), the Triton kernel with the space's default config and with the stored tuned config. Each output is
 checked against the reference first. Timing is interleaved: `rounds` rounds, each timing every candidate in
-turn with CUDA events and the L2 flushed before each repetition, so drift hits all alike; a candidate's time
+turn (each round starting one candidate further along) with CUDA events and the L2 flushed before each
+repetition, so drift hits all alike; a candidate's time
 is the median of its round medians, and `rounds_faster` counts the rounds it beat torch eager in. Where the
 tuner kept the default config, that kernel is timed once and both rows show it (timing one kernel twice
 would show the bench's own noise as a difference; benchmarks/RESULTS.md#behind-the-code). On the interpreter the
@@ -23,7 +24,7 @@ import torch
 from autotuner.analysis.peaks import Peaks, device_peaks
 from autotuner.base.device import DeviceInfo
 from autotuner.base.registry import Op
-from autotuner.engine.timing import CUDA_EVENTS, WALL_CLOCK, time_fn
+from autotuner.engine.timing import CUDA_EVENTS, WALL_CLOCK, rotation, time_fn
 from autotuner.store.database import Store
 from search_spaces.contract import ProblemType
 
@@ -155,9 +156,10 @@ def bench(op: Op, problem: ProblemType, device: DeviceInfo, *, store: Store | No
         runnable[COPY] = copy
     per_round: dict[str, list[Any]] = {name: [] for name in runnable}
     result.rounds = rounds if not device.is_interpreter else 1
-    for _ in range(result.rounds):
-        for name, fn in runnable.items():
-            per_round[name].append(time_fn(fn, device.is_interpreter, warmup_ms=10, rep_ms=rep_ms / rounds))
+    for r in range(result.rounds):
+        for name in rotation(list(runnable), r):
+            per_round[name].append(time_fn(runnable[name], device.is_interpreter, warmup_ms=10,
+                                           rep_ms=rep_ms / rounds))
     if same and DEFAULT in per_round:
         per_round[TUNED] = per_round[DEFAULT]
     flops = op.flops(problem) if op.flops is not None else 0.0

@@ -18,6 +18,7 @@ from autotuner.base.device import DeviceInfo
 from autotuner.base.registry import Op
 from autotuner.base.settings import Settings
 from autotuner.engine.runner import TrialRunner
+from autotuner.engine.timing import rotation
 from autotuner.engine.trial_process import QUICK_SCALE, WorkerSpec
 from search_spaces.contract import ProblemType
 from search_spaces.space import Config, config_key
@@ -73,8 +74,8 @@ def _on_point(op: Op, problems: list[ProblemType], winners: list[Config | None],
                           None if device.is_interpreter else int(device.torch_device.split(":")[1]),
                           settings.warmup_ms, settings.rep_ms), settings.trial_timeout_s)
     times: dict[str, list[float]] = {k: [] for k, c in valid.items() if runner.measure(c, QUICK_SCALE).status == "ok"}
-    for _ in range(rounds):  # interleaved: drift hits every config alike
-        for key in list(times):
+    for r in range(rounds):  # interleaved: drift hits every config alike
+        for key in rotation(list(times), r):
             outcome = runner.time(valid[key], 1.0 / rounds)
             if outcome.status == "ok" and outcome.timing is not None:
                 times[key].append(outcome.timing.median_ms)

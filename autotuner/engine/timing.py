@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
+T = TypeVar("T")
 CUDA_EVENTS = "cuda-events"
 WALL_CLOCK = "wall-clock (interpreter)"
 
@@ -82,6 +83,14 @@ def time_cuda(fn: Callable[[], Any], warmup_ms: float = 25.0, rep_ms: float = 10
         ends[i].record()
     torch.cuda.synchronize()
     return _summarise([s.elapsed_time(e) for s, e in zip(starts, ends, strict=False)], CUDA_EVENTS)
+
+
+def rotation(items: Sequence[T], round_index: int) -> list[T]:
+    """The order to time `items` in on round `round_index` of interleaved rounds: each round starts one further
+    along, so that across rounds every candidate takes every place. In a fixed order the last candidate ran
+    hottest in each round (benchmarks/RESULTS.md#behind-the-code)."""
+    k = round_index % len(items) if items else 0
+    return [*items[k:], *items[:k]]
 
 
 def time_wall(fn: Callable[[], Any], reps: int = 3) -> Timing:

@@ -31,7 +31,7 @@ from autotuner.base.settings import Settings
 from autotuner.engine.fits import check_fits
 from autotuner.engine.measure import KeptProcesses, LiveMeasurer, Measured, Measurer, run_search
 from autotuner.engine.search import Search, make_search
-from autotuner.engine.timing import CUDA_EVENTS, WALL_CLOCK
+from autotuner.engine.timing import CUDA_EVENTS, WALL_CLOCK, rotation
 from autotuner.engine.trial_process import WorkerSpec
 from autotuner.engine.tune_result import TrialRecord, TuneObserver, TuneResult
 from autotuner.store.interfaces import RunStore
@@ -127,8 +127,8 @@ def _retime(measurer: Measurer, configs: list[Config], rounds: int, observer: Tu
     """Median time of each config over interleaved rounds (each 1/rounds of a full timing), by config key; a
     config that fails once is left out."""
     times: dict[str, list[float]] = {config_key(c): [] for c in configs}
-    for _ in range(rounds):
-        for config in configs:
+    for r in range(rounds):
+        for config in rotation(configs, r):
             key = config_key(config)
             if key in times:
                 outcome = measurer.time(config, 1.0 / rounds)
