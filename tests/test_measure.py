@@ -102,3 +102,14 @@ def test_asked_configs_are_measured_as_their_compiles_finish():
     finally:
         measurer._ahead.pop(config_key(slow), None)
         measurer.close()
+
+
+def test_interleaved_rounds_give_every_candidate_every_place():
+    from autotuner.engine.timing import rotation
+
+    items = ["a", "b", "c", "d"]
+    orders = [rotation(items, r) for r in range(len(items))]
+    assert all(sorted(o) == items for o in orders)
+    for place in range(len(items)):
+        assert sorted(o[place] for o in orders) == items
+    assert rotation(items, 5) == rotation(items, 1) and rotation([], 3) == []
