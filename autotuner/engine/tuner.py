@@ -77,12 +77,14 @@ def prestarted(settings: Settings, gpu: int | None = None) -> KeptProcesses:
 
 
 def _compile_workers(settings: Settings, device: DeviceInfo, op: Op, problem: ProblemType, gpus: int = 1) -> int:
-    """The host's share (`host_compile_workers`; `gpus` GPUs' shares for a problem measured on that many), and
-    no more than half the device's memory holds copies of the inputs (each process launches the kernel on its
-    own)."""
+    """The host's share (`host_compile_workers`; for a problem measured on `gpus` GPUs, their shares, and the
+    core each further GPU's worker process would have had: one command drives them all), and no more than half
+    the device's memory holds copies of the inputs (each process launches the kernel on its own)."""
     if device.is_interpreter:
         return 0  # the interpreter has nothing to compile
-    n = host_compile_workers(settings) * (gpus if not settings.compile_workers else 1) + 2 * (gpus - 1)
+    n = host_compile_workers(settings)
+    if not settings.compile_workers:
+        n = n * gpus + (gpus - 1)
     if not settings.compile_workers and op.bytes_moved is not None and device.total_memory > 0:
         n = min(n, max(1, int(device.total_memory / 2 // max(1.0, op.bytes_moved(problem)))))
     return n
