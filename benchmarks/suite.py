@@ -115,8 +115,9 @@ def main() -> None:
           "roofline = measured floor (1 GiB copy, matmul peak) / time; copy = a copy of as many bytes as the problem "
           "moves, timed in the same rounds; (k/n): rounds in which tuned beat eager; "
           "'= default': the tuner kept the default config\n")
-    print(f"| problem | torch eager | {compile_label} | other torch | Triton default | Triton tuned | tuned vs eager "
-          "| tuned vs compile | tuned vs default | tuned rate | roofline | of same-bytes copy | tuning | tuned config |")
+    print(f"| problem | torch eager | {compile_label} | other torch | Triton default | Triton tuned "
+          "| tuned vs eager | tuned vs compile | tuned vs default | tuned rate | roofline | of same-bytes copy "
+          "| tuning | tuned config |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     ratios: dict[str, dict[str, list[float]]] = {}
 

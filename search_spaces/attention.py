@@ -202,6 +202,7 @@ OP: TunableOp[AttentionProblem] = TunableOp(
     reference=lambda inputs: k_attention.reference(*_qkv(inputs), bool(inputs.get("causal"))),
     tolerance=DOT_TOLERANCE, sources=(k_attention, _checks), flops=flops, bytes_moved=bytes_moved, elements=elements,
     baseline=lambda inputs: k_attention.baseline(*_qkv(inputs), bool(inputs.get("causal"))),
-    variants={"sdpa flash backend": lambda inputs: k_attention.baseline_flash(*_qkv(inputs), bool(inputs.get("causal")))},
+    variants={"sdpa flash backend": lambda inputs: k_attention.baseline_flash(*_qkv(inputs),
+                                                                              bool(inputs.get("causal")))},
     library=LIBRARY,
 )

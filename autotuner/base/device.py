@@ -55,7 +55,6 @@ def _smem_optin(index: int, props: Any) -> int:
     return int(driver.active.utils.get_device_properties(index)["max_shared_mem"])
 
 
-@functools.cache
 def parse_gpus(text: str | None) -> tuple[int, ...]:
     """`--gpus` / AUTOTUNER_GPUS: device indices separated by commas ("0,1"), or "all" (every visible GPU; on
     the interpreter, two processes). Empty: ()."""
@@ -77,6 +76,7 @@ def parse_gpus(text: str | None) -> tuple[int, ...]:
     return gpus
 
 
+@functools.cache
 def current_device(index: int | None = None) -> DeviceInfo:
     """The device kernels launch on: CUDA device `index` (default: the current one) or the interpreter."""
     if interpreting():

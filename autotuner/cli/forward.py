@@ -2,8 +2,9 @@
 imports anything heavy: the worker tunes in the processes it keeps, and this process only relays its output.
 
 Not handed over: `--here`, `--queue`, `--gpus` (a worker measures on its one GPU) and `--help`,
-AUTOTUNER_LOCAL_WORKER=0 or AUTOTUNER_GPUS set, or no worker's door in the runtime folder. A worker that declines (another database, other plugins or device settings, a decorated kernel's module
-it may not import) gives the command back, and it runs here as before.
+AUTOTUNER_LOCAL_WORKER=0 or AUTOTUNER_GPUS set, or no worker's door in the runtime folder. A worker that declines
+(another database, other plugins or device settings, a decorated kernel's module it may not import) gives the
+command back, and it runs here as before.
 """
 
 from __future__ import annotations
@@ -32,7 +33,9 @@ def since_process_start() -> float | None:
 
 
 def wanted(argv: list[str]) -> bool:
-    if os.environ.get("AUTOTUNER_LOCAL_WORKER", "").strip().lower() in OFF or os.environ.get("AUTOTUNER_GPUS", "").strip():
+    if os.environ.get("AUTOTUNER_LOCAL_WORKER", "").strip().lower() in OFF:
+        return False
+    if os.environ.get("AUTOTUNER_GPUS", "").strip():  # several GPUs: tuned here (a worker measures on one)
         return False
     return not any(a in ("--here", "--queue", "--help", "--gpus") or a.startswith("--gpus=") for a in argv)
 
