@@ -87,8 +87,9 @@ def time_cuda(fn: Callable[[], Any], warmup_ms: float = 25.0, rep_ms: float = 10
 
 def rotation(items: Sequence[T], round_index: int) -> list[T]:
     """The order to time `items` in on round `round_index` of interleaved rounds: each round starts one further
-    along, so that across rounds every candidate takes every place. In a fixed order the last candidate ran
-    hottest in each round (benchmarks/RESULTS.md#behind-the-code)."""
+    along, so that across rounds every candidate takes every place, and no place in a round (after which
+    candidate, how far into the round's heat) can favour one (a probe found no such bias yet:
+    benchmarks/RESULTS.md#behind-the-code)."""
     k = round_index % len(items) if items else 0
     return [*items[k:], *items[:k]]
 
