@@ -1,7 +1,8 @@
 """`autotuner bench`: one problem, every way of computing it, on the same inputs, timed alike.
 
-Candidates: torch eager, torch.compile of the same function, the unfused "manual" PyTorch version (softmax,
-gelu), the Triton kernel with the space's default config and with the stored tuned config. Each output is
+Candidates: torch eager, torch.compile of the same function (in a chosen mode), the op's other torch versions
+(the unfused "manual" one for softmax and gelu, SDPA's flash backend for attention), the Triton kernel with the
+space's default config and with the stored tuned config. Each output is
 checked against the reference first. Timing is interleaved: `rounds` rounds, each timing every candidate in
 turn (each round starting one candidate further along) with CUDA events and the L2 flushed before each
 repetition, so drift hits all alike; a candidate's time is the median of its round medians, and
