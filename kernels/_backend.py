@@ -12,20 +12,27 @@ import os
 import sys
 
 
-def _cuda_available() -> bool:
-    """A CUDA device is visible. Asked of the driver itself unless torch is imported already, so that importing
-    `autotuner` does not import torch (seconds of imports; `autotuner tune` starts its fork server first)."""
+def cuda_device_count() -> int:
+    """The CUDA devices visible to this process (CUDA_VISIBLE_DEVICES applies). Asked of the driver itself unless
+    torch is imported already, so that importing `autotuner` does not import torch (seconds of imports;
+    `autotuner tune` starts its fork server first)."""
     if "torch" in sys.modules:
         try:
-            return bool(sys.modules["torch"].cuda.is_available())
+            return int(sys.modules["torch"].cuda.device_count())
         except Exception:  # pragma: no cover - broken driver
-            return False
+            return 0
     try:
         libcuda = ctypes.CDLL("libcuda.so.1")
     except OSError:
-        return False
+        return 0
     count = ctypes.c_int(0)
-    return libcuda.cuInit(0) == 0 and libcuda.cuDeviceGetCount(ctypes.byref(count)) == 0 and count.value > 0
+    if libcuda.cuInit(0) != 0 or libcuda.cuDeviceGetCount(ctypes.byref(count)) != 0:
+        return 0
+    return count.value
+
+
+def _cuda_available() -> bool:
+    return cuda_device_count() > 0
 
 
 def select_backend() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -236,3 +237,26 @@ def test_a_slower_result_never_replaces_a_faster_one(db_url):
                            torch_ms=None, run_id=None)
     best = store.best(op=op, problem=problem, device=device)
     assert best is not None and best.config == cfg_b and best.median_ms == 0.5
+
+
+def test_a_tune_command_starts_its_trial_worker_before_importing_torch(tmp_path):
+    """autotuner.cli starts `tune`'s trial worker (cli.early) before the command imports torch; the command takes
+    that one rather than starting another. Not for `--queue`."""
+    script = (
+        "import sys\n"
+        "sys.argv = ['autotuner', 'tune', 'softmax', '--shape', '8x8'] + sys.argv[1:]\n"
+        "import autotuner.cli\n"
+        "from autotuner.cli import early\n"
+        "kept = early.take(None)\n"
+        "if kept is None:\n"
+        "    print('none')\n"
+        "else:\n"
+        "    kept._started()\n"
+        "    print('alive' if kept.runner._proc.is_alive() else 'dead', early.take(None) is None)\n"
+        "    kept.close()\n"
+    )
+    env = {**os.environ, "AUTOTUNER_LOCAL_WORKER": "0"}
+    run = [sys.executable, "-c", script]
+    assert subprocess.run(run, capture_output=True, text=True, env=env, timeout=300).stdout.split() == ["alive", "True"]
+    queued = subprocess.run([*run, "--queue"], capture_output=True, text=True, env=env, timeout=300)
+    assert queued.stdout.split() == ["none"], queued.stderr

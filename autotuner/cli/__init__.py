@@ -43,6 +43,10 @@ if sys.argv[1:2] in (["tune"], ["worker"]) and processes.is_main_process():
         # named as the package's __main__, which children skip.
         main_module.__spec__ = importlib.util.find_spec("autotuner.__main__")
     processes.start()
+    if sys.argv[1:2] == ["tune"]:
+        from autotuner.cli import early
+
+        early.start(sys.argv[2:])  # its trial worker and compile pool, started before this process imports torch
 
 import typer  # noqa: E402
 from pydantic import ValidationError  # noqa: E402

@@ -130,7 +130,7 @@ def tune(
     A worker running on this host (`autotuner worker`, same database) takes the command and tunes in its warm
     processes, so it starts at once; `--here` tunes in this process instead. `--gpus 0,1` measures the configs on
     both GPUs at once (same device type), tuning here."""
-    from autotuner.cli import served
+    from autotuner.cli import early, served
     from autotuner.cli.sweep import queue_sweep, run_sweep_here
 
     del here  # read from the arguments by autotuner.cli.forward, before this process imports anything heavy
@@ -161,7 +161,7 @@ def tune(
         fail("--queue is for a sweep (several values of one dimension); a worker takes single problems from "
              "POST /jobs")
     # the trial worker and compile pool make their CUDA contexts while this process goes on (or a worker's, ready)
-    kept = by.kept if by is not None else prestarted(s, plan_device(plan))
+    kept = by.kept if by is not None else early.take(plan_device(plan)) or prestarted(s, plan_device(plan))
     try:
         if dim is not None:
             run_sweep_here(op_obj, probs, dim, s, store, kept, plan, as_json, quiet)

@@ -54,3 +54,12 @@ def adopt(env: dict[str, str]) -> None:
     if env != os.environ:
         os.environ.clear()
         os.environ.update(env)
+
+
+def host_share(configured: int, gpus: int) -> int:
+    """Processes compiling ahead of timing for one GPU's worker: `configured` if set, else the CPU cores shared
+    among the host's `gpus`, less two for each worker's own process and its trial worker: more compiling
+    processes than cores slowed every worker's timing (benchmarks/RESULTS.md#behind-the-code)."""
+    if configured:
+        return configured
+    return max(1, (os.cpu_count() or 2) // max(1, gpus) - 2)

@@ -10,8 +10,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-import torch
-
 T = TypeVar("T")
 CUDA_EVENTS = "cuda-events"
 WALL_CLOCK = "wall-clock (interpreter)"
@@ -43,6 +41,8 @@ SLEEP_CYCLES_PER_S = 2.0e9  # torch.cuda._sleep counts GPU clock cycles; ~2 GHz 
 def time_cuda(fn: Callable[[], Any], warmup_ms: float = 25.0, rep_ms: float = 100.0,
               min_reps: int = 10, max_reps: int = 300) -> Timing:
     """Median of per-repetition CUDA-event times; the L2 is emptied before each repetition (l2_flush.py)."""
+    import torch  # here: the engine's process-side modules import no torch (cli.early starts them first)
+
     from autotuner.engine.l2_flush import (
         l2_flusher,  # here: a @triton.jit module is imported after kernels/ chose the backend
     )

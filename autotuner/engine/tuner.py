@@ -17,7 +17,6 @@ phase took.
 
 from __future__ import annotations
 
-import os
 import statistics
 import time
 from collections.abc import Iterator
@@ -28,6 +27,7 @@ from autotuner.base.device import DeviceInfo, current_device
 from autotuner.base.registry import Op
 from autotuner.base.roofline import fraction
 from autotuner.base.settings import Settings
+from autotuner.engine import processes
 from autotuner.engine.fits import check_fits
 from autotuner.engine.measure import KeptProcesses, LiveMeasurer, Measured, Measurer, run_search
 from autotuner.engine.search import Search, make_search
@@ -35,7 +35,7 @@ from autotuner.engine.timing import CUDA_EVENTS, WALL_CLOCK, rotation
 from autotuner.engine.trial_process import WorkerSpec
 from autotuner.engine.tune_result import TrialRecord, TuneObserver, TuneResult
 from autotuner.store.interfaces import RunStore
-from kernels._backend import interpreting
+from kernels._backend import cuda_device_count, interpreting
 from search_spaces.contract import ProblemType
 from search_spaces.space import Candidates, Config, config_key
 
@@ -52,15 +52,9 @@ DEFAULT_MARGIN = 0.01
 
 
 def host_compile_workers(settings: Settings) -> int:
-    """Processes compiling ahead of timing, sized per host: the CPU cores shared among the GPUs (one worker per
-    GPU being how a host is run), less two for each worker's own process and its trial worker: more compiling
-    processes than cores slowed every worker's timing (benchmarks/RESULTS.md#behind-the-code)."""
-    if settings.compile_workers:
-        return settings.compile_workers
-    import torch
-
-    gpus = max(1, torch.cuda.device_count())
-    return max(1, (os.cpu_count() or 2) // gpus - 2)
+    """Processes compiling ahead of timing, sized per host (`processes.host_share`: one worker per GPU being how a
+    host is run)."""
+    return processes.host_share(settings.compile_workers, cuda_device_count())
 
 
 def prestarted(settings: Settings, gpu: int | None = None) -> KeptProcesses:

@@ -1,0 +1,73 @@
+"""`autotuner tune`'s trial worker and compile pool, started first thing: before the command imports torch and the
+ops, so that the processes make their CUDA contexts (and the fork server its imports) while it does.
+
+Started from autotuner.cli's import for a `tune` that will run here (not handed to a worker, not `--queue`
+or `--help`), with what can be known without torch: the device (the first of `--gpus`/AUTOTUNER_GPUS, else
+device 0, a new process's current device), the host's GPU count from the driver, the compile-pool size from the
+settings. The command takes them with `take`, or starts its own where these do not match what it decided.
+Only modules that import no torch are imported here (measure, processes, kernels._backend, the settings).
+"""
+
+from __future__ import annotations
+
+import os
+
+from autotuner.engine.measure import KeptProcesses
+
+_kept: KeptProcesses | None = None
+_device: int | None = None
+
+
+def _gpus(argv: list[str]) -> str:
+    """The `--gpus` value in the arguments, else AUTOTUNER_GPUS ("" for neither)."""
+    for i, arg in enumerate(argv):
+        if arg == "--gpus" and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith("--gpus="):
+            return arg.split("=", 1)[1]
+    return os.environ.get("AUTOTUNER_GPUS", "")
+
+
+def start(argv: list[str]) -> None:
+    """Start the processes in the background (the fork server may still be importing); any doubt about the
+    arguments or the settings: start nothing, and let the command report it."""
+    global _kept, _device
+    if any(a in ("--queue", "--help") for a in argv):
+        return
+    from pydantic import ValidationError
+
+    from autotuner.base.settings import Settings
+    from autotuner.engine.processes import host_share
+    from kernels._backend import cuda_device_count, interpreting
+
+    try:
+        settings = Settings()
+    except ValidationError:
+        return
+    kept = KeptProcesses()
+    if interpreting():
+        kept.prestart(None, 0)
+        _kept, _device = kept, None
+        return
+    first = _gpus(argv).split(",")[0].strip()
+    count = cuda_device_count()
+    if first == "all":
+        first = "0"
+    if not count or (first and (not first.isdigit() or int(first) >= count)):
+        return
+    _device = int(first) if first else 0
+    kept.prestart(_device, host_share(settings.compile_workers, count))
+    _kept = kept
+
+
+def take(device: int | None) -> KeptProcesses | None:
+    """The processes started early, if they are on `device` (None: the current one, which is device 0 in a new
+    process); else None, and any started are stopped."""
+    global _kept
+    kept, _kept = _kept, None
+    if kept is None:
+        return None
+    if _device is not None and _device != (device or 0):
+        kept.close()
+        return None
+    return kept
