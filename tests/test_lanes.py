@@ -116,7 +116,7 @@ class _SlowTable(InOrderMeasurer):
     def start(self) -> Outcome:
         return Outcome("invalid")
 
-    def measure(self, config: Config, lane: int = 0) -> Outcome:
+    def measure(self, config: Config, lane: int = 0, give_up_ms: float | None = None) -> Outcome:
         with self._lock:
             self._now += 1
             self.most_at_once = max(self.most_at_once, self._now)

@@ -60,7 +60,7 @@ class CallMeasurer(InOrderMeasurer):
         raise RuntimeError(f"{spec.name} {m.problem.key}: no config ran to give the reference output: "
                            + "; ".join(errors))
 
-    def measure(self, config: dict[str, Any], lane: int = 0) -> Outcome:
+    def measure(self, config: dict[str, Any], lane: int = 0, give_up_ms: float | None = None) -> Outcome:
         t0 = time.perf_counter()
         try:
             out = self._run(config, capture=True)
@@ -73,7 +73,7 @@ class CallMeasurer(InOrderMeasurer):
         if not verdict.ok:
             return Outcome("wrong_result", compile_s=compile_s, error=verdict.message)
         try:
-            timing = self._time(lambda: self._run(config, capture=False), QUICK_SCALE)
+            timing = self._time(lambda: self._run(config, capture=False), QUICK_SCALE, give_up_ms)
         except Exception as exc:
             return Outcome(classify(exc), compile_s=compile_s, error=short_error(exc))
         return Outcome("ok", timing=timing, compile_s=compile_s)
@@ -84,15 +84,17 @@ class CallMeasurer(InOrderMeasurer):
         except Exception as exc:
             return Outcome(classify(exc), error=short_error(exc))
 
-    def _time(self, fn: Callable[[], Any], scale: float) -> Timing:
+    def _time(self, fn: Callable[[], Any], scale: float, give_up_ms: float | None = None) -> Timing:
         """The decorator's own `do_bench` as it is given, or the engine's timing for `scale` of its full warm-up and
-        repetitions (the decorator's `warmup` and `rep`, else the engine's)."""
+        repetitions (the decorator's `warmup` and `rep`, else the engine's; a few repetitions only where they are
+        slower than `give_up_ms`)."""
         spec = self.view.spec
         if spec.do_bench is not None:
             r = spec.do_bench(fn, quantiles=(0.5, 0.2, 0.8))
             ms = list(r) if isinstance(r, (list, tuple)) else [float(r)] * 3
             return Timing(float(ms[0]), float(ms[1]), float(ms[2]), 0, "do_bench (the decorator's)")
-        return time_fn(fn, interpreting(), (spec.warmup_ms or 25.0) * scale, (spec.rep_ms or 100.0) * scale)
+        return time_fn(fn, interpreting(), (spec.warmup_ms or 25.0) * scale, (spec.rep_ms or 100.0) * scale,
+                       give_up_ms)
 
 
 def untried(view: EngineView, store: Any, miss: Miss) -> bool:

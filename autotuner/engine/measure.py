@@ -50,9 +50,10 @@ class Measurer(Protocol):
         """The index of the config to measure first among those asked (a live measurer: the first whose compile
         is done, waiting for one if none is and `wait_for_one`; one slow compile does not hold up the others)."""
 
-    def measure(self, config: Config, lane: int = 0) -> Outcome:
-        """Check one config and time it as long as it takes to rank it (a brief timing on a GPU); `lane`: which of
-        the measurer's `lanes` (trial workers measuring at once, one per GPU) measures it."""
+    def measure(self, config: Config, lane: int = 0, give_up_ms: float | None = None) -> Outcome:
+        """Check one config and time it as long as it takes to rank it (a brief timing on a GPU; a few repetitions
+        only where they are slower than `give_up_ms`); `lane`: which of the measurer's `lanes` (trial workers
+        measuring at once, one per GPU) measures it."""
 
     def time(self, config: Config, scale: float = 1.0) -> Outcome:
         """Time a config measured before again, for `scale` of a full timing (a round of the re-time)."""
@@ -159,7 +160,7 @@ class LiveMeasurer:
             self.compile_wait_s += time.perf_counter() - t0
         return next((i for i, f in enumerate(futs) if f is not None and f.done()), 0)
 
-    def measure(self, config: Config, lane: int = 0) -> Outcome:
+    def measure(self, config: Config, lane: int = 0, give_up_ms: float | None = None) -> Outcome:
         with self._lock:
             fut = self._ahead.pop(config_key(config), None)
             self._speculative.discard(config_key(config))
@@ -170,7 +171,7 @@ class LiveMeasurer:
         if isinstance(compiled, Outcome):  # a compile error or out of resources, found by the pool
             return compiled
         runner = self.runner if lane == 0 else self.more[lane - 1]
-        outcome = runner.measure(config, self.scale)
+        outcome = runner.measure(config, self.scale, give_up_ms)
         if isinstance(compiled, float):  # the pool's first launch holds the compile time
             outcome = dataclasses.replace(outcome, compile_s=compiled)
         return outcome
@@ -302,7 +303,7 @@ class TableMeasurer(InOrderMeasurer):
     def start(self) -> Outcome:
         return Outcome("invalid", error="a landscape holds no baseline")
 
-    def measure(self, config: Config, lane: int = 0) -> Outcome:
+    def measure(self, config: Config, lane: int = 0, give_up_ms: float | None = None) -> Outcome:
         ms = self.times[config_key(config)]
         if ms is None:
             return Outcome("crash", error="failed when the landscape was recorded")
@@ -310,6 +311,16 @@ class TableMeasurer(InOrderMeasurer):
 
     def time(self, config: Config, scale: float = 1.0) -> Outcome:
         return self.measure(config)
+
+
+# A config whose first few repetitions run this many times the best so far is out of contention: it is timed no
+# further (engine.timing.time_cuda's give_up_ms), saving most of its timing.
+GIVE_UP = 1.3
+
+
+def _give_up_ms(search: Search) -> float | None:
+    best = search.best(1)
+    return best[0][1] * GIVE_UP if best else None
 
 
 @dataclass
@@ -370,7 +381,7 @@ def run_search(search: Search, measurer: Measurer, *, budget: int | None, time_b
         t_measure = time.perf_counter()
         spent["ask_s"] += t_measure - t
         config = ahead.pop(measurer.first_ready(ahead))
-        m = Measured(config, measurer.measure(config))
+        m = Measured(config, measurer.measure(config, give_up_ms=_give_up_ms(search)))
         t_tell = time.perf_counter()
         spent["measure_s"] += t_tell - t_measure
         search.tell(config, m.ms)
@@ -434,10 +445,11 @@ def _run_lanes(search: Search, measurer: Measurer, *, budget: int | None, time_b
             while True:
                 with changed:
                     config = next_config()
+                    give_up_ms = _give_up_ms(search)
                 if config is None:
                     return
                 t_measure = time.perf_counter()
-                outcome = measurer.measure(config, lane=index)
+                outcome = measurer.measure(config, lane=index, give_up_ms=give_up_ms)
                 with changed:
                     state["in_flight"] -= 1
                     changed.notify_all()

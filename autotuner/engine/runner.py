@@ -154,9 +154,10 @@ class TrialRunner:
             self._kill()
         return outcome
 
-    def measure(self, config: dict[str, Any], scale: float = 1.0) -> Outcome:
-        """Check a config against the reference and time it (`scale` of the full warm-up and repetitions)."""
-        return self._ask("measure", (config, scale))
+    def measure(self, config: dict[str, Any], scale: float = 1.0, give_up_ms: float | None = None) -> Outcome:
+        """Check a config against the reference and time it (`scale` of the full warm-up and repetitions; a few
+        repetitions only where they are slower than `give_up_ms`)."""
+        return self._ask("measure", (config, scale, give_up_ms))
 
     def time(self, config: dict[str, Any], scale: float = 1.0) -> Outcome:
         """Time a config checked before (`scale` of the full warm-up and repetitions)."""

@@ -35,12 +35,15 @@ def _summarise(times: list[float], clock: str) -> Timing:
     return Timing(statistics.median(times), _quantile(times, 0.2), _quantile(times, 0.8), len(times), clock)
 
 
+PROBE_REPS = 3  # repetitions timed before giving up on a config clearly out of contention (time_cuda)
 SLEEP_CYCLES_PER_S = 2.0e9  # torch.cuda._sleep counts GPU clock cycles; ~2 GHz boost clocks on current GPUs
 
 
 def time_cuda(fn: Callable[[], Any], warmup_ms: float = 25.0, rep_ms: float = 100.0,
-              min_reps: int = 10, max_reps: int = 300) -> Timing:
-    """Median of per-repetition CUDA-event times; the L2 is emptied before each repetition (l2_flush.py)."""
+              min_reps: int = 10, max_reps: int = 300, give_up_ms: float | None = None) -> Timing:
+    """Median of per-repetition CUDA-event times; the L2 is emptied before each repetition (l2_flush.py). With
+    `give_up_ms`, three repetitions are timed first, and if their median is slower than that, they are the
+    timing (PROBE_REPS repetitions: a config clearly out of contention is not timed further)."""
     import torch  # here: the engine's process-side modules import no torch (cli.early starts them first)
 
     from autotuner.engine.l2_flush import (
@@ -58,6 +61,10 @@ def time_cuda(fn: Callable[[], Any], warmup_ms: float = 25.0, rep_ms: float = 10
     end.record()
     torch.cuda.synchronize()
     estimate = max(start.elapsed_time(end) / 5, 1e-3)
+    if give_up_ms is not None:
+        probe = _time_reps(fn, flush, PROBE_REPS)
+        if statistics.median(probe) > give_up_ms:
+            return _summarise(probe, CUDA_EVENTS)
     for _ in range(max(1, int(warmup_ms / estimate))):
         fn()
     reps = max(min_reps, min(max_reps, int(rep_ms / estimate)))
@@ -85,6 +92,20 @@ def time_cuda(fn: Callable[[], Any], warmup_ms: float = 25.0, rep_ms: float = 10
     return _summarise([s.elapsed_time(e) for s, e in zip(starts, ends, strict=False)], CUDA_EVENTS)
 
 
+def _time_reps(fn: Callable[[], Any], flush: Callable[[], None], reps: int) -> list[float]:
+    """`reps` repetitions, each after an L2 flush, timed alone with CUDA events (milliseconds)."""
+    import torch
+
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
+    for start, end in events:
+        flush()
+        start.record()
+        fn()
+        end.record()
+    torch.cuda.synchronize()
+    return [start.elapsed_time(end) for start, end in events]
+
+
 def rotation(items: Sequence[T], round_index: int) -> list[T]:
     """The order to time `items` in on round `round_index` of interleaved rounds: each round starts one further
     along, so that across rounds every candidate takes every place, and no place in a round (after which
@@ -104,5 +125,6 @@ def time_wall(fn: Callable[[], Any], reps: int = 3) -> Timing:
     return _summarise(times, WALL_CLOCK)
 
 
-def time_fn(fn: Callable[[], Any], interpreter: bool, warmup_ms: float = 25.0, rep_ms: float = 100.0) -> Timing:
-    return time_wall(fn) if interpreter else time_cuda(fn, warmup_ms, rep_ms)
+def time_fn(fn: Callable[[], Any], interpreter: bool, warmup_ms: float = 25.0, rep_ms: float = 100.0,
+            give_up_ms: float | None = None) -> Timing:
+    return time_wall(fn) if interpreter else time_cuda(fn, warmup_ms, rep_ms, give_up_ms=give_up_ms)

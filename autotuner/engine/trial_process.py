@@ -85,10 +85,11 @@ class Bench:
         if not self.device.is_interpreter:
             self.torch.cuda.synchronize()
 
-    def _time(self, fn: Any, scale: float = 1.0) -> Timing:
+    def _time(self, fn: Any, scale: float = 1.0, give_up_ms: float | None = None) -> Timing:
         from autotuner.engine.timing import time_fn
 
-        return time_fn(fn, self.device.is_interpreter, self.spec.warmup_ms * scale, self.spec.rep_ms * scale)
+        return time_fn(fn, self.device.is_interpreter, self.spec.warmup_ms * scale, self.spec.rep_ms * scale,
+                       give_up_ms)
 
     def time_only(self, config: dict[str, Any], scale: float = 1.0) -> Outcome:
         """A timing of a config measured (and checked) before: `scale` of the full warm-up and repetitions."""
@@ -97,7 +98,7 @@ class Bench:
         except Exception as exc:
             return Outcome(classify(exc), error=short_error(exc))
 
-    def measure(self, config: dict[str, Any], scale: float = 1.0) -> Outcome:
+    def measure(self, config: dict[str, Any], scale: float = 1.0, give_up_ms: float | None = None) -> Outcome:
         from kernels._checks import poison_outputs
 
         t0 = time.perf_counter()
@@ -114,7 +115,7 @@ class Bench:
         if not verdict.ok:
             return Outcome("wrong_result", compile_s=compile_s, error=verdict.message)
         try:
-            timing = self._time(lambda: self.op.run(self.inputs, config), scale)
+            timing = self._time(lambda: self.op.run(self.inputs, config), scale, give_up_ms)
         except Exception as exc:
             return Outcome(classify(exc), compile_s=compile_s, error=short_error(exc))
         return Outcome("ok", timing=timing, compile_s=compile_s)
