@@ -335,6 +335,39 @@ class Measured:
         return t.median_ms if self.outcome.status == "ok" and t else None
 
 
+def _ask_ahead(search: Search, measurer: Measurer, ahead: list[Config], batch: int, *, width: int,
+               left: int | None) -> None:
+    """Ask the search for configs until `ahead` holds `width` (as far as `search.max_pending` allows) or `left`
+    (what the trial budget leaves, None: no budget), handing them to `measurer.prepare`; then, with a compile pool
+    (`batch` > 1), its idle workers compile what the search is likely to ask next."""
+    asked: list[Config] = []
+    while len(ahead) + len(asked) < search.max_pending(max(1, width)) and (
+            left is None or len(ahead) + len(asked) < left):
+        c = search.ask()
+        if c is None:
+            break
+        asked.append(c)
+    if asked:
+        measurer.prepare(asked)
+        ahead.extend(asked)
+    if batch > 1:
+        measurer.speculate(search.upcoming(batch))
+
+
+def _tell(search: Search, m: Measured, done: list[Measured], on_trial: Callable[[Measured], None] | None,
+          spent: dict[str, float], t_measure: float) -> None:
+    """A measured config told to the search and recorded (`on_trial`), each part's seconds added to `spent`."""
+    t_tell = time.perf_counter()
+    spent["measure_s"] += t_tell - t_measure
+    search.tell(m.config, m.ms)
+    done.append(m)
+    t_trial = time.perf_counter()
+    spent["ask_s"] += t_trial - t_tell
+    if on_trial:
+        on_trial(m)
+    spent["record_trial_s"] += time.perf_counter() - t_trial
+
+
 def run_search(search: Search, measurer: Measurer, *, budget: int | None, time_budget_s: float | None = None,
                batch: int = 1, on_trial: Callable[[Measured], None] | None = None,
                spent: dict[str, float] | None = None) -> list[Measured]:
@@ -364,33 +397,15 @@ def run_search(search: Search, measurer: Measurer, *, budget: int | None, time_b
 
     while not out_of_budget():
         t = time.perf_counter()
-        asked: list[Config] = []
-        while len(ahead) + len(asked) < search.max_pending(max(1, batch + 1)) and (
-                budget is None or len(done) + len(ahead) + len(asked) < budget):
-            c = search.ask()
-            if c is None:
-                break
-            asked.append(c)
-        if asked:
-            measurer.prepare(asked)
-            ahead.extend(asked)
-        if batch > 1:  # idle compile workers compile what the search is likely to ask next
-            measurer.speculate(search.upcoming(batch))
+        _ask_ahead(search, measurer, ahead, batch, width=batch + 1,
+                   left=budget - len(done) if budget is not None else None)
         if not ahead:
             break
         t_measure = time.perf_counter()
         spent["ask_s"] += t_measure - t
         config = ahead.pop(measurer.first_ready(ahead))
-        m = Measured(config, measurer.measure(config, give_up_ms=_give_up_ms(search)))
-        t_tell = time.perf_counter()
-        spent["measure_s"] += t_tell - t_measure
-        search.tell(config, m.ms)
-        done.append(m)
-        t_trial = time.perf_counter()
-        spent["ask_s"] += t_trial - t_tell
-        if on_trial:
-            on_trial(m)
-        spent["record_trial_s"] += time.perf_counter() - t_trial
+        outcome = measurer.measure(config, give_up_ms=_give_up_ms(search))
+        _tell(search, Measured(config, outcome), done, on_trial, spent, t_measure)
     for config in ahead:  # asked, never measured: no longer pending
         search.pending.discard(config_key(config))
     return done
@@ -419,18 +434,8 @@ def _run_lanes(search: Search, measurer: Measurer, *, budget: int | None, time_b
         tell (a search that holds few pending asks); None when the run is over."""
         while not state["stop"] and not out_of_budget():
             t = time.perf_counter()
-            asked: list[Config] = []
-            while len(ahead) + len(asked) < search.max_pending(max(1, batch + measurer.lanes)) and (
-                    budget is None or len(done) + state["in_flight"] + len(ahead) + len(asked) < budget):
-                c = search.ask()
-                if c is None:
-                    break
-                asked.append(c)
-            if asked:
-                measurer.prepare(asked)
-                ahead.extend(asked)
-            if batch > 1:
-                measurer.speculate(search.upcoming(batch))
+            _ask_ahead(search, measurer, ahead, batch, width=batch + measurer.lanes,
+                       left=budget - len(done) - state["in_flight"] if budget is not None else None)
             spent["ask_s"] += time.perf_counter() - t
             if ahead:
                 state["in_flight"] += 1
@@ -455,16 +460,7 @@ def _run_lanes(search: Search, measurer: Measurer, *, budget: int | None, time_b
                     changed.notify_all()
                     if state["stop"]:
                         return
-                    t_tell = time.perf_counter()
-                    spent["measure_s"] += t_tell - t_measure
-                    m = Measured(config, outcome, index)
-                    search.tell(config, m.ms)
-                    done.append(m)
-                    t_trial = time.perf_counter()
-                    spent["ask_s"] += t_trial - t_tell
-                    if on_trial:
-                        on_trial(m)
-                    spent["record_trial_s"] += time.perf_counter() - t_trial
+                    _tell(search, Measured(config, outcome, index), done, on_trial, spent, t_measure)
         except BaseException as exc:
             with changed:
                 failed.append(exc)
