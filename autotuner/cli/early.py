@@ -5,14 +5,14 @@ Started from autotuner.cli's import for a `tune` that will run here (not handed 
 or `--help`), with what can be known without torch: the device (the first of `--gpus`/AUTOTUNER_GPUS, else
 device 0, a new process's current device), the host's GPU count from the driver, the compile-pool size from the
 settings. The command takes them with `take`, or starts its own where these do not match what it decided.
-Only modules that import no torch are imported here (measure, processes, kernels._backend, the settings).
+Only modules that import no torch are imported here (the engine's measure, kernels._backend, the settings).
 """
 
 from __future__ import annotations
 
 import os
 
-from autotuner.engine.measure import KeptProcesses
+from autotuner.engine.measure import KeptProcesses, prestarted
 
 _kept: KeptProcesses | None = None
 _device: int | None = None
@@ -37,17 +37,14 @@ def start(argv: list[str]) -> None:
     from pydantic import ValidationError
 
     from autotuner.base.settings import Settings
-    from autotuner.engine.processes import host_share
     from kernels._backend import cuda_device_count, interpreting
 
     try:
         settings = Settings()
     except ValidationError:
         return
-    kept = KeptProcesses()
     if interpreting():
-        kept.prestart(None, 0)
-        _kept, _device = kept, None
+        _kept, _device = prestarted(settings), None
         return
     first = _gpus(argv).split(",")[0].strip()
     count = cuda_device_count()
@@ -56,8 +53,7 @@ def start(argv: list[str]) -> None:
     if not count or (first and (not first.isdigit() or int(first) >= count)):
         return
     _device = int(first) if first else 0
-    kept.prestart(_device, host_share(settings.compile_workers, count))
-    _kept = kept
+    _kept = prestarted(settings, _device)
 
 
 def take(device: int | None) -> KeptProcesses | None:

@@ -135,8 +135,9 @@ def tune(
 
     del here  # read from the arguments by autotuner.cli.forward, before this process imports anything heavy
     from autotuner.base.device import parse_gpus
+    from autotuner.engine.measure import prestarted
     from autotuner.engine.search import STRATEGIES
-    from autotuner.engine.tuner import Plan, plan_device, prestarted
+    from autotuner.engine.tuner import Plan, plan_device
     from autotuner.store.database import Store
 
     if strategy not in STRATEGIES:

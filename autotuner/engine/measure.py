@@ -17,11 +17,14 @@ from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
+from autotuner.base.settings import Settings
+from autotuner.engine import processes
 from autotuner.engine.compile_pool import CompilePool
 from autotuner.engine.outcome import Outcome
 from autotuner.engine.runner import TrialRunner
 from autotuner.engine.timing import Timing
 from autotuner.engine.trial_process import QUICK_SCALE, WorkerSpec
+from kernels._backend import cuda_device_count, interpreting
 from search_spaces.space import Config, config_key
 
 if TYPE_CHECKING:  # (not at run time: the decorator imports this module, and the search brings Optuna)
@@ -271,6 +274,28 @@ class KeptProcesses:
             lane.close(wait=False)
         self.runner = self.pool = None
         self.lanes = []
+
+
+def host_compile_workers(settings: Settings) -> int:
+    """Processes compiling ahead of timing, sized per host (`processes.host_share`: one worker per GPU being how a
+    host is run)."""
+    return processes.host_share(settings.compile_workers, cuda_device_count())
+
+
+def prestarted(settings: Settings, gpu: int | None = None) -> KeptProcesses:
+    """A trial worker and compile pool starting now, on CUDA device `gpu` (default: the current one), before any
+    problem is known (`autotuner tune` first thing, through cli.early, or while it finishes starting; `autotuner
+    worker` when it starts). Imports no torch when `gpu` is given."""
+    kept = KeptProcesses()
+    if interpreting():
+        kept.prestart(None, 0)
+    else:
+        if gpu is None:
+            import torch
+
+            gpu = torch.cuda.current_device()
+        kept.prestart(gpu, host_compile_workers(settings))
+    return kept
 
 
 class InOrderMeasurer:

@@ -27,15 +27,21 @@ from autotuner.base.device import DeviceInfo, current_device
 from autotuner.base.registry import Op
 from autotuner.base.roofline import fraction
 from autotuner.base.settings import Settings
-from autotuner.engine import processes
 from autotuner.engine.fits import check_fits
-from autotuner.engine.measure import KeptProcesses, LiveMeasurer, Measured, Measurer, run_search
+from autotuner.engine.measure import (
+    KeptProcesses,
+    LiveMeasurer,
+    Measured,
+    Measurer,
+    host_compile_workers,
+    run_search,
+)
 from autotuner.engine.search import Search, make_search
 from autotuner.engine.timing import CUDA_EVENTS, WALL_CLOCK, rotation
 from autotuner.engine.trial_process import WorkerSpec
 from autotuner.engine.tune_result import TrialRecord, TuneObserver, TuneResult
 from autotuner.store.interfaces import RunStore
-from kernels._backend import cuda_device_count, interpreting
+from kernels._backend import interpreting
 from search_spaces.contract import ProblemType
 from search_spaces.space import Candidates, Config, config_key
 
@@ -49,25 +55,6 @@ RETIME_ROUNDS = 3
 # re-time once stored configs a hair ahead of the default that interleaved rounds then found behind it
 # (benchmarks/RESULTS.md#behind-the-code).
 DEFAULT_MARGIN = 0.01
-
-
-def host_compile_workers(settings: Settings) -> int:
-    """Processes compiling ahead of timing, sized per host (`processes.host_share`: one worker per GPU being how a
-    host is run)."""
-    return processes.host_share(settings.compile_workers, cuda_device_count())
-
-
-def prestarted(settings: Settings, gpu: int | None = None) -> KeptProcesses:
-    """A trial worker and compile pool starting now, on CUDA device `gpu` (default: the current one), before any
-    problem is known (`autotuner tune` while it finishes starting, `autotuner worker` when it starts)."""
-    kept = KeptProcesses()
-    if interpreting():
-        kept.prestart(None, 0)
-    else:
-        import torch
-
-        kept.prestart(gpu if gpu is not None else torch.cuda.current_device(), host_compile_workers(settings))
-    return kept
 
 
 def _compile_workers(settings: Settings, device: DeviceInfo, op: Op, problem: ProblemType, gpus: int = 1) -> int:

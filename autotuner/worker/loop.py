@@ -96,7 +96,7 @@ class Worker:
     def run(self, *, once: bool = False, until_empty: bool = False) -> int:
         """Work until stopped; `once`: one job then return; `until_empty`: return when nothing is queued or
         running. Returns the number of jobs this worker finished (done or failed)."""
-        from autotuner.engine.tuner import prestarted
+        from autotuner.engine.measure import prestarted
 
         load_plugins(self.settings.plugins)
         self.kept = prestarted(self.settings, self.gpu)  # ready when the first job comes
