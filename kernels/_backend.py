@@ -10,6 +10,19 @@ from __future__ import annotations
 import ctypes
 import os
 import sys
+from typing import NamedTuple
+
+# cuDeviceGetAttribute's CUdevice_attribute values (cuda.h)
+_SM_COUNT, _CC_MAJOR, _CC_MINOR, _SMEM_OPTIN = 16, 75, 76, 97
+
+
+def _driver() -> ctypes.CDLL | None:
+    """The CUDA driver, initialised; None where there is none (or it fails)."""
+    try:
+        libcuda = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return None
+    return libcuda if libcuda.cuInit(0) == 0 else None
 
 
 def cuda_device_count() -> int:
@@ -21,14 +34,41 @@ def cuda_device_count() -> int:
             return int(sys.modules["torch"].cuda.device_count())
         except Exception:  # pragma: no cover - broken driver
             return 0
-    try:
-        libcuda = ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        return 0
+    libcuda = _driver()
     count = ctypes.c_int(0)
-    if libcuda.cuInit(0) != 0 or libcuda.cuDeviceGetCount(ctypes.byref(count)) != 0:
+    if libcuda is None or libcuda.cuDeviceGetCount(ctypes.byref(count)) != 0:
         return 0
     return count.value
+
+
+class CudaProperties(NamedTuple):
+    name: str
+    capability: tuple[int, int]
+    sm_count: int
+    total_memory: int
+    smem_per_block: int  # the opt-in maximum of shared memory per block
+
+
+def cuda_properties(index: int) -> CudaProperties:
+    """CUDA device `index`'s name, compute capability, SM count, memory and opt-in shared memory per block, asked
+    of the driver (the values torch.cuda.get_device_properties gives, without importing torch or making a
+    context). Raises RuntimeError where the driver cannot say."""
+    libcuda = _driver()
+    device, name, memory = ctypes.c_int(0), ctypes.create_string_buffer(256), ctypes.c_size_t(0)
+    if libcuda is None or libcuda.cuDeviceGet(ctypes.byref(device), index) != 0:
+        raise RuntimeError(f"no CUDA device {index} (this process sees {cuda_device_count()})")
+    values = {}
+    for key, attribute in (("sm_count", _SM_COUNT), ("major", _CC_MAJOR), ("minor", _CC_MINOR),
+                           ("smem_optin", _SMEM_OPTIN)):
+        value = ctypes.c_int(0)
+        if libcuda.cuDeviceGetAttribute(ctypes.byref(value), attribute, device) != 0:
+            raise RuntimeError(f"the CUDA driver gave no attribute {attribute} for device {index}")
+        values[key] = value.value
+    if libcuda.cuDeviceGetName(name, len(name), device) != 0 or libcuda.cuDeviceTotalMem_v2(ctypes.byref(memory),
+                                                                                           device) != 0:
+        raise RuntimeError(f"the CUDA driver gave no name or memory size for device {index}")
+    return CudaProperties(name.value.decode(), (values["major"], values["minor"]), values["sm_count"], memory.value,
+                          values["smem_optin"])
 
 
 def _cuda_available() -> bool:

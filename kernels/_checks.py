@@ -4,19 +4,26 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+from kernels._torch import lazy
+
+if TYPE_CHECKING:
+    import torch
+else:
+    torch = lazy(__name__)
 
 
-def check_tensor(name: str, t: Any, dtypes: Iterable[torch.dtype], ndim: int | tuple[int, ...] | None = None) -> None:
-    """Raise a clear TypeError/ValueError when `t` is not a tensor of an accepted dtype and rank."""
+
+def check_tensor(name: str, t: Any, dtypes: Iterable[str], ndim: int | tuple[int, ...] | None = None) -> None:
+    """Raise a clear TypeError/ValueError when `t` is not a tensor of an accepted dtype (by name: "float16") and
+    rank."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     dtypes = tuple(dtypes)
-    if t.dtype not in dtypes:
-        accepted = ", ".join(str(d).removeprefix("torch.") for d in dtypes)
-        raise TypeError(f"{name} has dtype {str(t.dtype).removeprefix('torch.')}; accepted: {accepted}")
+    dtype = str(t.dtype).removeprefix("torch.")
+    if dtype not in dtypes:
+        raise TypeError(f"{name} has dtype {dtype}; accepted: {', '.join(dtypes)}")
     if ndim is not None:
         allowed = (ndim,) if isinstance(ndim, int) else ndim
         if t.dim() not in allowed:

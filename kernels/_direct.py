@@ -22,15 +22,19 @@ call goes through `kernel[grid]`. Launch hooks (a profiler's) are called as Trit
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from kernels._backend import interpreting
+from kernels._torch import lazy
+
+if TYPE_CHECKING:
+    import torch
+else:
+    torch = lazy(__name__)
 
 DIRECT = True  # False: every call goes through `kernel[grid]` (benchmarks/launch_overhead.py compares both)
-SWAPPED = (torch.Tensor, TensorDescriptor)  # arguments a call brings anew; everything else is fixed per Launcher
 
 try:  # Triton >= 3.4 keeps the launch hooks in knobs.runtime
     from triton import knobs as _knobs
@@ -87,8 +91,9 @@ class Launcher:
             if remember is not None:
                 remember(args, self.meta)
             values = list(bound.values())
-            slots = [i for i, v in enumerate(values) if isinstance(v, SWAPPED)]
-            tensors = [i for i, a in enumerate(args) if isinstance(a, SWAPPED)]
+            swapped = (torch.Tensor, TensorDescriptor)  # arguments a call brings anew; the rest is fixed per Launcher
+            slots = [i for i, v in enumerate(values) if isinstance(v, swapped)]
+            tensors = [i for i, a in enumerate(args) if isinstance(a, swapped)]
             if len(slots) != len(tensors) or any(values[s] is not args[t] for s, t in zip(slots, tensors, strict=True)):
                 return  # the binder reordered or wrapped arguments: keep going through Triton
             self._values, self._device = values, device

@@ -13,9 +13,8 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
 import triton
 import triton.language as tl
 from triton.runtime import _allocation
@@ -31,8 +30,14 @@ from kernels._checks import (
     new_output,
 )
 from kernels._direct import Launcher
+from kernels._torch import lazy
 
-DTYPES = (torch.float16, torch.bfloat16)
+if TYPE_CHECKING:
+    import torch
+else:
+    torch = lazy(__name__)
+
+DTYPES = ("float16", "bfloat16")
 HEAD_DIMS = (64, 128)
 PARAMS = ("BLOCK_M", "BLOCK_N")
 L2_SHARE = 1.0  # of the L2, for the keys and values of the heads a causal launch runs longest-first together

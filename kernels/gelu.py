@@ -7,16 +7,21 @@ approximate="none": 0.5 x (1 + erf(x / sqrt(2))). Each program handles BLOCK_SIZ
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
 import triton
 import triton.language as tl
 
 from kernels._checks import check_config, check_pow2, check_same_device, check_tensor, new_output
 from kernels._direct import Launcher
+from kernels._torch import lazy
 
-DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+if TYPE_CHECKING:
+    import torch
+else:
+    torch = lazy(__name__)
+
+DTYPES = ("float16", "bfloat16", "float32")
 APPROXIMATIONS = ("tanh", "none")
 PARAMS = ("BLOCK_SIZE",)
 

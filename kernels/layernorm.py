@@ -8,9 +8,8 @@ the output: three reads). Statistics are float32; the output has the input dtype
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
 import triton
 import triton.language as tl
 
@@ -23,8 +22,14 @@ from kernels._checks import (
     new_output,
 )
 from kernels._direct import Launcher
+from kernels._torch import lazy
 
-DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+if TYPE_CHECKING:
+    import torch
+else:
+    torch = lazy(__name__)
+
+DTYPES = ("float16", "bfloat16", "float32")
 PARAMS = ("BLOCK_N", "ROWS")
 
 

@@ -32,9 +32,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
 import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
@@ -42,8 +41,14 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 from kernels._backend import dot_needs_upcast, interpreting
 from kernels._checks import check_config, check_pow2, check_same_device, check_tensor, new_output
 from kernels._direct import Launcher
+from kernels._torch import lazy
 
-DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+if TYPE_CHECKING:
+    import torch
+else:
+    torch = lazy(__name__)
+
+DTYPES = ("float16", "bfloat16", "float32")  # by name: declaring a kernel imports no torch (kernels._torch)
 EPILOGUES = ("none", "bias", "bias_relu", "bias_gelu", "relu", "gelu")
 PARAMS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M")
 # tunable, with the value a config that leaves it out means

@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, ClassVar
-
-import torch
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from kernels import _checks
 from kernels import attention as k_attention
+from kernels._torch import lazy
 from search_spaces.contract import DOT_TOLERANCE, LibraryCall, Option, TunableOp, tensor_signature
 from search_spaces.problem import (
     ELEMENT_BYTES,
-    TORCH_DTYPES,
     ProblemBase,
     ProblemError,
     dims_pattern,
@@ -22,8 +20,14 @@ from search_spaces.problem import (
     parse_dtype,
     pow2_bucket,
     seeded,
+    torch_dtype_of,
 )
 from search_spaces.space import Config, DeviceLimits, Param, Space, clamp, hopper, next_pow2, tma_needs_hopper
+
+if TYPE_CHECKING:
+    import torch
+else:
+    torch = lazy(__name__)
 
 DTYPES = ("float16", "bfloat16")
 HEAD_DIMS = (64, 128)
@@ -67,7 +71,7 @@ class AttentionProblem(ProblemBase):
 
     @property
     def torch_dtype(self) -> torch.dtype:
-        return TORCH_DTYPES[self.dtype]
+        return torch_dtype_of(self.dtype)
 
 
 def make_inputs(p: AttentionProblem, device: str) -> dict[str, Any]:

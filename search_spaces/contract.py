@@ -26,9 +26,13 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, Protocol, TypeVar
 
-import torch
-
+from kernels._torch import lazy
 from search_spaces.space import Space
+
+if TYPE_CHECKING:
+    import torch
+else:
+    torch = lazy(__name__)
 
 if TYPE_CHECKING:
     from typing_extensions import Self

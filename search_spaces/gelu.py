@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, ClassVar
-
-import torch
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from kernels import _checks
 from kernels import gelu as k_gelu
+from kernels._torch import lazy
 from search_spaces.contract import ELEMENTWISE_TOLERANCE, LibraryCall, Option, TunableOp
 from search_spaces.problem import (
     ELEMENT_BYTES,
-    TORCH_DTYPES,
     ProblemBase,
     ProblemError,
     dims_pattern,
@@ -21,8 +19,14 @@ from search_spaces.problem import (
     parse_dtype,
     pow2_bucket,
     seeded,
+    torch_dtype_of,
 )
 from search_spaces.space import Config, DeviceLimits, Param, Space, clamp, next_pow2, pow2_range
+
+if TYPE_CHECKING:
+    import torch
+else:
+    torch = lazy(__name__)
 
 DTYPES = ("float16", "bfloat16", "float32")
 APPROXIMATIONS = ("tanh", "none")
@@ -65,7 +69,7 @@ class GeluProblem(ProblemBase):
 
     @property
     def torch_dtype(self) -> torch.dtype:
-        return TORCH_DTYPES[self.dtype]
+        return torch_dtype_of(self.dtype)
 
 
 def make_inputs(p: GeluProblem, device: str) -> dict[str, Any]:

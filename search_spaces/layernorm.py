@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from kernels import _checks
 from kernels import layernorm as k_layernorm
+from kernels._torch import lazy
 from search_spaces.contract import ELEMENTWISE_TOLERANCE, LibraryCall, TunableOp, tensor_signature
 from search_spaces.problem import seeded
 from search_spaces.rowwise import DTYPES, RowwiseProblem, element_bytes, make_space, problem_from_x, random_rows
 from search_spaces.space import Space
+
+if TYPE_CHECKING:
+    import torch
+else:
+    torch = lazy(__name__)
 
 EPS = 1e-5
 

@@ -5,9 +5,15 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-import torch
+from kernels._torch import lazy
+
+if TYPE_CHECKING:
+    import torch
+else:
+    torch = lazy(__name__)
+
 
 
 class ProblemError(ValueError):
@@ -19,10 +25,15 @@ DTYPE_ALIASES: dict[str, str] = {
     "bfloat16": "bfloat16", "bf16": "bfloat16",
     "float32": "float32", "fp32": "float32", "float": "float32", "f32": "float32",
 }
-TORCH_DTYPES: dict[str, torch.dtype] = {
-    "float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32,
-}
 ELEMENT_BYTES: dict[str, int] = {"float16": 2, "bfloat16": 2, "float32": 4}
+
+
+def torch_dtype_of(name: str) -> torch.dtype:
+    """The torch dtype of a canonical dtype name ("float16" -> torch.float16)."""
+    dtype = getattr(torch, name) if name in ELEMENT_BYTES else None
+    if dtype is None:
+        raise ProblemError(f"unsupported dtype {name!r}; accepted: {', '.join(ELEMENT_BYTES)}")
+    return dtype
 
 
 def seeded(device: str, seed: int) -> torch.Generator:
@@ -33,9 +44,8 @@ def seeded(device: str, seed: int) -> torch.Generator:
 
 def parse_dtype(name: object, accepted: tuple[str, ...]) -> str:
     """Canonical dtype name ('float16', 'bfloat16', 'float32') from a name, alias or torch.dtype."""
-    if isinstance(name, torch.dtype):
-        name = str(name).removeprefix("torch.")
-    canon = DTYPE_ALIASES.get(str(name).strip().lower()) if isinstance(name, str) else None
+    text = str(name).removeprefix("torch.") if type(name).__module__ == "torch" else name  # a torch.dtype
+    canon = DTYPE_ALIASES.get(text.strip().lower()) if isinstance(text, str) else None
     if canon is None or canon not in accepted:
         raise ProblemError(f"unsupported dtype {name!r}; accepted: {', '.join(accepted)}")
     return canon

@@ -10,11 +10,9 @@ import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-import torch
-
+from kernels._torch import lazy
 from search_spaces.problem import (
     ELEMENT_BYTES,
-    TORCH_DTYPES,
     ProblemBase,
     dims_pattern,
     dims_str,
@@ -22,8 +20,14 @@ from search_spaces.problem import (
     parse_dtype,
     pow2_bucket,
     seeded,
+    torch_dtype_of,
 )
 from search_spaces.space import Config, DeviceLimits, Param, Space, clamp, next_pow2, pow2_range
+
+if TYPE_CHECKING:
+    import torch
+else:
+    torch = lazy(__name__)
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -66,7 +70,7 @@ class RowwiseProblem(ProblemBase):
 
     @property
     def torch_dtype(self) -> torch.dtype:
-        return TORCH_DTYPES[self.dtype]
+        return torch_dtype_of(self.dtype)
 
 
 def random_rows(p: RowwiseProblem, device: str, scale: float = 2.0) -> torch.Tensor:

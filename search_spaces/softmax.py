@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from kernels import _checks
 from kernels import softmax as k_softmax
+from kernels._torch import lazy
 from search_spaces.contract import ELEMENTWISE_TOLERANCE, LibraryCall, TunableOp
 from search_spaces.rowwise import DTYPES, RowwiseProblem, element_bytes, make_space, problem_from_x, random_rows
 from search_spaces.space import Space
+
+if TYPE_CHECKING:
+    import torch
+else:
+    torch = lazy(__name__)
 
 
 @dataclass(frozen=True)

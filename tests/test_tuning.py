@@ -260,3 +260,28 @@ def test_a_tune_command_starts_its_trial_worker_before_importing_torch(tmp_path)
     assert subprocess.run(run, capture_output=True, text=True, env=env, timeout=300).stdout.split() == ["alive", "True"]
     queued = subprocess.run([*run, "--queue"], capture_output=True, text=True, env=env, timeout=300)
     assert queued.stdout.split() == ["none"], queued.stderr
+
+
+# `autotuner tune` run in this process, saying on stderr at its exit whether it imported torch (the command ends
+# with os._exit after the exit handlers, which run this one)
+NO_TORCH_SCRIPT = (
+    "import atexit, sys\n"
+    "sys.argv = ['autotuner', 'tune'] + sys.argv[1:]\n"
+    "atexit.register(lambda: sys.stderr.write('torch imported: %s\\n' % ('torch' in sys.modules)))\n"
+    "from autotuner.cli import main\n"
+    "main()\n"
+)
+
+
+@pytest.mark.parametrize("args", [["softmax", "--shape", "8x32"], ["matmul", "--M", "16", "--N", "16", "--K", "16",
+                                                                   "--epilogue", "bias_gelu"]])
+def test_a_tune_command_imports_no_torch_in_its_own_process(args, db_url):
+    """The command plans (the space, the search, the database) and its trial worker and compile pool run the
+    kernels: its own process never imports torch (seconds of its start-up), and the tuning is whole."""
+    env = {**os.environ, "AUTOTUNER_LOCAL_WORKER": "0", "AUTOTUNER_DB": db_url}
+    out = subprocess.run([sys.executable, "-c", NO_TORCH_SCRIPT, *args, "--trials", "3", "--json"],
+                         capture_output=True, text=True, env=env, timeout=600)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert len(result["trials"]) == 3 and result["best_config"] is not None and result["torch_ms"] is not None
+    assert "torch imported: False" in out.stderr, out.stderr

@@ -18,7 +18,7 @@ import torch
 from autotuner.base.device import DeviceInfo
 from autotuner.engine.timing import time_cuda
 from autotuner.store.database import Store
-from search_spaces.problem import TORCH_DTYPES
+from search_spaces.problem import torch_dtype_of
 
 COPY = "copy_bandwidth"
 DTYPES = ("float16", "bfloat16", "float32")
@@ -51,7 +51,7 @@ def measure_copy(device: DeviceInfo) -> float:
 
 
 def measure_matmul(device: DeviceInfo, dtype: str) -> float:
-    torch_dtype = TORCH_DTYPES[dtype]
+    torch_dtype = torch_dtype_of(dtype)
     previous = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = True
     rates = []

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import kernels  # noqa: F401  (selects the interpreter before anything imports triton's jit)
-from kernels._backend import interpreting
+from kernels._backend import cuda_device_count, cuda_properties, interpreting
 
 INTERPRETER = "cpu-interpreter"
 # The interpreter has no shared memory; it is given a Hopper GPU's opt-in limit so that its space is the
@@ -46,15 +47,6 @@ class DeviceInfo:
         return d
 
 
-def _smem_optin(index: int, props: Any) -> int:
-    value = getattr(props, "shared_memory_per_block_optin", None)
-    if value:
-        return int(value)
-    from triton.runtime import driver
-
-    return int(driver.active.utils.get_device_properties(index)["max_shared_mem"])
-
-
 def parse_gpus(text: str | None) -> tuple[int, ...]:
     """`--gpus` / AUTOTUNER_GPUS: device indices separated by commas ("0,1"), or "all" (every visible GPU; on
     the interpreter, two processes). Empty: ()."""
@@ -64,9 +56,7 @@ def parse_gpus(text: str | None) -> tuple[int, ...]:
     if text == "all":
         if interpreting():
             return (0, 1)
-        import torch
-
-        return tuple(range(torch.cuda.device_count()))
+        return tuple(range(cuda_device_count()))
     try:
         gpus = tuple(int(part) for part in text.split(","))
     except ValueError:
@@ -76,22 +66,23 @@ def parse_gpus(text: str | None) -> tuple[int, ...]:
     return gpus
 
 
-@functools.cache
 def current_device(index: int | None = None) -> DeviceInfo:
-    """The device kernels launch on: CUDA device `index` (default: the current one) or the interpreter."""
+    """The device kernels launch on: CUDA device `index` (default: torch's current one where torch is imported,
+    else device 0, a new process's) or the interpreter. Its properties come from the driver, so that a process
+    that only plans (`autotuner tune`'s own) needs no torch."""
+    if index is None and not interpreting():
+        torch = sys.modules.get("torch")
+        index = int(torch.cuda.current_device()) if torch is not None and torch.cuda.is_available() else 0
+    return _device(index)
+
+
+@functools.cache
+def _device(index: int | None) -> DeviceInfo:
     if interpreting():
         return DeviceInfo(INTERPRETER, (0, 0), os.cpu_count() or 1, 0, INTERPRETER_SMEM, "cpu")
-    import torch
-
-    if not torch.cuda.is_available():
+    if not cuda_device_count():
         raise RuntimeError("TRITON_INTERPRET is off but no CUDA device is visible; set TRITON_INTERPRET=1 to run on the CPU")
-    idx = torch.cuda.current_device() if index is None else index
-    props = torch.cuda.get_device_properties(idx)
-    return DeviceInfo(
-        name=props.name,
-        capability=(props.major, props.minor),
-        sm_count=props.multi_processor_count,
-        total_memory=props.total_memory,
-        smem_per_block=_smem_optin(idx, props),
-        torch_device=f"cuda:{idx}",
-    )
+    assert index is not None
+    props = cuda_properties(index)
+    return DeviceInfo(props.name, props.capability, props.sm_count, props.total_memory, props.smem_per_block,
+                      f"cuda:{index}")

@@ -20,6 +20,7 @@ import importlib.util
 import multiprocessing.util as mp_util
 import os
 import sys
+from typing import Any
 
 from autotuner.engine import processes
 
@@ -51,7 +52,7 @@ if sys.argv[1:2] in (["tune"], ["worker"]) and processes.is_main_process():
 import typer  # noqa: E402
 from pydantic import ValidationError  # noqa: E402
 
-from autotuner.base.registry import PluginError, load_plugins  # noqa: E402
+from autotuner.base.registry import PluginError, add_op_finder, load_plugins  # noqa: E402
 from autotuner.base.settings import Settings, settings_error  # noqa: E402
 
 try:
@@ -64,7 +65,18 @@ except PluginError as _exc:
     sys.exit(4)
 
 from autotuner.cli import bench, database, install, ops, replay, service, show, transfer, tune  # noqa: E402
-from autotuner.decorator import install as _covered  # noqa: E402,F401  (covered Triton kernels found by name)
+
+
+def _covered_op(name: str) -> Any:
+    """A covered `@triton.autotune` kernel's op by its `module:qualname` (autotuner.decorator.install.find_op),
+    the decorator imported only when such a name is asked for: it imports torch, which `tune` keeps out of this
+    process (autotuner.cli.early)."""
+    from autotuner.decorator.install import find_op
+
+    return find_op(name)
+
+
+add_op_finder(_covered_op)
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_show_locals=False,
                   help="Autotune Triton kernels and serve the results.")

@@ -173,6 +173,13 @@ def worker_main(conn: Connection, spec: WorkerSpec | None, env: dict[str, str],
 
     adopt(env)
     die_with_parent()
+    try:
+        _serve(conn, spec, device_index)
+    except (BrokenPipeError, ConnectionResetError):
+        return  # the command that started it is gone (one that failed on its arguments): nobody to answer
+
+
+def _serve(conn: Connection, spec: WorkerSpec | None, device_index: int | None) -> None:
     if spec is None:  # started ahead of its first problem
         warm_up(device_index)
         conn.send(("warm", None))

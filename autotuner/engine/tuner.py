@@ -41,7 +41,7 @@ from autotuner.engine.timing import CUDA_EVENTS, WALL_CLOCK, rotation
 from autotuner.engine.trial_process import WorkerSpec
 from autotuner.engine.tune_result import TrialRecord, TuneObserver, TuneResult
 from autotuner.store.interfaces import RunStore
-from kernels._backend import interpreting
+from kernels._backend import cuda_device_count, interpreting
 from search_spaces.contract import ProblemType
 from search_spaces.space import Candidates, Config, config_key
 
@@ -86,9 +86,7 @@ def more_devices(device: DeviceInfo, gpus: tuple[int, ...]) -> list[int | None]:
         raise ValueError(f"--gpus names a device twice: {','.join(map(str, gpus))}")
     if device.is_interpreter:
         return [None] * (len(gpus) - 1)
-    import torch
-
-    count = torch.cuda.device_count()
+    count = cuda_device_count()
     missing = [g for g in gpus if not 0 <= g < count]
     if missing:
         raise ValueError(f"--gpus: no CUDA device {missing[0]} here (this host shows {count}: 0-{count - 1})")

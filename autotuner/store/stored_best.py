@@ -4,6 +4,8 @@ stdlib sqlite3 for a launching process)."""
 
 from __future__ import annotations
 
+import functools
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -25,10 +27,24 @@ class StoredBest:
 
 
 def versions() -> tuple[str, str]:
-    import torch
+    """The running Triton's and torch's versions; torch's from its installed metadata where it is not imported
+    (`tune`'s own process imports no torch: autotuner.cli.early)."""
     import triton
 
-    return triton.__version__, torch.__version__
+    torch = sys.modules.get("torch")
+    return triton.__version__, torch.__version__ if torch is not None else _installed_torch()
+
+
+@functools.cache
+def _installed_torch() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("torch")
+    except PackageNotFoundError:  # pragma: no cover - torch runs from a source tree
+        import torch
+
+        return str(torch.__version__)
 
 
 def stored_best(row: Any, kernel_hash: str, triton_version: str | None = None) -> StoredBest:

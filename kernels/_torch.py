@@ -1,0 +1,50 @@
+"""torch, imported where it is first used rather than where a module is imported.
+
+The ops' modules (kernels, search_spaces) use torch in what they run (inputs, references, launches), not in what
+they declare (spaces, constraints, problem shapes). `autotuner tune`'s own process only declares: it enumerates the
+space and asks for configs while its trial worker and compile pool, forked from a server that imports torch, do the
+running. Importing torch there cost the command seconds before its first config (benchmarks/RESULTS.md, "Tuning
+time"). A module writes
+
+    if TYPE_CHECKING:
+        import torch
+    else:
+        torch = lazy(__name__)
+
+and uses `torch.x` as before: the first attribute asked of `torch` imports it and puts the module itself in the
+owner's globals, so later uses (a kernel launch's) cost nothing more than with a plain import.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+
+class _LazyTorch:
+    __slots__ = ("_owner",)
+
+    def __init__(self, owner: str) -> None:
+        self._owner = owner
+
+    def __getattr__(self, name: str) -> Any:
+        import torch
+
+        owner = sys.modules.get(self._owner)
+        if owner is not None and getattr(owner, "torch", None) is self:
+            owner.torch = torch  # type: ignore[attr-defined]
+        return getattr(torch, name)
+
+    def __repr__(self) -> str:
+        return f"<torch, imported on first use by {self._owner}>"
+
+
+def lazy(owner: str) -> Any:
+    """torch for the module named `owner`: torch itself if it is imported already, else a stand-in that imports it
+    on first use."""
+    return sys.modules["torch"] if "torch" in sys.modules else _LazyTorch(owner)
+
+
+def imported() -> bool:
+    """Whether this process has imported torch."""
+    return "torch" in sys.modules
