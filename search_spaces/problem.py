@@ -44,8 +44,9 @@ def seeded(device: str, seed: int) -> torch.Generator:
 
 def parse_dtype(name: object, accepted: tuple[str, ...]) -> str:
     """Canonical dtype name ('float16', 'bfloat16', 'float32') from a name, alias or torch.dtype."""
-    text = str(name).removeprefix("torch.") if type(name).__module__ == "torch" else name  # a torch.dtype
-    canon = DTYPE_ALIASES.get(text.strip().lower()) if isinstance(text, str) else None
+    if type(name).__module__ == "torch":  # a torch.dtype (checked by name: planning imports no torch)
+        name = str(name).removeprefix("torch.")
+    canon = DTYPE_ALIASES.get(name.strip().lower()) if isinstance(name, str) else None
     if canon is None or canon not in accepted:
         raise ProblemError(f"unsupported dtype {name!r}; accepted: {', '.join(accepted)}")
     return canon
