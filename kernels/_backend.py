@@ -10,7 +10,7 @@ from __future__ import annotations
 import ctypes
 import os
 import sys
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 # cuDeviceGetAttribute's CUdevice_attribute values (cuda.h)
 _SM_COUNT, _CC_MAJOR, _CC_MINOR, _SMEM_OPTIN = 16, 75, 76, 97
@@ -69,6 +69,20 @@ def cuda_properties(index: int) -> CudaProperties:
         raise RuntimeError(f"the CUDA driver gave no name or memory size for device {index}")
     return CudaProperties(name.value.decode(), (values["major"], values["minor"]), values["sm_count"], memory.value,
                           values["smem_optin"])
+
+
+_SMS: dict[int | None, int] = {}
+
+
+def sm_count(device: Any) -> int:
+    """SMs of a tensor's torch device (a persistent kernel's grid), asked of the driver once per device; a CPU
+    tensor's (the interpreter's) are the CPU's cores, as autotuner.base.device counts them."""
+    index = None
+    if device.type == "cuda":
+        index = device.index if device.index is not None else int(sys.modules["torch"].cuda.current_device())
+    if index not in _SMS:
+        _SMS[index] = (os.cpu_count() or 1) if index is None else cuda_properties(index).sm_count
+    return _SMS[index]
 
 
 def _cuda_available() -> bool:

@@ -30,7 +30,6 @@ types) and float32 ones (a WGMMA shape assertion).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -38,7 +37,7 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from kernels._backend import dot_needs_upcast, interpreting
+from kernels._backend import dot_needs_upcast, interpreting, sm_count
 from kernels._checks import check_config, check_pow2, check_same_device, check_tensor, new_output
 from kernels._direct import Launcher
 from kernels._torch import lazy
@@ -263,18 +262,6 @@ def persistent_unsupported(config: Mapping[str, Any], float32: bool) -> str | No
 
 
 _COUNTERS: dict[tuple[str, int], torch.Tensor] = {}
-_SMS: dict[str, int] = {}
-
-
-def _sm_count(device: torch.device) -> int:
-    """The device's SM count (the persistent kernel's grid), asked once per device."""
-    key = str(device)
-    if key not in _SMS:
-        _SMS[key] = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else \
-            os.cpu_count() or 1  # the interpreter's, as autotuner.base.device counts it
-    return _SMS[key]
-
-
 def _tile_counters(device: torch.device, tiles: int) -> torch.Tensor:
     """Zeroed int32 counters, one per output tile, kept per (device, stream): every launch leaves them at zero,
     and launches on one stream never overlap, so they are zeroed once, not per call."""
@@ -350,7 +337,7 @@ def prepare(
         if not persistent:
             tma = Launcher(matmul_tma_kernel, (tiles,), common)
         else:
-            sms = _sm_count(device)
+            sms = sm_count(device)
             tail = cfg["TAIL_SPLIT"] == 1 and tiles % sms != 0  # only where the tiles leave a partial wave
             # the tail's tiles % sms tiles become twice as many halves
             tma = Launcher(matmul_tma_persistent_kernel, (min(sms, tiles + (tiles % sms if tail else 0)),),

@@ -2,7 +2,9 @@
 
 Each program handles ROWS rows as one [ROWS, BLOCK_N] tile. When BLOCK_N covers the row the tile stays in
 registers (one read, one write); otherwise the row is streamed in BLOCK_N chunks with an online max/sum
-(two reads, one write). Computation is in float32; the output has the input dtype.
+(two reads, one write). Computation is in float32; the output has the input dtype. With PERSIST=k the grid is k
+programs per SM, each walking row blocks in a loop software-pipelined num_stages deep (the next block's loads
+in flight while this one reduces: few long rows keep an SM busy that one block at a time left idle).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import triton
 import triton.language as tl
 
+from kernels._backend import sm_count
 from kernels._checks import (
     check_config,
     check_last_dim_contiguous,
@@ -31,16 +34,12 @@ else:
 
 DTYPES = ("float16", "bfloat16", "float32")
 PARAMS = ("BLOCK_N", "ROWS")
+OPTIONAL = {"PERSIST": 0}  # 0: a program per ROWS rows; k: k programs per SM walking the row blocks
 
 
 @triton.jit
-def softmax_kernel(
-    x_ptr, y_ptr,
-    n_rows, n_cols,
-    stride_xm, stride_ym,
-    BLOCK_N: tl.constexpr, ROWS: tl.constexpr, SINGLE_PASS: tl.constexpr,
-):
-    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+def _softmax_rows(x_ptr, y_ptr, rows, n_rows, n_cols, stride_xm, stride_ym, BLOCK_N: tl.constexpr,
+                  ROWS: tl.constexpr, SINGLE_PASS: tl.constexpr):
     row_ok = rows < n_rows
     cols = tl.arange(0, BLOCK_N)
     x_row = x_ptr + rows.to(tl.int64)[:, None] * stride_xm
@@ -74,13 +73,30 @@ def softmax_kernel(
             tl.store(y_row + c[None, :], y.to(y_ptr.dtype.element_ty), mask=mask)
 
 
+@triton.jit
+def softmax_kernel(
+    x_ptr, y_ptr,
+    n_rows, n_cols,
+    stride_xm, stride_ym,
+    BLOCK_N: tl.constexpr, ROWS: tl.constexpr, SINGLE_PASS: tl.constexpr, PERSISTENT: tl.constexpr,
+    STAGES: tl.constexpr,
+):
+    if PERSISTENT:  # a grid of a few programs per SM, each walking row blocks, the next block's loads in flight
+        for block in tl.range(tl.program_id(0), tl.cdiv(n_rows, ROWS), tl.num_programs(0), num_stages=STAGES):
+            _softmax_rows(x_ptr, y_ptr, block * ROWS + tl.arange(0, ROWS), n_rows, n_cols, stride_xm, stride_ym,
+                          BLOCK_N, ROWS, SINGLE_PASS)
+    else:
+        _softmax_rows(x_ptr, y_ptr, tl.program_id(0) * ROWS + tl.arange(0, ROWS), n_rows, n_cols, stride_xm,
+                      stride_ym, BLOCK_N, ROWS, SINGLE_PASS)
+
+
 def prepare(x: torch.Tensor, config: Mapping[str, Any]) -> Callable[[torch.Tensor], torch.Tensor]:
     """Check x and the config once; the returned launch(x) takes any tensor with this x's dtype, shape, strides,
     device and 16-byte alignment, and launches without checking again."""
     check_tensor("x", x, DTYPES)
     check_same_device(x=x)
     check_last_dim_contiguous("x", x)
-    cfg = check_config(config, PARAMS, "softmax")
+    cfg = check_config(config, PARAMS, "softmax", OPTIONAL)
     check_pow2("softmax", cfg, PARAMS)
     shape, dtype, device = x.shape, x.dtype, x.device
     n_cols = x.shape[-1]
@@ -89,9 +105,13 @@ def prepare(x: torch.Tensor, config: Mapping[str, Any]) -> Callable[[torch.Tenso
         stride, flatten = x.view(-1, n_cols).stride(0), False  # rows reachable by one stride: launch on x itself
     except RuntimeError:
         stride, flatten = n_cols, True  # leading dimensions that do not flatten: copy into rows first
-    launcher = Launcher(softmax_kernel, (triton.cdiv(n_rows, cfg["ROWS"]),), dict(
-        BLOCK_N=cfg["BLOCK_N"], ROWS=cfg["ROWS"], SINGLE_PASS=cfg["BLOCK_N"] >= n_cols,
-        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"]))
+    blocks = triton.cdiv(n_rows, cfg["ROWS"])
+    persist = cfg["PERSIST"]
+    if persist:  # PERSIST programs per SM, at most one per row block
+        blocks = min(blocks, persist * sm_count(device))
+    launcher = Launcher(softmax_kernel, (blocks,), dict(
+        BLOCK_N=cfg["BLOCK_N"], ROWS=cfg["ROWS"], SINGLE_PASS=cfg["BLOCK_N"] >= n_cols, PERSISTENT=persist > 0,
+        STAGES=cfg["num_stages"], num_warps=cfg["num_warps"], num_stages=cfg["num_stages"]))
 
     def launch(x: torch.Tensor) -> torch.Tensor:
         y = new_output(shape, dtype, device)

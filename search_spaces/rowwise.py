@@ -26,11 +26,9 @@ from search_spaces.space import Config, DeviceLimits, Param, Space, clamp, next_
 
 if TYPE_CHECKING:
     import torch
+    from typing_extensions import Self
 else:
     torch = lazy(__name__)
-
-if TYPE_CHECKING:
-    from typing_extensions import Self
 
 DTYPES = ("float16", "bfloat16", "float32")
 MAX_PER_THREAD = 64  # fp32 elements of the tile held per thread before registers spill
@@ -106,8 +104,31 @@ def _warps_vs_tile(c: Config, p: RowwiseProblem, d: DeviceLimits) -> str | None:
 
 
 def _stages_need_loop(c: Config, p: RowwiseProblem, d: DeviceLimits) -> str | None:
-    if c["num_stages"] > 1 and c["BLOCK_N"] >= p.cols:
-        return "num_stages > 1 pipelines a loop, and with BLOCK_N covering the row there is none"
+    if c["num_stages"] > 1 and c["BLOCK_N"] >= p.cols and not c.get("PERSIST", 0):
+        return "num_stages > 1 pipelines a loop, and with BLOCK_N covering the row (not PERSIST) there is none"
+    return None
+
+
+def _stages_fit_smem(c: Config, p: RowwiseProblem, d: DeviceLimits) -> str | None:
+    """A pipelined loop stages num_stages - 1 tiles ahead in shared memory."""
+    staged = (c["num_stages"] - 1) * c["ROWS"] * min(c["BLOCK_N"], next_pow2(p.cols)) * element_bytes(p)
+    if staged > d.smem_per_block:
+        return (f"num_stages={c['num_stages']} stages {staged} bytes of {c['ROWS']}x{c['BLOCK_N']} tiles in shared "
+                f"memory, over the device's {d.smem_per_block}")
+    return None
+
+
+def _persist_needs_rows(c: Config, p: RowwiseProblem, d: DeviceLimits) -> str | None:
+    """PERSIST=k runs k programs per SM over the row blocks, each held whole (a row streamed in chunks has its own
+    loop to pipeline): pointless where the programs would have one block each. Three stages are for its loop."""
+    if c.get("PERSIST", 0) and c["BLOCK_N"] < p.cols:
+        return f"PERSIST={c['PERSIST']} walks rows held whole; BLOCK_N={c['BLOCK_N']} streams {p.cols} columns"
+    if c["num_stages"] > 2 and not c.get("PERSIST", 0):
+        return f"num_stages={c['num_stages']} is for the PERSIST row loop"
+    blocks = -(-p.rows // c["ROWS"])
+    if c.get("PERSIST", 0) > 1 and c["PERSIST"] // 2 * d.sm_count >= blocks:
+        return (f"PERSIST={c['PERSIST']}: {c['PERSIST']} programs on each of {d.sm_count} SMs for {blocks} row blocks "
+                f"(PERSIST={c['PERSIST'] // 2} already gives each program at most one)")
     return None
 
 
@@ -121,16 +142,29 @@ def default(p: RowwiseProblem, d: DeviceLimits) -> Config:
     return {"BLOCK_N": block, "ROWS": rows, "num_warps": warps, "num_stages": 1 if block >= p.cols else 2}
 
 
-def make_space() -> Space[RowwiseProblem]:
+def long_rows_seeds(p: RowwiseProblem, d: DeviceLimits) -> list[Config]:
+    """Rows of 8k elements or more: the whole row per program, walked by one program per SM, three stages deep
+    (PERSIST; on an H200, softmax 1024x32768 fp16 ran at 82% of a same-bytes copy this way, 71% one row per
+    program: benchmarks/RESULTS.md)."""
+    if p.cols < 8192:
+        return []
+    return [{"BLOCK_N": next_pow2(p.cols), "ROWS": 1, "num_warps": 16, "num_stages": 3, "PERSIST": 1}]
+
+
+def make_space(persist: bool = False) -> Space[RowwiseProblem]:
+    """The row-wise space; `persist`: with the kernel's PERSIST parameter (softmax's) and a third stage."""
     return Space(
         params=(
             Param("BLOCK_N", pow2_range(32, 65536)),
             Param("ROWS", (1, 2, 4, 8, 16)),
             Param("num_warps", (1, 2, 4, 8, 16)),
-            Param("num_stages", (1, 2)),
+            Param("num_stages", (1, 2, 3) if persist else (1, 2)),
+            *((Param("PERSIST", (0, 1, 2, 4), implied=0),) if persist else ()),
         ),
-        constraints=(_block_vs_row, _rows_vs_problem, _warps_vs_tile, _stages_need_loop),
+        constraints=(_block_vs_row, _rows_vs_problem, _warps_vs_tile, _stages_need_loop, _stages_fit_smem,
+                     *((_persist_needs_rows,) if persist else ())),
         default_fn=default,
+        seeds_fn=long_rows_seeds if persist else None,
     )
 
 

@@ -43,7 +43,7 @@ def bytes_moved(p: SoftmaxProblem) -> float:
     return 2.0 * p.rows * p.cols * element_bytes(p)
 
 
-SPACE: Space[RowwiseProblem] = make_space()
+SPACE: Space[RowwiseProblem] = make_space(persist=True)
 
 
 def softmax(x: torch.Tensor) -> tuple[torch.Tensor]:

@@ -10,6 +10,7 @@ import importlib
 import pytest
 import torch
 
+from autotuner.base.device import DeviceInfo
 from autotuner.base.registry import get_op
 from tests.conftest import pick_configs
 
@@ -45,6 +46,38 @@ def test_op_matches_reference(name, shape, dtype, opts, device):
         assert out.dtype == problem.torch_dtype
         result = op.check(out, ref, problem)
         assert result.ok, f"{name} {problem.key} {config}: {result.message}"
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+def test_persistent_softmax_walks_every_row_block(dtype, device):
+    """PERSIST=k: k programs per "SM" (the interpreter counts the host's cores) each walk row blocks, held whole,
+    in a pipelined loop; rows that do not fill the last block, a row count below the grid, and leading dimensions
+    that flatten into rows."""
+    op = get_op("softmax")
+    for shape in ("37x100", "3x2x130", "1x64"):
+        problem = op.parse_problem(shape, dtype)
+        inputs = op.make_inputs(problem, device.torch_device)
+        ref = op.reference(inputs)
+        for cfg in ({"BLOCK_N": 128 if problem.cols > 64 else 64, "ROWS": 2, "num_warps": 2, "num_stages": 3,
+                     "PERSIST": 1},
+                    {"BLOCK_N": 256, "ROWS": 1, "num_warps": 4, "num_stages": 2, "PERSIST": 4}):
+            result = op.check(op.run(inputs, cfg), ref, problem)
+            assert result.ok, f"{problem.key} {cfg}: {result.message}"
+
+
+def test_the_persistent_row_loop_is_for_whole_rows_and_enough_of_them(device):
+    space = get_op("softmax").space
+    limits = DeviceInfo("NVIDIA H100 80GB HBM3", (9, 0), 132, 80 << 30, 232448, "cuda:0")  # as an H100 reads
+    problem = get_op("softmax").parse_problem("1024x32768", "float16")
+    whole = {"BLOCK_N": 32768, "ROWS": 1, "num_warps": 16, "num_stages": 3, "PERSIST": 1}
+    assert space.violations(whole, problem, limits) == []
+    assert "streams 32768 columns" in " ".join(space.violations({**whole, "BLOCK_N": 8192}, problem, limits))
+    few = get_op("softmax").parse_problem("200x32768", "float16")  # 200 rows: one program per SM is enough
+    assert "already gives each program at most one" in " ".join(space.violations({**whole, "PERSIST": 4}, few, limits))
+    assert "for the PERSIST row loop" in " ".join(space.violations({**whole, "PERSIST": 0}, problem, limits))
+    assert "shared memory" in " ".join(space.violations({**whole, "BLOCK_N": 65536, "num_warps": 16},
+                                                        get_op("softmax").parse_problem("1024x65536", "float32"),
+                                                        limits))
 
 
 def test_check_catches_an_unwritten_element(device):
@@ -96,7 +129,7 @@ def test_matmul_tail_split_computes_the_last_wave_in_halves(shape, epilogue, sms
     included). The SM count is fixed here (the interpreter counts the host's cores), so the partial waves are
     known: of 3, 6, and 6 or 9 tiles on 3 and 5 SMs, with and without SUBTILE (the whole tiles' store)."""
     km = importlib.import_module("kernels.matmul")
-    monkeypatch.setitem(km._SMS, "cpu", sms)
+    monkeypatch.setitem(importlib.import_module("kernels._backend")._SMS, None, sms)
     monkeypatch.setattr(km, "matmul_kernel", None)
     op = get_op("matmul")
     problem = op.parse_problem(shape, "float16", epilogue=epilogue)

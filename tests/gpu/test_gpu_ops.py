@@ -60,6 +60,25 @@ def test_op_on_gpu(name, shape, dtype, opts):
         assert result.ok, f"{name} {problem.key} {config}: {result.message}"
 
 
+@pytest.mark.parametrize("shape, dtype", [("1024x32768", "float16"), ("1000x3001", "bfloat16"), ("300x8192", "float32")])
+def test_persistent_softmax_on_gpu(shape, dtype):
+    """PERSIST: a few programs per SM walking rows held whole, the loop pipelined (its loads staged in shared
+    memory), on real SMs; every valid persistent config of the space, launched twice back to back."""
+    device = current_device()
+    op = get_op("softmax")
+    problem = op.parse_problem(shape, dtype)
+    inputs = op.make_inputs(problem, device.torch_device)
+    ref = op.reference(inputs)
+    persistent = [c for c in op.space.candidates(problem, device) if c["PERSIST"]]
+    assert persistent
+    for config in persistent:
+        outs = [op.run(inputs, config) for _ in range(2)]
+        torch.cuda.synchronize()
+        for out in outs:
+            result = op.check(out, ref, problem)
+            assert result.ok, f"{problem.key} {config}: {result.message}"
+
+
 @pytest.mark.parametrize("shape, epilogue, split", [("32x4096x4096", "none", 2), ("33x1000x4100", "bias_gelu", 4),
                                                     ("64x512x8192", "relu", 8)])
 def test_matmul_split_k_on_gpu(shape, epilogue, split):
