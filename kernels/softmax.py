@@ -3,7 +3,7 @@
 Each program handles ROWS rows as one [ROWS, BLOCK_N] tile. When BLOCK_N covers the row the tile stays in
 registers (one read, one write); otherwise the row is streamed in BLOCK_N chunks with an online max/sum
 (two reads, one write). Computation is in float32; the output has the input dtype. With PERSIST=k the grid is k
-programs per SM, each walking row blocks in a loop software-pipelined num_stages deep (the next block's loads
+programs per SM, each walking row blocks in a loop software-pipelined PERSIST_STAGES deep (the next blocks' loads
 in flight while this one reduces: few long rows keep an SM busy that one block at a time left idle).
 """
 
@@ -35,6 +35,10 @@ else:
 DTYPES = ("float16", "bfloat16", "float32")
 PARAMS = ("BLOCK_N", "ROWS")
 OPTIONAL = {"PERSIST": 0}  # 0: a program per ROWS rows; k: k programs per SM walking the row blocks
+# How deep the PERSIST row loop is pipelined. Fixed rather than a choice: on an H200 only three stages paid
+# (1024x32768 fp16: 41.7 us, against 54-55 us with one or two), and a best config that needed PERSIST, three stages
+# and the whole row at once was a needle no search found (3 of 10 replays; benchmarks/RESULTS.md).
+PERSIST_STAGES = 3
 
 
 @triton.jit
@@ -111,7 +115,7 @@ def prepare(x: torch.Tensor, config: Mapping[str, Any]) -> Callable[[torch.Tenso
         blocks = min(blocks, persist * sm_count(device))
     launcher = Launcher(softmax_kernel, (blocks,), dict(
         BLOCK_N=cfg["BLOCK_N"], ROWS=cfg["ROWS"], SINGLE_PASS=cfg["BLOCK_N"] >= n_cols, PERSISTENT=persist > 0,
-        STAGES=cfg["num_stages"], num_warps=cfg["num_warps"], num_stages=cfg["num_stages"]))
+        STAGES=PERSIST_STAGES, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"]))
 
     def launch(x: torch.Tensor) -> torch.Tensor:
         y = new_output(shape, dtype, device)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from kernels._torch import lazy
+from kernels.softmax import PERSIST_STAGES
 from search_spaces.problem import (
     ELEMENT_BYTES,
     ProblemBase,
@@ -104,27 +105,27 @@ def _warps_vs_tile(c: Config, p: RowwiseProblem, d: DeviceLimits) -> str | None:
 
 
 def _stages_need_loop(c: Config, p: RowwiseProblem, d: DeviceLimits) -> str | None:
-    if c["num_stages"] > 1 and c["BLOCK_N"] >= p.cols and not c.get("PERSIST", 0):
-        return "num_stages > 1 pipelines a loop, and with BLOCK_N covering the row (not PERSIST) there is none"
+    if c["num_stages"] > 1 and c["BLOCK_N"] >= p.cols:
+        return "num_stages > 1 pipelines a loop, and with BLOCK_N covering the row there is none"
     return None
 
 
 def _stages_fit_smem(c: Config, p: RowwiseProblem, d: DeviceLimits) -> str | None:
-    """A pipelined loop stages num_stages - 1 tiles ahead in shared memory."""
-    staged = (c["num_stages"] - 1) * c["ROWS"] * min(c["BLOCK_N"], next_pow2(p.cols)) * element_bytes(p)
+    """A pipelined loop stages tiles ahead in shared memory: num_stages - 1 of them, the PERSIST row loop
+    PERSIST_STAGES - 1."""
+    ahead = PERSIST_STAGES - 1 if c.get("PERSIST", 0) else c["num_stages"] - 1
+    staged = ahead * c["ROWS"] * min(c["BLOCK_N"], next_pow2(p.cols)) * element_bytes(p)
     if staged > d.smem_per_block:
-        return (f"num_stages={c['num_stages']} stages {staged} bytes of {c['ROWS']}x{c['BLOCK_N']} tiles in shared "
-                f"memory, over the device's {d.smem_per_block}")
+        return (f"{ahead} {c['ROWS']}x{c['BLOCK_N']} tiles staged ahead take {staged} bytes of shared memory, over "
+                f"the device's {d.smem_per_block}")
     return None
 
 
 def _persist_needs_rows(c: Config, p: RowwiseProblem, d: DeviceLimits) -> str | None:
     """PERSIST=k runs k programs per SM over the row blocks, each held whole (a row streamed in chunks has its own
-    loop to pipeline): pointless where the programs would have one block each. Three stages are for its loop."""
+    loop to pipeline): pointless where the programs would have one block each."""
     if c.get("PERSIST", 0) and c["BLOCK_N"] < p.cols:
         return f"PERSIST={c['PERSIST']} walks rows held whole; BLOCK_N={c['BLOCK_N']} streams {p.cols} columns"
-    if c["num_stages"] > 2 and not c.get("PERSIST", 0):
-        return f"num_stages={c['num_stages']} is for the PERSIST row loop"
     blocks = -(-p.rows // c["ROWS"])
     if c.get("PERSIST", 0) > 1 and c["PERSIST"] // 2 * d.sm_count >= blocks:
         return (f"PERSIST={c['PERSIST']}: {c['PERSIST']} programs on each of {d.sm_count} SMs for {blocks} row blocks "
@@ -143,22 +144,22 @@ def default(p: RowwiseProblem, d: DeviceLimits) -> Config:
 
 
 def long_rows_seeds(p: RowwiseProblem, d: DeviceLimits) -> list[Config]:
-    """Rows of 8k elements or more: the whole row per program, walked by one program per SM, three stages deep
-    (PERSIST; on an H200, softmax 1024x32768 fp16 ran at 82% of a same-bytes copy this way, 71% one row per
-    program: benchmarks/RESULTS.md)."""
+    """Rows of 8k elements or more: the whole row per program, walked by one program per SM (PERSIST; on an H200,
+    softmax 1024x32768 fp16 ran at 82% of a same-bytes copy this way, 71% one row per program:
+    benchmarks/RESULTS.md)."""
     if p.cols < 8192:
         return []
-    return [{"BLOCK_N": next_pow2(p.cols), "ROWS": 1, "num_warps": 16, "num_stages": 3, "PERSIST": 1}]
+    return [{"BLOCK_N": next_pow2(p.cols), "ROWS": 1, "num_warps": 16, "num_stages": 1, "PERSIST": 1}]
 
 
 def make_space(persist: bool = False) -> Space[RowwiseProblem]:
-    """The row-wise space; `persist`: with the kernel's PERSIST parameter (softmax's) and a third stage."""
+    """The row-wise space; `persist`: with the kernel's PERSIST parameter (softmax's)."""
     return Space(
         params=(
             Param("BLOCK_N", pow2_range(32, 65536)),
             Param("ROWS", (1, 2, 4, 8, 16)),
             Param("num_warps", (1, 2, 4, 8, 16)),
-            Param("num_stages", (1, 2, 3) if persist else (1, 2)),
+            Param("num_stages", (1, 2)),
             *((Param("PERSIST", (0, 1, 2, 4), implied=0),) if persist else ()),
         ),
         constraints=(_block_vs_row, _rows_vs_problem, _warps_vs_tile, _stages_need_loop, _stages_fit_smem,

@@ -203,10 +203,22 @@ class TPESearch(Search):
         return list(out.values())
 
     def _climb_from(self, c: Config) -> Iterator[Config]:
-        for span in (1, 2):
-            for n in self._neighbours(c, span):
-                if self._fresh(n):
-                    yield n
+        for n in [*self._neighbours(c, 1), *self._neighbours(c, 2), *self._axis_moves(c)]:
+            if self._fresh(n):
+                yield n
+
+    def _axis_moves(self, c: Config) -> list[Config]:
+        """Configs differing from c in one parameter by more than one step: a mode switch (PERSIST 4 -> 0, TMA 3
+        -> 0) is a jump in its parameter's values, which one- and two-step moves do not make."""
+        out: list[Config] = []
+        idx = self._index(c)
+        for p in self.params:
+            for j in range(len(p.values)):
+                if abs(j - idx[p.name]) > 1:
+                    cand = self._config({**idx, p.name: j})
+                    if config_key(cand) in self.candidates:
+                        out.append(cand)
+        return out
 
     def _neighbours(self, c: Config, span: int) -> list[Config]:
         """Configs differing from c by one step in one parameter (span 1), or in two parameters (span 2)."""
@@ -228,13 +240,13 @@ class TPESearch(Search):
 
     def _refine_order(self) -> Iterator[Config]:
         """Fresh configs in the order refinement would try them now: the best config's neighbours one step away,
-        then two steps, then the runners-up's."""
+        then two steps, then one parameter moved further, then the runners-up's."""
         for best, _ in self.best(3):
             yield from self._climb_from(best)
 
     def _refine(self) -> Iterator[Config]:
-        """Hill-climb: neighbours of the best config so far, widening to two-parameter moves and runners-up,
-        re-ranked after every measurement; then what is left, in random order."""
+        """Hill-climb: neighbours of the best config so far, widening to two-parameter moves, then one parameter
+        moved further, and runners-up, re-ranked after every measurement; then what is left, in random order."""
         while (c := next(self._refine_order(), None)) is not None:
             yield c
         rest = self._unmeasured()
