@@ -161,19 +161,38 @@ class TPESearch(Search):
                 return
             yield config
 
-    def _nearest_fresh(self, idx: dict[str, Any]) -> Config | None:
-        """The valid config not yet asked nearest to a point of the index grid (fewest steps summed over the
-        parameters; a tie broken by the seeded generator)."""
+    def _index_grid(self) -> np.ndarray:
+        """The candidates' parameter indices, one row per candidate (in `_grid_keys` order), built on first use."""
         if self._grid is None:
             self._grid_keys = list(self.candidates)
             self._grid = np.array([list(self._index(self.candidates[k]).values()) for k in self._grid_keys],
                                   dtype=np.int64).reshape(len(self._grid_keys), -1)
+        return self._grid
+
+    def _repaired(self, idx: dict[str, int], moved: str) -> Config | None:
+        """A move that breaks a constraint, repaired: the valid config nearest to it (fewest steps summed over the
+        other parameters) that keeps the moved parameter's new value. PERSIST=1 from a row streamed in chunks is
+        PERSIST=1 with the whole row, one stage: a jump no one- or two-step move makes. None: no valid config has
+        that value."""
+        grid = self._index_grid()
+        column = [p.name for p in self.params].index(moved)
+        keep = grid[:, column] == idx[moved]
+        if not keep.any():
+            return None
+        distance = np.abs(grid - np.array([idx[p.name] for p in self.params], dtype=np.int64)).sum(axis=1)
+        distance[~keep] = np.iinfo(np.int64).max
+        return dict(self.candidates[self._grid_keys[int(np.argmin(distance))]])
+
+    def _nearest_fresh(self, idx: dict[str, Any]) -> Config | None:
+        """The valid config not yet asked nearest to a point of the index grid (fewest steps summed over the
+        parameters; a tie broken by the seeded generator)."""
+        grid = self._index_grid()
         fresh = np.fromiter((k not in self.results and k not in self.pending for k in self._grid_keys), dtype=bool,
                             count=len(self._grid_keys))
         if not fresh.any():
             return None
         point = np.array([int(idx[p.name]) for p in self.params], dtype=np.int64)
-        distance = np.abs(self._grid - point).sum(axis=1)
+        distance = np.abs(grid - point).sum(axis=1)
         distance[~fresh] = np.iinfo(np.int64).max
         nearest = np.flatnonzero(distance == distance.min())
         return dict(self.candidates[self._grid_keys[int(nearest[self.rng.randrange(len(nearest))])]])
@@ -218,10 +237,13 @@ class TPESearch(Search):
                     cand = self._config({**idx, p.name: j})
                     if config_key(cand) in self.candidates:
                         out.append(cand)
+                    elif (fixed := self._repaired({**idx, p.name: j}, p.name)) is not None:
+                        out.append(fixed)
         return out
 
     def _neighbours(self, c: Config, span: int) -> list[Config]:
-        """Configs differing from c by one step in one parameter (span 1), or in two parameters (span 2)."""
+        """Configs differing from c by one step in one parameter (span 1; a step that breaks a constraint
+        repaired, `_repaired`), or in two parameters (span 2)."""
         out: list[Config] = []
         idx = self._index(c)
         names = [p.name for p in self.params]
@@ -236,6 +258,8 @@ class TPESearch(Search):
                 cand = self._config(j)
                 if config_key(cand) in self.candidates:
                     out.append(cand)
+                elif span == 1 and (fixed := self._repaired(j, move[0][0])) is not None:
+                    out.append(fixed)
         return out
 
     def _refine_order(self) -> Iterator[Config]:
