@@ -14,7 +14,6 @@ else:
     torch = lazy(__name__)
 
 
-
 def check_tensor(name: str, t: Any, dtypes: Iterable[str], ndim: int | tuple[int, ...] | None = None) -> None:
     """Raise a clear TypeError/ValueError when `t` is not a tensor of an accepted dtype (by name: "float16") and
     rank."""

@@ -15,7 +15,6 @@ else:
     torch = lazy(__name__)
 
 
-
 class ProblemError(ValueError):
     """A shape string, dtype or option that no problem of this op accepts."""
 

@@ -128,6 +128,7 @@ class TPESearch(Search):
         self.study = optuna.create_study(direction="minimize", sampler=sampler)
         self._grid: np.ndarray | None = None  # the candidates' parameter indices, built on first use
         self._grid_keys: list[str] = []
+        self._repairs: dict[tuple[tuple[int, ...], str], str | None] = {}  # (point, moved parameter) -> config key
 
     def _index(self, c: Config) -> dict[str, int]:
         return {p.name: p.values.index(c[p.name]) for p in self.params}
@@ -174,14 +175,15 @@ class TPESearch(Search):
         other parameters) that keeps the moved parameter's new value. PERSIST=1 from a row streamed in chunks is
         PERSIST=1 with the whole row, one stage: a jump no one- or two-step move makes. None: no valid config has
         that value."""
-        grid = self._index_grid()
-        column = [p.name for p in self.params].index(moved)
-        keep = grid[:, column] == idx[moved]
-        if not keep.any():
-            return None
-        distance = np.abs(grid - np.array([idx[p.name] for p in self.params], dtype=np.int64)).sum(axis=1)
-        distance[~keep] = np.iinfo(np.int64).max
-        return dict(self.candidates[self._grid_keys[int(np.argmin(distance))]])
+        point = tuple(int(idx[p.name]) for p in self.params)
+        if (point, moved) not in self._repairs:  # the refinement asks for the same moves again and again
+            grid = self._index_grid()
+            keep = grid[:, [p.name for p in self.params].index(moved)] == idx[moved]
+            distance = np.abs(grid - np.array(point, dtype=np.int64)).sum(axis=1)
+            distance[~keep] = np.iinfo(np.int64).max
+            self._repairs[point, moved] = self._grid_keys[int(np.argmin(distance))] if keep.any() else None
+        key = self._repairs[point, moved]
+        return dict(self.candidates[key]) if key is not None else None
 
     def _nearest_fresh(self, idx: dict[str, Any]) -> Config | None:
         """The valid config not yet asked nearest to a point of the index grid (fewest steps summed over the
@@ -222,9 +224,10 @@ class TPESearch(Search):
         return list(out.values())
 
     def _climb_from(self, c: Config) -> Iterator[Config]:
-        for n in [*self._neighbours(c, 1), *self._neighbours(c, 2), *self._axis_moves(c)]:
-            if self._fresh(n):
-                yield n
+        for moves in (lambda: self._neighbours(c, 1), lambda: self._neighbours(c, 2), lambda: self._axis_moves(c)):
+            for n in moves():  # each kind listed only once the ones before it are used up
+                if self._fresh(n):
+                    yield n
 
     def _axis_moves(self, c: Config) -> list[Config]:
         """Configs differing from c in one parameter by more than one step: a mode switch (PERSIST 4 -> 0, TMA 3
