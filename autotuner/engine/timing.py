@@ -61,42 +61,37 @@ def time_cuda(fn: Callable[[], Any], warmup_ms: float = 25.0, rep_ms: float = 10
     end.record()
     torch.cuda.synchronize()
     estimate = max(start.elapsed_time(end) / 5, 1e-3)
-    if give_up_ms is not None:
-        probe = _time_reps(fn, flush, PROBE_REPS)
-        if statistics.median(probe) > give_up_ms:
-            return _summarise(probe, CUDA_EVENTS)
-    for _ in range(max(1, int(warmup_ms / estimate))):
-        fn()
-    reps = max(min_reps, min(max_reps, int(rep_ms / estimate)))
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    # Keep the GPU busy while the CPU queues every repetition, so that the Python launch cost of a candidate
-    # (which differs between torch, torch.compile and a Triton launcher) never shows as idle GPU time between
-    # the events: what is measured is the kernel, as a stream of launches would run it.
-    torch.cuda.synchronize()
+    # Every timed repetition is queued behind a GPU sleep long enough for the CPU to queue them all, so that the
+    # Python launch cost of a candidate (which differs between torch, torch.compile and a Triton launcher), or this
+    # process losing its core for a moment to the compile pool, never shows as idle GPU time between the events:
+    # what is measured is the kernel, as a stream of launches would run it. (The brief probe below went without:
+    # on an H200, configs of 42-68 us were given up at 117-234 us while the pool compiled: benchmarks/RESULTS.md.)
     t_cpu = time.perf_counter()
     for _ in range(3):
         flush()
         fn()
     cpu_per_rep_s = (time.perf_counter() - t_cpu) / 3  # the CPU's cost of queueing one repetition
     torch.cuda.synchronize()
-    sleep = getattr(torch.cuda, "_sleep", None)  # private but long-standing; without it, time as before
-    if sleep is not None:
-        sleep(int(min(0.2, 1.5 * reps * cpu_per_rep_s) * SLEEP_CYCLES_PER_S))
-    for i in range(reps):
-        flush()
-        starts[i].record()
+    if give_up_ms is not None:
+        probe = _time_reps(fn, flush, PROBE_REPS, cpu_per_rep_s)
+        if statistics.median(probe) > give_up_ms:
+            return _summarise(probe, CUDA_EVENTS)
+    for _ in range(max(1, int(warmup_ms / estimate))):
         fn()
-        ends[i].record()
+    reps = max(min_reps, min(max_reps, int(rep_ms / estimate)))
     torch.cuda.synchronize()
-    return _summarise([s.elapsed_time(e) for s, e in zip(starts, ends, strict=False)], CUDA_EVENTS)
+    return _summarise(_time_reps(fn, flush, reps, cpu_per_rep_s), CUDA_EVENTS)
 
 
-def _time_reps(fn: Callable[[], Any], flush: Callable[[], None], reps: int) -> list[float]:
-    """`reps` repetitions, each after an L2 flush, timed alone with CUDA events (milliseconds)."""
+def _time_reps(fn: Callable[[], Any], flush: Callable[[], None], reps: int, cpu_per_rep_s: float) -> list[float]:
+    """`reps` repetitions, each after an L2 flush, timed alone with CUDA events (milliseconds), queued behind a
+    GPU sleep of twice the CPU's time to queue them (at least 1 ms, at most 0.2 s)."""
     import torch
 
     events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
+    sleep = getattr(torch.cuda, "_sleep", None)  # private but long-standing; without it, time as before
+    if sleep is not None:
+        sleep(int(min(0.2, max(1e-3, 2 * reps * cpu_per_rep_s)) * SLEEP_CYCLES_PER_S))
     for start, end in events:
         flush()
         start.record()
