@@ -31,11 +31,9 @@ from search_spaces.space import Space
 
 if TYPE_CHECKING:
     import torch
+    from typing_extensions import Self
 else:
     torch = lazy(__name__)
-
-if TYPE_CHECKING:
-    from typing_extensions import Self
 
 # Max |out - ref| / max |ref|, per dtype. Dot-product ops accumulate over K and use TF32 for float32 on GPUs.
 DOT_TOLERANCE: Mapping[str, float] = {"float16": 1e-2, "bfloat16": 3e-2, "float32": 1e-2}
