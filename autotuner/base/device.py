@@ -41,6 +41,11 @@ class DeviceInfo:
     def is_interpreter(self) -> bool:
         return self.name == INTERPRETER
 
+    @property
+    def index(self) -> int | None:
+        """The CUDA device index (None: the interpreter)."""
+        return None if self.is_interpreter else int(self.torch_device.split(":")[1])
+
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["key"] = self.key

@@ -71,7 +71,7 @@ def _on_point(op: Op, problems: list[ProblemType], winners: list[Config | None],
         if not op.space.violations(config, on, device):
             valid[config_key(config)] = config
     runner.use(WorkerSpec(op.name, dataclasses.asdict(on), (*settings.plugins, *op.imports),
-                          None if device.is_interpreter else int(device.torch_device.split(":")[1]),
+                          device.index,
                           settings.warmup_ms, settings.rep_ms), settings.trial_timeout_s)
     times: dict[str, list[float]] = {k: [] for k, c in valid.items() if runner.measure(c, QUICK_SCALE).status == "ok"}
     for r in range(rounds):  # interleaved: drift hits every config alike

@@ -17,6 +17,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
+from autotuner.base.device import current_device
 from autotuner.base.settings import Settings
 from autotuner.engine import processes
 from autotuner.engine.compile_pool import CompilePool
@@ -285,16 +286,12 @@ def host_compile_workers(settings: Settings) -> int:
 def prestarted(settings: Settings, gpu: int | None = None) -> KeptProcesses:
     """A trial worker and compile pool starting now, on CUDA device `gpu` (default: the current one), before any
     problem is known (`autotuner tune` first thing, through cli.early, or while it finishes starting; `autotuner
-    worker` when it starts). Imports no torch when `gpu` is given."""
+    worker` when it starts)."""
     kept = KeptProcesses()
     if interpreting():
         kept.prestart(None, 0)
     else:
-        if gpu is None:
-            import torch
-
-            gpu = torch.cuda.current_device()
-        kept.prestart(gpu, host_compile_workers(settings))
+        kept.prestart(gpu if gpu is not None else current_device().index, host_compile_workers(settings))
     return kept
 
 

@@ -90,9 +90,8 @@ def more_devices(device: DeviceInfo, gpus: tuple[int, ...]) -> list[int | None]:
     missing = [g for g in gpus if not 0 <= g < count]
     if missing:
         raise ValueError(f"--gpus: no CUDA device {missing[0]} here (this host shows {count}: 0-{count - 1})")
-    index = int(device.torch_device.split(":")[1])
-    if gpus[0] != index:
-        raise ValueError(f"the problem's device cuda:{index} must come first in --gpus, got {','.join(map(str, gpus))}")
+    if gpus[0] != device.index:
+        raise ValueError(f"the problem's device {device.torch_device} must come first in --gpus, got {','.join(map(str, gpus))}")
     others: list[int | None] = []
     for g in gpus[1:]:
         other = current_device(g)
@@ -303,8 +302,7 @@ def _prepare(op: Op, problem: ProblemType, *, store: RunStore, settings: Setting
                         rejected=len(cands.rejected))
     n_workers = _compile_workers(settings, device, op, problem, max(1, len(plan.gpus))) if measurer is None else 0
     if measurer is None:
-        index = None if device.is_interpreter else int(device.torch_device.split(":")[1])
-        spec = WorkerSpec(op.name, asdict(problem), (*settings.plugins, *op.imports), index,
+        spec = WorkerSpec(op.name, asdict(problem), (*settings.plugins, *op.imports), device.index,
                           settings.warmup_ms, settings.rep_ms)
         measurer = LiveMeasurer(spec, settings.trial_timeout_s, n_workers, kept,
                                 more_devices=more_devices(device, plan.gpus))
