@@ -262,6 +262,8 @@ def persistent_unsupported(config: Mapping[str, Any], float32: bool) -> str | No
 
 
 _COUNTERS: dict[tuple[str, int], torch.Tensor] = {}
+
+
 def _tile_counters(device: torch.device, tiles: int) -> torch.Tensor:
     """Zeroed int32 counters, one per output tile, kept per (device, stream): every launch leaves them at zero,
     and launches on one stream never overlap, so they are zeroed once, not per call."""
