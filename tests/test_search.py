@@ -88,6 +88,30 @@ def test_refinement_waits_for_results_and_offers_its_next_configs():
     assert pending and all(config_key(c) not in search.pending for c in pending)
 
 
+def test_refinement_asks_first_the_equal_move_it_can_measure_soonest():
+    """Of the moves one step from the best (held equal), a compiled one is asked before one compiling, and that
+    before one not started; with nothing to tell them apart, the order is the refinement's own. Two measuring
+    lanes take two configs at once."""
+    from autotuner.engine.outcome import COMPILING, NOT_STARTED, READY
+
+    search = make_search("tpe", CANDIDATES, PARAMS, budget=len(CANDIDATES), seed=0)
+    while search.max_pending(14) > 1:
+        c = search.ask()
+        search.tell(c, cost(c))
+    assert search.max_pending(14, lanes=2) == 2
+    tier = [c for c in search.upcoming(len(CANDIDATES))
+            if sum(abs(p.values.index(c[p.name]) - p.values.index(search.best(1)[0][0][p.name])) for p in PARAMS) == 1]
+    assert len(tier) >= 2, tier
+    last, before = config_key(tier[-1]), config_key(tier[-2])
+    states = {last: READY, before: COMPILING}
+    asked = search.ask(lambda c: states.get(config_key(c), NOT_STARTED))
+    assert config_key(asked) == last  # compiled, though listed last
+    asked = search.ask(lambda c: states.get(config_key(c), NOT_STARTED))
+    assert config_key(asked) == before  # compiling, ahead of those not started
+    nxt = search.upcoming(1)[0]
+    assert search.ask(lambda c: NOT_STARTED) == nxt  # all alike: the refinement's order
+
+
 def test_asking_ahead_as_the_tuner_does_still_finds_the_best():
     """On a small landscape where asking a pool's width ahead during refinement climbed from a stale best (0 of
     10 seeds within 2% at 15% of the space), the tuner's way of asking ahead finds it."""

@@ -21,7 +21,7 @@ from autotuner.base.device import current_device
 from autotuner.base.settings import Settings
 from autotuner.engine import processes
 from autotuner.engine.compile_pool import CompilePool
-from autotuner.engine.outcome import Outcome
+from autotuner.engine.outcome import COMPILING, NOT_STARTED, READY, Outcome
 from autotuner.engine.runner import TrialRunner
 from autotuner.engine.timing import Timing
 from autotuner.engine.trial_process import QUICK_SCALE, WorkerSpec
@@ -49,6 +49,10 @@ class Measurer(Protocol):
     @property
     def lanes(self) -> int:
         """How many configs it measures at once (`measure` is called from that many threads)."""
+
+    def readiness(self, config: Config) -> int:
+        """How soon it could measure a config: READY (compiled, or nothing to compile ahead), COMPILING or
+        NOT_STARTED (autotuner.engine.outcome)."""
 
     def first_ready(self, configs: list[Config], wait_for_one: bool = True) -> int:
         """The index of the config to measure first among those asked (a live measurer: the first whose compile
@@ -91,6 +95,7 @@ class LiveMeasurer:
         # the interpreter's wall-clock timing has no brief form
         self.scale = QUICK_SCALE if spec.device_index is not None else 1.0
         self.compile_wait_s = 0.0  # time the search waited on the compile pool, measure() by measure()
+        self._waited: dict[str, float] = {}  # by config key: waited for in first_ready, not yet measured
         self._speculative: set[str] = set()  # keys in _ahead that the search has not asked for (yet)
 
     @property
@@ -153,16 +158,29 @@ class LiveMeasurer:
                 self._speculative.add(key)
                 busy += 1
 
+    def readiness(self, config: Config) -> int:
+        if self.pool is None:
+            return READY
+        with self._lock:
+            fut = self._ahead.get(config_key(config))
+        return NOT_STARTED if fut is None else READY if fut.done() else COMPILING
+
     def first_ready(self, configs: list[Config], wait_for_one: bool = True) -> int:
         with self._lock:
             futs = [self._ahead.get(config_key(c)) for c in configs]
         if not futs or None in futs:  # one not compiling ahead (no pool): nothing to wait for
             return futs.index(None) if futs else 0
+        waited = 0.0
         if wait_for_one:
             t0 = time.perf_counter()
             wait([f for f in futs if f is not None], timeout=self.trial_timeout_s, return_when=FIRST_COMPLETED)
-            self.compile_wait_s += time.perf_counter() - t0
-        return next((i for i, f in enumerate(futs) if f is not None and f.done()), 0)
+            waited = time.perf_counter() - t0
+        first = next((i for i, f in enumerate(futs) if f is not None and f.done()), 0)
+        with self._lock:
+            self.compile_wait_s += waited
+            key = config_key(configs[first])
+            self._waited[key] = self._waited.get(key, 0.0) + waited
+        return first
 
     def measure(self, config: Config, lane: int = 0, give_up_ms: float | None = None) -> Outcome:
         with self._lock:
@@ -172,13 +190,14 @@ class LiveMeasurer:
         compiled = self.pool.result(fut, self.trial_timeout_s) if self.pool is not None and fut else None
         with self._lock:
             self.compile_wait_s += time.perf_counter() - t0
+            waited = self._waited.pop(config_key(config), 0.0) + time.perf_counter() - t0
         if isinstance(compiled, Outcome):  # a compile error or out of resources, found by the pool
-            return compiled
+            return dataclasses.replace(compiled, wait_s=waited)
         runner = self.runner if lane == 0 else self.more[lane - 1]
         outcome = runner.measure(config, self.scale, give_up_ms)
         if isinstance(compiled, float):  # the pool's first launch holds the compile time
             outcome = dataclasses.replace(outcome, compile_s=compiled)
-        return outcome
+        return dataclasses.replace(outcome, wait_s=waited) if self.pool is not None else outcome
 
     def time(self, config: Config, scale: float = 1.0) -> Outcome:
         return self.runner.time(config, scale)
@@ -312,6 +331,9 @@ class InOrderMeasurer:
     def lanes(self) -> int:
         return 1
 
+    def readiness(self, config: Config) -> int:
+        return READY
+
     def first_ready(self, configs: list[Config], wait_for_one: bool = True) -> int:
         return 0
 
@@ -358,22 +380,23 @@ class Measured:
 
 
 def _ask_ahead(search: Search, measurer: Measurer, ahead: list[Config], batch: int, *, width: int,
-               left: int | None) -> None:
+               left: int | None, speculate: bool = True) -> list[Config]:
     """Ask the search for configs until `ahead` holds `width` (as far as `search.max_pending` allows) or `left`
     (what the trial budget leaves, None: no budget), handing them to `measurer.prepare`; then, with a compile pool
-    (`batch` > 1), its idle workers compile what the search is likely to ask next."""
+    (`batch` > 1), its idle workers compile what the search is likely to ask next. Returns `ahead`."""
     asked: list[Config] = []
-    while len(ahead) + len(asked) < search.max_pending(max(1, width)) and (
+    while len(ahead) + len(asked) < search.max_pending(max(1, width), measurer.lanes) and (
             left is None or len(ahead) + len(asked) < left):
-        c = search.ask()
+        c = search.ask(measurer.readiness)
         if c is None:
             break
         asked.append(c)
     if asked:
         measurer.prepare(asked)
         ahead.extend(asked)
-    if batch > 1:
+    if batch > 1 and speculate:
         measurer.speculate(search.upcoming(batch))
+    return ahead
 
 
 def _tell(search: Search, m: Measured, done: list[Measured], on_trial: Callable[[Measured], None] | None,
@@ -390,9 +413,16 @@ def _tell(search: Search, m: Measured, done: list[Measured], on_trial: Callable[
     spent["record_trial_s"] += time.perf_counter() - t_trial
 
 
+def ask_first(search: Search, measurer: Measurer, n: int) -> list[Config]:
+    """Before the measurer has started: up to `n` configs whose choice depends on no result (the first configs,
+    exploration), handed to `measurer.prepare`, so that they compile while the trial worker sets up; give them
+    to `run_search` as its `ahead`."""
+    return _ask_ahead(search, measurer, [], n, width=n, left=n, speculate=False)
+
+
 def run_search(search: Search, measurer: Measurer, *, budget: int | None, time_budget_s: float | None = None,
                batch: int = 1, on_trial: Callable[[Measured], None] | None = None,
-               spent: dict[str, float] | None = None) -> list[Measured]:
+               spent: dict[str, float] | None = None, ahead: list[Config] | None = None) -> list[Measured]:
     """Ask, measure, tell until the budget (trials, or seconds of searching) or the space runs out.
 
     Up to `batch` configs (a compile pool's width, as far as `search.max_pending` allows) are kept asked ahead of
@@ -400,17 +430,18 @@ def run_search(search: Search, measurer: Measurer, *, budget: int | None, time_b
     one; they are measured as their compiles finish (`measurer.first_ready`), and the configs the search is
     likely to ask next are compiled on idle workers (`measurer.speculate`). At least one config is always
     measured. `spent` gets the seconds of the loop's parts added: `ask_s` (the strategy proposing and learning),
-    `measure_s` (the measurer, compile waits included) and `record_trial_s` (`on_trial`).
+    `measure_s` (the measurer, compile waits included) and `record_trial_s` (`on_trial`). `ahead`: configs asked
+    before (`ask_first`).
     """
     spent = spent if spent is not None else {}
     for part in ("ask_s", "measure_s", "record_trial_s"):
         spent.setdefault(part, 0.0)
+    ahead = list(ahead or [])
     if measurer.lanes > 1:
         return _run_lanes(search, measurer, budget=budget, time_budget_s=time_budget_s, batch=batch,
-                          on_trial=on_trial, spent=spent)
+                          on_trial=on_trial, spent=spent, ahead=ahead)
     t0 = time.perf_counter()
     done: list[Measured] = []
-    ahead: list[Config] = []
 
     def out_of_budget() -> bool:
         if budget is not None and len(done) >= budget:
@@ -434,14 +465,14 @@ def run_search(search: Search, measurer: Measurer, *, budget: int | None, time_b
 
 
 def _run_lanes(search: Search, measurer: Measurer, *, budget: int | None, time_budget_s: float | None, batch: int,
-               on_trial: Callable[[Measured], None] | None, spent: dict[str, float]) -> list[Measured]:
+               on_trial: Callable[[Measured], None] | None, spent: dict[str, float],
+               ahead: list[Config]) -> list[Measured]:
     """`run_search` with several configs measured at once, one per lane (a trial worker on each GPU): each lane
     takes the next config (one whose compile is done, if any), measures it, and tells the search. The search, the
     budget and `on_trial` are used under one lock; the measuring is not. Lane 0 runs in the calling thread, so
     that an interrupt there stops the run (the other lanes then stop after their config, telling nothing)."""
     t0 = time.perf_counter()
     done: list[Measured] = []
-    ahead: list[Config] = []
     state = {"in_flight": 0, "stop": False}
     failed: list[BaseException] = []
     changed = threading.Condition()

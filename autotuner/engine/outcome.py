@@ -1,4 +1,5 @@
-"""How measuring one config ended (`Outcome`, with its `Status`), and an exception read as a status."""
+"""How measuring one config ended (`Outcome`, with its `Status`), and an exception read as a status; how soon one
+could be measured (READY, COMPILING, NOT_STARTED)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,9 @@ from typing import Literal
 from autotuner.engine.timing import Timing
 
 Status = Literal["ok", "invalid", "compile_error", "out_of_resources", "wrong_result", "crash", "timeout"]
+# How soon a measurer could measure a config, before it has (`Measurer.readiness`, `Search.ask`'s `ready`): its
+# compile done (or nothing to compile ahead), compiling, not started.
+READY, COMPILING, NOT_STARTED = 0, 1, 2
 
 
 @dataclass(frozen=True)
@@ -20,6 +24,7 @@ class Outcome:
     timing: Timing | None = None
     compile_s: float | None = None
     error: str | None = None
+    wait_s: float | None = None  # how long the search waited for its compile (a measurer with a compile pool)
 
 
 def classify(exc: BaseException) -> Status:

@@ -11,25 +11,33 @@ followed by a local refinement around the best configs found (neighbours one ste
 parameters), which is where the last few percent usually are.
 
 Asking ahead: a tuner compiles configs while it times others, so it wants configs before the last ones are
-told. `max_pending(width)` is how many asked-but-untold configs the strategy accepts now: all of `width` where
-its proposals do not depend on results (the first configs, random, exhaustive, TPE's exploration), one during
-TPE's refinement (each step climbs from the best so far; asking 14 ahead climbed from a stale best and found
-the best within 2% in 0-5 of 10 seeds on small landscapes). `upcoming(n)` lists what the strategy would ask
-next if no result changed its mind, for the tuner to compile speculatively.
+told. `max_pending(width, lanes)` is how many asked-but-untold configs the strategy accepts now: all of `width`
+where its proposals do not depend on results (the first configs, random, exhaustive, TPE's exploration), one per
+measuring lane during TPE's refinement (each step climbs from the best so far; asking 14 ahead climbed from a
+stale best and found the best within 2% in 0-5 of 10 seeds on small landscapes). `upcoming(n)` lists what the
+strategy would ask next if no result changed its mind, for the tuner to compile speculatively, and `ask(ready)`
+takes the tuner's word on which configs it could measure at once: among the moves the refinement holds equal
+(one step from the best, in any parameter), it asks one whose compile is done before one still compiling, and
+that before one not started.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
 import optuna
 
+from autotuner.engine.outcome import READY
 from search_spaces.space import Config, Param, config_key
 
 STRATEGIES = ("tpe", "random", "exhaustive")
+
+
+def _all_ready(config: Config) -> int:
+    return READY
 
 
 class Search:
@@ -48,9 +56,13 @@ class Search:
         self.pending: set[str] = set()
         self._first = [dict(c) for c in first if config_key(c) in self.candidates]
         self._proposals: Iterator[Config] | None = None
+        self._ready: Callable[[Config], int] = _all_ready
 
     # -- public ---------------------------------------------------------------------------------------
-    def ask(self) -> Config | None:
+    def ask(self, ready: Callable[[Config], int] | None = None) -> Config | None:
+        """The next config to measure, reserved until told; None when the space is used up. `ready`: how soon the
+        tuner could measure a config (READY, COMPILING, NOT_STARTED), for choosing among configs held equal."""
+        self._ready = ready or _all_ready
         while self._first:
             c = self._first.pop(0)
             if self._fresh(c):
@@ -68,8 +80,9 @@ class Search:
         self.results[key] = ms
         self._learn(config, ms)
 
-    def max_pending(self, width: int) -> int:
-        """Configs asked and not yet told that this strategy accepts now, given a tuner that can use `width`."""
+    def max_pending(self, width: int, lanes: int = 1) -> int:
+        """Configs asked and not yet told that this strategy accepts now, given a tuner that can use `width` and
+        measures `lanes` configs at once."""
         return max(1, width)
 
     def upcoming(self, n: int) -> list[Config]:
@@ -202,10 +215,10 @@ class TPESearch(Search):
     def _exploring(self) -> bool:
         return bool(self._first) or self.measured + len(self.pending) < self.EXPLORE_FRACTION * self.budget
 
-    def max_pending(self, width: int) -> int:
+    def max_pending(self, width: int, lanes: int = 1) -> int:
         if self._exploring():
             return max(1, width)
-        return 1  # refinement: each step from the best so far, once every earlier result is in
+        return max(1, min(width, lanes))  # refinement: each lane's step from the best so far
 
     def upcoming(self, n: int) -> list[Config]:
         """Refinement's next configs from the best so far, interleaved with those it would climb to next if a
@@ -223,10 +236,19 @@ class TPESearch(Search):
                     out.setdefault(config_key(c), c)
         return list(out.values())
 
-    def _climb_from(self, c: Config) -> Iterator[Config]:
+    def _tiers(self, c: Config) -> Iterator[list[Config]]:
+        """The fresh moves from c in the order refinement tries them, a tier at a time: one step in one parameter
+        (a step that breaks a constraint repaired), one step in two, one parameter moved further. Moves within a
+        tier are held equal; each tier is listed only once the ones before it are used up."""
         for moves in (lambda: self._neighbours(c, 1), lambda: self._neighbours(c, 2), lambda: self._axis_moves(c)):
-            for n in moves():  # each kind listed only once the ones before it are used up
-                if self._fresh(n):
+            tier = [n for n in moves() if self._fresh(n)]
+            if tier:
+                yield tier
+
+    def _climb_from(self, c: Config) -> Iterator[Config]:
+        for tier in self._tiers(c):
+            for n in tier:
+                if self._fresh(n):  # (not measured or asked since the tier was listed)
                     yield n
 
     def _axis_moves(self, c: Config) -> list[Config]:
@@ -271,11 +293,19 @@ class TPESearch(Search):
         for best, _ in self.best(3):
             yield from self._climb_from(best)
 
+    def _tier_now(self) -> list[Config]:
+        """The fresh moves refinement holds equal now: the first tier of `_refine_order` with any left."""
+        for best, _ in self.best(3):
+            for tier in self._tiers(best):
+                return tier
+        return []
+
     def _refine(self) -> Iterator[Config]:
         """Hill-climb: neighbours of the best config so far, widening to two-parameter moves, then one parameter
-        moved further, and runners-up, re-ranked after every measurement; then what is left, in random order."""
-        while (c := next(self._refine_order(), None)) is not None:
-            yield c
+        moved further, and runners-up, re-ranked after every measurement (of a tier's moves, the one the tuner can
+        measure soonest); then what is left, in random order."""
+        while tier := self._tier_now():
+            yield min(tier, key=self._ready)  # (min keeps the tier's order among equals)
         rest = self._unmeasured()
         self.rng.shuffle(rest)
         yield from rest

@@ -22,6 +22,8 @@ class TrialRecord:
     error: str | None = None
     compile_s: float | None = None
     lane: int = 0  # which of the run's GPUs measured it (an index into Plan.gpus; 0 without --gpus)
+    at_s: float | None = None  # seconds into the search phase when its result came
+    wait_s: float | None = None  # seconds the search waited for its compile (a compile pool's run)
 
 
 @dataclass(kw_only=True)

@@ -33,6 +33,7 @@ from autotuner.engine.measure import (
     LiveMeasurer,
     Measured,
     Measurer,
+    ask_first,
     host_compile_workers,
     run_search,
 )
@@ -156,6 +157,7 @@ class _Tuning:
     job_id: int | None
     known: dict[str, tuple[Config, float | None]] = field(default_factory=dict)
     search: Search | None = None
+    ahead: list[Config] = field(default_factory=list)  # asked before the search phase (compiling during set-up)
     run_id: int = 0
     trial_ids: dict[str, int] = field(default_factory=dict)
 
@@ -175,27 +177,28 @@ def _setup(t: _Tuning) -> None:
     """Start the measurer and the run. Warm starts: the nearest tuned problems' winners, the causal twin or another
     epilogue too (benchmarks/RESULTS.md: a causal winner ran the full problem faster than its own search's best);
     a config stored before a parameter existed means that parameter's implied value. Then the space's seeds
-    (configs that won hand sweeps on some GPU), if it names any. The first configs compile while the trial worker
-    starts and times torch. A problem that cannot be set up leaves nothing behind in the database."""
+    (configs that won hand sweeps on some GPU), if it names any. The search's first configs (these, then its
+    exploration, as many as the compile pool has processes) compile while the trial worker starts and times torch.
+    A problem that cannot be set up leaves nothing behind in the database."""
     op, problem, device, result = t.op, t.problem, t.device, t.result
     near = t.store.nearest(op=op, problem=problem, device=device, any_options=True)
     first = [t.default, *[op.space.complete(r.config) for _, r in near], *op.space.seeds(problem, device)]
     valid_keys = {config_key(c) for c in t.cands.valid}
     t.known = {k: v for k, v in t.known.items() if k in valid_keys}
-    t.measurer.prepare(list({config_key(c): c for c in first if config_key(c) in valid_keys
-                             and config_key(c) not in t.known}.values())[:max(1, t.compile_workers)])
-    started = time.perf_counter()
-    base = t.measurer.start()
-    result.phases["setup_worker_s"] = time.perf_counter() - started  # the trial process's set-up and torch's time
-    if isinstance(t.measurer, LiveMeasurer):
-        result.phases.update({f"setup_{part}": s for part, s in t.measurer.runner.setup_s.items()})
-    result.torch_ms = base.timing.median_ms if base.status == "ok" and base.timing else None
     if t.known:  # measured before: not again; a budget counts new measurements
         t.budget = min(t.budget, len(t.cands.valid) - len(t.known)) if t.budget is not None else None
         result.budget = t.budget
     t.search = make_search(t.plan.strategy, t.cands.valid, op.space.params, t.budget, t.plan.seed, first=first)
     for config, ms in t.known.values():
         t.search.tell(config, ms)
+    if t.budget != 0 and t.compile_workers > 1:
+        t.ahead = ask_first(t.search, t.measurer, min(t.compile_workers, t.budget or t.compile_workers))
+    started = time.perf_counter()
+    base = t.measurer.start()
+    result.phases["setup_worker_s"] = time.perf_counter() - started  # the trial process's set-up and torch's time
+    if isinstance(t.measurer, LiveMeasurer):
+        result.phases.update({f"setup_{part}": s for part, s in t.measurer.runner.setup_s.items()})
+    result.torch_ms = base.timing.median_ms if base.status == "ok" and base.timing else None
     if config_key(t.default) in t.known:
         result.default_ms = t.known[config_key(t.default)][1]
     t.run_id = result.run_id = t.store.start_run(
@@ -209,6 +212,7 @@ def _search(t: _Tuning) -> None:
     config is always measured."""
     result, search = t.result, t.search
     assert search is not None
+    t0 = time.perf_counter()
 
     def on_trial(m: Measured) -> None:
         o, timing = m.outcome, m.outcome.timing
@@ -220,7 +224,8 @@ def _search(t: _Tuning) -> None:
         if m.config == t.default:
             result.default_ms = m.ms
         record = TrialRecord(index=len(result.trials) + 1, config=m.config, status=o.status, median_ms=m.ms,
-                             error=o.error, compile_s=o.compile_s, lane=m.lane)
+                             error=o.error, compile_s=o.compile_s, lane=m.lane, at_s=time.perf_counter() - t0,
+                             wait_s=o.wait_s)
         result.trials.append(record)
         best = search.best(1)
         if best:
@@ -229,7 +234,7 @@ def _search(t: _Tuning) -> None:
 
     if t.budget != 0:
         run_search(search, t.measurer, budget=t.budget, time_budget_s=t.plan.time_budget_s,
-                   batch=max(1, t.compile_workers), on_trial=on_trial, spent=result.phases)
+                   batch=max(1, t.compile_workers), on_trial=on_trial, spent=result.phases, ahead=t.ahead)
         if isinstance(t.measurer, LiveMeasurer):
             result.phases["compile_wait_s"] = t.measurer.compile_wait_s
     if t.known and result.best_config is None and search.best(1):
