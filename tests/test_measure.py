@@ -71,7 +71,7 @@ def test_a_trial_worker_started_before_its_problem_sets_it_up_when_told():
     default = sm.space.default(problem, current_device())
     runner, dead = TrialRunner(None), TrialRunner(None)
     try:
-        runner.prestart(None, wait=True)
+        runner.prestart(None)
         pid = runner._proc.pid
         runner.use(spec, 60)
         assert runner.measure(default).status == "ok"

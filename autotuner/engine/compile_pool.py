@@ -56,7 +56,7 @@ def _init(spec: WorkerSpec | None, env: dict[str, str] | None = None, device_ind
         if device_index is not None or (spec is not None and spec.device_index is not None):
             compile_only()
     if spec is None:  # started ahead of its first problem (CompilePool.prestart)
-        warm_up(device_index)
+        warm_up(device_index, timing=False)
         return
     import torch
 

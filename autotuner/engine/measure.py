@@ -232,11 +232,13 @@ class KeptProcesses:
 
     def prestart(self, device_index: int | None, compile_workers: int, background: bool = True) -> None:
         """Start the trial worker and `compile_workers` compile processes before any problem is known (in a
-        thread: a fork server still importing torch would hold the caller up). The compile processes start once
-        the trial worker has its CUDA context: sixteen contexts made at once on one GPU took 3-6 s."""
+        thread: a fork server still importing torch would hold the caller up). All start at once: their CUDA
+        contexts, made together, slow the trial worker's set-up, but the search's first configs are compiled
+        when it starts (`autotuner tune` 13.7-14.6 s against 14.3-17.3 s with the pool started after the trial
+        worker's warm-up, six runs each on fresh H100 machines: benchmarks/RESULTS.md)."""
         def start() -> None:
             self.runner = TrialRunner(None)
-            self.runner.prestart(device_index, wait=True)
+            self.runner.prestart(device_index)
             if compile_workers > 1:
                 self.pool = CompilePool(None, compile_workers, device_index)
                 self.pool.prestart()

@@ -42,15 +42,13 @@ class TrialRunner:
         """A request sent and not answered (or a setup under way): the process may be stuck."""
         return self._in_flight
 
-    def prestart(self, device_index: int | None, wait: bool = False) -> None:
+    def prestart(self, device_index: int | None) -> None:
         """Start the process before its first problem is known: it makes its CUDA context and imports the ops
-        meanwhile (`wait`: until it has), and `use` then sets the problem up in it."""
+        meanwhile, and `use` then sets the problem up in it."""
         if self._proc is None:
             self._proc, self._conn = self._spawn(None, device_index)
             self._warming = True
             self._needs_setup = self.spec is not None
-        if wait and self._warming and self._conn is not None and self._conn.poll(self.setup_timeout_s):
-            self._read_warm()
 
     @staticmethod
     def _spawn(spec: WorkerSpec | None, device_index: int | None = None) -> tuple[Any, Connection]:

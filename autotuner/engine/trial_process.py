@@ -144,11 +144,13 @@ def die_with_parent() -> None:
             pass
 
 
-def warm_up(device_index: int | None) -> None:
-    """In a new process with no problem yet: make the CUDA context, import the ops, start cuBLAS (its handle and
-    workspace, which the first reference or baseline would otherwise pay), and compute Triton's installation hash
-    (its cache key's first part, once per process, which each process's first compile or cache lookup would
-    otherwise pay), so that the first problem only builds its inputs."""
+def warm_up(device_index: int | None, timing: bool = True) -> None:
+    """In a new process with no problem yet: make the CUDA context, import the ops, compute Triton's installation
+    hash (its cache key's first part, once per process, which each process's first compile or cache lookup would
+    otherwise pay), and, in a process that will time (`timing`; a compile process runs nothing), start cuBLAS
+    (its handle and workspace, which the first reference or baseline would otherwise pay) and launch the L2 flush
+    once (a Triton kernel: with a cold cache its compile, its launcher's and Triton's driver module's builds took
+    the first timing about a second), so that the first problem only builds its inputs."""
     from autotuner.base.registry import load_plugins  # noqa: F401  (imports the registry and the built-in ops)
 
     if device_index is not None:
@@ -157,7 +159,12 @@ def warm_up(device_index: int | None) -> None:
         torch.cuda.set_device(device_index)
         for dtype in (torch.float16, torch.float32):
             x = torch.ones(16, 16, device=f"cuda:{device_index}", dtype=dtype)
-            x @ x
+            if timing:
+                x @ x
+        if timing:
+            from autotuner.engine.l2_flush import l2_flusher
+
+            l2_flusher(torch.device("cuda", device_index))()
         torch.cuda.synchronize()
         try:
             from triton.runtime.cache import triton_key
