@@ -76,6 +76,9 @@ def test_a_trial_worker_started_before_its_problem_sets_it_up_when_told():
         runner.use(spec, 60)
         assert runner.measure(default).status == "ok"
         assert runner._proc.pid == pid and runner.restarts == 0  # set up in the process started before
+        warm = runner.take_warm_s()  # how its start went, by part, once
+        assert set(warm) == {"fork_s", "ops_s", "ready_s"} and warm["ready_s"] >= warm["fork_s"] >= 0
+        assert runner.take_warm_s() == {}
         dead.prestart(None)
         dead._proc.kill()  # died before its first problem: the first trial starts a new one
         dead.use(spec, 60)

@@ -17,6 +17,9 @@ import os
 from multiprocessing.context import ForkServerContext
 from typing import cast
 
+# Only these: the server must leave CUDA as it found it. Computing Triton's cache-key hash here as well (so that each
+# child would inherit it instead of hashing libtriton itself, 0.7 s), in a thread during torch's import or after it,
+# made every child's CUDA initialisation fail on an H100 with Triton 3.6 (benchmarks/RESULTS.md, session 22).
 PRELOAD = ["torch", "triton", "triton.language"]
 
 _started = False

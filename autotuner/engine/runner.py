@@ -8,6 +8,7 @@ the worker answers `crash` and exits, and the next trial gets a fresh one.
 
 from __future__ import annotations
 
+import time
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -36,6 +37,17 @@ class TrialRunner:
         self._in_flight = False
         self.restarts = 0
         self.setup_s: dict[str, float] = {}  # the last problem's set-up in the process, by part (inputs, reference)
+        # a prestarted process's start, by part: fork_s (from asking for it to its first line: the fork server's
+        # imports when it had not finished them), then its warm-up's parts (trial_process.warm_up), and ready_s
+        # (from asking for it to its warm-up's end)
+        self.warm_s: dict[str, float] = {}
+        self._asked_at = 0.0
+
+    def take_warm_s(self) -> dict[str, float]:
+        """The prestarted process's start by part (`warm_s`), once: a long-lived runner's later problems did not
+        wait for it."""
+        warm, self.warm_s = self.warm_s, {}
+        return warm
 
     @property
     def in_flight(self) -> bool:
@@ -46,6 +58,7 @@ class TrialRunner:
         """Start the process before its first problem is known: it makes its CUDA context and imports the ops
         meanwhile, and `use` then sets the problem up in it."""
         if self._proc is None:
+            self._asked_at = time.time()
             self._proc, self._conn = self._spawn(None, device_index)
             self._warming = True
             self._needs_setup = self.spec is not None
@@ -65,11 +78,14 @@ class TrialRunner:
         """Consume the prestarted process's "warm" message (or leave an EOF for the next read to report)."""
         assert self._conn is not None
         try:
-            kind, _ = self._conn.recv()
+            kind, parts = self._conn.recv()
             assert kind == "warm", kind
         except EOFError:
-            pass
+            parts = None
         self._warming = False
+        if parts:
+            entered, warm = parts.pop("entered_at"), parts.pop("warm_at")
+            self.warm_s = {"fork_s": entered - self._asked_at, **parts, "ready_s": warm - self._asked_at}
 
     def use(self, spec: WorkerSpec, trial_timeout_s: float) -> None:
         """The problem the next trials are of."""

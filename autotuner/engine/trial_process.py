@@ -144,52 +144,62 @@ def die_with_parent() -> None:
             pass
 
 
-def warm_up(device_index: int | None, timing: bool = True) -> None:
+def warm_up(device_index: int | None, timing: bool = True) -> dict[str, float]:
     """In a new process with no problem yet: make the CUDA context, import the ops, compute Triton's installation
     hash (its cache key's first part, once per process, which each process's first compile or cache lookup would
     otherwise pay), and, in a process that will time (`timing`; a compile process runs nothing), start cuBLAS
     (its handle and workspace, which the first reference or baseline would otherwise pay) and launch the L2 flush
     once (a Triton kernel: with a cold cache its compile, its launcher's and Triton's driver module's builds took
-    the first timing about a second), so that the first problem only builds its inputs."""
+    the first timing about a second), so that the first problem only builds its inputs. Returns the seconds
+    each part took (ops_s, context_s, cublas_s, flush_s, key_s)."""
+    marks = [("start", time.perf_counter())]
     from autotuner.base.registry import load_plugins  # noqa: F401  (imports the registry and the built-in ops)
 
+    marks.append(("ops_s", time.perf_counter()))
     if device_index is not None:
         import torch
 
         torch.cuda.set_device(device_index)
-        for dtype in (torch.float16, torch.float32):
-            x = torch.ones(16, 16, device=f"cuda:{device_index}", dtype=dtype)
-            if timing:
-                x @ x
+        xs = [torch.ones(16, 16, device=f"cuda:{device_index}", dtype=dtype) for dtype in (torch.float16, torch.float32)]
+        torch.cuda.synchronize()
+        marks.append(("context_s", time.perf_counter()))
         if timing:
+            for x in xs:
+                x @ x
+            torch.cuda.synchronize()
+            marks.append(("cublas_s", time.perf_counter()))
             from autotuner.engine.l2_flush import l2_flusher
 
             l2_flusher(torch.device("cuda", device_index))()
-        torch.cuda.synchronize()
+            torch.cuda.synchronize()
+            marks.append(("flush_s", time.perf_counter()))
         try:
             from triton.runtime.cache import triton_key
 
-            triton_key()
+            triton_key()  # computed once in the fork server (server_preload): inherited, unless it failed there
         except ImportError:  # pragma: no cover - a Triton that keeps it elsewhere: computed at first use
             pass
+        marks.append(("key_s", time.perf_counter()))
+    return {name: t - marks[i][1] for i, (name, t) in enumerate(marks[1:])}
 
 
 def worker_main(conn: Connection, spec: WorkerSpec | None, env: dict[str, str],
                  device_index: int | None = None) -> None:
     from autotuner.engine.processes import adopt
 
+    entered_at = time.time()  # wall clock: the parent compares it with when it asked for this process
     adopt(env)
     die_with_parent()
     try:
-        _serve(conn, spec, device_index)
+        _serve(conn, spec, device_index, entered_at)
     except (BrokenPipeError, ConnectionResetError):
         return  # the command that started it is gone (one that failed on its arguments): nobody to answer
 
 
-def _serve(conn: Connection, spec: WorkerSpec | None, device_index: int | None) -> None:
+def _serve(conn: Connection, spec: WorkerSpec | None, device_index: int | None, entered_at: float) -> None:
     if spec is None:  # started ahead of its first problem
-        warm_up(device_index)
-        conn.send(("warm", None))
+        parts = warm_up(device_index)
+        conn.send(("warm", {"entered_at": entered_at, "warm_at": time.time(), **parts}))
     bench: Bench | None = None
     while True:
         if spec is not None:  # set up a problem: at start, and for each new problem a long-lived worker gets

@@ -198,6 +198,7 @@ def _setup(t: _Tuning) -> None:
     result.phases["setup_worker_s"] = time.perf_counter() - started  # the trial process's set-up and torch's time
     if isinstance(t.measurer, LiveMeasurer):
         result.phases.update({f"setup_{part}": s for part, s in t.measurer.runner.setup_s.items()})
+        result.phases.update({f"worker_{part}": s for part, s in t.measurer.runner.take_warm_s().items()})
     result.torch_ms = base.timing.median_ms if base.status == "ok" and base.timing else None
     if config_key(t.default) in t.known:
         result.default_ms = t.known[config_key(t.default)][1]
