@@ -67,7 +67,8 @@ class TuneResult:
     def phase_summary(self) -> str:
         """One line: where the time went."""
         p = self.phases
-        parts = [f"prepare {p.get('prepare_s', 0):.1f}", f"setup {p.get('setup_s', 0):.1f}",
+        ready = f" (the trial worker ready {p['worker_ready_s']:.1f} s after its start)" if "worker_ready_s" in p else ""
+        parts = [f"prepare {p.get('prepare_s', 0):.1f}", f"setup {p.get('setup_s', 0):.1f}{ready}",
                  f"search {p.get('search_s', 0):.1f} (waiting on compiles {p.get('compile_wait_s', 0):.1f}, "
                  f"measuring {p.get('measure_s', 0) - p.get('compile_wait_s', 0):.1f},"
                  f" asking {p.get('ask_s', 0):.1f}, storing {p.get('record_trial_s', 0):.1f})",
