@@ -285,3 +285,6 @@ def test_a_tune_command_imports_no_torch_in_its_own_process(args, db_url):
     result = json.loads(out.stdout)
     assert len(result["trials"]) == 3 and result["best_config"] is not None and result["torch_ms"] is not None
     assert "torch imported: False" in out.stderr, out.stderr
+    # its trial worker, started first thing, says where its start went
+    phases = result["phases"]
+    assert phases["worker_ready_s"] >= phases["worker_fork_s"] >= 0 and "worker_ops_s" in phases
