@@ -176,7 +176,7 @@ def warm_up(device_index: int | None, timing: bool = True) -> dict[str, float]:
         try:
             from triton.runtime.cache import triton_key
 
-            triton_key()  # the flush's compile computed it; a compile process's first compile would
+            triton_key()  # done where the flush compiled; a compile process computes it here, before its first compile
         except ImportError:  # pragma: no cover - a Triton that keeps it elsewhere: computed at first use
             pass
         marks.append(("key_s", time.perf_counter()))
