@@ -175,8 +175,12 @@ class JobCommon(BaseModel):
     time_budget_s: Annotated[float, Field(gt=0, le=7 * 86400, allow_inf_nan=False)] | None = Field(
         None, description="Seconds of searching")
     priority: int = Field(0, ge=-1000, le=1000, description="Higher runs first")
+    gpus: Annotated[int, Field(ge=1, le=64)] | None = Field(
+        None, description="How many of its worker's GPUs measure the job's configs at once (`autotuner worker "
+                          "--gpus 0,1`); default: all the worker has. A worker with fewer uses those it has; the "
+                          "winner is chosen on one GPU either way")
 
-    @field_validator("trials", "priority", mode="before")
+    @field_validator("trials", "priority", "gpus", mode="before")
     @classmethod
     def _integral(cls, value: Any) -> Any:
         """JSON has one number type: 3.0 is the integer 3 (as JSON Schema says), 3.5 is not."""
@@ -228,6 +232,7 @@ class JobOut(BaseModel):
     trials: int | None
     time_budget_s: float | None
     priority: int
+    gpus: int | None = Field(description="How many of its worker's GPUs measure its configs at once (null: all)")
     state: Literal["queued", "running", "done", "failed"]
     attempts: int
     worker: str | None

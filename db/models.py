@@ -164,6 +164,8 @@ class Job(Base):
     kind: Mapped[str] = mapped_column(String(16), default="tune", server_default="tune")  # JOB_KINDS
     sweep_id: Mapped[int | None] = mapped_column(ForeignKey("sweeps.id", ondelete="SET NULL"), nullable=True,
                                                  index=True)
+    # how many of its worker's GPUs measure the job's configs at once (None: all the worker has)
+    gpus: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
 
 class TuneClaim(Base):

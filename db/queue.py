@@ -23,10 +23,10 @@ _CLAIM_ORDER = (Job.priority.desc(), Job.id)
 
 def add_job(session: Session, *, op: str, shape: str, dtype: str, options: dict[str, Any], strategy: str,
             budget_trials: int | None, budget_seconds: float | None, priority: int = 0, kind: str = "tune",
-            sweep_id: int | None = None) -> int:
+            sweep_id: int | None = None, gpus: int | None = None) -> int:
     job = Job(op=op, shape=shape, dtype=dtype, options=options, strategy=strategy, budget_trials=budget_trials,
               budget_seconds=budget_seconds, priority=priority, state="queued", attempts=0, created_at=utcnow(),
-              kind=kind, sweep_id=sweep_id)
+              kind=kind, sweep_id=sweep_id, gpus=gpus)
     session.add(job)
     session.flush()
     return job.id

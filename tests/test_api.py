@@ -175,6 +175,7 @@ def test_jobs_need_the_token_and_are_validated(served):
     assert r.status_code == 202, r.text
     created = r.json()
     assert created["state"] == "queued" and created["dtype"] == "bfloat16" and created["options"] == {"epilogue": "bias"}
+    assert created["gpus"] is None  # no count: all of its worker's GPUs
     assert r.headers["location"] == f"/jobs/{created['id']}"
     got = client.get(r.headers["location"]).json()
     assert got == created
@@ -183,10 +184,13 @@ def test_jobs_need_the_token_and_are_validated(served):
     bad = [({**job, "op": "conv"}, "op"), ({**job, "shape": "1x2"}, "shape"), ({**job, "dtype": "int4"}, "dtype"),
            ({**job, "options": {"epilogue": "x"}}, "epilogue"), ({**job, "options": {"causal": True}}, "causal"),
            ({**job, "strategy": "grid"}, "strategy"), ({**job, "trials": 0}, "trials"), ({**job, "extra": 1}, "extra"),
-           ({**job, "priority": 10**9}, "priority")]
+           ({**job, "priority": 10**9}, "priority"), ({**job, "gpus": 0}, "gpus"), ({**job, "gpus": 1.5}, "gpus"),
+           ({**job, "gpus": "2"}, "gpus"), ({**job, "gpus": 65}, "gpus")]
     for body, field in bad:
         assert _field(client.post("/jobs", json=body, headers=auth))[-1] == field, body
     assert client.get("/jobs").json()["total"] == 1  # nothing bad was queued
+    two = client.post("/jobs", json={**job, "gpus": 2.0}, headers=auth).json()  # JSON's 2.0 is the integer 2
+    assert two["gpus"] == 2 and client.get(f"/jobs/{two['id']}").json()["gpus"] == 2
 
 
 def test_a_server_without_a_token_refuses_every_write(tmp_path):

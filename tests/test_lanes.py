@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from datetime import timezone
 from pathlib import Path
 
 import pytest
@@ -45,23 +46,28 @@ def test_two_lanes_measure_configs_at_once_and_pick_the_fastest(tmp_path):
     assert _overlapping_pids(log) == (2, True)
 
 
-def _overlapping_pids(log: Path) -> tuple[int, bool]:
-    """How many processes launched (tests/paced_op.py's log), and whether two of them launched at once."""
+def _overlapping_pids(log: Path, between: tuple[float, float] | None = None) -> tuple[int, bool]:
+    """How many processes launched (tests/paced_op.py's log; `between`: only launches within those wall-clock
+    seconds), and whether two of them launched at once."""
     spans: dict[str, list[tuple[float, float]]] = {}
     for line in log.read_text().splitlines():
         pid, start, end = line.split()
-        spans.setdefault(pid, []).append((float(start), float(end)))
+        if between is None or between[0] <= float(start) and float(end) <= between[1]:
+            spans.setdefault(pid, []).append((float(start), float(end)))
     lists = list(spans.values())
     overlap = any(s1 < e2 and s2 < e1 for i, a in enumerate(lists) for b in lists[i + 1:] for s1, e1 in a
                   for s2, e2 in b)
     return len(spans), overlap
 
 
-def test_a_worker_on_two_gpus_measures_each_job_on_both(tmp_path):
+def test_a_worker_on_two_gpus_measures_each_job_on_as_many_as_it_asks(tmp_path):
     from autotuner.store.database import Store
 
     db = f"sqlite:///{tmp_path / 'worker.db'}"
     store = Store(db)
+    # first (priority) a job asking for one GPU, then two without a count: all of the worker's GPUs
+    one = store.queue_job(op="paced_many", shape="32", dtype="float32", options={"approximate": "tanh"},
+                          strategy="exhaustive", budget_trials=10, priority=1, gpus=1)
     jobs = [store.queue_job(op="paced_many", shape=shape, dtype="float32", options={"approximate": "tanh"},
                             strategy="exhaustive", budget_trials=10) for shape in ("64", "128")]
     log = tmp_path / "launches.log"
@@ -69,10 +75,17 @@ def test_a_worker_on_two_gpus_measures_each_job_on_both(tmp_path):
                env={"AUTOTUNER_PLUGINS": "tests.paced_op", "PACED_LOG": str(log), "PYTHONPATH": str(ROOT)})
     assert out.returncode == 0, out.stderr
     assert ":gpus0,1" in out.stdout
-    for job_id in jobs:
+    assert f"job {one}: paced_many 32" in out.stdout and "started on 1 GPU (0)" in out.stdout
+    assert "started on 2 GPUs (0,1)" in out.stdout
+    for job_id in (one, *jobs):
         job = store.job(job_id)
         assert job is not None and job.state == "done", job
-    # the second job's lanes are the first's processes, kept: two processes in all, launching at once
+    first = store.job(one)
+    assert first is not None and first.gpus == 1 and first.started_at and first.finished_at
+    # the one-GPU job's configs all measured by one process, one after the other
+    window = tuple(t.replace(tzinfo=t.tzinfo or timezone.utc).timestamp() for t in (first.started_at, first.finished_at))
+    assert _overlapping_pids(log, window) == (1, False)
+    # the later jobs' lanes are kept processes: two processes in all, launching at once
     assert _overlapping_pids(log) == (2, True)
 
 

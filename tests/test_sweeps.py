@@ -65,13 +65,16 @@ def test_a_sweep_tunes_every_point_then_times_each_winner_on_its_neighbours(tmp_
 
 def test_a_queued_sweep_is_tuned_by_a_worker_which_then_cross_times_it(tmp_path):
     db = f"sqlite:///{tmp_path / 'q.db'}"
+    bad = cli("tune", "softmax", "--shape", "1-2:pow2x64", "--queue", "--gpus", "0,1", "--db", db)
+    assert bad.returncode == 2 and "with --queue, --gpus is how many of a worker's GPUs" in bad.stderr
     out = cli("tune", "softmax", "--shape", "1-2:pow2x64", "--dtype", "float32", "--trials", "2", "--queue",
-              "--db", db, "--json")
+              "--gpus", "2", "--db", db, "--json")
     assert out.returncode == 0, out.stderr
     queued = json.loads(out.stdout)
     assert len(queued["jobs"]) == 2
     store = Store(db, create=False)
-    assert {j.sweep_id for j in store.jobs_page(state="queued", limit=10, offset=0)[0]} == {queued["sweep_id"]}
+    waiting = store.jobs_page(state="queued", limit=10, offset=0)[0]
+    assert {j.sweep_id for j in waiting} == {queued["sweep_id"]} and {j.gpus for j in waiting} == {2}
     worker = cli("worker", "--until-empty", "--db", db)
     assert worker.returncode == 0, worker.stderr + worker.stdout
     jobs, _ = store.jobs_page(state=None, limit=10, offset=0)

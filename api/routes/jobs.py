@@ -17,9 +17,9 @@ Id = Annotated[int, Path(ge=1, le=2**31 - 1)]
 
 def job_out(job: JobRow) -> JobOut:
     return JobOut(id=job.id, op=job.op, shape=job.shape, dtype=job.dtype, options=job.options, strategy=job.strategy,
-                  trials=job.budget_trials, time_budget_s=job.budget_seconds, priority=job.priority, state=job.state,
-                  attempts=job.attempts, worker=job.worker, heartbeat_at=job.heartbeat_at, error=job.error,
-                  run_id=job.run_id, created_at=job.created_at, started_at=job.started_at,
+                  trials=job.budget_trials, time_budget_s=job.budget_seconds, priority=job.priority, gpus=job.gpus,
+                  state=job.state, attempts=job.attempts, worker=job.worker, heartbeat_at=job.heartbeat_at,
+                  error=job.error, run_id=job.run_id, created_at=job.created_at, started_at=job.started_at,
                   finished_at=job.finished_at)
 
 
@@ -50,7 +50,8 @@ def router(ops: list[TunableOp[Any]]) -> APIRouter:
         job_id = store.queue_job(op=op.name, shape=problem.shape, dtype=problem.dtype,
                                  options=op.options_of(problem),
                                  strategy=body.strategy, budget_trials=body.trials,  # type: ignore[attr-defined]
-                                 budget_seconds=body.time_budget_s, priority=body.priority)  # type: ignore[attr-defined]
+                                 budget_seconds=body.time_budget_s, priority=body.priority,  # type: ignore[attr-defined]
+                                 gpus=body.gpus)  # type: ignore[attr-defined]
         job = store.job(job_id)
         assert job is not None
         response.headers["Location"] = f"/jobs/{job_id}"

@@ -21,14 +21,16 @@ if TYPE_CHECKING:
     from search_spaces.contract import ProblemType
 
 
-def queue_sweep(op: Op, probs: list[ProblemType], dim: str, store: Store, plan: Plan, as_json: bool) -> None:
-    """The sweep stored and one job per point queued; the workers' last finished point queues the cross-timing."""
+def queue_sweep(op: Op, probs: list[ProblemType], dim: str, store: Store, plan: Plan, as_json: bool,
+                gpus: int | None = None) -> None:
+    """The sweep stored and one job per point queued (`gpus`: how many of its worker's GPUs measure each); the
+    workers' last finished point queues the cross-timing."""
     query = {o.name for o in op.query_options}
     sweep_id = store.create_sweep(op=op.name, dtype=probs[0].dtype, dim=dim, shapes=[p.shape for p in probs],
                                   options={k: v for k, v in op.options_of(probs[0]).items() if k in query})
     jobs = [store.queue_job(op=op.name, shape=p.shape, dtype=p.dtype, options=op.options_of(p),
                             strategy=plan.strategy, budget_trials=plan.trials, budget_seconds=plan.time_budget_s,
-                            sweep_id=sweep_id) for p in probs]
+                            sweep_id=sweep_id, gpus=gpus) for p in probs]
     if as_json:
         console.print_json(json.dumps({"sweep_id": sweep_id, "jobs": jobs, "points": [p.key for p in probs]}))
         return

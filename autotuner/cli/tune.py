@@ -121,7 +121,8 @@ def tune(
                                                      "AUTOTUNER_LOCAL_WORKER=0 never hands it over)"),
     gpus: str | None = typer.Option(None, "--gpus", help="GPUs that measure the configs at once, e.g. 0,1 or all "
                                                          "(default: AUTOTUNER_GPUS, else one); the first is the "
-                                                         "problem's device and re-times the finalists"),
+                                                         "problem's device and re-times the finalists. With --queue: "
+                                                         "how many of a worker's GPUs measure each job (e.g. 2)"),
 ) -> None:
     """Tune one problem: search its space, store every trial and the winner. Several values of one dimension
     (`--M 1-8192:pow2`, `--M 16,64,256`, or a range in `--shape`) sweep it: every point is tuned, then each
@@ -145,9 +146,10 @@ def tune(
     by = served.current()  # a worker running this command for a process on its host
     s = settings(db)
     try:
-        devices = parse_gpus(gpus if gpus is not None else s.gpus) if by is None else ()
+        devices = parse_gpus(gpus if gpus is not None else s.gpus) if by is None and not queue else ()
     except ValueError as exc:
         fail(str(exc))
+    job_gpus = _job_gpus(gpus) if queue else None
     if by is not None:
         by.check_database(s.db_url)
     op_obj, probs, dim = problems(op, shape, dtype, flags or {}, options or {})
@@ -156,7 +158,7 @@ def tune(
         probs = [with_recorded_call(op_obj, p, store) for p in probs]
     plan = Plan(strategy=strategy, trials=trials, time_budget_s=time_budget, seed=seed, gpus=devices)
     if dim is not None and queue:
-        queue_sweep(op_obj, probs, dim, store, plan, as_json)
+        queue_sweep(op_obj, probs, dim, store, plan, as_json, job_gpus)
         return
     if queue:
         fail("--queue is for a sweep (several values of one dimension); a worker takes single problems from "
@@ -171,6 +173,16 @@ def tune(
     finally:
         served.release(kept)
 
+
+
+def _job_gpus(text: str | None) -> int | None:
+    """`--gpus` with `--queue`: how many of its worker's GPUs measure each job (None: all the worker has)."""
+    if text is None:
+        return None
+    if not text.strip().isdigit() or not 1 <= int(text) <= 64:
+        fail(f"with --queue, --gpus is how many of a worker's GPUs measure each job at once (1-64, e.g. 2; the worker's "
+             f"own --gpus says which), got {text!r}")
+    return int(text)
 
 
 def with_recorded_call(op: Op, prob: ProblemType, store: Store) -> ProblemType:

@@ -116,11 +116,11 @@ class Store:
 
     def queue_job(self, *, op: str, shape: str, dtype: str, options: dict[str, Any], strategy: str = "tpe",
                   budget_trials: int | None = None, budget_seconds: float | None = None, priority: int = 0,
-                  sweep_id: int | None = None) -> int:
+                  sweep_id: int | None = None, gpus: int | None = None) -> int:
         with session_scope(self.engine) as s:
             return queue.add_job(s, op=op, shape=shape, dtype=dtype, options=options, strategy=strategy,
                                  budget_trials=budget_trials, budget_seconds=budget_seconds, priority=priority,
-                                 sweep_id=sweep_id)
+                                 sweep_id=sweep_id, gpus=gpus)
 
     # -- sweeps: problems differing in one dimension, and their winners timed on each other ----------------------
     def create_sweep(self, *, op: str, dtype: str, options: dict[str, Any], dim: str, shapes: list[str]) -> int:

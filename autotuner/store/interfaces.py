@@ -90,8 +90,10 @@ class SweepStore(RunStore, Protocol):
 
 class JobQueue(Protocol):
     def queue_job(self, *, op: str, shape: str, dtype: str, options: dict[str, Any], strategy: str = "tpe",
-                  budget_trials: int | None = None, budget_seconds: float | None = None, priority: int = 0) -> int:
-        """A new queued job; its id."""
+                  budget_trials: int | None = None, budget_seconds: float | None = None, priority: int = 0,
+                  gpus: int | None = None) -> int:
+        """A new queued job; its id. `gpus`: how many of its worker's GPUs measure its configs at once (None: all
+        the worker has)."""
 
     def job(self, job_id: int) -> JobRow | None: ...
 

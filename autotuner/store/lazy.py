@@ -122,12 +122,12 @@ class LaunchReads:
 
     def queue_job(self, *, op: str, shape: str, dtype: str, options: dict[str, Any], strategy: str = "tpe",
                   budget_trials: int | None = None, budget_seconds: float | None = None, priority: int = 0,
-                  sweep_id: int | None = None) -> int:
+                  sweep_id: int | None = None, gpus: int | None = None) -> int:
         """Store.queue_job through sqlite3 (a launching process queueing a key it met untuned)."""
-        if sweep_id is not None:
+        if sweep_id is not None or gpus is not None:
             return self.full.queue_job(op=op, shape=shape, dtype=dtype, options=options, strategy=strategy,
                                        budget_trials=budget_trials, budget_seconds=budget_seconds, priority=priority,
-                                       sweep_id=sweep_id)
+                                       sweep_id=sweep_id, gpus=gpus)
         return self.reads.add_job(op=op, shape=shape, dtype=dtype, options=options, strategy=strategy,
                                   budget_trials=budget_trials, budget_seconds=budget_seconds, priority=priority)
 

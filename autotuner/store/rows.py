@@ -108,6 +108,7 @@ class JobRow:
     started_at: datetime | None
     finished_at: datetime | None
     kind: str = "tune"  # tune, or cross_time: time a sweep's winners on its points
+    gpus: int | None = None  # how many of its worker's GPUs measure its configs at once (None: all it has)
     sweep_id: int | None = None
 
 

@@ -33,13 +33,20 @@ def work_for(job: JobRow, settings: Settings, device: DeviceInfo, kept: KeptProc
         tune_work(job, settings, device, kept, gpus)
 
 
+def job_gpus(job: JobRow, gpus: tuple[int, ...]) -> tuple[int, ...]:
+    """The worker's GPUs that measure a tuning job's configs: the first `job.gpus` of them (all for a job without a
+    count; all it has for a job asking more)."""
+    return gpus[:job.gpus] if job.gpus is not None else gpus
+
+
 def tune_work(job: JobRow, settings: Settings, device: DeviceInfo, kept: KeptProcesses,
               gpus: tuple[int, ...] = ()) -> Work:
     from autotuner.engine.tuner import Plan, tune
 
     op = import_op(job.op)
     problem = op.parse_problem(job.shape, job.dtype, **job.options)
-    plan = Plan(strategy=job.strategy, trials=job.budget_trials, time_budget_s=job.budget_seconds, gpus=gpus)
+    plan = Plan(strategy=job.strategy, trials=job.budget_trials, time_budget_s=job.budget_seconds,
+                gpus=job_gpus(job, gpus))
 
     def run(store: JobStore) -> Done:
         result = tune(op, problem, store=store, settings=settings, plan=plan, device=device, job_id=job.id, kept=kept)

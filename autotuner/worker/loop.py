@@ -39,7 +39,7 @@ from autotuner.store.rows import JobRow
 from autotuner.worker.door import Door, Request, runtime_dir
 from autotuner.worker.endings import Ledger, StopWorker
 from autotuner.worker.heartbeat import LOST_SIGNAL, Heartbeat
-from autotuner.worker.jobs import work_for
+from autotuner.worker.jobs import job_gpus, work_for
 from db.engine import DatabaseUnavailable
 from db.models import utcnow
 from kernels._backend import interpreting
@@ -174,6 +174,15 @@ class Worker:
         self._down_since = None
         return job, counts
 
+    def _on_gpus(self, job: JobRow) -> str:
+        """Which of this worker's GPUs measure a tuning job, where it has several or the job asks for several."""
+        if job.kind != "tune" or (len(self.gpus) <= 1 and not job.gpus):
+            return ""
+        held = self.gpus or ((self.gpu,) if self.gpu is not None else (0,))
+        used = job_gpus(job, held)
+        short = f", of the {job.gpus} it asks for" if job.gpus is not None and job.gpus > len(held) else ""
+        return f" on {len(used)} GPU{'s' * (len(used) > 1)} ({','.join(map(str, used))}{short})"
+
     def run_job(self, job: JobRow) -> str:
         """Run one claimed job (autotuner.worker.jobs: tune a problem, or cross-time a sweep) and record how it
         ended; returns the job's new state (or "taken", "unknown")."""
@@ -182,7 +191,7 @@ class Worker:
         self.ledger.attempts += 1
         kind = "" if job.kind == "tune" else f"{job.kind} of sweep {job.sweep_id}: "
         self.on_event(f"job {job.id}: {kind}{job.op} {job.shape} {job.dtype} {job.options or ''} "
-                      f"(attempt {job.attempts}) started")
+                      f"(attempt {job.attempts}) started{self._on_gpus(job)}")
         try:
             work = work_for(job, self.settings, current_device(self.gpu), self.kept, self.gpus)
         except ValueError as exc:  # an unknown op, shape, dtype or option
