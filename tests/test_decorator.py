@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -404,3 +405,57 @@ def test_buckets_resolve_store_and_serve_one_result_per_bucket(url, use):
                       ({"n": "log10"}, "bucket 'log10' for 'n' is not known")):
         with pytest.raises(ValueError, match=said):
             autotuner.autotune(configs=dk.CONFIGS, key=["n"], buckets=bad)(dk.scale_kernel.fn)
+
+
+def test_first_tuning_on_two_lanes_keeps_hooks_and_outputs(url, use, monkeypatch):
+    """AUTOTUNER_GPUS=0,1 (here two CPU lanes taking turns): a second lane measures configs on its own copy of the
+    arguments, with hooks of its own, so reset_to_zero and restore_value hold on both and every config checks out
+    against the reference there; the outputs are triton.autotune's."""
+    from autotuner.decorator.engine_view import EngineView
+
+    launches: list[tuple[str, int]] = []
+    call = EngineView.call
+
+    def watched(self, named, *args, **kwargs):
+        first = next(v for v in named.values() if isinstance(v, torch.Tensor))
+        launches.append((threading.current_thread().name, first.data_ptr()))
+        return call(self, named, *args, **kwargs)
+
+    monkeypatch.setattr(EngineView, "call", watched)
+    use(on_miss="tune", gpus="0,1")
+    x = torch.randn(1000)
+    ours, theirs = torch.zeros(1), torch.zeros(1)
+    dk.accumulate[grid(1000)](x, ours, 1000)
+    dk.accumulate_triton[grid(1000)](x, theirs, 1000)
+    torch.testing.assert_close(ours, theirs)
+    a, b = torch.zeros(1000), torch.zeros(1000)
+    dk.bump[grid(1000)](a, 1000)
+    dk.bump_triton[grid(1000)](b, 1000)
+    assert torch.equal(a, b) and torch.equal(a, torch.ones(1000))
+    for kernel in (dk.accumulate, dk.bump):
+        assert "on 2 GPUs" in next(iter(kernel.sources.values()))
+    with session_scope(Store(url).engine) as s:
+        statuses = list(s.scalars(select(Trial.status)))
+    assert len(statuses) == 2 + 3 and set(statuses) == {"ok"}  # accumulate's pruned list and bump's
+    # the second lane launched, on arguments of its own (not the launch's tensors)
+    second = {ptr for name, ptr in launches if name == "lane-1"}
+    assert second and not second & {x.data_ptr(), a.data_ptr()}
+
+
+def test_arguments_copied_for_another_lane_keep_views_and_refuse_the_unknown():
+    from autotuner.decorator.lanes import copied, further_devices, why_one_lane
+
+    base = torch.arange(20, dtype=torch.float32)
+    named = {"a": base[2:10].view(2, 4), "b": base[5:], "n": 8, "dtype": torch.float16, "nothing": None}
+    out = copied(named, None)
+    assert torch.equal(out["a"], named["a"]) and out["a"].stride() == (4, 1) and out["n"] == 8
+    assert out["a"].data_ptr() != named["a"].data_ptr()
+    out["a"][1, 0] = -1.0  # base[6] in the copy: b's second element, as in the original's memory
+    assert out["b"][1] == -1.0 and base[6] == 6.0
+    with pytest.raises(TypeError, match="argument c is a object"):
+        copied({"c": object()}, None)
+    assert further_devices("0,1", current_device()) == [None]  # the interpreter: one more CPU lane
+    assert further_devices("0", current_device()) == [] and further_devices("x", current_device()) == []
+    assert why_one_lane(dk.scale_kernel.spec) is None
+    hooked = autotuner.autotune(configs=dk.CONFIGS, key=["n"], pre_hook=lambda nargs: None)(dk._bump)
+    assert why_one_lane(hooked.spec) == "it has hooks of its own"

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from autotuner.decorator.kernel_problem import KernelProblem, rebuild_args
-from autotuner.decorator.spec import KernelSpec
+from autotuner.decorator.spec import Hooks, KernelSpec
 from kernels._backend import interpreting
 from search_spaces.contract import DOT_TOLERANCE, Option, TunableOp
 from search_spaces.space import config_key
@@ -26,22 +26,25 @@ class EngineView:
         self.spec, self.imports = spec, imports
         self.op = self._op()
 
-    def call(self, named: dict[str, Any], grid: Any, config: Mapping[str, Any], capture: bool) -> Any:
-        """One launch as triton.autotune times it: hooks around the kernel; with `capture`, a copy of every tensor
+    def call(self, named: dict[str, Any], grid: Any, config: Mapping[str, Any], capture: bool,
+             hooks: Hooks | None = None) -> Any:
+        """One launch as triton.autotune times it: hooks around the kernel (`hooks`: the kernel's own copy for
+        arguments copied to another GPU, autotuner.decorator.lanes); with `capture`, a copy of every tensor
         argument taken after the kernel, before the post-hook restores any."""
         spec = self.spec
+        hooks = hooks or spec.hooks
         full = self._config_hooked(named, config)
-        spec.hooks.pre_hook(full)
+        hooks.pre_hook(full)
         g = grid(full) if callable(grid) else grid
         try:
             spec.fn.run(grid=g, warmup=False, **named, **config)
         except Exception as exc:
             try:
-                spec.hooks.post_hook(full, exception=exc)
+                hooks.post_hook(full, exception=exc)
             finally:
                 raise
         out = {n: v.clone() for n, v in named.items() if isinstance(v, torch.Tensor)} if capture else None
-        spec.hooks.post_hook(full, exception=None)
+        hooks.post_hook(full, exception=None)
         return out
 
     def _config_hooked(self, named: dict[str, Any], config: Mapping[str, Any]) -> dict[str, Any]:

@@ -7,14 +7,17 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from autotuner.decorator.engine_view import EngineView
 from autotuner.decorator.keys import Miss
+from autotuner.decorator.lanes import QUEUE_SLACK_S, Lane, further_devices, on, set_up, why_one_lane
 from autotuner.engine.measure import InOrderMeasurer
 from autotuner.engine.outcome import Outcome, classify, short_error
 from autotuner.engine.timing import Timing, time_fn
@@ -33,47 +36,69 @@ REFERENCE_TRIES = 8  # configs of the list tried in turn for the reference outpu
 class CallMeasurer(InOrderMeasurer):
     """Measures configs in this process on a launch's own arguments, as triton.autotune does: hooks around each
     launch, `do_bench` (or the engine's timing: briefly in the search, as long as it takes to rank a config, the
-    finalists again in the re-time's rounds), and a check of the outputs against the reference."""
+    finalists again in the re-time's rounds), and a check of the outputs against the reference.
 
-    def __init__(self, view: EngineView, miss: Miss) -> None:
+    With `more_devices` (AUTOTUNER_GPUS), the arguments and the reference are copied to those GPUs once the
+    reference is known, and each is a further lane: the search measures configs there from threads of its own
+    while the launch's device measures others (autotuner.decorator.lanes). The launch's device gives the reference
+    and every re-time. In the interpreter (not thread-safe), the lanes take turns."""
+
+    def __init__(self, view: EngineView, miss: Miss, more_devices: Sequence[int | None] = ()) -> None:
         self.view, self.miss = view, miss
         self.ref: Any = None
+        self.more_devices = list(more_devices)
+        self.more: list[Lane] = []  # set up by start()
+        self._turns = threading.Lock() if interpreting() else None
 
-    def _run(self, config: dict[str, Any], capture: bool) -> Any:
-        return self.view.call(self.miss.named, self.miss.grid, {**config, **self.miss.extra}, capture=capture)
+    @property
+    def lanes(self) -> int:
+        return 1 + len(self.more)
+
+    def _run(self, config: dict[str, Any], capture: bool, lane: Lane | None = None) -> Any:
+        named, hooks = (lane.named, lane.hooks) if lane is not None else (self.miss.named, None)
+        return self.view.call(named, self.miss.grid, {**config, **self.miss.extra}, capture=capture, hooks=hooks)
 
     def start(self) -> Outcome:
+        self.ref = self._reference()
+        if self.more_devices:
+            self.more = set_up(self.miss.named, self.ref, self.view.spec.hooks, self.more_devices)
+        return Outcome("invalid", error="a decorated kernel has no torch baseline")
+
+    def _reference(self) -> Any:
         m, spec = self.miss, self.view.spec
         if spec.reference is not None:
-            self.ref = self.view.reference({"args": m.named, "grids": m.grid})
-            return Outcome("invalid", error="a decorated kernel has no torch baseline")
+            return self.view.reference({"args": m.named, "grids": m.grid})
         # the reference is the default config's output, or, where it cannot run (a static_assert, out of
         # resources), the next config's of the list, as triton.autotune skips a config that fails
         pruned = spec.pruned(m.named, m.kwargs) or []
         errors = []
         for config in [spec.default(m.named, m.extra, m.problem, m.device), *pruned[1:REFERENCE_TRIES]]:
             try:
-                self.ref = self._run(config, capture=True)
-                return Outcome("invalid", error="a decorated kernel has no torch baseline")
+                return self._run(config, capture=True)
             except Exception as exc:
                 errors.append(f"{config_key(config)}: {short_error(exc)}")
         raise RuntimeError(f"{spec.name} {m.problem.key}: no config ran to give the reference output: "
                            + "; ".join(errors))
 
     def measure(self, config: dict[str, Any], lane: int = 0, give_up_ms: float | None = None) -> Outcome:
+        where = self.more[lane - 1] if lane else None
+        with on(where.device if where is not None else None), self._turns or nullcontext():
+            return self._measure(config, where, give_up_ms)
+
+    def _measure(self, config: dict[str, Any], lane: Lane | None, give_up_ms: float | None) -> Outcome:
         t0 = time.perf_counter()
         try:
-            out = self._run(config, capture=True)
+            out = self._run(config, capture=True, lane=lane)
             if self.miss.device.torch_device.startswith("cuda"):
                 torch.cuda.synchronize()
         except Exception as exc:
             return Outcome(classify(exc), error=short_error(exc))
         compile_s = time.perf_counter() - t0
-        verdict = self.view.op.check(out, self.ref, self.miss.problem)
+        verdict = self.view.op.check(out, lane.ref if lane is not None else self.ref, self.miss.problem)
         if not verdict.ok:
             return Outcome("wrong_result", compile_s=compile_s, error=verdict.message)
         try:
-            timing = self._time(lambda: self._run(config, capture=False), QUICK_SCALE, give_up_ms)
+            timing = self._time(lambda: self._run(config, capture=False, lane=lane), QUICK_SCALE, give_up_ms)
         except Exception as exc:
             return Outcome(classify(exc), compile_s=compile_s, error=short_error(exc))
         return Outcome("ok", timing=timing, compile_s=compile_s)
@@ -87,14 +112,14 @@ class CallMeasurer(InOrderMeasurer):
     def _time(self, fn: Callable[[], Any], scale: float, give_up_ms: float | None = None) -> Timing:
         """The decorator's own `do_bench` as it is given, or the engine's timing for `scale` of its full warm-up and
         repetitions (the decorator's `warmup` and `rep`, else the engine's; a few repetitions only where they are
-        slower than `give_up_ms`)."""
+        slower than `give_up_ms`; queued further ahead while other lanes' threads run)."""
         spec = self.view.spec
         if spec.do_bench is not None:
             r = spec.do_bench(fn, quantiles=(0.5, 0.2, 0.8))
             ms = list(r) if isinstance(r, (list, tuple)) else [float(r)] * 3
             return Timing(float(ms[0]), float(ms[1]), float(ms[2]), 0, "do_bench (the decorator's)")
         return time_fn(fn, interpreting(), (spec.warmup_ms or 25.0) * scale, (spec.rep_ms or 100.0) * scale,
-                       give_up_ms)
+                       give_up_ms, QUEUE_SLACK_S if self.more else 0.0)
 
 
 def untried(view: EngineView, store: Any, miss: Miss) -> bool:
@@ -134,8 +159,8 @@ def tune_here(view: EngineView, miss: Miss) -> tuple[dict[str, Any], str]:
         plan = Plan(strategy="exhaustive" if pruned is not None else "tpe",
                     trials=spec.trials or (len(pruned) if pruned is not None else None), reuse=True,
                     candidates=tuple(pruned) if pruned is not None else None)
-        result = tune(view.op, problem, store=store, settings=settings, plan=plan, device=device,
-                      measurer=CallMeasurer(view, miss))
+        measurer = CallMeasurer(view, miss, more_devices(view, miss, settings.gpus))
+        result = tune(view.op, problem, store=store, settings=settings, plan=plan, device=device, measurer=measurer)
     finally:
         store.release_tuning(op=spec.name, problem_key=problem.key, device_key=device.key, owner=owner)
     if result.best_config is None:
@@ -143,8 +168,26 @@ def tune_here(view: EngineView, miss: Miss) -> tuple[dict[str, Any], str]:
                            f"{result.trials[0].error if result.trials else ''}")
     winner = dict(result.best_config)
     spec.hooks.pre_hook({**miss.named, **miss.kwargs, **winner}, reset_only=True)  # as triton.autotune does
-    return winner, (f"tuned here (run {result.run_id}, {len(result.trials)} configs measured{ahead}; "
+    on_gpus = f" on {measurer.lanes} GPUs" if measurer.lanes > 1 else ""
+    return winner, (f"tuned here (run {result.run_id}, {len(result.trials)} configs measured{on_gpus}{ahead}; "
                     f"{result.phase_summary()})")
+
+
+def more_devices(view: EngineView, miss: Miss, gpus: str | None) -> list[int | None]:
+    """The further devices AUTOTUNER_GPUS lets this tuning measure on (autotuner.decorator.lanes); none where the
+    kernel must stay on its launch's device, said once per kernel."""
+    devices = further_devices(gpus, miss.device) if gpus else []
+    why = why_one_lane(view.spec) if devices else None
+    if why is not None:
+        if view.spec.name not in _SAID_ONE_LANE:
+            _SAID_ONE_LANE.add(view.spec.name)
+            log.warning("autotuner: %s is tuned on its launch's GPU only (AUTOTUNER_GPUS=%s): %s", view.spec.name,
+                        gpus, why)
+        return []
+    return devices
+
+
+_SAID_ONE_LANE: set[str] = set()
 
 
 def tune_in_memory(view: EngineView, miss: Miss, pruned: list[dict[str, Any]] | None) -> dict[str, Any]:

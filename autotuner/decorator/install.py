@@ -162,13 +162,20 @@ def _autotuned(tr: Autotuner) -> Autotuned:
             tr.nargs = saved
 
     own_bench = tr._do_bench is not None or type(tr).do_bench is not Autotuner.do_bench
+    if type(tr) is Autotuner and getattr(tr, "user_defined_pre_hook", None) is False \
+            and getattr(tr, "user_defined_post_hook", None) is False:
+        # Triton's default hooks (zero `reset_to_zero`, copy and put back `restore_value`) done by autotuner's: the
+        # same work, without the copies kept on the Autotuner, so that the arguments copied to another GPU get
+        # hooks of their own (autotuner.decorator.lanes). A subclass's or a user's hooks are called as they are.
+        hooks: dict[str, Any] = {"reset_to_zero": list(tr.reset_to_zero), "restore_value": list(tr.restore_value)}
+    else:
+        # Triton's own pre_hook takes reset_only; a user's takes one argument (Triton's run passes it reset_only
+        # after tuning regardless, and fails on it)
+        hooks = {"pre_hook": tr.pre_hook, "post_hook": tr.post_hook,
+                 "pre_hook_takes_reset_only": not getattr(tr, "user_defined_pre_hook", False)}
     return Autotuned(tr.fn, list(tr.configs), list(tr.keys), prune_configs_by={"early_config_prune": prune},
-                     pre_hook=tr.pre_hook, post_hook=tr.post_hook,
                      do_bench=(lambda fn, quantiles: tr.do_bench(fn, quantiles=quantiles)) if own_bench else None,
-                     mirror=TritonMirror(tr),
-                     # Triton's own pre_hook (reset_to_zero, restore_value) takes reset_only; a user's takes one
-                     # argument (Triton's run passes it reset_only after tuning regardless, and fails on it)
-                     pre_hook_takes_reset_only=not getattr(tr, "user_defined_pre_hook", False))
+                     mirror=TritonMirror(tr), **hooks)
 
 
 def _run(self: Autotuner, *args: Any, **kwargs: Any) -> Any:

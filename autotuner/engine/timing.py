@@ -40,10 +40,13 @@ SLEEP_CYCLES_PER_S = 2.0e9  # torch.cuda._sleep counts GPU clock cycles; ~2 GHz 
 
 
 def time_cuda(fn: Callable[[], Any], warmup_ms: float = 25.0, rep_ms: float = 100.0,
-              min_reps: int = 10, max_reps: int = 300, give_up_ms: float | None = None) -> Timing:
+              min_reps: int = 10, max_reps: int = 300, give_up_ms: float | None = None,
+              queue_slack_s: float = 0.0) -> Timing:
     """Median of per-repetition CUDA-event times; the L2 is emptied before each repetition (l2_flush.py). With
     `give_up_ms`, three repetitions are timed first, and if their median is slower than that, they are the
-    timing (PROBE_REPS repetitions: a config clearly out of contention is not timed further)."""
+    timing (PROBE_REPS repetitions: a config clearly out of contention is not timed further). `queue_slack_s`:
+    seconds added to the GPU sleep the repetitions queue behind, where other threads of this process may hold
+    the GIL meanwhile (a decorated kernel measured on several GPUs)."""
     import torch  # here: the engine's process-side modules import no torch (cli.early starts them first)
 
     from autotuner.engine.l2_flush import (
@@ -73,25 +76,26 @@ def time_cuda(fn: Callable[[], Any], warmup_ms: float = 25.0, rep_ms: float = 10
     cpu_per_rep_s = (time.perf_counter() - t_cpu) / 3  # the CPU's cost of queueing one repetition
     torch.cuda.synchronize()
     if give_up_ms is not None:
-        probe = _time_reps(fn, flush, PROBE_REPS, cpu_per_rep_s)
+        probe = _time_reps(fn, flush, PROBE_REPS, cpu_per_rep_s, queue_slack_s)
         if statistics.median(probe) > give_up_ms:
             return _summarise(probe, CUDA_EVENTS)
     for _ in range(max(1, int(warmup_ms / estimate))):
         fn()
     reps = max(min_reps, min(max_reps, int(rep_ms / estimate)))
     torch.cuda.synchronize()
-    return _summarise(_time_reps(fn, flush, reps, cpu_per_rep_s), CUDA_EVENTS)
+    return _summarise(_time_reps(fn, flush, reps, cpu_per_rep_s, queue_slack_s), CUDA_EVENTS)
 
 
-def _time_reps(fn: Callable[[], Any], flush: Callable[[], None], reps: int, cpu_per_rep_s: float) -> list[float]:
+def _time_reps(fn: Callable[[], Any], flush: Callable[[], None], reps: int, cpu_per_rep_s: float,
+               queue_slack_s: float = 0.0) -> list[float]:
     """`reps` repetitions, each after an L2 flush, timed alone with CUDA events (milliseconds), queued behind a
-    GPU sleep of twice the CPU's time to queue them (at least 1 ms, at most 0.2 s)."""
+    GPU sleep of twice the CPU's time to queue them (at least 1 ms, at most 0.2 s) and `queue_slack_s`."""
     import torch
 
     events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
     sleep = getattr(torch.cuda, "_sleep", None)  # private but long-standing; without it, time as before
     if sleep is not None:
-        sleep(int(min(0.2, max(1e-3, 2 * reps * cpu_per_rep_s)) * SLEEP_CYCLES_PER_S))
+        sleep(int((min(0.2, max(1e-3, 2 * reps * cpu_per_rep_s)) + queue_slack_s) * SLEEP_CYCLES_PER_S))
     for start, end in events:
         flush()
         start.record()
@@ -121,5 +125,6 @@ def time_wall(fn: Callable[[], Any], reps: int = 3) -> Timing:
 
 
 def time_fn(fn: Callable[[], Any], interpreter: bool, warmup_ms: float = 25.0, rep_ms: float = 100.0,
-            give_up_ms: float | None = None) -> Timing:
-    return time_wall(fn) if interpreter else time_cuda(fn, warmup_ms, rep_ms, give_up_ms=give_up_ms)
+            give_up_ms: float | None = None, queue_slack_s: float = 0.0) -> Timing:
+    return time_wall(fn) if interpreter else time_cuda(fn, warmup_ms, rep_ms, give_up_ms=give_up_ms,
+                                                       queue_slack_s=queue_slack_s)

@@ -1,0 +1,138 @@
+"""A decorated kernel's first tuning on more GPUs of its host (AUTOTUNER_GPUS, as `autotuner tune --gpus` reads
+it): the launch's arguments are copied to each further GPU of the same type, and a thread of the launching
+process measures configs there while the launch's own device measures others (the engine's lanes,
+autotuner.engine.measure). The launch's own device times the baseline and the re-time, so the winner is chosen on
+one GPU, as with one lane.
+
+A kernel stays on its launch's device where a copy could not be measured as the original is: hooks of its own
+(opaque code that may keep state between a pre- and a post-hook), a `do_bench` of its own (its timing is not
+queued behind a GPU sleep, so another lane's Python could show as idle GPU time in it), or an argument that is
+neither a tensor, a plain value nor a dataclass of them (a host TensorDescriptor is such a dataclass).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager, nullcontext
+from typing import Any
+
+import torch
+
+from autotuner.base.device import DeviceInfo, current_device, parse_gpus
+from autotuner.decorator.kernel_problem import SCALARS
+from autotuner.decorator.spec import Hooks, KernelSpec
+from kernels._backend import interpreting
+
+log = logging.getLogger(__name__)
+
+# Seconds of GPU sleep added ahead of each timing while several lanes measure: another lane's thread may hold the
+# GIL for an interpreter switch interval (5 ms) or a search step, and the timed launches must stay queued
+# meanwhile (engine.timing's `queue_slack_s`).
+QUEUE_SLACK_S = 0.02
+
+
+@dataclasses.dataclass
+class Lane:
+    """A further device measuring configs: its index (None: the interpreter's CPU), the launch's arguments copied
+    there, hooks of its own (the default hooks keep the values they restore), and the reference output there."""
+
+    device: int | None
+    named: dict[str, Any]
+    hooks: Hooks
+    ref: Any = None
+
+
+def why_one_lane(spec: KernelSpec) -> str | None:
+    """Why this kernel is measured on its launch's device alone whatever AUTOTUNER_GPUS says; None: it can use
+    more."""
+    if spec.hooks.user_pre_hook is not None or spec.hooks.user_post_hook is not None:
+        return "it has hooks of its own"
+    if spec.do_bench is not None:
+        return "it times with a do_bench of its own"
+    return None
+
+
+def further_devices(gpus: str | None, device: DeviceInfo) -> list[int | None]:
+    """The devices of `gpus` (AUTOTUNER_GPUS: "0,1", "all") other than the launch's `device`, of its type; [] when
+    there are none. Devices of another type are left out with a warning: every config's time must come from one
+    device type. On the interpreter, one CPU lane (None) per further index."""
+    try:
+        indices = parse_gpus(gpus)
+    except ValueError as exc:
+        log.warning("autotuner: AUTOTUNER_GPUS ignored: %s", exc)
+        return []
+    if interpreting():
+        return [None] * max(0, len(dict.fromkeys(indices)) - 1)
+    out: list[int | None] = []
+    for index in dict.fromkeys(indices):
+        if index == device.index:
+            continue
+        try:
+            other = current_device(index)
+        except Exception as exc:  # noqa: BLE001 - a device that is not there: said, and left out
+            log.warning("autotuner: AUTOTUNER_GPUS names cuda:%d, which cannot be used here (%s)", index, exc)
+            continue
+        if other.key != device.key:
+            log.warning("autotuner: AUTOTUNER_GPUS names cuda:%d (%s); the launch runs on %s, and a config's time "
+                        "must come from one device type: left out", index, other.key, device.key)
+            continue
+        out.append(index)
+    return out
+
+
+def copied(named: Mapping[str, Any], device: int | None) -> dict[str, Any]:
+    """The arguments with every tensor copied to `device` (None: the CPU), keeping their shapes, strides, offsets
+    and aliasing (arguments that shared memory share the copy of it); a dataclass argument (a host tensor
+    descriptor) with its tensors copied. TypeError for an argument that cannot be copied."""
+    target = torch.device("cpu") if device is None else torch.device("cuda", device)
+    storages: dict[tuple[str, int], Any] = {}
+
+    def tensor(t: torch.Tensor) -> torch.Tensor:
+        storage = t.untyped_storage()
+        key = (str(t.device), storage.data_ptr())
+        if key not in storages:  # the whole storage, once: views of it stay views of one copy
+            whole = torch.empty(0, dtype=torch.uint8, device=t.device).set_(storage)
+            storages[key] = whole.to(target, copy=True).untyped_storage()
+        return torch.empty(0, dtype=t.dtype, device=target).set_(storages[key], t.storage_offset(), t.size(),
+                                                                   t.stride())
+
+    def value(name: str, v: Any) -> Any:
+        if isinstance(v, torch.Tensor):
+            return tensor(v)
+        if isinstance(v, (*SCALARS, torch.dtype)):
+            return v
+        if dataclasses.is_dataclass(v) and not isinstance(v, type):  # a host TensorDescriptor, say
+            fields = {f.name: getattr(v, f.name) for f in dataclasses.fields(v)}
+            return dataclasses.replace(v, **{k: value(f"{name}.{k}", x) for k, x in fields.items()})
+        if isinstance(v, (tuple, list)):
+            return type(v)(value(f"{name}[{i}]", x) for i, x in enumerate(v))
+        if type(v).__module__.split(".")[0] == "triton":  # a constexpr, a tl.dtype: values, not memory
+            return v
+        raise TypeError(f"argument {name} is a {type(v).__name__}, which cannot be copied to another device")
+
+    return {name: value(name, v) for name, v in named.items()}
+
+
+def set_up(named: Mapping[str, Any], ref: Any, hooks: Hooks, devices: Sequence[int | None]) -> list[Lane]:
+    """A lane per device: the arguments and the reference output copied there. A device that cannot hold them
+    (out of memory) or arguments that cannot be copied end the list there, with a warning."""
+    lanes: list[Lane] = []
+    for device in devices:
+        try:
+            with on(device):
+                lane = Lane(device, copied(named, device), dataclasses.replace(hooks, restore_copies={}))
+                lane.ref = copied(ref, device) if isinstance(ref, Mapping) else ref
+        except (TypeError, RuntimeError) as exc:  # torch's out of memory is a RuntimeError
+            log.warning("autotuner: tuning on %d GPU(s) instead of %d: %s", 1 + len(lanes), 1 + len(devices), exc)
+            break
+        lanes.append(lane)
+    return lanes
+
+
+@contextmanager
+def on(device: int | None) -> Iterator[None]:
+    """This thread's current CUDA device while inside (Triton launches, events and the L2 flush follow it)."""
+    with torch.cuda.device(device) if device is not None else nullcontext():
+        yield
