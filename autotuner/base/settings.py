@@ -39,7 +39,8 @@ class Settings(BaseSettings):
     compile_workers: int = Field(0, ge=0, description="Processes compiling ahead of timing (0: from the CPU count)")
     gpus: str | None = Field(None, description="GPUs of this host that measure one problem's configs at once in "
                                                "`autotuner tune` (e.g. 0,1 or all; the first is the problem's "
-                                               "device); default: one")
+                                               "device), and a decorated kernel's tuning in its launching process "
+                                               "(with the launch's device); default: one")
     warmup_ms: float = Field(25.0, gt=0)
     rep_ms: float = Field(100.0, gt=0)
     max_problem_bytes: int | None = Field(None, gt=0, description="Refuse problems needing more memory than this "
