@@ -17,7 +17,9 @@ test by test.
     python benchmarks/libraries.py [--workloads liger_dyt,fla_gla,flag_gems_ops,tutorial_attention]
         [--json-out FILE] [--keep DIR] [--tests-dir DIR --tests "ARGS"]
 
-The libraries are the caller's to install (pinned versions: RESULTS.md says which were measured).
+The libraries are the caller's to install (pinned versions: RESULTS.md says which were measured). With
+AUTOTUNER_GPUS=0,1 in the environment, the first process tunes each key on those GPUs at once (against a run
+without it: the first process's time on several GPUs; Triton's own runs ignore it).
 """
 
 from __future__ import annotations
