@@ -13,7 +13,7 @@ import time
 from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Any
 
-from autotuner.engine import processes
+from autotuner.engine import compile_lock, processes
 from autotuner.engine.outcome import Outcome, classify, short_error
 from autotuner.engine.processes import adopt
 from autotuner.engine.trial_process import WorkerSpec, die_with_parent, warm_up
@@ -55,6 +55,7 @@ def _init(spec: WorkerSpec | None, env: dict[str, str] | None = None, device_ind
             pass
         if device_index is not None or (spec is not None and spec.device_index is not None):
             compile_only()
+        compile_lock.install()  # another worker's pool compiling the same binary is waited for, not repeated
     if spec is None:  # started ahead of its first problem (CompilePool.prestart)
         warm_up(device_index, timing=False)
         return

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
+from autotuner.engine import compile_lock
 from autotuner.engine.outcome import Outcome, classify, short_error
 from autotuner.engine.timing import Timing
 
@@ -190,6 +191,7 @@ def worker_main(conn: Connection, spec: WorkerSpec | None, env: dict[str, str],
     entered_at = time.time()  # wall clock: the parent compares it with when it asked for this process
     adopt(env)
     die_with_parent()
+    compile_lock.install()  # a binary another process is compiling into the same cache is waited for
     try:
         _serve(conn, spec, device_index, entered_at)
     except (BrokenPipeError, ConnectionResetError):

@@ -3,6 +3,7 @@ times), and a config over the device's limits still fails there."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -43,3 +44,29 @@ def test_the_compile_pool_loads_kernels_without_running_them():
     lines = out.stdout.splitlines()
     assert lines[0] == "untouched", out.stdout
     assert lines[1].startswith("out of resources") and "shared memory" in lines[1], out.stdout
+
+
+LOCKED = """
+import os, torch, triton, triton.language as tl
+from autotuner.engine import compile_lock
+
+compile_lock.install()
+
+@triton.jit
+def add_one(x_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(x_ptr + offs, tl.load(x_ptr + offs) + 1.0)
+
+x = torch.zeros(128, device="cuda")
+add_one[(1,)](x, BLOCK=128)
+torch.cuda.synchronize()
+locks = os.path.join(os.environ["TRITON_CACHE_DIR"], ".autotuner-compile-locks")
+print(bool(getattr(add_one.compile, "_autotuner_locked", False)), x.sum().item(), sum(len(f) for _, _, f in os.walk(locks)))
+"""
+
+
+def test_a_kernel_first_launched_after_the_lock_is_installed_compiles_under_it(tmp_path):
+    out = subprocess.run([sys.executable, "-c", LOCKED], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "TRITON_CACHE_DIR": str(tmp_path / "cache")})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True", "128.0", "1"], out.stdout

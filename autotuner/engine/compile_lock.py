@@ -1,0 +1,112 @@
+"""One compile of a kernel binary at a time on a host: processes about to compile the same binary into one Triton
+cache wait for the first instead of compiling it again.
+
+Several workers on one host (one per GPU) tune problems that share binaries: Triton specializes a kernel on its
+arguments' divisibility, not their values, so matmul 2048^3 and 4096^3 with one config are one binary, and two
+workers' searches, seeded alike over alike spaces, ask for the same configs at the same moments. Each compiled them
+(0.5 s of CPU a config for a Hopper matmul) into the same cache, so the host's compile pools, already what the
+searches wait on, did the work twice. Here Triton's compile entry point (`triton.compiler.compile`, which a kernel
+binds at its first launch) takes an exclusive `flock` on a file named by what decides the binary (the source and
+its dependencies, signature, specialization and constexprs; the target; the options; Triton's version and its
+cache-invalidating variables) before going to Triton: a second process blocks until the first is done, then finds
+the binary in Triton's cache. A lock is released when its process dies (a crashed or killed compile frees it); a
+wait longer than `WAIT_S` compiles anyway.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import hashlib
+import json
+import os
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+WAIT_S = 300.0
+_DIR = ".autotuner-compile-locks"  # inside Triton's cache folder: processes sharing a cache share its locks
+
+
+def cache_dir() -> Path:
+    """Triton's cache folder in this process (TRITON_CACHE_DIR, else Triton's default)."""
+    if os.environ.get("TRITON_CACHE_DIR"):
+        return Path(os.environ["TRITON_CACHE_DIR"])
+    try:
+        from triton import knobs
+
+        return Path(knobs.cache.dir)
+    except (ImportError, AttributeError):  # an older Triton
+        return Path.home() / ".triton" / "cache"
+
+
+def binary_key(src: Any, target: Any, options: dict[str, Any] | None) -> str:
+    """What decides a compile's output, hashed (not Triton's own key, whose first part hashes its whole
+    installation: its version stands in, and the cache-invalidating variables are read as Triton reads them)."""
+    import triton
+
+    env = sorted((k, v) for k, v in os.environ.items() if k.startswith("TRITON_") and k != "TRITON_CACHE_DIR")
+    text = json.dumps([triton.__version__, repr(target), src.hash(), sorted((k, repr(v)) for k, v in (options or {}).items()),
+                       env])
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@contextlib.contextmanager
+def held(path: Path, wait_s: float = WAIT_S) -> Iterator[bool]:
+    """An exclusive flock on `path` (made if missing), waited for up to `wait_s`; yields whether it was taken (a
+    folder that cannot be written, or a wait that ran out, goes on without it)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:
+        yield False
+        return
+    try:
+        deadline, pause = time.monotonic() + wait_s, 0.002
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                taken = True
+                break
+            except OSError as exc:
+                if exc.errno not in (errno.EAGAIN, errno.EACCES) or time.monotonic() >= deadline:
+                    taken = False
+                    break
+            time.sleep(pause)
+            pause = min(0.05, pause * 2)
+        yield taken
+    finally:
+        os.close(fd)  # (releases the lock)
+
+
+def locked(compile_fn: Callable[..., Any]) -> Callable[..., Any]:
+    """`compile_fn` (Triton's compile) run under the lock of the binary it is asked for."""
+
+    def compile(src: Any, target: Any = None, options: dict[str, Any] | None = None, **kw: Any) -> Any:
+        try:
+            key = binary_key(src, target, options)
+        except Exception:  # a Triton without these internals: compiled as before
+            return compile_fn(src, target=target, options=options, **kw)
+        with held(cache_dir() / _DIR / key[:2] / key):
+            return compile_fn(src, target=target, options=options, **kw)
+
+    compile._autotuner_locked = True  # type: ignore[attr-defined]
+    return compile
+
+
+def install() -> bool:
+    """Route this process's Triton compiles through the locks, for kernels first launched from now on (a kernel
+    binds `triton.compiler.compile` at its first launch on a device). False where this Triton has no such entry
+    point."""
+    try:
+        import triton.compiler as compiler
+    except ImportError:
+        return False
+    current = getattr(compiler, "compile", None)
+    if current is None:
+        return False
+    if not getattr(current, "_autotuner_locked", False):
+        compiler.compile = locked(current)
+    return True
