@@ -48,8 +48,8 @@ def binary_key(src: Any, target: Any, options: dict[str, Any] | None) -> str:
     import triton
 
     env = sorted((k, v) for k, v in os.environ.items() if k.startswith("TRITON_") and k != "TRITON_CACHE_DIR")
-    text = json.dumps([triton.__version__, repr(target), src.hash(), sorted((k, repr(v)) for k, v in (options or {}).items()),
-                       env])
+    opts = sorted((k, repr(v)) for k, v in (options or {}).items())
+    text = json.dumps([triton.__version__, repr(target), src.hash(), opts, env])
     return hashlib.sha256(text.encode()).hexdigest()
 
 
