@@ -176,12 +176,13 @@ def tune(
 
 
 def _job_gpus(text: str | None) -> int | None:
-    """`--gpus` with `--queue`: how many of its worker's GPUs measure each job (None: all the worker has)."""
-    if text is None:
+    """`--gpus` with `--queue`: how many of its worker's GPUs measure each job (None, or "all": all the worker
+    has)."""
+    if text is None or text.strip() == "all":
         return None
     if not text.strip().isdigit() or not 1 <= int(text) <= 64:
-        fail(f"with --queue, --gpus is how many of a worker's GPUs measure each job at once (1-64, e.g. 2; the worker's "
-             f"own --gpus says which), got {text!r}")
+        fail(f"with --queue, --gpus is how many of a worker's GPUs measure each job at once (1-64 or all, e.g. 2; the "
+             f"worker's own --gpus says which), got {text!r}")
     return int(text)
 
 
