@@ -83,8 +83,8 @@ def test_a_worker_on_two_gpus_measures_each_job_on_as_many_as_it_asks(tmp_path):
     first = store.job(one)
     assert first is not None and first.gpus == 1 and first.started_at and first.finished_at
     # the one-GPU job's configs all measured by one process, one after the other
-    window = tuple(t.replace(tzinfo=t.tzinfo or timezone.utc).timestamp() for t in (first.started_at, first.finished_at))
-    assert _overlapping_pids(log, window) == (1, False)
+    start, end = (t.replace(tzinfo=t.tzinfo or timezone.utc).timestamp() for t in (first.started_at, first.finished_at))
+    assert _overlapping_pids(log, (start, end)) == (1, False)
     # the later jobs' lanes are kept processes: two processes in all, launching at once
     assert _overlapping_pids(log) == (2, True)
 

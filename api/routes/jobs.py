@@ -47,11 +47,10 @@ def router(ops: list[TunableOp[Any]]) -> APIRouter:
             check_queueable(op, problem, [d.total_memory for d in store.devices()], st.settings.max_problem_bytes)
         except ProblemTooLarge as exc:
             raise serving.InputError("shape", str(exc), location="body") from None
-        job_id = store.queue_job(op=op.name, shape=problem.shape, dtype=problem.dtype,
-                                 options=op.options_of(problem),
-                                 strategy=body.strategy, budget_trials=body.trials,  # type: ignore[attr-defined]
-                                 budget_seconds=body.time_budget_s, priority=body.priority,  # type: ignore[attr-defined]
-                                 gpus=body.gpus)  # type: ignore[attr-defined]
+        b: Any = body  # (a model built from the registry: its fields are JobCommon's)
+        job_id = store.queue_job(op=op.name, shape=problem.shape, dtype=problem.dtype, options=op.options_of(problem),
+                                 strategy=b.strategy, budget_trials=b.trials, budget_seconds=b.time_budget_s,
+                                 priority=b.priority, gpus=b.gpus)
         job = store.job(job_id)
         assert job is not None
         response.headers["Location"] = f"/jobs/{job_id}"

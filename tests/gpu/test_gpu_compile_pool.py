@@ -61,7 +61,8 @@ x = torch.zeros(128, device="cuda")
 add_one[(1,)](x, BLOCK=128)
 torch.cuda.synchronize()
 locks = os.path.join(os.environ["TRITON_CACHE_DIR"], ".autotuner-compile-locks")
-print(bool(getattr(add_one.compile, "_autotuner_locked", False)), x.sum().item(), sum(len(f) for _, _, f in os.walk(locks)))
+kept = sum(len(files) for _, _, files in os.walk(locks))
+print(bool(getattr(add_one.compile, "_autotuner_locked", False)), x.sum().item(), kept)
 """
 
 
