@@ -1,6 +1,7 @@
 """`autotuner.autotune`: a drop-in for `@triton.autotune` whose results persist in the database, are shared
 through the service, and can be tuned offline by workers. `autotuned.Autotuned` is the decorated kernel;
-`kernel_problem` the problem a key names and the recorded call a worker replays.
+`kernel_problem` the problem a key names and the recorded call a worker replays; `lanes` the further GPUs a
+first tuning may use (AUTOTUNER_GPUS).
 
 May import: `autotuner.launch` (lookup, kept binaries), `autotuner.engine` (tuning in process), `autotuner.store`,
 `autotuner.base`, the ground floor.
