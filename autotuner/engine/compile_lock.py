@@ -6,11 +6,10 @@ arguments' divisibility, not their values, so matmul 2048^3 and 4096^3 with one 
 workers' searches, seeded alike over alike spaces, ask for the same configs at the same moments. Each compiled them
 (0.5 s of CPU a config for a Hopper matmul) into the same cache, so the host's compile pools, already what the
 searches wait on, did the work twice. Here Triton's compile entry point (`triton.compiler.compile`, which a kernel
-binds at its first launch) takes an exclusive `flock` on a file named by what decides the binary (the source and
-its dependencies, signature, specialization and constexprs; the target; the options; Triton's version and its
-cache-invalidating variables) before going to Triton: a second process blocks until the first is done, then finds
-the binary in Triton's cache. A lock is released when its process dies (a crashed or killed compile frees it); a
-wait longer than `WAIT_S` compiles anyway.
+binds at its first launch) takes an exclusive `flock` on a file named by what decides the binary
+(`kernels._compile_key`, as the kept binaries key it) before going to Triton: a second process blocks until the
+first is done, then finds the binary in Triton's cache. A lock is released when its process dies (a crashed or
+killed compile frees it); a wait longer than `WAIT_S` compiles anyway.
 """
 
 from __future__ import annotations
@@ -18,13 +17,13 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
-import hashlib
-import json
 import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+
+from kernels._compile_key import compile_key
 
 WAIT_S = 300.0
 _DIR = ".autotuner-compile-locks"  # inside Triton's cache folder: processes sharing a cache share its locks
@@ -40,17 +39,6 @@ def cache_dir() -> Path:
         return Path(knobs.cache.dir)
     except (ImportError, AttributeError):  # an older Triton
         return Path.home() / ".triton" / "cache"
-
-
-def binary_key(src: Any, target: Any, options: dict[str, Any] | None) -> str:
-    """What decides a compile's output, hashed (not Triton's own key, whose first part hashes its whole
-    installation: its version stands in, and the cache-invalidating variables are read as Triton reads them)."""
-    import triton
-
-    env = sorted((k, v) for k, v in os.environ.items() if k.startswith("TRITON_") and k != "TRITON_CACHE_DIR")
-    opts = sorted((k, repr(v)) for k, v in (options or {}).items())
-    text = json.dumps([triton.__version__, repr(target), src.hash(), opts, env])
-    return hashlib.sha256(text.encode()).hexdigest()
 
 
 @contextlib.contextmanager
@@ -86,7 +74,7 @@ def locked(compile_fn: Callable[..., Any]) -> Callable[..., Any]:
 
     def compile(src: Any, target: Any = None, options: dict[str, Any] | None = None, **kw: Any) -> Any:
         try:
-            key = binary_key(src, target, options)
+            key = compile_key(src, target, options)
         except Exception:  # a Triton without these internals: compiled as before
             return compile_fn(src, target=target, options=options, **kw)
         with held(cache_dir() / _DIR / key[:2] / key):
