@@ -17,7 +17,7 @@ import torch
 
 from autotuner.decorator.engine_view import EngineView
 from autotuner.decorator.keys import Miss
-from autotuner.decorator.lanes import QUEUE_SLACK_S, Lane, further_devices, on, set_up, why_one_lane
+from autotuner.decorator.lanes import QUEUE_SLACK_S, Lane, lane_devices, on, set_up
 from autotuner.engine.measure import InOrderMeasurer
 from autotuner.engine.outcome import Outcome, classify, short_error
 from autotuner.engine.timing import Timing, time_fn
@@ -159,7 +159,7 @@ def tune_here(view: EngineView, miss: Miss) -> tuple[dict[str, Any], str]:
         plan = Plan(strategy="exhaustive" if pruned is not None else "tpe",
                     trials=spec.trials or (len(pruned) if pruned is not None else None), reuse=True,
                     candidates=tuple(pruned) if pruned is not None else None)
-        measurer = CallMeasurer(view, miss, more_devices(view, miss, settings.gpus))
+        measurer = CallMeasurer(view, miss, lane_devices(spec, miss.device, settings.gpus))
         result = tune(view.op, problem, store=store, settings=settings, plan=plan, device=device, measurer=measurer)
     finally:
         store.release_tuning(op=spec.name, problem_key=problem.key, device_key=device.key, owner=owner)
@@ -171,23 +171,6 @@ def tune_here(view: EngineView, miss: Miss) -> tuple[dict[str, Any], str]:
     on_gpus = f" on {measurer.lanes} GPUs" if measurer.lanes > 1 else ""
     return winner, (f"tuned here (run {result.run_id}, {len(result.trials)} configs measured{on_gpus}{ahead}; "
                     f"{result.phase_summary()})")
-
-
-def more_devices(view: EngineView, miss: Miss, gpus: str | None) -> list[int | None]:
-    """The further devices AUTOTUNER_GPUS lets this tuning measure on (autotuner.decorator.lanes); none where the
-    kernel must stay on its launch's device, said once per kernel."""
-    devices = further_devices(gpus, miss.device) if gpus else []
-    why = why_one_lane(view.spec) if devices else None
-    if why is not None:
-        if view.spec.name not in _SAID_ONE_LANE:
-            _SAID_ONE_LANE.add(view.spec.name)
-            log.warning("autotuner: %s is tuned on its launch's GPU only (AUTOTUNER_GPUS=%s): %s", view.spec.name,
-                        gpus, why)
-        return []
-    return devices
-
-
-_SAID_ONE_LANE: set[str] = set()
 
 
 def tune_in_memory(view: EngineView, miss: Miss, pruned: list[dict[str, Any]] | None) -> dict[str, Any]:

@@ -82,6 +82,22 @@ def further_devices(gpus: str | None, device: DeviceInfo) -> list[int | None]:
     return out
 
 
+def lane_devices(spec: KernelSpec, device: DeviceInfo, gpus: str | None) -> list[int | None]:
+    """The further devices AUTOTUNER_GPUS (`gpus`) lets a first tuning of this kernel measure on, launched on
+    `device`; none where the kernel must stay on its launch's device (`why_one_lane`, said once per kernel)."""
+    devices = further_devices(gpus, device) if gpus else []
+    why = why_one_lane(spec) if devices else None
+    if why is None:
+        return devices
+    if spec.name not in _SAID_ONE_LANE:
+        _SAID_ONE_LANE.add(spec.name)
+        log.warning("autotuner: %s is tuned on its launch's GPU only (AUTOTUNER_GPUS=%s): %s", spec.name, gpus, why)
+    return []
+
+
+_SAID_ONE_LANE: set[str] = set()
+
+
 def copied(named: Mapping[str, Any], device: int | None) -> dict[str, Any]:
     """The arguments with every tensor copied to `device` (None: the CPU), keeping their shapes, strides, offsets
     and aliasing (arguments that shared memory share the copy of it); a dataclass argument (a host tensor
