@@ -44,6 +44,7 @@ SUITE: list[tuple[str, str, str, dict[str, object]]] = [
     ("matmul", "4096x14336x4096", "bfloat16", {}),
     ("matmul", "3000x6144x4096", "bfloat16", {}),
     ("matmul", "16x8192x8192", "float16", {}),
+    ("matmul", "64x4096x14336", "bfloat16", {}),  # Llama-3-8B's MLP down projection, a decode step of 64 sequences
     ("softmax", "4096x4096", "float16", {}),
     ("softmax", "16384x1024", "float16", {}),
     ("softmax", "1024x32768", "float32", {}),
@@ -51,6 +52,8 @@ SUITE: list[tuple[str, str, str, dict[str, object]]] = [
     ("softmax", "65536x256", "float16", {}),
     ("softmax", "8192x2048", "bfloat16", {}),
     ("softmax", "2048x16384", "float16", {}),
+    ("softmax", "32x128256", "bfloat16", {}),  # sampling: 32 sequences' logits over Llama-3's vocabulary
+    ("softmax", "8x151936", "float32", {}),  # 8 sequences' float32 logits over Qwen2's vocabulary
     ("layernorm", "4096x4096", "float16", {}),
     ("layernorm", "16384x1024", "bfloat16", {}),
     ("gelu", "4096x4096", "float16", {}),

@@ -5,6 +5,11 @@ registers (one read, one write); otherwise the row is streamed in BLOCK_N chunks
 (two reads, one write). Computation is in float32; the output has the input dtype. With PERSIST=k the grid is k
 programs per SM, each walking row blocks in a loop software-pipelined PERSIST_STAGES deep (the next blocks' loads
 in flight while this one reduces: few long rows keep an SM busy that one block at a time left idle).
+
+With SPLIT=s > 1 (rows fewer than the SMs, e.g. a batch of a vocabulary's logits), each row is cut into s chunks
+and two launches run over (row, chunk): the first streams each chunk once for its max and sum of exponentials,
+the second combines its row's s partial (max, sum) pairs and streams the chunk again to write it, chunks taken
+last-read-first so that the second read finds them in the L2 when the input fits there.
 """
 
 from __future__ import annotations
@@ -34,7 +39,8 @@ else:
 
 DTYPES = ("float16", "bfloat16", "float32")
 PARAMS = ("BLOCK_N", "ROWS")
-OPTIONAL = {"PERSIST": 0}  # 0: a program per ROWS rows; k: k programs per SM walking the row blocks
+# PERSIST 0: a program per ROWS rows; k: k programs per SM walking the row blocks. SPLIT: programs per row.
+OPTIONAL = {"PERSIST": 0, "SPLIT": 1}
 # How deep the PERSIST row loop is pipelined. Fixed rather than a choice: on an H200 only three stages paid
 # (1024x32768 fp16: 41.7 us, against 54-55 us with one or two), and a best config that needed PERSIST, three stages
 # and the whole row at once was a needle no search found (3 of 10 replays; benchmarks/RESULTS.md).
@@ -94,6 +100,66 @@ def softmax_kernel(
                       stride_ym, BLOCK_N, ROWS, SINGLE_PASS)
 
 
+@triton.jit
+def _chunk(n_cols, CHUNK, SPLIT: tl.constexpr, REVERSED: tl.constexpr):
+    """This program's row and its chunk's columns [start, end); REVERSED takes the (row, chunk) pairs from the last."""
+    row = tl.program_id(0)
+    part = tl.program_id(1)
+    if REVERSED:
+        row = tl.num_programs(0) - 1 - row
+        part = SPLIT - 1 - part
+    start = part * CHUNK
+    return row, start, tl.minimum(start + CHUNK, n_cols)
+
+
+@triton.jit
+def softmax_split_stats_kernel(x_ptr, ws_ptr, n_cols, stride_xm, CHUNK, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr):
+    """SPLIT > 1, first launch: the max m and the sum of exp(x - m) of one chunk of a row, into ws[row, part]."""
+    row, start, end = _chunk(n_cols, CHUNK, SPLIT, False)
+    x_row = x_ptr + row.to(tl.int64) * stride_xm
+    m = -float("inf")
+    s = 0.0
+    for off in range(start, end, BLOCK_N):
+        c = off + tl.arange(0, BLOCK_N)
+        x = tl.load(x_row + c, mask=c < end, other=-float("inf")).to(tl.float32)
+        m_new = tl.maximum(m, tl.max(x, axis=0))
+        m_safe = tl.where(m_new == -float("inf"), 0.0, m_new)  # a chunk all -inf so far: no NaN
+        s = s * tl.exp(m - m_safe) + tl.sum(tl.exp(x - m_safe), axis=0)
+        m = m_new
+    ws = ws_ptr + (row.to(tl.int64) * SPLIT + tl.program_id(1)) * 2
+    tl.store(ws, m)
+    tl.store(ws + 1, s)
+
+
+@triton.jit
+def softmax_split_norm_kernel(x_ptr, y_ptr, ws_ptr, n_cols, stride_xm, stride_ym, CHUNK, BLOCK_N: tl.constexpr,
+                              SPLIT: tl.constexpr):
+    """SPLIT > 1, second launch: the row's max and sum from its chunks' partials, then the chunk written."""
+    row, start, end = _chunk(n_cols, CHUNK, SPLIT, True)
+    parts = (row.to(tl.int64) * SPLIT + tl.arange(0, SPLIT)) * 2
+    m_parts = tl.load(ws_ptr + parts)
+    m = tl.max(m_parts, axis=0)
+    m_safe = tl.where(m == -float("inf"), 0.0, m)
+    inv = 1.0 / tl.sum(tl.load(ws_ptr + parts + 1) * tl.exp(m_parts - m_safe), axis=0)
+    x_row = x_ptr + row.to(tl.int64) * stride_xm
+    y_row = y_ptr + row.to(tl.int64) * stride_ym
+    for off in range(start, end, BLOCK_N):
+        c = off + tl.arange(0, BLOCK_N)
+        x = tl.load(x_row + c, mask=c < end, other=-float("inf")).to(tl.float32)
+        tl.store(y_row + c, (tl.exp(x - m_safe) * inv).to(y_ptr.dtype.element_ty), mask=c < end)
+
+
+def split_unsupported(config: Mapping[str, Any]) -> str | None:
+    """Why a config's SPLIT cannot run (None: it can): a power of two up to 64, with one row per program and no
+    PERSIST."""
+    split = config.get("SPLIT", 1)
+    if split not in (1, 2, 4, 8, 16, 32, 64):
+        return f"SPLIT must be a power of two from 1 to 64, got {split}"
+    if split > 1 and (config.get("ROWS") != 1 or config.get("PERSIST", 0)):
+        return f"SPLIT={split} cuts one row over programs: it needs ROWS=1 and PERSIST=0, got {dict(config)}"
+    return None
+
+
 def prepare(x: torch.Tensor, config: Mapping[str, Any]) -> Callable[[torch.Tensor], torch.Tensor]:
     """Check x and the config once; the returned launch(x) takes any tensor with this x's dtype, shape, strides,
     device and 16-byte alignment, and launches without checking again."""
@@ -109,6 +175,11 @@ def prepare(x: torch.Tensor, config: Mapping[str, Any]) -> Callable[[torch.Tenso
         stride, flatten = x.view(-1, n_cols).stride(0), False  # rows reachable by one stride: launch on x itself
     except RuntimeError:
         stride, flatten = n_cols, True  # leading dimensions that do not flatten: copy into rows first
+    unsupported = split_unsupported(cfg)
+    if unsupported:
+        raise ValueError(f"softmax: {unsupported}")
+    if cfg["SPLIT"] > 1:
+        return _prepare_split(shape, dtype, device, n_rows, n_cols, stride, flatten, cfg)
     blocks = triton.cdiv(n_rows, cfg["ROWS"])
     persist = cfg["PERSIST"]
     if persist:  # PERSIST programs per SM, at most one per row block
@@ -120,6 +191,25 @@ def prepare(x: torch.Tensor, config: Mapping[str, Any]) -> Callable[[torch.Tenso
     def launch(x: torch.Tensor) -> torch.Tensor:
         y = new_output(shape, dtype, device)
         launcher(x.reshape(-1, n_cols) if flatten else x, y, n_rows, n_cols, stride, n_cols)
+        return y
+
+    return launch
+
+
+def _prepare_split(shape: Any, dtype: Any, device: Any, n_rows: int, n_cols: int, stride: int, flatten: bool,
+                   cfg: Mapping[str, Any]) -> Callable[[torch.Tensor], torch.Tensor]:
+    split, block = cfg["SPLIT"], cfg["BLOCK_N"]
+    chunk = triton.cdiv(triton.cdiv(n_cols, split), block) * block  # whole blocks per chunk
+    meta = dict(BLOCK_N=block, SPLIT=split, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+    stats = Launcher(softmax_split_stats_kernel, (n_rows, split), meta)
+    norm = Launcher(softmax_split_norm_kernel, (n_rows, split), meta)
+
+    def launch(x: torch.Tensor) -> torch.Tensor:
+        y = new_output(shape, dtype, device)
+        ws = torch.empty(n_rows * split * 2, dtype=torch.float32, device=device)
+        rows = x.reshape(-1, n_cols) if flatten else x
+        stats(rows, ws, n_cols, stride, chunk)
+        norm(rows, y, ws, n_cols, stride, n_cols, chunk)
         return y
 
     return launch

@@ -180,13 +180,31 @@ def _persistent(c: Config, p: MatmulProblem, d: DeviceLimits) -> str | None:
     return None
 
 
+def _few_tiles(c: Config, p: MatmulProblem, d: DeviceLimits) -> bool:
+    """Whether the output tiles leave SMs idle: the problems (skinny M, decode's) whose few tiles each stream a
+    long K, where split-K and long K steps are for."""
+    return -(-p.M // c["BLOCK_M"]) * -(-p.N // c["BLOCK_N"]) < d.sm_count
+
+
+def _skinny_tiles(c: Config, p: MatmulProblem, d: DeviceLimits) -> str | None:
+    """Decode's tiles: 16 rows only where M <= 16, K steps of 256 only where the tiles leave SMs idle (on an H100,
+    64x4096x14336 bf16 ran 1.057x cuBLAS with 64x32x256 tiles against 1.041x at best without them; 16x8192x8192
+    1.008x with 16x64x256 against 1.002x: benchmarks/RESULTS.md)."""
+    if c["BLOCK_M"] == 16 and p.M > 16:
+        return f"BLOCK_M=16 is for M <= 16 (M={p.M}: 32 rows or more per tile read B fewer times)"
+    if c["BLOCK_K"] == 256 and not _few_tiles(c, p, d):
+        return (f"BLOCK_K=256 is for problems whose output tiles do not fill the device's {d.sm_count} SMs "
+                f"({-(-p.M // c['BLOCK_M']) * -(-p.N // c['BLOCK_N'])} tiles here)")
+    return None
+
+
 def _split_k(c: Config, p: MatmulProblem, d: DeviceLimits) -> str | None:
     if c["SPLIT_K"] == 1:
         return None
     if c["TMA"]:
         return f"SPLIT_K={c['SPLIT_K']}: TMA={c['TMA']} works with SPLIT_K=1 only"
     tiles = -(-p.M // c["BLOCK_M"]) * -(-p.N // c["BLOCK_N"])
-    if tiles >= d.sm_count:
+    if not _few_tiles(c, p, d):
         return f"SPLIT_K={c['SPLIT_K']}: {tiles} output tiles already fill the device's {d.sm_count} SMs"
     if p.K // c["SPLIT_K"] < MIN_K_PER_SPLIT:
         return (f"SPLIT_K={c['SPLIT_K']} leaves {p.K // c['SPLIT_K']} of K={p.K} per split (at least {MIN_K_PER_SPLIT}: "
@@ -210,21 +228,30 @@ def default(p: MatmulProblem, d: DeviceLimits) -> Config:
 def seeds(p: MatmulProblem, d: DeviceLimits) -> list[Config]:
     """On Hopper GPUs, the 128x256x64 tiles that won every large problem of the H100 suite, through TMA and
     through pointers (benchmarks/RESULTS.md), and the same tiles persistent (with and without warp
-    specialization, and with the last partial wave in half-width tiles), measured right after the default; the
-    ones a problem rules out (tiles larger than it, shared memory, too few tiles to persist over) are dropped."""
+    specialization, and with the last partial wave in half-width tiles), measured right after the default; for
+    M <= 64 first the thin tiles that won decode's problems (split-K, K steps of 256). The ones a problem rules
+    out (tiles larger than it, shared memory, too few tiles to persist over, split-K over too short a K) are
+    dropped."""
     if not hopper(d):
         return []
     big = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8, "SPLIT_K": 1, "num_warps": 8, "num_stages": 3}
-    return [{**big, "TMA": 1}, {**big, "TMA": 0}, {**big, "TMA": 0, "num_stages": 4}, {**big, "TMA": 2},
-            {**big, "TMA": 2, "SUBTILE": 1, "num_stages": 4}, {**big, "TMA": 3},
-            {**big, "TMA": 2, "SUBTILE": 1, "TAIL_SPLIT": 1, "num_stages": 4}]
+    seeds = [{**big, "TMA": 1}, {**big, "TMA": 0}, {**big, "TMA": 0, "num_stages": 4}, {**big, "TMA": 2},
+             {**big, "TMA": 2, "SUBTILE": 1, "num_stages": 4}, {**big, "TMA": 3},
+             {**big, "TMA": 2, "SUBTILE": 1, "TAIL_SPLIT": 1, "num_stages": 4}]
+    if p.M <= 64:  # decode's skinny problems: the winners of the H100's landscapes at M = 16, 32 and 64
+        rows = clamp(next_pow2(p.M), 16, 64)
+        thin = {"BLOCK_M": rows, "GROUP_M": 1, "SPLIT_K": 1, "TMA": 0, "num_warps": 4}
+        seeds = [{**thin, "BLOCK_N": 64, "BLOCK_K": 128, "SPLIT_K": 2, "num_stages": 5},
+                 {**thin, "BLOCK_N": 32, "BLOCK_K": 256, "TMA": 1, "num_stages": 4},
+                 {**thin, "BLOCK_N": 64, "BLOCK_K": 256, "num_stages": 3}, *seeds]
+    return seeds
 
 
 SPACE: Space[MatmulProblem] = Space(
     params=(
-        Param("BLOCK_M", (32, 64, 128, 256)),
+        Param("BLOCK_M", (16, 32, 64, 128, 256)),
         Param("BLOCK_N", (32, 64, 128, 256)),
-        Param("BLOCK_K", (32, 64, 128)),
+        Param("BLOCK_K", (32, 64, 128, 256)),
         Param("GROUP_M", (1, 8)),
         Param("SPLIT_K", (1, 2, 4, 8), implied=1),
         Param("TMA", (0, 1, 2, 3), implied=0),  # pointers, TMA, persistent TMA, that warp-specialized
@@ -233,8 +260,8 @@ SPACE: Space[MatmulProblem] = Space(
         Param("num_warps", (4, 8)),
         Param("num_stages", (2, 3, 4, 5)),
     ),
-    constraints=(_fits_smem, _tile_vs_problem, _warps_vs_tile, _accumulator_fits_registers, _grouping, _split_k,
-                 _persistent, tma_needs_hopper),
+    constraints=(_fits_smem, _tile_vs_problem, _skinny_tiles, _warps_vs_tile, _accumulator_fits_registers,
+                 _grouping, _split_k, _persistent, tma_needs_hopper),
     default_fn=default,
     seeds_fn=seeds,
 )

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from kernels._torch import lazy
-from kernels.softmax import PERSIST_STAGES
+from kernels.softmax import PERSIST_STAGES, split_unsupported
 from search_spaces.problem import (
     ELEMENT_BYTES,
     ProblemBase,
@@ -105,8 +105,8 @@ def _warps_vs_tile(c: Config, p: RowwiseProblem, d: DeviceLimits) -> str | None:
 
 
 def _stages_need_loop(c: Config, p: RowwiseProblem, d: DeviceLimits) -> str | None:
-    if c["num_stages"] > 1 and c["BLOCK_N"] >= p.cols:
-        return "num_stages > 1 pipelines a loop, and with BLOCK_N covering the row there is none"
+    if c["num_stages"] > 1 and c["BLOCK_N"] >= -(-p.cols // c.get("SPLIT", 1)):
+        return "num_stages > 1 pipelines a loop, and with BLOCK_N covering the row (or its chunk) there is none"
     return None
 
 
@@ -133,6 +133,27 @@ def _persist_needs_rows(c: Config, p: RowwiseProblem, d: DeviceLimits) -> str | 
     return None
 
 
+# Below this many columns per chunk, cutting rows over programs costs more in partials than it gains.
+MIN_COLS_PER_SPLIT = 1024
+
+
+def _split_needs_few_rows(c: Config, p: RowwiseProblem, d: DeviceLimits) -> str | None:
+    """SPLIT=s cuts each row over s programs (softmax's, two launches): for rows too few to give every SM a
+    program of their own (up to twice the SMs), in chunks of whole blocks of at least MIN_COLS_PER_SPLIT columns."""
+    split = c.get("SPLIT", 1)
+    if split == 1:
+        return None
+    unsupported = split_unsupported(c)
+    if unsupported:
+        return unsupported
+    if p.rows >= 2 * d.sm_count:
+        return f"SPLIT={split}: {p.rows} rows already give each of the device's {d.sm_count} SMs two programs"
+    if p.cols // split < max(MIN_COLS_PER_SPLIT, c["BLOCK_N"]):
+        return (f"SPLIT={split} leaves {p.cols // split} columns per chunk (at least BLOCK_N={c['BLOCK_N']} and "
+                f"{MIN_COLS_PER_SPLIT})")
+    return None
+
+
 def default(p: RowwiseProblem, d: DeviceLimits) -> Config:
     """The whole row in one block (up to 32768 columns), a few rows per program for short rows."""
     block = clamp(next_pow2(p.cols), 32, 32768)
@@ -149,21 +170,30 @@ def long_rows_seeds(p: RowwiseProblem, d: DeviceLimits) -> list[Config]:
     benchmarks/RESULTS.md)."""
     if p.cols < 8192:
         return []
-    return [{"BLOCK_N": next_pow2(p.cols), "ROWS": 1, "num_warps": 16, "num_stages": 1, "PERSIST": 1}]
+    seeds = [{"BLOCK_N": next_pow2(p.cols), "ROWS": 1, "num_warps": 16, "num_stages": 1, "PERSIST": 1}]
+    if p.rows < d.sm_count:  # few rows: each cut over enough programs for two per SM, in 4096-column blocks
+        split = 2
+        while split < 64 and p.rows * split < 2 * d.sm_count and p.cols // (2 * split) >= 4096:
+            split *= 2
+        stages = 2 if p.cols // split > 4096 else 1  # a loop over the chunk to pipeline, or none
+        seeds.insert(0, {"BLOCK_N": 4096, "ROWS": 1, "num_warps": 8, "num_stages": stages, "PERSIST": 0,
+                         "SPLIT": split})
+    return seeds
 
 
 def make_space(persist: bool = False) -> Space[RowwiseProblem]:
-    """The row-wise space; `persist`: with the kernel's PERSIST parameter (softmax's)."""
+    """The row-wise space; `persist`: with the softmax kernel's PERSIST and SPLIT parameters."""
     return Space(
         params=(
             Param("BLOCK_N", pow2_range(32, 65536)),
             Param("ROWS", (1, 2, 4, 8, 16)),
             Param("num_warps", (1, 2, 4, 8, 16)),
             Param("num_stages", (1, 2)),
-            *((Param("PERSIST", (0, 1, 2, 4), implied=0),) if persist else ()),
+            *((Param("PERSIST", (0, 1, 2, 4), implied=0), Param("SPLIT", (1, 2, 4, 8, 16, 32, 64), implied=1))
+              if persist else ()),
         ),
         constraints=(_block_vs_row, _rows_vs_problem, _warps_vs_tile, _stages_need_loop, _stages_fit_smem,
-                     *((_persist_needs_rows,) if persist else ())),
+                     *((_persist_needs_rows, _split_needs_few_rows) if persist else ())),
         default_fn=default,
         seeds_fn=long_rows_seeds if persist else None,
     )

@@ -65,13 +65,49 @@ def test_persistent_softmax_walks_every_row_block(dtype, device):
             assert result.ok, f"{problem.key} {cfg}: {result.message}"
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+def test_split_softmax_cuts_rows_over_programs(dtype, device):
+    """SPLIT=s: each row cut into s chunks of whole blocks over two launches (partial max and sum, then the row
+    written): columns that do not fill the last chunk, chunks left empty, leading dimensions, a row of -inf
+    but one value, and the seed a few long rows get."""
+    op = get_op("softmax")
+    for shape, split, block in (("3x1000", 4, 64), ("2x3x130", 8, 32), ("5x4100", 2, 1024), ("1x96", 4, 32)):
+        problem = op.parse_problem(shape, dtype)
+        inputs = op.make_inputs(problem, device.torch_device)
+        if shape == "3x1000":
+            inputs["x"][1] = float("-inf")
+            inputs["x"][1, 777] = 3.0  # all of row 1 in one chunk's single value
+        ref = op.reference(inputs)
+        for stages in (1, 2):
+            cfg = {"BLOCK_N": block, "ROWS": 1, "num_warps": 2, "num_stages": stages, "SPLIT": split}
+            out = op.run(inputs, cfg)
+            result = op.check(out, ref, problem)
+            assert result.ok, f"{problem.key} {cfg}: {result.message}"
+    with pytest.raises(ValueError, match="ROWS=1 and PERSIST=0"):
+        op.run(inputs, {"BLOCK_N": 32, "ROWS": 2, "num_warps": 1, "num_stages": 1, "SPLIT": 2})
+    with pytest.raises(ValueError, match="power of two from 1 to 64"):
+        op.run(inputs, {"BLOCK_N": 32, "ROWS": 1, "num_warps": 1, "num_stages": 1, "SPLIT": 3})
+
+
+def test_rows_are_split_only_where_they_are_too_few(device):
+    space = get_op("softmax").space
+    limits = DeviceInfo("NVIDIA H100 80GB HBM3", (9, 0), 132, 80 << 30, 232448, "cuda:0")
+    logits = get_op("softmax").parse_problem("32x128256", "bfloat16")  # a batch of a vocabulary's logits
+    seed = space.seeds(logits, limits)[0]
+    assert seed["SPLIT"] == 16 and space.violations(seed, logits, limits) == []
+    many = get_op("softmax").parse_problem("1024x32768", "float16")
+    assert "already give each" in " ".join(space.violations({**seed, "num_stages": 1}, many, limits))
+    assert "columns per chunk" in " ".join(space.violations({**seed, "SPLIT": 64}, logits, limits))
+    assert not any(c["SPLIT"] > 1 for c in space.candidates(many, limits))
+
+
 def test_the_persistent_row_loop_is_for_whole_rows_and_enough_of_them(device):
     space = get_op("softmax").space
     limits = DeviceInfo("NVIDIA H100 80GB HBM3", (9, 0), 132, 80 << 30, 232448, "cuda:0")  # as an H100 reads
     problem = get_op("softmax").parse_problem("1024x32768", "float16")
     whole = {"BLOCK_N": 32768, "ROWS": 1, "num_warps": 16, "num_stages": 1, "PERSIST": 1}
     assert space.violations(whole, problem, limits) == []
-    assert space.seeds(problem, limits) == [whole]
+    assert space.seeds(problem, limits) == [{**whole, "SPLIT": 1}]
     assert "streams 32768 columns" in " ".join(space.violations({**whole, "BLOCK_N": 8192}, problem, limits))
     assert "there is none" in " ".join(space.violations({**whole, "num_stages": 2}, problem, limits))
     few = get_op("softmax").parse_problem("200x32768", "float16")  # 200 rows: one program per SM is enough
@@ -158,15 +194,16 @@ def test_matmul_tma_falls_back_to_pointers_where_rows_are_not_aligned(device):
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
-@pytest.mark.parametrize("shape, epilogue, split", [("32x64x256", "none", 4), ("40x96x200", "bias_gelu", 2),
-                                                    ("70x33x520", "relu", 8), ("33x32x96", "bias", 2)])
-def test_matmul_split_k_matches_reference_and_leaves_counters_at_zero(shape, epilogue, split, dtype, device):
+@pytest.mark.parametrize("shape, epilogue, split, block_m", [("32x64x256", "none", 4, 32), ("40x96x200", "bias_gelu", 2, 32),
+                                                             ("70x33x520", "relu", 8, 32), ("33x32x96", "bias", 2, 32),
+                                                             ("12x64x272", "bias", 4, 16)])
+def test_matmul_split_k_matches_reference_and_leaves_counters_at_zero(shape, epilogue, split, block_m, dtype, device):
     km = importlib.import_module("kernels.matmul")  # the package exports a function of the same name
     op = get_op("matmul")
     problem = op.parse_problem(shape, dtype, epilogue=epilogue)
     inputs = op.make_inputs(problem, device.torch_device)
-    cfg = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16 if problem.K < 256 else 32, "GROUP_M": 1, "SPLIT_K": split,
-           "num_warps": 4, "num_stages": 2}
+    cfg = {"BLOCK_M": block_m, "BLOCK_N": 32, "BLOCK_K": 16 if problem.K < 256 else 32, "GROUP_M": 1,
+           "SPLIT_K": split, "num_warps": 4, "num_stages": 2}
     ref = op.reference(inputs)
     for _ in range(2):  # the second launch reuses the tile counters the first left behind
         result = op.check(op.run(inputs, cfg), ref, problem)

@@ -112,6 +112,13 @@ def test_matmul_split_k_only_where_tiles_do_not_fill_the_device():
     assert any("already fill" in r for r in op.space.violations(big, square, H100))
     assert any("per split (at least 1024" in r for r in op.space.violations({**cfg, "SPLIT_K": 8},
                                                                             op.parse_problem("32x4096x4096"), H100))
+    # Decode's skinny tiles: 16 rows where M <= 16, K steps of 256 only where the tiles leave SMs idle.
+    assert op.space.violations({**cfg, "BLOCK_M": 16}, op.parse_problem("16x4096x4096"), H100) == []
+    assert any("BLOCK_M=16 is for M <= 16" in r for r in op.space.violations({**cfg, "BLOCK_M": 16}, skinny, H100))
+    long_k = {**cfg, "BLOCK_K": 256, "num_stages": 3}
+    assert op.space.violations(long_k, skinny, H100) == []
+    assert any("BLOCK_K=256 is for" in r for r in op.space.violations({**big, "BLOCK_K": 256, "num_stages": 2},
+                                                                      square, H100))
     # A config that leaves SPLIT_K out (written before it existed) means SPLIT_K=1.
     old = {k: v for k, v in big.items() if k != "SPLIT_K"}
     assert op.space.validate(old, square, H100)["SPLIT_K"] == 1
@@ -152,7 +159,12 @@ def test_matmul_tma_rules_and_seeds():
     wide = op.parse_problem("4096x512x4096", "float16")
     assert any("give every program one tile" in r for r in op.space.violations({**cfg, "TMA": 2}, wide, H100))
     assert op.space.violations({**cfg, "TMA": 3}, square, H100) == []
-    assert op.space.seeds(square, ampere) == [] and op.space.seeds(skinny, H100) == []  # tiles too big for M=32
+    assert op.space.seeds(square, ampere) == []
+    # M=32: the big tiles are too big; decode's thin tiles instead (split-K, K steps of 256), each valid
+    thin = op.space.seeds(skinny, H100)
+    assert [(c["BLOCK_M"], c["BLOCK_N"], c["BLOCK_K"], c["SPLIT_K"], c["TMA"]) for c in thin] == [
+        (32, 64, 128, 2, 0), (32, 32, 256, 1, 1), (32, 64, 256, 1, 0)]
+    assert all(op.space.violations(c, skinny, H100) == [] for c in thin)
     assert op.space.default(square, H100)["TMA"] == 0  # the default stays the tutorial's pointer kernel
 
 

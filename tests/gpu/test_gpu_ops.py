@@ -79,16 +79,41 @@ def test_persistent_softmax_on_gpu(shape, dtype):
             assert result.ok, f"{problem.key} {config}: {result.message}"
 
 
-@pytest.mark.parametrize("shape, epilogue, split", [("32x4096x4096", "none", 2), ("33x1000x4100", "bias_gelu", 4),
-                                                    ("64x512x8192", "relu", 8)])
-def test_matmul_split_k_on_gpu(shape, epilogue, split):
+@pytest.mark.parametrize("shape, dtype", [("32x128256", "bfloat16"), ("7x50001", "float32"), ("100x8192", "float16")])
+def test_split_softmax_on_gpu(shape, dtype):
+    """SPLIT: rows cut over programs in two launches (partials, then the chunks written last-read-first); the
+    seed and the space's SPLIT configs with 4096-column blocks (of each SPLIT, 4 and 8 warps, 1 and 2 stages),
+    launched twice back to back."""
+    device = current_device()
+    op = get_op("softmax")
+    problem = op.parse_problem(shape, dtype)
+    inputs = op.make_inputs(problem, device.torch_device)
+    ref = op.reference(inputs)
+    split = [c for c in op.space.candidates(problem, device)
+             if c["SPLIT"] > 1 and c["BLOCK_N"] in (1024, 4096) and c["num_warps"] in (4, 8)]
+    split += [c for c in op.space.seeds(problem, device) if c["SPLIT"] > 1]
+    assert len({c["SPLIT"] for c in split}) >= 2
+    for config in split:
+        outs = [op.run(inputs, config) for _ in range(2)]
+        torch.cuda.synchronize()
+        for out in outs:
+            result = op.check(out, ref, problem)
+            assert result.ok, f"{problem.key} {config}: {result.message}"
+
+
+@pytest.mark.parametrize("shape, epilogue, split, tile", [
+    ("32x4096x4096", "none", 2, (32, 64, 128)), ("33x1000x4100", "bias_gelu", 4, (32, 64, 128)),
+    ("64x512x8192", "relu", 8, (32, 64, 128)), ("16x8192x8192", "none", 1, (16, 64, 256)),
+    ("9x520x8200", "bias", 4, (16, 32, 256))])  # decode's tiles: 16 rows, K steps of 256
+def test_matmul_split_k_on_gpu(shape, epilogue, split, tile):
     """Split-K's cross-program handoff (partials, counter, last-arriver sum) under real concurrency, launched
     several times back to back so the counters are reused."""
     op = get_op("matmul")
     problem = op.parse_problem(shape, "float16", epilogue=epilogue)
     inputs = op.make_inputs(problem, current_device().torch_device)
     ref = op.reference(inputs)
-    cfg = {"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 128, "GROUP_M": 1, "SPLIT_K": split, "num_warps": 4, "num_stages": 4}
+    cfg = {"BLOCK_M": tile[0], "BLOCK_N": tile[1], "BLOCK_K": tile[2], "GROUP_M": 1, "SPLIT_K": split,
+           "num_warps": 4, "num_stages": 3}
     outs = [op.run(inputs, cfg) for _ in range(5)]
     torch.cuda.synchronize()
     for out in outs:
