@@ -9,7 +9,9 @@ in flight while this one reduces: few long rows keep an SM busy that one block a
 With SPLIT=s > 1 (rows fewer than the SMs, e.g. a batch of a vocabulary's logits), each row is cut into s chunks
 and two launches run over (row, chunk): the first streams each chunk once for its max and sum of exponentials,
 the second combines its row's s partial (max, sum) pairs and streams the chunk again to write it, chunks taken
-last-read-first so that the second read finds them in the L2 when the input fits there.
+last-read-first so that the second read finds them in the L2 when the input fits there. With SYNC=1 it is one
+launch: each program holds its chunk in registers, publishes its partials and waits for its row-mates' (the grid
+fits the SMs, so all of it runs at once; a wait that lasts too long reads the rest of the row instead of hanging).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import triton
 import triton.language as tl
 
-from kernels._backend import sm_count
+from kernels._backend import interpreting, sm_count
 from kernels._checks import (
     check_config,
     check_last_dim_contiguous,
@@ -29,6 +31,7 @@ from kernels._checks import (
     check_tensor,
     new_output,
 )
+from kernels._counters import zeroed_counters
 from kernels._direct import Launcher
 from kernels._torch import lazy
 
@@ -40,7 +43,11 @@ else:
 DTYPES = ("float16", "bfloat16", "float32")
 PARAMS = ("BLOCK_N", "ROWS")
 # PERSIST 0: a program per ROWS rows; k: k programs per SM walking the row blocks. SPLIT: programs per row.
-OPTIONAL = {"PERSIST": 0, "SPLIT": 1}
+# SYNC=1: a SPLIT row's programs wait for each other in one launch (0: two launches).
+OPTIONAL = {"PERSIST": 0, "SPLIT": 1, "SYNC": 0}
+# Polls of a row's counter before a SYNC program reads the rest of its row itself (about a microsecond each on an
+# H100; the row-mates' loads take some microseconds when all of them are on the GPU).
+SPIN_LIMIT = 4096
 # How deep the PERSIST row loop is pipelined. Fixed rather than a choice: on an H200 only three stages paid
 # (1024x32768 fp16: 41.7 us, against 54-55 us with one or two), and a best config that needed PERSIST, three stages
 # and the whole row at once was a needle no search found (3 of 10 replays; benchmarks/RESULTS.md).
@@ -113,22 +120,76 @@ def _chunk(n_cols, CHUNK, SPLIT: tl.constexpr, REVERSED: tl.constexpr):
 
 
 @triton.jit
-def softmax_split_stats_kernel(x_ptr, ws_ptr, n_cols, stride_xm, CHUNK, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr):
-    """SPLIT > 1, first launch: the max m and the sum of exp(x - m) of one chunk of a row, into ws[row, part]."""
-    row, start, end = _chunk(n_cols, CHUNK, SPLIT, False)
-    x_row = x_ptr + row.to(tl.int64) * stride_xm
+def _online_stats(x_row, start, end, BLOCK_N: tl.constexpr):
+    """The max m of x_row[start:end] and the sum of exp(x - m), streamed in BLOCK_N blocks."""
     m = -float("inf")
     s = 0.0
     for off in range(start, end, BLOCK_N):
         c = off + tl.arange(0, BLOCK_N)
         x = tl.load(x_row + c, mask=c < end, other=-float("inf")).to(tl.float32)
         m_new = tl.maximum(m, tl.max(x, axis=0))
-        m_safe = tl.where(m_new == -float("inf"), 0.0, m_new)  # a chunk all -inf so far: no NaN
+        m_safe = tl.where(m_new == -float("inf"), 0.0, m_new)  # all -inf so far: no NaN
         s = s * tl.exp(m - m_safe) + tl.sum(tl.exp(x - m_safe), axis=0)
         m = m_new
+    return m, s
+
+
+@triton.jit
+def _combine(ws_ptr, row, SPLIT: tl.constexpr):
+    """A row's max (made finite) and sum of exponentials from its SPLIT chunks' partials in ws[row, part, 2],
+    read from the L2 (other programs wrote them)."""
+    parts = (row.to(tl.int64) * SPLIT + tl.arange(0, SPLIT)) * 2
+    m_parts = tl.load(ws_ptr + parts, cache_modifier=".cg")
+    m = tl.max(m_parts, axis=0)
+    m = tl.where(m == -float("inf"), 0.0, m)
+    return m, tl.sum(tl.load(ws_ptr + parts + 1, cache_modifier=".cg") * tl.exp(m_parts - m), axis=0)
+
+
+@triton.jit
+def softmax_split_stats_kernel(x_ptr, ws_ptr, n_cols, stride_xm, CHUNK, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr):
+    """SPLIT > 1, first launch: the max m and the sum of exp(x - m) of one chunk of a row, into ws[row, part]."""
+    row, start, end = _chunk(n_cols, CHUNK, SPLIT, False)
+    m, s = _online_stats(x_ptr + row.to(tl.int64) * stride_xm, start, end, BLOCK_N)
     ws = ws_ptr + (row.to(tl.int64) * SPLIT + tl.program_id(1)) * 2
     tl.store(ws, m)
     tl.store(ws + 1, s)
+
+
+@triton.jit
+def softmax_split_sync_kernel(x_ptr, y_ptr, ws_ptr, count_ptr, n_cols, stride_xm, stride_ym, CHUNK,
+                              BLOCK_N: tl.constexpr, SPLIT: tl.constexpr, SPIN_LIMIT: tl.constexpr):
+    """SPLIT > 1 in one launch (SYNC=1): each program holds its chunk (BLOCK_N >= CHUNK) in registers, publishes
+    its max and sum, and waits for the rest of its row's. The space keeps the grid within the SMs, so all of it
+    is on the GPU at once; a program whose row-mates have not all published after SPIN_LIMIT polls (fewer SMs
+    free than the grid, or the interpreter, which runs programs one after another) reads the rest of its row
+    itself, so a wait never hangs. The last program of a row to leave sets its two counters back to zero."""
+    row, start, end = _chunk(n_cols, CHUNK, SPLIT, False)
+    x_row = x_ptr + row.to(tl.int64) * stride_xm
+    c = start + tl.arange(0, BLOCK_N)
+    x = tl.load(x_row + c, mask=c < end, other=-float("inf")).to(tl.float32)
+    m = tl.max(x, axis=0)
+    m_safe = tl.where(m == -float("inf"), 0.0, m)
+    ws = ws_ptr + (row.to(tl.int64) * SPLIT + tl.program_id(1)) * 2
+    tl.store(ws, m)
+    tl.store(ws + 1, tl.sum(tl.exp(x - m_safe), axis=0))
+    # A scalar atomic is issued by one thread: the barrier puts every warp's stores before its release.
+    tl.debug_barrier()
+    arrived = count_ptr + row * 2
+    n = tl.atomic_add(arrived, 1, sem="acq_rel", scope="gpu") + 1
+    spins = 0
+    while (n < SPLIT) & (spins < SPIN_LIMIT):
+        n = tl.atomic_add(arrived, 0, sem="acquire", scope="gpu")
+        spins += 1
+    if n >= SPLIT:
+        m_row, s_row = _combine(ws_ptr, row, SPLIT)
+    else:
+        m_row, s_row = _online_stats(x_row, 0, n_cols, BLOCK_N)
+        m_row = tl.where(m_row == -float("inf"), 0.0, m_row)
+    left = tl.atomic_add(arrived + 1, 1, sem="acq_rel", scope="gpu")
+    tl.atomic_xchg(arrived, 0, mask=left == SPLIT - 1, sem="relaxed", scope="gpu")
+    tl.atomic_xchg(arrived + 1, 0, mask=left == SPLIT - 1, sem="relaxed", scope="gpu")
+    y = tl.exp(x - m_row) / s_row
+    tl.store(y_ptr + row.to(tl.int64) * stride_ym + c, y.to(y_ptr.dtype.element_ty), mask=c < end)
 
 
 @triton.jit
@@ -136,11 +197,8 @@ def softmax_split_norm_kernel(x_ptr, y_ptr, ws_ptr, n_cols, stride_xm, stride_ym
                               SPLIT: tl.constexpr):
     """SPLIT > 1, second launch: the row's max and sum from its chunks' partials, then the chunk written."""
     row, start, end = _chunk(n_cols, CHUNK, SPLIT, True)
-    parts = (row.to(tl.int64) * SPLIT + tl.arange(0, SPLIT)) * 2
-    m_parts = tl.load(ws_ptr + parts)
-    m = tl.max(m_parts, axis=0)
-    m_safe = tl.where(m == -float("inf"), 0.0, m)
-    inv = 1.0 / tl.sum(tl.load(ws_ptr + parts + 1) * tl.exp(m_parts - m_safe), axis=0)
+    m_safe, s = _combine(ws_ptr, row, SPLIT)
+    inv = 1.0 / s
     x_row = x_ptr + row.to(tl.int64) * stride_xm
     y_row = y_ptr + row.to(tl.int64) * stride_ym
     for off in range(start, end, BLOCK_N):
@@ -152,11 +210,13 @@ def softmax_split_norm_kernel(x_ptr, y_ptr, ws_ptr, n_cols, stride_xm, stride_ym
 def split_unsupported(config: Mapping[str, Any]) -> str | None:
     """Why a config's SPLIT cannot run (None: it can): a power of two up to 64, with one row per program and no
     PERSIST."""
-    split = config.get("SPLIT", 1)
+    split, sync = config.get("SPLIT", 1), config.get("SYNC", 0)
     if split not in (1, 2, 4, 8, 16, 32, 64):
         return f"SPLIT must be a power of two from 1 to 64, got {split}"
     if split > 1 and (config.get("ROWS") != 1 or config.get("PERSIST", 0)):
         return f"SPLIT={split} cuts one row over programs: it needs ROWS=1 and PERSIST=0, got {dict(config)}"
+    if sync not in (0, 1) or (sync and split == 1):
+        return f"SYNC=1 (one launch, a row's programs waiting for each other) is for SPLIT > 1, got SYNC={sync} with SPLIT={split}"
     return None
 
 
@@ -201,6 +261,21 @@ def _prepare_split(shape: Any, dtype: Any, device: Any, n_rows: int, n_cols: int
     split, block = cfg["SPLIT"], cfg["BLOCK_N"]
     chunk = triton.cdiv(triton.cdiv(n_cols, split), block) * block  # whole blocks per chunk
     meta = dict(BLOCK_N=block, SPLIT=split, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+    if cfg["SYNC"]:
+        if chunk != block:
+            raise ValueError(f"softmax: SYNC=1 holds each chunk in one block, and {n_cols} columns in {split} chunks "
+                             f"need BLOCK_N >= {triton.cdiv(n_cols, split)}, got BLOCK_N={block}")
+        synced = Launcher(softmax_split_sync_kernel, (n_rows, split),
+                          dict(meta, SPIN_LIMIT=2 if interpreting() else SPIN_LIMIT))
+
+        def launch_sync(x: torch.Tensor) -> torch.Tensor:
+            y = new_output(shape, dtype, device)
+            ws = torch.empty(n_rows * split * 2, dtype=torch.float32, device=device)
+            synced(x.reshape(-1, n_cols) if flatten else x, y, ws, zeroed_counters(device, 2 * n_rows), n_cols,
+                   stride, n_cols, chunk)
+            return y
+
+        return launch_sync
     stats = Launcher(softmax_split_stats_kernel, (n_rows, split), meta)
     norm = Launcher(softmax_split_norm_kernel, (n_rows, split), meta)
 

@@ -138,19 +138,26 @@ MIN_COLS_PER_SPLIT = 1024
 
 
 def _split_needs_few_rows(c: Config, p: RowwiseProblem, d: DeviceLimits) -> str | None:
-    """SPLIT=s cuts each row over s programs (softmax's, two launches): for rows too few to give every SM a
-    program of their own (up to twice the SMs), in chunks of whole blocks of at least MIN_COLS_PER_SPLIT columns."""
+    """SPLIT=s cuts each row over s programs (softmax's): for rows too few to give every SM a program of their own
+    (up to twice the SMs), in chunks of at least MIN_COLS_PER_SPLIT columns: streamed in whole blocks over two
+    launches, or (SYNC=1) held in one block by programs that wait for each other, all on the SMs at once."""
     split = c.get("SPLIT", 1)
-    if split == 1:
-        return None
     unsupported = split_unsupported(c)
-    if unsupported:
+    if unsupported or split == 1:
         return unsupported
     if p.rows >= 2 * d.sm_count:
         return f"SPLIT={split}: {p.rows} rows already give each of the device's {d.sm_count} SMs two programs"
-    if p.cols // split < max(MIN_COLS_PER_SPLIT, c["BLOCK_N"]):
-        return (f"SPLIT={split} leaves {p.cols // split} columns per chunk (at least BLOCK_N={c['BLOCK_N']} and "
-                f"{MIN_COLS_PER_SPLIT})")
+    if p.cols // split < MIN_COLS_PER_SPLIT:
+        return f"SPLIT={split} leaves {p.cols // split} columns per chunk (at least {MIN_COLS_PER_SPLIT})"
+    if c.get("SYNC", 0):
+        if p.rows * split > d.sm_count:
+            return (f"SYNC=1: {p.rows} rows x SPLIT={split} programs wait for each other, so all must be on the "
+                    f"device's {d.sm_count} SMs at once")
+        held = next_pow2(-(-p.cols // split))
+        if c["BLOCK_N"] != held:
+            return f"SYNC=1 holds a chunk of {-(-p.cols // split)} columns in one block: BLOCK_N={held}"
+    elif c["BLOCK_N"] > p.cols // split:
+        return f"SPLIT={split} streams chunks of {p.cols // split} columns, shorter than BLOCK_N={c['BLOCK_N']}"
     return None
 
 
@@ -178,19 +185,26 @@ def long_rows_seeds(p: RowwiseProblem, d: DeviceLimits) -> list[Config]:
         stages = 2 if p.cols // split > 4096 else 1  # a loop over the chunk to pipeline, or none
         seeds.insert(0, {"BLOCK_N": 4096, "ROWS": 1, "num_warps": 8, "num_stages": stages, "PERSIST": 0,
                          "SPLIT": split})
+        # ... and in one launch, a program per SM holding its chunk
+        split = 2
+        while split < 64 and p.rows * split * 2 <= d.sm_count and p.cols // (2 * split) >= MIN_COLS_PER_SPLIT:
+            split *= 2
+        held = next_pow2(-(-p.cols // split))
+        seeds.insert(0, {"BLOCK_N": held, "ROWS": 1, "num_warps": clamp(held // 512, 4, 16), "num_stages": 1,
+                         "PERSIST": 0, "SPLIT": split, "SYNC": 1})
     return seeds
 
 
 def make_space(persist: bool = False) -> Space[RowwiseProblem]:
-    """The row-wise space; `persist`: with the softmax kernel's PERSIST and SPLIT parameters."""
+    """The row-wise space; `persist`: with the softmax kernel's PERSIST, SPLIT and SYNC parameters."""
     return Space(
         params=(
             Param("BLOCK_N", pow2_range(32, 65536)),
             Param("ROWS", (1, 2, 4, 8, 16)),
             Param("num_warps", (1, 2, 4, 8, 16)),
             Param("num_stages", (1, 2)),
-            *((Param("PERSIST", (0, 1, 2, 4), implied=0), Param("SPLIT", (1, 2, 4, 8, 16, 32, 64), implied=1))
-              if persist else ()),
+            *((Param("PERSIST", (0, 1, 2, 4), implied=0), Param("SPLIT", (1, 2, 4, 8, 16, 32, 64), implied=1),
+               Param("SYNC", (0, 1), implied=0)) if persist else ()),
         ),
         constraints=(_block_vs_row, _rows_vs_problem, _warps_vs_tile, _stages_need_loop, _stages_fit_smem,
                      *((_persist_needs_rows, _split_needs_few_rows) if persist else ())),

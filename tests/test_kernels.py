@@ -9,9 +9,11 @@ import importlib
 
 import pytest
 import torch
+import triton
 
 from autotuner.base.device import DeviceInfo
 from autotuner.base.registry import get_op
+from kernels._counters import zeroed_counters
 from tests.conftest import pick_configs
 
 CASES = {
@@ -78,11 +80,22 @@ def test_split_softmax_cuts_rows_over_programs(dtype, device):
             inputs["x"][1] = float("-inf")
             inputs["x"][1, 777] = 3.0  # all of row 1 in one chunk's single value
         ref = op.reference(inputs)
-        for stages in (1, 2):
-            cfg = {"BLOCK_N": block, "ROWS": 1, "num_warps": 2, "num_stages": stages, "SPLIT": split}
-            out = op.run(inputs, cfg)
-            result = op.check(out, ref, problem)
-            assert result.ok, f"{problem.key} {cfg}: {result.message}"
+        held = triton.next_power_of_2(-(-problem.cols // split))
+        for cfg in ({"BLOCK_N": block, "ROWS": 1, "num_warps": 2, "num_stages": 1, "SPLIT": split},
+                    {"BLOCK_N": block, "ROWS": 1, "num_warps": 2, "num_stages": 2, "SPLIT": split},
+                    # one launch: chunks held whole, a row's programs waiting for each other (the interpreter runs
+                    # them one after another, so all but the last read the rest of their row themselves)
+                    {"BLOCK_N": held, "ROWS": 1, "num_warps": 2, "num_stages": 1, "SPLIT": split, "SYNC": 1}):
+            for _ in range(2):  # the second launch reuses the counters the first left behind
+                out = op.run(inputs, cfg)
+                result = op.check(out, ref, problem)
+                assert result.ok, f"{problem.key} {cfg}: {result.message}"
+                assert int(zeroed_counters(out.device, 1).abs().sum()) == 0
+    with pytest.raises(ValueError, match="need BLOCK_N >= 250"):
+        op.run({"x": torch.randn(3, 1000)}, {"BLOCK_N": 128, "ROWS": 1, "num_warps": 1, "num_stages": 1, "SPLIT": 4,
+                                             "SYNC": 1})
+    with pytest.raises(ValueError, match="SYNC=1 .* is for SPLIT > 1"):
+        op.run(inputs, {"BLOCK_N": 32, "ROWS": 1, "num_warps": 1, "num_stages": 1, "SYNC": 1})
     with pytest.raises(ValueError, match="ROWS=1 and PERSIST=0"):
         op.run(inputs, {"BLOCK_N": 32, "ROWS": 2, "num_warps": 1, "num_stages": 1, "SPLIT": 2})
     with pytest.raises(ValueError, match="power of two from 1 to 64"):
@@ -93,11 +106,17 @@ def test_rows_are_split_only_where_they_are_too_few(device):
     space = get_op("softmax").space
     limits = DeviceInfo("NVIDIA H100 80GB HBM3", (9, 0), 132, 80 << 30, 232448, "cuda:0")
     logits = get_op("softmax").parse_problem("32x128256", "bfloat16")  # a batch of a vocabulary's logits
-    seed = space.seeds(logits, limits)[0]
-    assert seed["SPLIT"] == 16 and space.violations(seed, logits, limits) == []
+    one_launch, two = space.seeds(logits, limits)[:2]
+    assert (one_launch["SPLIT"], one_launch["SYNC"], one_launch["BLOCK_N"]) == (4, 1, 32768)  # 128 programs
+    assert (two["SPLIT"], two["SYNC"]) == (16, 0) and all(space.violations(c, logits, limits) == [] for c in (one_launch, two))
+    seed = two
+    assert "all must be on the" in " ".join(space.violations({**one_launch, "SPLIT": 8, "BLOCK_N": 16384}, logits, limits))
+    assert "BLOCK_N=32768" in " ".join(space.violations({**one_launch, "BLOCK_N": 65536}, logits, limits))
     many = get_op("softmax").parse_problem("1024x32768", "float16")
     assert "already give each" in " ".join(space.violations({**seed, "num_stages": 1}, many, limits))
-    assert "columns per chunk" in " ".join(space.violations({**seed, "SPLIT": 64}, logits, limits))
+    assert "shorter than BLOCK_N=4096" in " ".join(space.violations({**seed, "SPLIT": 64}, logits, limits))
+    assert "columns per chunk (at least 1024)" in " ".join(
+        space.violations({**seed, "BLOCK_N": 512, "SPLIT": 64}, get_op("softmax").parse_problem("32x32768"), limits))
     assert not any(c["SPLIT"] > 1 for c in space.candidates(many, limits))
 
 
@@ -107,7 +126,7 @@ def test_the_persistent_row_loop_is_for_whole_rows_and_enough_of_them(device):
     problem = get_op("softmax").parse_problem("1024x32768", "float16")
     whole = {"BLOCK_N": 32768, "ROWS": 1, "num_warps": 16, "num_stages": 1, "PERSIST": 1}
     assert space.violations(whole, problem, limits) == []
-    assert space.seeds(problem, limits) == [{**whole, "SPLIT": 1}]
+    assert space.seeds(problem, limits) == [{**whole, "SPLIT": 1, "SYNC": 0}]
     assert "streams 32768 columns" in " ".join(space.violations({**whole, "BLOCK_N": 8192}, problem, limits))
     assert "there is none" in " ".join(space.violations({**whole, "num_stages": 2}, problem, limits))
     few = get_op("softmax").parse_problem("200x32768", "float16")  # 200 rows: one program per SM is enough

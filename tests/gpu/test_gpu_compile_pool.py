@@ -67,7 +67,9 @@ print(bool(getattr(add_one.compile, "_autotuner_locked", False)), x.sum().item()
 
 
 def test_a_kernel_first_launched_after_the_lock_is_installed_compiles_under_it(tmp_path):
-    out = subprocess.run([sys.executable, "-c", LOCKED], capture_output=True, text=True, timeout=300,
+    script = tmp_path / "locked.py"  # Triton reads a @jit function's source from its file: not `python -c`
+    script.write_text(LOCKED)
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
                          env={**os.environ, "TRITON_CACHE_DIR": str(tmp_path / "cache")})
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["True", "128.0", "1"], out.stdout

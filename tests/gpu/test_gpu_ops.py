@@ -79,18 +79,19 @@ def test_persistent_softmax_on_gpu(shape, dtype):
             assert result.ok, f"{problem.key} {config}: {result.message}"
 
 
-@pytest.mark.parametrize("shape, dtype", [("32x128256", "bfloat16"), ("7x50001", "float32"), ("100x8192", "float16")])
+@pytest.mark.parametrize("shape, dtype", [("32x128256", "bfloat16"), ("7x50001", "float32"), ("100x8192", "float16"),
+                                          ("1x128256", "float16")])
 def test_split_softmax_on_gpu(shape, dtype):
-    """SPLIT: rows cut over programs in two launches (partials, then the chunks written last-read-first); the
-    seed and the space's SPLIT configs with 4096-column blocks (of each SPLIT, 4 and 8 warps, 1 and 2 stages),
-    launched twice back to back."""
+    """SPLIT: rows cut over programs in two launches (partials, then the chunks written last-read-first), or in
+    one (SYNC=1: a row's programs wait for each other); the seeds, every SYNC config and the two-launch ones with
+    1024- and 4096-column blocks (4 and 8 warps, 1 and 2 stages), launched twice back to back."""
     device = current_device()
     op = get_op("softmax")
     problem = op.parse_problem(shape, dtype)
     inputs = op.make_inputs(problem, device.torch_device)
     ref = op.reference(inputs)
     split = [c for c in op.space.candidates(problem, device)
-             if c["SPLIT"] > 1 and c["BLOCK_N"] in (1024, 4096) and c["num_warps"] in (4, 8)]
+             if c["SYNC"] or (c["SPLIT"] > 1 and c["BLOCK_N"] in (1024, 4096) and c["num_warps"] in (4, 8))]
     split += [c for c in op.space.seeds(problem, device) if c["SPLIT"] > 1]
     assert len({c["SPLIT"] for c in split}) >= 2
     for config in split:
