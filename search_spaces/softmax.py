@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from kernels import _checks
+from kernels import _checks, _counters
 from kernels import softmax as k_softmax
 from kernels._torch import lazy
 from search_spaces.contract import ELEMENTWISE_TOLERANCE, LibraryCall, TunableOp
@@ -64,7 +64,7 @@ OP: TunableOp[SoftmaxProblem] = TunableOp(
     launch=lambda inputs, config: k_softmax.softmax(inputs["x"], config),
     make_inputs=make_inputs, problem_from_inputs=problem_from_inputs,
     reference=lambda inputs: k_softmax.reference(inputs["x"]), tolerance=ELEMENTWISE_TOLERANCE,
-    sources=(k_softmax, _checks), flops=flops, bytes_moved=bytes_moved, elements=elements,
+    sources=(k_softmax, _checks, _counters), flops=flops, bytes_moved=bytes_moved, elements=elements,
     baseline=lambda inputs: torch.softmax(inputs["x"], dim=-1),
     variants={"manual (unfused torch)": lambda inputs: k_softmax.manual(inputs["x"])},
     library=LIBRARY,
