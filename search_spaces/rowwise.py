@@ -133,7 +133,8 @@ def _persist_needs_rows(c: Config, p: RowwiseProblem, d: DeviceLimits) -> str | 
     return None
 
 
-# Below this many columns per chunk, cutting rows over programs costs more in partials than it gains.
+# A floor on the columns per chunk when rows are cut over programs (chosen, not measured: below it a program's
+# share of a row is a few KiB, less than its partials and launch cost are worth).
 MIN_COLS_PER_SPLIT = 1024
 
 
@@ -174,7 +175,8 @@ def default(p: RowwiseProblem, d: DeviceLimits) -> Config:
 def long_rows_seeds(p: RowwiseProblem, d: DeviceLimits) -> list[Config]:
     """Rows of 8k elements or more: the whole row per program, walked by one program per SM (PERSIST; on an H200,
     softmax 1024x32768 fp16 ran at 82% of a same-bytes copy this way, 71% one row per program:
-    benchmarks/RESULTS.md)."""
+    benchmarks/RESULTS.md); with fewer rows than SMs, first each row cut over programs, in one launch (SYNC) and
+    in two (on an H100, 8x151936 fp32 and 32x128256 bf16 ran 2.8x and 1.7x faster than a program per row)."""
     if p.cols < 8192:
         return []
     seeds = [{"BLOCK_N": next_pow2(p.cols), "ROWS": 1, "num_warps": 16, "num_stages": 1, "PERSIST": 1}]
