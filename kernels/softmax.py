@@ -45,9 +45,13 @@ PARAMS = ("BLOCK_N", "ROWS")
 # PERSIST 0: a program per ROWS rows; k: k programs per SM walking the row blocks. SPLIT: programs per row.
 # SYNC=1: a SPLIT row's programs wait for each other in one launch (0: two launches).
 OPTIONAL = {"PERSIST": 0, "SPLIT": 1, "SYNC": 0}
-# Polls of a row's counter before a SYNC program reads the rest of its row itself (about a microsecond each on an
-# H100; the row-mates' loads take some microseconds when all of them are on the GPU).
-SPIN_LIMIT = 4096
+# Polls of a row's counter before a SYNC program reads the rest of its row itself. A poll is an atomic at the L2,
+# about 0.2 us on an H100 (a grid forced past the SMs, 64x151936 fp32 in 1024 programs: 977 us with 512 polls,
+# 593 us with 256, in 8 waves); when the whole grid is on the GPU the row-mates publish within the kernel's own
+# time (11-12 us for 8x151936 fp32; the space keeps SYNC to grids within the SMs, 17 MB at most). Where it is
+# not (SMs held by another stream's kernels, such as a collective's), a wave of programs waits up to this many
+# polls, about 50 us, and the result is the same.
+SPIN_LIMIT = 256
 # How deep the PERSIST row loop is pipelined. Fixed rather than a choice: on an H200 only three stages paid
 # (1024x32768 fp16: 41.7 us, against 54-55 us with one or two), and a best config that needed PERSIST, three stages
 # and the whole row at once was a needle no search found (3 of 10 replays; benchmarks/RESULTS.md).
