@@ -69,9 +69,9 @@ def test_persistent_softmax_walks_every_row_block(dtype, device):
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
 def test_split_softmax_cuts_rows_over_programs(dtype, device):
-    """SPLIT=s: each row cut into s chunks of whole blocks over two launches (partial max and sum, then the row
-    written): columns that do not fill the last chunk, chunks left empty, leading dimensions, a row of -inf
-    but one value, and the seed a few long rows get."""
+    """SPLIT=s: each row cut into s chunks over two launches (partial max and sum, then the row written) or one
+    (SYNC=1): columns that do not fill the last chunk, chunks left empty, leading dimensions, a row of -inf but
+    one value; and the configs the launcher refuses, with the reason."""
     op = get_op("softmax")
     for shape, split, block in (("3x1000", 4, 64), ("2x3x130", 8, 32), ("5x4100", 2, 1024), ("1x96", 4, 32)):
         problem = op.parse_problem(shape, dtype)
