@@ -150,13 +150,19 @@ def _combine(ws_ptr, row, SPLIT: tl.constexpr):
 
 
 @triton.jit
+def _publish(ws_ptr, row, m, s, SPLIT: tl.constexpr):
+    """This program's chunk's max and sum of exponentials into ws[row, part, 2]."""
+    ws = ws_ptr + (row.to(tl.int64) * SPLIT + tl.program_id(1)) * 2
+    tl.store(ws, m)
+    tl.store(ws + 1, s)
+
+
+@triton.jit
 def softmax_split_stats_kernel(x_ptr, ws_ptr, n_cols, stride_xm, CHUNK, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr):
     """SPLIT > 1, first launch: the max m and the sum of exp(x - m) of one chunk of a row, into ws[row, part]."""
     row, start, end = _chunk(n_cols, CHUNK, SPLIT, False)
     m, s = _online_stats(x_ptr + row.to(tl.int64) * stride_xm, start, end, BLOCK_N)
-    ws = ws_ptr + (row.to(tl.int64) * SPLIT + tl.program_id(1)) * 2
-    tl.store(ws, m)
-    tl.store(ws + 1, s)
+    _publish(ws_ptr, row, m, s, SPLIT)
 
 
 @triton.jit
@@ -173,9 +179,7 @@ def softmax_split_sync_kernel(x_ptr, y_ptr, ws_ptr, count_ptr, n_cols, stride_xm
     x = tl.load(x_row + c, mask=c < end, other=-float("inf")).to(tl.float32)
     m = tl.max(x, axis=0)
     m_safe = tl.where(m == -float("inf"), 0.0, m)
-    ws = ws_ptr + (row.to(tl.int64) * SPLIT + tl.program_id(1)) * 2
-    tl.store(ws, m)
-    tl.store(ws + 1, tl.sum(tl.exp(x - m_safe), axis=0))
+    _publish(ws_ptr, row, m, tl.sum(tl.exp(x - m_safe), axis=0), SPLIT)
     # A scalar atomic is issued by one thread: the barrier puts every warp's stores before its release.
     tl.debug_barrier()
     arrived = count_ptr + row * 2
@@ -265,30 +269,26 @@ def _prepare_split(shape: Any, dtype: Any, device: Any, n_rows: int, n_cols: int
     split, block = cfg["SPLIT"], cfg["BLOCK_N"]
     chunk = triton.cdiv(triton.cdiv(n_cols, split), block) * block  # whole blocks per chunk
     meta = dict(BLOCK_N=block, SPLIT=split, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+    synced = None
     if cfg["SYNC"]:
         if chunk != block:
             raise ValueError(f"softmax: SYNC=1 holds each chunk in one block, and {n_cols} columns in {split} chunks "
                              f"need BLOCK_N >= {triton.cdiv(n_cols, split)}, got BLOCK_N={block}")
         synced = Launcher(softmax_split_sync_kernel, (n_rows, split),
                           dict(meta, SPIN_LIMIT=2 if interpreting() else SPIN_LIMIT))
-
-        def launch_sync(x: torch.Tensor) -> torch.Tensor:
-            y = new_output(shape, dtype, device)
-            ws = torch.empty(n_rows * split * 2, dtype=torch.float32, device=device)
-            synced(x.reshape(-1, n_cols) if flatten else x, y, ws, zeroed_counters(device, 2 * n_rows), n_cols,
-                   stride, n_cols, chunk)
-            return y
-
-        return launch_sync
-    stats = Launcher(softmax_split_stats_kernel, (n_rows, split), meta)
-    norm = Launcher(softmax_split_norm_kernel, (n_rows, split), meta)
+    else:
+        stats = Launcher(softmax_split_stats_kernel, (n_rows, split), meta)
+        norm = Launcher(softmax_split_norm_kernel, (n_rows, split), meta)
 
     def launch(x: torch.Tensor) -> torch.Tensor:
         y = new_output(shape, dtype, device)
-        ws = torch.empty(n_rows * split * 2, dtype=torch.float32, device=device)
+        ws = torch.empty(n_rows * split * 2, dtype=torch.float32, device=device)  # each chunk's max and sum
         rows = x.reshape(-1, n_cols) if flatten else x
-        stats(rows, ws, n_cols, stride, chunk)
-        norm(rows, y, ws, n_cols, stride, n_cols, chunk)
+        if synced is not None:
+            synced(rows, y, ws, zeroed_counters(device, 2 * n_rows), n_cols, stride, n_cols, chunk)
+        else:
+            stats(rows, ws, n_cols, stride, chunk)
+            norm(rows, y, ws, n_cols, stride, n_cols, chunk)
         return y
 
     return launch

@@ -162,6 +162,11 @@ def _grouping(c: Config, p: MatmulProblem, d: DeviceLimits) -> str | None:
     return None
 
 
+def _tiles(c: Config, p: MatmulProblem) -> int:
+    """The output tiles of the problem in this config's BLOCK_M x BLOCK_N."""
+    return -(-p.M // c["BLOCK_M"]) * -(-p.N // c["BLOCK_N"])
+
+
 def _persistent(c: Config, p: MatmulProblem, d: DeviceLimits) -> str | None:
     unsupported = k_matmul.persistent_unsupported(c, float32=p.dtype == "float32")
     if unsupported:
@@ -170,7 +175,7 @@ def _persistent(c: Config, p: MatmulProblem, d: DeviceLimits) -> str | None:
         return f"SUBTILE=1 with BLOCK_N={c['BLOCK_N']}: halves narrower than 64 columns are not worth storing apart"
     if c["TMA"] < 2:
         return None
-    tiles = -(-p.M // c["BLOCK_M"]) * -(-p.N // c["BLOCK_N"])
+    tiles = _tiles(c, p)
     if tiles <= d.sm_count:
         return (f"TMA={c['TMA']} (a program per SM): {tiles} output tiles for {d.sm_count} SMs give every program "
                 "one tile, as TMA=1 does")
@@ -180,21 +185,15 @@ def _persistent(c: Config, p: MatmulProblem, d: DeviceLimits) -> str | None:
     return None
 
 
-def _few_tiles(c: Config, p: MatmulProblem, d: DeviceLimits) -> bool:
-    """Whether the output tiles leave SMs idle: the problems (skinny M, decode's) whose few tiles each stream a
-    long K, where split-K and long K steps are for."""
-    return -(-p.M // c["BLOCK_M"]) * -(-p.N // c["BLOCK_N"]) < d.sm_count
-
-
 def _skinny_tiles(c: Config, p: MatmulProblem, d: DeviceLimits) -> str | None:
     """Decode's tiles: 16 rows only where M <= 16, K steps of 256 only where the tiles leave SMs idle (on an H100,
     64x4096x14336 bf16 ran 1.057x cuBLAS with 64x32x256 tiles against 1.041x at best without them; 16x8192x8192
     1.008x with 16x64x256 against 1.002x: benchmarks/RESULTS.md)."""
     if c["BLOCK_M"] == 16 and p.M > 16:
         return f"BLOCK_M=16 is for M <= 16 (M={p.M}: 32 rows or more per tile read B fewer times)"
-    if c["BLOCK_K"] == 256 and not _few_tiles(c, p, d):
+    if c["BLOCK_K"] == 256 and _tiles(c, p) >= d.sm_count:  # (as split-K: few tiles, each a long K)
         return (f"BLOCK_K=256 is for problems whose output tiles do not fill the device's {d.sm_count} SMs "
-                f"({-(-p.M // c['BLOCK_M']) * -(-p.N // c['BLOCK_N'])} tiles here)")
+                f"({_tiles(c, p)} tiles here)")
     return None
 
 
@@ -203,8 +202,8 @@ def _split_k(c: Config, p: MatmulProblem, d: DeviceLimits) -> str | None:
         return None
     if c["TMA"]:
         return f"SPLIT_K={c['SPLIT_K']}: TMA={c['TMA']} works with SPLIT_K=1 only"
-    tiles = -(-p.M // c["BLOCK_M"]) * -(-p.N // c["BLOCK_N"])
-    if not _few_tiles(c, p, d):
+    tiles = _tiles(c, p)
+    if tiles >= d.sm_count:
         return f"SPLIT_K={c['SPLIT_K']}: {tiles} output tiles already fill the device's {d.sm_count} SMs"
     if p.K // c["SPLIT_K"] < MIN_K_PER_SPLIT:
         return (f"SPLIT_K={c['SPLIT_K']} leaves {p.K // c['SPLIT_K']} of K={p.K} per split (at least {MIN_K_PER_SPLIT}: "

@@ -138,6 +138,11 @@ def _persist_needs_rows(c: Config, p: RowwiseProblem, d: DeviceLimits) -> str | 
 MIN_COLS_PER_SPLIT = 1024
 
 
+def _held_block(p: RowwiseProblem, split: int) -> int:
+    """The block that holds one of a row's `split` chunks whole (SYNC=1's BLOCK_N)."""
+    return next_pow2(-(-p.cols // split))
+
+
 def _split_needs_few_rows(c: Config, p: RowwiseProblem, d: DeviceLimits) -> str | None:
     """SPLIT=s cuts each row over s programs (softmax's): for rows too few to give every SM a program of their own
     (up to twice the SMs), in chunks of at least MIN_COLS_PER_SPLIT columns: streamed in whole blocks over two
@@ -154,7 +159,7 @@ def _split_needs_few_rows(c: Config, p: RowwiseProblem, d: DeviceLimits) -> str 
         if p.rows * split > d.sm_count:
             return (f"SYNC=1: {p.rows} rows x SPLIT={split} programs wait for each other, so all must be on the "
                     f"device's {d.sm_count} SMs at once")
-        held = next_pow2(-(-p.cols // split))
+        held = _held_block(p, split)
         if c["BLOCK_N"] != held:
             return f"SYNC=1 holds a chunk of {-(-p.cols // split)} columns in one block: BLOCK_N={held}"
     elif c["BLOCK_N"] > p.cols // split:
@@ -191,7 +196,7 @@ def long_rows_seeds(p: RowwiseProblem, d: DeviceLimits) -> list[Config]:
         split = 2
         while split < 64 and p.rows * split * 2 <= d.sm_count and p.cols // (2 * split) >= MIN_COLS_PER_SPLIT:
             split *= 2
-        held = next_pow2(-(-p.cols // split))
+        held = _held_block(p, split)
         seeds.insert(0, {"BLOCK_N": held, "ROWS": 1, "num_warps": clamp(held // 512, 4, 16), "num_stages": 1,
                          "PERSIST": 0, "SPLIT": split, "SYNC": 1})
     return seeds

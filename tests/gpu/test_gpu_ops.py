@@ -60,6 +60,18 @@ def test_op_on_gpu(name, shape, dtype, opts):
         assert result.ok, f"{name} {problem.key} {config}: {result.message}"
 
 
+def _each_twice_matches(op, problem, inputs, configs):
+    """Each config launched twice back to back (programs that meet across a launch leave their state for the
+    next), both outputs checked against the reference."""
+    ref = op.reference(inputs)
+    for config in configs:
+        outs = [op.run(inputs, config) for _ in range(2)]
+        torch.cuda.synchronize()
+        for out in outs:
+            result = op.check(out, ref, problem)
+            assert result.ok, f"{problem.key} {config}: {result.message}"
+
+
 @pytest.mark.parametrize("shape, dtype", [("1024x32768", "float16"), ("1000x3001", "bfloat16"), ("300x8192", "float32")])
 def test_persistent_softmax_on_gpu(shape, dtype):
     """PERSIST: a few programs per SM walking rows held whole, the loop pipelined (its loads staged in shared
@@ -68,15 +80,9 @@ def test_persistent_softmax_on_gpu(shape, dtype):
     op = get_op("softmax")
     problem = op.parse_problem(shape, dtype)
     inputs = op.make_inputs(problem, device.torch_device)
-    ref = op.reference(inputs)
     persistent = [c for c in op.space.candidates(problem, device) if c["PERSIST"]]
     assert persistent
-    for config in persistent:
-        outs = [op.run(inputs, config) for _ in range(2)]
-        torch.cuda.synchronize()
-        for out in outs:
-            result = op.check(out, ref, problem)
-            assert result.ok, f"{problem.key} {config}: {result.message}"
+    _each_twice_matches(op, problem, inputs, persistent)
 
 
 @pytest.mark.parametrize("shape, dtype", [("32x128256", "bfloat16"), ("7x50001", "float32"), ("100x8192", "float16"),
@@ -89,17 +95,11 @@ def test_split_softmax_on_gpu(shape, dtype):
     op = get_op("softmax")
     problem = op.parse_problem(shape, dtype)
     inputs = op.make_inputs(problem, device.torch_device)
-    ref = op.reference(inputs)
     split = [c for c in op.space.candidates(problem, device)
              if c["SYNC"] or (c["SPLIT"] > 1 and c["BLOCK_N"] in (1024, 4096) and c["num_warps"] in (4, 8))]
     split += [c for c in op.space.seeds(problem, device) if c["SPLIT"] > 1]
     assert len({c["SPLIT"] for c in split}) >= 2
-    for config in split:
-        outs = [op.run(inputs, config) for _ in range(2)]
-        torch.cuda.synchronize()
-        for out in outs:
-            result = op.check(out, ref, problem)
-            assert result.ok, f"{problem.key} {config}: {result.message}"
+    _each_twice_matches(op, problem, inputs, split)
 
 
 @pytest.mark.parametrize("shape, epilogue, split, tile", [
