@@ -25,10 +25,14 @@ SHAPES = ("4096x4096x4096:float16,4000x4000x4000:float16,2048x11008x4096:bfloat1
 BIG = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8}
 KINDS = {
     "TMA=1 s3": {**BIG, "TMA": 1, "num_stages": 3},
+    "TMA=2 s3": {**BIG, "TMA": 2, "num_stages": 3},
+    "TMA=2 flat s3": {**BIG, "TMA": 2, "FLATTEN": 1, "num_stages": 3},
     "TMA=2 sub s4": {**BIG, "TMA": 2, "SUBTILE": 1, "num_stages": 4},
+    "TMA=2 flat sub s4": {**BIG, "TMA": 2, "SUBTILE": 1, "FLATTEN": 1, "num_stages": 4},
     "+TAIL_SPLIT": {**BIG, "TMA": 2, "SUBTILE": 1, "TAIL_SPLIT": 1, "num_stages": 4},
-    "TMA=2 TAIL_SPLIT s3": {**BIG, "TMA": 2, "TAIL_SPLIT": 1, "num_stages": 3},
+    "flat +TAIL_SPLIT": {**BIG, "TMA": 2, "SUBTILE": 1, "TAIL_SPLIT": 1, "FLATTEN": 1, "num_stages": 4},
     "TMA=3 s3": {**BIG, "TMA": 3, "num_stages": 3},
+    "TMA=3 sub s4": {**BIG, "TMA": 3, "SUBTILE": 1, "num_stages": 4},
 }
 
 

@@ -51,7 +51,7 @@ DTYPES = ("float16", "bfloat16", "float32")  # by name: declaring a kernel impor
 EPILOGUES = ("none", "bias", "bias_relu", "bias_gelu", "relu", "gelu")
 PARAMS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M")
 # tunable, with the value a config that leaves it out means
-OPTIONAL = {"SPLIT_K": 1, "TMA": 0, "SUBTILE": 0, "TAIL_SPLIT": 0}
+OPTIONAL = {"SPLIT_K": 1, "TMA": 0, "SUBTILE": 0, "TAIL_SPLIT": 0, "FLATTEN": 0}
 TMA_KINDS = (0, 1, 2, 3)  # pointers; TMA, a tile per program; TMA, a program per SM; that, warp-specialized
 
 
@@ -210,6 +210,7 @@ def matmul_tma_persistent_kernel(
     WARP_SPECIALIZE: tl.constexpr,
     SUBTILE: tl.constexpr,
     TAIL_SPLIT: tl.constexpr,
+    FLATTEN: tl.constexpr,
 ):
     """One program per SM, each walking the output tiles in grouped order, NUM_SMS apart; A and B tiles come
     through TMA descriptors and C leaves through one. With WARP_SPECIALIZE, Triton splits the tile loop into
@@ -224,11 +225,17 @@ def matmul_tma_persistent_kernel(
     if TAIL_SPLIT:
         whole_tiles = num_tiles - num_tiles % NUM_SMS
     k_iters = tl.cdiv(K, BLOCK_K)
-    for tile in tl.range(pid, whole_tiles, NUM_SMS, flatten=False, warp_specialize=WARP_SPECIALIZE):
+    # The epilogue's tile is counted apart from the loads' (the same tile), so that with FLATTEN the software
+    # pipeline can run the next tile's first loads while this one's epilogue and store finish.
+    tile_c = pid - NUM_SMS
+    for tile in tl.range(pid, whole_tiles, NUM_SMS, flatten=FLATTEN, warp_specialize=WARP_SPECIALIZE):
         pid_m, pid_n = _grouped_tile(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        acc = _tma_k_product(a_desc, b_desc, pid_m * BLOCK_M, pid_n * BLOCK_N, 0, k_iters, BLOCK_M, BLOCK_N, BLOCK_K,
+                             UPCAST)
+        tile_c += NUM_SMS
+        pid_m, pid_n = _grouped_tile(tile_c, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
-        acc = _tma_k_product(a_desc, b_desc, off_m, off_n, 0, k_iters, BLOCK_M, BLOCK_N, BLOCK_K, UPCAST)
         acc = _epilogue(acc, bias_ptr, off_n + tl.arange(0, BLOCK_N), N, EPILOGUE)
         _store_tile(c_desc, acc, off_m, off_n, BLOCK_M, BLOCK_N, SUBTILE)
     if TAIL_SPLIT:
@@ -252,6 +259,9 @@ def persistent_unsupported(config: Mapping[str, Any], float32: bool) -> str | No
         return f"SUBTILE=1 (the C tile stored in halves) is for TMA=2 and 3, got SUBTILE={subtile} with TMA={tma}"
     if tail not in (0, 1) or (tail and tma != 2):
         return f"TAIL_SPLIT=1 (the last wave's tiles split in halves) is for TMA=2, got TAIL_SPLIT={tail} with TMA={tma}"
+    flatten = config.get("FLATTEN", 0)
+    if flatten not in (0, 1) or (flatten and tma != 2):
+        return f"FLATTEN=1 (the tile loop and the K loop pipelined as one) is for TMA=2, got FLATTEN={flatten} with TMA={tma}"
     if tail and config.get("BLOCK_N", 0) < 32:
         return f"TAIL_SPLIT=1 halves BLOCK_N, which must stay 16 or more for tl.dot: got BLOCK_N={config.get('BLOCK_N')}"
     warps = config.get("num_warps", 4)
@@ -344,7 +354,7 @@ def prepare(
             # the tail's tiles % sms tiles become twice as many halves
             tma = Launcher(matmul_tma_persistent_kernel, (min(sms, tiles + (tiles % sms if tail else 0)),),
                            dict(common, NUM_SMS=sms, WARP_SPECIALIZE=cfg["TMA"] == 3, SUBTILE=cfg["SUBTILE"],
-                                TAIL_SPLIT=int(tail)))
+                                TAIL_SPLIT=int(tail), FLATTEN=cfg["FLATTEN"]))
         c_block = [bm, bn // 2 if cfg["SUBTILE"] else bn]
 
         def launch_tma(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:

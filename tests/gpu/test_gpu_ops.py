@@ -153,7 +153,7 @@ def test_attention_tma_on_gpu(shape, causal):
                                                     ("1000x1000x1000", "float32", "bias_relu")])
 def test_matmul_tma_on_gpu(shape, dtype, epilogue, monkeypatch):
     """The TMA kernels (a tile per program, persistent, persistent and warp-specialized, persistent with its last
-    partial wave in half-width tiles) at the suite's large
+    partial wave in half-width tiles, persistent with its tile and K loops flattened) at the suite's large
     shapes, and where M, N and K end inside a tile (zero-filled loads, clipped stores). The pointer kernel is
     taken away, so a silent fallback fails."""
     if torch.cuda.get_device_capability()[0] < 9:
@@ -172,8 +172,10 @@ def test_matmul_tma_on_gpu(shape, dtype, epilogue, monkeypatch):
                                                       {**small, "TMA": 3, "num_warps": 8, "SUBTILE": 1}]
     tail_split = [{**small, "TMA": 2, "TAIL_SPLIT": 1}, {**small, "TMA": 2, "TAIL_SPLIT": 1, "SUBTILE": 1},
                 {**small, "BLOCK_N": 256, "num_warps": 8, "TMA": 2, "TAIL_SPLIT": 1}]
+    flattened = [{**small, "TMA": 2, "FLATTEN": 1}, {**small, "TMA": 2, "FLATTEN": 1, "SUBTILE": 1},
+                 {**small, "BLOCK_N": 256, "num_warps": 8, "TMA": 2, "FLATTEN": 1, "SUBTILE": 1, "TAIL_SPLIT": 1}]
     for cfg in seeds + [{**small, "TMA": 1}, {**small, "TMA": 2}, {**small, "TMA": 2, "SUBTILE": 1},
-                        *warp_specialized, *tail_split]:
+                        *warp_specialized, *tail_split, *flattened]:
         out = op.run(inputs, cfg)
         torch.cuda.synchronize()
         result = op.check(out, ref, problem)
