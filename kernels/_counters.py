@@ -1,7 +1,6 @@
-"""Zeroed int32 counters for programs that meet across a launch (softmax's SPLIT with SYNC), kept per device and
-stream: every launch leaves them at zero, and launches on one stream never overlap, so they are zeroed once, not
-per call. (kernels/matmul.py keeps its own copy for split-K: its source text is the kernel hash of every stored
-matmul result, so it moves here with the next change to that kernel.)"""
+"""Zeroed int32 counters for programs that meet across a launch (matmul's split-K tiles, softmax's SPLIT with
+SYNC), kept per device and stream: every launch leaves them at zero, and launches on one stream never overlap, so
+they are zeroed once, not per call, and one buffer serves every kernel."""
 
 from __future__ import annotations
 

@@ -6,8 +6,8 @@ sharing rows of A and columns of B run close together and hit in L2. The output 
 Split-K (SPLIT_K > 1, for problems with too few output tiles to fill the GPU, e.g. M=32): SPLIT_K programs
 share one output tile, each summing a slice of K. Each writes its float32 partial to a workspace and bumps the
 tile's counter; the program that arrives last adds the others' partials, applies the epilogue, writes C and
-resets the counter to zero. One launch, no memset: the counters are kept per device and stream and are
-always left at zero.
+resets the counter to zero. One launch, no memset: the counters (kernels/_counters.py) are kept per device and
+stream and are always left at zero.
 
 TMA (TMA=1, SPLIT_K=1, on Hopper or later GPUs and in the interpreter): tiles of A and B come through the
 tensor memory accelerator and C leaves through it, by descriptors the launcher makes over the whole
@@ -26,6 +26,12 @@ store needs half the shared memory (the 128x256x64 tile keeps 4 stages through T
 warp-specialized by Triton (`tl.range(..., warp_specialize=True)`: producer warps issue the TMA loads, consumer
 warps run the MMAs), with 8 warps and 16-bit operands only: on an H100, Triton 3.6 failed to compile 4-warp tiles (a descriptor store's
 types) and float32 ones (a WGMMA shape assertion).
+
+Flattened (FLATTEN=1, with TMA=2): Triton pipelines the persistent kernel's tile loop and K loop as one
+(`tl.range(..., flatten=True)`), so the next tile's first loads are in flight while this tile's epilogue and
+store run; the epilogue finds its tile by a counter of its own (the same tile), as Triton's persistent-matmul
+tutorial does. On an H100 the 128x256x64 tile ran 1.5-2.6% faster flattened where its K loop is short against
+the epilogue (K = 4096 at 64 a step), and alike at 8192^3 (benchmarks/RESULTS.md).
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 
 from kernels._backend import dot_needs_upcast, interpreting, sm_count
 from kernels._checks import check_config, check_pow2, check_same_device, check_tensor, new_output
+from kernels._counters import zeroed_counters
 from kernels._direct import Launcher
 from kernels._torch import lazy
 
@@ -250,8 +257,9 @@ def matmul_tma_persistent_kernel(
 
 
 def persistent_unsupported(config: Mapping[str, Any], float32: bool) -> str | None:
-    """Why a config's SUBTILE, TAIL_SPLIT or warp specialization cannot run (None: it can): SUBTILE=1 stores the
-    persistent kernels' C tile, TAIL_SPLIT=1 is the persistent kernel's (not warp-specialized), and TMA=3
+    """Why a config's SUBTILE, TAIL_SPLIT, FLATTEN or warp specialization cannot run (None: it can): SUBTILE=1
+    stores the persistent kernels' C tile, TAIL_SPLIT=1 and FLATTEN=1 are the persistent kernel's (not
+    warp-specialized: Triton's tutorial leaves flattening off for warp specialization on Hopper), and TMA=3
     compiles (Triton 3.6, Hopper) with 8 warps and 16-bit operands only. The launcher refuses such a config with
     this reason, and matmul's space rules it out with it."""
     subtile, tma, tail = config.get("SUBTILE", 0), config.get("TMA", 0), config.get("TAIL_SPLIT", 0)
@@ -269,21 +277,6 @@ def persistent_unsupported(config: Mapping[str, Any], float32: bool) -> str | No
         return (f"TMA=3 (warp-specialized) takes 8 warps and float16 or bfloat16 operands, got {warps} warps and "
                 f"{'float32' if float32 else 'a 16-bit dtype'}: Triton 3.6 fails to compile the others on Hopper")
     return None
-
-
-_COUNTERS: dict[tuple[str, int], torch.Tensor] = {}
-
-
-def _tile_counters(device: torch.device, tiles: int) -> torch.Tensor:
-    """Zeroed int32 counters, one per output tile, kept per (device, stream): every launch leaves them at zero,
-    and launches on one stream never overlap, so they are zeroed once, not per call."""
-    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
-    key = (str(device), stream)
-    counters = _COUNTERS.get(key)
-    if counters is None or counters.numel() < tiles:
-        counters = torch.zeros(max(tiles, 1024), dtype=torch.int32, device=device)
-        _COUNTERS[key] = counters
-    return counters
 
 
 def _tma_ready(*matrices: torch.Tensor) -> bool:
@@ -381,7 +374,7 @@ def prepare(
         c = new_output((M, N), dtype, device)
         if split > 1:
             workspace = torch.empty(workspace_size, dtype=torch.float32, device=device)
-            counters = _tile_counters(device, tiles)
+            counters = zeroed_counters(device, tiles)
         else:
             workspace = counters = c  # unused
         pointers(a, b, c, bias if bias is not None else c, workspace, counters, M, N, K, *strides)

@@ -161,7 +161,8 @@ def test_matmul_accepts_strided_operands(device):
 def test_matmul_tma_matches_reference_at_the_edges(shape, epilogue, dtype, device, monkeypatch):
     """Rows aligned to 16 bytes go through the TMA kernels (the pointer kernel is taken away here, so a fallback
     fails): a tile per program (TMA=1), a program per SM walking the tiles (TMA=2; the interpreter counts the host's
-    cores as SMs, so programs take several tiles each) and that warp-specialized (TMA=3), each persistent kind also
+    cores as SMs, so programs take several tiles each), that with its tile and K loops flattened (FLATTEN=1: its
+    epilogue finds its tile by a counter of its own) and warp-specialized (TMA=3), each persistent kind also
     storing its C tile in halves (SUBTILE=1); tiles past the edges of M, N and K load zeros and store nothing."""
     km = importlib.import_module("kernels.matmul")
     op = get_op("matmul")
@@ -169,13 +170,14 @@ def test_matmul_tma_matches_reference_at_the_edges(shape, epilogue, dtype, devic
     inputs = op.make_inputs(problem, device.torch_device)
     ref = op.reference(inputs)
     monkeypatch.setattr(km, "matmul_kernel", None)
-    for tma, subtile in ((1, 0), (2, 0), (2, 1), (3, 0), (3, 1)):
+    for tma, subtile, flatten in ((1, 0, 0), (2, 0, 0), (2, 1, 0), (2, 0, 1), (2, 1, 1), (3, 0, 0), (3, 1, 0)):
         if tma == 3 and dtype == "float32":
             continue  # refused: see test_launchers_reject_bad_input_clearly
         for cfg in ({"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 2, "num_warps": 8, "num_stages": 2},
                     {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16, "GROUP_M": 1, "num_warps": 8, "num_stages": 3}):
-            result = op.check(op.run(inputs, {**cfg, "TMA": tma, "SUBTILE": subtile}), ref, problem)
-            assert result.ok, f"{problem.key} {cfg} TMA={tma} SUBTILE={subtile}: {result.message}"
+            cfg = {**cfg, "TMA": tma, "SUBTILE": subtile, "FLATTEN": flatten}
+            result = op.check(op.run(inputs, cfg), ref, problem)
+            assert result.ok, f"{problem.key} {cfg}: {result.message}"
 
 
 @pytest.mark.parametrize("sms", [3, 5])
@@ -183,7 +185,8 @@ def test_matmul_tma_matches_reference_at_the_edges(shape, epilogue, dtype, devic
 def test_matmul_tail_split_computes_the_last_wave_in_halves(shape, epilogue, sms, device, monkeypatch):
     """TAIL_SPLIT=1: the tiles of the last, partial wave are computed as half-width tiles (tiles past the edges
     included). The SM count is fixed here (the interpreter counts the host's cores), so the partial waves are
-    known: of 3, 6, and 6 or 9 tiles on 3 and 5 SMs, with and without SUBTILE (the whole tiles' store)."""
+    known: of 3, 6, and 6 or 9 tiles on 3 and 5 SMs, with and without SUBTILE (the whole tiles' store), and with
+    the whole tiles' loop flattened."""
     km = importlib.import_module("kernels.matmul")
     monkeypatch.setitem(importlib.import_module("kernels._backend")._SMS, None, sms)
     monkeypatch.setattr(km, "matmul_kernel", None)
@@ -193,6 +196,8 @@ def test_matmul_tail_split_computes_the_last_wave_in_halves(shape, epilogue, sms
     ref = op.reference(inputs)
     for cfg in ({"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16, "GROUP_M": 1, "num_warps": 4, "num_stages": 2},
                 {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 16, "GROUP_M": 2, "SUBTILE": 1, "num_warps": 4,
+                 "num_stages": 2},
+                {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 16, "GROUP_M": 2, "SUBTILE": 1, "FLATTEN": 1, "num_warps": 4,
                  "num_stages": 2}):
         cfg = {**cfg, "TMA": 2, "TAIL_SPLIT": 1}
         result = op.check(op.run(inputs, cfg), ref, problem)
@@ -217,7 +222,6 @@ def test_matmul_tma_falls_back_to_pointers_where_rows_are_not_aligned(device):
                                                              ("70x33x520", "relu", 8, 32), ("33x32x96", "bias", 2, 32),
                                                              ("12x64x272", "bias", 4, 16)])
 def test_matmul_split_k_matches_reference_and_leaves_counters_at_zero(shape, epilogue, split, block_m, dtype, device):
-    km = importlib.import_module("kernels.matmul")  # the package exports a function of the same name
     op = get_op("matmul")
     problem = op.parse_problem(shape, dtype, epilogue=epilogue)
     inputs = op.make_inputs(problem, device.torch_device)
@@ -227,7 +231,7 @@ def test_matmul_split_k_matches_reference_and_leaves_counters_at_zero(shape, epi
     for _ in range(2):  # the second launch reuses the tile counters the first left behind
         result = op.check(op.run(inputs, cfg), ref, problem)
         assert result.ok, f"{problem.key} SPLIT_K={split}: {result.message}"
-        counters = km._tile_counters(inputs["a"].device, 1)
+        counters = zeroed_counters(inputs["a"].device, 1)
         assert int(counters.abs().sum()) == 0
 
 
@@ -263,6 +267,9 @@ def test_rowwise_ops_take_leading_dimensions(device):
         ("matmul", {"a": torch.randn(4, 5).half(), "b": torch.randn(5, 3).half()},
          {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 1, "TMA": 3, "num_warps": 8, "TAIL_SPLIT": 1},
          "TAIL_SPLIT=1.*for TMA=2"),
+        ("matmul", {"a": torch.randn(4, 5).half(), "b": torch.randn(5, 3).half()},
+         {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 1, "TMA": 3, "num_warps": 8, "FLATTEN": 1},
+         "FLATTEN=1.*for TMA=2"),
         ("matmul", {"a": torch.randn(4, 5).half(), "b": torch.randn(5, 3).half()},
          {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 1, "TMA": 1, "SPLIT_K": 2}, "SPLIT_K=1 only"),
         ("softmax", {"x": torch.randn(4, 6).half().t()}, None, "contiguous in its last dimension"),
