@@ -3,8 +3,9 @@
     python benchmarks/matmul_kinds.py [--rounds 5] [--shapes 3000x6144x4096:bfloat16,...]
 
 Each row is one problem; each column one config of the 128x256x64 tile (8 warps, GROUP_M 8) that won the large
-problems of the suite: a tile per program (TMA=1), persistent (TMA=2, its C tile stored in halves with 4 stages),
-that with the last partial wave in half-width tiles (TAIL_SPLIT=1), and warp-specialized (TMA=3). Times are
+problems of the suite: a tile per program (TMA=1), persistent (TMA=2; "sub": its C tile stored in halves with 4
+stages; "flat": its tile and K loops pipelined as one, FLATTEN=1), that with the last partial wave in half-width
+tiles (TAIL_SPLIT=1), and warp-specialized (TMA=3). Times are
 medians of interleaved rounds (CUDA events, L2 flushed), as a fraction of cuBLAS's time (higher is faster). The
 waves column is the tiles over the SMs: a fractional part leaves SMs idle in the last wave, which
 TAIL_SPLIT shortens.
