@@ -30,7 +30,7 @@ types) and float32 ones (a WGMMA shape assertion).
 Flattened (FLATTEN=1, with TMA=2): Triton pipelines the persistent kernel's tile loop and K loop as one
 (`tl.range(..., flatten=True)`), so the next tile's first loads are in flight while this tile's epilogue and
 store run; the epilogue finds its tile by a counter of its own (the same tile), as Triton's persistent-matmul
-tutorial does. On an H100 the 128x256x64 tile ran 1.5-2.6% faster flattened where its K loop is short against
+tutorial does. On an H100 the 128x256x64 tile ran 0.7-2.9% faster flattened where its K loop is short against
 the epilogue (K = 4096 at 64 a step), and alike at 8192^3 (benchmarks/RESULTS.md).
 """
 
