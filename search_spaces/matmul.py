@@ -253,11 +253,13 @@ SPACE: Space[MatmulProblem] = Space(
         Param("BLOCK_N", (32, 64, 128, 256)),
         Param("BLOCK_K", (32, 64, 128, 256)),
         Param("GROUP_M", (1, 8)),
-        Param("SPLIT_K", (1, 2, 4, 8), implied=1),
+        Param("SPLIT_K", (1, 2, 4, 8), implied=1, only_with=("TMA", (0,))),  # the pointer kernel's
         Param("TMA", (0, 1, 2, 3), implied=0),  # pointers, TMA, persistent TMA, that warp-specialized
-        Param("SUBTILE", (0, 1), implied=0),  # persistent TMA's C tile stored in two halves
-        Param("TAIL_SPLIT", (0, 1), implied=0),  # persistent TMA's last, partial wave in half-width tiles
-        Param("FLATTEN", (0, 1), implied=0),  # persistent TMA's tile loop and K loop pipelined as one
+        # the persistent kernels' options: their C tile stored in two halves; the last, partial wave in half-width
+        # tiles; the tile loop and K loop pipelined as one
+        Param("SUBTILE", (0, 1), implied=0, only_with=("TMA", (2, 3))),
+        Param("TAIL_SPLIT", (0, 1), implied=0, only_with=("TMA", (2,))),
+        Param("FLATTEN", (0, 1), implied=0, only_with=("TMA", (2,))),
         Param("num_warps", (4, 8)),
         Param("num_stages", (2, 3, 4, 5)),
     ),

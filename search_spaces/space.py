@@ -35,6 +35,9 @@ class Param:
     name: str
     values: tuple[int, ...]
     implied: int | None = None  # the value a config that leaves this parameter out means (None: required)
+    # (another parameter, its values): this one varies only where that one takes one of those values, and holds
+    # its implied value elsewhere (a kernel variant's own option); the grid leaves the other combinations out
+    only_with: tuple[str, tuple[int, ...]] | None = None
 
 
 @dataclass(frozen=True)
@@ -96,6 +99,13 @@ class Space(Generic[P]):
     seeds_fn: Callable[[P, DeviceLimits], list[Config]] | None = None
     listed: tuple[Config, ...] = ()  # a space that is a list of configs (triton.autotune's): only these
 
+    def __post_init__(self) -> None:
+        free = {p.name for p in self.params if p.only_with is None}
+        for p in self.params:
+            if p.only_with is not None and (p.implied is None or p.only_with[0] not in free):
+                raise ConfigError(f"parameter {p.name} varies only with {p.only_with[0]}: it needs an implied value, "
+                                  "and that parameter must be one of the space's that vary everywhere")
+
     @classmethod
     def from_configs(cls, configs: list[Mapping[str, Any]],
                      constraints: tuple[Constraint, ...] = ()) -> Space[Any]:
@@ -121,8 +131,15 @@ class Space(Generic[P]):
         if self.listed:
             yield from (dict(c) for c in self.listed)
             return
+        names = self.names
+        at = {n: i for i, n in enumerate(names)}
+        # (position, implied value, position of the parameter it varies with, that one's values where it varies)
+        bound = [(at[p.name], p.implied, at[p.only_with[0]], frozenset(p.only_with[1]))
+                 for p in self.params if p.only_with is not None]
         for values in itertools.product(*(p.values for p in self.params)):
-            yield dict(zip(self.names, values, strict=False))
+            if any(values[i] != implied and values[j] not in where for i, implied, j, where in bound):
+                continue
+            yield dict(zip(names, values, strict=False))
 
     def violations(self, config: Mapping[str, Any], problem: P, device: DeviceLimits) -> list[str]:
         """Every reason this config cannot run on this problem and device (empty when it is valid)."""
@@ -154,12 +171,7 @@ class Space(Generic[P]):
         return self._constraints_broken(cfg, problem, device)
 
     def _constraints_broken(self, cfg: Config, problem: P, device: DeviceLimits) -> list[tuple[str, str]]:
-        broken = []
-        for check in self.constraints:
-            reason = check(cfg, problem, device)
-            if reason:
-                broken.append((rule_name(check), reason))
-        return broken
+        return [(rule_name(check), reason) for check in self.constraints if (reason := check(cfg, problem, device))]
 
     def validate(self, config: Mapping[str, Any], problem: P, device: DeviceLimits) -> Config:
         """Return the config as a plain dict, or raise ConfigError naming every broken rule."""
@@ -176,8 +188,9 @@ class Space(Generic[P]):
     def enumerate(self, problem: P, device: DeviceLimits) -> Candidates:
         valid: list[Config] = []
         rejected: list[Rejection] = []
+        checks = [(rule_name(check), check) for check in self.constraints]  # named once, not per config
         for cfg in self.grid():  # complete and inside the space by construction: only the constraints to check
-            broken = self._constraints_broken(cfg, problem, device)
+            broken = [(rule, reason) for rule, check in checks if (reason := check(cfg, problem, device))]
             if broken:
                 rejected.append(Rejection(cfg, "; ".join(m for _, m in broken), tuple(r for r, _ in broken)))
             else:

@@ -8,7 +8,7 @@ import torch
 from autotuner.base.device import DeviceInfo
 from autotuner.base.registry import UnknownOpError, builtin_ops, get_op, op_names, register_op, unregister_op
 from search_spaces.problem import ProblemError
-from search_spaces.space import ConfigError
+from search_spaces.space import ConfigError, Param
 
 H100 = DeviceInfo("NVIDIA H100 80GB HBM3", (9, 0), 132, 80 << 30, 232448, "cuda:0")
 PROBLEMS = {
@@ -166,6 +166,34 @@ def test_matmul_tma_rules_and_seeds():
         (32, 64, 128, 2, 0), (32, 32, 256, 1, 1), (32, 64, 256, 1, 0)]
     assert all(op.space.violations(c, skinny, H100) == [] for c in thin)
     assert op.space.default(square, H100)["TMA"] == 0  # the default stays the tutorial's pointer kernel
+    # FLATTEN is the persistent kernel's (not the warp-specialized one's), and the seeds use it
+    assert op.space.violations({**cfg, "TMA": 2, "SUBTILE": 1, "FLATTEN": 1, "num_stages": 4}, square, H100) == []
+    assert any("FLATTEN=1" in r for r in op.space.violations({**cfg, "TMA": 3, "FLATTEN": 1}, square, H100))
+    assert any(c.get("FLATTEN") for c in seeds)
+
+
+def test_options_of_one_kernel_vary_only_with_it():
+    """A parameter declared `only_with` another takes its other values only where that one has the named values
+    (matmul's SPLIT_K with the pointer kernel, SUBTILE, TAIL_SPLIT and FLATTEN with the persistent ones); the grid
+    leaves the rest out, and leaves out no config the constraints would let through."""
+    import dataclasses
+
+    op = get_op("matmul")
+    grid = list(op.space.grid())
+    assert all(c["SPLIT_K"] == 1 for c in grid if c["TMA"]) and any(c["SPLIT_K"] > 1 for c in grid)
+    assert all(not (c["FLATTEN"] or c["TAIL_SPLIT"]) for c in grid if c["TMA"] != 2)
+    assert all(not c["SUBTILE"] for c in grid if c["TMA"] < 2) and any(c["SUBTILE"] for c in grid if c["TMA"] == 3)
+    assert all(list(c) == list(op.space.names) for c in grid[:50])
+    everywhere = dataclasses.replace(op.space, params=tuple(dataclasses.replace(p, only_with=None)
+                                                            for p in op.space.params))
+    assert len(list(everywhere.grid())) > 5 * len(grid)
+    for shape in ("4096x4096x4096", "32x4096x4096", "1024x1024x1024"):
+        problem = op.parse_problem(shape, "bfloat16")
+        assert op.space.candidates(problem, H100) == everywhere.candidates(problem, H100)
+    with pytest.raises(ConfigError, match="needs an implied value"):
+        dataclasses.replace(op.space, params=(*op.space.params, Param("X", (0, 1), only_with=("TMA", (1,)))))
+    with pytest.raises(ConfigError, match="vary everywhere"):
+        dataclasses.replace(op.space, params=(*op.space.params, Param("X", (0, 1), 0, only_with=("FLATTEN", (1,)))))
 
 
 def test_attention_shared_memory_and_causal_rules(small_smem_device):
