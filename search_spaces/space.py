@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import re
@@ -170,8 +171,14 @@ class Space(Generic[P]):
             cfg = {k: int(v) for k, v in config.items()}
         return self._constraints_broken(cfg, problem, device)
 
+    @functools.cached_property
+    def _named_constraints(self) -> tuple[tuple[str, Constraint], ...]:
+        """Each constraint with its rule name, named once (enumerating a space checks every constraint on every
+        config of its grid)."""
+        return tuple((rule_name(check), check) for check in self.constraints)
+
     def _constraints_broken(self, cfg: Config, problem: P, device: DeviceLimits) -> list[tuple[str, str]]:
-        return [(rule_name(check), reason) for check in self.constraints if (reason := check(cfg, problem, device))]
+        return [(rule, reason) for rule, check in self._named_constraints if (reason := check(cfg, problem, device))]
 
     def validate(self, config: Mapping[str, Any], problem: P, device: DeviceLimits) -> Config:
         """Return the config as a plain dict, or raise ConfigError naming every broken rule."""
@@ -188,9 +195,8 @@ class Space(Generic[P]):
     def enumerate(self, problem: P, device: DeviceLimits) -> Candidates:
         valid: list[Config] = []
         rejected: list[Rejection] = []
-        checks = [(rule_name(check), check) for check in self.constraints]  # named once, not per config
         for cfg in self.grid():  # complete and inside the space by construction: only the constraints to check
-            broken = [(rule, reason) for rule, check in checks if (reason := check(cfg, problem, device))]
+            broken = self._constraints_broken(cfg, problem, device)
             if broken:
                 rejected.append(Rejection(cfg, "; ".join(m for _, m in broken), tuple(r for r, _ in broken)))
             else:
