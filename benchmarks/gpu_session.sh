@@ -9,6 +9,7 @@
 #   tunetime   benchmarks/tune_time.py: that, the same through a running worker, an exhaustive run (a landscape)
 #              and the winners against its best (TUNETIME_ARGS: more arguments, e.g. --no-exhaustive)
 #   kinds      benchmarks/matmul_kinds.py: the matmul kernel's kinds on one tile against cuBLAS
+#   attkinds   benchmarks/attention_kinds.py: the attention kernel with and without its persistent grid, against SDPA
 #   landscapes exhaustive runs of softmax and layernorm problems (LANDSCAPES: "op shape dtype" items separated by
 #              commas), written as landscapes to $OUT/landscapes, then replayed with the repository's
 #   scale      benchmarks/scale_workers.py: 16 jobs drained by workers on 1 and on every GPU of the host
@@ -64,7 +65,11 @@ if [[ $STEPS == *,tunetime,* ]]; then
 fi
 if [[ $STEPS == *,kinds,* ]]; then
   step "matmul kinds against cuBLAS"
-  python3 benchmarks/matmul_kinds.py 2>&1 | tee "$OUT/kinds.txt" | tail -10
+  python3 benchmarks/matmul_kinds.py ${KINDS_ARGS:-} 2>&1 | tee "$OUT/kinds.txt" | tail -14
+fi
+if [[ $STEPS == *,attkinds,* ]]; then
+  step "attention kinds against SDPA"
+  python3 benchmarks/attention_kinds.py 2>&1 | tee "$OUT/attkinds.txt" | tail -7
 fi
 if [[ $STEPS == *,landscapes,* ]]; then
   step "landscapes: exhaustive softmax and layernorm"

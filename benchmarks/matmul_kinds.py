@@ -5,10 +5,11 @@
 Each row is one problem; each column one config of the 128x256x64 tile (8 warps, GROUP_M 8) that won the large
 problems of the suite: a tile per program (TMA=1), persistent (TMA=2; "sub": its C tile stored in halves with 4
 stages; "flat": its tile and K loops pipelined as one, FLATTEN=1), that with the last partial wave in half-width
-tiles (TAIL_SPLIT=1), and warp-specialized (TMA=3). Times are
+tiles (TAIL_SPLIT=1), and warp-specialized (TMA=3); "dev": descriptors made by the kernel (DEVICE_DESC=1). Times are
 medians of interleaved rounds (CUDA events, L2 flushed), as a fraction of cuBLAS's time (higher is faster). The
 waves column is the tiles over the SMs: a fractional part leaves SMs idle in the last wave, which
-TAIL_SPLIT shortens.
+TAIL_SPLIT shortens. A last table gives the CPU's cost per call of the prepared launcher (host descriptors
+encoded per launch against the kernel's own), measured as benchmarks/launch_overhead.py does.
 """
 
 from __future__ import annotations
@@ -34,7 +35,12 @@ KINDS = {
     "flat +TAIL_SPLIT": {**BIG, "TMA": 2, "SUBTILE": 1, "TAIL_SPLIT": 1, "FLATTEN": 1, "num_stages": 4},
     "TMA=3 s3": {**BIG, "TMA": 3, "num_stages": 3},
     "TMA=3 sub s4": {**BIG, "TMA": 3, "SUBTILE": 1, "num_stages": 4},
+    "TMA=1 s3 dev": {**BIG, "TMA": 1, "DEVICE_DESC": 1, "num_stages": 3},
+    "TMA=2 flat sub s4 dev": {**BIG, "TMA": 2, "SUBTILE": 1, "FLATTEN": 1, "DEVICE_DESC": 1, "num_stages": 4},
+    "TMA=3 sub s4 dev": {**BIG, "TMA": 3, "SUBTILE": 1, "DEVICE_DESC": 1, "num_stages": 4},
 }
+# the CPU's cost per call of the prepared launcher, host descriptors against the kernel's own
+CPU_KINDS = ("TMA=1 s3", "TMA=1 s3 dev", "TMA=2 flat sub s4", "TMA=2 flat sub s4 dev")
 
 
 def main() -> None:
@@ -80,6 +86,14 @@ def main() -> None:
               flush=True)
         del inputs, ref
         torch.cuda.empty_cache()
+    from benchmarks.launch_overhead import per_call_us
+    from kernels import matmul as k_matmul
+
+    a = torch.randn(4096, 4096, device="cuda", dtype=torch.float16)
+    print("\nCPU us per call of the prepared launcher (4096^3 fp16; median of 7 rounds of 400 calls queued behind a "
+          "sleeping kernel)\n\n| " + " | ".join(CPU_KINDS) + " |\n|" + "---|" * len(CPU_KINDS))
+    launchers = [k_matmul.prepare(a, a, KINDS[name]) for name in CPU_KINDS]
+    print("| " + " | ".join(f"{per_call_us(lambda f=f: f(a, a, None), 400, 7):.1f}" for f in launchers) + " |")
 
 
 if __name__ == "__main__":

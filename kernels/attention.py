@@ -5,7 +5,8 @@ dimension; seq need not be a multiple of the block. Causal masking is top-left a
 0..i). Each program computes BLOCK_M query rows of one (batch, head), streaming BLOCK_N keys at a time; causal
 launches run the longest query blocks first over groups of heads that share the L2 (`causal_group`). With
 TMA=1 the launcher makes the tensor descriptors once where the layout allows (`_host_descriptors`); otherwise
-each program makes its own.
+each program makes its own. With PERSIST=k the grid is k programs per SM, each walking the query blocks in the
+same order, the grid apart (one launch's set-up per program rather than per block).
 """
 
 from __future__ import annotations
@@ -17,10 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 import triton
 import triton.language as tl
-from triton.runtime import _allocation
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from kernels._backend import dot_needs_upcast, interpreting
+from kernels._backend import dot_needs_upcast, interpreting, sm_count
 from kernels._checks import (
     check_config,
     check_last_dim_contiguous,
@@ -29,6 +29,7 @@ from kernels._checks import (
     check_tensor,
     new_output,
 )
+from kernels._descriptors import ensure_allocator
 from kernels._direct import Launcher
 from kernels._torch import lazy
 
@@ -43,7 +44,10 @@ PARAMS = ("BLOCK_M", "BLOCK_N")
 L2_SHARE = 1.0  # of the L2, for the keys and values of the heads a causal launch runs longest-first together
 DEFAULT_L2_BYTES = 50 << 20  # the interpreter's stand-in (an H100's L2)
 HOST_DESCRIPTORS = True  # TMA descriptors made once by the launcher where the layout allows (see _host_descriptors)
-OPTIONAL = {"TMA": 0}  # TMA=1: tiles move through Hopper's tensor memory accelerator (descriptors)
+# TMA=1: tiles move through Hopper's tensor memory accelerator (descriptors). PERSIST=k: k programs per SM walk
+# the query blocks (0: a program per block).
+OPTIONAL = {"TMA": 0, "PERSIST": 0}
+PERSIST_CHOICES = (0, 1, 2)
 
 
 @triton.jit
@@ -99,21 +103,19 @@ def _attn_inner(
 
 
 @triton.jit
-def attention_kernel(
+def _attn_block(
+    pid, n_blocks,
     q_ptr, k_ptr, v_ptr, o_ptr,
-    q_host, k_host, v_host, o_host,  # HOST_DESC: descriptors built by the launcher; else unused
+    q_host, k_host, v_host, o_host,
     stride_qb, stride_qh, stride_qm,
     stride_kb, stride_kh, stride_kn,
     stride_vb, stride_vh, stride_vn,
     stride_ob, stride_oh, stride_om,
     H, S, qk_scale, GROUP_BH,
     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    CAUSAL: tl.constexpr, EVEN_N: tl.constexpr,
-    TMA: tl.constexpr,  # load tiles with the tensor memory accelerator (Hopper and later)
-    HOST_DESC: tl.constexpr,  # TMA through the launcher's (batch*heads*seq, head_dim) descriptors
-    UPCAST: tl.constexpr,  # interpreter only: bfloat16 dot operands go through float32
+    CAUSAL: tl.constexpr, EVEN_N: tl.constexpr, TMA: tl.constexpr, HOST_DESC: tl.constexpr, UPCAST: tl.constexpr,
 ):
-    pid = tl.program_id(0)
+    """Query block `pid` of the n_blocks (batch, head, query block)s, in the launch's order."""
     num_m = tl.cdiv(S, BLOCK_M)
     if CAUSAL:
         # Longest rows (most key blocks) first, so that short ones fill the tail: over groups of GROUP_BH
@@ -121,7 +123,7 @@ def attention_kernel(
         per_group = GROUP_BH * num_m
         group = pid // per_group
         first_bh = group * GROUP_BH
-        group_size = tl.minimum(tl.num_programs(0) // num_m - first_bh, GROUP_BH)
+        group_size = tl.minimum(n_blocks // num_m - first_bh, GROUP_BH)
         r = pid - group * per_group
         start_m = num_m - 1 - r // group_size
         bh = first_bh + r % group_size
@@ -187,6 +189,35 @@ def attention_kernel(
         tl.store(o_base + offs_m[:, None] * stride_om + offs_d[None, :], o, mask=offs_m[:, None] < S)
 
 
+@triton.jit
+def attention_kernel(
+    q_ptr, k_ptr, v_ptr, o_ptr,
+    q_host, k_host, v_host, o_host,  # HOST_DESC: descriptors built by the launcher; else unused
+    stride_qb, stride_qh, stride_qm,
+    stride_kb, stride_kh, stride_kn,
+    stride_vb, stride_vh, stride_vn,
+    stride_ob, stride_oh, stride_om,
+    H, S, qk_scale, GROUP_BH, n_blocks,
+    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    CAUSAL: tl.constexpr, EVEN_N: tl.constexpr,
+    TMA: tl.constexpr,  # load tiles with the tensor memory accelerator (Hopper and later)
+    HOST_DESC: tl.constexpr,  # TMA through the launcher's (batch*heads*seq, head_dim) descriptors
+    UPCAST: tl.constexpr,  # interpreter only: bfloat16 dot operands go through float32
+    PERSISTENT: tl.constexpr,  # a grid of a few programs per SM walking the n_blocks query blocks, in order
+):
+    if PERSISTENT:
+        for block in tl.range(tl.program_id(0), n_blocks, tl.num_programs(0)):
+            _attn_block(block, n_blocks, q_ptr, k_ptr, v_ptr, o_ptr, q_host, k_host, v_host, o_host,
+                        stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn,
+                        stride_vb, stride_vh, stride_vn, stride_ob, stride_oh, stride_om,
+                        H, S, qk_scale, GROUP_BH, HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, EVEN_N, TMA, HOST_DESC, UPCAST)
+    else:
+        _attn_block(tl.program_id(0), n_blocks, q_ptr, k_ptr, v_ptr, o_ptr, q_host, k_host, v_host, o_host,
+                    stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn,
+                    stride_vb, stride_vh, stride_vn, stride_ob, stride_oh, stride_om,
+                    H, S, qk_scale, GROUP_BH, HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, EVEN_N, TMA, HOST_DESC, UPCAST)
+
+
 @functools.cache
 def _l2_bytes(device: torch.device) -> int:
     """The device's L2 size, read once per device (every causal launch asks)."""
@@ -201,10 +232,6 @@ def causal_group(q: torch.Tensor) -> int:
     return max(1, min(q.shape[0] * q.shape[1], int(l2 * L2_SHARE) // kv_bytes))
 
 
-def _descriptor_scratch(size: int, alignment: int, stream: int | None) -> torch.Tensor:
-    return torch.empty(size, dtype=torch.int8, device="cuda")
-
-
 def _tma_ready(*tensors: torch.Tensor) -> bool:
     """Whether TMA descriptors can address these tensors: a Hopper (or later) GPU or the interpreter, 16-byte
     aligned bases and strides. When not, the kernel loads through pointers (same result). Device-side
@@ -216,7 +243,7 @@ def _tma_ready(*tensors: torch.Tensor) -> bool:
         if t.data_ptr() % 16 or any((s * t.element_size()) % 16 for s in t.stride()[:3]):
             return False
     if not interpreting():
-        _ensure_allocator()
+        ensure_allocator()
     return True
 
 
@@ -233,13 +260,6 @@ def _host_descriptors(cfg: Mapping[str, int], *tensors: torch.Tensor, make: bool
         return []
     return [TensorDescriptor(t, [B * H * S, D], [t.stride(2), 1], [cfg[block], D])
             for t, block in zip(tensors, ("BLOCK_M", "BLOCK_N", "BLOCK_N", "BLOCK_M"), strict=True)]
-
-
-def _ensure_allocator() -> None:
-    holder = getattr(_allocation, "_allocator", None)
-    current = holder.get() if holder is not None else None
-    if current is None or isinstance(current, getattr(_allocation, "NullAllocator", ())):
-        triton.set_allocator(_descriptor_scratch)
 
 
 def prepare(
@@ -269,18 +289,23 @@ def prepare(
     check_pow2("attention", cfg, PARAMS)
     if cfg["TMA"] not in (0, 1):
         raise ValueError(f"attention: config['TMA'] must be 0 or 1, got {cfg['TMA']}")
+    if cfg["PERSIST"] not in PERSIST_CHOICES:
+        raise ValueError(f"attention: config['PERSIST'] must be one of {', '.join(map(str, PERSIST_CHOICES))} "
+                         f"(programs per SM; 0: a program per query block), got {cfg['PERSIST']}")
     B, H, S, D = q.shape
     shape, dtype, device = q.shape, q.dtype, q.device
     scale = (1.0 / math.sqrt(D)) if sm_scale is None else float(sm_scale)
     o_like = torch.empty_strided(shape, new_output_strides(shape), dtype=dtype, device="meta")  # o's layout
     tma = bool(cfg["TMA"]) and _tma_ready(q, k, v)  # o is new and contiguous: aligned whenever q's rows are
     host = tma and _host_descriptors(cfg, q, k, v, o_like, make=False) is not None
-    launcher = Launcher(attention_kernel, (triton.cdiv(S, cfg["BLOCK_M"]) * B * H,), dict(
+    blocks = triton.cdiv(S, cfg["BLOCK_M"]) * B * H
+    programs = min(blocks, cfg["PERSIST"] * sm_count(device)) if cfg["PERSIST"] else blocks
+    launcher = Launcher(attention_kernel, (programs,), dict(
         HEAD_DIM=D, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], CAUSAL=bool(causal),
         EVEN_N=S % cfg["BLOCK_N"] == 0, TMA=tma, HOST_DESC=host, UPCAST=dot_needs_upcast(dtype),
-        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"]))
+        PERSISTENT=programs < blocks, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"]))
     scalars = (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o_like.stride()[:3],
-               H, S, scale * 1.4426950408889634, causal_group(q) if causal else 1)  # log2(e): exp2 in the kernel
+               H, S, scale * 1.4426950408889634, causal_group(q) if causal else 1, blocks)  # log2(e): exp2 in the kernel
 
     def launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         o = new_output(shape, dtype, device)

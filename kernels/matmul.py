@@ -32,6 +32,9 @@ Flattened (FLATTEN=1, with TMA=2): Triton pipelines the persistent kernel's tile
 store run; the epilogue finds its tile by a counter of its own (the same tile), as Triton's persistent-matmul
 tutorial does. On an H100 the 128x256x64 tile ran 0.7-2.9% faster flattened where its K loop is short against
 the epilogue (K = 4096 at 64 a step), and alike at 8192^3 (benchmarks/RESULTS.md).
+Device-side descriptors (DEVICE_DESC=1, with TMA=1, 2 or 3): the kernel makes its TMA descriptors itself
+(`tl.make_tensor_descriptor`, written to scratch memory from Triton's allocator, kernels/_descriptors.py) instead
+of the launcher encoding them on the host at every launch; the persistent kernels make theirs once per program.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 from kernels._backend import dot_needs_upcast, interpreting, sm_count
 from kernels._checks import check_config, check_pow2, check_same_device, check_tensor, new_output
 from kernels._counters import zeroed_counters
+from kernels._descriptors import ensure_allocator
 from kernels._direct import Launcher
 from kernels._torch import lazy
 
@@ -58,7 +62,7 @@ DTYPES = ("float16", "bfloat16", "float32")  # by name: declaring a kernel impor
 EPILOGUES = ("none", "bias", "bias_relu", "bias_gelu", "relu", "gelu")
 PARAMS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M")
 # tunable, with the value a config that leaves it out means
-OPTIONAL = {"SPLIT_K": 1, "TMA": 0, "SUBTILE": 0, "TAIL_SPLIT": 0, "FLATTEN": 0}
+OPTIONAL = {"SPLIT_K": 1, "TMA": 0, "SUBTILE": 0, "TAIL_SPLIT": 0, "FLATTEN": 0, "DEVICE_DESC": 0}
 TMA_KINDS = (0, 1, 2, 3)  # pointers; TMA, a tile per program; TMA, a program per SM; that, warp-specialized
 
 
@@ -191,14 +195,30 @@ def _store_tile(c_desc, acc, off_m, off_n, BLOCK_M: tl.constexpr, BLOCK_N: tl.co
 
 
 @triton.jit
+def _device_descriptors(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_bk, stride_cm, BLOCK_M: tl.constexpr,
+                        BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, C_BLOCK_N: tl.constexpr):
+    """DEVICE_DESC: the descriptors of A, B and C made by the program itself over the whole matrices (rows
+    contiguous), C's box C_BLOCK_N columns wide."""
+    a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[stride_am, 1], block_shape=[BLOCK_M, BLOCK_K])
+    b_desc = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[stride_bk, 1], block_shape=[BLOCK_K, BLOCK_N])
+    c_desc = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[stride_cm, 1], block_shape=[BLOCK_M, C_BLOCK_N])
+    return a_desc, b_desc, c_desc
+
+
+@triton.jit
 def matmul_tma_kernel(
-    a_desc, b_desc, c_desc, bias_ptr,
+    a_desc, b_desc, c_desc, bias_ptr,  # DEVICE_DESC: A, B and C themselves; else the launcher's descriptors
     M, N, K,
+    stride_am, stride_bk, stride_cm,  # DEVICE_DESC only
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     EPILOGUE: tl.constexpr,
     UPCAST: tl.constexpr,
+    DEVICE_DESC: tl.constexpr,
 ):
     """One output tile per program, A and B tiles loaded and C stored through TMA descriptors."""
+    if DEVICE_DESC:
+        a_desc, b_desc, c_desc = _device_descriptors(a_desc, b_desc, c_desc, M, N, K, stride_am, stride_bk,
+                                                     stride_cm, BLOCK_M, BLOCK_N, BLOCK_K, BLOCK_N)
     pid_m, pid_n = _grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
     acc = _tma_k_product(a_desc, b_desc, pid_m * BLOCK_M, pid_n * BLOCK_N, 0, tl.cdiv(K, BLOCK_K), BLOCK_M, BLOCK_N,
                          BLOCK_K, UPCAST)
@@ -208,8 +228,9 @@ def matmul_tma_kernel(
 
 @triton.jit
 def matmul_tma_persistent_kernel(
-    a_desc, b_desc, c_desc, bias_ptr, b_half_desc, c_half_desc,
+    a_desc, b_desc, c_desc, bias_ptr, b_half_desc, c_half_desc,  # DEVICE_DESC: A, B, C, bias, and unused twice
     M, N, K,
+    stride_am, stride_bk, stride_cm,  # DEVICE_DESC only
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     EPILOGUE: tl.constexpr,
     UPCAST: tl.constexpr,
@@ -218,6 +239,7 @@ def matmul_tma_persistent_kernel(
     SUBTILE: tl.constexpr,
     TAIL_SPLIT: tl.constexpr,
     FLATTEN: tl.constexpr,
+    DEVICE_DESC: tl.constexpr,
 ):
     """One program per SM, each walking the output tiles in grouped order, NUM_SMS apart; A and B tiles come
     through TMA descriptors and C leaves through one. With WARP_SPECIALIZE, Triton splits the tile loop into
@@ -225,8 +247,18 @@ def matmul_tma_persistent_kernel(
 
     With TAIL_SPLIT, the tiles that would make a last, partial wave (num_tiles % NUM_SMS of them) are computed as
     twice as many tiles of half the columns (through the half-width descriptors): where that wave is less than
-    half full it takes half as long, and where it is more, more SMs share it."""
+    half full it takes half as long, and where it is more, more SMs share it.
+
+    With DEVICE_DESC each program makes its descriptors once, before its first tile."""
     pid = tl.program_id(0)
+    if DEVICE_DESC:
+        a_ptr, b_ptr, c_ptr = a_desc, b_desc, c_desc
+        C_BLOCK_N: tl.constexpr = BLOCK_N // 2 if SUBTILE else BLOCK_N
+        a_desc, b_desc, c_desc = _device_descriptors(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_bk, stride_cm,
+                                                     BLOCK_M, BLOCK_N, BLOCK_K, C_BLOCK_N)
+        if TAIL_SPLIT:
+            _, b_half_desc, c_half_desc = _device_descriptors(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_bk,
+                                                              stride_cm, BLOCK_M, BLOCK_N // 2, BLOCK_K, BLOCK_N // 2)
     num_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
     whole_tiles = num_tiles
     if TAIL_SPLIT:
@@ -257,10 +289,10 @@ def matmul_tma_persistent_kernel(
 
 
 def persistent_unsupported(config: Mapping[str, Any], float32: bool) -> str | None:
-    """Why a config's SUBTILE, TAIL_SPLIT, FLATTEN or warp specialization cannot run (None: it can): SUBTILE=1
-    stores the persistent kernels' C tile, TAIL_SPLIT=1 and FLATTEN=1 are the persistent kernel's (not
-    warp-specialized: Triton's tutorial leaves flattening off for warp specialization on Hopper), and TMA=3
-    compiles (Triton 3.6, Hopper) with 8 warps and 16-bit operands only. The launcher refuses such a config with
+    """Why a config's SUBTILE, TAIL_SPLIT, FLATTEN, DEVICE_DESC or warp specialization cannot run (None: it can):
+    SUBTILE=1 stores the persistent kernels' C tile, TAIL_SPLIT=1 and FLATTEN=1 are the persistent kernel's (not
+    warp-specialized: Triton's tutorial leaves flattening off for warp specialization on Hopper), DEVICE_DESC=1
+    is for the TMA kernels, and TMA=3 compiles (Triton 3.6, Hopper) with 8 warps and 16-bit operands only. The launcher refuses such a config with
     this reason, and matmul's space rules it out with it."""
     subtile, tma, tail = config.get("SUBTILE", 0), config.get("TMA", 0), config.get("TAIL_SPLIT", 0)
     if subtile not in (0, 1) or (subtile and tma < 2):
@@ -270,6 +302,10 @@ def persistent_unsupported(config: Mapping[str, Any], float32: bool) -> str | No
     flatten = config.get("FLATTEN", 0)
     if flatten not in (0, 1) or (flatten and tma != 2):
         return f"FLATTEN=1 (the tile loop and the K loop pipelined as one) is for TMA=2, got FLATTEN={flatten} with TMA={tma}"
+    device_desc = config.get("DEVICE_DESC", 0)
+    if device_desc not in (0, 1) or (device_desc and tma < 1):
+        return (f"DEVICE_DESC=1 (TMA descriptors made by the kernel) is for TMA=1, 2 and 3, got "
+                f"DEVICE_DESC={device_desc} with TMA={tma}")
     if tail and config.get("BLOCK_N", 0) < 32:
         return f"TAIL_SPLIT=1 halves BLOCK_N, which must stay 16 or more for tl.dot: got BLOCK_N={config.get('BLOCK_N')}"
     warps = config.get("num_warps", 4)
@@ -336,8 +372,11 @@ def prepare(
     warps = dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
     if cfg["TMA"] and _tma_ready(a, b) and (N * a.element_size()) % 16 == 0:  # C is new: its rows align as N does
         bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
+        device_desc = cfg["DEVICE_DESC"] == 1
+        if device_desc and not interpreting():
+            ensure_allocator()  # the kernel's descriptors are written to scratch memory
         common = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg["GROUP_M"], EPILOGUE=EPILOGUES.index(epilogue),
-                      UPCAST=dot_needs_upcast(dtype), **warps)
+                      UPCAST=dot_needs_upcast(dtype), DEVICE_DESC=device_desc, **warps)
         tail, persistent = False, cfg["TMA"] >= 2
         if not persistent:
             tma = Launcher(matmul_tma_kernel, (tiles,), common)
@@ -349,9 +388,13 @@ def prepare(
                            dict(common, NUM_SMS=sms, WARP_SPECIALIZE=cfg["TMA"] == 3, SUBTILE=cfg["SUBTILE"],
                                 TAIL_SPLIT=int(tail), FLATTEN=cfg["FLATTEN"]))
         c_block = [bm, bn // 2 if cfg["SUBTILE"] else bn]
+        strides = (a.stride(0), b.stride(0), N)  # rows of A, B and C, for descriptors made on the device
 
         def launch_tma(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
             c = new_output((M, N), dtype, device)
+            if device_desc:  # the kernel makes its descriptors from the matrices
+                tma(a, b, c, bias if bias is not None else c, *((c, c) if persistent else ()), M, N, K, *strides)
+                return c
             c_desc = TensorDescriptor.from_tensor(c, c_block)
             if tail:  # the last wave's half-width tiles
                 halves: tuple[Any, ...] = (TensorDescriptor.from_tensor(b, [bk, bn // 2]),
@@ -359,7 +402,7 @@ def prepare(
             else:
                 halves = (c_desc, c_desc) if persistent else ()  # unused
             tma(TensorDescriptor.from_tensor(a, [bm, bk]), TensorDescriptor.from_tensor(b, [bk, bn]), c_desc,
-                bias if bias is not None else c, *halves, M, N, K)
+                bias if bias is not None else c, *halves, M, N, K, *strides)
             return c
 
         return launch_tma

@@ -163,19 +163,22 @@ def test_matmul_tma_matches_reference_at_the_edges(shape, epilogue, dtype, devic
     fails): a tile per program (TMA=1), a program per SM walking the tiles (TMA=2; the interpreter counts the host's
     cores as SMs, so programs take several tiles each), that with its tile and K loops flattened (FLATTEN=1: its
     epilogue finds its tile by a counter of its own) and warp-specialized (TMA=3), each persistent kind also
-    storing its C tile in halves (SUBTILE=1); tiles past the edges of M, N and K load zeros and store nothing."""
+    storing its C tile in halves (SUBTILE=1), and kinds of each with descriptors the kernel makes itself
+    (DEVICE_DESC=1); tiles past the edges of M, N and K load zeros and store nothing."""
     km = importlib.import_module("kernels.matmul")
     op = get_op("matmul")
     problem = op.parse_problem(shape, dtype, epilogue=epilogue)
     inputs = op.make_inputs(problem, device.torch_device)
     ref = op.reference(inputs)
     monkeypatch.setattr(km, "matmul_kernel", None)
-    for tma, subtile, flatten in ((1, 0, 0), (2, 0, 0), (2, 1, 0), (2, 0, 1), (2, 1, 1), (3, 0, 0), (3, 1, 0)):
+    kinds = ((1, 0, 0, 0), (2, 0, 0, 0), (2, 1, 0, 0), (2, 0, 1, 0), (2, 1, 1, 0), (3, 0, 0, 0), (3, 1, 0, 0),
+             (1, 0, 0, 1), (2, 1, 1, 1), (3, 1, 0, 1))
+    for tma, subtile, flatten, device_desc in kinds:
         if tma == 3 and dtype == "float32":
             continue  # refused: see test_launchers_reject_bad_input_clearly
         for cfg in ({"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 2, "num_warps": 8, "num_stages": 2},
                     {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16, "GROUP_M": 1, "num_warps": 8, "num_stages": 3}):
-            cfg = {**cfg, "TMA": tma, "SUBTILE": subtile, "FLATTEN": flatten}
+            cfg = {**cfg, "TMA": tma, "SUBTILE": subtile, "FLATTEN": flatten, "DEVICE_DESC": device_desc}
             result = op.check(op.run(inputs, cfg), ref, problem)
             assert result.ok, f"{problem.key} {cfg}: {result.message}"
 
@@ -185,8 +188,8 @@ def test_matmul_tma_matches_reference_at_the_edges(shape, epilogue, dtype, devic
 def test_matmul_tail_split_computes_the_last_wave_in_halves(shape, epilogue, sms, device, monkeypatch):
     """TAIL_SPLIT=1: the tiles of the last, partial wave are computed as half-width tiles (tiles past the edges
     included). The SM count is fixed here (the interpreter counts the host's cores), so the partial waves are
-    known: of 3, 6, and 6 or 9 tiles on 3 and 5 SMs, with and without SUBTILE (the whole tiles' store), and with
-    the whole tiles' loop flattened."""
+    known: of 3, 6, and 6 or 9 tiles on 3 and 5 SMs, with and without SUBTILE (the whole tiles' store), with
+    the whole tiles' loop flattened, and with the kernel making its descriptors (the half-width ones too)."""
     km = importlib.import_module("kernels.matmul")
     monkeypatch.setitem(importlib.import_module("kernels._backend")._SMS, None, sms)
     monkeypatch.setattr(km, "matmul_kernel", None)
@@ -198,7 +201,9 @@ def test_matmul_tail_split_computes_the_last_wave_in_halves(shape, epilogue, sms
                 {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 16, "GROUP_M": 2, "SUBTILE": 1, "num_warps": 4,
                  "num_stages": 2},
                 {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 16, "GROUP_M": 2, "SUBTILE": 1, "FLATTEN": 1, "num_warps": 4,
-                 "num_stages": 2}):
+                 "num_stages": 2},
+                {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 16, "GROUP_M": 2, "SUBTILE": 1, "DEVICE_DESC": 1,
+                 "num_warps": 4, "num_stages": 2}):
         cfg = {**cfg, "TMA": 2, "TAIL_SPLIT": 1}
         result = op.check(op.run(inputs, cfg), ref, problem)
         assert result.ok, f"{problem.key} on {sms} SMs {cfg}: {result.message}"
@@ -271,6 +276,11 @@ def test_rowwise_ops_take_leading_dimensions(device):
          {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 1, "TMA": 3, "num_warps": 8, "FLATTEN": 1},
          "FLATTEN=1.*for TMA=2"),
         ("matmul", {"a": torch.randn(4, 5).half(), "b": torch.randn(5, 3).half()},
+         {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 1, "DEVICE_DESC": 1}, "DEVICE_DESC=1.*for TMA=1, 2 and 3"),
+        ("attention", {"q": torch.randn(1, 1, 8, 64).half(), "k": torch.randn(1, 1, 8, 64).half(),
+                       "v": torch.randn(1, 1, 8, 64).half()},
+         {"BLOCK_M": 16, "BLOCK_N": 16, "PERSIST": 3}, "PERSIST.*must be one of 0, 1, 2"),
+        ("matmul", {"a": torch.randn(4, 5).half(), "b": torch.randn(5, 3).half()},
          {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 1, "TMA": 1, "SPLIT_K": 2}, "SPLIT_K=1 only"),
         ("softmax", {"x": torch.randn(4, 6).half().t()}, None, "contiguous in its last dimension"),
         ("softmax", {"x": torch.randn(4, 6).int()}, None, "accepted"),
@@ -321,6 +331,25 @@ def test_causal_attention_runs_every_block_in_head_groups(group, monkeypatch, de
         cfg = {"BLOCK_M": 16, "BLOCK_N": 16, "TMA": tma, "num_warps": 1, "num_stages": 2}
         result = op.check(op.run(inputs, cfg), ref, problem)
         assert result.ok, f"group {group} {cfg}: {result.message}"
+
+
+@pytest.mark.parametrize("sms", [2, 3])
+@pytest.mark.parametrize("causal", [False, True])
+def test_persistent_attention_walks_every_query_block_once(causal, sms, monkeypatch, device):
+    """PERSIST=k: k programs per SM walk the (batch, head, query block)s the grid apart, in the launch's order
+    (causal: longest first within head groups). On 2 and 3 SMs (fixed here) each program takes several blocks,
+    the last ones fewer; through pointers, through the launcher's descriptors (seq 64) and through descriptors
+    each block makes (seq 70, whose tiles would cross into the next head)."""
+    monkeypatch.setitem(importlib.import_module("kernels._backend")._SMS, None, sms)
+    op = get_op("attention")
+    for shape in ("2x3x64x64", "3x1x70x128"):
+        problem = op.parse_problem(shape, "float16", causal=causal)
+        inputs = op.make_inputs(problem, device.torch_device)
+        ref = op.reference(inputs)
+        for tma, persist in ((0, 1), (1, 1), (1, 2)):
+            cfg = {"BLOCK_M": 16, "BLOCK_N": 16, "TMA": tma, "PERSIST": persist, "num_warps": 1, "num_stages": 2}
+            result = op.check(op.run(inputs, cfg), ref, problem)
+            assert result.ok, f"{problem.key} on {sms} SMs {cfg}: {result.message}"
 
 
 @pytest.mark.parametrize("seq", [64, 70])

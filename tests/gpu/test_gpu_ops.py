@@ -126,7 +126,8 @@ def test_matmul_split_k_on_gpu(shape, epilogue, split, tile):
 @pytest.mark.parametrize("shape", ["2x8x1000x64", "1x4x777x128", "2x4x1024x128"])
 def test_attention_tma_on_gpu(shape, causal):
     """TMA descriptors: sequence ends inside a block (zero-filled loads, clipped stores), strided heads, and
-    (seq 1024) the launcher's descriptors over every head's rows."""
+    (seq 1024) the launcher's descriptors over every head's rows; each tile also with a persistent grid of one and
+    two programs per SM (PERSIST)."""
     if torch.cuda.get_device_capability()[0] < 9:
         pytest.skip("TMA needs compute capability 9.0")
     op = get_op("attention")
@@ -137,8 +138,9 @@ def test_attention_tma_on_gpu(shape, causal):
                 {"BLOCK_M": 64, "BLOCK_N": 128, "TMA": 1, "num_warps": 4, "num_stages": 2}):
         host = importlib.import_module("kernels.attention")._host_descriptors(cfg, *[inputs[n] for n in "qkvq"])
         assert (host is not None) == (problem.seq % 128 == 0)
-        result = op.check(op.run(inputs, cfg), op.reference(inputs), problem)
-        assert result.ok, f"{problem.key} {cfg}: {result.message}"
+        for persist in (0, 1, 2):
+            result = op.check(op.run(inputs, {**cfg, "PERSIST": persist}), op.reference(inputs), problem)
+            assert result.ok, f"{problem.key} {cfg} PERSIST={persist}: {result.message}"
     q, k, v = (t.transpose(1, 2).contiguous().transpose(1, 2) for t in (inputs["q"], inputs["k"], inputs["v"]))
     strided = {**inputs, "q": q, "k": k, "v": v}  # (batch, seq, heads, dim) memory, viewed as (b, h, s, d)
     result = op.check(op.run(strided, {"BLOCK_M": 64, "BLOCK_N": 64, "TMA": 1, "num_warps": 4, "num_stages": 3}),
@@ -153,7 +155,8 @@ def test_attention_tma_on_gpu(shape, causal):
                                                     ("1000x1000x1000", "float32", "bias_relu")])
 def test_matmul_tma_on_gpu(shape, dtype, epilogue, monkeypatch):
     """The TMA kernels (a tile per program, persistent, persistent and warp-specialized, persistent with its last
-    partial wave in half-width tiles, persistent with its tile and K loops flattened) at the suite's large
+    partial wave in half-width tiles, persistent with its tile and K loops flattened; some of each with the
+    descriptors made by the kernel) at the suite's large
     shapes, and where M, N and K end inside a tile (zero-filled loads, clipped stores). The pointer kernel is
     taken away, so a silent fallback fails."""
     if torch.cuda.get_device_capability()[0] < 9:
@@ -174,8 +177,9 @@ def test_matmul_tma_on_gpu(shape, dtype, epilogue, monkeypatch):
                 {**small, "BLOCK_N": 256, "num_warps": 8, "TMA": 2, "TAIL_SPLIT": 1}]
     flattened = [{**small, "TMA": 2, "FLATTEN": 1}, {**small, "TMA": 2, "FLATTEN": 1, "SUBTILE": 1},
                  {**small, "BLOCK_N": 256, "num_warps": 8, "TMA": 2, "FLATTEN": 1, "SUBTILE": 1, "TAIL_SPLIT": 1}]
+    made_on_device = [{**cfg, "DEVICE_DESC": 1} for cfg in ({**small, "TMA": 1}, *flattened[1:], *warp_specialized)]
     for cfg in seeds + [{**small, "TMA": 1}, {**small, "TMA": 2}, {**small, "TMA": 2, "SUBTILE": 1},
-                        *warp_specialized, *tail_split, *flattened]:
+                        *warp_specialized, *tail_split, *flattened, *made_on_device]:
         out = op.run(inputs, cfg)
         torch.cuda.synchronize()
         result = op.check(out, ref, problem)

@@ -1,0 +1,32 @@
+"""Scratch memory for TMA descriptors that kernels make on the device (`tl.make_tensor_descriptor`).
+
+A kernel that makes its own descriptors writes them to global scratch that Triton asks for at launch, through
+the allocator set by `triton.set_allocator`. `ensure_allocator()` installs one (a torch allocation on the current
+CUDA device, through torch's caching allocator) unless the caller has set their own; the interpreter needs none.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import triton
+from triton.runtime import _allocation
+
+from kernels._torch import lazy
+
+if TYPE_CHECKING:
+    import torch
+else:
+    torch = lazy(__name__)
+
+
+def _scratch(size: int, alignment: int, stream: int | None) -> torch.Tensor:
+    return torch.empty(size, dtype=torch.int8, device="cuda")
+
+
+def ensure_allocator() -> None:
+    """Install the scratch allocator for device-side descriptors, unless one other than Triton's null one is set."""
+    holder = getattr(_allocation, "_allocator", None)
+    current = holder.get() if holder is not None else None
+    if current is None or isinstance(current, getattr(_allocation, "NullAllocator", ())):
+        triton.set_allocator(_scratch)
