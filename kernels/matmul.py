@@ -32,9 +32,12 @@ Flattened (FLATTEN=1, with TMA=2): Triton pipelines the persistent kernel's tile
 store run; the epilogue finds its tile by a counter of its own (the same tile), as Triton's persistent-matmul
 tutorial does. On an H100 the 128x256x64 tile ran 0.7-2.9% faster flattened where its K loop is short against
 the epilogue (K = 4096 at 64 a step), and alike at 8192^3 (benchmarks/RESULTS.md).
+
 Device-side descriptors (DEVICE_DESC=1, with TMA=1, 2 or 3): the kernel makes its TMA descriptors itself
 (`tl.make_tensor_descriptor`, written to scratch memory from Triton's allocator, kernels/_descriptors.py) instead
 of the launcher encoding them on the host at every launch; the persistent kernels make theirs once per program.
+On an H200 that saved 8-10 us of CPU per call but ran the persistent kernels 1.4-2.5% slower at K = 4096, so
+matmul's space does not search it (benchmarks/RESULTS.md).
 """
 
 from __future__ import annotations
@@ -292,8 +295,8 @@ def persistent_unsupported(config: Mapping[str, Any], float32: bool) -> str | No
     """Why a config's SUBTILE, TAIL_SPLIT, FLATTEN, DEVICE_DESC or warp specialization cannot run (None: it can):
     SUBTILE=1 stores the persistent kernels' C tile, TAIL_SPLIT=1 and FLATTEN=1 are the persistent kernel's (not
     warp-specialized: Triton's tutorial leaves flattening off for warp specialization on Hopper), DEVICE_DESC=1
-    is for the TMA kernels, and TMA=3 compiles (Triton 3.6, Hopper) with 8 warps and 16-bit operands only. The launcher refuses such a config with
-    this reason, and matmul's space rules it out with it."""
+    is for the TMA kernels, and TMA=3 compiles (Triton 3.6, Hopper) with 8 warps and 16-bit operands only. The
+    launcher refuses such a config with this reason, and matmul's space rules it out with it."""
     subtile, tma, tail = config.get("SUBTILE", 0), config.get("TMA", 0), config.get("TAIL_SPLIT", 0)
     if subtile not in (0, 1) or (subtile and tma < 2):
         return f"SUBTILE=1 (the C tile stored in halves) is for TMA=2 and 3, got SUBTILE={subtile} with TMA={tma}"
