@@ -70,8 +70,7 @@ def _softmax_rows(x_ptr, y_ptr, rows, n_rows, n_cols, stride_xm, stride_ym, BLOC
         x = tl.load(x_row + cols[None, :], mask=mask, other=-float("inf")).to(tl.float32)
         x = x - tl.max(x, axis=1)[:, None]
         e = tl.exp(x)
-        # one reciprocal per row: a division per element costs a second special-function op (rcp) beside the exp
-        y = e * (1.0 / tl.sum(e, axis=1))[:, None]
+        y = e / tl.sum(e, axis=1)[:, None]
         tl.store(y_row + cols[None, :], y.to(y_ptr.dtype.element_ty), mask=mask)
     else:
         m = tl.full((ROWS,), -float("inf"), tl.float32)
@@ -197,7 +196,7 @@ def softmax_split_sync_kernel(x_ptr, y_ptr, ws_ptr, count_ptr, n_cols, stride_xm
     left = tl.atomic_add(arrived + 1, 1, sem="acq_rel", scope="gpu")
     tl.atomic_xchg(arrived, 0, mask=left == SPLIT - 1, sem="relaxed", scope="gpu")
     tl.atomic_xchg(arrived + 1, 0, mask=left == SPLIT - 1, sem="relaxed", scope="gpu")
-    y = tl.exp(x - m_row) * (1.0 / s_row)
+    y = tl.exp(x - m_row) / s_row
     tl.store(y_ptr + row.to(tl.int64) * stride_ym + c, y.to(y_ptr.dtype.element_ty), mask=c < end)
 
 
