@@ -62,6 +62,7 @@ def main() -> None:
         shape, dtype, mask = spec.split(":")
         problem = op.parse_problem(shape, dtype, causal=mask == "causal")
         inputs = op.make_inputs(problem, device.torch_device)
+        assert op.reference is not None
         ref = op.reference(inputs)
         runs = {"flash": functools.partial(_sdpa, inputs, problem.causal, SDPBackend.FLASH_ATTENTION),
                 "default": functools.partial(_sdpa, inputs, problem.causal, None)}

@@ -18,10 +18,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -35,6 +33,7 @@ import autotuner  # noqa: E402
 from autotuner.base.device import current_device  # noqa: E402
 from autotuner.base.registry import get_op  # noqa: E402
 from autotuner.base.settings import Settings  # noqa: E402
+from autotuner.engine.timing import cpu_per_call_us  # noqa: E402
 from autotuner.engine.tuner import Plan, tune  # noqa: E402
 from autotuner.launch.lookup import Resolver, set_resolver  # noqa: E402
 from autotuner.store.database import Store  # noqa: E402
@@ -45,26 +44,6 @@ from kernels import matmul as k_matmul  # noqa: E402
 from kernels import softmax as k_softmax  # noqa: E402
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def per_call_us(fn: Callable[[], Any], calls: int, rounds: int) -> float:
-    """The CPU's cost of one call: on a GPU, the calls are queued behind a sleeping kernel, so the time is the
-    submission's alone (a launch-bound kernel's own run time would hide it otherwise)."""
-    for _ in range(20):
-        fn()
-    if DEV == "cuda":
-        torch.cuda.synchronize()
-    samples = []
-    for _ in range(rounds):
-        if DEV == "cuda":
-            torch.cuda._sleep(int(2e9 * max(0.05, calls * 100e-6)))  # keeps the GPU busy past the last submission
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        samples.append((time.perf_counter() - t0) / calls * 1e6)
-        if DEV == "cuda":
-            torch.cuda.synchronize()
-    return statistics.median(samples)
 
 
 def direct_off(fn: Callable[[], Any]) -> Callable[[], Any]:
@@ -181,7 +160,7 @@ def main() -> None:
         store = Store(url)
         results: dict[str, dict[str, float]] = {}
         for problem, rows in [*cases(store, settings), *(decorated() if DEV == "cuda" else [])]:  # triton.autotune times on a GPU only
-            results[problem] = {name: per_call_us(fn, args.calls, args.rounds) for name, fn in rows.items()}
+            results[problem] = {name: cpu_per_call_us(fn, args.calls, args.rounds, gpu=DEV == "cuda") for name, fn in rows.items()}
             print(f"{problem}: " + ", ".join(f"{k} {v:.1f} us" for k, v in results[problem].items()), flush=True)
     print(f"\n{current_device().key}, torch {torch.__version__}, triton {triton.__version__}; CPU us per call, median "
           f"of {args.rounds} rounds of {args.calls} calls queued behind a sleeping kernel\n")

@@ -86,14 +86,14 @@ def main() -> None:
               flush=True)
         del inputs, ref
         torch.cuda.empty_cache()
-    from benchmarks.launch_overhead import per_call_us
+    from autotuner.engine.timing import cpu_per_call_us
     from kernels import matmul as k_matmul
 
     a = torch.randn(4096, 4096, device="cuda", dtype=torch.float16)
     print("\nCPU us per call of the prepared launcher (4096^3 fp16; median of 7 rounds of 400 calls queued behind a "
           "sleeping kernel)\n\n| " + " | ".join(CPU_KINDS) + " |\n|" + "---|" * len(CPU_KINDS))
     launchers = [k_matmul.prepare(a, a, KINDS[name]) for name in CPU_KINDS]
-    print("| " + " | ".join(f"{per_call_us(lambda f=f: f(a, a, None), 400, 7):.1f}" for f in launchers) + " |")
+    print("| " + " | ".join(f"{cpu_per_call_us(functools.partial(f, a, a, None), 400, 7):.1f}" for f in launchers) + " |")
 
 
 if __name__ == "__main__":

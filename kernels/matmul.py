@@ -391,12 +391,12 @@ def prepare(
                            dict(common, NUM_SMS=sms, WARP_SPECIALIZE=cfg["TMA"] == 3, SUBTILE=cfg["SUBTILE"],
                                 TAIL_SPLIT=int(tail), FLATTEN=cfg["FLATTEN"]))
         c_block = [bm, bn // 2 if cfg["SUBTILE"] else bn]
-        strides = (a.stride(0), b.stride(0), N)  # rows of A, B and C, for descriptors made on the device
+        desc_strides = (a.stride(0), b.stride(0), N)  # rows of A, B and C, for descriptors made on the device
 
         def launch_tma(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
             c = new_output((M, N), dtype, device)
             if device_desc:  # the kernel makes its descriptors from the matrices
-                tma(a, b, c, bias if bias is not None else c, *((c, c) if persistent else ()), M, N, K, *strides)
+                tma(a, b, c, bias if bias is not None else c, *((c, c) if persistent else ()), M, N, K, *desc_strides)
                 return c
             c_desc = TensorDescriptor.from_tensor(c, c_block)
             if tail:  # the last wave's half-width tiles
@@ -405,7 +405,7 @@ def prepare(
             else:
                 halves = (c_desc, c_desc) if persistent else ()  # unused
             tma(TensorDescriptor.from_tensor(a, [bm, bk]), TensorDescriptor.from_tensor(b, [bk, bn]), c_desc,
-                bias if bias is not None else c, *halves, M, N, K, *strides)
+                bias if bias is not None else c, *halves, M, N, K, *desc_strides)
             return c
 
         return launch_tma

@@ -114,6 +114,29 @@ def rotation(items: Sequence[T], round_index: int) -> list[T]:
     return [*items[k:], *items[:k]]
 
 
+def cpu_per_call_us(fn: Callable[[], Any], calls: int, rounds: int, gpu: bool = True) -> float:
+    """The CPU's cost of one call of `fn`, in microseconds, median of `rounds` rounds of `calls` calls. On a GPU the
+    calls are queued behind a sleeping kernel, so the time is their submission's alone (a launch-bound kernel's
+    own run time would hide it otherwise); `calls` should stay below what the launch queue holds."""
+    import torch
+
+    for _ in range(20):
+        fn()
+    if gpu:
+        torch.cuda.synchronize()
+    samples = []
+    for _ in range(rounds):
+        if gpu:  # keeps the GPU busy past the last submission
+            torch.cuda._sleep(int(SLEEP_CYCLES_PER_S * max(0.05, calls * 100e-6)))
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        samples.append((time.perf_counter() - t0) / calls * 1e6)
+        if gpu:
+            torch.cuda.synchronize()
+    return statistics.median(samples)
+
+
 def time_wall(fn: Callable[[], Any], reps: int = 3) -> Timing:
     fn()
     times = []
