@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import statistics
 import sys
 from pathlib import Path
 from typing import Any
@@ -47,9 +46,9 @@ def main() -> None:
     import torch
     from torch.nn.attention import SDPBackend
 
+    from autotuner.analysis.kinds import checked_medians
     from autotuner.base.device import current_device
     from autotuner.base.registry import get_op
-    from autotuner.engine.timing import rotation, time_cuda
 
     op = get_op("attention")
     device = current_device()
@@ -62,29 +61,16 @@ def main() -> None:
         shape, dtype, mask = spec.split(":")
         problem = op.parse_problem(shape, dtype, causal=mask == "causal")
         inputs = op.make_inputs(problem, device.torch_device)
-        assert op.reference is not None
-        ref = op.reference(inputs)
-        runs = {"flash": functools.partial(_sdpa, inputs, problem.causal, SDPBackend.FLASH_ATTENTION),
-                "default": functools.partial(_sdpa, inputs, problem.causal, None)}
-        for persist, name in enumerate(kinds):
-            cfg = {**base, "TMA": 1, "PERSIST": persist}
-            # the space's other rules; PERSIST itself is a kernel option the space does not search
-            if op.space.violations(op.space.complete({**cfg, "PERSIST": 0}), problem, device):
-                continue
-            check = op.check(op.run(inputs, cfg), ref, problem)
-            if not check.ok:
-                raise SystemExit(f"{spec} {name}: {check.message}")
-            runs[name] = functools.partial(op.run, inputs, cfg)
-        times: dict[str, list[float]] = {name: [] for name in runs}
-        for r in range(args.rounds):
-            for name in rotation(list(runs), r):
-                times[name].append(time_cuda(runs[name]).median_ms)
-        med = {name: statistics.median(t) for name, t in times.items()}
+        baselines = {"flash": functools.partial(_sdpa, inputs, problem.causal, SDPBackend.FLASH_ATTENTION),
+                     "default": functools.partial(_sdpa, inputs, problem.causal, None)}
+        configs = {name: {**base, "TMA": 1, "PERSIST": persist} for persist, name in enumerate(kinds)}
+        # PERSIST: a kernel option the space does not search
+        med = checked_medians(op, problem, device, inputs, configs, baselines, args.rounds, unsearched={"PERSIST": 0})
         cells = [f"{med['flash'] / med[n]:.3f}x ({med[n]:.4f})" if n in med else "ruled out"
                  for n in ("default", *kinds)]
         tile = f"{base['BLOCK_M']}x{base['BLOCK_N']} w{base['num_warps']} s{base['num_stages']}"
         print(f"| {spec} | {tile} | {med['flash']:.4f} | " + " | ".join(cells) + " |", flush=True)
-        del inputs, ref
+        del inputs
         torch.cuda.empty_cache()
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import statistics
 import sys
 from pathlib import Path
 
@@ -51,9 +50,9 @@ def main() -> None:
 
     import torch
 
+    from autotuner.analysis.kinds import checked_medians
     from autotuner.base.device import current_device
     from autotuner.base.registry import get_op
-    from autotuner.engine.timing import rotation, time_cuda
 
     op = get_op("matmul")
     device = current_device()
@@ -65,27 +64,15 @@ def main() -> None:
         shape, dtype = item.split(":")
         problem = op.parse_problem(shape, dtype)
         inputs = op.make_inputs(problem, device.torch_device)
-        assert op.reference is not None and op.baseline is not None
-        ref = op.reference(inputs)
-        runs = {"cuBLAS": functools.partial(op.baseline, inputs)}
-        for name, cfg in KINDS.items():
-            # the space's other rules; DEVICE_DESC itself is a kernel option the space does not search
-            if op.space.violations(op.space.complete({**cfg, "DEVICE_DESC": 0}), problem, device):
-                continue
-            check = op.check(op.run(inputs, cfg), ref, problem)
-            if not check.ok:
-                raise SystemExit(f"{shape} {dtype} {name}: {check.message}")
-            runs[name] = functools.partial(op.run, inputs, cfg)
-        times: dict[str, list[float]] = {name: [] for name in runs}
-        for r in range(args.rounds):
-            for name in rotation(list(runs), r):
-                times[name].append(time_cuda(runs[name]).median_ms)
-        med = {name: statistics.median(t) for name, t in times.items()}
+        assert op.baseline is not None
+        # DEVICE_DESC: a kernel option the space does not search
+        med = checked_medians(op, problem, device, inputs, KINDS, {"cuBLAS": functools.partial(op.baseline, inputs)},
+                              args.rounds, unsearched={"DEVICE_DESC": 0})
         tiles = -(-problem.M // 128) * -(-problem.N // 256)
         cells = [f"{med['cuBLAS'] / med[n]:.3f}x ({med[n]:.4f})" if n in med else "ruled out" for n in KINDS]
         print(f"| {shape} {dtype} | {tiles / device.sm_count:.2f} | {med['cuBLAS']:.4f} | " + " | ".join(cells) + " |",
               flush=True)
-        del inputs, ref
+        del inputs
         torch.cuda.empty_cache()
     from autotuner.engine.timing import cpu_per_call_us
     from kernels import matmul as k_matmul

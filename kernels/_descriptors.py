@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import triton
 from triton.runtime import _allocation
 
+from kernels._backend import interpreting
 from kernels._torch import lazy
 
 if TYPE_CHECKING:
@@ -25,7 +26,10 @@ def _scratch(size: int, alignment: int, stream: int | None) -> torch.Tensor:
 
 
 def ensure_allocator() -> None:
-    """Install the scratch allocator for device-side descriptors, unless one other than Triton's null one is set."""
+    """Install the scratch allocator for device-side descriptors, unless one other than Triton's null one is set
+    or the kernels run in the interpreter."""
+    if interpreting():
+        return
     holder = getattr(_allocation, "_allocator", None)
     current = holder.get() if holder is not None else None
     if current is None or isinstance(current, getattr(_allocation, "NullAllocator", ())):

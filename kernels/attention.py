@@ -243,8 +243,7 @@ def _tma_ready(*tensors: torch.Tensor) -> bool:
     for t in tensors:
         if t.data_ptr() % 16 or any((s * t.element_size()) % 16 for s in t.stride()[:3]):
             return False
-    if not interpreting():
-        ensure_allocator()
+    ensure_allocator()
     return True
 
 

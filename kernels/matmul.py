@@ -198,14 +198,19 @@ def _store_tile(c_desc, acc, off_m, off_n, BLOCK_M: tl.constexpr, BLOCK_N: tl.co
 
 
 @triton.jit
+def _matrix_descriptor(ptr, rows, cols, stride, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+    """DEVICE_DESC: a descriptor made by the program itself over a whole row-major matrix, in BLOCK_R x BLOCK_C
+    boxes."""
+    return tl.make_tensor_descriptor(ptr, shape=[rows, cols], strides=[stride, 1], block_shape=[BLOCK_R, BLOCK_C])
+
+
+@triton.jit
 def _device_descriptors(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_bk, stride_cm, BLOCK_M: tl.constexpr,
                         BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, C_BLOCK_N: tl.constexpr):
-    """DEVICE_DESC: the descriptors of A, B and C made by the program itself over the whole matrices (rows
-    contiguous), C's box C_BLOCK_N columns wide."""
-    a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[stride_am, 1], block_shape=[BLOCK_M, BLOCK_K])
-    b_desc = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[stride_bk, 1], block_shape=[BLOCK_K, BLOCK_N])
-    c_desc = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[stride_cm, 1], block_shape=[BLOCK_M, C_BLOCK_N])
-    return a_desc, b_desc, c_desc
+    """DEVICE_DESC: the descriptors of A, B and C, C's box C_BLOCK_N columns wide."""
+    return (_matrix_descriptor(a_ptr, M, K, stride_am, BLOCK_M, BLOCK_K),
+            _matrix_descriptor(b_ptr, K, N, stride_bk, BLOCK_K, BLOCK_N),
+            _matrix_descriptor(c_ptr, M, N, stride_cm, BLOCK_M, C_BLOCK_N))
 
 
 @triton.jit
@@ -259,9 +264,9 @@ def matmul_tma_persistent_kernel(
         C_BLOCK_N: tl.constexpr = BLOCK_N // 2 if SUBTILE else BLOCK_N
         a_desc, b_desc, c_desc = _device_descriptors(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_bk, stride_cm,
                                                      BLOCK_M, BLOCK_N, BLOCK_K, C_BLOCK_N)
-        if TAIL_SPLIT:
-            _, b_half_desc, c_half_desc = _device_descriptors(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_bk,
-                                                              stride_cm, BLOCK_M, BLOCK_N // 2, BLOCK_K, BLOCK_N // 2)
+        if TAIL_SPLIT:  # the last wave's half-width boxes of B and C
+            b_half_desc = _matrix_descriptor(b_ptr, K, N, stride_bk, BLOCK_K, BLOCK_N // 2)
+            c_half_desc = _matrix_descriptor(c_ptr, M, N, stride_cm, BLOCK_M, BLOCK_N // 2)
     num_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
     whole_tiles = num_tiles
     if TAIL_SPLIT:
@@ -376,7 +381,7 @@ def prepare(
     if cfg["TMA"] and _tma_ready(a, b) and (N * a.element_size()) % 16 == 0:  # C is new: its rows align as N does
         bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
         device_desc = cfg["DEVICE_DESC"] == 1
-        if device_desc and not interpreting():
+        if device_desc:
             ensure_allocator()  # the kernel's descriptors are written to scratch memory
         common = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg["GROUP_M"], EPILOGUE=EPILOGUES.index(epilogue),
                       UPCAST=dot_needs_upcast(dtype), DEVICE_DESC=device_desc, **warps)

@@ -1,0 +1,38 @@
+"""Kernel variants side by side (benchmarks/matmul_kinds.py, attention_kinds.py): each config of a problem checked
+against the op's reference, then timed with torch's own calls in interleaved rounds."""
+
+from __future__ import annotations
+
+import functools
+import statistics
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from autotuner.base.device import DeviceInfo
+from autotuner.base.registry import Op
+from autotuner.engine.timing import rotation, time_cuda
+from search_spaces.contract import ProblemType
+
+
+def checked_medians(op: Op, problem: ProblemType, device: DeviceInfo, inputs: dict[str, Any],
+                    configs: Mapping[str, dict[str, Any]], baselines: Mapping[str, Callable[[], Any]], rounds: int,
+                    unsearched: Mapping[str, Any] | None = None) -> dict[str, float]:
+    """Median milliseconds (CUDA events, L2 flushed) over `rounds` interleaved rounds of each baseline and of each
+    config the space allows. `unsearched`: kernel options the space declares at one value only, set to it for
+    the space's check (the config itself runs as given). A config whose output fails the op's check stops the
+    run (SystemExit); one the space rules out is left out of the result."""
+    assert op.reference is not None
+    ref = op.reference(inputs)
+    runs = dict(baselines)
+    for name, cfg in configs.items():
+        if op.space.violations(op.space.complete({**cfg, **(unsearched or {})}), problem, device):
+            continue
+        check = op.check(op.run(inputs, cfg), ref, problem)
+        if not check.ok:
+            raise SystemExit(f"{problem.key} {name}: {check.message}")
+        runs[name] = functools.partial(op.run, inputs, cfg)
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    for r in range(rounds):
+        for name in rotation(list(runs), r):
+            times[name].append(time_cuda(runs[name]).median_ms)
+    return {name: statistics.median(t) for name, t in times.items()}
