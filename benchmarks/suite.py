@@ -49,6 +49,7 @@ SUITE: list[tuple[str, str, str, dict[str, object]]] = [
     ("softmax", "16384x1024", "float16", {}),
     ("softmax", "1024x32768", "float32", {}),
     ("softmax", "1024x32768", "float16", {}),  # few long rows: 8 per SM
+    ("softmax", "1024x32768", "bfloat16", {}),
     ("softmax", "65536x256", "float16", {}),
     ("softmax", "8192x2048", "bfloat16", {}),
     ("softmax", "2048x16384", "float16", {}),

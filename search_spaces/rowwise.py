@@ -133,24 +133,6 @@ def _persist_needs_rows(c: Config, p: RowwiseProblem, d: DeviceLimits) -> str | 
     return None
 
 
-# fp32 elements per thread past which FUSED=1's grouped statistics (each element kept, plus a max and a sum per
-# group) spill: 1024x32768 fp32 at 64 per thread took 614 us against 72 us with FUSED=0 (H200, benchmarks/RESULTS.md).
-FUSED_MAX_PER_THREAD = 32
-
-
-def _fused_holds_the_row(c: Config, p: RowwiseProblem, d: DeviceLimits) -> str | None:
-    """FUSED=1 (softmax's max and sum in one block-wide reduction) needs the row whole in registers, with room."""
-    if not c.get("FUSED", 0):
-        return None
-    if c["BLOCK_N"] < p.cols or c.get("SPLIT", 1) > 1:
-        return f"FUSED=1 takes a row's max and sum in one reduction over the row held whole: BLOCK_N >= {p.cols}, SPLIT=1"
-    per_thread = c["ROWS"] * c["BLOCK_N"] // (32 * c["num_warps"])
-    if per_thread > FUSED_MAX_PER_THREAD:
-        return (f"FUSED=1 with {per_thread} elements per thread (a {c['ROWS']}x{c['BLOCK_N']} tile over "
-                f"{c['num_warps']} warps) spills registers; at most {FUSED_MAX_PER_THREAD}")
-    return None
-
-
 # A floor on the columns per chunk when rows are cut over programs (chosen, not measured: below it a program's
 # share of a row is a few KiB, less than its partials and launch cost are worth).
 MIN_COLS_PER_SPLIT = 1024
@@ -221,7 +203,7 @@ def long_rows_seeds(p: RowwiseProblem, d: DeviceLimits) -> list[Config]:
 
 
 def make_space(persist: bool = False) -> Space[RowwiseProblem]:
-    """The row-wise space; `persist`: with the softmax kernel's PERSIST, SPLIT, SYNC and FUSED parameters."""
+    """The row-wise space; `persist`: with the softmax kernel's PERSIST, SPLIT and SYNC parameters."""
     return Space(
         params=(
             Param("BLOCK_N", pow2_range(32, 65536)),
@@ -229,10 +211,10 @@ def make_space(persist: bool = False) -> Space[RowwiseProblem]:
             Param("num_warps", (1, 2, 4, 8, 16)),
             Param("num_stages", (1, 2)),
             *((Param("PERSIST", (0, 1, 2, 4), implied=0), Param("SPLIT", (1, 2, 4, 8, 16, 32, 64), implied=1),
-               Param("SYNC", (0, 1), implied=0), Param("FUSED", (0, 1), implied=0)) if persist else ()),
+               Param("SYNC", (0, 1), implied=0)) if persist else ()),
         ),
         constraints=(_block_vs_row, _rows_vs_problem, _warps_vs_tile, _stages_need_loop, _stages_fit_smem,
-                     *((_persist_needs_rows, _split_needs_few_rows, _fused_holds_the_row) if persist else ())),
+                     *((_persist_needs_rows, _split_needs_few_rows) if persist else ())),
         default_fn=default,
         seeds_fn=long_rows_seeds if persist else None,
     )

@@ -68,10 +68,10 @@ def test_persistent_softmax_walks_every_row_block(dtype, device):
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
-def test_whole_row_softmax_with_and_without_masks_and_fused_statistics(dtype, device):
+def test_whole_row_softmax_with_and_without_masks(dtype, device):
     """A row held whole: tiles inside the problem (no masks: BLOCK_N = cols, ROWS dividing the rows) and tiles
-    past its edges, each with the max and sum in two reductions and in one (FUSED=1), a program per row block and
-    persistent; rows with -inf entries, one -inf but a single value, and one all -inf (NaN, as torch's)."""
+    past its edges, a program per row block and persistent; rows with -inf entries, one -inf but a single value,
+    and one all -inf (NaN, as torch's)."""
     op = get_op("softmax")
     for shape in ("8x64", "6x256", "7x100", "3x2x128"):
         problem = op.parse_problem(shape, dtype)
@@ -82,35 +82,15 @@ def test_whole_row_softmax_with_and_without_masks_and_fused_statistics(dtype, de
         x[1, problem.cols // 2] = 1.0
         ref = op.reference(inputs)
         block = triton.next_power_of_2(problem.cols)
-        for rows, warps, persist, fused in ((1, 1, 0, 0), (2, 2, 0, 1), (4, 1, 1, 1), (2, 1, 4, 0), (1, 2, 1, 1)):
-            cfg = {"BLOCK_N": block, "ROWS": rows, "num_warps": warps, "num_stages": 1, "PERSIST": persist,
-                   "FUSED": fused}
+        for rows, warps, persist in ((1, 1, 0), (2, 2, 0), (4, 1, 1), (2, 1, 4)):
+            cfg = {"BLOCK_N": block, "ROWS": rows, "num_warps": warps, "num_stages": 1, "PERSIST": persist}
             result = op.check(op.run(inputs, cfg), ref, problem)
             assert result.ok, f"{problem.key} {cfg}: {result.message}"
     x = torch.randn(4, 64, device=device.torch_device)
     x[2] = float("-inf")
-    for fused in (0, 1):
-        out = op.run({"x": x}, {"BLOCK_N": 64, "ROWS": 2, "num_warps": 1, "num_stages": 1, "FUSED": fused})
-        assert out[2].isnan().all() and torch.softmax(x, -1)[2].isnan().all()
-        torch.testing.assert_close(out[[0, 1, 3]], torch.softmax(x, -1)[[0, 1, 3]])
-    with pytest.raises(ValueError, match="FUSED=1 .* rows held whole in one block .BLOCK_N >= 100"):
-        op.run({"x": torch.randn(3, 100)}, {"BLOCK_N": 64, "ROWS": 1, "num_warps": 1, "num_stages": 2, "FUSED": 1})
-    with pytest.raises(ValueError, match="FUSED must be 0 or 1"):
-        op.run({"x": torch.randn(3, 64)}, {"BLOCK_N": 64, "ROWS": 1, "num_warps": 1, "num_stages": 1, "FUSED": 2})
-
-
-def test_fused_statistics_are_for_rows_held_whole_with_room(device):
-    space = get_op("softmax").space
-    limits = DeviceInfo("NVIDIA H100 80GB HBM3", (9, 0), 132, 80 << 30, 232448, "cuda:0")
-    problem = get_op("softmax").parse_problem("2048x16384", "float16")
-    fused = {"BLOCK_N": 16384, "ROWS": 1, "num_warps": 16, "num_stages": 1, "FUSED": 1}
-    assert space.violations(fused, problem, limits) == []
-    assert "spills registers; at most 32" in " ".join(space.violations({**fused, "num_warps": 8}, problem, limits))
-    assert "BLOCK_N >= 16384, SPLIT=1" in " ".join(
-        space.violations({**fused, "BLOCK_N": 4096, "num_stages": 2}, problem, limits))
-    long_rows = get_op("softmax").parse_problem("1024x32768", "float16")  # 64 per thread at most warps: none
-    assert not any(c["FUSED"] for c in space.candidates(long_rows, limits))
-    assert any(c["FUSED"] for c in space.candidates(problem, limits))
+    out = op.run({"x": x}, {"BLOCK_N": 64, "ROWS": 2, "num_warps": 1, "num_stages": 1})
+    assert out[2].isnan().all() and torch.softmax(x, -1)[2].isnan().all()
+    torch.testing.assert_close(out[[0, 1, 3]], torch.softmax(x, -1)[[0, 1, 3]])
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])

@@ -88,16 +88,17 @@ def test_persistent_softmax_on_gpu(shape, dtype):
 @pytest.mark.parametrize("shape, dtype", [("2048x16384", "float16"), ("1000x3001", "bfloat16"), ("4096x4096", "float32"),
                                           ("999x1024", "float16")])
 def test_whole_row_softmax_on_gpu(shape, dtype):
-    """Rows held whole: every valid config with the max and sum in one reduction (FUSED=1) and the two-reduction
-    ones at the same tiles, unmasked where the tile lies inside the problem (2048x16384, 4096x4096) and masked
-    where it does not (3001 columns, 999 rows), launched twice back to back."""
+    """Rows held whole, a program per row block: every valid config of the space, unmasked where the tile lies
+    inside the problem (2048x16384, 4096x4096, 999x1024 at one row per program) and masked where it does not
+    (3001 columns; 999 rows in blocks of 2 or more), launched twice back to back."""
     device = current_device()
     op = get_op("softmax")
     problem = op.parse_problem(shape, dtype)
     inputs = op.make_inputs(problem, device.torch_device)
-    fused = [c for c in op.space.candidates(problem, device) if c["FUSED"]]
-    assert fused
-    _each_twice_matches(op, problem, inputs, fused + [{**c, "FUSED": 0} for c in fused])
+    whole = [c for c in op.space.candidates(problem, device)
+             if c["BLOCK_N"] >= problem.cols and not c["PERSIST"] and c["SPLIT"] == 1]
+    assert whole
+    _each_twice_matches(op, problem, inputs, whole)
 
 
 @pytest.mark.parametrize("shape, dtype", [("32x128256", "bfloat16"), ("7x50001", "float32"), ("100x8192", "float16"),
