@@ -1,8 +1,10 @@
 """Layer normalisation over the last dimension: y = (x - mean) / sqrt(var + eps) * weight + bias.
 
 x[..., N] with optional weight[N] and bias[N]. Each program normalises ROWS rows. When BLOCK_N covers the
-row the tile stays in registers; otherwise the row is read in BLOCK_N chunks (mean, then variance, then
-the output: three reads). Statistics are float32; the output has the input dtype.
+row the tile stays in registers, loaded and stored without masks where it lies inside the problem (BLOCK_N = N,
+ROWS dividing the rows); otherwise the row is read in BLOCK_N chunks (mean, then variance, then the output: three
+reads). Columns past the last multiple of 16 are taken in a tile of their own (kernels/_rows.py). Statistics are
+float32; the output has the input dtype.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from kernels._checks import (
     new_output,
 )
 from kernels._direct import Launcher
+from kernels._rows import TAIL as _TAIL
+from kernels._rows import body_cols, row_offsets, stride_align
 from kernels._torch import lazy
 
 if TYPE_CHECKING:
@@ -31,59 +35,99 @@ else:
 
 DTYPES = ("float16", "bfloat16", "float32")
 PARAMS = ("BLOCK_N", "ROWS")
+TAIL = tl.constexpr(_TAIL)
+
+
+@triton.jit
+def _normalised(x, mean, rstd, w_ptr, b_ptr, cols, col_ok, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr):
+    """(x - mean) * rstd, times weight[cols] and plus bias[cols] where given, for a [ROWS, n] tile."""
+    y = (x - mean[:, None]) * rstd[:, None]
+    if HAS_WEIGHT:
+        y = y * tl.load(w_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+    if HAS_BIAS:
+        y = y + tl.load(b_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+    return y
 
 
 @triton.jit
 def layernorm_kernel(
     x_ptr, y_ptr, w_ptr, b_ptr,
-    n_rows, N, eps,
+    n_rows, N, n_body, eps,
     stride_xm, stride_ym,
-    BLOCK_N: tl.constexpr, ROWS: tl.constexpr, SINGLE_PASS: tl.constexpr,
-    HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr,
+    BLOCK_N: tl.constexpr, ROWS: tl.constexpr, SINGLE_PASS: tl.constexpr, EVEN: tl.constexpr,
+    ALIGN: tl.constexpr, HAS_TAIL: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr,
 ):
     rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     row_ok = rows < n_rows
     cols = tl.arange(0, BLOCK_N)
-    x_row = x_ptr + rows.to(tl.int64)[:, None] * stride_xm
-    y_row = y_ptr + rows.to(tl.int64)[:, None] * stride_ym
-    if SINGLE_PASS:
-        col_ok = cols < N
-        mask = row_ok[:, None] & col_ok[None, :]
-        x = tl.load(x_row + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    x_row = x_ptr + row_offsets(rows, stride_xm, ALIGN)[:, None]
+    y_row = y_ptr + row_offsets(rows, stride_ym, ALIGN)[:, None]
+    t_cols = n_body + tl.arange(0, TAIL)  # the row's last N - n_body columns (kernels/_rows.py)
+    t_ok = t_cols < N
+    t_mask = row_ok[:, None] & t_ok[None, :]
+    if SINGLE_PASS and EVEN:  # the tile lies inside the problem: no masks
+        x = tl.load(x_row + cols[None, :]).to(tl.float32)
         mean = tl.sum(x, axis=1) / N
-        d = tl.where(mask, x - mean[:, None], 0.0)
+        d = x - mean[:, None]
         rstd = 1.0 / tl.sqrt(tl.sum(d * d, axis=1) / N + eps)
         y = d * rstd[:, None]
         if HAS_WEIGHT:
-            y = y * tl.load(w_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+            y = y * tl.load(w_ptr + cols).to(tl.float32)[None, :]
         if HAS_BIAS:
-            y = y + tl.load(b_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+            y = y + tl.load(b_ptr + cols).to(tl.float32)[None, :]
+        tl.store(y_row + cols[None, :], y.to(y_ptr.dtype.element_ty))
+    elif SINGLE_PASS:
+        col_ok = cols < n_body
+        mask = row_ok[:, None] & col_ok[None, :]
+        x = tl.load(x_row + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        total = tl.sum(x, axis=1)
+        if HAS_TAIL:
+            x_t = tl.load(x_row + t_cols[None, :], mask=t_mask, other=0.0).to(tl.float32)
+            total += tl.sum(x_t, axis=1)
+        mean = total / N
+        d = tl.where(mask, x - mean[:, None], 0.0)
+        squares = tl.sum(d * d, axis=1)
+        if HAS_TAIL:
+            d_t = tl.where(t_mask, x_t - mean[:, None], 0.0)
+            squares += tl.sum(d_t * d_t, axis=1)
+        rstd = 1.0 / tl.sqrt(squares / N + eps)
+        y = _normalised(x, mean, rstd, w_ptr, b_ptr, cols, col_ok, HAS_WEIGHT, HAS_BIAS)
         tl.store(y_row + cols[None, :], y.to(y_ptr.dtype.element_ty), mask=mask)
+        if HAS_TAIL:
+            y_t = _normalised(x_t, mean, rstd, w_ptr, b_ptr, t_cols, t_ok, HAS_WEIGHT, HAS_BIAS)
+            tl.store(y_row + t_cols[None, :], y_t.to(y_ptr.dtype.element_ty), mask=t_mask)
     else:
         acc = tl.zeros((ROWS, BLOCK_N), tl.float32)
-        for start in range(0, N, BLOCK_N):
+        for start in range(0, n_body, BLOCK_N):
             c = start + cols
-            acc += tl.load(x_row + c[None, :], mask=row_ok[:, None] & (c[None, :] < N), other=0.0).to(tl.float32)
-        mean = tl.sum(acc, axis=1) / N
+            acc += tl.load(x_row + c[None, :], mask=row_ok[:, None] & (c[None, :] < n_body), other=0.0).to(tl.float32)
+        total = tl.sum(acc, axis=1)
+        if HAS_TAIL:
+            x_t = tl.load(x_row + t_cols[None, :], mask=t_mask, other=0.0).to(tl.float32)
+            total += tl.sum(x_t, axis=1)
+        mean = total / N
         acc = tl.zeros((ROWS, BLOCK_N), tl.float32)
-        for start in range(0, N, BLOCK_N):
+        for start in range(0, n_body, BLOCK_N):
             c = start + cols
-            mask = row_ok[:, None] & (c[None, :] < N)
+            mask = row_ok[:, None] & (c[None, :] < n_body)
             x = tl.load(x_row + c[None, :], mask=mask, other=0.0).to(tl.float32)
             d = tl.where(mask, x - mean[:, None], 0.0)
             acc += d * d
-        rstd = 1.0 / tl.sqrt(tl.sum(acc, axis=1) / N + eps)
-        for start in range(0, N, BLOCK_N):
+        squares = tl.sum(acc, axis=1)
+        if HAS_TAIL:
+            d_t = tl.where(t_mask, x_t - mean[:, None], 0.0)
+            squares += tl.sum(d_t * d_t, axis=1)
+        rstd = 1.0 / tl.sqrt(squares / N + eps)
+        for start in range(0, n_body, BLOCK_N):
             c = start + cols
-            col_ok = c < N
+            col_ok = c < n_body
             mask = row_ok[:, None] & col_ok[None, :]
             x = tl.load(x_row + c[None, :], mask=mask, other=0.0).to(tl.float32)
-            y = (x - mean[:, None]) * rstd[:, None]
-            if HAS_WEIGHT:
-                y = y * tl.load(w_ptr + c, mask=col_ok, other=0.0).to(tl.float32)[None, :]
-            if HAS_BIAS:
-                y = y + tl.load(b_ptr + c, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+            y = _normalised(x, mean, rstd, w_ptr, b_ptr, c, col_ok, HAS_WEIGHT, HAS_BIAS)
             tl.store(y_row + c[None, :], y.to(y_ptr.dtype.element_ty), mask=mask)
+        if HAS_TAIL:
+            y_t = _normalised(x_t, mean, rstd, w_ptr, b_ptr, t_cols, t_ok, HAS_WEIGHT, HAS_BIAS)
+            tl.store(y_row + t_cols[None, :], y_t.to(y_ptr.dtype.element_ty), mask=t_mask)
 
 
 def prepare(
@@ -115,8 +159,11 @@ def prepare(
         stride, flatten = x.view(-1, N).stride(0), False
     except RuntimeError:
         stride, flatten = N, True
+    align = stride_align(stride, N)
+    n_body = body_cols(N) if align > 1 else N  # one element at a time anyway: no tail to split off
     launcher = Launcher(layernorm_kernel, (triton.cdiv(n_rows, cfg["ROWS"]),), dict(
         BLOCK_N=cfg["BLOCK_N"], ROWS=cfg["ROWS"], SINGLE_PASS=cfg["BLOCK_N"] >= N,
+        EVEN=cfg["BLOCK_N"] == N and n_rows % cfg["ROWS"] == 0, ALIGN=align, HAS_TAIL=n_body < N,
         HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None,
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"]))
     eps = float(eps)
@@ -124,7 +171,7 @@ def prepare(
     def launch(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None) -> torch.Tensor:
         y = new_output(shape, dtype, device)
         launcher(x.reshape(-1, N) if flatten else x, y, weight if weight is not None else y,
-                 bias if bias is not None else y, n_rows, N, eps, stride, N)
+                 bias if bias is not None else y, n_rows, N, n_body, eps, stride, N)
         return y
 
     return launch

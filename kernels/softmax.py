@@ -38,6 +38,8 @@ from kernels._checks import (
 )
 from kernels._counters import zeroed_counters
 from kernels._direct import Launcher
+from kernels._rows import TAIL as _TAIL
+from kernels._rows import body_cols, row_offsets, stride_align
 from kernels._torch import lazy
 
 if TYPE_CHECKING:
@@ -51,6 +53,7 @@ PARAMS = ("BLOCK_N", "ROWS")
 # SYNC=1: a SPLIT row's programs wait for each other in one launch (0: two launches).
 OPTIONAL = {"PERSIST": 0, "SPLIT": 1, "SYNC": 0}
 LOG2E = tl.constexpr(1.4426950408889634)
+TAIL = tl.constexpr(_TAIL)
 # Polls of a row's counter before a SYNC program reads the rest of its row itself. A poll is an atomic at the L2,
 # about 0.2 us on an H100 (a grid forced past the SMs, 64x151936 fp32 in 1024 programs: 977 us with 512 polls,
 # 593 us with 256, in 8 waves); when the whole grid is on the GPU the row-mates publish within the kernel's own
@@ -74,60 +77,80 @@ def _softmax_tile(x):
 
 
 @triton.jit
-def _softmax_rows(x_ptr, y_ptr, rows, n_rows, n_cols, stride_xm, stride_ym, BLOCK_N: tl.constexpr,
-                  ROWS: tl.constexpr, SINGLE_PASS: tl.constexpr, EVEN: tl.constexpr):
+def _online(m, s, x):
+    """The running max m and sum s of exp(x - m) of each row, with a [ROWS, n] tile x more."""
+    x = x.to(tl.float32)
+    m_new = tl.maximum(m, tl.max(x, axis=1))
+    # Rows past the end stay at -inf; keep them finite so no NaN is produced (they are never stored).
+    m_safe = tl.where(m_new == -float("inf"), 0.0, m_new)
+    return m_new, s * tl.exp(m - m_safe) + tl.sum(tl.exp(x - m_safe[:, None]), axis=1)
+
+
+@triton.jit
+def _softmax_rows(x_ptr, y_ptr, rows, n_rows, n_cols, n_body, stride_xm, stride_ym, BLOCK_N: tl.constexpr,
+                  ROWS: tl.constexpr, SINGLE_PASS: tl.constexpr, EVEN: tl.constexpr, ALIGN: tl.constexpr,
+                  HAS_TAIL: tl.constexpr):
     row_ok = rows < n_rows
     cols = tl.arange(0, BLOCK_N)
-    x_row = x_ptr + rows.to(tl.int64)[:, None] * stride_xm
-    y_row = y_ptr + rows.to(tl.int64)[:, None] * stride_ym
+    x_row = x_ptr + row_offsets(rows, stride_xm, ALIGN)[:, None]
+    y_row = y_ptr + row_offsets(rows, stride_ym, ALIGN)[:, None]
+    t_cols = n_body + tl.arange(0, TAIL)  # the row's last n_cols - n_body columns (kernels/_rows.py)
+    t_mask = row_ok[:, None] & (t_cols[None, :] < n_cols)
     if SINGLE_PASS:
-        mask = row_ok[:, None] & (cols[None, :] < n_cols)
+        mask = row_ok[:, None] & (cols[None, :] < n_body)
         if EVEN:  # the tile lies inside the problem: no masks (a select per element, and more, saved)
             x = tl.load(x_row + cols[None, :])
+            tl.store(y_row + cols[None, :], _softmax_tile(x).to(y_ptr.dtype.element_ty))
+        elif HAS_TAIL:
+            x = tl.load(x_row + cols[None, :], mask=mask, other=-float("inf"))
+            x_t = tl.load(x_row + t_cols[None, :], mask=t_mask, other=-float("inf"))
+            m = tl.maximum(tl.max(x, axis=1), tl.max(x_t, axis=1)).to(tl.float32) * LOG2E
+            e = tl.exp2(tl.fma(x.to(tl.float32), LOG2E, -m[:, None]))
+            e_t = tl.exp2(tl.fma(x_t.to(tl.float32), LOG2E, -m[:, None]))
+            inv = 1.0 / (tl.sum(e, axis=1) + tl.sum(e_t, axis=1))
+            tl.store(y_row + cols[None, :], (e * inv[:, None]).to(y_ptr.dtype.element_ty), mask=mask)
+            tl.store(y_row + t_cols[None, :], (e_t * inv[:, None]).to(y_ptr.dtype.element_ty), mask=t_mask)
         else:
             x = tl.load(x_row + cols[None, :], mask=mask, other=-float("inf"))
-        y = _softmax_tile(x).to(y_ptr.dtype.element_ty)
-        if EVEN:
-            tl.store(y_row + cols[None, :], y)
-        else:
-            tl.store(y_row + cols[None, :], y, mask=mask)
+            tl.store(y_row + cols[None, :], _softmax_tile(x).to(y_ptr.dtype.element_ty), mask=mask)
     else:
         m = tl.full((ROWS,), -float("inf"), tl.float32)
         s = tl.zeros((ROWS,), tl.float32)
-        for start in range(0, n_cols, BLOCK_N):
+        for start in range(0, n_body, BLOCK_N):
             c = start + cols
-            mask = row_ok[:, None] & (c[None, :] < n_cols)
-            x = tl.load(x_row + c[None, :], mask=mask, other=-float("inf")).to(tl.float32)
-            m_new = tl.maximum(m, tl.max(x, axis=1))
-            # Rows past the end stay at -inf; keep them finite so no NaN is produced (they are never stored).
-            m_safe = tl.where(m_new == -float("inf"), 0.0, m_new)
-            s = s * tl.exp(m - m_safe) + tl.sum(tl.exp(x - m_safe[:, None]), axis=1)
-            m = m_new
+            mask = row_ok[:, None] & (c[None, :] < n_body)
+            m, s = _online(m, s, tl.load(x_row + c[None, :], mask=mask, other=-float("inf")))
+        if HAS_TAIL:
+            m, s = _online(m, s, tl.load(x_row + t_cols[None, :], mask=t_mask, other=-float("inf")))
         m_safe = tl.where(m == -float("inf"), 0.0, m)
         inv = 1.0 / s
-        for start in range(0, n_cols, BLOCK_N):
+        for start in range(0, n_body, BLOCK_N):
             c = start + cols
-            mask = row_ok[:, None] & (c[None, :] < n_cols)
+            mask = row_ok[:, None] & (c[None, :] < n_body)
             x = tl.load(x_row + c[None, :], mask=mask, other=-float("inf")).to(tl.float32)
             y = tl.exp(x - m_safe[:, None]) * inv[:, None]
             tl.store(y_row + c[None, :], y.to(y_ptr.dtype.element_ty), mask=mask)
+        if HAS_TAIL:
+            x_t = tl.load(x_row + t_cols[None, :], mask=t_mask, other=-float("inf")).to(tl.float32)
+            tl.store(y_row + t_cols[None, :], (tl.exp(x_t - m_safe[:, None]) * inv[:, None]).to(y_ptr.dtype.element_ty),
+                     mask=t_mask)
 
 
 @triton.jit
 def softmax_kernel(
     x_ptr, y_ptr,
-    n_rows, n_cols,
+    n_rows, n_cols, n_body,
     stride_xm, stride_ym,
     BLOCK_N: tl.constexpr, ROWS: tl.constexpr, SINGLE_PASS: tl.constexpr, PERSISTENT: tl.constexpr,
-    STAGES: tl.constexpr, EVEN: tl.constexpr,
+    STAGES: tl.constexpr, EVEN: tl.constexpr, ALIGN: tl.constexpr, HAS_TAIL: tl.constexpr,
 ):
     if PERSISTENT:  # a grid of a few programs per SM, each walking row blocks, the next block's loads in flight
         for block in tl.range(tl.program_id(0), tl.cdiv(n_rows, ROWS), tl.num_programs(0), num_stages=STAGES):
-            _softmax_rows(x_ptr, y_ptr, block * ROWS + tl.arange(0, ROWS), n_rows, n_cols, stride_xm, stride_ym,
-                          BLOCK_N, ROWS, SINGLE_PASS, EVEN)
+            _softmax_rows(x_ptr, y_ptr, block * ROWS + tl.arange(0, ROWS), n_rows, n_cols, n_body, stride_xm,
+                          stride_ym, BLOCK_N, ROWS, SINGLE_PASS, EVEN, ALIGN, HAS_TAIL)
     else:
-        _softmax_rows(x_ptr, y_ptr, tl.program_id(0) * ROWS + tl.arange(0, ROWS), n_rows, n_cols, stride_xm,
-                      stride_ym, BLOCK_N, ROWS, SINGLE_PASS, EVEN)
+        _softmax_rows(x_ptr, y_ptr, tl.program_id(0) * ROWS + tl.arange(0, ROWS), n_rows, n_cols, n_body,
+                      stride_xm, stride_ym, BLOCK_N, ROWS, SINGLE_PASS, EVEN, ALIGN, HAS_TAIL)
 
 
 @triton.jit
@@ -267,18 +290,20 @@ def prepare(x: torch.Tensor, config: Mapping[str, Any]) -> Callable[[torch.Tenso
         raise ValueError(f"softmax: {unsupported}")
     if cfg["SPLIT"] > 1:
         return _prepare_split(shape, dtype, device, n_rows, n_cols, stride, flatten, cfg)
-    block, rows = cfg["BLOCK_N"], cfg["ROWS"]
+    block, rows, align = cfg["BLOCK_N"], cfg["ROWS"], stride_align(stride, n_cols)
+    n_body = body_cols(n_cols) if align > 1 else n_cols  # one element at a time anyway: no tail to split off
     blocks = triton.cdiv(n_rows, rows)
     persist = cfg["PERSIST"]
     if persist:  # PERSIST programs per SM, at most one per row block
         blocks = min(blocks, persist * sm_count(device))
     launcher = Launcher(softmax_kernel, (blocks,), dict(
         BLOCK_N=block, ROWS=rows, SINGLE_PASS=block >= n_cols, PERSISTENT=persist > 0, STAGES=PERSIST_STAGES,
-        EVEN=block == n_cols and n_rows % rows == 0, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"]))
+        EVEN=block == n_cols and n_rows % rows == 0, ALIGN=align, HAS_TAIL=n_body < n_cols,
+        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"]))
 
     def launch(x: torch.Tensor) -> torch.Tensor:
         y = new_output(shape, dtype, device)
-        launcher(x.reshape(-1, n_cols) if flatten else x, y, n_rows, n_cols, stride, n_cols)
+        launcher(x.reshape(-1, n_cols) if flatten else x, y, n_rows, n_cols, n_body, stride, n_cols)
         return y
 
     return launch

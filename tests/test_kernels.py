@@ -68,12 +68,13 @@ def test_persistent_softmax_walks_every_row_block(dtype, device):
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
-def test_whole_row_softmax_with_and_without_masks(dtype, device):
-    """A row held whole: tiles inside the problem (no masks: BLOCK_N = cols, ROWS dividing the rows) and tiles
-    past its edges, a program per row block and persistent; rows with -inf entries, one -inf but a single value,
-    and one all -inf (NaN, as torch's)."""
+def test_softmax_rows_with_and_without_masks_and_tails(dtype, device):
+    """Rows held whole, with tiles inside the problem (no masks: BLOCK_N = cols, ROWS dividing the rows) and past
+    its edges, and rows streamed in blocks; columns past the last multiple of 16 in a tile of their own (100, 1000
+    and 24 columns; 1000 with strides that are multiples of 8 but not 16), a program per row block and
+    persistent; rows with -inf entries, one -inf but a single value, and one all -inf (NaN, as torch's)."""
     op = get_op("softmax")
-    for shape in ("8x64", "6x256", "7x100", "3x2x128"):
+    for shape in ("8x64", "6x256", "7x100", "3x2x128", "5x1000", "4x24"):
         problem = op.parse_problem(shape, dtype)
         inputs = op.make_inputs(problem, device.torch_device)
         x = inputs["x"].view(-1, problem.cols)
@@ -81,9 +82,13 @@ def test_whole_row_softmax_with_and_without_masks(dtype, device):
         x[1] = float("-inf")
         x[1, problem.cols // 2] = 1.0
         ref = op.reference(inputs)
-        block = triton.next_power_of_2(problem.cols)
+        block = max(32, triton.next_power_of_2(problem.cols))
         for rows, warps, persist in ((1, 1, 0), (2, 2, 0), (4, 1, 1), (2, 1, 4)):
             cfg = {"BLOCK_N": block, "ROWS": rows, "num_warps": warps, "num_stages": 1, "PERSIST": persist}
+            result = op.check(op.run(inputs, cfg), ref, problem)
+            assert result.ok, f"{problem.key} {cfg}: {result.message}"
+        for rows, stages in ((1, 1), (2, 2)):  # streamed in blocks of 32
+            cfg = {"BLOCK_N": 32, "ROWS": rows, "num_warps": 1, "num_stages": stages}
             result = op.check(op.run(inputs, cfg), ref, problem)
             assert result.ok, f"{problem.key} {cfg}: {result.message}"
     x = torch.randn(4, 64, device=device.torch_device)
@@ -91,6 +96,25 @@ def test_whole_row_softmax_with_and_without_masks(dtype, device):
     out = op.run({"x": x}, {"BLOCK_N": 64, "ROWS": 2, "num_warps": 1, "num_stages": 1})
     assert out[2].isnan().all() and torch.softmax(x, -1)[2].isnan().all()
     torch.testing.assert_close(out[[0, 1, 3]], torch.softmax(x, -1)[[0, 1, 3]])
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+def test_layernorm_rows_with_and_without_masks_and_tails(dtype, device):
+    """Layernorm's row held whole, inside the problem (no masks) and past its edges, and streamed in blocks;
+    columns past the last multiple of 16 in a tile of their own (1000, 24 and 7 columns); with weight and bias,
+    with neither, and with the leading dimensions flattened."""
+    op = get_op("layernorm")
+    for shape in ("8x64", "6x256", "7x128", "3x2x128", "5x1000", "4x24", "3x7"):
+        problem = op.parse_problem(shape, dtype)
+        full = op.make_inputs(problem, device.torch_device)
+        for inputs in (full, {**full, "weight": None, "bias": None}):
+            ref = op.reference(inputs)
+            whole = max(32, triton.next_power_of_2(problem.cols))
+            for block, rows, warps, stages in ((whole, 1, 1, 1), (whole, 2, 2, 1), (whole, 4, 1, 1), (32, 1, 1, 1),
+                                               (32, 2, 1, 2)):
+                cfg = {"BLOCK_N": block, "ROWS": rows, "num_warps": warps, "num_stages": stages}
+                result = op.check(op.run(inputs, cfg), ref, problem)
+                assert result.ok, f"{problem.key} {cfg} weight={inputs['weight'] is not None}: {result.message}"
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
