@@ -1,4 +1,11 @@
-"""Rows whose length is not a multiple of 16 elements, for the row-wise kernels (softmax, layernorm).
+"""How the row-wise kernels (softmax, layernorm) lay a row over tiles: a row held whole in up to three tiles, and
+rows whose length is not a multiple of 16 elements.
+
+A row held whole (BLOCK_N >= n_cols) is tile A, of BLOCK_N columns; where n_cols is little more than a power of
+two (24000, 5120, 4100: BLOCK_N 32768, 8192 and 8192, 27%, 37% and 50% of the tile past the row), A is that
+power of two (16384, 4096, 4096) and a tile B of the next power of two past it takes the rest (8192, 1024; 4100's
+4 are the tail's), so that no more than a quarter of the tiles' columns lie past the row (`row_tiles`); but never
+three tiles (A, B and a tail). A tile that lies inside the problem is loaded and stored without masks.
 
 Triton widens a masked load or store to 16 bytes only where it can prove the mask constant over the vector and
 the address aligned, and it knows an integer argument's divisibility only as "by 16" or not at all: with rows of
@@ -23,6 +30,21 @@ def body_cols(n_cols: int) -> int:
     return n_cols - n_cols % TAIL
 
 
+def row_tiles(block: int, n_cols: int, n_body: int, n_rows: int, rows: int) -> dict[str, int | bool]:
+    """The single-pass kernels' tile constants for BLOCK_N=block: BLOCK_A and BLOCK_B (0: no tile B), whether
+    tile A's columns all lie in the row's body (A_COLS_IN), and whether every program's rows exist (ROWS_IN).
+    At most two tiles: each is reduced across the block on its own, and on an H200 a third (A, B and the tail)
+    cost more than the columns it saved (softmax 8192x3000 bf16 80% of a copy against 95% in one tile and the
+    tail; 4096x5000 fp16 84% against 91%)."""
+    block_a, block_b = block, 0
+    half = block // 2
+    if block >= n_cols and half >= TAIL and n_body >= half:
+        rest = max(TAIL, triton.next_power_of_2(n_body - half)) if n_body > half else 0
+        if rest < half and (rest == 0 or n_body == n_cols):
+            block_a, block_b = half, rest
+    return {"BLOCK_A": block_a, "BLOCK_B": block_b, "A_COLS_IN": block_a <= n_body, "ROWS_IN": n_rows % rows == 0}
+
+
 def stride_align(*strides: int) -> int:
     """The largest power of two up to 16 dividing every stride (in elements)."""
     align = 16
@@ -35,3 +57,21 @@ def stride_align(*strides: int) -> int:
 def row_offsets(rows, stride, ALIGN: tl.constexpr):
     """rows * stride in int64, declared multiples of ALIGN elements (the host checked the stride)."""
     return tl.multiple_of(rows.to(tl.int64) * stride, ALIGN)
+
+
+@triton.jit
+def load_tile(ptrs, mask, other, MASKED: tl.constexpr):
+    """tl.load, with the mask only where the tile may reach past the problem."""
+    if MASKED:
+        return tl.load(ptrs, mask=mask, other=other)
+    else:
+        return tl.load(ptrs)
+
+
+@triton.jit
+def store_tile(ptrs, value, mask, MASKED: tl.constexpr):
+    """tl.store, with the mask only where the tile may reach past the problem."""
+    if MASKED:
+        tl.store(ptrs, value, mask=mask)
+    else:
+        tl.store(ptrs, value)

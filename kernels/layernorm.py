@@ -1,10 +1,10 @@
 """Layer normalisation over the last dimension: y = (x - mean) / sqrt(var + eps) * weight + bias.
 
 x[..., N] with optional weight[N] and bias[N]. Each program normalises ROWS rows. When BLOCK_N covers the
-row the tile stays in registers, loaded and stored without masks where it lies inside the problem (BLOCK_N = N,
-ROWS dividing the rows); otherwise the row is read in BLOCK_N chunks (mean, then variance, then the output: three
-reads). Columns past the last multiple of 16 are taken in a tile of their own (kernels/_rows.py). Statistics are
-float32; the output has the input dtype.
+row stays in registers, in up to three tiles, loaded and stored without masks where a tile lies inside the problem
+(kernels/_rows.py); otherwise the row is read in BLOCK_N chunks (mean, then variance, then the output: three
+reads), the columns past the last multiple of 16 in a tile of their own. Statistics are float32; the output has
+the input dtype.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from kernels._checks import (
 )
 from kernels._direct import Launcher
 from kernels._rows import TAIL as _TAIL
-from kernels._rows import body_cols, row_offsets, stride_align
+from kernels._rows import body_cols, load_tile, row_offsets, row_tiles, store_tile, stride_align
 from kernels._torch import lazy
 
 if TYPE_CHECKING:
@@ -39,13 +39,15 @@ TAIL = tl.constexpr(_TAIL)
 
 
 @triton.jit
-def _normalised(x, mean, rstd, w_ptr, b_ptr, cols, col_ok, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr):
-    """(x - mean) * rstd, times weight[cols] and plus bias[cols] where given, for a [ROWS, n] tile."""
+def _normalised(x, mean, rstd, w_ptr, b_ptr, cols, col_ok, MASKED: tl.constexpr, HAS_WEIGHT: tl.constexpr,
+                HAS_BIAS: tl.constexpr):
+    """(x - mean) * rstd, times weight[cols] and plus bias[cols] where given, for a [ROWS, n] tile; MASKED: the
+    columns may reach past the row (col_ok says which do not)."""
     y = (x - mean[:, None]) * rstd[:, None]
     if HAS_WEIGHT:
-        y = y * tl.load(w_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+        y = y * load_tile(w_ptr + cols, col_ok, 0.0, MASKED).to(tl.float32)[None, :]
     if HAS_BIAS:
-        y = y + tl.load(b_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+        y = y + load_tile(b_ptr + cols, col_ok, 0.0, MASKED).to(tl.float32)[None, :]
     return y
 
 
@@ -54,8 +56,9 @@ def layernorm_kernel(
     x_ptr, y_ptr, w_ptr, b_ptr,
     n_rows, N, n_body, eps,
     stride_xm, stride_ym,
-    BLOCK_N: tl.constexpr, ROWS: tl.constexpr, SINGLE_PASS: tl.constexpr, EVEN: tl.constexpr,
-    ALIGN: tl.constexpr, HAS_TAIL: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr,
+    BLOCK_N: tl.constexpr, ROWS: tl.constexpr, SINGLE_PASS: tl.constexpr, BLOCK_A: tl.constexpr,
+    BLOCK_B: tl.constexpr, A_COLS_IN: tl.constexpr, ROWS_IN: tl.constexpr, ALIGN: tl.constexpr,
+    HAS_TAIL: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr,
 ):
     rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     row_ok = rows < n_rows
@@ -65,36 +68,41 @@ def layernorm_kernel(
     t_cols = n_body + tl.arange(0, TAIL)  # the row's last N - n_body columns (kernels/_rows.py)
     t_ok = t_cols < N
     t_mask = row_ok[:, None] & t_ok[None, :]
-    if SINGLE_PASS and EVEN:  # the tile lies inside the problem: no masks
-        x = tl.load(x_row + cols[None, :]).to(tl.float32)
-        mean = tl.sum(x, axis=1) / N
-        d = x - mean[:, None]
-        rstd = 1.0 / tl.sqrt(tl.sum(d * d, axis=1) / N + eps)
-        y = d * rstd[:, None]
-        if HAS_WEIGHT:
-            y = y * tl.load(w_ptr + cols).to(tl.float32)[None, :]
-        if HAS_BIAS:
-            y = y + tl.load(b_ptr + cols).to(tl.float32)[None, :]
-        tl.store(y_row + cols[None, :], y.to(y_ptr.dtype.element_ty))
-    elif SINGLE_PASS:
-        col_ok = cols < n_body
-        mask = row_ok[:, None] & col_ok[None, :]
-        x = tl.load(x_row + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    if SINGLE_PASS:  # the row held whole: tile A, and tile B and the tail's where there are any (kernels/_rows.py)
+        a_cols = tl.arange(0, BLOCK_A)
+        a_ok = a_cols < n_body
+        a_mask = row_ok[:, None] & a_ok[None, :]
+        a_masked: tl.constexpr = not (A_COLS_IN and ROWS_IN)
+        x = load_tile(x_row + a_cols[None, :], a_mask, 0.0, a_masked).to(tl.float32)
         total = tl.sum(x, axis=1)
+        if BLOCK_B > 0:
+            b_cols = BLOCK_A + tl.arange(0, BLOCK_B)
+            b_ok = b_cols < n_body
+            b_mask = row_ok[:, None] & b_ok[None, :]
+            x_b = tl.load(x_row + b_cols[None, :], mask=b_mask, other=0.0).to(tl.float32)
+            total += tl.sum(x_b, axis=1)
         if HAS_TAIL:
             x_t = tl.load(x_row + t_cols[None, :], mask=t_mask, other=0.0).to(tl.float32)
             total += tl.sum(x_t, axis=1)
         mean = total / N
-        d = tl.where(mask, x - mean[:, None], 0.0)
+        d = x - mean[:, None]
+        if not A_COLS_IN:  # columns past the row hold 0, not the mean: keep them out of the variance
+            d = tl.where(a_ok[None, :], d, 0.0)
         squares = tl.sum(d * d, axis=1)
+        if BLOCK_B > 0:
+            d_b = tl.where(b_ok[None, :], x_b - mean[:, None], 0.0)
+            squares += tl.sum(d_b * d_b, axis=1)
         if HAS_TAIL:
-            d_t = tl.where(t_mask, x_t - mean[:, None], 0.0)
+            d_t = tl.where(t_ok[None, :], x_t - mean[:, None], 0.0)
             squares += tl.sum(d_t * d_t, axis=1)
         rstd = 1.0 / tl.sqrt(squares / N + eps)
-        y = _normalised(x, mean, rstd, w_ptr, b_ptr, cols, col_ok, HAS_WEIGHT, HAS_BIAS)
-        tl.store(y_row + cols[None, :], y.to(y_ptr.dtype.element_ty), mask=mask)
+        y = _normalised(x, mean, rstd, w_ptr, b_ptr, a_cols, a_ok, not A_COLS_IN, HAS_WEIGHT, HAS_BIAS)
+        store_tile(y_row + a_cols[None, :], y.to(y_ptr.dtype.element_ty), a_mask, a_masked)
+        if BLOCK_B > 0:
+            y_b = _normalised(x_b, mean, rstd, w_ptr, b_ptr, b_cols, b_ok, True, HAS_WEIGHT, HAS_BIAS)
+            tl.store(y_row + b_cols[None, :], y_b.to(y_ptr.dtype.element_ty), mask=b_mask)
         if HAS_TAIL:
-            y_t = _normalised(x_t, mean, rstd, w_ptr, b_ptr, t_cols, t_ok, HAS_WEIGHT, HAS_BIAS)
+            y_t = _normalised(x_t, mean, rstd, w_ptr, b_ptr, t_cols, t_ok, True, HAS_WEIGHT, HAS_BIAS)
             tl.store(y_row + t_cols[None, :], y_t.to(y_ptr.dtype.element_ty), mask=t_mask)
     else:
         acc = tl.zeros((ROWS, BLOCK_N), tl.float32)
@@ -123,10 +131,10 @@ def layernorm_kernel(
             col_ok = c < n_body
             mask = row_ok[:, None] & col_ok[None, :]
             x = tl.load(x_row + c[None, :], mask=mask, other=0.0).to(tl.float32)
-            y = _normalised(x, mean, rstd, w_ptr, b_ptr, c, col_ok, HAS_WEIGHT, HAS_BIAS)
+            y = _normalised(x, mean, rstd, w_ptr, b_ptr, c, col_ok, True, HAS_WEIGHT, HAS_BIAS)
             tl.store(y_row + c[None, :], y.to(y_ptr.dtype.element_ty), mask=mask)
         if HAS_TAIL:
-            y_t = _normalised(x_t, mean, rstd, w_ptr, b_ptr, t_cols, t_ok, HAS_WEIGHT, HAS_BIAS)
+            y_t = _normalised(x_t, mean, rstd, w_ptr, b_ptr, t_cols, t_ok, True, HAS_WEIGHT, HAS_BIAS)
             tl.store(y_row + t_cols[None, :], y_t.to(y_ptr.dtype.element_ty), mask=t_mask)
 
 
@@ -163,7 +171,7 @@ def prepare(
     n_body = body_cols(N) if align > 1 else N  # one element at a time anyway: no tail to split off
     launcher = Launcher(layernorm_kernel, (triton.cdiv(n_rows, cfg["ROWS"]),), dict(
         BLOCK_N=cfg["BLOCK_N"], ROWS=cfg["ROWS"], SINGLE_PASS=cfg["BLOCK_N"] >= N,
-        EVEN=cfg["BLOCK_N"] == N and n_rows % cfg["ROWS"] == 0, ALIGN=align, HAS_TAIL=n_body < N,
+        **row_tiles(cfg["BLOCK_N"], N, n_body, n_rows, cfg["ROWS"]), ALIGN=align, HAS_TAIL=n_body < N,
         HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None,
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"]))
     eps = float(eps)

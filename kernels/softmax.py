@@ -7,9 +7,9 @@ programs per SM, each walking row blocks in a loop software-pipelined PERSIST_ST
 in flight while this one reduces: few long rows keep an SM busy that one block at a time left idle).
 
 A row held whole takes its max in the input's dtype (exact), its exponentials as exp2 of one fused multiply-add,
-and multiplies by the sum's reciprocal; a tile that lies inside the problem (BLOCK_N = n_cols, ROWS dividing the
-rows) is loaded and stored without masks (benchmarks/RESULTS.md: 2048x16384 fp16 on an H200 from 90% to 97% of a
-copy, the fewer instructions letting 8 warps hold the row).
+and multiplies by the sum's reciprocal; it is held in up to three tiles, without masks where a tile lies inside
+the problem (kernels/_rows.py; benchmarks/RESULTS.md: 2048x16384 fp16 on an H200 from 90% to 97% of a copy, the
+fewer instructions letting 8 warps hold the row).
 
 With SPLIT=s > 1 (rows fewer than the SMs, e.g. a batch of a vocabulary's logits), each row is cut into s chunks
 and two launches run over (row, chunk): the first streams each chunk once for its max and sum of exponentials,
@@ -39,7 +39,7 @@ from kernels._checks import (
 from kernels._counters import zeroed_counters
 from kernels._direct import Launcher
 from kernels._rows import TAIL as _TAIL
-from kernels._rows import body_cols, row_offsets, stride_align
+from kernels._rows import body_cols, load_tile, row_offsets, row_tiles, store_tile, stride_align
 from kernels._torch import lazy
 
 if TYPE_CHECKING:
@@ -68,12 +68,9 @@ PERSIST_STAGES = 3
 
 
 @triton.jit
-def _softmax_tile(x):
-    """softmax along axis 1 of a [ROWS, BLOCK_N] tile in the input's dtype (entries outside the problem -inf), in
-    float32. A row all -inf comes out NaN, as torch's does (rows past the problem's end are never stored)."""
-    m = tl.max(x, axis=1).to(tl.float32) * LOG2E  # the max taken in the input's dtype is exact
-    e = tl.exp2(tl.fma(x.to(tl.float32), LOG2E, -m[:, None]))
-    return e * (1.0 / tl.sum(e, axis=1))[:, None]
+def _exp2_less(x, m):
+    """2^(x log2(e) - m) in float32 for a [ROWS, n] tile x and the rows' m (a max in base 2): one FMA and an exp2."""
+    return tl.exp2(tl.fma(x.to(tl.float32), LOG2E, -m[:, None]))
 
 
 @triton.jit
@@ -88,31 +85,43 @@ def _online(m, s, x):
 
 @triton.jit
 def _softmax_rows(x_ptr, y_ptr, rows, n_rows, n_cols, n_body, stride_xm, stride_ym, BLOCK_N: tl.constexpr,
-                  ROWS: tl.constexpr, SINGLE_PASS: tl.constexpr, EVEN: tl.constexpr, ALIGN: tl.constexpr,
-                  HAS_TAIL: tl.constexpr):
+                  ROWS: tl.constexpr, SINGLE_PASS: tl.constexpr, BLOCK_A: tl.constexpr, BLOCK_B: tl.constexpr,
+                  A_COLS_IN: tl.constexpr, ROWS_IN: tl.constexpr, ALIGN: tl.constexpr, HAS_TAIL: tl.constexpr):
     row_ok = rows < n_rows
     cols = tl.arange(0, BLOCK_N)
     x_row = x_ptr + row_offsets(rows, stride_xm, ALIGN)[:, None]
     y_row = y_ptr + row_offsets(rows, stride_ym, ALIGN)[:, None]
     t_cols = n_body + tl.arange(0, TAIL)  # the row's last n_cols - n_body columns (kernels/_rows.py)
     t_mask = row_ok[:, None] & (t_cols[None, :] < n_cols)
-    if SINGLE_PASS:
-        mask = row_ok[:, None] & (cols[None, :] < n_body)
-        if EVEN:  # the tile lies inside the problem: no masks (a select per element, and more, saved)
-            x = tl.load(x_row + cols[None, :])
-            tl.store(y_row + cols[None, :], _softmax_tile(x).to(y_ptr.dtype.element_ty))
-        elif HAS_TAIL:
-            x = tl.load(x_row + cols[None, :], mask=mask, other=-float("inf"))
+    if SINGLE_PASS:  # the row held whole: tile A, and tile B and the tail's where there are any (kernels/_rows.py)
+        a_cols = tl.arange(0, BLOCK_A)
+        a_mask = row_ok[:, None] & (a_cols[None, :] < n_body)
+        a_masked: tl.constexpr = not (A_COLS_IN and ROWS_IN)
+        x = load_tile(x_row + a_cols[None, :], a_mask, -float("inf"), a_masked)
+        m = tl.max(x, axis=1)  # the max taken in the input's dtype is exact
+        if BLOCK_B > 0:
+            b_cols = BLOCK_A + tl.arange(0, BLOCK_B)
+            b_mask = row_ok[:, None] & (b_cols[None, :] < n_body)
+            x_b = tl.load(x_row + b_cols[None, :], mask=b_mask, other=-float("inf"))
+            m = tl.maximum(m, tl.max(x_b, axis=1))
+        if HAS_TAIL:
             x_t = tl.load(x_row + t_cols[None, :], mask=t_mask, other=-float("inf"))
-            m = tl.maximum(tl.max(x, axis=1), tl.max(x_t, axis=1)).to(tl.float32) * LOG2E
-            e = tl.exp2(tl.fma(x.to(tl.float32), LOG2E, -m[:, None]))
-            e_t = tl.exp2(tl.fma(x_t.to(tl.float32), LOG2E, -m[:, None]))
-            inv = 1.0 / (tl.sum(e, axis=1) + tl.sum(e_t, axis=1))
-            tl.store(y_row + cols[None, :], (e * inv[:, None]).to(y_ptr.dtype.element_ty), mask=mask)
-            tl.store(y_row + t_cols[None, :], (e_t * inv[:, None]).to(y_ptr.dtype.element_ty), mask=t_mask)
-        else:
-            x = tl.load(x_row + cols[None, :], mask=mask, other=-float("inf"))
-            tl.store(y_row + cols[None, :], _softmax_tile(x).to(y_ptr.dtype.element_ty), mask=mask)
+            m = tl.maximum(m, tl.max(x_t, axis=1))
+        m = m.to(tl.float32) * LOG2E
+        e = _exp2_less(x, m)
+        s = tl.sum(e, axis=1)
+        if BLOCK_B > 0:
+            e_b = _exp2_less(x_b, m)
+            s += tl.sum(e_b, axis=1)
+        if HAS_TAIL:
+            e_t = _exp2_less(x_t, m)
+            s += tl.sum(e_t, axis=1)
+        inv = (1.0 / s)[:, None]  # a row all -inf comes out NaN, as torch's does
+        store_tile(y_row + a_cols[None, :], (e * inv).to(y_ptr.dtype.element_ty), a_mask, a_masked)
+        if BLOCK_B > 0:
+            tl.store(y_row + b_cols[None, :], (e_b * inv).to(y_ptr.dtype.element_ty), mask=b_mask)
+        if HAS_TAIL:
+            tl.store(y_row + t_cols[None, :], (e_t * inv).to(y_ptr.dtype.element_ty), mask=t_mask)
     else:
         m = tl.full((ROWS,), -float("inf"), tl.float32)
         s = tl.zeros((ROWS,), tl.float32)
@@ -142,15 +151,18 @@ def softmax_kernel(
     n_rows, n_cols, n_body,
     stride_xm, stride_ym,
     BLOCK_N: tl.constexpr, ROWS: tl.constexpr, SINGLE_PASS: tl.constexpr, PERSISTENT: tl.constexpr,
-    STAGES: tl.constexpr, EVEN: tl.constexpr, ALIGN: tl.constexpr, HAS_TAIL: tl.constexpr,
+    STAGES: tl.constexpr, BLOCK_A: tl.constexpr, BLOCK_B: tl.constexpr, A_COLS_IN: tl.constexpr,
+    ROWS_IN: tl.constexpr, ALIGN: tl.constexpr, HAS_TAIL: tl.constexpr,
 ):
     if PERSISTENT:  # a grid of a few programs per SM, each walking row blocks, the next block's loads in flight
         for block in tl.range(tl.program_id(0), tl.cdiv(n_rows, ROWS), tl.num_programs(0), num_stages=STAGES):
             _softmax_rows(x_ptr, y_ptr, block * ROWS + tl.arange(0, ROWS), n_rows, n_cols, n_body, stride_xm,
-                          stride_ym, BLOCK_N, ROWS, SINGLE_PASS, EVEN, ALIGN, HAS_TAIL)
+                          stride_ym, BLOCK_N, ROWS, SINGLE_PASS, BLOCK_A, BLOCK_B, A_COLS_IN, ROWS_IN, ALIGN,
+                          HAS_TAIL)
     else:
         _softmax_rows(x_ptr, y_ptr, tl.program_id(0) * ROWS + tl.arange(0, ROWS), n_rows, n_cols, n_body,
-                      stride_xm, stride_ym, BLOCK_N, ROWS, SINGLE_PASS, EVEN, ALIGN, HAS_TAIL)
+                      stride_xm, stride_ym, BLOCK_N, ROWS, SINGLE_PASS, BLOCK_A, BLOCK_B, A_COLS_IN, ROWS_IN, ALIGN,
+                          HAS_TAIL)
 
 
 @triton.jit
@@ -298,7 +310,7 @@ def prepare(x: torch.Tensor, config: Mapping[str, Any]) -> Callable[[torch.Tenso
         blocks = min(blocks, persist * sm_count(device))
     launcher = Launcher(softmax_kernel, (blocks,), dict(
         BLOCK_N=block, ROWS=rows, SINGLE_PASS=block >= n_cols, PERSISTENT=persist > 0, STAGES=PERSIST_STAGES,
-        EVEN=block == n_cols and n_rows % rows == 0, ALIGN=align, HAS_TAIL=n_body < n_cols,
+        **row_tiles(block, n_cols, n_body, n_rows, rows), ALIGN=align, HAS_TAIL=n_body < n_cols,
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"]))
 
     def launch(x: torch.Tensor) -> torch.Tensor:

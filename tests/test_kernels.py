@@ -70,11 +70,13 @@ def test_persistent_softmax_walks_every_row_block(dtype, device):
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
 def test_softmax_rows_with_and_without_masks_and_tails(dtype, device):
     """Rows held whole, with tiles inside the problem (no masks: BLOCK_N = cols, ROWS dividing the rows) and past
-    its edges, and rows streamed in blocks; columns past the last multiple of 16 in a tile of their own (100, 1000
-    and 24 columns; 1000 with strides that are multiples of 8 but not 16), a program per row block and
-    persistent; rows with -inf entries, one -inf but a single value, and one all -inf (NaN, as torch's)."""
+    its edges, a row of a little more than a power of two in two tiles (80: 64 + 16; 70: 64 and a tail of 6; 65,
+    an odd stride: 64 + 16, no tail), and rows streamed in blocks; columns past the last multiple of 16 in a tile
+    of their own (100, 1000 and 24 columns; 1000 with strides that are multiples of 8 but not 16), a program per
+    row block and persistent; rows with -inf entries, one -inf but a single value, and one all -inf (NaN, as
+    torch's)."""
     op = get_op("softmax")
-    for shape in ("8x64", "6x256", "7x100", "3x2x128", "5x1000", "4x24"):
+    for shape in ("8x64", "6x256", "7x100", "3x2x128", "5x1000", "4x24", "6x80", "5x70", "3x65"):
         problem = op.parse_problem(shape, dtype)
         inputs = op.make_inputs(problem, device.torch_device)
         x = inputs["x"].view(-1, problem.cols)
@@ -100,11 +102,12 @@ def test_softmax_rows_with_and_without_masks_and_tails(dtype, device):
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
 def test_layernorm_rows_with_and_without_masks_and_tails(dtype, device):
-    """Layernorm's row held whole, inside the problem (no masks) and past its edges, and streamed in blocks;
-    columns past the last multiple of 16 in a tile of their own (1000, 24 and 7 columns); with weight and bias,
-    with neither, and with the leading dimensions flattened."""
+    """Layernorm's row held whole, inside the problem (no masks) and past its edges, in two tiles (160: 128 + 32;
+    129, an odd stride: 128 + 16; 140: 128 and a tail of 12), and streamed in blocks; columns past the last
+    multiple of 16 in a tile of their own (1000, 200, 140, 24 and 7 columns); with weight and bias, with neither,
+    and with the leading dimensions flattened."""
     op = get_op("layernorm")
-    for shape in ("8x64", "6x256", "7x128", "3x2x128", "5x1000", "4x24", "3x7"):
+    for shape in ("8x64", "6x256", "7x128", "3x2x128", "5x1000", "4x24", "3x7", "6x200", "4x160", "3x129", "5x140"):
         problem = op.parse_problem(shape, dtype)
         full = op.make_inputs(problem, device.torch_device)
         for inputs in (full, {**full, "weight": None, "bias": None}):

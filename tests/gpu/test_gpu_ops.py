@@ -32,6 +32,7 @@ CASES = [
     ("layernorm", "1000x70000", "float32", {}),
     ("layernorm", "4096x5000", "float16", {}),  # a 16-column tail; strides multiples of 8, not 16
     ("layernorm", "1000x3001", "bfloat16", {}),
+    ("layernorm", "2048x24000", "bfloat16", {}),  # two tiles: 16384 + 8192
     ("gelu", "4096x4096", "float16", {"approximate": "tanh"}),
     ("gelu", "16777216", "float32", {"approximate": "none"}),
     ("gelu", "1000003", "bfloat16", {"approximate": "tanh"}),
@@ -88,12 +89,14 @@ def test_persistent_softmax_on_gpu(shape, dtype):
 
 
 @pytest.mark.parametrize("shape, dtype", [("2048x16384", "float16"), ("1000x3001", "bfloat16"), ("4096x4096", "float32"),
-                                          ("999x1024", "float16"), ("4096x1000", "float16")])
+                                          ("999x1024", "float16"), ("4096x1000", "float16"), ("2048x24000", "float16"),
+                                          ("4096x5120", "bfloat16"), ("4096x4100", "float16")])
 def test_whole_row_softmax_on_gpu(shape, dtype):
     """Rows held whole, a program per row block: every valid config of the space, unmasked where the tile lies
     inside the problem (2048x16384, 4096x4096, 999x1024 at one row per program) and masked where it does not
     (3001 columns, one at a time; 1000 columns, a 16-column tail and 16-byte accesses on strides of 8 elements;
-    999 rows in blocks of 2 or more), launched twice back to back."""
+    999 rows in blocks of 2 or more), in two tiles (24000: 16384 + 8192; 5120: 4096 + 1024; 4100: 4096 and a
+    tail of 4), launched twice back to back."""
     device = current_device()
     op = get_op("softmax")
     problem = op.parse_problem(shape, dtype)
