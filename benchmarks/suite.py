@@ -53,10 +53,12 @@ SUITE: list[tuple[str, str, str, dict[str, object]]] = [
     ("softmax", "65536x256", "float16", {}),
     ("softmax", "8192x2048", "bfloat16", {}),
     ("softmax", "2048x16384", "float16", {}),
+    ("softmax", "32768x1000", "float16", {}),  # attention scores over 1000 keys: rows not a multiple of 16
     ("softmax", "32x128256", "bfloat16", {}),  # sampling: 32 sequences' logits over Llama-3's vocabulary
     ("softmax", "8x151936", "float32", {}),  # 8 sequences' float32 logits over Qwen2's vocabulary
     ("layernorm", "4096x4096", "float16", {}),
     ("layernorm", "16384x1024", "bfloat16", {}),
+    ("layernorm", "4096x5120", "bfloat16", {}),  # a 5120-wide hidden state: two tiles, 4096 + 1024
     ("gelu", "4096x4096", "float16", {}),
     ("gelu", "16777216", "float32", {}),
     ("attention", "4x32x2048x128", "float16", {"causal": True}),
