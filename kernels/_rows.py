@@ -1,4 +1,4 @@
-"""How the row-wise kernels (softmax, layernorm) lay a row over tiles: a row held whole in up to three tiles, and
+"""How the row-wise kernels (softmax, layernorm) lay a row over tiles: a row held whole in one tile or two, and
 rows whose length is not a multiple of 16 elements.
 
 A row held whole (BLOCK_N >= n_cols) is tile A, of BLOCK_N columns; where n_cols is little more than a power of

@@ -1,7 +1,7 @@
 """Layer normalisation over the last dimension: y = (x - mean) / sqrt(var + eps) * weight + bias.
 
 x[..., N] with optional weight[N] and bias[N]. Each program normalises ROWS rows. When BLOCK_N covers the
-row stays in registers, in up to three tiles, loaded and stored without masks where a tile lies inside the problem
+row stays in registers, in one tile or two, loaded and stored without masks where a tile lies inside the problem
 (kernels/_rows.py); otherwise the row is read in BLOCK_N chunks (mean, then variance, then the output: three
 reads), the columns past the last multiple of 16 in a tile of their own. Statistics are float32; the output has
 the input dtype.

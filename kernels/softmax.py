@@ -7,7 +7,7 @@ programs per SM, each walking row blocks in a loop software-pipelined PERSIST_ST
 in flight while this one reduces: few long rows keep an SM busy that one block at a time left idle).
 
 A row held whole takes its max in the input's dtype (exact), its exponentials as exp2 of one fused multiply-add,
-and multiplies by the sum's reciprocal; it is held in up to three tiles, without masks where a tile lies inside
+and multiplies by the sum's reciprocal; it is held in one tile or two, without masks where a tile lies inside
 the problem (kernels/_rows.py; benchmarks/RESULTS.md: 2048x16384 fp16 on an H200 from 90% to 97% of a copy, the
 fewer instructions letting 8 warps hold the row).
 
