@@ -27,9 +27,12 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
+
+import autotuner  # noqa: E402  (before triton: it picks Triton's interpreter where there is no GPU)
+
+# isort: split
 import triton  # noqa: E402
 
-import autotuner  # noqa: E402
 from autotuner.base.device import current_device  # noqa: E402
 from autotuner.base.registry import get_op  # noqa: E402
 from autotuner.base.settings import Settings  # noqa: E402
@@ -114,18 +117,21 @@ def decorated() -> list[tuple[str, dict[str, Callable[[], Any]]]]:
 
     dt = torch.float16 if DEV == "cuda" else torch.float32
     x = torch.randn(64, 1024, device=DEV, dtype=dt)
-    meta = {"BLOCK_N": 1024, "ROWS": 1, "SINGLE_PASS": True}
+    # the kernel's other constants for 64 rows of 1024 columns held whole, as kernels.softmax.prepare sets them
+    fixed = {"SINGLE_PASS": True, "PERSISTENT": False, "STAGES": 1, "BLOCK_A": 1024, "BLOCK_B": 0, "A_COLS_IN": True,
+             "ROWS_IN": True, "ALIGN": 16, "HAS_TAIL": False}
+    meta = {"BLOCK_N": 1024, "ROWS": 1, **fixed}
     configs = [triton.Config({"BLOCK_N": 1024, "ROWS": r}, num_warps=4, num_stages=1) for r in (1, 2)]
     theirs = triton.autotune(configs=configs, key=["n_cols"])(k_softmax.softmax_kernel)
     ours = autotuner.autotune(configs=configs, key=["n_cols"], name="bench:softmax_kernel")(k_softmax.softmax_kernel)
     grid = (64,)
     rows: list[tuple[str, dict[str, Callable[[], Any]]]] = [("softmax_kernel 64x1024 (decorated)", {
-        "plain launch": lambda: k_softmax.softmax_kernel[grid](x, torch.empty_like(x), 64, 1024, 1024, 1024, **meta,
-                                                               num_warps=4, num_stages=1),
+        "plain launch": lambda: k_softmax.softmax_kernel[grid](x, torch.empty_like(x), 64, 1024, 1024, 1024, 1024,
+                                                               **meta, num_warps=4, num_stages=1),
         "triton.autotune hit": lambda: theirs[lambda m: (triton.cdiv(64, m["ROWS"]),)](
-            x, torch.empty_like(x), 64, 1024, 1024, 1024, SINGLE_PASS=True),
+            x, torch.empty_like(x), 64, 1024, 1024, 1024, 1024, **fixed),
         "autotuner.autotune hit": lambda: ours[lambda m: (triton.cdiv(64, m["ROWS"]),)](
-            x, torch.empty_like(x), 64, 1024, 1024, 1024, SINGLE_PASS=True),
+            x, torch.empty_like(x), 64, 1024, 1024, 1024, 1024, **fixed),
     })]
     a = torch.randn(64, 64, device=DEV, dtype=dt)
     b = torch.randn(64, 64, device=DEV, dtype=dt)
