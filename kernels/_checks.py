@@ -60,10 +60,14 @@ def check_last_dim_contiguous(name: str, t: torch.Tensor) -> None:
 def check_config(config: Mapping[str, Any], required: Iterable[str], kernel: str,
                  optional: Mapping[str, int] | None = None) -> dict[str, Any]:
     """The launcher takes an explicit config: every tunable name must be there and be a positive int; the
-    `optional` ones take their given value when left out."""
+    `optional` ones take their given value when left out; a name the kernel does not take is refused."""
     if not isinstance(config, Mapping):
         raise TypeError(f"{kernel}: config must be a mapping of parameter names to ints, got {type(config).__name__}")
     optional = optional or {}
+    known = {*required, *optional, "num_warps", "num_stages"}
+    unknown = sorted(str(k) for k in config if k not in known)
+    if unknown:  # a misspelt or another kernel's parameter would otherwise be ignored
+        raise ValueError(f"{kernel}: unknown config parameter(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
     cfg = {**optional, **config}
     missing = [k for k in required if k not in cfg]
     if missing:

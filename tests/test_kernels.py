@@ -335,6 +335,8 @@ def test_rowwise_ops_take_leading_dimensions(device):
          {"BLOCK_M": 16, "BLOCK_N": 16, "PERSIST": 3}, "PERSIST.*must be one of 0, 1, 2"),
         ("matmul", {"a": torch.randn(4, 5).half(), "b": torch.randn(5, 3).half()},
          {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 1, "TMA": 1, "SPLIT_K": 2}, "SPLIT_K=1 only"),
+        ("softmax", {"x": torch.randn(4, 6)}, {"BLOCK_N": 32, "ROWS": 1, "PERSITS": 1},
+         "unknown config parameter.*PERSITS; known: .*PERSIST"),
         ("softmax", {"x": torch.randn(4, 6).half().t()}, None, "contiguous in its last dimension"),
         ("softmax", {"x": torch.randn(4, 6).int()}, None, "accepted"),
         ("softmax", {"x": torch.randn(0, 6)}, None, "empty"),
