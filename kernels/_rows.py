@@ -4,8 +4,9 @@ rows whose length is not a multiple of 16 elements.
 A row held whole (BLOCK_N >= n_cols) is tile A, of BLOCK_N columns; where n_cols is little more than a power of
 two (24000, 5120, 4100: BLOCK_N 32768, 8192 and 8192, 27%, 37% and 50% of the tile past the row), A is that
 power of two (16384, 4096, 4096) and a tile B of the next power of two past it takes the rest (8192, 1024; 4100's
-4 are the tail's), so that no more than a quarter of the tiles' columns lie past the row (`row_tiles`); but never
-three tiles (A, B and a tail). A tile that lies inside the problem is loaded and stored without masks.
+4 are the tail's), so that no more than a quarter of the tiles' columns lie past the row (`row_tiles`); but not
+where that would make three tiles, A, B and a tail (5000 stays one tile of 8192 and a tail of 8: the third tile
+cost more than the columns it saved). A tile that lies inside the problem is loaded and stored without masks.
 
 Triton widens a masked load or store to 16 bytes only where it can prove the mask constant over the vector and
 the address aligned, and it knows an integer argument's divisibility only as "by 16" or not at all: with rows of
