@@ -45,6 +45,7 @@ from kernels import gelu as k_gelu  # noqa: E402
 from kernels import layernorm as k_layernorm  # noqa: E402
 from kernels import matmul as k_matmul  # noqa: E402
 from kernels import softmax as k_softmax  # noqa: E402
+from kernels._rows import row_layout  # noqa: E402
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -118,20 +119,21 @@ def decorated() -> list[tuple[str, dict[str, Callable[[], Any]]]]:
     dt = torch.float16 if DEV == "cuda" else torch.float32
     x = torch.randn(64, 1024, device=DEV, dtype=dt)
     # the kernel's other constants for 64 rows of 1024 columns held whole, as kernels.softmax.prepare sets them
-    fixed = {"SINGLE_PASS": True, "PERSISTENT": False, "STAGES": 1, "BLOCK_A": 1024, "BLOCK_B": 0, "A_COLS_IN": True,
-             "ROWS_IN": True, "ALIGN": 16, "HAS_TAIL": False}
+    # (ROWS 1 or 2 alike: both divide the 64 rows)
+    n_body, row_consts = row_layout(1024, 1024, 1024, 64, 1)
+    fixed = {"SINGLE_PASS": True, "PERSISTENT": False, "STAGES": 1, **row_consts}
     meta = {"BLOCK_N": 1024, "ROWS": 1, **fixed}
     configs = [triton.Config({"BLOCK_N": 1024, "ROWS": r}, num_warps=4, num_stages=1) for r in (1, 2)]
     theirs = triton.autotune(configs=configs, key=["n_cols"])(k_softmax.softmax_kernel)
     ours = autotuner.autotune(configs=configs, key=["n_cols"], name="bench:softmax_kernel")(k_softmax.softmax_kernel)
     grid = (64,)
     rows: list[tuple[str, dict[str, Callable[[], Any]]]] = [("softmax_kernel 64x1024 (decorated)", {
-        "plain launch": lambda: k_softmax.softmax_kernel[grid](x, torch.empty_like(x), 64, 1024, 1024, 1024, 1024,
+        "plain launch": lambda: k_softmax.softmax_kernel[grid](x, torch.empty_like(x), 64, 1024, n_body, 1024, 1024,
                                                                **meta, num_warps=4, num_stages=1),
         "triton.autotune hit": lambda: theirs[lambda m: (triton.cdiv(64, m["ROWS"]),)](
-            x, torch.empty_like(x), 64, 1024, 1024, 1024, 1024, **fixed),
+            x, torch.empty_like(x), 64, 1024, n_body, 1024, 1024, **fixed),
         "autotuner.autotune hit": lambda: ours[lambda m: (triton.cdiv(64, m["ROWS"]),)](
-            x, torch.empty_like(x), 64, 1024, 1024, 1024, 1024, **fixed),
+            x, torch.empty_like(x), 64, 1024, n_body, 1024, 1024, **fixed),
     })]
     a = torch.randn(64, 64, device=DEV, dtype=dt)
     b = torch.randn(64, 64, device=DEV, dtype=dt)

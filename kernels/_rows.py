@@ -46,6 +46,14 @@ def row_tiles(block: int, n_cols: int, n_body: int, n_rows: int, rows: int) -> d
     return {"BLOCK_A": block_a, "BLOCK_B": block_b, "A_COLS_IN": block_a <= n_body, "ROWS_IN": n_rows % rows == 0}
 
 
+def row_layout(block: int, n_cols: int, stride: int, n_rows: int, rows: int) -> tuple[int, dict[str, int | bool]]:
+    """For rows of n_cols elements `stride` apart (the output's n_cols apart) in programs of ROWS=rows rows and
+    BLOCK_N=block columns: n_body, and the kernels' row constants (`row_tiles`' and ALIGN, HAS_TAIL)."""
+    align = stride_align(stride, n_cols)
+    n_body = body_cols(n_cols) if align > 1 else n_cols  # one element at a time anyway: no tail to split off
+    return n_body, {**row_tiles(block, n_cols, n_body, n_rows, rows), "ALIGN": align, "HAS_TAIL": n_body < n_cols}
+
+
 def stride_align(*strides: int) -> int:
     """The largest power of two up to 16 dividing every stride (in elements)."""
     align = 16

@@ -25,7 +25,7 @@ from kernels._checks import (
 )
 from kernels._direct import Launcher
 from kernels._rows import TAIL as _TAIL
-from kernels._rows import body_cols, load_tile, row_offsets, row_tiles, store_tile, stride_align
+from kernels._rows import load_tile, row_layout, row_offsets, store_tile
 from kernels._torch import lazy
 
 if TYPE_CHECKING:
@@ -167,11 +167,10 @@ def prepare(
         stride, flatten = x.view(-1, N).stride(0), False
     except RuntimeError:
         stride, flatten = N, True
-    align = stride_align(stride, N)
-    n_body = body_cols(N) if align > 1 else N  # one element at a time anyway: no tail to split off
+    n_body, row_consts = row_layout(cfg["BLOCK_N"], N, stride, n_rows, cfg["ROWS"])
     launcher = Launcher(layernorm_kernel, (triton.cdiv(n_rows, cfg["ROWS"]),), dict(
         BLOCK_N=cfg["BLOCK_N"], ROWS=cfg["ROWS"], SINGLE_PASS=cfg["BLOCK_N"] >= N,
-        **row_tiles(cfg["BLOCK_N"], N, n_body, n_rows, cfg["ROWS"]), ALIGN=align, HAS_TAIL=n_body < N,
+        **row_consts,
         HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None,
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"]))
     eps = float(eps)

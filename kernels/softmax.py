@@ -39,7 +39,7 @@ from kernels._checks import (
 from kernels._counters import zeroed_counters
 from kernels._direct import Launcher
 from kernels._rows import TAIL as _TAIL
-from kernels._rows import body_cols, load_tile, row_offsets, row_tiles, store_tile, stride_align
+from kernels._rows import load_tile, row_layout, row_offsets, store_tile
 from kernels._torch import lazy
 
 if TYPE_CHECKING:
@@ -162,7 +162,7 @@ def softmax_kernel(
     else:
         _softmax_rows(x_ptr, y_ptr, tl.program_id(0) * ROWS + tl.arange(0, ROWS), n_rows, n_cols, n_body,
                       stride_xm, stride_ym, BLOCK_N, ROWS, SINGLE_PASS, BLOCK_A, BLOCK_B, A_COLS_IN, ROWS_IN, ALIGN,
-                          HAS_TAIL)
+                      HAS_TAIL)
 
 
 @triton.jit
@@ -302,16 +302,15 @@ def prepare(x: torch.Tensor, config: Mapping[str, Any]) -> Callable[[torch.Tenso
         raise ValueError(f"softmax: {unsupported}")
     if cfg["SPLIT"] > 1:
         return _prepare_split(shape, dtype, device, n_rows, n_cols, stride, flatten, cfg)
-    block, rows, align = cfg["BLOCK_N"], cfg["ROWS"], stride_align(stride, n_cols)
-    n_body = body_cols(n_cols) if align > 1 else n_cols  # one element at a time anyway: no tail to split off
+    block, rows = cfg["BLOCK_N"], cfg["ROWS"]
+    n_body, row_consts = row_layout(block, n_cols, stride, n_rows, rows)
     blocks = triton.cdiv(n_rows, rows)
     persist = cfg["PERSIST"]
     if persist:  # PERSIST programs per SM, at most one per row block
         blocks = min(blocks, persist * sm_count(device))
     launcher = Launcher(softmax_kernel, (blocks,), dict(
         BLOCK_N=block, ROWS=rows, SINGLE_PASS=block >= n_cols, PERSISTENT=persist > 0, STAGES=PERSIST_STAGES,
-        **row_tiles(block, n_cols, n_body, n_rows, rows), ALIGN=align, HAS_TAIL=n_body < n_cols,
-        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"]))
+        **row_consts, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"]))
 
     def launch(x: torch.Tensor) -> torch.Tensor:
         y = new_output(shape, dtype, device)
