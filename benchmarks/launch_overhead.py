@@ -45,7 +45,7 @@ from kernels import gelu as k_gelu  # noqa: E402
 from kernels import layernorm as k_layernorm  # noqa: E402
 from kernels import matmul as k_matmul  # noqa: E402
 from kernels import softmax as k_softmax  # noqa: E402
-from kernels._rows import row_layout  # noqa: E402
+from kernels._rows import hold_consts, row_layout  # noqa: E402
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -121,7 +121,8 @@ def decorated() -> list[tuple[str, dict[str, Callable[[], Any]]]]:
     # the kernel's other constants for 64 rows of 1024 columns held whole, as kernels.softmax.prepare sets them
     # (ROWS 1 or 2 alike: both divide the 64 rows)
     n_body, row_consts = row_layout(1024, 1024, 1024, 64, 1)
-    fixed = {"SINGLE_PASS": True, "PERSISTENT": False, "STAGES": 1, **row_consts}
+    fixed = {"SINGLE_PASS": True, "PERSISTENT": False, "STAGES": 1, **row_consts,
+             **hold_consts(0)}
     meta = {"BLOCK_N": 1024, "ROWS": 1, **fixed}
     configs = [triton.Config({"BLOCK_N": 1024, "ROWS": r}, num_warps=4, num_stages=1) for r in (1, 2)]
     theirs = triton.autotune(configs=configs, key=["n_cols"])(k_softmax.softmax_kernel)

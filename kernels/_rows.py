@@ -23,6 +23,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from kernels._backend import interpreting
+
 TAIL = 16  # the columns past n_body, at most TAIL - 1, are taken in a tile this wide
 
 
@@ -52,6 +54,23 @@ def row_layout(block: int, n_cols: int, stride: int, n_rows: int, rows: int) -> 
     align = stride_align(stride, n_cols)
     n_body = body_cols(n_cols) if align > 1 else n_cols  # one element at a time anyway: no tail to split off
     return n_body, {**row_tiles(block, n_cols, n_body, n_rows, rows), "ALIGN": align, "HAS_TAIL": n_body < n_cols}
+
+
+def hold16_unsupported(hold: int, element_size: int, block: int, n_cols: int, split: int = 1) -> str | None:
+    """Why HOLD16=hold cannot run (None: it can): 0 or 1, and 1 only for 16-bit rows held whole by one program
+    (BLOCK_N >= n_cols, SPLIT 1)."""
+    if hold not in (0, 1):
+        return f"HOLD16 must be 0 or 1, got {hold}"
+    if hold and (element_size != 2 or block < n_cols or split != 1):
+        return (f"HOLD16=1 holds a 16-bit row whole as loaded; this one is {8 * element_size}-bit, "
+                f"{'held whole' if block >= n_cols else f'streamed in blocks of {block} (BLOCK_N < {n_cols})'}"
+                f"{f', cut over SPLIT={split} programs' if split != 1 else ''}")
+    return None
+
+
+def hold_consts(hold: int) -> dict[str, bool]:
+    """The kernels' HOLD16 and OPAQUE for a config's HOLD16 (`held`; the interpreter runs no inline assembly)."""
+    return {"HOLD16": bool(hold), "OPAQUE": not interpreting()}
 
 
 def stride_align(*strides: int) -> int:
@@ -84,3 +103,18 @@ def store_tile(ptrs, value, mask, MASKED: tl.constexpr):
         tl.store(ptrs, value, mask=mask)
     else:
         tl.store(ptrs, value)
+
+
+@triton.jit
+def held(x, OPAQUE: tl.constexpr):
+    """x through an inline-asm move the compiler cannot see through (OPAQUE: on a GPU; the interpreter runs no
+    assembly). With HOLD16=1 a 16-bit tile converted to float32 for one pass over the row and again for the next
+    is held in its 16 bits between them, where the compiler would otherwise keep the first conversion alive,
+    twice the registers: on an H200, softmax 1024x32768 fp16 at 16 warps went from 75% to 92% of a copy, its
+    outputs' exponentials computed again from the held row; elsewhere it tied or lost a few percent, and in
+    layernorm it won or lost up to 26% by config (benchmarks/RESULTS.md), so it is a parameter of the space,
+    not a rule. Pairs of 16-bit elements move as one 32-bit register."""
+    if OPAQUE:
+        return tl.inline_asm_elementwise("mov.b32 $0, $1;", "=r,r", [x], dtype=x.dtype, is_pure=False, pack=2)
+    else:
+        return x

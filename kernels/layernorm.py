@@ -25,7 +25,7 @@ from kernels._checks import (
 )
 from kernels._direct import Launcher
 from kernels._rows import TAIL as _TAIL
-from kernels._rows import load_tile, row_layout, row_offsets, store_tile
+from kernels._rows import held, hold16_unsupported, hold_consts, load_tile, row_layout, row_offsets, store_tile
 from kernels._torch import lazy
 
 if TYPE_CHECKING:
@@ -35,6 +35,7 @@ else:
 
 DTYPES = ("float16", "bfloat16", "float32")
 PARAMS = ("BLOCK_N", "ROWS")
+OPTIONAL = {"HOLD16": 0}  # 1: a 16-bit row held whole is kept as loaded, converted again for each pass (_rows.py)
 TAIL = tl.constexpr(_TAIL)
 
 
@@ -58,7 +59,8 @@ def layernorm_kernel(
     stride_xm, stride_ym,
     BLOCK_N: tl.constexpr, ROWS: tl.constexpr, SINGLE_PASS: tl.constexpr, BLOCK_A: tl.constexpr,
     BLOCK_B: tl.constexpr, A_COLS_IN: tl.constexpr, ROWS_IN: tl.constexpr, ALIGN: tl.constexpr,
-    HAS_TAIL: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr,
+    HAS_TAIL: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, HOLD16: tl.constexpr,
+    OPAQUE: tl.constexpr,
 ):
     rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     row_ok = rows < n_rows
@@ -73,32 +75,35 @@ def layernorm_kernel(
         a_ok = a_cols < n_body
         a_mask = row_ok[:, None] & a_ok[None, :]
         a_masked: tl.constexpr = not (A_COLS_IN and ROWS_IN)
-        x = load_tile(x_row + a_cols[None, :], a_mask, 0.0, a_masked).to(tl.float32)
-        total = tl.sum(x, axis=1)
+        # Tiles A and B as loaded, converted to float32 for each pass over them (held in 16 bits between, HOLD16)
+        x_in = load_tile(x_row + a_cols[None, :], a_mask, 0.0, a_masked)
+        total = tl.sum(x_in.to(tl.float32), axis=1)
         if BLOCK_B > 0:
             b_cols = BLOCK_A + tl.arange(0, BLOCK_B)
             b_ok = b_cols < n_body
             b_mask = row_ok[:, None] & b_ok[None, :]
-            x_b = tl.load(x_row + b_cols[None, :], mask=b_mask, other=0.0).to(tl.float32)
-            total += tl.sum(x_b, axis=1)
+            x_b_in = tl.load(x_row + b_cols[None, :], mask=b_mask, other=0.0)
+            total += tl.sum(x_b_in.to(tl.float32), axis=1)
         if HAS_TAIL:
             x_t = tl.load(x_row + t_cols[None, :], mask=t_mask, other=0.0).to(tl.float32)
             total += tl.sum(x_t, axis=1)
         mean = total / N
-        d = x - mean[:, None]
+        d = held(x_in, OPAQUE and HOLD16).to(tl.float32) - mean[:, None]
         if not A_COLS_IN:  # columns past the row hold 0, not the mean: keep them out of the variance
             d = tl.where(a_ok[None, :], d, 0.0)
         squares = tl.sum(d * d, axis=1)
         if BLOCK_B > 0:
-            d_b = tl.where(b_ok[None, :], x_b - mean[:, None], 0.0)
+            d_b = tl.where(b_ok[None, :], held(x_b_in, OPAQUE and HOLD16).to(tl.float32) - mean[:, None], 0.0)
             squares += tl.sum(d_b * d_b, axis=1)
         if HAS_TAIL:
             d_t = tl.where(t_ok[None, :], x_t - mean[:, None], 0.0)
             squares += tl.sum(d_t * d_t, axis=1)
         rstd = 1.0 / tl.sqrt(squares / N + eps)
+        x = held(x_in, OPAQUE and HOLD16).to(tl.float32)
         y = _normalised(x, mean, rstd, w_ptr, b_ptr, a_cols, a_ok, not A_COLS_IN, HAS_WEIGHT, HAS_BIAS)
         store_tile(y_row + a_cols[None, :], y.to(y_ptr.dtype.element_ty), a_mask, a_masked)
         if BLOCK_B > 0:
+            x_b = held(x_b_in, OPAQUE and HOLD16).to(tl.float32)
             y_b = _normalised(x_b, mean, rstd, w_ptr, b_ptr, b_cols, b_ok, True, HAS_WEIGHT, HAS_BIAS)
             tl.store(y_row + b_cols[None, :], y_b.to(y_ptr.dtype.element_ty), mask=b_mask)
         if HAS_TAIL:
@@ -159,8 +164,11 @@ def prepare(
         raise ValueError(f"eps must be a positive number, got {eps!r}")
     check_same_device(x=x, weight=weight, bias=bias)
     check_last_dim_contiguous("x", x)
-    cfg = check_config(config, PARAMS, "layernorm")
+    cfg = check_config(config, PARAMS, "layernorm", OPTIONAL)
     check_pow2("layernorm", cfg, PARAMS)
+    unsupported = hold16_unsupported(cfg["HOLD16"], x.element_size(), cfg["BLOCK_N"], N)
+    if unsupported:
+        raise ValueError(f"layernorm: {unsupported}")
     shape, dtype, device = x.shape, x.dtype, x.device
     n_rows = x.numel() // N
     try:
@@ -170,7 +178,7 @@ def prepare(
     n_body, row_consts = row_layout(cfg["BLOCK_N"], N, stride, n_rows, cfg["ROWS"])
     launcher = Launcher(layernorm_kernel, (triton.cdiv(n_rows, cfg["ROWS"]),), dict(
         BLOCK_N=cfg["BLOCK_N"], ROWS=cfg["ROWS"], SINGLE_PASS=cfg["BLOCK_N"] >= N,
-        **row_consts,
+        **row_consts, **hold_consts(cfg["HOLD16"]),
         HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None,
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"]))
     eps = float(eps)

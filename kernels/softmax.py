@@ -39,7 +39,7 @@ from kernels._checks import (
 from kernels._counters import zeroed_counters
 from kernels._direct import Launcher
 from kernels._rows import TAIL as _TAIL
-from kernels._rows import load_tile, row_layout, row_offsets, store_tile
+from kernels._rows import held, hold16_unsupported, hold_consts, load_tile, row_layout, row_offsets, store_tile
 from kernels._torch import lazy
 
 if TYPE_CHECKING:
@@ -51,7 +51,8 @@ DTYPES = ("float16", "bfloat16", "float32")
 PARAMS = ("BLOCK_N", "ROWS")
 # PERSIST 0: a program per ROWS rows; k: k programs per SM walking the row blocks. SPLIT: programs per row.
 # SYNC=1: a SPLIT row's programs wait for each other in one launch (0: two launches).
-OPTIONAL = {"PERSIST": 0, "SPLIT": 1, "SYNC": 0}
+# HOLD16=1: a 16-bit row held whole is kept as loaded and its outputs' exponentials computed again (kernels/_rows.py).
+OPTIONAL = {"PERSIST": 0, "SPLIT": 1, "SYNC": 0, "HOLD16": 0}
 LOG2E = tl.constexpr(1.4426950408889634)
 TAIL = tl.constexpr(_TAIL)
 # Polls of a row's counter before a SYNC program reads the rest of its row itself. A poll is an atomic at the L2,
@@ -74,6 +75,16 @@ def _exp2_less(x, m):
 
 
 @triton.jit
+def _normalized(x, e, m_out, inv, HOLD16: tl.constexpr, OPAQUE: tl.constexpr):
+    """A tile's outputs in float32: its exponentials e times the sum's inverse, or (HOLD16, the tile x held as
+    loaded) computed again from x as 2^(x log2(e) - m_out), m_out the row's max plus log2 of its sum (base 2)."""
+    if HOLD16:
+        return _exp2_less(held(x, OPAQUE), m_out)
+    else:
+        return e * inv
+
+
+@triton.jit
 def _online(m, s, x):
     """The running max m and sum s of exp(x - m) of each row, with a [ROWS, n] tile x more."""
     x = x.to(tl.float32)
@@ -86,7 +97,8 @@ def _online(m, s, x):
 @triton.jit
 def _softmax_rows(x_ptr, y_ptr, rows, n_rows, n_cols, n_body, stride_xm, stride_ym, BLOCK_N: tl.constexpr,
                   ROWS: tl.constexpr, SINGLE_PASS: tl.constexpr, BLOCK_A: tl.constexpr, BLOCK_B: tl.constexpr,
-                  A_COLS_IN: tl.constexpr, ROWS_IN: tl.constexpr, ALIGN: tl.constexpr, HAS_TAIL: tl.constexpr):
+                  A_COLS_IN: tl.constexpr, ROWS_IN: tl.constexpr, ALIGN: tl.constexpr, HAS_TAIL: tl.constexpr,
+                  HOLD16: tl.constexpr, OPAQUE: tl.constexpr):
     row_ok = rows < n_rows
     cols = tl.arange(0, BLOCK_N)
     x_row = x_ptr + row_offsets(rows, stride_xm, ALIGN)[:, None]
@@ -98,12 +110,13 @@ def _softmax_rows(x_ptr, y_ptr, rows, n_rows, n_cols, n_body, stride_xm, stride_
         a_mask = row_ok[:, None] & (a_cols[None, :] < n_body)
         a_masked: tl.constexpr = not (A_COLS_IN and ROWS_IN)
         x = load_tile(x_row + a_cols[None, :], a_mask, -float("inf"), a_masked)
-        m = tl.max(x, axis=1)  # the max taken in the input's dtype is exact
+        # The max taken in the input's dtype is exact (of 16-bit pairs, where the tile is held as loaded).
+        m = tl.max(held(x, OPAQUE and HOLD16), axis=1)
         if BLOCK_B > 0:
             b_cols = BLOCK_A + tl.arange(0, BLOCK_B)
             b_mask = row_ok[:, None] & (b_cols[None, :] < n_body)
             x_b = tl.load(x_row + b_cols[None, :], mask=b_mask, other=-float("inf"))
-            m = tl.maximum(m, tl.max(x_b, axis=1))
+            m = tl.maximum(m, tl.max(held(x_b, OPAQUE and HOLD16), axis=1))
         if HAS_TAIL:
             x_t = tl.load(x_row + t_cols[None, :], mask=t_mask, other=-float("inf"))
             m = tl.maximum(m, tl.max(x_t, axis=1))
@@ -117,11 +130,15 @@ def _softmax_rows(x_ptr, y_ptr, rows, n_rows, n_cols, n_body, stride_xm, stride_
             e_t = _exp2_less(x_t, m)
             s += tl.sum(e_t, axis=1)
         inv = (1.0 / s)[:, None]  # a row all -inf comes out NaN, as torch's does
-        store_tile(y_row + a_cols[None, :], (e * inv).to(y_ptr.dtype.element_ty), a_mask, a_masked)
+        m_out = m + tl.log2(s)
+        y = _normalized(x, e, m_out, inv, HOLD16, OPAQUE)
+        store_tile(y_row + a_cols[None, :], y.to(y_ptr.dtype.element_ty), a_mask, a_masked)
         if BLOCK_B > 0:
-            tl.store(y_row + b_cols[None, :], (e_b * inv).to(y_ptr.dtype.element_ty), mask=b_mask)
-        if HAS_TAIL:
-            tl.store(y_row + t_cols[None, :], (e_t * inv).to(y_ptr.dtype.element_ty), mask=t_mask)
+            y_b = _normalized(x_b, e_b, m_out, inv, HOLD16, OPAQUE)
+            tl.store(y_row + b_cols[None, :], y_b.to(y_ptr.dtype.element_ty), mask=b_mask)
+        if HAS_TAIL:  # a tile of TAIL columns may hold one element per thread: not through the packed move
+            y_t = _normalized(x_t, e_t, m_out, inv, HOLD16, False)
+            tl.store(y_row + t_cols[None, :], y_t.to(y_ptr.dtype.element_ty), mask=t_mask)
     else:
         m = tl.full((ROWS,), -float("inf"), tl.float32)
         s = tl.zeros((ROWS,), tl.float32)
@@ -152,17 +169,18 @@ def softmax_kernel(
     stride_xm, stride_ym,
     BLOCK_N: tl.constexpr, ROWS: tl.constexpr, SINGLE_PASS: tl.constexpr, PERSISTENT: tl.constexpr,
     STAGES: tl.constexpr, BLOCK_A: tl.constexpr, BLOCK_B: tl.constexpr, A_COLS_IN: tl.constexpr,
-    ROWS_IN: tl.constexpr, ALIGN: tl.constexpr, HAS_TAIL: tl.constexpr,
+    ROWS_IN: tl.constexpr, ALIGN: tl.constexpr, HAS_TAIL: tl.constexpr, HOLD16: tl.constexpr,
+    OPAQUE: tl.constexpr,
 ):
     if PERSISTENT:  # a grid of a few programs per SM, each walking row blocks, the next block's loads in flight
         for block in tl.range(tl.program_id(0), tl.cdiv(n_rows, ROWS), tl.num_programs(0), num_stages=STAGES):
             _softmax_rows(x_ptr, y_ptr, block * ROWS + tl.arange(0, ROWS), n_rows, n_cols, n_body, stride_xm,
                           stride_ym, BLOCK_N, ROWS, SINGLE_PASS, BLOCK_A, BLOCK_B, A_COLS_IN, ROWS_IN, ALIGN,
-                          HAS_TAIL)
+                          HAS_TAIL, HOLD16, OPAQUE)
     else:
         _softmax_rows(x_ptr, y_ptr, tl.program_id(0) * ROWS + tl.arange(0, ROWS), n_rows, n_cols, n_body,
                       stride_xm, stride_ym, BLOCK_N, ROWS, SINGLE_PASS, BLOCK_A, BLOCK_B, A_COLS_IN, ROWS_IN, ALIGN,
-                      HAS_TAIL)
+                      HAS_TAIL, HOLD16, OPAQUE)
 
 
 @triton.jit
@@ -297,7 +315,8 @@ def prepare(x: torch.Tensor, config: Mapping[str, Any]) -> Callable[[torch.Tenso
         stride, flatten = x.view(-1, n_cols).stride(0), False  # rows reachable by one stride: launch on x itself
     except RuntimeError:
         stride, flatten = n_cols, True  # leading dimensions that do not flatten: copy into rows first
-    unsupported = split_unsupported(cfg)
+    unsupported = split_unsupported(cfg) or hold16_unsupported(cfg["HOLD16"], x.element_size(), cfg["BLOCK_N"],
+                                                                n_cols, cfg["SPLIT"])
     if unsupported:
         raise ValueError(f"softmax: {unsupported}")
     if cfg["SPLIT"] > 1:
@@ -310,7 +329,7 @@ def prepare(x: torch.Tensor, config: Mapping[str, Any]) -> Callable[[torch.Tenso
         blocks = min(blocks, persist * sm_count(device))
     launcher = Launcher(softmax_kernel, (blocks,), dict(
         BLOCK_N=block, ROWS=rows, SINGLE_PASS=block >= n_cols, PERSISTENT=persist > 0, STAGES=PERSIST_STAGES,
-        **row_consts, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"]))
+        **row_consts, **hold_consts(cfg["HOLD16"]), num_warps=cfg["num_warps"], num_stages=cfg["num_stages"]))
 
     def launch(x: torch.Tensor) -> torch.Tensor:
         y = new_output(shape, dtype, device)

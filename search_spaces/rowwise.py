@@ -10,6 +10,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from kernels._rows import hold16_unsupported
 from kernels._torch import lazy
 from kernels.softmax import PERSIST_STAGES, split_unsupported
 from search_spaces.problem import (
@@ -133,6 +134,26 @@ def _persist_needs_rows(c: Config, p: RowwiseProblem, d: DeviceLimits) -> str | 
     return None
 
 
+# HOLD16=1 only where a thread holds at least this many elements of a 16-bit row held whole: it saves registers,
+# and with fewer elements a thread's registers are not what limits the kernel (on an H200, 16 per thread: softmax
+# 65536x256 fp16 0.975x, 16384x1024 0.98-0.99x; benchmarks/RESULTS.md, session 28).
+HOLD16_MIN_PER_THREAD = 32
+
+
+def _hold16_holds_many(c: Config, p: RowwiseProblem, d: DeviceLimits) -> str | None:
+    """HOLD16=1 keeps a 16-bit row held whole as loaded between its passes (kernels/_rows.held)."""
+    if not c.get("HOLD16", 0):
+        return None
+    unsupported = hold16_unsupported(c["HOLD16"], element_bytes(p), c["BLOCK_N"], p.cols, c.get("SPLIT", 1))
+    if unsupported:
+        return unsupported
+    per_thread = c["ROWS"] * c["BLOCK_N"] // (32 * c["num_warps"])
+    if per_thread < HOLD16_MIN_PER_THREAD:
+        return (f"HOLD16=1 saves registers where a thread holds many elements; a {c['ROWS']}x{c['BLOCK_N']} tile "
+                f"over {c['num_warps']} warps puts {per_thread} in each (at least {HOLD16_MIN_PER_THREAD})")
+    return None
+
+
 # A floor on the columns per chunk when rows are cut over programs (chosen, not measured: below it a program's
 # share of a row is a few KiB, less than its partials and launch cost are worth).
 MIN_COLS_PER_SPLIT = 1024
@@ -185,6 +206,9 @@ def long_rows_seeds(p: RowwiseProblem, d: DeviceLimits) -> list[Config]:
     if p.cols < 8192:
         return []
     seeds = [{"BLOCK_N": next_pow2(p.cols), "ROWS": 1, "num_warps": 16, "num_stages": 1, "PERSIST": 1}]
+    if element_bytes(p) == 2:  # ... and a program per row holding it in its 16 bits (HOLD16; 1024x32768 fp16: 92%)
+        seeds.insert(0, {"BLOCK_N": next_pow2(p.cols), "ROWS": 1, "num_warps": 16, "num_stages": 1, "PERSIST": 0,
+                         "HOLD16": 1})
     if p.rows < d.sm_count:  # few rows: each cut over enough programs for two per SM, in 4096-column blocks
         split = 2
         while split < 64 and p.rows * split < 2 * d.sm_count and p.cols // (2 * split) >= 4096:
@@ -203,7 +227,8 @@ def long_rows_seeds(p: RowwiseProblem, d: DeviceLimits) -> list[Config]:
 
 
 def make_space(persist: bool = False) -> Space[RowwiseProblem]:
-    """The row-wise space; `persist`: with the softmax kernel's PERSIST, SPLIT and SYNC parameters."""
+    """The row-wise space, with HOLD16 (both kernels'); `persist`: with the softmax kernel's PERSIST, SPLIT and SYNC
+    parameters."""
     return Space(
         params=(
             Param("BLOCK_N", pow2_range(32, 65536)),
@@ -212,9 +237,12 @@ def make_space(persist: bool = False) -> Space[RowwiseProblem]:
             Param("num_stages", (1, 2)),
             *((Param("PERSIST", (0, 1, 2, 4), implied=0), Param("SPLIT", (1, 2, 4, 8, 16, 32, 64), implied=1),
                Param("SYNC", (0, 1), implied=0)) if persist else ()),
+            # (HOLD16=1 is for rows held whole by one program: the grid leaves it out where SPLIT, or for layernorm
+            # num_stages, says otherwise; enumerating softmax's grid is most of its cost, about a second here)
+            Param("HOLD16", (0, 1), implied=0, only_with=("SPLIT", (1,)) if persist else ("num_stages", (1,))),
         ),
         constraints=(_block_vs_row, _rows_vs_problem, _warps_vs_tile, _stages_need_loop, _stages_fit_smem,
-                     *((_persist_needs_rows, _split_needs_few_rows) if persist else ())),
+                     _hold16_holds_many, *((_persist_needs_rows, _split_needs_few_rows) if persist else ())),
         default_fn=default,
         seeds_fn=long_rows_seeds if persist else None,
     )

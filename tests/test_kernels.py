@@ -73,8 +73,8 @@ def test_softmax_rows_with_and_without_masks_and_tails(dtype, device):
     its edges, a row of a little more than a power of two in two tiles (80: 64 + 16; 70: 64 and a tail of 6; 65,
     an odd stride: 64 + 16, no tail), and rows streamed in blocks; columns past the last multiple of 16 in a tile
     of their own (100, 1000 and 24 columns; 1000 with strides that are multiples of 8 but not 16), a program per
-    row block and persistent; rows with -inf entries, one -inf but a single value, and one all -inf (NaN, as
-    torch's)."""
+    row block and persistent, 16-bit rows also held as loaded (HOLD16); rows with -inf entries, one -inf but a
+    single value, and one all -inf (NaN, as torch's)."""
     op = get_op("softmax")
     for shape in ("8x64", "6x256", "7x100", "3x2x128", "5x1000", "4x24", "6x80", "5x70", "3x65"):
         problem = op.parse_problem(shape, dtype)
@@ -86,26 +86,30 @@ def test_softmax_rows_with_and_without_masks_and_tails(dtype, device):
         ref = op.reference(inputs)
         block = max(32, triton.next_power_of_2(problem.cols))
         for rows, warps, persist in ((1, 1, 0), (2, 2, 0), (4, 1, 1), (2, 1, 4)):
-            cfg = {"BLOCK_N": block, "ROWS": rows, "num_warps": warps, "num_stages": 1, "PERSIST": persist}
-            result = op.check(op.run(inputs, cfg), ref, problem)
-            assert result.ok, f"{problem.key} {cfg}: {result.message}"
+            for hold in (0, 1) if dtype != "float32" else (0,):  # 16-bit rows also held as loaded
+                cfg = {"BLOCK_N": block, "ROWS": rows, "num_warps": warps, "num_stages": 1, "PERSIST": persist,
+                       "HOLD16": hold}
+                result = op.check(op.run(inputs, cfg), ref, problem)
+                assert result.ok, f"{problem.key} {cfg}: {result.message}"
         for rows, stages in ((1, 1), (2, 2)):  # streamed in blocks of 32
             cfg = {"BLOCK_N": 32, "ROWS": rows, "num_warps": 1, "num_stages": stages}
             result = op.check(op.run(inputs, cfg), ref, problem)
             assert result.ok, f"{problem.key} {cfg}: {result.message}"
-    x = torch.randn(4, 64, device=device.torch_device)
+    x = torch.randn(4, 64, device=device.torch_device).to(getattr(torch, dtype))
     x[2] = float("-inf")
-    out = op.run({"x": x}, {"BLOCK_N": 64, "ROWS": 2, "num_warps": 1, "num_stages": 1})
-    assert out[2].isnan().all() and torch.softmax(x, -1)[2].isnan().all()
-    torch.testing.assert_close(out[[0, 1, 3]], torch.softmax(x, -1)[[0, 1, 3]])
+    for hold in (0, 1) if dtype != "float32" else (0,):
+        out = op.run({"x": x}, {"BLOCK_N": 64, "ROWS": 2, "num_warps": 1, "num_stages": 1, "HOLD16": hold})
+        ref = torch.softmax(x.float(), -1)
+        assert out[2].isnan().all() and ref[2].isnan().all()
+        torch.testing.assert_close(out[[0, 1, 3]].float(), ref[[0, 1, 3]], atol=2e-3, rtol=2e-2)
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
 def test_layernorm_rows_with_and_without_masks_and_tails(dtype, device):
     """Layernorm's row held whole, inside the problem (no masks) and past its edges, in two tiles (160: 128 + 32;
     129, an odd stride: 128 + 16; 140: 128 and a tail of 12), and streamed in blocks; columns past the last
-    multiple of 16 in a tile of their own (1000, 200, 140, 24 and 7 columns); with weight and bias, with neither,
-    and with the leading dimensions flattened."""
+    multiple of 16 in a tile of their own (1000, 200, 140, 24 and 7 columns), 16-bit rows also held as loaded
+    (HOLD16); with weight and bias, with neither, and with the leading dimensions flattened."""
     op = get_op("layernorm")
     for shape in ("8x64", "6x256", "7x128", "3x2x128", "5x1000", "4x24", "3x7", "6x200", "4x160", "3x129", "5x140"):
         problem = op.parse_problem(shape, dtype)
@@ -113,9 +117,11 @@ def test_layernorm_rows_with_and_without_masks_and_tails(dtype, device):
         for inputs in (full, {**full, "weight": None, "bias": None}):
             ref = op.reference(inputs)
             whole = max(32, triton.next_power_of_2(problem.cols))
-            for block, rows, warps, stages in ((whole, 1, 1, 1), (whole, 2, 2, 1), (whole, 4, 1, 1), (32, 1, 1, 1),
-                                               (32, 2, 1, 2)):
-                cfg = {"BLOCK_N": block, "ROWS": rows, "num_warps": warps, "num_stages": stages}
+            for block, rows, warps, stages, hold in ((whole, 1, 1, 1, 0), (whole, 2, 2, 1, 0), (whole, 4, 1, 1, 0),
+                                                     (whole, 2, 1, 1, 1), (32, 1, 1, 1, 0), (32, 2, 1, 2, 0)):
+                if hold and dtype == "float32":
+                    continue
+                cfg = {"BLOCK_N": block, "ROWS": rows, "num_warps": warps, "num_stages": stages, "HOLD16": hold}
                 result = op.check(op.run(inputs, cfg), ref, problem)
                 assert result.ok, f"{problem.key} {cfg} weight={inputs['weight'] is not None}: {result.message}"
 
@@ -337,6 +343,15 @@ def test_rowwise_ops_take_leading_dimensions(device):
          {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 1, "TMA": 1, "SPLIT_K": 2}, "SPLIT_K=1 only"),
         ("softmax", {"x": torch.randn(4, 6)}, {"BLOCK_N": 32, "ROWS": 1, "PERSITS": 1},
          "unknown config parameter.*PERSITS; known: .*PERSIST"),
+        ("softmax", {"x": torch.randn(4, 6)}, {"BLOCK_N": 32, "ROWS": 1, "HOLD16": 1}, "HOLD16=1.*32-bit"),
+        ("softmax", {"x": torch.randn(4, 64).half()}, {"BLOCK_N": 32, "ROWS": 1, "HOLD16": 1},
+         "HOLD16=1.*streamed in blocks of 32"),
+        ("softmax", {"x": torch.randn(4, 64).half()}, {"BLOCK_N": 32, "ROWS": 1, "SPLIT": 2, "HOLD16": 1},
+         "HOLD16=1.*SPLIT=2"),
+        ("layernorm", {"x": torch.randn(4, 64).half(), "weight": None, "bias": None, "eps": 1e-5},
+         {"BLOCK_N": 64, "ROWS": 1, "HOLD16": 2}, "HOLD16 must be 0 or 1"),
+        ("layernorm", {"x": torch.randn(4, 64), "weight": None, "bias": None, "eps": 1e-5},
+         {"BLOCK_N": 64, "ROWS": 1, "HOLD16": 1}, "HOLD16=1.*32-bit"),
         ("softmax", {"x": torch.randn(4, 6).half().t()}, None, "contiguous in its last dimension"),
         ("softmax", {"x": torch.randn(4, 6).int()}, None, "accepted"),
         ("softmax", {"x": torch.randn(0, 6)}, None, "empty"),

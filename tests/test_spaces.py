@@ -254,6 +254,30 @@ def test_tiles_larger_than_the_problem_are_rejected():
     assert any("larger than useful" in r for r in reasons)
 
 
+def test_hold16_only_for_16_bit_rows_held_whole_with_many_elements_a_thread():
+    """HOLD16=1 (a 16-bit row held as loaded): in the softmax and layernorm spaces for 16-bit rows held whole by
+    one program where a thread holds at least 32 elements; never for float32, streamed rows or SPLIT."""
+    for name in ("softmax", "layernorm"):
+        op = get_op(name)
+        half, single = op.parse_problem("1024x32768", "float16"), op.parse_problem("1024x32768", "float32")
+        held = [c for c in op.space.candidates(half, H100) if c["HOLD16"]]
+        assert held and all(c["BLOCK_N"] >= 32768 and c["ROWS"] * c["BLOCK_N"] // (32 * c["num_warps"]) >= 32
+                            for c in held)
+        assert not any(c["HOLD16"] for c in op.space.candidates(single, H100))
+        whole = {"BLOCK_N": 32768, "ROWS": 1, "num_warps": 16, "num_stages": 1, "HOLD16": 1}
+        assert op.space.violations(whole, half, H100) == []
+        assert any("this one is 32-bit" in r for r in op.space.violations(whole, single, H100))
+        assert any("streamed in blocks of 4096" in r
+                   for r in op.space.violations({**whole, "BLOCK_N": 4096, "num_warps": 4}, half, H100))
+        short = op.parse_problem("4096x1024", "bfloat16")
+        assert any("puts 16 in each (at least 32)" in r
+                   for r in op.space.violations({**whole, "BLOCK_N": 1024, "num_warps": 2}, short, H100))
+    softmax = get_op("softmax")
+    few = softmax.parse_problem("8x65536", "float16")
+    assert not any(c["HOLD16"] and c["SPLIT"] > 1 for c in softmax.space.candidates(few, H100))
+    assert softmax.space.seeds(softmax.parse_problem("1024x32768", "bfloat16"), H100)[0]["HOLD16"] == 1
+
+
 def test_config_outside_the_space_names_the_parameter():
     op = get_op("softmax")
     problem = op.parse_problem("8x1000")

@@ -90,21 +90,57 @@ def test_persistent_softmax_on_gpu(shape, dtype):
 
 @pytest.mark.parametrize("shape, dtype", [("2048x16384", "float16"), ("1000x3001", "bfloat16"), ("4096x4096", "float32"),
                                           ("999x1024", "float16"), ("4096x1000", "float16"), ("2048x24000", "float16"),
-                                          ("4096x5120", "bfloat16"), ("4096x4100", "float16")])
+                                          ("4096x5120", "bfloat16"), ("4096x4100", "float16"), ("4096x40", "float16"),
+                                          ("2048x100", "bfloat16"), ("1024x32768", "bfloat16")])
 def test_whole_row_softmax_on_gpu(shape, dtype):
     """Rows held whole, a program per row block: every valid config of the space, unmasked where the tile lies
     inside the problem (2048x16384, 4096x4096, 999x1024 at one row per program) and masked where it does not
     (3001 columns, one at a time; 1000 columns, a 16-column tail and 16-byte accesses on strides of 8 elements;
     999 rows in blocks of 2 or more), in two tiles (24000: 16384 + 8192; 5120: 4096 + 1024; 4100: 4096 and a
-    tail of 4), launched twice back to back."""
+    tail of 4), 16-bit rows held as loaded through the packed inline-asm move down to one element per thread
+    (40 and 100 columns), launched twice back to back; the first rows hold -inf entries (every third, and all
+    but one)."""
     device = current_device()
     op = get_op("softmax")
     problem = op.parse_problem(shape, dtype)
     inputs = op.make_inputs(problem, device.torch_device)
+    inputs["x"][0, ::3] = float("-inf")
+    inputs["x"][1] = float("-inf")
+    inputs["x"][1, problem.cols // 2] = 1.0
     whole = [c for c in op.space.candidates(problem, device)
              if c["BLOCK_N"] >= problem.cols and not c["PERSIST"] and c["SPLIT"] == 1]
     assert whole
     _each_twice_matches(op, problem, inputs, whole)
+
+
+@pytest.mark.parametrize("shape, dtype", [("1024x32768", "float16"), ("4096x5000", "float16"), ("2048x24000", "bfloat16"),
+                                          ("4096x1024", "bfloat16"), ("1000x3001", "float16")])
+def test_whole_row_layernorm_on_gpu(shape, dtype):
+    """Layernorm's rows held whole: every valid config of the space (16-bit rows held as loaded, HOLD16, and not;
+    a tail, two tiles, an odd stride), launched twice back to back."""
+    device = current_device()
+    op = get_op("layernorm")
+    problem = op.parse_problem(shape, dtype)
+    inputs = op.make_inputs(problem, device.torch_device)
+    whole = [c for c in op.space.candidates(problem, device) if c["BLOCK_N"] >= problem.cols]
+    assert whole and (any(c["HOLD16"] for c in whole) or problem.cols < 4096)
+    _each_twice_matches(op, problem, inputs, whole)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+def test_whole_row_softmax_all_inf_row_on_gpu(dtype):
+    """A row all -inf comes out NaN, as torch's does, and leaves the other rows right (16-bit rows take the max
+    in 16 bits and compute their exponentials twice; 32-bit ones do not)."""
+    x = torch.randn(8, 4096, device="cuda").to(getattr(torch, dtype))
+    x[3] = float("-inf")
+    op = get_op("softmax")
+    for cfg in ({"BLOCK_N": 4096, "ROWS": 1, "num_warps": 4, "num_stages": 1},
+                {"BLOCK_N": 4096, "ROWS": 2, "num_warps": 8, "num_stages": 1, "PERSIST": 1}):
+        out = op.run({"x": x}, cfg).float()
+        ref = torch.softmax(x.float(), -1)
+        assert out[3].isnan().all() and ref[3].isnan().all()
+        keep = [0, 1, 2, 4, 5, 6, 7]
+        torch.testing.assert_close(out[keep], ref[keep], atol=2e-3, rtol=2e-2)
 
 
 @pytest.mark.parametrize("shape, dtype", [("32x128256", "bfloat16"), ("7x50001", "float32"), ("100x8192", "float16"),
