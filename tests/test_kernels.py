@@ -185,7 +185,9 @@ def test_the_persistent_row_loop_is_for_whole_rows_and_enough_of_them(device):
     problem = get_op("softmax").parse_problem("1024x32768", "float16")
     whole = {"BLOCK_N": 32768, "ROWS": 1, "num_warps": 16, "num_stages": 1, "PERSIST": 1}
     assert space.violations(whole, problem, limits) == []
-    assert space.seeds(problem, limits) == [{**whole, "SPLIT": 1, "SYNC": 0}]
+    # first a program per row holding its 16-bit row as loaded (HOLD16), then the persistent loop
+    assert space.seeds(problem, limits) == [{**whole, "PERSIST": 0, "SPLIT": 1, "SYNC": 0, "HOLD16": 1},
+                                            {**whole, "SPLIT": 1, "SYNC": 0, "HOLD16": 0}]
     assert "streams 32768 columns" in " ".join(space.violations({**whole, "BLOCK_N": 8192}, problem, limits))
     assert "there is none" in " ".join(space.violations({**whole, "num_stages": 2}, problem, limits))
     few = get_op("softmax").parse_problem("200x32768", "float16")  # 200 rows: one program per SM is enough
