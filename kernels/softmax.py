@@ -77,7 +77,7 @@ def _exp2_less(x, m):
 
 
 @triton.jit
-def _normalized(x, e, m_out, inv, HOLD16: tl.constexpr, OPAQUE: tl.constexpr):
+def _softmax_out(x, e, m_out, inv, HOLD16: tl.constexpr, OPAQUE: tl.constexpr):
     """A tile's outputs in float32: its exponentials e times the sum's inverse, or (HOLD16, the tile x held as
     loaded) computed again from x as 2^(x log2(e) - m_out), m_out the row's max plus log2 of its sum (base 2)."""
     if HOLD16:
@@ -133,13 +133,13 @@ def _softmax_rows(x_ptr, y_ptr, rows, n_rows, n_cols, n_body, stride_xm, stride_
             s += tl.sum(e_t, axis=1)
         inv = (1.0 / s)[:, None]  # a row all -inf comes out NaN, as torch's does
         m_out = m + tl.log2(s)
-        y = _normalized(x, e, m_out, inv, HOLD16, OPAQUE)
+        y = _softmax_out(x, e, m_out, inv, HOLD16, OPAQUE)
         store_tile(y_row + a_cols[None, :], y.to(y_ptr.dtype.element_ty), a_mask, a_masked)
         if BLOCK_B > 0:
-            y_b = _normalized(x_b, e_b, m_out, inv, HOLD16, OPAQUE)
+            y_b = _softmax_out(x_b, e_b, m_out, inv, HOLD16, OPAQUE)
             tl.store(y_row + b_cols[None, :], y_b.to(y_ptr.dtype.element_ty), mask=b_mask)
         if HAS_TAIL:  # a tile of TAIL columns may hold one element per thread: not through the packed move
-            y_t = _normalized(x_t, e_t, m_out, inv, HOLD16, False)
+            y_t = _softmax_out(x_t, e_t, m_out, inv, HOLD16, False)
             tl.store(y_row + t_cols[None, :], y_t.to(y_ptr.dtype.element_ty), mask=t_mask)
     else:
         m = tl.full((ROWS,), -float("inf"), tl.float32)

@@ -95,13 +95,17 @@ def _rows_vs_problem(c: Config, p: RowwiseProblem, d: DeviceLimits) -> str | Non
     return None
 
 
+def _per_thread(c: Config) -> int:
+    """Elements of a config's [ROWS, BLOCK_N] tile each thread holds (0: fewer elements than threads)."""
+    return c["ROWS"] * c["BLOCK_N"] // (32 * c["num_warps"])
+
+
 def _warps_vs_tile(c: Config, p: RowwiseProblem, d: DeviceLimits) -> str | None:
-    tile = c["ROWS"] * c["BLOCK_N"]
-    threads = 32 * c["num_warps"]
-    if tile < threads:
+    per_thread = _per_thread(c)
+    if per_thread == 0:
         return f"a {c['ROWS']}x{c['BLOCK_N']} tile has fewer elements than {c['num_warps']} warps have threads"
-    if tile // threads > MAX_PER_THREAD:
-        return f"a {c['ROWS']}x{c['BLOCK_N']} tile over {c['num_warps']} warps puts {tile // threads} elements in each thread's registers (at most {MAX_PER_THREAD})"
+    if per_thread > MAX_PER_THREAD:
+        return f"a {c['ROWS']}x{c['BLOCK_N']} tile over {c['num_warps']} warps puts {per_thread} elements in each thread's registers (at most {MAX_PER_THREAD})"
     return None
 
 
@@ -147,7 +151,7 @@ def _hold16_holds_many(c: Config, p: RowwiseProblem, d: DeviceLimits) -> str | N
     unsupported = hold16_unsupported(c["HOLD16"], element_bytes(p), c["BLOCK_N"], p.cols, c.get("SPLIT", 1))
     if unsupported:
         return unsupported
-    per_thread = c["ROWS"] * c["BLOCK_N"] // (32 * c["num_warps"])
+    per_thread = _per_thread(c)
     if per_thread < HOLD16_MIN_PER_THREAD:
         return (f"HOLD16=1 saves registers where a thread holds many elements; a {c['ROWS']}x{c['BLOCK_N']} tile "
                 f"over {c['num_warps']} warps puts {per_thread} in each (at least {HOLD16_MIN_PER_THREAD})")
@@ -207,10 +211,10 @@ def long_rows_seeds(p: RowwiseProblem, d: DeviceLimits) -> list[Config]:
     32x128256 bf16 ran 2.8x and 1.7x faster than a program per row)."""
     if p.cols < 8192:
         return []
-    seeds = [{"BLOCK_N": next_pow2(p.cols), "ROWS": 1, "num_warps": 16, "num_stages": 1, "PERSIST": 1}]
+    whole = {"BLOCK_N": next_pow2(p.cols), "ROWS": 1, "num_warps": 16, "num_stages": 1}
+    seeds = [{**whole, "PERSIST": 1}]
     if element_bytes(p) == 2:
-        seeds.insert(0, {"BLOCK_N": next_pow2(p.cols), "ROWS": 1, "num_warps": 16, "num_stages": 1, "PERSIST": 0,
-                         "HOLD16": 1})
+        seeds.insert(0, {**whole, "PERSIST": 0, "HOLD16": 1})
     if p.rows < d.sm_count:  # few rows: each cut over enough programs for two per SM, in 4096-column blocks
         split = 2
         while split < 64 and p.rows * split < 2 * d.sm_count and p.cols // (2 * split) >= 4096:
