@@ -55,7 +55,7 @@ def _wait_for(what: str, check, timeout: float = 120.0):  # type: ignore[no-unty
 
 
 def _queue_paced(store: Store) -> int:
-    """A job of ten configs of known times (50-95 ms each: tests/paced_op.py), long enough to interrupt."""
+    """A job of ten configs of known times (25-95 ms each: tests/paced_op.py), long enough to interrupt."""
     return store.queue_job(op="paced_many", shape="64", dtype="float32", options={"approximate": "tanh"},
                            strategy="exhaustive", budget_trials=10)
 
@@ -78,6 +78,8 @@ def _run_of(store: Store, job_id: int) -> TuningRun | None:
 def test_a_worker_rides_out_a_database_outage_in_the_middle_of_a_job(pg_url, tmp_path, outage):
     """The database goes away for 6 s while trials are being written: the worker neither dies nor loses a
     trial; it keeps them in memory, writes them when the database is back, and finishes the job."""
+    import tests.paced_op as paced
+
     store = Store(pg_url)
     job_id = _queue_paced(store)
     with _proxy() as proxy:
@@ -102,7 +104,7 @@ def test_a_worker_rides_out_a_database_outage_in_the_middle_of_a_job(pg_url, tmp
         best = s.scalar(select(BestConfig).where(BestConfig.run_id == run.id))
     assert len(trials) == 10 and all(t.status == "ok" for t in trials)  # every measured trial, none lost
     assert during < 10  # some of them were measured while the database was away
-    assert best is not None and best.config["PAUSE_US"] == 50_000
+    assert best is not None and best.config["PAUSE_US"] == paced.MANY_FASTEST_US
 
 
 @pytest.mark.postgres

@@ -111,6 +111,9 @@ def tune(
     time_budget: float | None = typer.Option(None, "--time-budget", min=0.1, help="seconds of searching (after the worker is set up; at least one config is measured)"),
     strategy: str = typer.Option("tpe", "--strategy", help="tpe, random or exhaustive"),
     seed: int = typer.Option(0, "--seed"),
+    margin: float | None = typer.Option(None, "--margin", min=0.0, max=0.99,
+                                        help="keep the default config unless another's re-time is faster by more "
+                                             "than this fraction (default 0.01)"),
     db: DbOpt = None,
     as_json: JsonOpt = False,
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress on stderr"),
@@ -138,7 +141,7 @@ def tune(
     from autotuner.base.device import parse_gpus
     from autotuner.engine.measure import prestarted
     from autotuner.engine.search import STRATEGIES
-    from autotuner.engine.tuner import Plan, plan_device
+    from autotuner.engine.tuner import DEFAULT_MARGIN, Plan, plan_device
     from autotuner.store.database import Store
 
     if strategy not in STRATEGIES:
@@ -156,7 +159,8 @@ def tune(
     store = Store(s.db_url)
     if op_obj.needs_recorded_call:  # a decorated kernel: its arguments are rebuilt from the calls a process recorded
         probs = [with_recorded_call(op_obj, p, store) for p in probs]
-    plan = Plan(strategy=strategy, trials=trials, time_budget_s=time_budget, seed=seed, gpus=devices)
+    plan = Plan(strategy=strategy, trials=trials, time_budget_s=time_budget, seed=seed, gpus=devices,
+                margin=DEFAULT_MARGIN if margin is None else margin)
     if dim is not None and queue:
         queue_sweep(op_obj, probs, dim, store, plan, as_json, job_gpus)
         return

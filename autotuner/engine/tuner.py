@@ -133,8 +133,14 @@ class Plan:
     reuse: bool = False  # configs measured before (same kernel hash and Triton version) count as measured: only
     # the others are timed, the winner is chosen among all, and there is no re-time (autotuner.autotune kernels,
     # so that adding a config to a list times only that one)
+    margin: float = DEFAULT_MARGIN  # a config replaces the default only when its re-time is faster by more than
+    # this fraction of the default's
     gpus: tuple[int, ...] = ()  # CUDA devices measuring this problem's configs at once, the first being the
     # problem's device (baseline and re-time); empty: the device alone. On the interpreter: that many processes
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.margin < 1.0:
+            raise ValueError(f"the margin is a fraction of the default's time, 0 or more and below 1; got {self.margin}")
 
 
 @dataclass(kw_only=True)
@@ -257,7 +263,7 @@ def _retime_configs(t: _Tuning) -> list[Config]:
 def _retime_and_pick(t: _Tuning, configs: list[Config]) -> None:
     """The search's first times favour whichever configs were lucky, and one slow measurement must not decide
     either (benchmarks/RESULTS.md#behind-the-code): the finalists are timed again in interleaved rounds, and the
-    default stays unless beaten by more than DEFAULT_MARGIN."""
+    default stays unless beaten by more than the plan's margin (DEFAULT_MARGIN)."""
     result = t.result
     again = _retime(t.measurer, configs, RETIME_ROUNDS, t.observer, result)
     for key, ms in again.items():
@@ -269,7 +275,7 @@ def _retime_and_pick(t: _Tuning, configs: list[Config]) -> None:
     default_ms = again.get(config_key(t.default))
     if default_ms is not None:
         result.default_ms = default_ms
-        if result.best_ms > default_ms * (1 - DEFAULT_MARGIN):  # a tie within the noise
+        if result.best_ms > default_ms * (1 - t.plan.margin):  # a tie within the noise
             result.best_ms, result.best_config = default_ms, t.default
 
 
