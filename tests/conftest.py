@@ -16,6 +16,14 @@ from kernels._checks import poison_outputs
 poison_outputs(True)  # every output in the tests starts as NaN, so an unwritten element fails
 
 
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """`-n auto` (the README's test command): two processes where the kernels run in the interpreter; one where
+    they run on a GPU, whose timings must not share it with another test's."""
+    from kernels._backend import cuda_device_count
+
+    return 1 if cuda_device_count() else min(2, os.cpu_count() or 1)
+
+
 @pytest.fixture(autouse=True)
 def _own_runtime_dir(tmp_path_factory, monkeypatch):
     """Each test's workers open their doors in a folder of its own: a `tune` in one test is never handed to a
