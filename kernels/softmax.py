@@ -68,6 +68,7 @@ SPIN_LIMIT = 256
 # (1024x32768 fp16: 41.7 us, against 54-55 us with one or two), and a best config that needed PERSIST, three stages
 # and the whole row at once was a needle no search found (3 of 10 replays; benchmarks/RESULTS.md).
 PERSIST_STAGES = 3
+SPLITS = (1, 2, 4, 8, 16, 32, 64)  # the programs a row may be cut over (SPLIT)
 
 
 @triton.jit
@@ -293,7 +294,7 @@ def split_unsupported(config: Mapping[str, Any]) -> str | None:
     """Why a config's SPLIT cannot run (None: it can): a power of two up to 64, with one row per program and no
     PERSIST."""
     split, sync = config.get("SPLIT", 1), config.get("SYNC", 0)
-    if split not in (1, 2, 4, 8, 16, 32, 64):
+    if split not in SPLITS:
         return f"SPLIT must be a power of two from 1 to 64, got {split}"
     if split > 1 and (config.get("ROWS") != 1 or config.get("PERSIST", 0)):
         return f"SPLIT={split} cuts one row over programs: it needs ROWS=1 and PERSIST=0, got {dict(config)}"

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from kernels._rows import hold16_unsupported
 from kernels._torch import lazy
-from kernels.softmax import PERSIST_STAGES, split_unsupported
+from kernels.softmax import PERSIST_STAGES, SPLITS, split_unsupported
 from search_spaces.problem import (
     ELEMENT_BYTES,
     ProblemBase,
@@ -247,8 +247,8 @@ def make_space(persist: bool = False) -> Space[RowwiseProblem]:
             # constraints would reject: 12,000 points of softmax's grid instead of 38,400, whose enumeration is most of
             # its cost.)
             *((Param("PERSIST", (0, 1, 2, 4), implied=0, only_with=("SPLIT", (1,))),
-               Param("SPLIT", (1, 2, 4, 8, 16, 32, 64), implied=1),
-               Param("SYNC", (0, 1), implied=0, only_with=("SPLIT", (2, 4, 8, 16, 32, 64)))) if persist else ()),
+               Param("SPLIT", SPLITS, implied=1),
+               Param("SYNC", (0, 1), implied=0, only_with=("SPLIT", SPLITS[1:]))) if persist else ()),
             Param("HOLD16", (0, 1), implied=0, only_with=("SPLIT", (1,)) if persist else ("num_stages", (1,))),
         ),
         constraints=(_block_vs_row, _rows_vs_problem, _warps_vs_tile, _stages_need_loop, _stages_fit_smem,
