@@ -112,8 +112,7 @@ if profile:
         pstats.Stats(profile, stream=f).sort_stats("cumulative").print_stats(40)
         f.write(f"modules imported by the first launch ({len(imported)}):\n" + "\n".join(imported) + "\n")
 src = next(iter(kernel.sources.values())) if which == "ours" else which
-chosen = next(iter(kernel.cache.values()))[0] if which == "ours" else (
-    kernel.best_config.all_kwargs() if which == "theirs" else config)
+chosen = kernel.best_config.all_kwargs() if which in ("ours", "theirs") else config
 print(json.dumps({"elapsed_s": end - start, "launch_s": end - t_launch, "source": src, "config": chosen,
                   "gluon": "triton.experimental.gluon" in sys.modules}))
 """

@@ -61,7 +61,7 @@ def main() -> None:
     y, _ = rms_norm(x, w)
     ref = torch.nn.functional.rms_norm(x.float(), (args.cols,), w.float(), eps=1e-6)
     key = next(iter(rms_norm_forward.cache))
-    print(f"rmsnorm {args.rows}x{args.cols} {args.dtype}: config {rms_norm_forward.cache[key][0]} "
+    print(f"rmsnorm {args.rows}x{args.cols} {args.dtype}: config {rms_norm_forward.cache[key].all_kwargs()} "
           f"({rms_norm_forward.sources[key]}); max error {(y.float() - ref).abs().max().item():.2e}")
 
 

@@ -101,7 +101,7 @@ def main() -> None:
     c = matmul(a, b)
     err = ((c.float() - a.float() @ b.float()).abs().max() / (a.float() @ b.float()).abs().max()).item()
     key = next(iter(matmul_kernel.cache))
-    print(f"matmul {args.M}^3 {args.dtype}: config {matmul_kernel.cache[key][0]} ({matmul_kernel.sources[key]}); "
+    print(f"matmul {args.M}^3 {args.dtype}: config {matmul_kernel.cache[key].all_kwargs()} ({matmul_kernel.sources[key]}); "
           f"max relative error {err:.2e}")
 
 

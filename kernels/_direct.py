@@ -2,21 +2,24 @@
 
 `kernel[grid](*args, **meta)` binds every argument, computes its specialization (dtypes, 16-byte alignment,
 integers equal to 1 or divisible by 16), hashes that into a cache key, looks the compiled kernel up, and only
-then launches, all of it Python on every call (benchmarks/RESULTS.md#behind-the-code). A caller that already knows every
-argument but the tensors' data pointers is the same from call to call (the library calls cache one launcher per input signature:
-dtypes, shapes, strides, devices, alignment and config) can skip all of it:
+then launches, all of it Python on every call. A caller that knows each call has the same specialization as the
+first (the library calls key one launcher per input signature; a decorated kernel per `call_signature`) can
+skip all of it:
 
     launch = Launcher(softmax_kernel, grid, meta)
     launch(x, y, n_rows, n_cols, stride, stride)   # first call: through Triton, which compiles if needed
     launch(x2, y2, n_rows, n_cols, stride, stride)  # later calls: Triton's compiled launcher, directly
 
 The first call goes through `kernel[grid]` and records the compiled kernel and Triton's bound arguments; later
-calls substitute the new tensors (and host tensor descriptors) into them and call the compiled kernel's
-launcher. The caller promises that every other argument is the same as in the first call and each tensor has
-the first call's dtype, shape, strides and 16-byte alignment (Triton's specialization): that is what the
-library's cache key holds. Under Triton's
-interpreter, inside torch.compile's tracing, or where the installed Triton lacks what this relies on, every
-call goes through `kernel[grid]`. Launch hooks (a profiler's) are called as Triton calls them.
+calls put their own arguments (tensors, host tensor descriptors, numbers) into the bound values and call the
+compiled kernel's launcher. The caller promises that every other argument equals the first call's and each
+tensor and number has the first call's specialization (`call_signature` says what that is). A launcher keeps no
+argument of any call: its bound values hold None where a call's arguments go.
+
+Under Triton's interpreter the same path is taken: the first call binds the arguments by the kernel's parameter
+names, later calls fill the same bound values and run the interpreter on them. Inside torch.compile's tracing,
+or where the installed Triton lacks what this relies on, every call goes through `kernel[grid]`. Launch hooks (a
+profiler's) are called as Triton calls them.
 """
 
 from __future__ import annotations
@@ -44,11 +47,31 @@ except ImportError:  # pragma: no cover - older Triton
     _RUNTIME = None
 
 
+_SWAPPED = (int, float)  # numbers a call may bring anew (bool is an int); tensors and descriptors are added below
+_I32 = 2**31
+
+
+def call_signature(value: Any) -> Any:
+    """What Triton's specialization of one argument that is not a constexpr depends on, never the value's identity:
+    a tensor's dtype and whether its data is 16-byte aligned; an integer's width and whether it is 1 or divisible by
+    16; a float or a bool its type alone; anything else its type and value (TypeError where it has no hash)."""
+    t = type(value)
+    if t is int:
+        return int, value == 1, value % 16 == 0, -_I32 <= value < _I32
+    if t is float or t is bool:
+        return t
+    if isinstance(value, torch.Tensor):
+        return value.dtype, value.data_ptr() % 16 == 0
+    return t, value
+
+
 class Launcher:
     """One kernel at one grid and one set of meta-parameters, launched directly after its first call."""
 
-    __slots__ = ("fn", "grid", "meta", "_run", "_compiled", "_function", "_packed", "_values", "_slots", "_device")
-    _slots: list[tuple[int, int]]  # (position in Triton's bound values, position in the call's arguments)
+    __slots__ = ("fn", "grid", "meta", "_run", "_compiled", "_function", "_packed", "_values", "_slots", "_device",
+                 "_extras")
+    _slots: list[tuple[int, int]]  # (position in the bound values, position in the call's arguments)
+    _values: list[Any]  # the first call's bound values, None where a call's own arguments go
 
     def __init__(self, fn: Any, grid: tuple[int, ...], meta: Mapping[str, Any]) -> None:
         self.fn = fn
@@ -60,7 +83,8 @@ class Launcher:
         return self.launch(self.grid, args)
 
     def launch(self, grid: tuple[int, ...], args: tuple[Any, ...]) -> Any:
-        """Launch at `grid` (a decorated kernel's grid is computed per call); returns the compiled kernel."""
+        """Launch at `grid` (a decorated kernel's grid is computed per call); returns what Triton's launch returns
+        (the compiled kernel; None in the interpreter)."""
         if torch.compiler.is_compiling():  # traced: torch.compile handles the launch itself
             return self.fn[grid](*args, **self.meta)
         run = self._run
@@ -69,6 +93,8 @@ class Launcher:
         values = self._values.copy()
         for slot, position in self._slots:
             values[slot] = args[position]
+        if run is _interpret:
+            return self.fn[grid](*values, **self._extras)
         g0 = grid[0]
         g1 = grid[1] if len(grid) > 1 else 1
         g2 = grid[2] if len(grid) > 2 else 1
@@ -81,30 +107,56 @@ class Launcher:
 
     def _through_triton(self, grid: tuple[int, ...], args: tuple[Any, ...]) -> Any:
         compiled = self.fn[grid](*args, **self.meta)
-        if self._run is not None or not DIRECT or interpreting():
+        if self._run is not None or not DIRECT:
             return compiled
         try:
-            device = torch.cuda.current_device()
-            binder = self.fn.device_caches[device][-1]
-            bound = binder(*args, **self.meta)[0]
-            remember = getattr(binder, "remember", None)  # autotuner.launch.specializations keeps Triton's specialization
-            if remember is not None:
-                remember(args, self.meta)
-            values = list(bound.values())
-            swapped = (torch.Tensor, TensorDescriptor)  # arguments a call brings anew; the rest is fixed per Launcher
-            slots = [i for i, v in enumerate(values) if isinstance(v, swapped)]
-            tensors = [i for i, a in enumerate(args) if isinstance(a, swapped)]
-            if len(slots) != len(tensors) or any(values[s] is not args[t] for s, t in zip(slots, tensors, strict=True)):
-                return  # the binder reordered or wrapped arguments: keep going through Triton
-            self._values, self._device = values, device
-            self._compiled, self._function, self._packed = compiled, compiled.function, compiled.packed_metadata
-            self._slots = list(zip(slots, tensors, strict=True))
-            self._run = compiled.run
+            if interpreting():
+                values, self._extras = self._bind(args)
+                self._device, self._compiled = None, None
+                run: Any = _interpret
+            else:
+                device = torch.cuda.current_device()
+                binder = self.fn.device_caches[device][-1]
+                bound = binder(*args, **self.meta)[0]
+                remember = getattr(binder, "remember", None)  # autotuner.launch.specializations keeps Triton's
+                if remember is not None:
+                    remember(args, self.meta)
+                values = list(bound.values())
+                self._device, self._compiled = device, compiled
+                self._function, self._packed = compiled.function, compiled.packed_metadata
+                run = compiled.run
+            # the call's arguments are the first parameters, in order (Triton binds them so)
+            taken = [i for i, a in enumerate(args) if isinstance(a, _swapped())]
+            if len(values) < len(args) or any(values[i] is not args[i] for i in taken):
+                return compiled  # the binder reordered or wrapped arguments: keep going through Triton
+            for i in taken:
+                values[i] = None  # a call's own arguments are never kept
+            self._values, self._slots = values, [(i, i) for i in taken]
+            self._run = run
         except (AttributeError, IndexError, KeyError, TypeError):  # a Triton without these internals
             self._run = None
         return compiled
 
+    def _bind(self, args: tuple[Any, ...]) -> tuple[list[Any], dict[str, Any]]:
+        """The interpreter's bound values (every parameter, in order) and the launch options besides them."""
+        names = list(self.fn.arg_names)
+        if len(args) > len(names):
+            raise TypeError(f"{len(args)} arguments for {len(names)} parameters")
+        missing = [n for n in names[len(args):] if n not in self.meta]
+        if missing:  # a parameter left to its default: Triton binds it on every call
+            raise KeyError(missing[0])
+        values = [*args, *(self.meta[n] for n in names[len(args):])]
+        return values, {k: v for k, v in self.meta.items() if k not in names}
+
     @property
     def direct(self) -> bool:
-        """Whether calls now skip Triton's binding (after a first call on a GPU)."""
+        """Whether calls now skip Triton's binding (after a first call; in the interpreter too)."""
         return self._run is not None
+
+
+def _interpret() -> None:
+    """The run of a launcher under Triton's interpreter (a marker: the interpreter runs the bound values)."""
+
+
+def _swapped() -> tuple[type, ...]:
+    return (torch.Tensor, TensorDescriptor, *_SWAPPED)

@@ -8,6 +8,7 @@ import triton.language as tl
 
 import autotuner
 from tests.interpreter_timing import drop_64, wall_bench
+from autotuner.decorator.configs import config_dict
 
 CONFIGS = [triton.Config({"BLOCK": 32}, num_warps=1), triton.Config({"BLOCK": 64}, num_warps=2),
            triton.Config({"BLOCK": 128}, num_warps=4)]
@@ -53,7 +54,7 @@ def launch_scale(n: int) -> dict:
     scale_kernel[lambda meta: (triton.cdiv(n, meta["BLOCK"]),)](x, y, n, 2.0)
     assert torch.equal(y, 2 * x)
     key = next(iter(scale_kernel.cache))
-    return {"config": scale_kernel.cache[key][0], "source": scale_kernel.sources[key]}
+    return {"config": config_dict(scale_kernel.cache[key]), "source": scale_kernel.sources[key]}
 
 
 if __name__ == "__main__":  # python -m tests.decorated_kernels N: launch once, print what was used

@@ -26,6 +26,7 @@ from autotuner.store.database import Store
 from db.engine import session_scope
 from db.models import Job, Trial, TuningRun
 from tests import decorated_kernels as dk
+from autotuner.decorator.configs import config_dict
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -71,7 +72,7 @@ def test_tune_here_then_a_second_process_runs_no_trial(url, use):
     trials = _count(url, Trial)
     assert trials == 3  # every config of the list, each checked against the default's output
     other = _launch_elsewhere(url, 700)
-    assert other["source"].startswith("exact (database)") and other["config"] == dk.scale_kernel.cache[key][0]
+    assert other["source"].startswith("exact (database)") and other["config"] == config_dict(dk.scale_kernel.cache[key])
     assert _count(url, Trial) == trials  # the second process measured nothing
 
 
@@ -93,7 +94,7 @@ def test_default_policy_launches_at_once_and_queues_the_recorded_call(url, use):
     dk.scale_kernel[grid(500)](x, y, 500, 2.0)
     torch.testing.assert_close(y, 2 * x)
     key = next(iter(dk.scale_kernel.cache))
-    assert dk.scale_kernel.cache[key][0] == {"BLOCK": 32, "num_warps": 1, "num_stages": 3}  # the list's first
+    assert config_dict(dk.scale_kernel.cache[key]) == {"BLOCK": 32, "num_warps": 1, "num_stages": 3}  # the list's first
     assert _count(url, Trial) == 0
     with session_scope(Store(url).engine) as s:
         job = s.scalars(select(Job)).one()
@@ -164,7 +165,7 @@ def test_a_stale_result_is_launched_and_a_retune_queued(url, use):
     x, y = torch.randn(128), torch.empty(128)
     dk.scale_kernel[grid(128)](x, y, 128, 2.0)
     key = next(iter(dk.scale_kernel.cache))
-    assert dk.scale_kernel.cache[key][0] == cfg and dk.scale_kernel.sources[key].startswith("stale")
+    assert config_dict(dk.scale_kernel.cache[key]) == cfg and dk.scale_kernel.sources[key].startswith("stale")
     assert _count(url, Job, op=op.name) == 1
 
 
@@ -286,7 +287,7 @@ def test_the_service_and_the_report_show_a_decorated_kernel(url, use, tmp_path):
 
     use(on_miss="tune")
     dk.scale_kernel[grid(700)](torch.randn(700), torch.empty(700), 700, 3.0)
-    tuned = next(iter(dk.scale_kernel.cache.values()))[0]
+    tuned = config_dict(next(iter(dk.scale_kernel.cache.values())))
     with running_server(url, AUTOTUNER_PLUGINS='["tests.decorated_kernels"]') as client:
         r = client.get("/config", params={"op": "tests.decorated_kernels:scale_kernel", "shape": "n=700",
                                           "dtype": "float32", "device": current_device().key, "fallback": "none"})
@@ -322,7 +323,7 @@ def test_nearest_policy_launches_the_nearest_keys_winner_tunes_nothing_and_queue
     dk.scale_kernel[grid(3000)](x, y, 3000, 2.0)  # log2(3000) is nearer 4096 than 64
     torch.testing.assert_close(y, 2 * x)
     key = next(iter(dk.scale_kernel.cache))
-    assert dk.scale_kernel.cache[key][0] == big
+    assert config_dict(dk.scale_kernel.cache[key]) == big
     assert dk.scale_kernel.sources[key] == "nearest (n=4096:float32's winner); the exact key is queued"
     from autotuner.launch.lookup import resolver
 
@@ -355,7 +356,7 @@ def test_nearest_policy_skips_a_winner_the_pruning_or_the_space_rules_out(url, u
     dk.accumulate[grid(900)](x, out, 900)
     torch.testing.assert_close(out, x.sum().reshape(1), rtol=1e-4, atol=1e-4)
     key = next(iter(dk.accumulate.cache))
-    assert dk.accumulate.cache[key][0] == {"BLOCK": 128, "num_warps": 4, "num_stages": 3}
+    assert config_dict(dk.accumulate.cache[key]) == {"BLOCK": 128, "num_warps": 4, "num_stages": 3}
     assert dk.accumulate.sources[key].startswith("nearest (n=100:float32's winner)")
     kernel = autotuner.autotune(configs=dk.CONFIGS[:1], key=["n"], name="tests:one_config",
                                 on_miss="nearest")(dk.scale_kernel.fn)
@@ -363,7 +364,7 @@ def test_nearest_policy_skips_a_winner_the_pruning_or_the_space_rules_out(url, u
     y = torch.empty(900)
     kernel[grid(900)](x, y, 900, 1.0)
     key = next(iter(kernel.cache))
-    assert kernel.cache[key][0] == {"BLOCK": 32, "num_warps": 1, "num_stages": 3}
+    assert config_dict(kernel.cache[key]) == {"BLOCK": 32, "num_warps": 1, "num_stages": 3}
     assert kernel.sources[key].startswith("default (no nearby tuned key's winner is valid here: n=64:float32)")
 
 

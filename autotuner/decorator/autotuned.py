@@ -14,8 +14,8 @@ output), `make_inputs=` (makes a worker's rebuilt arguments valid), `on_miss=` a
 
 A launch with a key not seen in this process goes to the miss policy's module (autotuner.decorator.miss): the
 database, the service, then `tune` (autotuner.decorator.in_process), `default` or `error`. Later launches of
-the key find its config in `cache` and launch through one direct launcher per argument signature
-(kernels._direct.Launcher), skipping Triton's argument binding.
+the key find its config in `cache` and launch through one direct launcher per call signature (each argument's
+specialization, never a tensor's identity: kernels._direct.Launcher), skipping Triton's argument binding.
 
 The rest of the package: `spec` (the kernel, its configs or space, hooks and pruning), `keys` (keys, problems
 and the launch that met a key), `engine_view` (the kernel as a TunableOp for the engine), `configs` (what is
@@ -24,12 +24,18 @@ read of Triton's objects).
 
 from __future__ import annotations
 
+import inspect
+import logging
+import math
+import os
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 import torch
 import triton
+from triton.runtime.autotuner import Autotuner
+from triton.runtime.jit import JITFunction
 
 from autotuner.base.registry import register_op
 from autotuner.decorator.configs import (
@@ -47,25 +53,29 @@ from autotuner.decorator.keys import Bucket, Keys, bucket_functions
 from autotuner.decorator.miss import Answer, KernelNotTuned, resolve_miss
 from autotuner.decorator.spec import ON_MISS, Hooks, KernelSpec
 from autotuner.launch import binary_cache, specializations
-from autotuner.launch.lookup import RECHECK_S, prepare
-from kernels._direct import Launcher
+from autotuner.launch.lookup import RECHECK_S, prepare, resolver
+from kernels._direct import Launcher, call_signature
 from search_spaces.space import Space, config_key
 
 __all__ = ["Autotuned", "KernelNotTuned", "autotune"]
 _now = time.monotonic
+log = logging.getLogger(__name__)
 
 
 KEEP_SPECIALIZATIONS = 4  # launches with an unhashable argument whose specialization is kept, per kernel
+MAX_LAUNCHERS = 256  # launchers kept per kernel (one per call signature); all dropped when one more is needed
 
 
 class Mirror(Protocol):
     """A Triton Autotuner whose tuning a decorated kernel does (autotuner.decorator.install): its own cache is
-    asked first, and told every config resolved."""
+    asked first, told every config resolved, and its `best_config` set at every launch."""
 
     def prior(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any] | None: ...
 
     def resolved(self, kernel: Autotuned, key: tuple[Any, ...], args: tuple[Any, ...], kwargs: dict[str, Any],
                  config: triton.Config) -> None: ...
+
+    def launched(self, config: triton.Config) -> None: ...
 
 
 def _spec(fn: Any, configs: list[triton.Config] | None, key: list[str], *, space: Space[Any] | None,
@@ -100,9 +110,12 @@ def _spec(fn: Any, configs: list[triton.Config] | None, key: list[str], *, space
         prune_configs_by=dict(prune_configs_by or {}), **rest)
 
 
-class Autotuned:
-    """The decorated kernel: `kernel[grid](*args, **kwargs)` and `kernel.run(*args, grid=..., **kwargs)`, with
-    triton.autotune's attributes (`fn`, `configs`, `keys`, `cache`, `best_config`, hooks, `prune_configs`)."""
+class Autotuned(Autotuner):
+    """The decorated kernel: `kernel[grid](*args, **kwargs)` and `kernel.run(*args, grid=..., **kwargs)`. It is a
+    `triton.runtime.autotuner.Autotuner` to whatever asks (torch's `wrap_triton`, `triton_op`, `torch.compile`),
+    with Triton's attributes as Triton's `run` leaves them: `cache` (key -> triton.Config), `best_config` (the
+    config of the last launch), `bench_time` and `configs_timings` (after a key tuned here), `fn`, `configs`,
+    `keys`, hooks, `prune_configs`. Triton's `__init__` is not run: what it sets is set here."""
 
     def __init__(self, fn: Any, configs: list[triton.Config] | None, key: list[str], *,
                  prune_configs_by: dict[str, Any] | None = None, reset_to_zero: list[str] | None = None,
@@ -112,25 +125,35 @@ class Autotuned:
                  reference: Callable[..., Any] | None = None, make_inputs: Callable[..., Any] | None = None,
                  on_miss: str | None = None, trials: int | None = None,
                  buckets: Mapping[str, Bucket] | None = None, mirror: Mirror | None = None,
-                 pre_hook_takes_reset_only: bool = False) -> None:
+                 pre_hook_takes_reset_only: bool = False, use_cuda_graph: bool = False) -> None:
         hooks = Hooks(reset_to_zero=list(reset_to_zero or []), restore_value=list(restore_value or []),
                       user_pre_hook=pre_hook, user_post_hook=post_hook,
                       hooks_take_reset_only=pre_hook_takes_reset_only)
         self.spec = spec = _spec(fn, configs, key, space=space, name=name, prune_configs_by=prune_configs_by,
-                                 hooks=hooks, buckets=buckets, warmup_ms=warmup, rep_ms=rep, do_bench=do_bench, reference=reference,
-                                 make_inputs=make_inputs, on_miss=on_miss, trials=trials)
+                                 hooks=hooks, buckets=buckets, warmup_ms=warmup, rep_ms=rep, do_bench=do_bench,
+                                 reference=reference, make_inputs=make_inputs, on_miss=on_miss, trials=trials)
+        # what Triton's Autotuner.__init__ sets, read by torch (wrap_triton, Inductor) and by libraries
         self.fn, self.base_fn, self.name, self.arg_names = fn, spec.base_fn, spec.name, spec.keys.arg_names
         self.keys, self.configs, self.space = spec.keys.keys, spec.configs, spec.space
         self.reset_to_zero, self.restore_value = hooks.reset_to_zero, hooks.restore_value
-        self.do_bench, self.warmup_ms, self.rep_ms = do_bench, warmup, rep
-        self.cache: dict[tuple[Any, ...], tuple[dict[str, Any], Callable[..., Any] | None]] = {}
+        self.restore_copies: dict[str, Any] = {}
+        self.user_defined_pre_hook, self.user_defined_post_hook = pre_hook is not None, post_hook is not None
+        self.perf_model = spec.prune_configs_by.get("perf_model")
+        self.configs_top_k = spec.prune_configs_by.get("top_k", 1.0)
+        self.early_config_prune = spec.prune_configs_by.get("early_config_prune")
+        self._do_bench, self.num_warmups, self.num_reps = do_bench, warmup, rep
+        self.use_cuda_graph, self.cache_results = use_cuda_graph, False
+        self.nargs: dict[str, Any] | None = None
+        self.cache: dict[tuple[Any, ...], triton.Config] = {}
         self.best_config: triton.Config | None = None
+        # autotuner's own
         self.sources: dict[tuple[Any, ...], str] = {}  # key -> where its config came from: exact, stale, tuned...
         self.resolve_s: dict[tuple[Any, ...], float] = {}  # key -> seconds its first launch spent finding its config
         self.mirror = mirror  # the triton.runtime.autotuner.Autotuner this kernel tunes for (autotuner.install)
         self._launchers: dict[tuple[Any, ...], Launcher] = {}
         self._recheck: dict[tuple[Any, ...], float] = {}  # key -> when an unsettled answer is asked again
         self._jit = fn if hasattr(fn, "device_caches") else None  # a JITFunction (not the interpreter's, not wrapped)
+        self._fixed = frozenset(i for i, n in enumerate(self.arg_names) if n in constexprs(fn, spec.base_fn))
         self._kept_specializations = 0  # launches with unhashable arguments whose specialization was kept
         inner = fn
         while not hasattr(inner, "device_caches") and hasattr(inner, "fn"):
@@ -147,65 +170,106 @@ class Autotuned:
 
     def run(self, *args: Any, grid: Any, warmup: bool = False, **kwargs: Any) -> Any:
         key = self.spec.keys.key(args, kwargs)
-        hit = self.cache.get(key)
-        if hit is None or (self._recheck and key in self._recheck and self._recheck[key] < _now()):
-            hit = self._resolve(key, args, kwargs, grid)
-        config, config_pre_hook = hit
-        if config_pre_hook is not None:
-            config_pre_hook({**dict(zip(self.arg_names, args, strict=False)), **kwargs, **config})
-        if warmup or self._jit is None:
-            return self.fn.run(*args, grid=grid, warmup=warmup, **kwargs, **config)
-        # A launcher per exact argument signature (each tensor's dtype and 16-byte alignment, every other value
-        # as given): Triton's specialization is a function of it, so its binding is skipped after the first.
+        config = self.cache.get(key)
+        if config is None or (self._recheck and key in self._recheck and self._recheck[key] < _now()):
+            config = self._resolve(key, args, kwargs, grid, warmup)
+        self.best_config = config
+        if self.mirror is not None:
+            self.mirror.launched(config)
+        meta = config.all_kwargs()
+        if config.pre_hook is not None:
+            config.pre_hook({**dict(zip(self.arg_names, args, strict=False)), **kwargs, **meta})
+        if warmup:
+            return self.fn.run(*args, grid=grid, warmup=True, **kwargs, **meta)
+        return self._launch(key, args, kwargs, meta, grid)
+
+    def _launch(self, key: tuple[Any, ...], args: tuple[Any, ...], kwargs: dict[str, Any], meta: dict[str, Any],
+                grid: Any) -> Any:
+        """One launcher per call signature: the key, each argument's specialization (`call_signature`; a
+        constexpr's value), the launch options. Keyword arguments are placed by the kernel's parameters, so they
+        take the same path as positional ones; no launcher keeps a tensor of any call."""
+        rest: dict[str, Any] = {}
+        if kwargs:
+            args, rest = self._positional(args, kwargs)
+        fixed = self._fixed
         try:
-            # each value with its type: 1, 1.0 and True are equal keys, and Triton compiles each of them apart
-            sig = (key, *[(a.dtype, a.data_ptr() % 16) if isinstance(a, torch.Tensor) else (type(a), a) for a in args],
-                   *kwargs.items())
+            sig = (key, *[(type(a), a) if i in fixed else call_signature(a) for i, a in enumerate(args)],
+                   *[(k, type(v), v) for k, v in rest.items()])
             launcher = self._launchers.get(sig)
-        except TypeError:  # an unhashable argument (a host TensorDescriptor, say): Triton's own launch
-            out = self.fn.run(*args, grid=grid, warmup=warmup, **kwargs, **config)
-            if self._kept_specializations < KEEP_SPECIALIZATIONS:  # for a later process's first launch
-                self._kept_specializations += 1
-                try:
-                    binder = self._jit.device_caches[torch.cuda.current_device()][-1]
-                    specializations.remember(binder, args, {**kwargs, **config})
-                except Exception:  # noqa: S110 - keeping is never worth a failed launch
-                    pass
-            return out
+        except TypeError:  # an unhashable argument (a host TensorDescriptor, say, or a tensor left as a keyword)
+            return self._through_triton(args, rest, meta, grid)
         if launcher is None:
-            if len(self._launchers) >= 1024:
+            if len(self._launchers) >= MAX_LAUNCHERS:
                 self._launchers.clear()
-            launcher = self._launchers[sig] = Launcher(self.fn, (), {**kwargs, **config})
+            launcher = self._launchers[sig] = Launcher(self.fn, (), {**rest, **meta})
         if callable(grid):
-            grid = grid({**dict(zip(self.arg_names, args, strict=False)), **kwargs, **config})
+            grid = grid({**dict(zip(self.arg_names, args, strict=False)), **rest, **meta})
         return launcher.launch(tuple(grid), args)
 
-    def _resolve(self, key: tuple[Any, ...], args: tuple[Any, ...], kwargs: dict[str, Any],
-                 grid: Any) -> tuple[dict[str, Any], Callable[..., Any] | None]:
+    def _positional(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """The arguments placed by parameter (keyword arguments that continue the positional ones), and the keyword
+        arguments left (launch options; a parameter after one left to its default)."""
+        full, rest = list(args), dict(kwargs)
+        for name in self.arg_names[len(args):]:
+            if name not in rest:
+                break
+            full.append(rest.pop(name))
+        return tuple(full), rest
+
+    def _through_triton(self, args: tuple[Any, ...], rest: dict[str, Any], meta: dict[str, Any], grid: Any) -> Any:
+        out = self.fn.run(*args, grid=grid, warmup=False, **rest, **meta)
+        if self._jit is not None and self._kept_specializations < KEEP_SPECIALIZATIONS:
+            self._kept_specializations += 1  # for a later process's first launch
+            try:
+                binder = self._jit.device_caches[torch.cuda.current_device()][-1]
+                specializations.remember(binder, args, {**rest, **meta})
+            except Exception:  # noqa: S110 - keeping is never worth a failed launch
+                pass
+        return out
+
+    def _resolve(self, key: tuple[Any, ...], args: tuple[Any, ...], kwargs: dict[str, Any], grid: Any,
+                 warmup: bool) -> triton.Config:
         """The first launch of a key in this process: the miss policy's config, kept in `cache` (an answer that is
         not settled, until RECHECK_S from now)."""
         t0 = _now()
+        miss = self.spec.keys.miss(args, kwargs, grid, warmup)
         prior = self.mirror.prior(args, kwargs) if self.mirror is not None else None
         if prior is not None:
             answer = Answer(prior, "Triton's own cache (tuned before autotuner.install)", True)
         else:
-            answer = resolve_miss(self.view, self.spec.keys.miss(args, kwargs, grid))
-        config, self.sources[key] = answer.config, answer.source
+            answer = resolve_miss(self.view, miss)
+        self.sources[key] = answer.source
         self.resolve_s[key] = _now() - t0
         if answer.settled:
             self._recheck.pop(key, None)
         else:
             self._recheck[key] = _now() + RECHECK_S
-        original = self.spec.hooked_config(config)
-        self.best_config = original or to_config(config)
-        entry = self.cache[key] = dict(config), (original.pre_hook if original is not None else None)
+        config = self.cache[key] = self.spec.hooked_config(answer.config) or to_config(answer.config)
         self._launchers.clear()  # launchers hold their config: a key resolved again starts afresh
+        tuned = answer.source.startswith("tuned here")
+        if tuned:  # as Triton's run leaves them after tuning: its time and each config's timings
+            self.bench_time = self.resolve_s[key]
+            self.configs_timings = timings(self.view, miss, self.configs)
+            if _print_autotuning():
+                print(f"Triton autotuning for function {self.base_fn.__name__},\nwith key as {key},\n"
+                      f"finished after {self.bench_time:.2f}s,\nbest config selected: {config}; "
+                      f"(autotuner: {answer.source})")
+        if prior is None and (not self.configs or len(self.spec.pruned(miss) or ()) > 1):
+            _tell_listener(self, key, config, tuned)
         if self.mirror is not None:
-            self.mirror.resolved(self, key, args, kwargs, self.best_config)
-        return entry
+            self.mirror.resolved(self, key, args, kwargs, config)
+        return config
 
-    def warmup(self, *args: Any, grid: Any, **kwargs: Any) -> Any:
-        return self.run(*args, grid=grid, warmup=True, **kwargs)
+    def warmup(self, *args: Any, **kwargs: Any) -> Any:
+        """Compile without launching, as Triton's Autotuner does: every config left after pruning (a space's
+        kernel: the config this key resolves to)."""
+        if not self.configs:
+            return [self.run(*args, warmup=True, **kwargs)]
+        self.nargs = dict(zip(self.arg_names, args, strict=False))
+        try:
+            return [self.fn.run(*args, warmup=True, **kwargs, **c.all_kwargs()) for c in self.prune_configs(kwargs)]
+        finally:
+            self.nargs = None
 
     def pre_hook(self, nargs: dict[str, Any], reset_only: bool = False) -> None:
         self.spec.hooks.pre_hook(nargs, reset_only)
@@ -213,9 +277,10 @@ class Autotuned:
     def post_hook(self, nargs: dict[str, Any], exception: BaseException | None) -> None:
         self.spec.hooks.post_hook(nargs, exception)
 
-    def prune_configs(self, nargs: dict[str, Any], kwargs: dict[str, Any]) -> list[triton.Config]:
-        """triton.autotune's pruning: `early_config_prune`, then the `perf_model`'s `top_k`."""
-        return self.spec.prune(nargs, kwargs)
+    def prune_configs(self, kwargs: dict[str, Any]) -> list[triton.Config]:
+        """Triton's pruning of the list, as Triton's Autotuner does it: on `self.nargs` (the positional arguments
+        by name) and the launch's keyword arguments."""
+        return self.spec.prune(self.nargs or {}, kwargs)
 
     def named(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
         """The kernel's arguments by name."""
@@ -224,6 +289,42 @@ class Autotuned:
     def problem(self, named: Mapping[str, Any], call: dict[str, Any] | None = None) -> KernelProblem:
         """The problem (database key) these arguments name."""
         return self.spec.keys.problem(named, call)
+
+
+def timings(view: EngineView, miss: Any, configs: list[triton.Config]) -> dict[triton.Config, list[float]]:
+    """Each listed config's stored time for this key, as Triton's `configs_timings` holds it (median, p20, p80:
+    the median three times; a config that failed: inf)."""
+    try:
+        store = resolver().store.peek()[0]
+        times = store.trial_times(op=view.op, problem=miss.problem, device=miss.device) if store else {}
+    except Exception as exc:  # what is only told is never worth a failed launch
+        log.info("autotuner: %s: no timings for configs_timings: %s", view.spec.name, exc)
+        times = {}
+    by_key = {config_key(config_dict(c)): c for c in configs}
+    return {by_key[k]: [ms] * 3 if ms is not None else [math.inf] * 3 for k, (_, ms) in times.items() if k in by_key}
+
+
+def _print_autotuning() -> bool:
+    """TRITON_PRINT_AUTOTUNING, as this Triton reads it."""
+    knobs = getattr(triton, "knobs", None)
+    if knobs is not None and hasattr(knobs, "autotuning"):
+        return bool(knobs.autotuning.print)
+    return os.environ.get("TRITON_PRINT_AUTOTUNING") == "1"
+
+
+def _tell_listener(kernel: Autotuned, key: tuple[Any, ...], config: triton.Config, tuned: bool) -> None:
+    """Triton's autotuning listener (`triton.knobs.autotuning.listener`, where this Triton has it), told of a key
+    resolved as Triton's run tells it of a key tuned or read from its disk cache."""
+    knobs = getattr(triton, "knobs", None)
+    listener = getattr(getattr(knobs, "autotuning", None), "listener", None)
+    if listener is None:
+        return
+    jit_fn = kernel.fn
+    while not isinstance(jit_fn, JITFunction) and hasattr(jit_fn, "fn") and not inspect.isfunction(jit_fn):
+        jit_fn = jit_fn.fn
+    listener(fn=jit_fn if isinstance(jit_fn, JITFunction) else kernel.fn, key=key, best_config=config,
+             configs_timings=getattr(kernel, "configs_timings", {}) if tuned else {},
+             duration=kernel.bench_time if tuned else None, cache_hit=not tuned)
 
 
 def autotune(configs: list[triton.Config] | None = None, key: list[str] | None = None,
@@ -243,6 +344,6 @@ def autotune(configs: list[triton.Config] | None = None, key: list[str] | None =
         return Autotuned(fn, configs, list(key or []), prune_configs_by=prune_configs_by, reset_to_zero=reset_to_zero,
                          restore_value=restore_value, pre_hook=pre_hook, post_hook=post_hook, warmup=warmup, rep=rep,
                          do_bench=do_bench, space=space, name=name, reference=reference, make_inputs=make_inputs,
-                         on_miss=on_miss, trials=trials, buckets=buckets)
+                         on_miss=on_miss, trials=trials, buckets=buckets, use_cuda_graph=use_cuda_graph)
 
     return decorator

@@ -70,9 +70,9 @@ class CallMeasurer(InOrderMeasurer):
             return self.view.reference({"args": m.named, "grids": m.grid})
         # the reference is the default config's output, or, where it cannot run (a static_assert, out of
         # resources), the next config's of the list, as triton.autotune skips a config that fails
-        pruned = spec.pruned(m.named, m.kwargs) or []
+        pruned = spec.pruned(m) or []
         errors = []
-        for config in [spec.default(m.named, m.extra, m.problem, m.device), *pruned[1:REFERENCE_TRIES]]:
+        for config in [spec.default(m), *pruned[1:REFERENCE_TRIES]]:
             try:
                 return self._run(config, capture=True)
             except Exception as exc:
@@ -124,7 +124,7 @@ class CallMeasurer(InOrderMeasurer):
 
 def untried(view: EngineView, store: Any, miss: Miss) -> bool:
     """Whether a config of the (pruned) list has never been measured for this problem: one added since."""
-    pruned = view.spec.pruned(miss.named, miss.kwargs)
+    pruned = view.spec.pruned(miss)
     if pruned is None:
         return False
     known = store.trial_times(op=view.op, problem=miss.problem, device=miss.device)
@@ -138,7 +138,7 @@ def tune_here(view: EngineView, miss: Miss) -> tuple[dict[str, Any], str]:
 
     spec, problem, device = view.spec, miss.problem, miss.device
     settings = resolver().settings
-    pruned = spec.pruned(miss.named, miss.kwargs)
+    pruned = spec.pruned(miss)
     if pruned is not None and len(pruned) == 1:
         return pruned[0], "the only config left after pruning"
     try:
@@ -196,5 +196,5 @@ def wait_for_winner(view: EngineView, store: Store, miss: Miss) -> tuple[dict[st
         if best is not None and not best.stale:
             return best.config, "tuned by another process (waited for its winner)"
         time.sleep(0.2)
-    default = view.spec.default(miss.named, miss.kwargs, miss.problem, miss.device)
+    default = view.spec.default(miss)
     return default, "default (another process was still tuning)"

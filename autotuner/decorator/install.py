@@ -31,7 +31,6 @@ import gc
 import inspect
 import json
 import logging
-import math
 import os
 import runpy
 import sys
@@ -49,8 +48,7 @@ from autotuner.base.registry import add_op_finder
 from autotuner.decorator.autotuned import Autotuned, KernelNotTuned
 from autotuner.decorator.configs import config_dict, module_name
 from autotuner.decorator.kept_timings import KeptTimings
-from autotuner.launch.lookup import prepare, resolver
-from search_spaces.space import config_key
+from autotuner.launch.lookup import prepare
 
 __all__ = ["KernelReport", "install", "installed", "report", "run_script", "uninstall"]
 
@@ -96,34 +94,13 @@ class TritonMirror:
                  config: triton.Config) -> None:
         tkey = triton_key(self.tr, args, kwargs)
         self.tr.cache[tkey] = config
-        self.tr.best_config = config
         self.written.add(tkey)
-        source = kernel.sources[key]
-        if not source.startswith("tuned here"):
-            return
-        # as Triton's run leaves them after tuning: its time, each config's timings, and its printout
-        self.tr.bench_time = kernel.resolve_s[key]
-        try:
-            store = resolver().store.peek()[0]
-            miss = kernel.spec.keys.miss(args, kwargs, None)
-            times = store.trial_times(op=kernel.op, problem=miss.problem, device=miss.device) if store else {}
-        except Exception as exc:  # what is only told is never worth a failed launch
-            log.info("autotuner: %s: no timings for configs_timings: %s", kernel.name, exc)
-            times = {}
-        by_key = {config_key(config_dict(c)): c for c in self.tr.configs}
-        self.tr.configs_timings = {by_key[k]: [ms] * 3 if ms is not None else [math.inf] * 3
-                                   for k, (_, ms) in times.items() if k in by_key}
-        if _print_autotuning():
-            print(f"Triton autotuning for function {self.tr.base_fn.__name__},\nwith key as {tkey},\n"
-                  f"finished after {self.tr.bench_time:.2f}s,\nbest config selected: {config}; (autotuner: {source})")
+        if kernel.sources[key].startswith("tuned here"):  # as Triton's run leaves them after tuning
+            self.tr.bench_time = kernel.bench_time
+            self.tr.configs_timings = kernel.configs_timings
 
-
-def _print_autotuning() -> bool:
-    """TRITON_PRINT_AUTOTUNING, as this Triton reads it."""
-    knobs = getattr(triton, "knobs", None)
-    if knobs is not None and hasattr(knobs, "autotuning"):
-        return bool(knobs.autotuning.print)
-    return os.environ.get("TRITON_PRINT_AUTOTUNING") == "1"
+    def launched(self, config: triton.Config) -> None:
+        self.tr.best_config = config
 
 
 def _left(tr: Autotuner) -> Left | None:
@@ -245,6 +222,8 @@ def _init(self: Autotuner, *args: Any, **kwargs: Any) -> None:
 
 
 def _register(tr: Autotuner) -> None:
+    if isinstance(tr, Autotuned):
+        return  # autotuner's own kernel (an Autotuner to torch): not Triton's to cover
     if installed():
         _time_own_run(type(tr))
     if _NAME not in tr.__dict__:
@@ -285,7 +264,8 @@ def install() -> None:
     Autotuner._bench = _bench  # type: ignore[method-assign]
     Autotuner.__init__ = _init  # type: ignore[method-assign]
     for obj in gc.get_objects():
-        if issubclass(type(obj), Autotuner):  # type(), not isinstance: no lazy module attribute is touched
+        if issubclass(type(obj), Autotuner) and not issubclass(type(obj), Autotuned):  # type(): no lazy
+            # module attribute is touched
             _register(obj)
     prepare()  # the settings and the database, before a first launch needs them
     path = os.environ.get("AUTOTUNER_REPORT")
@@ -407,7 +387,8 @@ def find_op(name: str) -> Any:
             if isinstance(value, Autotuner) or not hasattr(value, "fn"):
                 break
             value = value.fn
-        if isinstance(value, Autotuner) and getattr(value.base_fn, "__qualname__", None) == qualname:
+        if isinstance(value, Autotuner) and not isinstance(value, Autotuned) and \
+                getattr(value.base_fn, "__qualname__", None) == qualname:
             adopted = _adopt(value)
             if isinstance(adopted, Autotuned) and adopted.name == name:
                 return adopted.op

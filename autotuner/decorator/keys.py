@@ -82,13 +82,14 @@ class Keys:
         tensors = [named[n] for n in self.arg_names if hasattr(named.get(n), "dtype")]
         return KernelProblem(tuple(values), tuple(dtype_name(t.dtype) for t in tensors), call)
 
-    def miss(self, args: tuple[Any, ...], kwargs: dict[str, Any], grid: Any) -> Miss:
+    def miss(self, args: tuple[Any, ...], kwargs: dict[str, Any], grid: Any, warmup: bool = False) -> Miss:
         named = self.named(args, kwargs)
         tensor = next((v for v in named.values() if isinstance(v, torch.Tensor)), None)
         device = current_device(tensor.device.index if tensor is not None and tensor.device.type == "cuda" else None)
         bucketed = any(self.buckets[k](named.get(k)) != named.get(k) for k in self.buckets)
-        return Miss(args=args, kwargs=kwargs, grid=grid, named=named, problem=self.problem(named), device=device,
-                    extra={k: v for k, v in kwargs.items() if k not in self.arg_names}, bucketed=bucketed)
+        return Miss(args=args, kwargs=kwargs, grid=grid, warmup=warmup, named=named, problem=self.problem(named),
+                    device=device, extra={k: v for k, v in kwargs.items() if k not in self.arg_names},
+                    bucketed=bucketed)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -99,8 +100,19 @@ class Miss:
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
     grid: Any
+    warmup: bool
     named: dict[str, Any]  # the kernel's arguments by name
     extra: dict[str, Any]  # keyword arguments that are not the kernel's (launch options such as num_warps)
     problem: KernelProblem  # its key values bucketed, where the kernel declares buckets
     device: DeviceInfo
     bucketed: bool = False  # a key value differs from its bucket's representative
+
+    @property
+    def nargs(self) -> dict[str, Any]:
+        """The positional arguments by name: what Triton's Autotuner hands its pruning as `nargs`."""
+        return dict(zip(self.named, self.args, strict=False))
+
+    @property
+    def prune_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments Triton's Autotuner hands its pruning: `grid` and `warmup`, then the launch's."""
+        return {"grid": self.grid, "warmup": self.warmup, **self.kwargs}

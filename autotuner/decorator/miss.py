@@ -76,7 +76,7 @@ def resolve_miss(view: EngineView, miss: Miss) -> Answer:
             if policy == "tune":
                 answer = Answer(*tune_here(view, miss), True)
             else:
-                answer = Answer(spec.default(miss.named, miss.kwargs, problem, device),
+                answer = Answer(spec.default(miss),
                                 "default (a tuning job is queued)", False)
     log.info("autotuner: %s %s on %s: %s %s", spec.name, problem.key, device.key, answer.source, answer.config)
     return answer
@@ -86,7 +86,7 @@ def nearest_answer(view: EngineView, miss: Miss) -> Answer:
     """The winner of the nearest tuned key whose config is valid for this key (the space's constraints, and the
     list as pruned for this launch), else the default; nothing is measured."""
     spec, problem, device = view.spec, miss.problem, miss.device
-    pruned = spec.pruned(miss.named, miss.kwargs)
+    pruned = spec.pruned(miss)
     allowed = None if pruned is None else {config_key(c) for c in pruned}
     passed = []
     for other, row in resolver().nearest(view.op, problem, device):
@@ -96,7 +96,7 @@ def nearest_answer(view: EngineView, miss: Miss) -> Answer:
             continue
         return Answer(row.config, f"nearest ({other.key}'s winner); the exact key is queued", False)
     why = f"no nearby tuned key's winner is valid here: {', '.join(passed)}" if passed else "nothing tuned near"
-    return Answer(spec.default(miss.named, miss.kwargs, problem, device), f"default ({why}); the exact key is queued",
+    return Answer(spec.default(miss), f"default ({why}); the exact key is queued",
                   False)
 
 

@@ -10,10 +10,9 @@ from typing import Any
 
 import triton
 
-from autotuner.base.device import DeviceInfo
 from autotuner.decorator.configs import config_dict
 from autotuner.decorator.kernel_problem import KernelProblem
-from autotuner.decorator.keys import Keys
+from autotuner.decorator.keys import Keys, Miss
 from search_spaces.space import Space, config_key
 
 ON_MISS = ("tune", "nearest", "default", "error")
@@ -73,7 +72,9 @@ class KernelSpec:
     trials: int | None
 
     def prune(self, nargs: dict[str, Any], kwargs: dict[str, Any]) -> list[triton.Config]:
-        """triton.autotune's pruning: `early_config_prune`, then the `perf_model`'s `top_k`."""
+        """triton.autotune's pruning, called as Triton's Autotuner calls it: `early_config_prune(configs, nargs,
+        **kwargs)`, then `perf_model(**nargs, **kwargs, **config.all_kwargs())` for the `top_k`; `nargs` the
+        positional arguments by name, `kwargs` the launch's keyword arguments after `grid` and `warmup`."""
         pruned = list(self.configs)
         early = self.prune_configs_by.get("early_config_prune")
         perf_model = self.prune_configs_by.get("perf_model")
@@ -92,16 +93,16 @@ class KernelSpec:
                 pruned = sorted(est, key=est.__getitem__)[:top_k]
         return pruned
 
-    def pruned(self, named: dict[str, Any], kwargs: dict[str, Any]) -> list[dict[str, Any]] | None:
-        """The list's configs left after pruning, as dicts; None for a space (searched by the engine)."""
-        return [config_dict(c) for c in self.prune(named, kwargs)] if self.configs else None
+    def pruned(self, miss: Miss) -> list[dict[str, Any]] | None:
+        """The list's configs left after pruning for this launch, as dicts; None for a space (searched by the
+        engine)."""
+        return [config_dict(c) for c in self.prune(miss.nargs, miss.prune_kwargs)] if self.configs else None
 
-    def default(self, named: dict[str, Any], kwargs: dict[str, Any], problem: KernelProblem,
-                device: DeviceInfo) -> dict[str, Any]:
+    def default(self, miss: Miss) -> dict[str, Any]:
         """The config a key launches with before it is tuned: the pruned list's first, or the space's default."""
         if self.configs:
-            return config_dict(self.prune(named, kwargs)[0])
-        return self.space.default(problem, device)
+            return config_dict(self.prune(miss.nargs, miss.prune_kwargs)[0])
+        return self.space.default(miss.problem, miss.device)
 
     def hooked_config(self, config: Mapping[str, Any]) -> triton.Config | None:
         """The list's own triton.Config for a config (it may carry a pre_hook of its own)."""

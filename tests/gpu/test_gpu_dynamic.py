@@ -22,6 +22,7 @@ from autotuner.base.settings import Settings
 from autotuner.launch.lookup import Resolver, resolver, set_resolver
 from autotuner.launch.serving import answer_config
 from autotuner.store.database import Store
+from autotuner.decorator.configs import config_dict
 
 pytestmark = [
     pytest.mark.gpu,
@@ -70,14 +71,14 @@ def test_a_new_key_under_the_nearest_policy_launches_the_nearest_winner_at_once(
         x = torch.randn(1 << 20, device="cuda")
         y = torch.empty_like(x)
         kernel[lambda m: (triton.cdiv(x.numel(), m["BLOCK"]),)](x, y, x.numel(), 3.0)  # tuned here: 1M
-        tuned = kernel.cache[next(iter(kernel.cache))][0]
+        tuned = config_dict(kernel.cache[next(iter(kernel.cache))])
         set_resolver(Resolver(Settings(db_url=db, on_miss="nearest")))
         n = 900_000
         kernel[lambda m: (triton.cdiv(n, m["BLOCK"]),)](x, y, n, 2.0)
         torch.testing.assert_close(y[:n], 2 * x[:n])
         key = (n, "torch.float32", "torch.float32")
         assert kernel.sources[key].startswith("nearest (n=1048576:float32's winner)")
-        assert kernel.cache[key][0] == tuned
+        assert config_dict(kernel.cache[key]) == tuned
         resolver()._join_background()
         store = Store(db, create=False)
         assert len(store.runs(op="tests.gpu:scale_near")) == 1  # only the first key's tuning
