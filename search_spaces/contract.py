@@ -27,6 +27,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, Protocol, TypeVar
 
 from kernels._torch import lazy
+from search_spaces.kernel_identity import kernel_identity
 from search_spaces.space import Space
 
 if TYPE_CHECKING:
@@ -312,11 +313,16 @@ class TunableOp(Generic[P]):
 
     @functools.cached_property
     def kernel_hash(self) -> str:
-        """Hash of the kernel's source: a stored result is exact only while it matches."""
+        """Hash of the kernel's sources: a stored result is exact only while it matches. A module is hashed by its
+        whole text; a function by its kernel identity (search_spaces.kernel_identity: its source from the `def`
+        on, its JIT callees and the constants it reads, never the decorator's arguments)."""
         h = hashlib.sha256()
         for src in self.sources:
+            if not isinstance(src, ModuleType):
+                h.update(kernel_identity(src).encode())
+                continue
             try:
                 h.update(inspect.getsource(src).encode())
-            except (OSError, TypeError):  # no source on disk (e.g. defined in a REPL): fall back to its name
+            except (OSError, TypeError):  # no source on disk: fall back to its name
                 h.update(getattr(src, "__qualname__", repr(src)).encode())
         return h.hexdigest()[:16]

@@ -5,9 +5,19 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import shutil
+import tempfile
 import uuid
+from pathlib import Path
 
 import pytest
+
+# The user's own data folder (the default database, the kept binaries) is never touched by a test: every process of
+# the run, those a test starts included, finds it here instead, and a test that writes into it fails (below).
+USER_DATA = Path(tempfile.mkdtemp(prefix="autotuner-tests-user-data-"))
+USER_CACHE = Path(tempfile.mkdtemp(prefix="autotuner-tests-user-cache-"))
+os.environ["XDG_DATA_HOME"] = str(USER_DATA)
+os.environ["XDG_CACHE_HOME"] = str(USER_CACHE)
 
 import kernels  # noqa: F401  (selects the interpreter before triton's jit runs)
 from autotuner.base.device import DeviceInfo, current_device
@@ -22,6 +32,21 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     from kernels._backend import cuda_device_count
 
     return 1 if cuda_device_count() else min(2, os.cpu_count() or 1)
+
+
+def _written(folder: Path) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
+
+
+@pytest.fixture(autouse=True)
+def _never_the_users_data(request):
+    """Fails a test that wrote into the user's data folder (the default database): a test names its own."""
+    yield
+    written = _written(USER_DATA)
+    if written:
+        shutil.rmtree(USER_DATA / written[0].split(os.sep)[0], ignore_errors=True)
+        pytest.fail(f"{request.node.nodeid} wrote into the user's data folder (give it a database of its own): "
+                    f"{', '.join(written[:5])}", pytrace=False)
 
 
 @pytest.fixture(autouse=True)

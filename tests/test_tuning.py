@@ -285,7 +285,7 @@ NO_TORCH_SCRIPT = (
 def test_a_tune_command_imports_no_torch_in_its_own_process(args, db_url):
     """The command plans (the space, the search, the database) and its trial worker and compile pool run the
     kernels: its own process never imports torch (seconds of its start-up), and the tuning is whole."""
-    env = {**os.environ, "AUTOTUNER_LOCAL_WORKER": "0", "AUTOTUNER_DB": db_url}
+    env = {**os.environ, "AUTOTUNER_LOCAL_WORKER": "0", "AUTOTUNER_DB_URL": db_url}
     out = subprocess.run([sys.executable, "-c", NO_TORCH_SCRIPT, *args, "--trials", "3", "--json"],
                          capture_output=True, text=True, env=env, timeout=600)
     assert out.returncode == 0, out.stderr

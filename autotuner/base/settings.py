@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import difflib
 import json
-from typing import Annotated, Literal
+import logging
+import os
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 MIN_BEATS_PER_LEASE = 3  # a lease shorter than this many heartbeats takes jobs from healthy workers
+# AUTOTUNER_* variables that are not settings of a running autotuner: the test suite's and docker-compose's
+NOT_SETTINGS = ("TEST_PG_URL", "REQUIRE_BROWSER", "CHROMIUM", "SCREENSHOTS", "PROBE", "PORT", "GPU")
+log = logging.getLogger(__name__)
+_warned: set[str] = set()
 
 
 class Settings(BaseSettings):
@@ -68,6 +75,18 @@ class Settings(BaseSettings):
     db_retry_s: float = Field(300.0, ge=0, description="A worker retries a failed database write for this long "
                                                        "(keeping measured trials in memory) before giving its job up")
 
+    # Read where they act, before settings are built (at import, or by a process that starts others)
+    install: bool = Field(False, description="Every Triton autotuner of a process importing autotuner tunes "
+                                             "through it (what `python -m autotuner run` sets)")
+    report: str | None = Field(None, description="Write the covered kernels' report as JSON here at exit ({pid}: "
+                                                 "the process id)")
+    recheck_schema: bool = Field(False, description="Check a database's schema on every open, not once per process")
+    poison_outputs: bool = Field(False, description="Kernel outputs start as NaN, so an unwritten element fails "
+                                                    "its check (the test suite sets it)")
+
+    def model_post_init(self, context: Any, /) -> None:
+        unknown_variables()
+
     @field_validator("plugins", mode="before")
     @classmethod
     def _plugins(cls, value: object) -> object:
@@ -118,3 +137,18 @@ def settings_error(exc: ValidationError) -> str:
         where = f"AUTOTUNER_{name.upper()}: " if name else ""
         parts.append(where + str(e["msg"]).removeprefix("Value error, "))
     return "bad settings: " + "; ".join(parts)
+
+
+def unknown_variables(environ: dict[str, str] | None = None) -> list[str]:
+    """AUTOTUNER_* variables that are neither settings nor known to the tests or docker-compose: each is warned of
+    once per process, in one line naming the closest setting (a misspelt AUTOTUNER_DB is never silently ignored)."""
+    names = [f"AUTOTUNER_{f.upper()}" for f in Settings.model_fields] + [f"AUTOTUNER_{n}" for n in NOT_SETTINGS]
+    unknown = sorted(k for k in (os.environ if environ is None else environ)
+                     if k.startswith("AUTOTUNER_") and k not in names)
+    for name in unknown:
+        if name not in _warned:
+            _warned.add(name)
+            close = difflib.get_close_matches(name, names, n=1, cutoff=0.5)
+            hint = f"; did you mean {close[0]}?" if close else ""
+            log.warning("autotuner: %s is not a setting and is ignored%s", name, hint)
+    return unknown

@@ -4,8 +4,10 @@ winner), or in memory when no database can be written."""
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
+import sys
 import socket
 import threading
 import time
@@ -134,8 +136,7 @@ def untried(view: EngineView, store: Any, miss: Miss) -> bool:
 def tune_here(view: EngineView, miss: Miss) -> tuple[dict[str, Any], str]:
     """Tune in this process, storing every trial and the winner; when another process is tuning this key, wait
     for its winner. The config and where it came from."""
-    from autotuner.engine.tuner import Plan, tune
-
+    Plan, tune = _tuner()
     spec, problem, device = view.spec, miss.problem, miss.device
     settings = resolver().settings
     pruned = spec.pruned(miss)
@@ -152,7 +153,7 @@ def tune_here(view: EngineView, miss: Miss) -> tuple[dict[str, Any], str]:
         return wait_for_winner(view, store, miss)
     try:
         best = store.best(op=view.op, problem=problem, device=device)  # tuned meanwhile, by the claim's last holder
-        if best is not None and not best.stale and not untried(view, store, miss):
+        if best is not None and not best.stale and not untried(view, store, miss) and spec.allows(miss, best.config):
             return best.config, "tuned by another process (stored before this one took the claim)"
         n, seconds = view.compile_ahead(miss.named, miss.grid, pruned)
         ahead = f", {n} compiled ahead in {seconds:.1f} s" if n else ""
@@ -171,6 +172,20 @@ def tune_here(view: EngineView, miss: Miss) -> tuple[dict[str, Any], str]:
     on_gpus = f" on {measurer.lanes} GPUs" if measurer.lanes > 1 else ""
     return winner, (f"tuned here (run {result.run_id}, {len(result.trials)} configs measured{on_gpus}{ahead}; "
                     f"{result.phase_summary()})")
+
+
+def _tuner() -> tuple[Any, Any]:
+    """The engine's tuner, imported on a thread of its own the first time: a package that keeps an import error for
+    later (Optuna's optional backends do) keeps its traceback, and with it every frame up the importing stack; on
+    the launching thread that would be the launch's, holding its tensors for the life of the process."""
+    if "autotuner.engine.tuner" not in sys.modules:
+        thread = threading.Thread(target=importlib.import_module, args=("autotuner.engine.tuner",),
+                                  name="autotuner-import")
+        thread.start()
+        thread.join()
+    from autotuner.engine.tuner import Plan, tune
+
+    return Plan, tune
 
 
 def tune_in_memory(view: EngineView, miss: Miss, pruned: list[dict[str, Any]] | None) -> dict[str, Any]:
@@ -193,7 +208,7 @@ def wait_for_winner(view: EngineView, store: Store, miss: Miss) -> tuple[dict[st
     deadline = time.monotonic() + resolver().settings.tune_wait_s
     while time.monotonic() < deadline:
         best = store.best(op=view.op, problem=miss.problem, device=miss.device)
-        if best is not None and not best.stale:
+        if best is not None and not best.stale and view.spec.allows(miss, best.config):
             return best.config, "tuned by another process (waited for its winner)"
         time.sleep(0.2)
     default = view.spec.default(miss)

@@ -54,18 +54,21 @@ def resolve_miss(view: EngineView, miss: Miss) -> Answer:
     try:
         res = r.resolve(view.op, problem, device, fallback="none")
         where = f" for this key's bucket {problem.shape}" if miss.bucketed else ""
-        answer = Answer(res.config, f"exact ({res.step}){where}", True)
         if policy == "tune" and store is not None and untried(view, store, miss):
             answer = None  # the list grew since the result was stored: time the new configs
+        elif spec.allows(miss, res.config):
+            answer = Answer(res.config, f"exact ({res.step}){where}", True)
+        else:  # its winner is no longer listed (or is pruned here): the fastest stored config still listed
+            answer = redecided(view, miss, store, res.config)
     except NotFound as exc:
-        if exc.stale is not None and not spec.space.violations(exc.stale.config, problem, device):
+        if exc.stale is not None and spec.allows(miss, exc.stale.config):
             answer = Answer(exc.stale.config, f"stale ({exc.stale.stale_reason}); a re-tune is queued", False)
             record(view, miss, background=policy == "nearest")
-        elif policy == "error":
-            raise KernelNotTuned(
-                f"{spec.name} has no tuned config for key {problem.key} on {device.key} (and AUTOTUNER_ON_MISS="
-                f"error): tune it in a process with AUTOTUNER_ON_MISS=tune, or record it with AUTOTUNER_RECORD=1 "
-                "and run `autotuner worker`") from None
+    if answer is None and policy == "error":
+        raise KernelNotTuned(
+            f"{spec.name} has no tuned config for key {problem.key} on {device.key} that it may launch (and "
+            f"AUTOTUNER_ON_MISS=error): tune it in a process with AUTOTUNER_ON_MISS=tune, or record it with "
+            "AUTOTUNER_RECORD=1 and run `autotuner worker`")
     if answer is None:
         if policy == "nearest":
             answer = nearest_answer(view, miss)
@@ -80,6 +83,22 @@ def resolve_miss(view: EngineView, miss: Miss) -> Answer:
                                 "default (a tuning job is queued)", False)
     log.info("autotuner: %s %s on %s: %s %s", spec.name, problem.key, device.key, answer.source, answer.config)
     return answer
+
+
+def redecided(view: EngineView, miss: Miss, store: Any, stored: dict[str, Any]) -> Answer | None:
+    """The fastest of the configs this launch may use among the stored timings of its key, where the stored winner
+    is not one of them (removed from the list, or pruned here); None where none of them was timed."""
+    try:
+        times = store.trial_times(op=view.op, problem=miss.problem, device=miss.device) if store is not None else {}
+    except Exception as exc:  # no stored timings to decide from: the miss policy decides
+        log.info("autotuner: %s: no stored timings to re-decide from: %s", view.spec.name, exc)
+        return None
+    timed = [(ms, config) for config, ms in times.values() if ms is not None and view.spec.allows(miss, config)]
+    if not timed:
+        return None
+    ms, config = min(timed, key=lambda t: t[0])
+    return Answer(config, f"exact (re-decided among {len(timed)} stored timings: the stored winner "
+                          f"{config_key(stored)} is no longer a config of this launch)", True)
 
 
 def nearest_answer(view: EngineView, miss: Miss) -> Answer:

@@ -104,6 +104,14 @@ class KernelSpec:
             return config_dict(self.prune(miss.nargs, miss.prune_kwargs)[0])
         return self.space.default(miss.problem, miss.device)
 
+    def allows(self, miss: Miss, config: Mapping[str, Any]) -> bool:
+        """Whether a stored config is one this launch may use: valid in the space (a listed config, under its
+        constraints) and left by the pruning."""
+        if self.space.violations(config, miss.problem, miss.device):
+            return False
+        pruned = self.pruned(miss)
+        return pruned is None or config_key(config) in {config_key(c) for c in pruned}
+
     def hooked_config(self, config: Mapping[str, Any]) -> triton.Config | None:
         """The list's own triton.Config for a config (it may carry a pre_hook of its own)."""
         return self.triton_configs.get(config_key(config))

@@ -5,6 +5,7 @@ opened then. So a process that launches tuned kernels never imports SQLAlchemy (
 
 from __future__ import annotations
 
+import copy
 import threading
 import time
 from collections.abc import Callable
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
 
 
 T = TypeVar("T")
+E = TypeVar("E", bound=BaseException)
 # A launching process reads an op's results for its nearest lookups at most this often; past it, the rows held are
 # served while a background thread reads them again (the launching thread reads only what it never read before).
 OP_ROWS_S = 5.0
@@ -181,13 +183,13 @@ class LazyStore:
         with self._lock:
             if self._store is None:
                 if remember and self._error is not None and time.monotonic() - self._failed_at < self.retry_s:
-                    raise self._error
+                    raise _detached(self._error)
                 try:
                     self._store = self._open()
                     self._error = None
                 except (DatabaseUnavailable, NotAutotunerDatabase) as exc:
                     if remember:
-                        self._failed_at, self._error = time.monotonic(), exc
+                        self._failed_at, self._error = time.monotonic(), _detached(exc)
                     raise
             return self._store
 
@@ -215,3 +217,11 @@ class LazyStore:
             with self._lock:
                 self._store, self._error = store, None
         return store
+
+
+def _detached(exc: E) -> E:
+    """A copy of an exception without its traceback or context: kept (and raised again) without keeping the frames
+    it passed through, and their locals (a launch's tensors), alive."""
+    copied = copy.copy(exc)
+    copied.__traceback__ = copied.__context__ = copied.__cause__ = None
+    return copied

@@ -31,7 +31,7 @@ def test_the_driver_gives_the_properties_torch_gives():
 
 
 def test_a_tune_command_on_the_gpu_imports_no_torch_in_its_own_process(tmp_path):
-    env = {**os.environ, "AUTOTUNER_LOCAL_WORKER": "0", "AUTOTUNER_DB": f"sqlite:///{tmp_path / 'gpu.db'}"}
+    env = {**os.environ, "AUTOTUNER_LOCAL_WORKER": "0", "AUTOTUNER_DB_URL": f"sqlite:///{tmp_path / 'gpu.db'}"}
     out = subprocess.run([sys.executable, "-c", NO_TORCH_SCRIPT, "matmul", "--M", "512", "--N", "512", "--K", "512",
                           "--trials", "8", "--json"], capture_output=True, text=True, env=env, timeout=600)
     assert out.returncode == 0, out.stderr

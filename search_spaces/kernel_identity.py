@@ -1,0 +1,106 @@
+"""A Triton kernel function's identity, for its results' `kernel_hash`: what decides its binary, as Triton's own
+cache key reads it, and nothing else.
+
+    kernel_identity(fn)   # the function's source from its `def` on (the decorator lines above it left out), and
+                          # for every name it reads: a JIT function's identity (its callees, followed), or a
+                          # constant's value (an int, float, bool, str, or tl.constexpr)
+
+A config added to or removed from the decorator's list, a changed `key`, a comment above the `def` or a line moved
+leave it unchanged, so stored timings stay current; a change to the kernel's body, to a JIT function it calls
+(named directly or through a module, `helpers.fn`), or to a constant global it reads changes it. The same
+function hashes the same under Triton's interpreter and on a GPU.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import inspect
+import re
+import textwrap
+from types import ModuleType
+from typing import Any
+
+_DEF = re.compile(r"^def\s+\w+\s*\(", re.MULTILINE)
+_CONSTANTS = (int, float, bool, str)
+
+
+def python_function(value: Any) -> Any:
+    """The Python function under a JIT function (Triton's JITFunction, the interpreter's, or a wrapper such as
+    triton.heuristics or an Autotuner), or None for anything else."""
+    seen = 0
+    while not inspect.isfunction(value):
+        if not hasattr(value, "fn") or not hasattr(value, "arg_names") or seen > 8:
+            return None
+        value, seen = value.fn, seen + 1
+    return value if seen else None
+
+
+def kernel_identity(fn: Any) -> str:
+    """The kernel's identity: a hex digest (see the module's text). `fn` is the Python function or what wraps it."""
+    h = hashlib.sha256()
+    _visit(python_function(fn) or fn, h, set())
+    return h.hexdigest()
+
+
+def _source(func: Any) -> str:
+    try:
+        src = textwrap.dedent(inspect.getsource(func))
+    except (OSError, TypeError):  # no source on disk (defined in a REPL): its name stands for it
+        return str(getattr(func, "__qualname__", repr(func)))
+    match = _DEF.search(src)
+    return src[match.start():] if match else src
+
+
+def _visit(func: Any, h: Any, seen: set[int]) -> None:
+    if id(func) in seen:
+        return
+    seen.add(id(func))
+    src = _source(func)
+    h.update(src.encode())
+    try:
+        tree = ast.parse(src)
+    except SyntaxError:
+        return
+    scope = {**getattr(func, "__globals__", {}), **_nonlocals(func)}
+    for path in sorted(_names(tree)):
+        value = _resolve(scope, path)
+        callee = python_function(value)
+        if callee is not None:
+            h.update(f"\0call {'.'.join(path)}\0".encode())
+            _visit(callee, h, seen)
+            continue
+        constant = getattr(value, "value", value) if type(value).__name__ == "constexpr" else value
+        if isinstance(constant, _CONSTANTS):
+            h.update(f"\0{'.'.join(path)}={constant!r}\0".encode())
+
+
+def _nonlocals(func: Any) -> dict[str, Any]:
+    try:
+        return dict(inspect.getclosurevars(func).nonlocals)
+    except (TypeError, ValueError):
+        return {}
+
+
+def _names(tree: ast.AST) -> set[tuple[str, ...]]:
+    """Every name the function reads, and every dotted path read from one (`helpers.fn`, `tl.float32`)."""
+    out: set[tuple[str, ...]] = set()
+    for node in ast.walk(tree):
+        parts: list[str] = []
+        while isinstance(node, ast.Attribute):
+            parts.append(node.attr)
+            node = node.value
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+            path = (node.id, *reversed(parts))
+            out.update(path[:i] for i in range(1, len(path) + 1))
+    return out
+
+
+def _resolve(scope: dict[str, Any], path: tuple[str, ...]) -> Any:
+    """The value a dotted path names, followed through modules only (an argument's attribute is not looked up)."""
+    value = scope.get(path[0])
+    for part in path[1:]:
+        if not isinstance(value, ModuleType):
+            return None
+        value = getattr(value, part, None)
+    return value
