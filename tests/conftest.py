@@ -12,16 +12,16 @@ from pathlib import Path
 
 import pytest
 
+import kernels  # noqa: F401  (selects the interpreter before triton's jit runs)
+from autotuner.base.device import DeviceInfo, current_device
+from kernels._checks import poison_outputs
+
 # The user's own data folder (the default database, the kept binaries) is never touched by a test: every process of
 # the run, those a test starts included, finds it here instead, and a test that writes into it fails (below).
 USER_DATA = Path(tempfile.mkdtemp(prefix="autotuner-tests-user-data-"))
 USER_CACHE = Path(tempfile.mkdtemp(prefix="autotuner-tests-user-cache-"))
 os.environ["XDG_DATA_HOME"] = str(USER_DATA)
 os.environ["XDG_CACHE_HOME"] = str(USER_CACHE)
-
-import kernels  # noqa: F401  (selects the interpreter before triton's jit runs)
-from autotuner.base.device import DeviceInfo, current_device
-from kernels._checks import poison_outputs
 
 poison_outputs(True)  # every output in the tests starts as NaN, so an unwritten element fails
 

@@ -7,8 +7,8 @@ import triton
 import triton.language as tl
 
 import autotuner
-from tests.interpreter_timing import drop_64, wall_bench
 from autotuner.decorator.configs import config_dict
+from tests.interpreter_timing import drop_64, wall_bench
 
 CONFIGS = [triton.Config({"BLOCK": 32}, num_warps=1), triton.Config({"BLOCK": 64}, num_warps=2),
            triton.Config({"BLOCK": 128}, num_warps=4)]

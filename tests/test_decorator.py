@@ -21,12 +21,12 @@ import autotuner
 from autotuner.base.device import current_device
 from autotuner.base.settings import Settings
 from autotuner.decorator.autotuned import KernelNotTuned
+from autotuner.decorator.configs import config_dict
 from autotuner.launch.lookup import Resolver, set_resolver
 from autotuner.store.database import Store
 from db.engine import session_scope
 from db.models import Job, Trial, TuningRun
 from tests import decorated_kernels as dk
-from autotuner.decorator.configs import config_dict
 
 ROOT = Path(__file__).resolve().parents[1]
 

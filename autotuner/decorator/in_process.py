@@ -7,8 +7,8 @@ from __future__ import annotations
 import importlib
 import logging
 import os
-import sys
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence

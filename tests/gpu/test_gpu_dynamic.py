@@ -19,10 +19,10 @@ import autotuner
 from autotuner.base.device import current_device
 from autotuner.base.registry import get_op
 from autotuner.base.settings import Settings
+from autotuner.decorator.configs import config_dict
 from autotuner.launch.lookup import Resolver, resolver, set_resolver
 from autotuner.launch.serving import answer_config
 from autotuner.store.database import Store
-from autotuner.decorator.configs import config_dict
 
 pytestmark = [
     pytest.mark.gpu,
