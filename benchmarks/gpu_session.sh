@@ -17,7 +17,7 @@
 #   libraries  benchmarks/libraries.py: real libraries' autotuned kernels (wheels carried in .whl/libs:
 #              liger-kernel 0.8.5, fla-core 0.6.0 with einops 0.8.2, flag-gems 5.0.2 with PyYAML 6.0.3; the Triton
 #              tutorial's fused attention in .whl/tutorial) under `python -m autotuner run` against Triton's own
-#              (LIB_WORKLOADS: which); then, where LIB_TESTS_DIR names a library's test folder (carried: liger-kernel
+#              (LIB_WORKLOADS: which; LIB_ARGS: more arguments, e.g. --train for the training-like loops); then, where LIB_TESTS_DIR names a library's test folder (carried: liger-kernel
 #              0.8.5's sdist tests in .whl/liger_tests), the tests in LIB_TESTS with and without the switch.
 #              None of .whl is committed: the wheels come from `pip download --no-deps --only-binary=:all:
 #              --python-version 3.12 -d .whl/libs NAME==VERSION`; .whl/liger_tests holds test/{__init__,conftest,
@@ -96,12 +96,12 @@ if [[ $STEPS == *,dynamic,* ]]; then
   python3 benchmarks/dynamic_shapes.py --cases "${DYNAMIC_CASES:-c,lib,a,b}" --out "$OUT" 2>&1 | tee "$OUT/dynamic.txt" | tail -12
 fi
 if [[ $STEPS == *,libraries,* ]]; then
-  workloads=${LIB_WORKLOADS-liger_dyt,fla_gla,flag_gems_ops,tutorial_attention}
+  workloads=${LIB_WORKLOADS-liger_dyt,fla_gla,fla_l2norm,flag_gems_ops,tutorial_attention}
   step "real libraries under python -m autotuner run: $workloads ${LIB_TESTS_DIR:+; tests in $LIB_TESTS_DIR}"
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/libsite .whl/libs/*.whl || exit 1
   PYTHONPATH=/tmp/libsite:$PYTHONPATH python3 benchmarks/libraries.py --keep /tmp/libraries --workloads "$workloads" \
       ${LIB_TESTS_DIR:+--tests-dir "$LIB_TESTS_DIR" --tests "${LIB_TESTS:-}" --tests-timeout "${LIB_TESTS_TIMEOUT:-900}"} --timeout "${LIB_TIMEOUT:-900}" ${LIB_PROFILE:+--profile} \
-      --json-out "$OUT/libraries.json" 2>&1 | tee "$OUT/libraries.txt" | tail -40
+      ${LIB_ARGS:-} --json-out "$OUT/libraries.json" 2>&1 | tee "$OUT/libraries.txt" | tail -40
   (cd /tmp/libraries && find . \( -name '*.log' -o -name '*-report.json' -o -name '*.xml' \) -print0 \
       | tar czf "$OUT/libraries.tgz" --null -T -)  # one file: what comes back is counted in files
 fi

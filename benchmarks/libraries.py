@@ -14,8 +14,12 @@ With --tests-dir, a library's own tests (pytest arguments in --tests, run in tha
 processes, plainly and under `python -m autotuner run -m pytest` on a new database, and the pass counts are compared
 test by test.
 
-    python benchmarks/libraries.py [--workloads liger_dyt,fla_gla,flag_gems_ops,tutorial_attention]
-        [--json-out FILE] [--keep DIR] [--tests-dir DIR --tests "ARGS"]
+    python benchmarks/libraries.py [--workloads liger_dyt,fla_gla,fla_l2norm,flag_gems_ops,tutorial_attention]
+        [--train | --train-only] [--json-out FILE] [--keep DIR] [--tests-dir DIR --tests "ARGS"]
+
+With --train, each workload then runs a training-like loop (new tensors every step: benchmarks/workloads/_common.py)
+in two more processes, under Triton's own autotuner and under the switch: the memory allocated after 10, 100 and
+1000 steps and the time per step (the fastest of three rounds of 200).
 
 The libraries are the caller's to install (pinned versions: RESULTS.md says which were measured). With
 AUTOTUNER_GPUS=0,1 in the environment, the first process tunes each key on those GPUs at once (against a run
@@ -38,7 +42,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 WORKLOADS = ROOT / "benchmarks" / "workloads"
 PROFILE = False
-DEFAULT = ("liger_dyt", "fla_gla", "flag_gems_ops", "tutorial_attention")
+DEFAULT = ("liger_dyt", "fla_gla", "fla_l2norm", "flag_gems_ops", "tutorial_attention")
 
 
 def process(argv: list[str], switched: bool, cache: Path, db: str,
@@ -52,9 +56,12 @@ def process(argv: list[str], switched: bool, cache: Path, db: str,
     return [sys.executable, *(["-m", "autotuner", "run", "--"] if switched else []), *argv], env
 
 
-def run_once(script: Path, mode: str, folder: Path, cache: Path, db: str, timeout: int) -> dict[str, Any]:
+def run_once(script: Path, mode: str, folder: Path, cache: Path, db: str, timeout: int,
+             train: bool = False) -> dict[str, Any]:
     out_file, report = folder / f"{mode}.pt", folder / f"{mode}-report.json"
-    cmd, env = process([str(script)], not mode.startswith("triton"), cache, db, report)
+    cmd, env = process([str(script)], "triton" not in mode, cache, db, report)
+    if train:  # benchmarks/workloads/_common.py's training-like loop: new tensors every step
+        env["WORKLOAD_MODE"] = "train"
     # a library's own cache of tuned configs, new in each run: the second process is as another machine sharing
     # the database would be (FlagGems keeps one; FLA's is off unless FLA_CACHE_MODE is set)
     env.update(WORKLOAD_OUT=str(out_file), FLAGGEMS_CACHE_DIR=str(folder / f"{mode}-flaggems"))
@@ -73,6 +80,8 @@ def run_once(script: Path, mode: str, folder: Path, cache: Path, db: str, timeou
         row["error"] = (proc.stderr.strip().splitlines() or ["?"])[-1][:200]
         return row
     row.update(json.loads(proc.stdout.strip().splitlines()[-1]))
+    if train:
+        return row
     if report.exists():
         kernels = json.loads(report.read_text())
         sources = [s for k in kernels if k["covered"] for s in k["keys"].values()]
@@ -102,6 +111,21 @@ def compare(a: Path, b: Path) -> str:
 
     diffs = {n: largest(x[n], y[n]) for n in x if not same(x[n], y[n])}
     return "bit-identical" if not diffs else "differs: " + ", ".join(f"{n} {d:.3g}" for n, d in diffs.items())
+
+
+def print_train(trains: list[dict[str, Any]]) -> None:
+    """The training-like loops' table: memory allocated after 10, 100 and 1000 steps, its growth, ms per step."""
+    print("\n| workload | run | MiB after 10 / 100 / 1000 steps | growth MiB | ms per step | vs Triton |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    plain = {r["workload"]: r.get("step_ms") for r in trains if r["mode"] == "train-triton" and r["ok"]}
+    for r in trains:
+        if not r["ok"]:
+            print(f"| {r['workload']} | {r['mode']} | failed: {r['error']} | | | |")
+            continue
+        mem = " / ".join(f"{v:.1f}" for v in r["memory_mib"].values())
+        base = plain.get(r["workload"])
+        ratio = f"{r['step_ms'] / base:.3f}x" if base else "-"
+        print(f"| {r['workload']} | {r['mode'][6:]} | {mem} | {r['growth_mib']:+.1f} | {r['step_ms']:.3f} | {ratio} |")
 
 
 def library_tests(folder: Path, tests: str, timeout: int, work: Path) -> dict[str, Any]:
@@ -166,10 +190,15 @@ def main() -> None:
     ap.add_argument("--tests", default="", help="pytest arguments, run in --tests-dir")
     ap.add_argument("--tests-timeout", type=int, default=900, help="seconds each test run may take")
     ap.add_argument("--profile", action="store_true", help="profile each run's first call (to *-profile.log)")
+    ap.add_argument("--train", action="store_true", help="then each workload's training-like loop, under Triton's "
+                    "own autotuner and under the switch (on the database the runs before filled)")
+    ap.add_argument("--train-only", action="store_true", help="only the training-like loops (the switch tunes in "
+                    "its first steps)")
     args = ap.parse_args()
     global PROFILE
     PROFILE = args.profile
-    rows = []
+    rows: list[dict[str, Any]] = []
+    trains: list[dict[str, Any]] = []
     for name in filter(None, args.workloads.split(",")):
         script = Path(name) if name.endswith(".py") else WORKLOADS / f"{name}.py"
         folder = Path(args.keep) / script.stem if args.keep else Path(tempfile.mkdtemp(prefix=f"{script.stem}-"))
@@ -177,7 +206,9 @@ def main() -> None:
         db = f"sqlite:///{folder / 'autotuner.db'}"
         for stale in (folder / "autotuner.db", folder / "cache-triton", folder / "cache-autotuner"):
             shutil.rmtree(stale, ignore_errors=True) if stale.is_dir() else stale.unlink(missing_ok=True)
-        for mode, cache in (("triton", "cache-triton"), ("first", "cache-autotuner"), ("second", "cache-autotuner")):
+        runs = () if args.train_only else (("triton", "cache-triton"), ("first", "cache-autotuner"),
+                                              ("second", "cache-autotuner"))
+        for mode, cache in runs:
             row = {"workload": script.stem, **run_once(script, mode, folder, folder / cache, db, args.timeout)}
             if mode != "triton":
                 row["outputs_vs_triton"] = compare(folder / "triton.pt", folder / f"{mode}.pt")
@@ -194,12 +225,21 @@ def main() -> None:
             again["outputs_vs_triton"] = compare(folder / "triton.pt", folder / "triton-again.pt")
             rows.append(again)
             print(json.dumps(again), flush=True)
+        if args.train or args.train_only:
+            for mode, cache in (("train-triton", "cache-triton"), ("train-switch", "cache-autotuner")):
+                row = {"workload": script.stem, **run_once(script, mode, folder, folder / cache, db, args.timeout,
+                                                           train=True)}
+                trains.append(row)
+                print(json.dumps(row), flush=True)
     tests = None
     if args.tests_dir:
         work = Path(args.keep) / "library-tests" if args.keep else Path(tempfile.mkdtemp(prefix="library-tests-"))
         tests = library_tests(Path(args.tests_dir), args.tests, args.tests_timeout, work)
     if args.json_out:
-        Path(args.json_out).write_text(json.dumps({"workloads": rows, "library_tests": tests}, indent=1))
+        Path(args.json_out).write_text(json.dumps({"workloads": rows, "train": trains, "library_tests": tests},
+                                                  indent=1))
+    if trains:
+        print_train(trains)
     print("\n| workload | run | wall s | start to first call done s | first call s | steady ms (again) | "
           "covered / met | keys tuned here / reused | outputs vs triton |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")

@@ -72,6 +72,8 @@ class Launcher:
                  "_extras")
     _slots: list[tuple[int, int]]  # (position in the bound values, position in the call's arguments)
     _values: list[Any]  # the first call's bound values, None where a call's own arguments go
+    _device: int  # the CUDA device the first call ran on (-1 in the interpreter)
+    _compiled: Any  # Triton's compiled kernel (None in the interpreter)
 
     def __init__(self, fn: Any, grid: tuple[int, ...], meta: Mapping[str, Any]) -> None:
         self.fn = fn
@@ -112,7 +114,7 @@ class Launcher:
         try:
             if interpreting():
                 values, self._extras = self._bind(args)
-                self._device, self._compiled = None, None
+                self._device, self._compiled = -1, None
                 run: Any = _interpret
             else:
                 device = torch.cuda.current_device()

@@ -20,6 +20,7 @@ import torch
 from autotuner.decorator.engine_view import EngineView
 from autotuner.decorator.keys import Miss
 from autotuner.decorator.lanes import QUEUE_SLACK_S, Lane, lane_devices, on, set_up
+from autotuner.engine import l2_flush
 from autotuner.engine.measure import InOrderMeasurer
 from autotuner.engine.outcome import Outcome, classify, short_error
 from autotuner.engine.timing import Timing, time_fn
@@ -164,6 +165,7 @@ def tune_here(view: EngineView, miss: Miss) -> tuple[dict[str, Any], str]:
         result = tune(view.op, problem, store=store, settings=settings, plan=plan, device=device, measurer=measurer)
     finally:
         store.release_tuning(op=spec.name, problem_key=problem.key, device_key=device.key, owner=owner)
+        l2_flush.release()  # the launching process keeps no flush buffer between tunings
     if result.best_config is None:
         raise RuntimeError(f"{spec.name} {problem.key}: every config failed; see run {result.run_id}: "
                            f"{result.trials[0].error if result.trials else ''}")
@@ -197,6 +199,7 @@ def tune_in_memory(view: EngineView, miss: Miss, pruned: list[dict[str, Any]] | 
         o = measurer.measure(c)
         if o.status == "ok" and o.timing is not None:
             times[config_key(c)] = (o.timing.median_ms, c)
+    l2_flush.release()
     if not times:
         raise RuntimeError(f"{view.spec.name} {miss.problem.key}: every config failed")
     winner = min(times.values(), key=lambda t: t[0])[1]

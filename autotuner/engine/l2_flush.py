@@ -52,3 +52,9 @@ def l2_flusher(device: torch.device) -> Callable[[], None]:
 
         _FLUSHES[key] = flush
     return _FLUSHES[key]
+
+
+def release() -> None:
+    """Drop the flush buffers (a process that tuned in passing, a launching one, holds no memory for them)."""
+    _FLUSHES.clear()
+    _BUFFERS.clear()

@@ -1,9 +1,15 @@
-"""What every workload does around its library calls: seeded inputs, the first call timed (tuning included),
-a few more calls timed, every output and gradient saved for comparison, one JSON line printed."""
+"""What every workload does around its library calls. A workload gives `make(seed)` (its inputs, new tensors) and
+`step(inputs)` (the library's calls, forward and backward; what they computed, by name) to `main`, which runs:
+
+- by default: seeded inputs, the first call timed (tuning included), a few more calls timed, every output and
+  gradient saved for comparison, one JSON line printed;
+- with WORKLOAD_MODE=train: a training-like loop, new inputs every step; the memory allocated after 10, 100 and
+  1000 steps, and the steady time per step (new inputs included), one JSON line printed."""
 
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import os
 import sys
@@ -67,6 +73,44 @@ def run(name: str, step: Callable[[], dict[str, torch.Tensor]], repeats: int = 3
                       "steady_again_ms": steadies[1] * 1e3,
                       "started_to_first_done_s": time.time() - START}))
     sys.stdout.flush()
+
+
+def train(name: str, make: Callable[[int], Any], step: Callable[[Any], Any], checkpoints: tuple[int, ...] = (10, 100, 1000),
+          timed: int = 200) -> None:
+    """The training-like loop (see the module's text); the per-step time is the fastest of three rounds of `timed`
+    steps, after the checkpoints."""
+    memory = {}
+    t0 = time.perf_counter()
+    for i in range(1, max(checkpoints) + 1):
+        step(make(i))
+        if i in checkpoints:
+            sync()
+            gc.collect()
+            memory[i] = torch.cuda.memory_allocated() / 2**20 if DEVICE == "cuda" else 0.0
+    loop_s = time.perf_counter() - t0
+    rounds = []
+    for _ in range(3):
+        sync()
+        t0 = time.perf_counter()
+        for i in range(timed):
+            step(make(i))
+        sync()
+        rounds.append((time.perf_counter() - t0) / timed)
+    print(json.dumps({"workload": name, "mode": "train", "memory_mib": memory,
+                      "growth_mib": memory[max(checkpoints)] - memory[min(checkpoints)],
+                      "step_ms": min(rounds) * 1e3, "step_ms_rounds": [r * 1e3 for r in rounds],
+                      "loop_s": loop_s}))
+    sys.stdout.flush()
+
+
+def main(name: str, make: Callable[[int], Any], step: Callable[[Any], dict[str, torch.Tensor]]) -> None:
+    """Run the workload as WORKLOAD_MODE says (see the module's text)."""
+    if os.environ.get("WORKLOAD_MODE") == "train":  # WORKLOAD_CHECKPOINTS, WORKLOAD_TIMED: a shorter loop (a try)
+        checkpoints = tuple(int(c) for c in os.environ.get("WORKLOAD_CHECKPOINTS", "10,100,1000").split(","))
+        train(name, make, step, checkpoints, int(os.environ.get("WORKLOAD_TIMED", "200")))
+        return
+    inputs = make(0)
+    run(name, lambda: step(inputs))
 
 
 def leaf(*shape: int, dtype: torch.dtype = torch.bfloat16, scale: float = 1.0, seed: int = 0) -> Any:

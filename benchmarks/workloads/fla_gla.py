@@ -4,17 +4,21 @@ subclass, `CachedAutotuner`, whose run calls Triton's): batch 2, 2048 tokens, 8 
 issue #640), which is what the GPU machine has."""
 
 import torch
-from _common import leaf, run
+from _common import leaf, main
 from fla.ops.simple_gla import chunk_simple_gla
 
-q, k, v = leaf(2, 2048, 8, 128, seed=1), leaf(2, 2048, 8, 128, seed=2), leaf(2, 2048, 8, 128, seed=3)
-g = torch.nn.functional.logsigmoid(leaf(2, 2048, 8, dtype=torch.float32, seed=4)).detach()
+
+def make(seed):
+    q, k, v = (leaf(2, 2048, 8, 128, seed=seed + i) for i in (1, 2, 3))
+    g = torch.nn.functional.logsigmoid(leaf(2, 2048, 8, dtype=torch.float32, seed=seed + 4)).detach()
+    return q, k, v, g
 
 
-def step():
+def step(inputs):
+    q, k, v, g = inputs
     with torch.no_grad():
         o, _ = chunk_simple_gla(q, k, v, g=g, scale=128 ** -0.5)
     return {"o": o}
 
 
-run("fla_gla", step)
+main("fla_gla", make, step)

@@ -8,7 +8,7 @@ import importlib.util
 import os
 from pathlib import Path
 
-from _common import leaf, run
+from _common import leaf, main
 
 path = Path(os.environ.get("TUTORIAL_ATTENTION", Path(__file__).resolve().parents[2] / ".whl/tutorial/fused_attention.py"))
 spec = importlib.util.spec_from_file_location("fused_attention", path)
@@ -17,11 +17,15 @@ if spec is None or spec.loader is None:
 tutorial = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(tutorial)
 
-inputs = {n: [leaf(1, 32, n, 64, dtype=__import__("torch").float16, scale=0.5, seed=s) for s in (1, 2, 3)]
-          for n in (2048, 4096)}
+import torch  # noqa: E402
 
 
-def step():
+def make(seed):
+    return {n: [leaf(1, 32, n, 64, dtype=torch.float16, scale=0.5, seed=seed + s) for s in (1, 2, 3)]
+            for n in (2048, 4096)}
+
+
+def step(inputs):
     out = {}
     for n, (q, k, v) in inputs.items():
         for t in (q, k, v):
@@ -32,4 +36,4 @@ def step():
     return out
 
 
-run("tutorial_attention", step)
+main("tutorial_attention", make, step)
