@@ -19,7 +19,7 @@ test by test.
 
 With --train, each workload then runs a training-like loop (new tensors every step: benchmarks/workloads/_common.py)
 in two more processes, under Triton's own autotuner and under the switch: the memory allocated after 10, 100 and
-1000 steps and the time per step (the fastest of three rounds of 200).
+1000 steps and the time per step (the fastest of five rounds of 200).
 
 The libraries are the caller's to install (pinned versions: RESULTS.md says which were measured). With
 AUTOTUNER_GPUS=0,1 in the environment, the first process tunes each key on those GPUs at once (against a run

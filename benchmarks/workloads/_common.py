@@ -77,7 +77,7 @@ def run(name: str, step: Callable[[], dict[str, torch.Tensor]], repeats: int = 3
 
 def train(name: str, make: Callable[[int], Any], step: Callable[[Any], Any], checkpoints: tuple[int, ...] = (10, 100, 1000),
           timed: int = 200) -> None:
-    """The training-like loop (see the module's text); the per-step time is the fastest of three rounds of `timed`
+    """The training-like loop (see the module's text); the per-step time is the fastest of five rounds of `timed`
     steps, after the checkpoints."""
     memory = {}
     t0 = time.perf_counter()
@@ -89,14 +89,14 @@ def train(name: str, make: Callable[[int], Any], step: Callable[[Any], Any], che
             memory[i] = torch.cuda.memory_allocated() / 2**20 if DEVICE == "cuda" else 0.0
     loop_s = time.perf_counter() - t0
     rounds = []
-    for _ in range(3):
+    for _ in range(5):
         sync()
         t0 = time.perf_counter()
         for i in range(timed):
             step(make(i))
         sync()
         rounds.append((time.perf_counter() - t0) / timed)
-    print(json.dumps({"workload": name, "mode": "train", "memory_mib": memory,
+    print(json.dumps({"workload": name, "loop": "train", "memory_mib": memory,
                       "growth_mib": memory[max(checkpoints)] - memory[min(checkpoints)],
                       "step_ms": min(rounds) * 1e3, "step_ms_rounds": [r * 1e3 for r in rounds],
                       "loop_s": loop_s}))
