@@ -19,7 +19,8 @@ test by test.
 
 With --train, each workload then runs a training-like loop (new tensors every step: benchmarks/workloads/_common.py)
 in two more processes, under Triton's own autotuner and under the switch: the memory allocated after 10, 100 and
-1000 steps and the time per step (the fastest of five rounds of 200).
+1000 steps and the time per step (the fastest of five rounds of 200); then a third process times the switch
+against Triton on Triton's own configs, rounds alternating (what differs is only the launch path).
 
 The libraries are the caller's to install (pinned versions: RESULTS.md says which were measured). With
 AUTOTUNER_GPUS=0,1 in the environment, the first process tunes each key on those GPUs at once (against a run
@@ -60,8 +61,8 @@ def run_once(script: Path, mode: str, folder: Path, cache: Path, db: str, timeou
              train: bool = False) -> dict[str, Any]:
     out_file, report = folder / f"{mode}.pt", folder / f"{mode}-report.json"
     cmd, env = process([str(script)], "triton" not in mode, cache, db, report)
-    if train:  # benchmarks/workloads/_common.py's training-like loop: new tensors every step
-        env["WORKLOAD_MODE"] = "train"
+    if train:  # benchmarks/workloads/_common.py's loops: new tensors every step
+        env["WORKLOAD_MODE"] = "same_configs" if mode == "same-configs" else "train"
     # a library's own cache of tuned configs, new in each run: the second process is as another machine sharing
     # the database would be (FlagGems keeps one; FLA's is off unless FLA_CACHE_MODE is set)
     env.update(WORKLOAD_OUT=str(out_file), FLAGGEMS_CACHE_DIR=str(folder / f"{mode}-flaggems"))
@@ -118,7 +119,10 @@ def print_train(trains: list[dict[str, Any]]) -> None:
     print("\n| workload | run | MiB after 10 / 100 / 1000 steps | growth MiB | ms per step | vs Triton |")
     print("| --- | --- | --- | --- | --- | --- |")
     plain = {r["workload"]: r.get("step_ms") for r in trains if r["mode"] == "train-triton" and r["ok"]}
+    same = [r for r in trains if r["mode"] == "same-configs"]
     for r in trains:
+        if r["mode"] == "same-configs":
+            continue
         if not r["ok"]:
             print(f"| {r['workload']} | {r['mode']} | failed: {r['error']} | | | |")
             continue
@@ -126,6 +130,16 @@ def print_train(trains: list[dict[str, Any]]) -> None:
         base = plain.get(r["workload"])
         ratio = f"{r['step_ms'] / base:.3f}x" if base else "-"
         print(f"| {r['workload']} | {r['mode'][6:]} | {mem} | {r['growth_mib']:+.1f} | {r['step_ms']:.3f} | {ratio} |")
+    if same:
+        print("\nthe same configs (Triton's), one process, rounds alternating:\n"
+              "| workload | Triton ms per step | switch ms per step | switch / Triton | where the switch's configs came from |")
+        print("| --- | --- | --- | --- | --- |")
+        for r in same:
+            if not r["ok"]:
+                print(f"| {r['workload']} | failed: {r['error']} | | | |")
+                continue
+            print(f"| {r['workload']} | {r['triton_ms']:.3f} | {r['switch_ms']:.3f} | "
+                  f"{r['switch_ms'] / r['triton_ms']:.3f}x | {'; '.join(s[:40] for s in r['sources'])} |")
 
 
 def library_tests(folder: Path, tests: str, timeout: int, work: Path) -> dict[str, Any]:
@@ -226,7 +240,8 @@ def main() -> None:
             rows.append(again)
             print(json.dumps(again), flush=True)
         if args.train or args.train_only:
-            for mode, cache in (("train-triton", "cache-triton"), ("train-switch", "cache-autotuner")):
+            for mode, cache in (("train-triton", "cache-triton"), ("train-switch", "cache-autotuner"),
+                                ("same-configs", "cache-triton")):
                 row = {"workload": script.stem, **run_once(script, mode, folder, folder / cache, db, args.timeout,
                                                            train=True)}
                 trains.append(row)

@@ -4,7 +4,9 @@
 - by default: seeded inputs, the first call timed (tuning included), a few more calls timed, every output and
   gradient saved for comparison, one JSON line printed;
 - with WORKLOAD_MODE=train: a training-like loop, new inputs every step; the memory allocated after 10, 100 and
-  1000 steps, and the steady time per step (new inputs included), one JSON line printed."""
+  1000 steps, and the steady time per step (new inputs included), one JSON line printed;
+- with WORKLOAD_MODE=same_configs: the switch against Triton's own autotuner on Triton's configs, in one process,
+  rounds alternating (`same_configs`)."""
 
 from __future__ import annotations
 
@@ -103,11 +105,41 @@ def train(name: str, make: Callable[[int], Any], step: Callable[[Any], Any], che
     sys.stdout.flush()
 
 
+def same_configs(name: str, make: Callable[[int], Any], step: Callable[[Any], Any], timed: int = 200) -> None:
+    """The switch against Triton's own autotuner on the same configs, in one process: Triton tunes in 10 steps,
+    `autotuner.install()` takes its choices from Triton's cache, then rounds of `timed` steps alternate between
+    the two (uninstall, install); the fastest round of each. What differs is only the launch path."""
+    import autotuner
+
+    for i in range(10):
+        step(make(i))
+    autotuner.install()
+    for i in range(10):
+        step(make(i))
+    rounds: dict[str, list[float]] = {"triton": [], "switch": []}
+    for _ in range(5):
+        for mode in rounds:
+            (autotuner.uninstall if mode == "triton" else autotuner.install)()
+            sync()
+            t0 = time.perf_counter()
+            for i in range(timed):
+                step(make(i))
+            sync()
+            rounds[mode].append((time.perf_counter() - t0) / timed * 1e3)
+    sources = sorted({s for k in autotuner.report() if k.covered for s in k.keys.values()})
+    print(json.dumps({"workload": name, "loop": "same_configs", "triton_ms": min(rounds["triton"]),
+                      "switch_ms": min(rounds["switch"]), "rounds_ms": rounds, "sources": sources}))
+    sys.stdout.flush()
+
+
 def main(name: str, make: Callable[[int], Any], step: Callable[[Any], dict[str, torch.Tensor]]) -> None:
     """Run the workload as WORKLOAD_MODE says (see the module's text)."""
     if os.environ.get("WORKLOAD_MODE") == "train":  # WORKLOAD_CHECKPOINTS, WORKLOAD_TIMED: a shorter loop (a try)
         checkpoints = tuple(int(c) for c in os.environ.get("WORKLOAD_CHECKPOINTS", "10,100,1000").split(","))
         train(name, make, step, checkpoints, int(os.environ.get("WORKLOAD_TIMED", "200")))
+        return
+    if os.environ.get("WORKLOAD_MODE") == "same_configs":
+        same_configs(name, make, step, int(os.environ.get("WORKLOAD_TIMED", "200")))
         return
     inputs = make(0)
     run(name, lambda: step(inputs))
