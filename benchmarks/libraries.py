@@ -60,7 +60,8 @@ def process(argv: list[str], switched: bool, cache: Path, db: str,
 def run_once(script: Path, mode: str, folder: Path, cache: Path, db: str, timeout: int,
              train: bool = False) -> dict[str, Any]:
     out_file, report = folder / f"{mode}.pt", folder / f"{mode}-report.json"
-    cmd, env = process([str(script)], "triton" not in mode, cache, db, report)
+    # plain under Triton; the same-configs process installs the switch itself, after Triton tuned
+    cmd, env = process([str(script)], "triton" not in mode and mode != "same-configs", cache, db, report)
     if train:  # benchmarks/workloads/_common.py's loops: new tensors every step
         env["WORKLOAD_MODE"] = "same_configs" if mode == "same-configs" else "train"
     # a library's own cache of tuned configs, new in each run: the second process is as another machine sharing
