@@ -207,6 +207,8 @@ def main() -> None:
     ap.add_argument("--profile", action="store_true", help="profile each run's first call (to *-profile.log)")
     ap.add_argument("--train", action="store_true", help="then each workload's training-like loop, under Triton's "
                     "own autotuner and under the switch (on the database the runs before filled)")
+    ap.add_argument("--loops", default="train,same", help="with --train: the training-like loops (train) and the "
+                    "same-configs comparison (same), or one of them")
     ap.add_argument("--train-only", action="store_true", help="only the training-like loops (the switch tunes in "
                     "its first steps)")
     args = ap.parse_args()
@@ -241,8 +243,9 @@ def main() -> None:
             rows.append(again)
             print(json.dumps(again), flush=True)
         if args.train or args.train_only:
-            for mode, cache in (("train-triton", "cache-triton"), ("train-switch", "cache-autotuner"),
-                                ("same-configs", "cache-triton")):
+            loops = {"train": (("train-triton", "cache-triton"), ("train-switch", "cache-autotuner")),
+                     "same": (("same-configs", "cache-triton"),)}
+            for mode, cache in [m for loop in args.loops.split(",") for m in loops[loop]]:
                 row = {"workload": script.stem, **run_once(script, mode, folder, folder / cache, db, args.timeout,
                                                            train=True)}
                 trains.append(row)

@@ -126,7 +126,9 @@ def same_configs(name: str, make: Callable[[int], Any], step: Callable[[Any], An
                 step(make(i))
             sync()
             rounds[mode].append((time.perf_counter() - t0) / timed * 1e3)
-    sources = sorted({s for k in autotuner.report() if k.covered for s in k.keys.values()})
+    from autotuner.decorator.install import report
+
+    sources = sorted({s for k in report() if k.covered for s in k.keys.values()})
     print(json.dumps({"workload": name, "loop": "same_configs", "triton_ms": min(rounds["triton"]),
                       "switch_ms": min(rounds["switch"]), "rounds_ms": rounds, "sources": sources}))
     sys.stdout.flush()
