@@ -9,7 +9,7 @@ of back-to-back calls queued behind a sleeping kernel (so the GPU never holds th
     checked          the kernel module's launcher with an explicit config (every check on every call)
     torch            torch's own op
 and for softmax, gelu and the tutorial matmul, decorated copies of the same kernel: `@triton.autotune` and
-`@autotuner.autotune`, each on its cache hit.
+`@autotuner.autotune`, each on its cache hit (the matmul also with every argument by keyword).
 
     python benchmarks/launch_overhead.py [--calls 400] [--rounds 7] [--json-out FILE]
 """
@@ -152,6 +152,8 @@ def decorated() -> list[tuple[str, dict[str, Callable[[], Any]]]]:
         "plain launch": lambda: ours_mm.fn[mm_grid(first.kwargs)](*mm_args(), **first.all_kwargs()),
         "triton.autotune hit": lambda: tri_mm[mm_grid](*mm_args()),
         "autotuner.autotune hit": lambda: ours_mm[mm_grid](*mm_args()),
+        "triton.autotune hit, keywords": lambda: tri_mm[mm_grid](**dict(zip(ours_mm.arg_names, mm_args()))),
+        "autotuner.autotune hit, keywords": lambda: ours_mm[mm_grid](**dict(zip(ours_mm.arg_names, mm_args()))),
     }))
     return rows
 
