@@ -20,7 +20,8 @@ test by test.
 With --train, each workload then runs a training-like loop (new tensors every step: benchmarks/workloads/_common.py)
 in two more processes, under Triton's own autotuner and under the switch: the memory allocated after 10, 100 and
 1000 steps and the time per step (the fastest of five rounds of 200); then a third process times the switch
-against Triton on Triton's own configs, rounds alternating (what differs is only the launch path).
+against Triton on Triton's own configs, 20 rounds of 100 steps each alternating (what differs is only the launch
+path).
 
 The libraries are the caller's to install (pinned versions: RESULTS.md says which were measured). With
 AUTOTUNER_GPUS=0,1 in the environment, the first process tunes each key on those GPUs at once (against a run
@@ -133,14 +134,16 @@ def print_train(trains: list[dict[str, Any]]) -> None:
         print(f"| {r['workload']} | {r['mode'][6:]} | {mem} | {r['growth_mib']:+.1f} | {r['step_ms']:.3f} | {ratio} |")
     if same:
         print("\nthe same configs (Triton's), one process, rounds alternating:\n"
-              "| workload | Triton ms per step | switch ms per step | switch / Triton | where the switch's configs came from |")
-        print("| --- | --- | --- | --- | --- |")
+              "| workload | Triton ms per step | switch ms per step | switch / Triton | paired rounds' median | where the "
+              "switch's configs came from |")
+        print("| --- | --- | --- | --- | --- | --- |")
         for r in same:
             if not r["ok"]:
                 print(f"| {r['workload']} | failed: {r['error']} | | | |")
                 continue
             print(f"| {r['workload']} | {r['triton_ms']:.3f} | {r['switch_ms']:.3f} | "
-                  f"{r['switch_ms'] / r['triton_ms']:.3f}x | {'; '.join(s[:40] for s in r['sources'])} |")
+                  f"{r['switch_ms'] / r['triton_ms']:.3f}x | {r['paired_median']:.3f}x | "
+                  f"{'; '.join(s[:40] for s in r['sources'])} |")
 
 
 def library_tests(folder: Path, tests: str, timeout: int, work: Path) -> dict[str, Any]:

@@ -105,10 +105,12 @@ def train(name: str, make: Callable[[int], Any], step: Callable[[Any], Any], che
     sys.stdout.flush()
 
 
-def same_configs(name: str, make: Callable[[int], Any], step: Callable[[Any], Any], timed: int = 200) -> None:
+def same_configs(name: str, make: Callable[[int], Any], step: Callable[[Any], Any], timed: int = 100,
+                 rounds_each: int = 20) -> None:
     """The switch against Triton's own autotuner on the same configs, in one process: Triton tunes in 10 steps,
     `autotuner.install()` takes its choices from Triton's cache, then rounds of `timed` steps alternate between
-    the two (uninstall, install); the fastest round of each. What differs is only the launch path."""
+    the two (uninstall, install), `rounds_each` of each; the fastest round of each, and the median of the ratios
+    of each round pair. What differs is only the launch path."""
     import autotuner
 
     for i in range(10):
@@ -117,7 +119,7 @@ def same_configs(name: str, make: Callable[[int], Any], step: Callable[[Any], An
     for i in range(10):
         step(make(i))
     rounds: dict[str, list[float]] = {"triton": [], "switch": []}
-    for _ in range(5):
+    for _ in range(rounds_each):
         for mode in rounds:
             (autotuner.uninstall if mode == "triton" else autotuner.install)()
             sync()
@@ -129,8 +131,10 @@ def same_configs(name: str, make: Callable[[int], Any], step: Callable[[Any], An
     from autotuner.decorator.install import report
 
     sources = sorted({s for k in report() if k.covered for s in k.keys.values()})
+    pairs = sorted(b / a for a, b in zip(rounds["triton"], rounds["switch"], strict=True))
     print(json.dumps({"workload": name, "loop": "same_configs", "triton_ms": min(rounds["triton"]),
-                      "switch_ms": min(rounds["switch"]), "rounds_ms": rounds, "sources": sources}))
+                      "switch_ms": min(rounds["switch"]), "paired_median": pairs[len(pairs) // 2],
+                      "rounds_ms": rounds, "sources": sources}))
     sys.stdout.flush()
 
 
@@ -141,7 +145,7 @@ def main(name: str, make: Callable[[int], Any], step: Callable[[Any], dict[str, 
         train(name, make, step, checkpoints, int(os.environ.get("WORKLOAD_TIMED", "200")))
         return
     if os.environ.get("WORKLOAD_MODE") == "same_configs":
-        same_configs(name, make, step, int(os.environ.get("WORKLOAD_TIMED", "200")))
+        same_configs(name, make, step, int(os.environ.get("WORKLOAD_TIMED", "100")))
         return
     inputs = make(0)
     run(name, lambda: step(inputs))
