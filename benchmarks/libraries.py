@@ -116,10 +116,15 @@ def compare(a: Path, b: Path) -> str:
     return "bit-identical" if not diffs else "differs: " + ", ".join(f"{n} {d:.3g}" for n, d in diffs.items())
 
 
+def header(*columns: str) -> None:
+    """A markdown table's header and separator, after an empty line."""
+    print("\n| " + " | ".join(columns) + " |")
+    print("|" + " --- |" * len(columns))
+
+
 def print_train(trains: list[dict[str, Any]]) -> None:
     """The training-like loops' table: memory allocated after 10, 100 and 1000 steps, its growth, ms per step."""
-    print("\n| workload | run | MiB after 10 / 100 / 1000 steps | growth MiB | ms per step | vs Triton |")
-    print("| --- | --- | --- | --- | --- | --- |")
+    header("workload", "run", "MiB after 10 / 100 / 1000 steps", "growth MiB", "ms per step", "vs Triton")
     plain = {r["workload"]: r.get("step_ms") for r in trains if r["mode"] == "train-triton" and r["ok"]}
     same = [r for r in trains if r["mode"] == "same-configs"]
     for r in trains:
@@ -133,13 +138,12 @@ def print_train(trains: list[dict[str, Any]]) -> None:
         ratio = f"{r['step_ms'] / base:.3f}x" if base else "-"
         print(f"| {r['workload']} | {r['mode'][6:]} | {mem} | {r['growth_mib']:+.1f} | {r['step_ms']:.3f} | {ratio} |")
     if same:
-        print("\nthe same configs (Triton's), one process, rounds alternating:\n"
-              "| workload | Triton ms per step | switch ms per step | switch / Triton | paired rounds' median | where the "
-              "switch's configs came from |")
-        print("| --- | --- | --- | --- | --- | --- |")
+        print("\nthe same configs (Triton's), one process, rounds alternating:", end="")
+        header("workload", "Triton ms per step", "switch ms per step", "switch / Triton", "paired rounds' median",
+               "where the switch's configs came from")
         for r in same:
             if not r["ok"]:
-                print(f"| {r['workload']} | failed: {r['error']} | | | |")
+                print(f"| {r['workload']} | failed: {r['error']} | | | | |")
                 continue
             print(f"| {r['workload']} | {r['triton_ms']:.3f} | {r['switch_ms']:.3f} | "
                   f"{r['switch_ms'] / r['triton_ms']:.3f}x | {r['paired_median']:.3f}x | "
@@ -262,9 +266,8 @@ def main() -> None:
                                                   indent=1))
     if trains:
         print_train(trains)
-    print("\n| workload | run | wall s | start to first call done s | first call s | steady ms (again) | "
-          "covered / met | keys tuned here / reused | outputs vs triton |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    header("workload", "run", "wall s", "start to first call done s", "first call s", "steady ms (again)",
+           "covered / met", "keys tuned here / reused", "outputs vs triton")
     for r in rows:
         if not r["ok"]:
             print(f"| {r['workload']} | {r['mode']} | {r['wall_s']:.1f} | failed: {r['error']} | | | | | |")

@@ -11,16 +11,16 @@ from typing import Any
 
 import triton
 
+from search_spaces.kernel_identity import python_function
+
 LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
 
 
 def base_fn(fn: Any) -> Any:
     """The Python function under `fn` (a JITFunction, the interpreter's, or one wrapped by triton.heuristics)."""
-    inner = fn
-    while not inspect.isfunction(inner):
-        if not hasattr(inner, "fn") or not hasattr(fn, "arg_names"):
-            raise TypeError(f"autotuner.autotune wraps a @triton.jit kernel, got {type(fn).__name__}")
-        inner = inner.fn
+    inner = fn if inspect.isfunction(fn) else python_function(fn)
+    if inner is None:
+        raise TypeError(f"autotuner.autotune wraps a @triton.jit kernel, got {type(fn).__name__}")
     return inner
 
 

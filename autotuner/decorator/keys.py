@@ -10,7 +10,7 @@ it.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -106,6 +106,7 @@ class Miss:
     problem: KernelProblem  # its key values bucketed, where the kernel declares buckets
     device: DeviceInfo
     bucketed: bool = False  # a key value differs from its bucket's representative
+    pruned: list[Any] | None = field(default=None, compare=False)  # the list as pruned for it, once (KernelSpec)
 
     @property
     def nargs(self) -> dict[str, Any]:

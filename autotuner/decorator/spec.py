@@ -95,14 +95,17 @@ class KernelSpec:
 
     def pruned(self, miss: Miss) -> list[dict[str, Any]] | None:
         """The list's configs left after pruning for this launch, as dicts; None for a space (searched by the
-        engine)."""
-        return [config_dict(c) for c in self.prune(miss.nargs, miss.prune_kwargs)] if self.configs else None
+        engine). The pruning runs once per miss, as Triton's runs once per key."""
+        if not self.configs:
+            return None
+        if miss.pruned is None:
+            object.__setattr__(miss, "pruned", [config_dict(c) for c in self.prune(miss.nargs, miss.prune_kwargs)])
+        return list(miss.pruned or ())
 
     def default(self, miss: Miss) -> dict[str, Any]:
         """The config a key launches with before it is tuned: the pruned list's first, or the space's default."""
-        if self.configs:
-            return config_dict(self.prune(miss.nargs, miss.prune_kwargs)[0])
-        return self.space.default(miss.problem, miss.device)
+        pruned = self.pruned(miss)
+        return pruned[0] if pruned is not None else self.space.default(miss.problem, miss.device)
 
     def allows(self, miss: Miss, config: Mapping[str, Any]) -> bool:
         """Whether a stored config is one this launch may use: valid in the space (a listed config, under its
