@@ -53,8 +53,9 @@ _I32 = 2**31
 
 def call_signature(value: Any) -> Any:
     """What Triton's specialization of one argument that is not a constexpr depends on, never the value's identity:
-    a tensor's dtype and whether its data is 16-byte aligned; an integer's width and whether it is 1 or divisible by
-    16; a float or a bool its type alone; anything else its type and value (TypeError where it has no hash)."""
+    a tensor's dtype and whether its data is 16-byte aligned; a host TensorDescriptor its dtype, block shape, rank
+    and padding; an integer's width and whether it is 1 or divisible by 16; a float or a bool its type alone;
+    anything else its type and value (TypeError where it has no hash)."""
     t = type(value)
     if t is int:
         return int, value == 1, value % 16 == 0, -_I32 <= value < _I32
@@ -62,6 +63,9 @@ def call_signature(value: Any) -> Any:
         return t
     if isinstance(value, torch.Tensor):
         return value.dtype, value.data_ptr() % 16 == 0
+    if isinstance(value, TensorDescriptor):  # Triton specializes a host descriptor on its dtype and block shape
+        return (t, value.base.dtype, tuple(value.block_shape), len(value.shape), value.padding,
+                getattr(value, "round_f32_to_tf32", False))
     return t, value
 
 

@@ -21,12 +21,13 @@ import triton
 import triton.language as tl
 from sqlalchemy import func, select
 from triton.runtime.autotuner import Autotuner
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 import autotuner
 from autotuner.base.settings import Settings, unknown_variables
 from autotuner.decorator import install as covered
 from autotuner.decorator.configs import config_dict
-from autotuner.launch.lookup import Resolver, set_resolver
+from autotuner.launch.lookup import Resolver, resolver, set_resolver
 from autotuner.store.database import Store
 from db.engine import session_scope
 from db.models import Trial, TuningRun
@@ -109,6 +110,67 @@ def test_the_switch_keeps_no_tensor_of_a_keyword_launch(switch):
     assert _launches(axpy_triton, 100, 12, keywords=True) == []
     adopted = axpy_triton.__dict__["_autotuner_adopted"]
     assert isinstance(adopted, autotuner.decorator.Autotuned) and len(adopted._launchers) == 1
+
+
+def _descriptor_hook(nargs):  # as the Triton tutorial's attention sets its descriptors' block shapes
+    for name in ("x_desc", "y_desc"):
+        nargs[name].block_shape = [nargs["BLOCK"], 16]
+
+
+@triton.jit
+def _twice(x_desc, y_desc, BLOCK: tl.constexpr):
+    off = tl.program_id(0) * BLOCK
+    y_desc.store([off, 0], x_desc.load([off, 0]) * 2)
+
+
+twice = autotuner.autotune(configs=[triton.Config({"BLOCK": b}, pre_hook=_descriptor_hook) for b in (16, 32)],
+                           key=[], name="contract:twice", on_miss="default")(_twice)
+
+
+def test_host_tensor_descriptors_launch_directly_and_are_not_kept(db):
+    twice.cache.clear()
+    twice._launchers.clear()
+    refs = []
+    for _ in range(6):
+        x = torch.randn(64, 16)
+        y = torch.empty_like(x)
+        descs = [TensorDescriptor(t, [64, 16], [16, 1], [1, 1]) for t in (x, y)]
+        twice[lambda meta: (64 // meta["BLOCK"],)](*descs)
+        torch.testing.assert_close(y, 2 * x)
+        refs += [weakref.ref(x), weakref.ref(y), *map(weakref.ref, descs)]
+        del x, y, descs
+    resolver()._join_background()  # the first launch's recording holds it until written, on its own thread
+    gc.collect()
+    assert [r for r in refs if r() is not None] == []
+    launchers = list(twice._launchers.values())
+    assert len(launchers) == 1 and launchers[0].direct  # one signature: the block shape the hook set, not identity
+
+
+@triton.jit
+def _shifted(x_ptr, out_ptr, n, shift=0.0, y_ptr=None, BLOCK: tl.constexpr = 32):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    v = tl.load(x_ptr + offs, mask=mask) + shift
+    if y_ptr is not None:
+        v += tl.load(y_ptr + offs, mask=mask)
+    tl.store(out_ptr + offs, v, mask=mask)
+
+
+shifted = autotuner.autotune(configs=CONFIGS, key=["n"], name="contract:shifted", on_miss="default")(_shifted)
+
+
+def test_a_tensor_given_by_keyword_after_a_default_is_not_kept(db):
+    shifted.cache.clear()
+    refs = []
+    for _ in range(6):
+        x, y, out = torch.randn(50), torch.randn(50), torch.empty(50)
+        shifted[grid](x, out, 50, y_ptr=y)  # `shift` left to its default: y stays a keyword argument
+        torch.testing.assert_close(out, x + y)
+        refs += [weakref.ref(x), weakref.ref(y), weakref.ref(out)]
+        del x, y, out
+    gc.collect()
+    assert [r for r in refs if r() is not None] == []
+    assert len(shifted._launchers) == 0  # such a launch goes through Triton's own binding, keeping nothing
 
 
 def test_library_calls_keep_no_tensor(db):

@@ -36,6 +36,7 @@ import torch
 import triton
 from triton.runtime.autotuner import Autotuner
 from triton.runtime.jit import JITFunction
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 from autotuner.base.registry import register_op
 from autotuner.decorator.configs import (
@@ -194,9 +195,9 @@ class Autotuned(Autotuner):
         fixed = self._fixed
         try:
             sig = (key, *[(type(a), a) if i in fixed else call_signature(a) for i, a in enumerate(args)],
-                   *[(k, type(v), v) for k, v in rest.items()])
+                   *[(k, type(v), _kept(v)) for k, v in rest.items()])
             launcher = self._launchers.get(sig)
-        except TypeError:  # an unhashable argument (a host TensorDescriptor, say, or a tensor left as a keyword)
+        except TypeError:  # an unhashable argument, or a tensor given by keyword after a parameter left to its default
             return self._through_triton(args, rest, meta, grid)
         if launcher is None:
             if len(self._launchers) >= MAX_LAUNCHERS:
@@ -291,6 +292,14 @@ class Autotuned(Autotuner):
         return self.spec.keys.problem(named, call)
 
 
+def _kept(value: Any) -> Any:
+    """A keyword argument left out of the call's positions, as its launcher's key (and meta) would keep it: never a
+    tensor or descriptor, which would key a launcher per tensor and keep each one (TypeError: through Triton)."""
+    if isinstance(value, torch.Tensor | TensorDescriptor):
+        raise TypeError("a tensor is never part of a launcher's key")
+    return value
+
+
 def timings(view: EngineView, miss: Any, configs: list[triton.Config]) -> dict[triton.Config, list[float]]:
     """Each listed config's stored time for this key, as Triton's `configs_timings` holds it (median, p20, p80:
     the median three times; a config that failed: inf)."""
@@ -298,7 +307,7 @@ def timings(view: EngineView, miss: Any, configs: list[triton.Config]) -> dict[t
         store = resolver().store.peek()[0]
         times = store.trial_times(op=view.op, problem=miss.problem, device=miss.device) if store else {}
     except Exception as exc:  # what is only told is never worth a failed launch
-        log.info("autotuner: %s: no timings for configs_timings: %s", view.spec.name, exc)
+        log.info("autotuner: %s: no timings for configs_timings: %s", view.spec.name, str(exc))
         times = {}
     by_key = {config_key(config_dict(c)): c for c in configs}
     return {by_key[k]: [ms] * 3 if ms is not None else [math.inf] * 3 for k, (_, ms) in times.items() if k in by_key}

@@ -146,7 +146,7 @@ def tune_here(view: EngineView, miss: Miss) -> tuple[dict[str, Any], str]:
     try:
         store = resolver().store.writer()  # tuning is a write: it may create the database
     except Exception as exc:
-        log.warning("autotuner: no database for %s (%s): tuning in memory, nothing is stored", spec.name, exc)
+        log.warning("autotuner: no database for %s (%s): tuning in memory, nothing is stored", spec.name, str(exc))
         return tune_in_memory(view, miss, pruned), "tuned (not stored)"
     owner = f"{socket.gethostname()}:{os.getpid()}"
     if not store.claim_tuning(op=spec.name, problem_key=problem.key, device_key=device.key, owner=owner,

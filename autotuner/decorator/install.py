@@ -179,7 +179,7 @@ def _launch(self: Autotuner, adopted: Autotuned | Left, args: tuple[Any, ...], k
             raise  # the launch itself failed, with a config it had: as it would under Triton
         # autotuner could not find this key a config (every config failed its check, a measurement ran out of
         # memory...): never worse than Triton, which tunes the kernel from here on
-        log.warning("autotuner: %s: left to Triton's autotuner (%s: %s)", adopted.name, type(exc).__name__, exc)
+        log.warning("autotuner: %s: left to Triton's autotuner (%s: %s)", adopted.name, type(exc).__name__, str(exc))
         self.__dict__[_ADOPTED] = Left(f"autotuner failed to tune it ({type(exc).__name__}: {exc}"[:300] + ")")
         return _TRITON_RUN(self, *args, grid=grid, warmup=warmup, **kwargs)
 
@@ -209,7 +209,7 @@ def _keep(tr: Autotuner) -> KeptTimings | bool:
         try:
             kept = KeptTimings(adopted if isinstance(adopted, Autotuned) else _autotuned(tr))
         except Exception as exc:
-            log.info("autotuner: %r: timings not kept: %s", tr, exc)
+            log.info("autotuner: %r: timings not kept: %s", tr, str(exc))
             kept = False
         tr.__dict__[_KEPT] = kept
     _register(tr)
@@ -284,7 +284,7 @@ def write_report(path: str) -> None:
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(json.dumps([dataclasses.asdict(r) for r in report()], indent=1))
     except OSError as exc:
-        log.warning("autotuner: could not write the report to %s: %s", target, exc)
+        log.warning("autotuner: could not write the report to %s: %s", target, str(exc))
 
 
 def uninstall() -> None:

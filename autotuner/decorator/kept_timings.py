@@ -95,4 +95,4 @@ def _finish_runs() -> None:
         for run_id in _open_runs:
             store.finish_run(run_id=run_id, status="done")
     except Exception as exc:  # the process is ending: say so, lose nothing else
-        log.warning("autotuner: could not mark %d timing run(s) done: %s", len(_open_runs), exc)
+        log.warning("autotuner: could not mark %d timing run(s) done: %s", len(_open_runs), str(exc))

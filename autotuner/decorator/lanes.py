@@ -61,7 +61,7 @@ def further_devices(gpus: str | None, device: DeviceInfo) -> list[int | None]:
     try:
         indices = parse_gpus(gpus)
     except ValueError as exc:
-        log.warning("autotuner: AUTOTUNER_GPUS ignored: %s", exc)
+        log.warning("autotuner: AUTOTUNER_GPUS ignored: %s", str(exc))
         return []
     if interpreting():
         return [None] * max(0, len(dict.fromkeys(indices)) - 1)
@@ -72,7 +72,7 @@ def further_devices(gpus: str | None, device: DeviceInfo) -> list[int | None]:
         try:
             other = current_device(index)
         except Exception as exc:  # noqa: BLE001 - a device that is not there: said, and left out
-            log.warning("autotuner: AUTOTUNER_GPUS names cuda:%d, which cannot be used here (%s)", index, exc)
+            log.warning("autotuner: AUTOTUNER_GPUS names cuda:%d, which cannot be used here (%s)", index, str(exc))
             continue
         if other.key != device.key:
             log.warning("autotuner: AUTOTUNER_GPUS names cuda:%d (%s); the launch runs on %s, and a config's time "
@@ -141,7 +141,7 @@ def set_up(named: Mapping[str, Any], ref: Any, hooks: Hooks, devices: Sequence[i
                 lane = Lane(device, copied(named, device), dataclasses.replace(hooks, restore_copies={}))
                 lane.ref = copied(ref, device) if isinstance(ref, Mapping) else ref
         except (TypeError, RuntimeError) as exc:  # torch's out of memory is a RuntimeError
-            log.warning("autotuner: tuning on %d GPU(s) instead of %d: %s", 1 + len(lanes), 1 + len(devices), exc)
+            log.warning("autotuner: tuning on %d GPU(s) instead of %d: %s", 1 + len(lanes), 1 + len(devices), str(exc))
             break
         lanes.append(lane)
     return lanes

@@ -91,7 +91,7 @@ def redecided(view: EngineView, miss: Miss, store: Any, stored: dict[str, Any]) 
     try:
         times = store.trial_times(op=view.op, problem=miss.problem, device=miss.device) if store is not None else {}
     except Exception as exc:  # no stored timings to decide from: the miss policy decides
-        log.info("autotuner: %s: no stored timings to re-decide from: %s", view.spec.name, exc)
+        log.info("autotuner: %s: no stored timings to re-decide from: %s", view.spec.name, str(exc))
         return None
     timed = [(ms, config) for config, ms in times.values() if ms is not None and view.spec.allows(miss, config)]
     if not timed:
@@ -159,7 +159,7 @@ def record(view: EngineView, miss: Miss, *, background: bool = False) -> None:
             pause()
             r.queue(view.op, problem, miss.device)
         except Exception as exc:  # recording must never stop a launch
-            log.warning("autotuner: could not record %s %s: %s", spec.name, miss.problem.key, exc)
+            log.warning("autotuner: could not record %s %s: %s", spec.name, miss.problem.key, str(exc))
 
     if background:
         r.in_background(write)

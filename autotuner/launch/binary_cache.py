@@ -81,7 +81,7 @@ def _keep(entry: Path, kernel: Any) -> None:
         entry.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=entry.parent))
     except OSError as exc:
-        log.warning("autotuner: cannot keep compiled kernels in %s: %s", entry.parent.parent, exc)
+        log.warning("autotuner: cannot keep compiled kernels in %s: %s", entry.parent.parent, str(exc))
         return
     try:
         for name, path in group.items():
@@ -107,7 +107,7 @@ def cached_compile(compile_fn: Callable[..., Any], directory: Callable[[], Path 
         try:
             root = directory()
         except Exception as exc:  # bad settings, say: compiling must not fail for the kept binaries' sake
-            log.warning("autotuner: kept binaries off for this compile: %s", exc)
+            log.warning("autotuner: kept binaries off for this compile: %s", str(exc))
             root = None
         # `_env_vars`: Triton's own list of its cache-invalidating variables, handed over by a compile started in
         # its AsyncCompileMode (compile_key reads them itself); any other keyword is one this does not know
@@ -116,14 +116,14 @@ def cached_compile(compile_fn: Callable[..., Any], directory: Callable[[], Path 
         try:
             key = compile_key(src, target, options)
         except Exception as exc:  # a Triton without these internals: its own path, which is always right
-            log.debug("autotuner: no key for a kept kernel: %s", exc)
+            log.debug("autotuner: no key for a kept kernel: %s", str(exc))
             return compile_fn(src, target=target, options=options, **kw)
         entry = root / key[:2] / key
         if entry.exists():
             try:
                 return _load(entry, src)
             except Exception as exc:  # a damaged entry: dropped, and kept again from Triton's compile
-                log.warning("autotuner: dropping damaged kept kernel %s: %s", entry, exc)
+                log.warning("autotuner: dropping damaged kept kernel %s: %s", entry, str(exc))
                 shutil.rmtree(entry, ignore_errors=True)
         kernel = compile_fn(src, target=target, options=options, **kw)
         _keep(entry, kernel)

@@ -236,8 +236,9 @@ class Resolver:
             try:
                 work()
             except Exception as exc:  # the work logs its own failures; nothing may stop this thread
-                log.warning("autotuner: background work failed: %s", exc)
+                log.warning("autotuner: background work failed: %s", str(exc))
             finally:
+                del work  # the closure holds what its launch saw (tensors): never past its own run
                 self._pending.task_done()
 
     def _join_background(self) -> None:
@@ -258,7 +259,7 @@ class Resolver:
             ranked = store.nearest(op=op, problem=problem, device=device, limit=limit)
             return prefer_measured(store, op, problem, device, ranked)
         except Exception as exc:  # a database that went away after opening: a launch goes on with the default
-            log.warning("autotuner: nearest lookup for %s %s failed: %s", op.name, problem.key, exc)
+            log.warning("autotuner: nearest lookup for %s %s failed: %s", op.name, problem.key, str(exc))
             return []
 
     def _queue_job(self, op: Op, problem: ProblemType) -> None:
@@ -277,7 +278,7 @@ class Resolver:
             writer = store if isinstance(store, LaunchReads) else self.store.writer()
             writer.queue_job(op=op.name, shape=problem.shape, dtype=problem.dtype, options=options)
         except Exception as exc:
-            log.warning("autotuner: could not queue a tuning job for %s %s: %s", op.name, problem.key, exc)
+            log.warning("autotuner: could not queue a tuning job for %s %s: %s", op.name, problem.key, str(exc))
 
 
 _RESOLVER: Resolver | None = None
@@ -345,7 +346,7 @@ def _prepare_queued() -> None:
             if op is not None:
                 op.kernel_hash  # noqa: B018  (a cached property: computed once, here)
         except Exception as exc:  # readying is an optimisation: the launch does it itself if this fails
-            log.debug("autotuner: could not prepare %s: %s", op.name if op is not None else "the resolver", exc)
+            log.debug("autotuner: could not prepare %s: %s", op.name if op is not None else "the resolver", str(exc))
         finally:
             _PREPARING.task_done()
 

@@ -122,7 +122,7 @@ class KeptSpecializations:
                     _replays_left -= 1
                     return answer
                 except Exception as exc:  # nothing kept, or not keyable: Triton's binder, which is always right
-                    log.debug("autotuner: Triton specializes this call: %s", exc)
+                    log.debug("autotuner: Triton specializes this call: %s", str(exc))
             _native_used = True
         return self.native(*args, **kwargs)
 
@@ -202,7 +202,7 @@ class KeptSpecializations:
         except Unkeyed:
             pass
         except Exception as exc:  # keeping must never stop a launch
-            log.debug("autotuner: specialization not kept: %s", exc)
+            log.debug("autotuner: specialization not kept: %s", str(exc))
 
 
 def _write(path: Path, content: dict[str, Any]) -> None:
@@ -224,7 +224,7 @@ def wrap(jit_fn: Any, native: Callable[..., Any], identity: str, directory: Call
     try:
         return KeptSpecializations(jit_fn, native, identity, directory)
     except Exception as exc:  # a Triton without these internals
-        log.debug("autotuner: no kept specializations for %s: %s", jit_fn, exc)
+        log.debug("autotuner: no kept specializations for %s: %s", jit_fn, str(exc))
         return native
 
 
