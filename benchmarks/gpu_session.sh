@@ -21,7 +21,9 @@
 #              0.8.5's sdist tests in .whl/liger_tests), the tests in LIB_TESTS with and without the switch.
 #              None of .whl is committed: the wheels come from `pip download --no-deps --only-binary=:all:
 #              --python-version 3.12 -d .whl/libs NAME==VERSION`; .whl/liger_tests holds test/{__init__,conftest,
-#              utils}.py and test/transformers/test_dyt.py from `pip download --no-binary=:all: liger_kernel==0.8.5`;
+#              utils}.py and test/transformers/test_{dyt,grpo_loss}.py from `pip download --no-binary=:all:
+#              liger_kernel==0.8.5`, whose test/utils.py imports transformers: .whl/libs/testdeps holds transformers
+#              4.57.1 and its dependencies but numpy (`pip download --only-binary=:all: --python-version 3.12`);
 #              .whl/tutorial/fused_attention.py is python/tutorials/06-fused-attention.py of triton-lang/triton at
 #              003da478, its TMA forward (with configs, keep_tma, _tma_pre_hook) and backward kept as they are
 # Logs and JSON go to $OUT; each step's table is printed at its end.
@@ -99,6 +101,9 @@ if [[ $STEPS == *,libraries,* ]]; then
   workloads=${LIB_WORKLOADS-liger_dyt,fla_gla,fla_l2norm,flag_gems_ops,tutorial_attention}
   step "real libraries under python -m autotuner run: $workloads ${LIB_TESTS_DIR:+; tests in $LIB_TESTS_DIR}"
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/libsite .whl/libs/*.whl || exit 1
+  if [ -n "${LIB_TESTS_DIR:-}" ] && compgen -G ".whl/libs/testdeps/*.whl" >/dev/null; then  # what the tests import
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/libsite .whl/libs/testdeps/*.whl || exit 1
+  fi
   PYTHONPATH=/tmp/libsite:$PYTHONPATH python3 benchmarks/libraries.py --keep /tmp/libraries --workloads "$workloads" \
       ${LIB_TESTS_DIR:+--tests-dir "$LIB_TESTS_DIR" --tests "${LIB_TESTS:-}" --tests-timeout "${LIB_TESTS_TIMEOUT:-900}"} --timeout "${LIB_TIMEOUT:-900}" ${LIB_PROFILE:+--profile} \
       ${LIB_ARGS:-} --json-out "$OUT/libraries.json" 2>&1 | tee "$OUT/libraries.txt" | tail -40

@@ -139,14 +139,15 @@ def print_train(trains: list[dict[str, Any]]) -> None:
         print(f"| {r['workload']} | {r['mode'][6:]} | {mem} | {r['growth_mib']:+.1f} | {r['step_ms']:.3f} | {ratio} |")
     if same:
         print("\nthe same configs (Triton's), one process, rounds alternating:", end="")
-        header("workload", "Triton ms per step", "switch ms per step", "switch / Triton", "paired rounds' median",
-               "where the switch's configs came from")
+        header("workload", "Triton ms per step", "switch ms per step", "switch / Triton",
+               "paired rounds' median (quartiles)", "where the switch's configs came from")
         for r in same:
             if not r["ok"]:
                 print(f"| {r['workload']} | failed: {r['error']} | | | | |")
                 continue
+            quartiles = "-".join(f"{q:.3f}" for q in r.get("paired_quartiles", []))
             print(f"| {r['workload']} | {r['triton_ms']:.3f} | {r['switch_ms']:.3f} | "
-                  f"{r['switch_ms'] / r['triton_ms']:.3f}x | {r['paired_median']:.3f}x | "
+                  f"{r['switch_ms'] / r['triton_ms']:.3f}x | {r['paired_median']:.3f}x ({quartiles}) | "
                   f"{'; '.join(s[:40] for s in r['sources'])} |")
 
 

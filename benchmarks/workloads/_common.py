@@ -105,12 +105,13 @@ def train(name: str, make: Callable[[int], Any], step: Callable[[Any], Any], che
     sys.stdout.flush()
 
 
-def same_configs(name: str, make: Callable[[int], Any], step: Callable[[Any], Any], timed: int = 100,
-                 rounds_each: int = 20) -> None:
+def same_configs(name: str, make: Callable[[int], Any], step: Callable[[Any], Any], timed: int = 50,
+                 pairs_n: int = 40) -> None:
     """The switch against Triton's own autotuner on the same configs, in one process: Triton tunes in 10 steps,
-    `autotuner.install()` takes its choices from Triton's cache, then rounds of `timed` steps alternate between
-    the two (uninstall, install), `rounds_each` of each; the fastest round of each, and the median of the ratios
-    of each round pair. What differs is only the launch path."""
+    `autotuner.install()` takes its choices from Triton's cache, then `pairs_n` pairs of rounds of `timed` steps
+    (uninstall, install), the order swapped every pair (ABBA: a drift in clocks or memory favours neither); the
+    fastest round of each, and the median and quartiles of the pairs' ratios. What differs is only the launch
+    path."""
     import autotuner
 
     for i in range(10):
@@ -119,8 +120,8 @@ def same_configs(name: str, make: Callable[[int], Any], step: Callable[[Any], An
     for i in range(10):
         step(make(i))
     rounds: dict[str, list[float]] = {"triton": [], "switch": []}
-    for _ in range(rounds_each):
-        for mode in rounds:
+    for p in range(pairs_n):
+        for mode in ("triton", "switch") if p % 2 == 0 else ("switch", "triton"):
             (autotuner.uninstall if mode == "triton" else autotuner.install)()
             sync()
             t0 = time.perf_counter()
@@ -134,6 +135,7 @@ def same_configs(name: str, make: Callable[[int], Any], step: Callable[[Any], An
     pairs = sorted(b / a for a, b in zip(rounds["triton"], rounds["switch"], strict=True))
     print(json.dumps({"workload": name, "loop": "same_configs", "triton_ms": min(rounds["triton"]),
                       "switch_ms": min(rounds["switch"]), "paired_median": pairs[len(pairs) // 2],
+                      "paired_quartiles": [pairs[len(pairs) // 4], pairs[3 * len(pairs) // 4]],
                       "rounds_ms": rounds, "sources": sources}))
     sys.stdout.flush()
 
@@ -145,7 +147,7 @@ def main(name: str, make: Callable[[int], Any], step: Callable[[Any], dict[str, 
         train(name, make, step, checkpoints, int(os.environ.get("WORKLOAD_TIMED", "200")))
         return
     if os.environ.get("WORKLOAD_MODE") == "same_configs":
-        same_configs(name, make, step, int(os.environ.get("WORKLOAD_TIMED", "100")))
+        same_configs(name, make, step, int(os.environ.get("WORKLOAD_TIMED", "50")))
         return
     inputs = make(0)
     run(name, lambda: step(inputs))
