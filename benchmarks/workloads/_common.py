@@ -6,7 +6,9 @@
 - with WORKLOAD_MODE=train: a training-like loop, new inputs every step; the memory allocated after 10, 100 and
   1000 steps, and the steady time per step (new inputs included), one JSON line printed;
 - with WORKLOAD_MODE=same_configs: the switch against Triton's own autotuner on Triton's configs, in one process,
-  rounds alternating (`same_configs`)."""
+  rounds alternating (`same_configs`);
+- with WORKLOAD_MODE=kernels: torch's profiler over training-like steps, each kernel's CPU and GPU time.
+"""
 
 from __future__ import annotations
 
@@ -80,7 +82,7 @@ def run(name: str, step: Callable[[], dict[str, torch.Tensor]], repeats: int = 3
 def train(name: str, make: Callable[[int], Any], step: Callable[[Any], Any], checkpoints: tuple[int, ...] = (10, 100, 1000),
           timed: int = 200) -> None:
     """The training-like loop (see the module's text); the per-step time is the fastest of five rounds of `timed`
-    steps, after the checkpoints."""
+    steps, after the checkpoints (with WORKLOAD_PROFILE, a sixth round profiled)."""
     memory = {}
     t0 = time.perf_counter()
     for i in range(1, max(checkpoints) + 1):
@@ -91,13 +93,16 @@ def train(name: str, make: Callable[[int], Any], step: Callable[[Any], Any], che
             memory[i] = torch.cuda.memory_allocated() / 2**20 if DEVICE == "cuda" else 0.0
     loop_s = time.perf_counter() - t0
     rounds = []
-    for _ in range(5):
-        sync()
-        t0 = time.perf_counter()
-        for i in range(timed):
-            step(make(i))
-        sync()
-        rounds.append((time.perf_counter() - t0) / timed)
+    profile = os.environ.get("WORKLOAD_PROFILE")  # a path: a sixth round's profile goes there (not counted)
+    for r in range(6 if profile else 5):
+        with profiled(profile if r == 5 else None, "tottime", 40):
+            sync()
+            t0 = time.perf_counter()
+            for i in range(timed):
+                step(make(i))
+            sync()
+        if r < 5:
+            rounds.append((time.perf_counter() - t0) / timed)
     print(json.dumps({"workload": name, "loop": "train", "memory_mib": memory,
                       "growth_mib": memory[max(checkpoints)] - memory[min(checkpoints)],
                       "step_ms": min(rounds) * 1e3, "step_ms_rounds": [r * 1e3 for r in rounds],
@@ -140,11 +145,34 @@ def same_configs(name: str, make: Callable[[int], Any], step: Callable[[Any], An
     sys.stdout.flush()
 
 
+def kernels(name: str, make: Callable[[int], Any], step: Callable[[Any], Any], steps: int = 20) -> None:
+    """Where a step's time goes: torch's profiler over `steps` training-like steps (after 10 untimed), the CPU and
+    the GPU time of each kernel and call, the 25 largest by GPU time, then one JSON line."""
+    from torch.profiler import ProfilerActivity, profile
+
+    for i in range(10):
+        step(make(i))
+    sync()
+    t0 = time.perf_counter()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for i in range(steps):
+            step(make(i))
+        sync()
+    wall = (time.perf_counter() - t0) / steps
+    print(prof.key_averages().table(sort_by="cuda_time_total" if DEVICE == "cuda" else "cpu_time_total",
+                                    row_limit=25, max_name_column_width=60))
+    print(json.dumps({"workload": name, "loop": "kernels", "step_ms_profiled": wall * 1e3}))
+    sys.stdout.flush()
+
+
 def main(name: str, make: Callable[[int], Any], step: Callable[[Any], dict[str, torch.Tensor]]) -> None:
     """Run the workload as WORKLOAD_MODE says (see the module's text)."""
     if os.environ.get("WORKLOAD_MODE") == "train":  # WORKLOAD_CHECKPOINTS, WORKLOAD_TIMED: a shorter loop (a try)
         checkpoints = tuple(int(c) for c in os.environ.get("WORKLOAD_CHECKPOINTS", "10,100,1000").split(","))
         train(name, make, step, checkpoints, int(os.environ.get("WORKLOAD_TIMED", "200")))
+        return
+    if os.environ.get("WORKLOAD_MODE") == "kernels":
+        kernels(name, make, step)
         return
     if os.environ.get("WORKLOAD_MODE") == "same_configs":
         same_configs(name, make, step, int(os.environ.get("WORKLOAD_TIMED", "50")))
