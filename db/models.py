@@ -166,6 +166,8 @@ class Job(Base):
                                                  index=True)
     # how many of its worker's GPUs measure the job's configs at once (None: all the worker has)
     gpus: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # attempts whose worker stopped heartbeating while holding it (killed, crashed, an import that ended it)
+    lost: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
 
 class TuneClaim(Base):

@@ -145,8 +145,13 @@ def release_job(session: Session, *, job_id: int, worker: str, reason: str) -> b
     return bool(result.rowcount == 1)
 
 
+LOST_LIMIT = 2  # a job whose worker died holding it this many times is failed: it may be what kills them
+
+
 def requeue_stale(session: Session, *, older_than: datetime, max_attempts: int) -> list[tuple[int, str]]:
-    """Jobs whose worker stopped heartbeating before `older_than`: queued again, or failed after `max_attempts`.
+    """Jobs whose worker stopped heartbeating before `older_than`: queued again once, failed when it is the second
+    worker lost on it (a job whose import or trial ends the process would take every worker down in turn) or
+    after `max_attempts`.
 
     Their unfinished tuning runs are marked interrupted (the trials they stored stay). Returns (job id, new state).
     """
@@ -159,11 +164,18 @@ def requeue_stale(session: Session, *, older_than: datetime, max_attempts: int) 
         if job is None or job.state != "running" or job.heartbeat_at is None:
             continue
         reason = f"worker {job.worker} stopped heartbeating (last beat {job.heartbeat_at:%Y-%m-%d %H:%M:%S} UTC)"
-        gone = job.attempts >= max_attempts
+        lost = (job.lost or 0) + 1
+        gone = job.attempts >= max_attempts or lost >= LOST_LIMIT
+        error = reason
+        if lost >= LOST_LIMIT:
+            error = (f"{lost} workers were lost running it (killed, crashed or ended by the job itself); last: "
+                     f"{reason}")
+        elif gone:
+            error = f"failed {job.attempts} times; last: {reason}"
         result: Any = session.execute(
             update(Job).where(Job.id == job_id, Job.state == "running", Job.heartbeat_at == job.heartbeat_at)
             .values(state="failed" if gone else "queued", worker=None, finished_at=utcnow() if gone else None,
-                    error=f"failed {job.attempts} times; last: {reason}" if gone else reason))
+                    error=error, lost=lost))
         if result.rowcount != 1:
             continue  # another worker requeued it first
         session.execute(update(TuningRun).where(TuningRun.job_id == job_id, TuningRun.status == "running")

@@ -23,6 +23,10 @@ USER_CACHE = Path(tempfile.mkdtemp(prefix="autotuner-tests-user-cache-"))
 os.environ["XDG_DATA_HOME"] = str(USER_DATA)
 os.environ["XDG_CACHE_HOME"] = str(USER_CACHE)
 
+# The suite's own decorated kernels live in tests.*: the workers its tests start may import them for a job. What a
+# worker refuses (anything else) is checked where AUTOTUNER_KERNEL_MODULES is left out (tests/test_worker.py).
+os.environ.setdefault("AUTOTUNER_KERNEL_MODULES", "tests")
+
 poison_outputs(True)  # every output in the tests starts as NaN, so an unwritten element fails
 
 

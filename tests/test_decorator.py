@@ -197,7 +197,7 @@ def test_bad_declarations_and_jobs_are_named(url):
     with session_scope(store.engine) as s:
         jobs = {j.op: j for j in s.scalars(select(Job))}
     assert jobs["no_such_module:kernel"].state == "failed"
-    assert "cannot import 'no_such_module'" in jobs["no_such_module:kernel"].error
+    assert "kernel module 'no_such_module' is not allowed" in jobs["no_such_module:kernel"].error
     rebuilt = jobs["tests.decorated_kernels:scale_kernel"]
     assert rebuilt.state == "failed" and "no recorded call to rebuild its arguments" in rebuilt.error
 

@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from sqlalchemy import select
@@ -22,6 +23,7 @@ from db import queue
 from db.engine import session_scope
 from db.models import BestConfig, Job, TuningRun, utcnow
 
+ROOT = Path(__file__).resolve().parents[1]
 FAST = dict(heartbeat_s=0.3, lease_s=3.0, poll_s=0.2)
 
 
@@ -113,7 +115,7 @@ def test_postgres_claims_skip_rows_locked_by_another_transaction(pg_url):
 def test_a_job_whose_worker_stopped_heartbeating_is_queued_again_then_failed(url):
     store = Store(url)
     job_id = _queue(store, "softmax", "4x8")
-    for attempt in (1, 2, 3):
+    for attempt in (1, 2):
         with session_scope(store.engine) as s:
             assert queue.claim_job(s, worker=f"dead{attempt}").id == job_id
         run_id = store.start_run(op=get_op("softmax"), problem=get_op("softmax").parse_problem("4x8"),
@@ -123,17 +125,18 @@ def test_a_job_whose_worker_stopped_heartbeating_is_queued_again_then_failed(url
             assert queue.requeue_stale(s, older_than=utcnow() - timedelta(seconds=60), max_attempts=3) == []
         with session_scope(store.engine) as s:
             changed = queue.requeue_stale(s, older_than=utcnow() + timedelta(seconds=1), max_attempts=3)
-        assert changed == [(job_id, "queued" if attempt < 3 else "failed")]
+        assert changed == [(job_id, "queued" if attempt < 2 else "failed")]  # a second lost worker fails it
         job = _job(store, job_id)
         assert f"worker dead{attempt} stopped heartbeating" in job.error
         with session_scope(store.engine) as s:
             run = s.get(TuningRun, run_id)
             assert run.status == "interrupted" and "stopped heartbeating" in run.error
-    assert job.state == "failed" and job.attempts == 3 and job.error.startswith("failed 3 times")
+    assert job.state == "failed" and job.attempts == 2 and job.lost == 2
+    assert job.error.startswith("2 workers were lost running it")
     # the dead worker's late heartbeat and finish are refused: it no longer holds the job
     with session_scope(store.engine) as s:
-        assert not queue.heartbeat(s, job_id=job_id, worker="dead3")
-        assert not queue.finish_job(s, job_id=job_id, worker="dead3", run_id=None)
+        assert not queue.heartbeat(s, job_id=job_id, worker="dead2")
+        assert not queue.finish_job(s, job_id=job_id, worker="dead2", run_id=None)
 
 
 def test_a_failing_job_is_retried_then_marked_failed_with_its_reason(url):
@@ -157,6 +160,61 @@ def test_a_job_naming_an_unknown_op_fails_at_once(url):
     Worker(Settings(db_url=url, **FAST), name="w").run(once=True)
     job = _job(store, job_id)
     assert job.state == "failed" and job.attempts == 1 and "unknown op 'no_such_op'" in job.error
+
+
+def _run_worker(url: str, cwd, **env: str) -> subprocess.CompletedProcess:
+    """`python -m autotuner worker --until-empty` in `cwd` (a folder holding modules a job may name), with the
+    suite's AUTOTUNER_KERNEL_MODULES replaced by `env`'s or left out."""
+    base = {k: v for k, v in os.environ.items() if k != "AUTOTUNER_KERNEL_MODULES"}
+    base.update(AUTOTUNER_HEARTBEAT_S="0.3", AUTOTUNER_LEASE_S="1", AUTOTUNER_POLL_S="0.2",
+                PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]), **env)
+    return subprocess.run([sys.executable, "-m", "autotuner", "worker", "--until-empty", "--db", url], cwd=cwd,
+                          env=base, capture_output=True, text=True, timeout=300)
+
+
+def test_a_job_never_makes_a_worker_import_what_the_operator_did_not_allow(url, tmp_path):
+    here = tmp_path / "here"
+    here.mkdir()
+    (here / "worker.py").write_text("open('imported', 'w').write('ran')\n")  # a .py beside the worker
+    store = Store(url)
+    ops = ["this:x", "venv.__main__:x", "autotuner.__main__:x", "worker:kernel", "os:system"]
+    ids = {op: _queue(store, op, "n=8", dtype="float32") for op in ops}
+    after = _queue(store, "softmax", "4x8")
+    done = _run_worker(url, here)
+    assert done.returncode == 0, done.stderr
+    assert not (here / "imported").exists() and sorted(p.name for p in here.iterdir()) == ["worker.py"]
+    assert "Beautiful is better" not in done.stdout + done.stderr  # `this` (the Zen of Python) never imported
+    for op, job_id in ids.items():
+        job = _job(store, job_id)
+        assert (job.state, job.attempts) == ("failed", 1), (op, job.error)
+        assert "bad job" in job.error and ("is not allowed on this worker" in job.error
+                                           or "never a __main__" in job.error), job.error
+    assert _job(store, after).state == "done"  # the worker went on to the next job
+    # even an allowed package's __main__ is never imported
+    job_id = _queue(store, "autotuner.__main__:x", "n=8", dtype="float32")
+    assert _run_worker(url, here, AUTOTUNER_KERNEL_MODULES="autotuner").returncode == 0
+    assert "never a __main__" in _job(store, job_id).error
+
+
+def test_an_allowed_module_that_exits_or_kills_the_worker_fails_its_job(url, tmp_path):
+    (tmp_path / "exits.py").write_text("raise SystemExit(3)\n")
+    (tmp_path / "dies.py").write_text("import os\nos._exit(9)\n")
+    store = Store(url)
+    exits = _queue(store, "exits:kernel", "n=8", dtype="float32")
+    done = _run_worker(url, tmp_path, AUTOTUNER_KERNEL_MODULES="exits,dies")
+    assert done.returncode == 0, done.stderr
+    job = _job(store, exits)
+    assert (job.state, job.attempts) == ("failed", 1) and "SystemExit" in job.error
+    dies = _queue(store, "dies:kernel", "n=8", dtype="float32")
+    codes = []
+    for _ in range(3):  # killed, queued again once the lease ends, killed again: then failed, and left alone
+        time.sleep(1.2)
+        codes.append(_run_worker(url, tmp_path, AUTOTUNER_KERNEL_MODULES="exits,dies").returncode)
+        if _job(store, dies).state == "failed":
+            break
+    job = _job(store, dies)
+    assert codes[:2] == [9, 9] and job.state == "failed" and job.lost == 2, (codes, job.state, job.error)
+    assert "2 workers were lost running it" in job.error
 
 
 def _worker_proc(url: str, name: str, log) -> subprocess.Popen:

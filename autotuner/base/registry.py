@@ -97,14 +97,43 @@ def add_op_finder(finder: Callable[[str], TunableOp[Any] | None]) -> None:
         _FINDERS.append(finder)
 
 
-def import_op(name: str) -> TunableOp[Any]:
+class ModuleNotAllowed(UnknownOpError):
+    """A kernel's module that a name read from data (a job, a sweep) asks to import, and the operator never
+    allowed (Settings.kernel_modules, Settings.plugins)."""
+
+
+def check_importable(module: str, allowed: list[str]) -> None:
+    """ModuleNotAllowed unless `module` is a dotted name, none of its parts `__main__`, equal to or under one of
+    `allowed` (module or package names)."""
+    parts = module.split(".")
+    if not module or not all(p.isidentifier() for p in parts) or "__main__" in parts:
+        raise ModuleNotAllowed(f"{module!r} is not a kernel module this worker imports (a module name, never a "
+                               "__main__)")
+    if not any(module == a or module.startswith(a + ".") for a in allowed):
+        raise ModuleNotAllowed(
+            f"kernel module {module!r} is not allowed on this worker; the operator allows it with "
+            f"AUTOTUNER_KERNEL_MODULES={parts[0] if len(parts) > 1 else module} (modules or packages, separated by "
+            f"commas){'; allowed now: ' + ', '.join(allowed) if allowed else ''}")
+
+
+def import_op(name: str, *, trusted: bool = False, allowed: list[str] | None = None) -> TunableOp[Any]:
     """The op named; for a decorated kernel's `module:qualname` not yet registered, its module is imported first
-    (the worker and `autotuner tune module:kernel` reach recorded kernels this way), then the finders asked."""
+    (the worker and `autotuner tune module:kernel` reach recorded kernels this way), then the finders asked. A
+    name read from data (a job's or a sweep's op) imports only a module the operator allowed (`check_importable`
+    against `allowed`, by default Settings' kernel_modules and plugins); `trusted`: a name the operator gave (the
+    command line) or a parent process that holds the op already."""
     if name not in _OPS and ":" in name:
         module = name.split(":", 1)[0]
+        if not trusted:
+            if allowed is None:
+                from autotuner.base.settings import Settings
+
+                settings = Settings()
+                allowed = [*settings.kernel_modules, *settings.plugins]
+            check_importable(module, allowed)
         try:
             importlib.import_module(module)
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:  # a module that exits on import fails its job, not the worker
             raise UnknownOpError(f"cannot import {module!r} for the kernel {name!r}: {type(exc).__name__}: {exc} "
                                  "(run from where that module imports, or set PYTHONPATH)") from None
         for finder in _FINDERS:

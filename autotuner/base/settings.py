@@ -42,6 +42,11 @@ class Settings(BaseSettings):
     plugins: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="Modules that register extra ops on import: a name, names separated by "
                                           "commas, or a JSON list of names")
+    kernel_modules: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="Modules (or packages, with everything under them) a worker may import to "
+                                          "tune a decorated kernel that a job or sweep names (`module:kernel`): a "
+                                          "name, names separated by commas, or a JSON list. A job naming any other "
+                                          "module fails; the plugins are allowed too")
     trial_timeout_s: float = Field(60.0, gt=0, description="A trial (compile + check + timing) running longer is killed")
     compile_workers: int = Field(0, ge=0, description="Processes compiling ahead of timing (0: from the CPU count)")
     gpus: str | None = Field(None, description="GPUs of this host that measure one problem's configs at once in "
@@ -87,7 +92,7 @@ class Settings(BaseSettings):
     def model_post_init(self, context: Any, /) -> None:
         unknown_variables()
 
-    @field_validator("plugins", mode="before")
+    @field_validator("plugins", "kernel_modules", mode="before")
     @classmethod
     def _plugins(cls, value: object) -> object:
         """`mymodule`, `a,b` or `["a", "b"]` (what a shell, a compose file or a JSON-minded user writes)."""

@@ -98,6 +98,10 @@ app.add_typer(db_app, name="db")
 
 
 def main() -> None:
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        # as under `python -m autotuner`: a decorated kernel's module in the current folder imports (for the
+        # commands that name one; a worker imports a job's only where AUTOTUNER_KERNEL_MODULES allows it)
+        sys.path.insert(0, os.getcwd())
     if sys.argv[1:2] != ["tune"]:
         app()
         return

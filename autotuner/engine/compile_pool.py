@@ -67,7 +67,7 @@ def _init(spec: WorkerSpec | None, env: dict[str, str] | None = None, device_ind
     load_plugins(list(spec.plugins))
     if spec.device_index is not None:
         torch.cuda.set_device(spec.device_index)
-    op = import_op(spec.op)
+    op = import_op(spec.op, trusted=True)  # the parent holds this op: it imported or allowed it
     problem = op.problem_from_dict(spec.problem)
     _STATE.update(op=op, inputs=op.make_inputs(problem, current_device(spec.device_index).torch_device), torch=torch,
                   spec=spec)

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from autotuner.base.registry import UnknownOpError
 from autotuner.engine.fits import ProblemTooLarge
 from autotuner.engine.runner import WorkerSetupError
 from autotuner.store.interfaces import JobQueue
@@ -38,6 +39,8 @@ def ending(exc: BaseException, *, worker: str, device: str) -> Ending:
         return Ending(action="release", reason=f"worker {worker} lost the database ({exc})")
     if isinstance(exc, ProblemTooLarge):
         return Ending(action="fail", reason=str(exc), permanent=True)
+    if isinstance(exc, UnknownOpError):  # a sweep's op this worker may not import, or that cannot be imported
+        return Ending(action="fail", reason=f"bad job: {exc}", permanent=True)
     if isinstance(exc, WorkerSetupError):
         out_of_memory = out_of_memory_reason(str(exc))
         if out_of_memory is not None:

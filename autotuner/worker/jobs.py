@@ -33,6 +33,12 @@ def work_for(job: JobRow, settings: Settings, device: DeviceInfo, kept: KeptProc
         tune_work(job, settings, device, kept, gpus)
 
 
+def allowed_modules(settings: Settings) -> list[str]:
+    """The modules a job's or sweep's op may import (a decorated kernel's `module:name`): only what the operator
+    allowed, never what a row says."""
+    return [*settings.kernel_modules, *settings.plugins]
+
+
 def job_gpus(job: JobRow, gpus: tuple[int, ...]) -> tuple[int, ...]:
     """The worker's GPUs that measure a tuning job's configs: the first `job.gpus` of them (all for a job without a
     count; all it has for a job asking more)."""
@@ -43,7 +49,7 @@ def tune_work(job: JobRow, settings: Settings, device: DeviceInfo, kept: KeptPro
               gpus: tuple[int, ...] = ()) -> Work:
     from autotuner.engine.tuner import Plan, tune
 
-    op = import_op(job.op)
+    op = import_op(job.op, allowed=allowed_modules(settings))
     problem = op.parse_problem(job.shape, job.dtype, **job.options)
     plan = Plan(strategy=job.strategy, trials=job.budget_trials, time_budget_s=job.budget_seconds,
                 gpus=job_gpus(job, gpus))
@@ -68,7 +74,7 @@ def cross_time_work(job: JobRow, settings: Settings, device: DeviceInfo, kept: K
         sweep = store.store.sweep(job.sweep_id or 0)
         if sweep is None:
             raise ValueError(f"sweep {job.sweep_id} is gone")
-        op = import_op(sweep.op)
+        op = import_op(sweep.op, allowed=allowed_modules(settings))
         problems = [op.parse_problem(shape, sweep.dtype, **sweep.options) for shape in sweep.shapes]
         if op.needs_recorded_call:  # each point's recorded call, as its tuning job carried it
             problems = [op.parse_problem(p.shape, p.dtype, **(store.store.recorded_options(
