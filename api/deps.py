@@ -32,6 +32,10 @@ class Forbidden(PermissionError):
     pass
 
 
+class StorageUnusable(RuntimeError):
+    """The database answers but cannot keep a write (db.health): a write is refused with this cause (503)."""
+
+
 class ServiceState:
     """What the routes share: settings, the store (opened on first use, retried while the database is down),
     the /config answer cache and the metrics."""
@@ -76,6 +80,19 @@ def get_store(st: State) -> Store:
 
 
 StoreDep = Annotated[Store, Depends(get_store)]
+
+
+def get_writable_store(st: State) -> Store:
+    """The store of a route that writes: StorageUnusable (503, with its cause) where the database cannot keep the
+    write (deleted or replaced under the service, read-only, full, corrupt), so nothing is accepted and lost."""
+    store = st.store.full()
+    problem = store.health(int(st.settings.min_free_mb * 2**20))
+    if problem is not None:
+        raise StorageUnusable(problem)
+    return store
+
+
+WritableStoreDep = Annotated[Store, Depends(get_writable_store)]
 bearer = HTTPBearer(auto_error=False, description="AUTOTUNER_TOKEN of the server")
 
 

@@ -4,7 +4,7 @@
     404  no such thing: a result, a job, a device, or a problem (an op has no problem of this shape or option)
     300  the request names no device and the database knows several: the body lists them
     401/403  a write without the server's token, or to a server started without one
-    503  the database is unavailable
+    503  the database is unavailable, or cannot keep a write (deleted, replaced, read-only, full, corrupt): the cause
 """
 
 from __future__ import annotations
@@ -16,15 +16,16 @@ from fastapi import FastAPI, Request
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
-from sqlalchemy.exc import InterfaceError, OperationalError
+from sqlalchemy.exc import DatabaseError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match, Route
 
-from api.deps import Forbidden, Unauthorized
+from api.deps import Forbidden, StorageUnusable, Unauthorized
 from autotuner.launch.lookup import NotFound
 from autotuner.launch.serving import AmbiguousDevice, InputError, NoSuchProblem
 from db.engine import DatabaseUnavailable, NotAutotunerDatabase
+from db.health import cause_of
 
 log = logging.getLogger(__name__)
 UNAVAILABLE_DETAIL = "the result database is unavailable; try again shortly"
@@ -92,9 +93,25 @@ def install(app: FastAPI) -> None:
         return error(403, str(exc))
 
     async def unavailable(_: Request, exc: Exception) -> JSONResponse:
-        # Where the database is and what its driver said is for the operator's log, not for every client.
+        # Where the database is and what its driver said is for the operator's log; the client gets the cause
+        # where it is one of storage's (read-only, full, corrupt: db.health), else "try again shortly".
         log.warning("database unavailable: %s: %s", type(exc).__name__, str(exc).splitlines()[0][:500] if str(exc) else "")
-        return error(503, UNAVAILABLE_DETAIL, {"Retry-After": "1"})
+        cause = cause_of(exc)
+        return error(503, cause or UNAVAILABLE_DETAIL, None if cause else {"Retry-After": "1"})
+
+    @app.exception_handler(DatabaseError)
+    async def database_error(request: Request, exc: DatabaseError) -> JSONResponse:
+        """A corrupt file reports itself as a DatabaseError (not an OperationalError): 503 with that cause; any
+        other (an integrity error: a bug) is logged and answered 500."""
+        if cause_of(exc) is not None:
+            return await unavailable(request, exc)
+        log.error("database error: %s: %s", type(exc).__name__, str(exc).splitlines()[0][:500] if str(exc) else "")
+        return error(500, "internal server error")
+
+    @app.exception_handler(StorageUnusable)
+    async def unusable(_: Request, exc: StorageUnusable) -> JSONResponse:
+        log.warning("write refused: %s", exc)
+        return error(503, str(exc))
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> Response:

@@ -4,7 +4,7 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Path, Query, Response
 
-from api.deps import State, StoreDep, Writer
+from api.deps import State, StoreDep, WritableStoreDep, Writer
 from api.schemas import UNAVAILABLE, ErrorOut, JobOut, JobPage, job_models
 from autotuner.engine.fits import ProblemTooLarge, check_queueable
 from autotuner.launch import serving
@@ -35,7 +35,7 @@ def router(ops: list[TunableOp[Any]]) -> APIRouter:
         422: {"description": "A value the schema refuses, a number that is not finite, or a problem too large for "
                              "the memory of every device this service knows (or AUTOTUNER_MAX_PROBLEM_BYTES) or "
                              "for the kernels' 32-bit offsets"}, **UNAVAILABLE})
-    def post_job(st: State, store: StoreDep, body: Annotated[JobIn, Body()], response: Response) -> JobOut:  # type: ignore[valid-type]
+    def post_job(st: State, store: WritableStoreDep, body: Annotated[JobIn, Body()], response: Response) -> JobOut:  # type: ignore[valid-type]
         """Queue a tuning job; a worker (`autotuner worker`) picks it up. Needs the server's bearer token."""
         options = body.options.model_dump()  # type: ignore[attr-defined]
         try:

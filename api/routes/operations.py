@@ -10,6 +10,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from api.deps import State
 from api.errors import UNAVAILABLE_DETAIL
 from api.schemas import HealthOut
+from autotuner.store.database import Store
+from db.health import cause_of
 
 log = logging.getLogger(__name__)
 
@@ -19,13 +21,23 @@ def router() -> APIRouter:
 
     @api.get("/healthz", response_model=HealthOut, responses={503: {"model": HealthOut}})
     def healthz(st: State, response: Response) -> HealthOut:
-        """200 when the database answers, 503 when it does not."""
+        """200 when the database answers and can keep a write; 503 with the cause when it is deleted or replaced
+        under the service, read-only, full or corrupt, and when it does not answer."""
         try:
-            backend = st.store.get().ping()
-        except Exception as exc:  # what failed, and where the database is, goes to the log only
+            store = st.store.get()
+            if isinstance(store, Store):  # a deleted file is seen before a connection could make a new, empty one
+                problem = store.health(int(st.settings.min_free_mb * 2**20))
+                backend = store.engine.dialect.name
+            else:
+                problem, backend = None, store.ping()
+        except Exception as exc:  # where the database is, and the driver's words, go to the log only
             log.warning("healthz: database unavailable: %s: %s", type(exc).__name__, str(exc).splitlines()[:1])
             response.status_code = 503
-            return HealthOut(status="unavailable", database="unreachable", detail=UNAVAILABLE_DETAIL)
+            return HealthOut(status="unavailable", database="unreachable", detail=cause_of(exc) or UNAVAILABLE_DETAIL)
+        if problem is not None:
+            log.warning("healthz: %s", problem)
+            response.status_code = 503
+            return HealthOut(status="unavailable", database=backend, detail=problem)
         return HealthOut(status="ok", database=backend)
 
     @api.get("/metrics", include_in_schema=False)

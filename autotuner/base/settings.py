@@ -70,6 +70,8 @@ class Settings(BaseSettings):
                                                       "statement, lock and pool waits, a stalled connection")
     request_timeout_s: float = Field(8.0, gt=0, description="A request the service has not answered in this long "
                                                            "is answered 503 (the database stalled)")
+    min_free_mb: float = Field(16.0, ge=0, description="A database whose disk has less free space is full: "
+                                                      "/healthz fails and writes are refused (503)")
     max_body_bytes: int = Field(16_384, ge=1024, description="Request bodies larger than this are refused (413) "
                                                              "before they are read")
     local_worker: bool = Field(True, description="`autotuner tune` hands its problem to an `autotuner worker` running "

@@ -87,6 +87,11 @@ def database_message(exc: BaseException) -> str:
     return f"the database failed: {text}"
 
 
+# optional dependencies, by the module a command imports, and the extra (pyproject.toml) that installs it
+EXTRAS = {"uvicorn": "server", "fastapi": "server", "jinja2": "server", "prometheus_client": "server",
+          "httptools": "server", "uvloop": "server", "matplotlib": "report", "psycopg": "postgres"}
+
+
 @contextmanager
 def clear_errors() -> Iterator[None]:
     """Turn the errors a command can meet into one line and an exit code instead of a traceback."""
@@ -99,6 +104,12 @@ def clear_errors() -> Iterator[None]:
 
     try:
         yield
+    except ModuleNotFoundError as exc:  # an optional dependency: name the extra that brings it
+        extra = EXTRAS.get((exc.name or "").split(".")[0])
+        if extra is None:
+            raise
+        fail(f"this command needs {exc.name!r}, which the {extra!r} extra installs: pip install 'autotuner[{extra}]'",
+             SETUP)
     except ValidationError as exc:
         if exc.title != "Settings":
             raise

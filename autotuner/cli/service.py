@@ -35,10 +35,54 @@ def serve(
 
     s = settings(db)
     url = make_engine(s.db_url).url.render_as_string(hide_password=True)
+    _refuse_unusable_database(s.db_url, s.min_free_mb)
+    _check_port(host, port)
     application = create_app(s)
     writes = "enabled (token set)" if s.token else "disabled (AUTOTUNER_TOKEN is not set)"
     err.print(f"autotuner service on http://{host}:{port}  database: {url}  writes: {writes}")
     uvicorn.run(application, host=host, port=port, access_log=access_log, log_level=log_level)
+
+
+def _refuse_unusable_database(url: str | None, min_free_mb: float) -> None:
+    """A database file that is not one (or is corrupt) stops `serve` before it listens; one that cannot be reached
+    now is waited for (503 until then), and one that cannot keep a write is served read-only, with a warning."""
+    from sqlalchemy.exc import DatabaseError
+
+    from autotuner.store.database import Store
+    from db.engine import DatabaseUnavailable, NotAutotunerDatabase
+    from db.health import cause_of
+
+    try:
+        problem = Store(url).health(int(min_free_mb * 2**20))
+    except NotAutotunerDatabase as exc:
+        fail(str(exc), DATABASE)
+    except (DatabaseUnavailable, DatabaseError) as exc:
+        cause = cause_of(exc)
+        if cause is None and isinstance(exc, DatabaseUnavailable):
+            return  # away for now: served 503 until it answers
+        if cause is None:
+            raise
+        fail(f"{cause}: point --db or AUTOTUNER_DB_URL at an autotuner database", DATABASE)
+    if problem is not None:
+        warn(f"{problem}; lookups are served, writes are refused until it is fixed")
+
+
+def _check_port(host: str, port: int) -> None:
+    """A port another process listens on, named before uvicorn's bare `[Errno 98]`."""
+    import errno
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                fail(f"port {port} on {host} is in use (another `autotuner serve`?): stop it or choose --port", 2)
+            if exc.errno == errno.EADDRNOTAVAIL:
+                fail(f"--host {host} is not an address of this machine", 2)
+            raise
 
 
 @command
@@ -91,10 +135,11 @@ def worker(
     w = Worker(s, gpu=gpu, name=name, on_event=event, serve=serve_command, gpus=lanes)
     event(f"worker {w.name} on {device.key}, polling every {s.poll_s:g} s")
     from db.engine import DatabaseUnavailable, NotAutotunerDatabase
+    from db.health import StorageLost
 
     try:
         w.run(once=once, until_empty=until_empty)
-    except (DatabaseUnavailable, NotAutotunerDatabase) as exc:
+    except (DatabaseUnavailable, NotAutotunerDatabase, StorageLost) as exc:
         fail(str(exc), DATABASE)
     n = w.ledger
     event(f"worker {w.name} stopped: {n.attempts} attempt(s) on jobs: {n.done} done, {n.failed} failed, "

@@ -32,6 +32,7 @@ from autotuner.store.stored_best import StoredBest, best_of, versions
 from db import queue
 from db import repository as repo
 from db.engine import open_engine, session_scope
+from db.health import MIN_FREE_BYTES, file_identity, storage_problem
 from search_spaces.contract import ProblemType
 from search_spaces.space import Rejection, rejection_counts
 
@@ -45,6 +46,7 @@ class Store:
         """`create=False` for readers: a missing database raises db.engine.NoDatabase instead of being made.
         `timeout_s` bounds every wait on the database (db.engine.make_engine)."""
         self.engine = open_engine(url, create=create, timeout_s=timeout_s)
+        self.identity = file_identity(self.engine)  # the SQLite file opened (db.health: deleted or replaced since?)
         self._device_ids: dict[str, int] = {}
 
     def device_id(self, device: DeviceInfo) -> int:
@@ -147,6 +149,11 @@ class Store:
             return [cross_timing_row(c) for c in repo.cross_timings(s, sweep_id=sweep_id, device_key=device_key)]
 
     # -- reading results (the service, export, report) ----------------------------------------------------
+    def health(self, min_free_bytes: int = MIN_FREE_BYTES) -> str | None:
+        """Why this database cannot keep a write now (deleted, replaced, read-only, full, corrupt), or None;
+        raises when it does not answer."""
+        return storage_problem(self.engine, self.identity, min_free_bytes=min_free_bytes)
+
     def ping(self) -> str:
         """The backend's name when the database answers; raises when it does not."""
         with self.engine.connect() as conn:

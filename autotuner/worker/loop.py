@@ -41,6 +41,7 @@ from autotuner.worker.endings import Ledger, StopWorker
 from autotuner.worker.heartbeat import LOST_SIGNAL, Heartbeat
 from autotuner.worker.jobs import job_gpus, work_for
 from db.engine import DatabaseUnavailable
+from db.health import LOST, StorageLost
 from db.models import utcnow
 from kernels._backend import interpreting
 
@@ -161,6 +162,12 @@ class Worker:
         while the database is away. A worker asked to drain the queue and stop (`give_up`) raises after
         db_wait_s of that; a long-running one keeps waiting."""
         try:
+            problem = self._store().health(int(self.settings.min_free_mb * 2**20))
+            if problem in LOST:
+                # what this worker writes would be lost (a deleted file) or go elsewhere than its jobs came from
+                raise StorageLost(f"{problem}; worker {self.name} stops")
+            if problem is not None:  # read-only, full or corrupt: nothing is claimed until it is fixed
+                raise DatabaseUnavailable(problem)
             self.requeue_stale()
             job, counts = self._store().claim_job(self.name)
         except (SQLAlchemyError, DatabaseUnavailable) as exc:
