@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, Protocol, Typ
 
 from kernels._torch import lazy
 from search_spaces.kernel_identity import kernel_identity
+from search_spaces.problem import ProblemError
 from search_spaces.space import Space
 
 if TYPE_CHECKING:
@@ -103,6 +104,7 @@ class ProblemType(Protocol):
 
 
 P = TypeVar("P", bound=ProblemType)
+INDEX_LIMIT = 2**31 - 1  # the kernels compute offsets in 32-bit integers
 Inputs = Mapping[str, Any]
 OpKind = Literal["op", "kernel"]  # op: inputs are made from the problem alone (built-in ops, plugins); kernel: an
 # autotuner.autotune kernel, whose inputs are rebuilt from a launch recorded and carried with the problem
@@ -228,6 +230,7 @@ class TunableOp(Generic[P]):
     flops: Callable[[P], float] | None = None
     bytes_moved: Callable[[P], float] | None = None
     elements: Callable[[P], int] | None = None  # its largest tensor's element count (32-bit offsets in the kernels)
+    refine: Callable[[P], P] | None = None  # a parsed problem as this op takes it, or ProblemError (check_problem)
     checked: Callable[[Inputs, Mapping[str, Any]], Any] | None = None  # a launch whose outputs are compared
     # (default: `launch`); for a kernel writing into its arguments, their copies taken before any restore
     baseline: Callable[[Inputs], Any] | None = None  # torch's own version, for speedups
@@ -251,14 +254,25 @@ class TunableOp(Generic[P]):
         return next(o for o in self.options if o.name == name)
 
     def parse_problem(self, shape: object, dtype: object = "float16", **options: Any) -> P:
-        """The problem named by a shape string, a dtype and options; ValueError naming what is wrong."""
+        """The problem named by a shape string, a dtype and options, checked as every door checks it (the command
+        line, GET /config, POST /jobs, an import: `check_problem`); ValueError naming what is wrong."""
         given = {k: v for k, v in options.items() if v is not None}
         unknown = sorted(k for k in given if k not in self.option_names)
         if unknown:
             accepted = ", ".join(self.option_names) or "none"
             raise ValueError(f"{self.name} takes no option(s) {', '.join(unknown)}; accepted: {accepted}")
         parsed = {k: self.option(k).parse(v) for k, v in given.items()}
-        return self.problem_type.parse(shape, dtype, **parsed)
+        return self.check_problem(self.problem_type.parse(shape, dtype, **parsed))
+
+    def check_problem(self, problem: P) -> P:
+        """The problem as this op takes it, or ProblemError: its tensors within the kernels' 32-bit offsets, and
+        what the op's own `refine` says (a decorated kernel: its key's names and values)."""
+        if self.elements is not None:
+            n = self.elements(problem)
+            if n > INDEX_LIMIT:
+                raise ProblemError(f"{self.name} {problem.key} has a tensor of {n:,} elements; the kernels index "
+                                   f"with 32-bit offsets, so at most {INDEX_LIMIT:,}; choose a smaller shape")
+        return self.refine(problem) if self.refine is not None else problem
 
     def problem_from_dict(self, fields: Mapping[str, Any]) -> P:
         """A problem from its stored fields (the database keeps them as JSON)."""

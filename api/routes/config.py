@@ -35,7 +35,8 @@ def router(ops: list[TunableOp[Any]]) -> APIRouter:
     names = tuple(op.name for op in ops)
     dtypes = dtype_names(tuple(dict.fromkeys(d for op in ops for d in op.dtypes)))
     # A decorated kernel's dtype names its tensor arguments' dtypes ("float16,int64"): a pattern, not a list.
-    dtype_kind: Any = Literal[dtypes] if all(op.dtypes for op in ops) else Annotated[str, Query(  # type: ignore[valid-type]
+    # Left out: the dtype the shape (else the op) was tuned in, else float16 (serving.tuned_dtype).
+    dtype_kind: Any = Literal[dtypes] | None if all(op.dtypes for op in ops) else Annotated[str | None, Query(  # type: ignore[valid-type]
         pattern=r"^[a-z0-9_]{1,16}(,[a-z0-9_]{1,16}){0,63}$", max_length=1100)]
     shapes = list(dict.fromkeys(op.problem_type.shape_pattern for op in ops))
     shape_pattern = shapes[0] if len(shapes) == 1 else "|".join(f"(?:{p})" for p in shapes)
@@ -55,8 +56,13 @@ def router(ops: list[TunableOp[Any]]) -> APIRouter:
         opts = {p.name: query[p.name] for p in options}
 
         def resolve() -> tuple[int, bytes, str]:
-            op_, problem = serving.parse_request(query["op"], query["shape"], query["dtype"], opts)
             store = st.store.full()
+            dtype = query["dtype"]
+            if dtype is None:  # what was tuned, else the op's default (float16 for the built-in ops)
+                named = serving.op_named(query["op"])
+                dtype = serving.tuned_dtype(store, named, query["shape"], opts) or serving.default_dtype(named)
+            op_, problem = serving.parse_request(query["op"], query["shape"], dtype, opts)
+            serving.check_key_types(store, op_, problem)
             dev = serving.pick_device(store, query["device"])
             try:
                 answer = serving.answer_config(store, op_, problem, dev, fallback=query["fallback"],
@@ -81,7 +87,7 @@ def router(ops: list[TunableOp[Any]]) -> APIRouter:
         inspect.Parameter("shape", kw, annotation=Annotated[str, Query(
             max_length=1000, pattern=shape_pattern,
             description="each op's form: " + "; ".join(f"{op.name} {op.problem_type.layout}" for op in ops))]),
-        inspect.Parameter("dtype", kw, default="float16", annotation=dtype_kind),
+        inspect.Parameter("dtype", kw, default=None, annotation=dtype_kind),
         inspect.Parameter("device", kw, default=None, annotation=Annotated[str | None, Query(
             max_length=200, pattern=PRINTABLE, description="Device key, e.g. 'NVIDIA H100 80GB HBM3 (sm_90)'; may be "
                                                            "left out when the database knows exactly one device")]),

@@ -4,6 +4,8 @@ process's own, or rebuilt by a worker from the recorded call) and whose launch i
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import os
 import time
 from collections.abc import Mapping
@@ -16,6 +18,7 @@ from autotuner.decorator.kernel_problem import KernelProblem, rebuild_args
 from autotuner.decorator.spec import Hooks, KernelSpec
 from kernels._backend import interpreting
 from search_spaces.contract import DOT_TOLERANCE, Option, TunableOp
+from search_spaces.problem import ProblemError
 from search_spaces.space import config_key
 
 COMPILE_THREADS = 16  # threads compiling a launch's configs ahead of timing (compile_ahead)
@@ -130,4 +133,25 @@ class EngineView:
             launch=self.launch, checked=self.checked, make_inputs=self.inputs,
             problem_from_inputs=lambda inputs: spec.keys.problem(inputs["args"]),
             reference=self.reference if spec.reference is not None else None,
-            tolerance=DOT_TOLERANCE, sources=(spec.base_fn,), imports=self.imports)
+            tolerance=DOT_TOLERANCE, sources=(spec.base_fn,), imports=self.imports, refine=self.refine)
+
+    def refine(self, problem: KernelProblem) -> KernelProblem:
+        """A key parsed from text (GET /config, the command line, an import) as this kernel's launches make
+        them: exactly its key arguments, in key order, each a finite number within 64 bits, a string, a bool or
+        None; ProblemError naming what is wrong."""
+        names = list(self.spec.keys.keys)
+        given = dict(problem.values)
+        if len(given) != len(problem.values) or set(given) != set(names):
+            wanted = ",".join(f"{n}=..." for n in names) or "an empty key"
+            raise ProblemError(f"{self.spec.name} is keyed by {', '.join(names) or 'nothing'}: write {wanted}; "
+                               f"got {', '.join(k for k, _ in problem.values) or 'nothing'}")
+        for name, value in problem.values:
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ProblemError(f"{name}={value}: a key value is a finite number")
+            if isinstance(value, int | float) and not isinstance(value, bool) and abs(value) >= 2**63:
+                raise ProblemError(f"{name}={value}: a key value fits in 64 bits")
+            if not isinstance(value, int | float | str | bool) and value is not None:
+                raise ProblemError(f"{name}: {type(value).__name__} is not a key value (a number, a string, a bool)")
+        if [k for k, _ in problem.values] == names:
+            return problem
+        return dataclasses.replace(problem, values=tuple((n, given[n]) for n in names))

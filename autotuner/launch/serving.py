@@ -76,13 +76,23 @@ def device_info(row: DeviceRow) -> DeviceInfo:
                       row.smem_per_block, "")
 
 
+def op_named(op_name: str) -> Op:
+    try:
+        return get_op(op_name)
+    except UnknownOpError as exc:
+        raise InputError("op", str(exc)) from None
+
+
+def default_dtype(op: Op) -> str:
+    """The dtype a lookup naming none, of a shape never tuned, means: float16 for the built-in ops; a decorated
+    kernel's key then holds no dtype."""
+    return "" if op.kind == "kernel" else "float16"
+
+
 def parse_request(op_name: str, shape: str, dtype: str, options: dict[str, Any]) -> tuple[Op, ProblemType]:
     """The op and problem a request names. InputError names a value no op accepts; NoSuchProblem names one this
     op does not take (a shape of another op's form, a dtype or option it lacks)."""
-    try:
-        op = get_op(op_name)
-    except UnknownOpError as exc:
-        raise InputError("op", str(exc)) from None
+    op = op_named(op_name)
     if op.dtypes:  # a decorated kernel's dtypes are those of its tensor arguments, checked by its problem type
         try:
             parse_dtype(dtype, op.dtypes)
@@ -99,6 +109,60 @@ def parse_request(op_name: str, shape: str, dtype: str, options: dict[str, Any])
         message = str(exc)
         field = next((n for n in given if n in message), "shape")
         raise NoSuchProblem(field, message) from None
+
+
+def _stored_problems(store: Store, op: Op) -> list[ProblemType]:
+    out = []
+    for row in store.results(op=op.name):
+        try:
+            out.append(op.problem_from_dict(row.problem))
+        except (TypeError, ValueError):  # stored by another version of the op
+            continue
+    return out
+
+
+def tuned_dtype(store: Store, op: Op, shape: str, options: dict[str, Any]) -> str | None:
+    """The dtype a lookup that names none means: the one this shape was tuned in, else the one the op was tuned
+    in at all; None where nothing is tuned (the op's default applies). Several: a built-in op keeps its default
+    (None), a decorated kernel's lookup must name one (NoSuchProblem listing them)."""
+    try:
+        probe = op.parse_problem(shape, op.dtypes[0] if op.dtypes else "", **options)
+    except ValueError:
+        return None  # the request's own parse names what is wrong
+    stored = _stored_problems(store, op)
+    for candidates in ([p for p in stored if p.shape == probe.shape], stored):
+        dtypes = sorted({p.dtype for p in candidates})
+        if len(dtypes) == 1:
+            return dtypes[0]
+        if len(dtypes) > 1:
+            if op.kind != "kernel":
+                return None
+            raise NoSuchProblem("dtype", f"{op.name} is tuned in {', '.join(dtypes)}: name one with dtype")
+    return None
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return "a bool"
+    if isinstance(value, int | float):
+        return "a number"
+    return "a string" if isinstance(value, str) else "null"
+
+
+def check_key_types(store: Store, op: Op, problem: ProblemType) -> None:
+    """A decorated kernel's key values of the kinds its tuned keys hold (a number where every tuned key has a
+    number); NoSuchProblem naming the first that is not."""
+    if op.kind != "kernel":
+        return
+    kinds: dict[str, set[str]] = {}
+    for p in _stored_problems(store, op):
+        for name, value in getattr(p, "values", ()):
+            kinds.setdefault(name, set()).add(_kind(value))
+    for name, value in getattr(problem, "values", ()):
+        seen = kinds.get(name)
+        if seen and _kind(value) not in seen:
+            raise NoSuchProblem("shape", f"{name}={value!r} is {_kind(value)}; every tuned key of {op.name} has "
+                                         f"{' or '.join(sorted(seen))} there")
 
 
 def pick_device(store: Store, key: str | None) -> DeviceInfo:
