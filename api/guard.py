@@ -2,8 +2,8 @@
 
 `RequestGuard`, for requests with a body (every write): the token is checked before a byte of the body is read
 (401/403), a body larger than `max_body_bytes` is refused as soon as that is known (413; by its Content-Length,
-or while it streams in), and a JSON body holding a non-finite number (NaN, Infinity, 1e999) is a 422 whose detail
-is valid JSON. What passes is handed to the app from memory.
+or while it streams in), and a JSON body holding a non-finite number (NaN, Infinity, 1e999) or nested more than
+MAX_DEPTH levels is a 422 whose detail is valid JSON. What passes is handed to the app from memory.
 
 `Deadline`: a request not answered within `timeout_s` is answered 503 (the database stalled). The route keeps
 running in the background until its database call fails (db.deadline bounds that too); what it sends then is
@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from api.deps import Forbidden, ServiceState, Unauthorized
+from autotuner.base.json_depth import MAX_DEPTH, too_deep
 
 log = logging.getLogger(__name__)
 Send = Callable[[dict[str, Any]], Awaitable[None]]
@@ -83,6 +84,10 @@ class RequestGuard:
             if not message.get("more_body", False):
                 break
         if "json" in headers.get("content-type", "") and body:
+            if too_deep(body):
+                await respond(send, 422, [{"loc": ["body"], "type": "too_deep",
+                                           "msg": f"JSON nested more than {MAX_DEPTH} levels deep"}])
+                return
             try:
                 json.loads(body, parse_constant=_reject_constant, parse_float=_finite)
             except ValueError as exc:

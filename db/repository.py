@@ -3,10 +3,11 @@ also written in plain SQL, in db.sqlite_reads). Keyword arguments only; callers 
 
 from __future__ import annotations
 
+import math
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Select, delete, func, select, update
+from sqlalchemy import Select, delete, func, insert, or_, select, update
 from sqlalchemy.orm import Session, selectinload
 
 from db.models import BestConfig, CrossTiming, Device, DevicePeak, Sweep, Trial, TuneClaim, TuningRun, utcnow
@@ -85,6 +86,8 @@ def save_best(session: Session, *, op: str, problem_key: str, problem: dict[str,
     One atomic statement (INSERT .. ON CONFLICT DO UPDATE .. WHERE faster), so concurrent writers can never
     leave a slower config behind. Returns True when this row was written.
     """
+    if not (isinstance(median_ms, int | float) and math.isfinite(median_ms) and median_ms > 0):
+        raise ValueError(f"a best config's time is a finite positive number of ms, not {median_ms!r}")
     ins = _insert(session)
     stmt = ins(BestConfig).values(
         op=op, problem_key=problem_key, problem=problem, device_id=device_id, kernel_hash=kernel_hash,
@@ -95,9 +98,60 @@ def save_best(session: Session, *, op: str, problem_key: str, problem: dict[str,
     stmt = stmt.on_conflict_do_update(
         index_elements=list(RESULT_KEY),
         set_={c: stmt.excluded[c] for c in cols},
-        where=BestConfig.median_ms > stmt.excluded.median_ms,
+        # faster, or over a stored time that is none (zero, negative, NaN: a row written by hand) and never wins
+        where=or_(BestConfig.median_ms > stmt.excluded.median_ms, BestConfig.median_ms <= 0,
+                  BestConfig.median_ms.is_(None)),
     ).returning(BestConfig.id)
     return session.execute(stmt).scalar() is not None  # RETURNING: rowcount is -1 on some drivers
+
+
+def save_bests(session: Session, rows: list[dict[str, Any]]) -> int:
+    """save_best for many rows in one statement per batch (an import): each inserted, or replacing a stored one
+    only where faster (or where the stored time is none). Returns how many rows were written."""
+    for r in rows:
+        if not (isinstance(r["median_ms"], int | float) and math.isfinite(r["median_ms"]) and r["median_ms"] > 0):
+            raise ValueError(f"a best config's time is a finite positive number of ms, not {r['median_ms']!r}")
+    ins = _insert(session)
+    stmt = ins(BestConfig)
+    cols = ("problem", "config", "median_ms", "default_ms", "torch_ms", "run_id", "updated_at")
+    stmt = stmt.on_conflict_do_update(
+        index_elements=list(RESULT_KEY), set_={c: stmt.excluded[c] for c in cols},
+        where=or_(BestConfig.median_ms > stmt.excluded.median_ms, BestConfig.median_ms <= 0,
+                  BestConfig.median_ms.is_(None)))
+    written = 0
+    for start in range(0, len(rows), 500):
+        batch = [{"updated_at": utcnow(), **r} for r in rows[start:start + 500]]
+        written += sum(1 for _ in session.execute(stmt.returning(BestConfig.id), batch))
+    return written
+
+
+def existing_runs(session: Session, *, ops: set[str]) -> dict[tuple[str, str, int, Any], int]:
+    """The stored runs of these ops by (op, problem key, device id, start time in UTC): what an import skips."""
+    q = select(TuningRun.id, TuningRun.op, TuningRun.problem_key, TuningRun.device_id, TuningRun.started_at)
+    return {(r.op, r.problem_key, r.device_id, utc(r.started_at)): r.id
+            for r in session.execute(q.where(TuningRun.op.in_(ops)))} if ops else {}
+
+
+def utc(value: datetime) -> datetime:
+    from datetime import timezone
+
+    return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
+
+
+def insert_runs(session: Session, runs: list[tuple[dict[str, Any], list[dict[str, Any]]]]) -> list[int]:
+    """Whole runs with their trials, as exported (an import), in a few statements; their new ids in order."""
+    if not runs:
+        return []
+    ids: list[int] = []
+    for start in range(0, len(runs), 500):
+        batch = runs[start:start + 500]
+        result = session.execute(insert(TuningRun).returning(TuningRun.id, sort_by_parameter_order=True),
+                                 [fields for fields, _ in batch])
+        ids += [int(i) for i in result.scalars()]
+    trials = [{**t, "run_id": run_id} for run_id, (_, ts) in zip(ids, runs, strict=True) for t in ts]
+    for start in range(0, len(trials), 2000):
+        session.execute(insert(Trial), trials[start:start + 2000])
+    return ids
 
 
 def _best_query(op: str | None, device_key: str | None, problem_key: str | None) -> Select[Any]:

@@ -146,9 +146,12 @@ class Space(Generic[P]):
         """Every reason this config cannot run on this problem and device (empty when it is valid)."""
         return [message for _, message in self.broken_rules(config, problem, device)]
 
-    def broken_rules(self, config: Mapping[str, Any], problem: P,
-                     device: DeviceLimits) -> list[tuple[str, str]]:
-        """Every rule this config breaks on this problem and device, as (rule, message); empty when valid."""
+    def outside(self, config: Mapping[str, Any]) -> list[str]:
+        """Why this config is not one of the space's (unknown or missing parameters, values outside their
+        lists), whatever the problem and device; empty when it is."""
+        return [message for _, message in self._outside(config)]
+
+    def _outside(self, config: Mapping[str, Any]) -> list[tuple[str, str]]:
         broken = []
         unknown = sorted(set(config) - set(self.names))
         if unknown:
@@ -161,6 +164,13 @@ class Space(Generic[P]):
             elif config[p.name] not in p.values:
                 broken.append(("outside_space",
                                f"{p.name}={config[p.name]!r} is outside the space; accepted: {list(p.values)}"))
+        return broken
+
+    def broken_rules(self, config: Mapping[str, Any], problem: P,
+                     device: DeviceLimits) -> list[tuple[str, str]]:
+        """Every rule this config breaks on this problem and device, as (rule, message); empty when valid."""
+        broken = self._outside(config)
+        config = self.complete(config)
         if broken:
             return broken
         if self.listed:

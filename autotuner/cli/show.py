@@ -28,7 +28,7 @@ from autotuner.cli.common import (
 from search_spaces.contract import ProblemType
 
 if TYPE_CHECKING:
-    from autotuner.base.registry import Op
+    pass
 
 
 @problem_options
@@ -91,28 +91,25 @@ def show(
 
 def _tuned_dtype(op: str, shape: str | None, flags: dict[str, str | None], options: dict[str, Any],
                  s: Any) -> str | None:
-    """With no --dtype: the dtype this shape was tuned in on any device, when there is one; several name
-    themselves in a bad-input error; none leaves the op's default."""
+    """With no --dtype: the dtype this shape (else the op) was tuned in on any device (launch.serving.tuned_dtype,
+    as GET /config takes it); a decorated kernel tuned in several names them in a bad-input error; none leaves
+    the op's default."""
+    from autotuner.launch.serving import NoSuchProblem, tuned_dtype
     from autotuner.store.database import Store
     from db.engine import NoDatabase
 
     op_obj, prob = problem(op, shape, None, flags, options)
     try:
-        rows = Store(s.db_url, create=False).results(op=op_obj.name)
+        store = Store(s.db_url, create=False)
     except NoDatabase:
         return None
-    others = [_problem(op_obj, r.problem) for r in rows]
-    tuned = sorted({o.dtype for o in others if o is not None and o.shape == prob.shape})
-    if len(tuned) > 1:
-        fail(f"{op_obj.name} {prob.shape} is tuned in {', '.join(tuned)}: give one with --dtype")
-    return tuned[0] if tuned else None
-
-
-def _problem(op: Op, fields: dict[str, Any]) -> ProblemType | None:
     try:
-        return op.problem_from_dict(fields)
-    except (TypeError, ValueError):  # stored by another version of the op
-        return None
+        return tuned_dtype(store, op_obj, prob.shape, {k: v for k, v in options.items() if v is not None},
+                           "give one with --dtype")
+    except NoSuchProblem as exc:
+        fail(exc.message)
+
+
 
 
 def _print(info: dict[str, Any], as_json: bool, summary: str) -> None:

@@ -71,19 +71,26 @@ def export(
 @command
 def import_(file: Path = typer.Argument(..., help="a file written by `autotuner export`"), db: DbOpt = None) -> None:
     """Import an export; a stored result is never replaced by a slower one, and a bad file writes nothing."""
+    from autotuner.base.json_depth import MAX_DEPTH, too_deep
+    from autotuner.decorator.kernel_problem import KernelProblem
     from autotuner.store.database import Store
-    from autotuner.store.transfer import import_data
+    from autotuner.store.transfer import import_data, parse_export
 
     try:
-        data = json.loads(file.read_text())
+        text = file.read_text()
     except FileNotFoundError:
         fail(f"no file at {file}")
     except (OSError, UnicodeDecodeError) as exc:
         fail(f"cannot read {file}: {exc}")
+    if too_deep(text):
+        fail(f"{file}: JSON nested more than {MAX_DEPTH} levels deep; not an autotuner export, nothing was imported")
+    try:
+        data = json.loads(text)
     except json.JSONDecodeError as exc:
         fail(f"{file} is not JSON: {exc}")
-    try:
-        counts = import_data(Store(settings(db).db_url), data)
+    try:  # the whole file is checked before the database is opened: a bad file creates and writes nothing
+        export = parse_export(data, KernelProblem)
     except ValueError as exc:
-        fail(f"{file}: {exc}; nothing was imported")
+        fail(f"{file}: {exc}\nnothing was imported")
+    counts = import_data(Store(settings(db).db_url), export)
     console.print(", ".join(f"{v} {k} added" for k, v in counts.items()))

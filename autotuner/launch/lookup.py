@@ -126,6 +126,10 @@ def resolve(op: Op, problem: ProblemType, device: DeviceInfo, *, store: ResultRe
     if store is not None:
         best = store.best(op=op, problem=problem, device=device, kernel_hash=kernel_hash,
                           triton_version=triton_version)
+        broken = op.space.violations(best.config, problem, device) if best is not None and not best.stale else []
+        if broken:  # a row this op cannot launch (imported or written by hand): never served
+            trace.append(f"database: the stored config is not valid here ({'; '.join(broken)[:200]})")
+            best = None
         if best is not None and not best.stale:
             trace.append("database: exact")
             return Resolution(config=best.config, source="exact", step="database",

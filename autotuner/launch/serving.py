@@ -121,7 +121,8 @@ def _stored_problems(store: Store, op: Op) -> list[ProblemType]:
     return out
 
 
-def tuned_dtype(store: Store, op: Op, shape: str, options: dict[str, Any]) -> str | None:
+def tuned_dtype(store: Store, op: Op, shape: str, options: dict[str, Any],
+                advice: str = "name one with dtype=") -> str | None:
     """The dtype a lookup that names none means: the one this shape was tuned in, else the one the op was tuned
     in at all; None where nothing is tuned (the op's default applies). Several: a built-in op keeps its default
     (None), a decorated kernel's lookup must name one (NoSuchProblem listing them)."""
@@ -137,7 +138,7 @@ def tuned_dtype(store: Store, op: Op, shape: str, options: dict[str, Any]) -> st
         if len(dtypes) > 1:
             if op.kind != "kernel":
                 return None
-            raise NoSuchProblem("dtype", f"{op.name} is tuned in {', '.join(dtypes)}: name one with dtype")
+            raise NoSuchProblem("dtype", f"{op.name} is tuned in {', '.join(dtypes)}: {advice}")
     return None
 
 
@@ -191,7 +192,8 @@ def answer_config(store: Store, op: Op, problem: ProblemType, device: DeviceInfo
     res = resolve(op, problem, device, store=store, fallback=fallback, kernel_hash=kernel_hash,
                   triton_version=triton_version)
     row = res.row
-    speedup = row.default_ms / row.median_ms if row and row.default_ms and row.median_ms else None
+    times = (measured(row.default_ms), measured(row.median_ms)) if row else (None, None)
+    speedup = row.default_ms / row.median_ms if row and times[0] and times[1] else None
     regret = expected_regret(store, op, problem, res.from_problem, device, kernel_hash, triton_version) \
         if res.source in ("bucket", "nearest") and res.from_problem else None
     return ConfigAnswer(
@@ -208,5 +210,8 @@ def answer_config(store: Store, op: Op, problem: ProblemType, device: DeviceInfo
 
 
 def measured(ms: float | None, digits: int = 4) -> float | None:
-    """A measured time as answered: four significant digits (run-to-run noise is about 1%)."""
-    return None if ms is None or ms == 0 else round(ms, digits - 1 - math.floor(math.log10(abs(ms))))
+    """A measured time as answered: four significant digits (run-to-run noise is about 1%); None for a time that
+    is not one (a row written by hand: zero, negative, infinite or NaN)."""
+    if ms is None or not math.isfinite(ms) or ms <= 0:
+        return None
+    return round(ms, digits - 1 - math.floor(math.log10(ms)))

@@ -212,24 +212,34 @@ class Store:
             known = {d.key for d in repo.list_devices(s)}
             device_ids = {d["key"]: repo.upsert_device(s, **d) for d in devices}
             counts["devices"] = len(set(device_ids) - known)
+            stored = repo.existing_runs(s, ops={fields["op"] for fields, _ in runs})
             run_ids: dict[int, int] = {}
+            first: dict[tuple[Any, ...], int] = {}  # a run in the file twice is imported once
+            new: list[tuple[int, tuple[dict[str, Any], list[dict[str, Any]]]]] = []
+            repeats: list[tuple[int, tuple[Any, ...]]] = []
             for i, (fields, trials) in enumerate(runs):
                 fields = dict(fields)
                 fields["device_id"] = device_ids[fields.pop("device")]
-                existing = repo.find_run(s, op=fields["op"], problem_key=fields["problem_key"],
-                                         device_id=fields["device_id"], started_at=fields["started_at"])
-                if existing is not None:
-                    run_ids[i] = existing
-                    continue
-                run_ids[i] = repo.insert_run(s, fields=fields, trials=trials)
-                counts["runs"] += 1
-                counts["trials"] += len(trials)
+                key = (fields["op"], fields["problem_key"], fields["device_id"], repo.utc(fields["started_at"]))
+                if key in stored:
+                    run_ids[i] = stored[key]
+                elif key in first:
+                    repeats.append((i, key))
+                else:
+                    first[key] = i
+                    new.append((i, (fields, trials)))
+            for (i, _), run_id in zip(new, repo.insert_runs(s, [r for _, r in new]), strict=True):
+                run_ids[i] = run_id
+            for i, key in repeats:
+                run_ids[i] = run_ids[first[key]]
+            counts["runs"] = len(new)
+            counts["trials"] = sum(len(trials) for _, (_, trials) in new)
+            rows = []
             for fields, run in bests:
                 fields = dict(fields)
-                device_id = device_ids[fields.pop("device")]
-                written = repo.save_best(s, device_id=device_id, run_id=run_ids.get(run) if run is not None else None,
-                                         **fields)
-                counts["best_configs"] += int(written)
+                fields["device_id"] = device_ids[fields.pop("device")]
+                rows.append({**fields, "run_id": run_ids.get(run) if run is not None else None})
+            counts["best_configs"] = repo.save_bests(s, rows)
         return counts
 
     def peaks(self, device: DeviceInfo) -> dict[str, float]:

@@ -6,11 +6,13 @@ themselves (`TunableOp.exports`: matmul writes vLLM's tuned-config layout, searc
 from __future__ import annotations
 
 import json
+import math
+import re
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from autotuner.store.database import Store
 from search_spaces.space import counts_from_messages
@@ -64,46 +66,56 @@ class _Row(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+# What a row may hold: times finite and positive (a zero, negative or infinite time would win forever), counts
+# and sizes within 64 bits, names within their columns.
+Ms = Annotated[float, Field(gt=0, lt=1e9, allow_inf_nan=False)]
+Seconds = Annotated[float, Field(ge=0, lt=1e9, allow_inf_nan=False)]
+Count = Annotated[int, Field(ge=0, lt=2**63)]
+Name = Annotated[str, Field(min_length=1, max_length=200)]
+Key = Annotated[str, Field(min_length=1, max_length=400)]
+Short = Annotated[str, Field(max_length=64)]
+
+
 class DeviceRow(_Row):
-    key: str
-    name: str
-    capability: str
-    sm_count: int
-    total_memory: int
-    smem_per_block: int
+    key: Key
+    name: Name
+    capability: Short
+    sm_count: Count
+    total_memory: Count
+    smem_per_block: Count
 
 
 class TrialRow(_Row):
     config: dict[str, Any]
-    config_key: str
-    status: str
-    median_ms: float | None
-    p20_ms: float | None
-    p80_ms: float | None
-    retimed_ms: float | None = None
-    compile_s: float | None
+    config_key: Key
+    status: Short
+    median_ms: Ms | None
+    p20_ms: Ms | None
+    p80_ms: Ms | None
+    retimed_ms: Ms | None = None
+    compile_s: Seconds | None
     error: str | None
     created_at: datetime
 
 
 class RunRow(_Row):
-    op: str
-    problem_key: str
+    op: Name
+    problem_key: Key
     problem: dict[str, Any]
-    kernel_hash: str
-    triton_version: str
-    torch_version: str
-    strategy: str
-    budget_trials: int | None
-    budget_seconds: float | None
-    clock: str
-    status: str
+    kernel_hash: Short
+    triton_version: Short
+    torch_version: Short
+    strategy: Short
+    budget_trials: Count | None
+    budget_seconds: Seconds | None
+    clock: Short
+    status: Short
     error: str | None
     started_at: datetime
     finished_at: datetime | None
-    device: str
+    device: Key
     trials: list[TrialRow]
-    rejected: int = 0
+    rejected: Count = 0
     rejections: dict[str, Any] | None = None
 
     @model_validator(mode="after")
@@ -121,17 +133,17 @@ class RunRow(_Row):
 
 
 class BestRow(_Row):
-    op: str
-    problem_key: str
+    op: Name
+    problem_key: Key
     problem: dict[str, Any]
-    kernel_hash: str
-    triton_version: str
+    kernel_hash: Short
+    triton_version: Short
     config: dict[str, Any]
-    median_ms: float
-    default_ms: float | None
-    torch_ms: float | None
+    median_ms: Ms
+    default_ms: Ms | None
+    torch_ms: Ms | None
     updated_at: datetime
-    device: str
+    device: Key
     run: int | None
 
 
@@ -154,8 +166,9 @@ def _validation_message(exc: ValidationError) -> str:
     return "not a valid autotuner export: " + "; ".join(parts) + more
 
 
-def parse_export(data: Any) -> ExportFile:
-    """The export in `data`, checked whole before anything is written; ValueError naming every fault found."""
+def parse_export(data: Any, kernel_problem: Any = None) -> ExportFile:
+    """The export in `data`, checked whole before anything is written (RowChecker; `kernel_problem`: decorated
+    kernels' problem type, whose keys are then checked too); ValueError naming every fault found, one a line."""
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise ValueError(f"not an autotuner export (expected \"format\": \"{FORMAT}\")")
     if data.get("version") != VERSION:
@@ -164,22 +177,91 @@ def parse_export(data: Any) -> ExportFile:
         export = ExportFile.model_validate(data)
     except ValidationError as exc:
         raise ValueError(_validation_message(exc)) from None
+    faults: list[str] = []
     keys = {d.key for d in export.devices}
+    checker = RowChecker(kernel_problem)
     for i, r in enumerate(export.runs):
         if r.device not in keys:
-            raise ValueError(f"runs.{i}.device: {r.device!r} is not among the file's devices")
+            faults.append(f"runs.{i}.device: {r.device!r} is not among the file's devices")
+        faults += checker.faults(f"runs.{i}", r.op, r.problem_key, r.problem, [(f"trials.{j}.config", t.config)
+                                                                            for j, t in enumerate(r.trials)])
     for i, b in enumerate(export.best_configs):
         if b.device not in keys:
-            raise ValueError(f"best_configs.{i}.device: {b.device!r} is not among the file's devices")
+            faults.append(f"best_configs.{i}.device: {b.device!r} is not among the file's devices")
         if b.run is not None and not 0 <= b.run < len(export.runs):
-            raise ValueError(f"best_configs.{i}.run: {b.run} is not a run of the file (it has {len(export.runs)})")
+            faults.append(f"best_configs.{i}.run: {b.run} is not a run of the file (it has {len(export.runs)})")
+        faults += checker.faults(f"best_configs.{i}", b.op, b.problem_key, b.problem, [("config", b.config)])
+    if faults:
+        more = f"\n(and {len(faults) - MAX_FAULTS} more)" if len(faults) > MAX_FAULTS else ""
+        raise ValueError("not a valid autotuner export:\n" + "\n".join(faults[:MAX_FAULTS]) + more)
     return export
 
 
-def import_data(store: Store, data: Any) -> dict[str, int]:
-    """Add what `export_data` wrote, in one transaction (a bad file writes nothing). Runs already present are
-    skipped; a best config replaces a stored one only when faster. Returns counts of what was added."""
-    export = parse_export(data)
+MAX_FAULTS = 20  # lines of a refused import's message
+KERNEL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_.<>]*$")
+
+
+class RowChecker:
+    """A row's op, key and configs as the op takes them, before anything is written: a known op (or a decorated
+    kernel's `module:name`, whose module is never imported here), a problem whose key is the one stored with it
+    and within the kernels' index range, configs of the op's space (its parameters, each within its values)."""
+
+    def __init__(self, kernel_problem: Any = None) -> None:
+        self._ops: dict[str, Any] = {}
+        self.kernel_problem = kernel_problem  # decorated kernels' problem type (the caller's: a floor above)
+
+    def _op(self, name: str) -> Any:
+        if name not in self._ops:
+            from autotuner.base.registry import UnknownOpError, get_op
+
+            try:
+                self._ops[name] = get_op(name)
+            except UnknownOpError:
+                self._ops[name] = None
+        return self._ops[name]
+
+    def faults(self, where: str, op_name: str, problem_key: str, problem: dict[str, Any],
+               configs: list[tuple[str, dict[str, Any]]]) -> list[str]:
+        op = self._op(op_name)
+        if op is None:
+            if KERNEL_NAME.match(op_name):
+                return self._kernel_faults(where, problem_key, problem)
+            return [f"{where}.op: unknown op {op_name!r} (a built-in op, a plugin's, or a decorated kernel's "
+                    "module:name)"]
+        try:
+            parsed = op.check_problem(op.problem_from_dict(problem))
+        except (TypeError, ValueError) as exc:
+            return [f"{where}.problem: not a problem of {op_name}: {str(exc)[:200]}"]
+        if parsed.key != problem_key:
+            return [f"{where}.problem_key: {problem_key!r} is not the key of its problem ({parsed.key!r})"]
+        out = []
+        for field, config in configs:
+            broken = op.space.outside(config)
+            if broken:
+                out.append(f"{where}.{field}: {'; '.join(broken)}")
+        return out
+
+    def _kernel_faults(self, where: str, problem_key: str, problem: dict[str, Any]) -> list[str]:
+        if self.kernel_problem is None:
+            return []
+        try:
+            parsed = self.kernel_problem(**problem)
+        except (TypeError, ValueError) as exc:
+            return [f"{where}.problem: not a decorated kernel's key: {str(exc)[:200]}"]
+        for name, value in parsed.values:
+            if isinstance(value, float) and not math.isfinite(value) or (
+                    isinstance(value, int | float) and not isinstance(value, bool) and abs(value) >= 2**63):
+                return [f"{where}.problem: {name}={value} is not a finite number within 64 bits"]
+        if parsed.key != problem_key:
+            return [f"{where}.problem_key: {problem_key!r} is not the key of its problem ({parsed.key!r})"]
+        return []
+
+
+def import_data(store: Store, data: Any | ExportFile) -> dict[str, int]:
+    """Add what `export_data` wrote (or `parse_export` read), in one transaction (a bad file writes nothing). Runs
+    already present are skipped; a best config replaces a stored one only when faster. Returns counts of what
+    was added."""
+    export = data if isinstance(data, ExportFile) else parse_export(data)
     return store.import_rows(
         devices=[d.model_dump() for d in export.devices],
         runs=[(r.model_dump(include={*RUN_FIELDS, "device"}), [t.model_dump() for t in r.trials]) for r in export.runs],

@@ -1,0 +1,143 @@
+"""No row, file or request breaks a key: every value is checked at every door (an import, POST /jobs, GET /config,
+the command line), with one line per refusal and nothing half-written; a bad row already in a database is never
+served and never blocks a measured winner. Real SQLite files, a real server process, the real CLI."""
+
+from __future__ import annotations
+
+import copy
+import json
+import sqlite3
+
+import pytest
+import torch
+
+import autotuner
+from autotuner.base.device import current_device
+from autotuner.base.registry import get_op
+from autotuner.base.settings import Settings
+from autotuner.launch.lookup import Resolver, set_resolver
+from autotuner.store.database import Store
+from autotuner.store.transfer import export_data
+from tests.server import running_server
+from tests.test_api import TOKEN
+from tests.test_cli import cli
+
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+@pytest.fixture
+def exported(tmp_path):
+    """A real export: one softmax result stored through the store, written out as `autotuner export` writes it."""
+    store, op, device = Store(f"sqlite:///{tmp_path / 'src.db'}"), get_op("softmax"), current_device()
+    problem = op.parse_problem("8x64", "float16")
+    run_id = store.start_run(op=op, problem=problem, device=device, strategy="tpe", budget_trials=1,
+                             budget_seconds=None, clock="wall")
+    config = op.space.default(problem, device)
+    store.record_trial(run_id=run_id, config=config, config_key="k", status="ok", median_ms=0.5, p20_ms=0.4,
+                       p80_ms=0.6)
+    store.finish_run(run_id=run_id, status="done")
+    store.save_best(op=op, problem=problem, device=device, config=config, median_ms=0.5, default_ms=0.6,
+                    torch_ms=None, run_id=run_id)
+    return export_data(store)
+
+
+def _import(tmp_path, data, name="in.json"):
+    path = tmp_path / name
+    path.write_text(data if isinstance(data, str) else json.dumps(data))
+    target = tmp_path / "target.db"
+    return cli("import", str(path), "--db", f"sqlite:///{target}"), target
+
+
+def test_an_import_refuses_every_bad_value_one_line_each_and_writes_nothing(tmp_path, exported):
+    bad = copy.deepcopy(exported)
+    best, run = bad["best_configs"][0], bad["runs"][0]
+    best["median_ms"] = float("-inf")
+    run["trials"][0]["median_ms"] = 0.0
+    run["trials"][0]["p20_ms"] = -1.0
+    bad["best_configs"].append({**copy.deepcopy(exported["best_configs"][0]), "op": "nosuch"})
+    bad["best_configs"].append({**copy.deepcopy(exported["best_configs"][0]), "problem_key": "9x64:float16"})
+    bad["best_configs"].append({**copy.deepcopy(exported["best_configs"][0]),
+                                "config": {**exported["best_configs"][0]["config"], "BOGUS": 1}})
+    huge = copy.deepcopy(exported["best_configs"][0])
+    huge["problem"] = {"rows": 10**15, "cols": 64, "dtype": "float16"}
+    huge["problem_key"] = f"{10**15}x64:float16"
+    bad["best_configs"].append(huge)
+    done, target = _import(tmp_path, json.dumps(bad))  # json writes -Infinity, as a hand-edited file may
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    said = done.stderr
+    for fault in ("best_configs.0.median_ms", "runs.0.trials.0.median_ms", "runs.0.trials.0.p20_ms"):
+        assert fault in said, said
+    # the value checks stop the file before the row checks: fix the times and the rest are named, a line each
+    bad["best_configs"][0]["median_ms"] = 0.5
+    run["trials"][0].update(median_ms=0.5, p20_ms=0.4)
+    done, target = _import(tmp_path, bad)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and "nothing was imported" in done.stderr, done.stderr
+    assert any("best_configs.1.op: unknown op 'nosuch'" in line for line in lines), lines
+    assert any("best_configs.2.problem_key: '9x64:float16' is not the key of its problem" in line for line in lines)
+    assert any("best_configs.3.config: unknown parameter(s) BOGUS" in line for line in lines), lines
+    assert any("best_configs.4.problem" in line and "32-bit offsets" in line for line in lines), lines
+    assert not target.exists()  # checked before the database is opened: nothing created, nothing written
+    assert _import(tmp_path, exported)[0].returncode == 0  # the file itself imports
+
+
+def test_an_import_of_nothing_or_of_deep_nesting_creates_nothing(tmp_path):
+    for text in ("{}", "[" * 100_000 + "]" * 100_000):
+        done, target = _import(tmp_path, text)
+        assert done.returncode == 2 and "Traceback" not in done.stderr and len(done.stderr.splitlines()) <= 3
+        assert not target.exists()
+
+
+def test_a_bad_row_in_the_database_is_never_served_and_never_blocks_a_winner(tmp_path):
+    url = f"sqlite:///{tmp_path / 'k.db'}"
+    store, op, device = Store(url), get_op("softmax"), current_device()
+    problem = op.parse_problem("8x64", "float32")
+    good = op.space.default(problem, device)
+    store.save_best(op=op, problem=problem, device=device, config=good, median_ms=9.6, default_ms=None,
+                    torch_ms=None, run_id=None)
+    with sqlite3.connect(tmp_path / "k.db") as c:  # a writer with the database's own tools
+        c.execute("UPDATE best_configs SET median_ms = ?, config = ?",
+                  (float("-inf"), json.dumps({**good, "BOGUS": 1})))
+    set_resolver(Resolver(Settings(db_url=url)))
+    try:
+        x = torch.randn(8, 64)
+        torch.testing.assert_close(autotuner.softmax(x), torch.softmax(x, -1))  # the bad config is not launched
+    finally:
+        set_resolver(None)
+    shown = cli("show", "softmax", "--shape", "8x64", "--dtype", "float32", "--db", url, "--json")
+    assert "Traceback" not in shown.stderr and json.loads(shown.stdout)["source"] != "exact"
+    with pytest.raises(ValueError, match="finite positive"):
+        store.save_best(op=op, problem=problem, device=device, config=good, median_ms=0.0, default_ms=None,
+                        torch_ms=None, run_id=None)
+    assert store.save_best(op=op, problem=problem, device=device, config=good, median_ms=9.0, default_ms=None,
+                           torch_ms=None, run_id=None)  # a measured time replaces the one that was none
+    assert store.best(op=op, problem=problem, device=device).median_ms == 9.0
+
+
+def test_the_service_checks_every_value_the_same_way(tmp_path):
+    import tests.decorated_kernels  # noqa: F401  (registers the kernel in this process)
+
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    store, device = Store(url), current_device()
+    kernel = get_op("tests.decorated_kernels:scale_kernel")
+    store.save_best(op=kernel, problem=kernel.parse_problem("n=4096", "float32"), device=device,
+                    config={"BLOCK": 64, "num_warps": 2, "num_stages": 3}, median_ms=0.1, default_ms=None,
+                    torch_ms=None, run_id=None)
+    with running_server(url, AUTOTUNER_TOKEN=TOKEN, AUTOTUNER_PLUGINS="tests.decorated_kernels") as client:
+        def config(**params):
+            return client.get("/config", params={"op": "tests.decorated_kernels:scale_kernel", **params})
+
+        answer = config(shape="n=4096")  # no dtype: the one it was tuned in
+        assert answer.status_code == 200 and answer.json()["source"] == "exact", answer.text
+        for shape in ("n=abc", "n=NaN", "n=1e308", "m=4096", "n=4096,m=1"):
+            refused = config(shape=shape)
+            assert refused.status_code in (404, 422) and "detail" in refused.json(), (shape, refused.text)
+        big = {"op": "matmul", "shape": "1000000x1000000x1000000"}
+        looked_up = client.get("/config", params=big)
+        posted = client.post("/jobs", json=big, headers=AUTH)
+        assert looked_up.status_code in (404, 422) and posted.status_code == 422
+        assert "32-bit offsets" in looked_up.text and "32-bit offsets" in posted.text
+        deep = '{"op": "softmax", "shape": "8x64", "options": ' + '{"x": ' * 1000 + "{}" + "}" * 1000 + "}"
+        refused = client.post("/jobs", content=deep, headers={**AUTH, "Content-Type": "application/json"})
+        assert refused.status_code == 422 and "nested more than" in refused.text, refused.text
+        assert client.get("/healthz").status_code == 200  # and the server goes on
