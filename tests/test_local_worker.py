@@ -185,5 +185,46 @@ def test_a_door_left_by_a_dead_worker_or_a_stopped_one_is_passed_by(tmp_path):
         mine = set(door_dir.glob("*.sock")) - {door_dir / "99999999.sock"}
         assert len(mine) == 1
     finally:
-        assert w.stop() == 0
+        assert w.stop() == 143  # SIGTERM, as a shell reports it
     assert not any(p.exists() for p in mine)  # a stopped worker removes its door
+
+
+@pytest.mark.timeout(300)
+def test_a_busy_worker_never_holds_a_command_back(worker, tmp_path):
+    from autotuner.store.database import Store
+
+    db = f"sqlite:///{tmp_path / 'w.db'}"
+    Store(db).queue_job(op="matmul", shape="128x128x128", dtype="float16", options={}, budget_trials=500,
+                        strategy="exhaustive")  # minutes in the interpreter; stopped with the worker
+    deadline = time.monotonic() + 120
+    while "started" not in worker.text():  # the worker is busy with its job
+        assert time.monotonic() < deadline, worker.text()
+        time.sleep(0.2)
+    bad = tune("softmax", "--shape", "4xx8", db=db)
+    assert bad.returncode == 2 and "is busy with its job" in bad.stderr, bad.stderr  # checked here, at once
+    here = tune("softmax", "--shape", "4x8", "--trials", "1", "--json", db=db)
+    assert here.returncode == 0, here.stderr
+    assert "worker" not in json.loads(here.stdout) and "is busy with its job" in here.stderr
+    assert "tune softmax" not in worker.text()  # the worker never took either command
+
+
+@pytest.mark.timeout(300)
+def test_ctrl_c_stops_a_busy_worker_with_130_and_no_child_tracebacks(tmp_path):
+    from autotuner.store.database import Store
+
+    db = f"sqlite:///{tmp_path / 'c.db'}"
+    job = Store(db).queue_job(op="matmul", shape="128x128x128", dtype="float16", options={}, budget_trials=500,
+                              strategy="exhaustive")
+    w = LocalWorker(db, tmp_path / "worker.log")
+    deadline = time.monotonic() + 120
+    while "] trial" not in w.text() and "trial 1" not in w.text() and "started" not in w.text():
+        assert time.monotonic() < deadline, w.text()
+        time.sleep(0.2)
+    time.sleep(2)  # its trial worker and compile pool are up
+    os.killpg(w.proc.pid, signal.SIGINT)  # what Ctrl-C in its terminal sends: the whole process group
+    assert w.proc.wait(timeout=60) == 130
+    text = w.text()
+    w.log.close()
+    assert "Traceback" not in text and "ForkServerProcess" not in text, text
+    with sqlite3.connect(tmp_path / "c.db") as c:
+        assert c.execute("SELECT state FROM jobs WHERE id = ?", (job,)).fetchone() == ("queued",)  # given back

@@ -61,6 +61,16 @@ def test_a_worker_runs_a_job_and_stores_its_result(url):
     assert Worker(settings).run(once=True) == 0  # nothing left: --once returns without waiting
 
 
+def test_a_worker_tells_a_jobs_progress_as_it_goes(url):
+    said: list[str] = []
+    store = Store(url)
+    job_id = _queue(store, "softmax", "6x40", trials=3)
+    Worker(Settings(db_url=url, **FAST), name="w", on_event=said.append).run(once=True)
+    assert _job(store, job_id).state == "done"
+    for phase in ("setup", "search: 3 configs", "record"):
+        assert f"job {job_id}: {phase}" in said, said
+
+
 def worker_device():
     from autotuner.base.device import current_device
 

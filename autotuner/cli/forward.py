@@ -2,7 +2,8 @@
 imports anything heavy: the worker tunes in the processes it keeps, and this process only relays its output.
 
 Not handed over: `--here`, `--queue`, `--gpus` (a worker measures on its one GPU) and `--help`,
-AUTOTUNER_LOCAL_WORKER=0 or AUTOTUNER_GPUS set, or no worker's door in the runtime folder. A worker that declines
+AUTOTUNER_LOCAL_WORKER=0 or AUTOTUNER_GPUS set, or no worker's door in the runtime folder; nor, without `--wait`,
+to a worker busy with a job (the command runs here at once, its arguments checked here). A worker that declines
 (another database, other plugins or device settings, a decorated kernel's module it may not import) gives the
 command back, and it runs here as before.
 """
@@ -45,8 +46,9 @@ def forward(argv: list[str]) -> int | None:
     if not wanted(argv):
         return None
     doors = door_paths(runtime_dir(os.environ.get("AUTOTUNER_RUNTIME_DIR")))
+    wait = "--wait" in argv
     for i, path in enumerate(doors):
-        code = _through(str(path), argv, wait_if_busy=i == len(doors) - 1)
+        code = _through(str(path), argv, wait_if_busy=wait and i == len(doors) - 1)
         if code is not None:
             return code
     if doors:
@@ -85,6 +87,8 @@ def _through(path: str, argv: list[str], *, wait_if_busy: bool) -> int | None:
         return None
     if hello.get("busy"):
         if not wait_if_busy:
+            sys.stderr.write(f"worker {hello['worker']} on this host is busy with its {hello['busy']} (--wait waits "
+                             "for it)\n")
             conn.close()
             return None
         sys.stderr.write(f"worker {hello['worker']} on this host takes this command after its {hello['busy']}\n")

@@ -144,3 +144,5 @@ def worker(
     n = w.ledger
     event(f"worker {w.name} stopped: {n.attempts} attempt(s) on jobs: {n.done} done, {n.failed} failed, "
           f"{n.requeued} queued again, {n.lost} taken back by another worker")
+    if w.stopped_by is not None:  # as a shell reports a process a signal ended: 130 (SIGINT), 143 (SIGTERM)
+        raise typer.Exit(128 + w.stopped_by)

@@ -108,7 +108,9 @@ def tune(
     dtype: DtypeOpt = None,
     options: dict[str, Any] | None = None,
     trials: int | None = typer.Option(None, "--trials", min=1, help="configs to measure (default: up to 64)"),
-    time_budget: float | None = typer.Option(None, "--time-budget", min=0.1, help="seconds of searching (after the worker is set up; at least one config is measured)"),
+    time_budget: float | None = typer.Option(None, "--time-budget", min=0.1, help="seconds the whole command may take, "
+                                             "start-up included: the search gets most of what is left after set-up, "
+                                             "the re-time the rest (at least one config is measured)"),
     strategy: str = typer.Option("tpe", "--strategy", help="tpe, random or exhaustive"),
     seed: int = typer.Option(0, "--seed"),
     margin: float | None = typer.Option(None, "--margin", min=0.0, max=0.99,
@@ -117,8 +119,10 @@ def tune(
     db: DbOpt = None,
     as_json: JsonOpt = False,
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress on stderr"),
-    queue: bool = typer.Option(False, "--queue", help="a sweep: queue its points as jobs for the workers instead "
-                                                       "of tuning them here"),
+    queue: bool = typer.Option(False, "--queue", help="queue the problem (a sweep: its points) as jobs for the "
+                                                       "workers instead of tuning here"),
+    wait: bool = typer.Option(False, "--wait", help="with an `autotuner worker` on this host busy with a job: wait "
+                                                     "for it to take this command (default: tune here at once)"),
     here: bool = typer.Option(False, "--here", help="tune in this process, not in an `autotuner worker` running on "
                                                      "this host (which takes the command when it shares the database; "
                                                      "AUTOTUNER_LOCAL_WORKER=0 never hands it over)"),
@@ -137,7 +141,7 @@ def tune(
     from autotuner.cli import early, served
     from autotuner.cli.sweep import queue_sweep, run_sweep_here
 
-    del here  # read from the arguments by autotuner.cli.forward, before this process imports anything heavy
+    del here, wait  # read from the arguments by autotuner.cli.forward, before this process imports anything heavy
     from autotuner.base.device import parse_gpus
     from autotuner.engine.measure import prestarted
     from autotuner.engine.search import STRATEGIES
@@ -159,14 +163,24 @@ def tune(
     store = Store(s.db_url)
     if op_obj.needs_recorded_call:  # a decorated kernel: its arguments are rebuilt from the calls a process recorded
         probs = [with_recorded_call(op_obj, p, store) for p in probs]
+    # --time-budget bounds the whole command of one problem, from its process's start (or, handed to a worker, the
+    # command's); a sweep's, each point's search
+    began = time.monotonic() - ((by.since_start() if by is not None else since_process_start()) or 0.0)
     plan = Plan(strategy=strategy, trials=trials, time_budget_s=time_budget, seed=seed, gpus=devices,
-                margin=DEFAULT_MARGIN if margin is None else margin)
+                margin=DEFAULT_MARGIN if margin is None else margin,
+                deadline=began + time_budget if time_budget is not None and dim is None else None)
     if dim is not None and queue:
         queue_sweep(op_obj, probs, dim, store, plan, as_json, job_gpus)
         return
-    if queue:
-        fail("--queue is for a sweep (several values of one dimension); a worker takes single problems from "
-             "POST /jobs")
+    if queue:  # one problem: a job for the workers, as POST /jobs queues it
+        one = probs[0]
+        job_id = store.queue_job(op=op_obj.name, shape=one.shape, dtype=one.dtype, options=op_obj.options_of(one),
+                                 strategy=strategy, budget_trials=trials, budget_seconds=time_budget, gpus=job_gpus)
+        if as_json:
+            console.print_json(json.dumps({"job": job_id, "op": op_obj.name, "problem": one.key}))
+        else:
+            console.print(f"queued job {job_id}: {op_obj.name} {one.key} (`autotuner worker` tunes it)")
+        return
     # the trial worker and compile pool make their CUDA contexts while this process goes on (or a worker's, ready)
     kept = by.kept if by is not None else early.take(plan_device(plan)) or prestarted(s, plan_device(plan))
     try:
@@ -235,9 +249,9 @@ def _tune(op: str, op_obj: Op, prob: ProblemType, s: Settings, store: Store, kep
         partial: TuneResult | None = getattr(observer, "result", None)
         code = 143 if str(exc) == "SIGTERM" else 130
         if partial is not None and partial.run_id is not None:
-            fail(f"interrupted ({exc or 'SIGINT'}): run {partial.run_id} is marked interrupted; its "
+            fail(f"interrupted ({str(exc) or 'SIGINT'}): run {partial.run_id} is marked interrupted; its "
                  f"{len(partial.trials)} measured trials are kept", code)
-        fail(f"interrupted ({exc or 'SIGINT'}) before anything was stored", code)
+        fail(f"interrupted ({str(exc) or 'SIGINT'}) before anything was stored", code)
     finally:
         signal.signal(signal.SIGTERM, previous)
     served.release(kept)  # killed, not waited for: before the output, which the user is waiting for

@@ -52,6 +52,7 @@ RETIME_TOP = 4
 RETIME_WINDOW = 0.05
 # Interleaved rounds of that re-time, each 1/RETIME_ROUNDS of a full timing; a config keeps its rounds' median.
 RETIME_ROUNDS = 3
+SEARCH_SHARE = 0.75  # of the time left under a deadline when the search starts; the re-time and the record take the rest
 # A config replaces the default only when its re-time beats the default's by more than this fraction: a single
 # re-time once stored configs a hair ahead of the default that interleaved rounds then found behind it
 # (benchmarks/RESULTS.md#behind-the-code).
@@ -104,11 +105,17 @@ def more_devices(device: DeviceInfo, gpus: tuple[int, ...]) -> list[int | None]:
 
 
 def _retime(measurer: Measurer, configs: list[Config], rounds: int, observer: TuneObserver,
-            result: TuneResult) -> dict[str, float]:
+            result: TuneResult, deadline: float | None = None) -> dict[str, float]:
     """Median time of each config over interleaved rounds (each 1/rounds of a full timing), by config key; a
-    config that fails once is left out."""
+    config that fails once is left out. Under a `deadline`, no round starts that the last one says would end
+    after it (none: an empty answer, and the search's times decide)."""
     times: dict[str, list[float]] = {config_key(c): [] for c in configs}
+    round_s = 0.0
     for r in range(rounds):
+        started = time.monotonic()
+        if deadline is not None and started + round_s > deadline:
+            result.phases["retime_rounds_cut"] = rounds - r
+            return {key: statistics.median(ts) for key, ts in times.items() if ts} if r else {}
         for config in rotation(configs, r):
             key = config_key(config)
             if key in times:
@@ -118,6 +125,7 @@ def _retime(measurer: Measurer, configs: list[Config], rounds: int, observer: Tu
                 else:
                     del times[key]
             observer.step(result)
+        round_s = time.monotonic() - started
     return {key: statistics.median(ts) for key, ts in times.items()}
 
 
@@ -128,6 +136,8 @@ class Plan:
     strategy: str = "tpe"  # tpe, random or exhaustive (autotuner.engine.search)
     trials: int | None = None  # configs to measure; default: up to 64 (with no time budget)
     time_budget_s: float | None = None  # seconds of searching, counted from the search phase's start
+    deadline: float | None = None  # time.monotonic() by which the whole command ends (`--time-budget`): the search
+    # gets SEARCH_SHARE of what is left when it starts, the re-time the rest, in whole rounds
     seed: int = 0
     candidates: tuple[Config, ...] | None = None  # only these of the space's valid configs (a pruned config list)
     reuse: bool = False  # configs measured before (same kernel hash and Triton version) count as measured: only
@@ -239,8 +249,11 @@ def _search(t: _Tuning) -> None:
             result.best_config, result.best_ms = best[0]
         t.observer.step(result, record)
 
+    time_budget_s = t.plan.time_budget_s
+    if t.plan.deadline is not None:  # the whole command's budget: what is left, less the re-time's share
+        time_budget_s = max(0.0, (t.plan.deadline - time.monotonic()) * SEARCH_SHARE)
     if t.budget != 0:
-        run_search(search, t.measurer, budget=t.budget, time_budget_s=t.plan.time_budget_s,
+        run_search(search, t.measurer, budget=t.budget, time_budget_s=time_budget_s,
                    batch=max(1, t.compile_workers), on_trial=on_trial, spent=result.phases, ahead=t.ahead)
         if isinstance(t.measurer, LiveMeasurer):
             result.phases["compile_wait_s"] = t.measurer.compile_wait_s
@@ -265,7 +278,7 @@ def _retime_and_pick(t: _Tuning, configs: list[Config]) -> None:
     either (benchmarks/RESULTS.md#behind-the-code): the finalists are timed again in interleaved rounds, and the
     default stays unless beaten by more than the plan's margin (DEFAULT_MARGIN)."""
     result = t.result
-    again = _retime(t.measurer, configs, RETIME_ROUNDS, t.observer, result)
+    again = _retime(t.measurer, configs, RETIME_ROUNDS, t.observer, result, t.plan.deadline)
     for key, ms in again.items():
         t.store.set_retimed(trial_id=t.trial_ids[key], retimed_ms=ms)
     if not again:

@@ -4,6 +4,7 @@ work the worker runs under its heartbeat, against the job's store."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -11,6 +12,7 @@ from autotuner.base.device import DeviceInfo
 from autotuner.base.registry import import_op
 from autotuner.base.settings import Settings
 from autotuner.engine.measure import KeptProcesses
+from autotuner.engine.tune_result import TrialRecord, TuneObserver, TuneResult
 from autotuner.store.job_store import JobStore
 from autotuner.store.rows import JobRow
 
@@ -26,11 +28,11 @@ Work = Callable[[JobStore], Done]
 
 
 def work_for(job: JobRow, settings: Settings, device: DeviceInfo, kept: KeptProcesses,
-             gpus: tuple[int, ...] = ()) -> Work:
+             gpus: tuple[int, ...] = (), say: Callable[[str], None] | None = None) -> Work:
     """The job's work; ValueError for a job that names no problem this worker can run. `gpus`: a worker's several
-    GPUs, which measure a tuning job's configs at once (the first is `device`)."""
+    GPUs, which measure a tuning job's configs at once (the first is `device`); `say`: where its progress goes."""
     return cross_time_work(job, settings, device, kept) if job.kind == "cross_time" else \
-        tune_work(job, settings, device, kept, gpus)
+        tune_work(job, settings, device, kept, gpus, say)
 
 
 def allowed_modules(settings: Settings) -> list[str]:
@@ -45,17 +47,49 @@ def job_gpus(job: JobRow, gpus: tuple[int, ...]) -> tuple[int, ...]:
     return gpus[:job.gpus] if job.gpus is not None else gpus
 
 
+class JobProgress(TuneObserver):
+    """A tuning job's progress in the worker's log: each phase as it starts, and during the search a line at most
+    every EVERY_S seconds (trials measured, the best so far), so that a long job is never silent."""
+
+    EVERY_S = 10.0
+
+    def __init__(self, job_id: int, say: Callable[[str], None]) -> None:
+        self.job_id, self.say = job_id, say
+        self.total: int | None = None
+        self.measured = 0
+        self.last = time.monotonic()
+
+    def phase(self, name: str, total: int | None, result: TuneResult) -> None:
+        self.total, self.measured = total, 0
+        of = f": {total} configs" if name == "search" and total else ""
+        self.say(f"job {self.job_id}: {name}{of}")
+        self.last = time.monotonic()
+
+    def step(self, result: TuneResult, record: TrialRecord | None = None) -> None:
+        if record is None:
+            return
+        self.measured += 1
+        if time.monotonic() - self.last < self.EVERY_S:
+            return
+        self.last = time.monotonic()
+        of = f"/{self.total}" if self.total else ""
+        best = f", best {result.best_ms:.4g} ms" if result.best_ms is not None else ""
+        self.say(f"job {self.job_id}: {self.measured}{of} configs measured{best}")
+
+
 def tune_work(job: JobRow, settings: Settings, device: DeviceInfo, kept: KeptProcesses,
-              gpus: tuple[int, ...] = ()) -> Work:
+              gpus: tuple[int, ...] = (), say: Callable[[str], None] | None = None) -> Work:
     from autotuner.engine.tuner import Plan, tune
 
     op = import_op(job.op, allowed=allowed_modules(settings))
     problem = op.parse_problem(job.shape, job.dtype, **job.options)
     plan = Plan(strategy=job.strategy, trials=job.budget_trials, time_budget_s=job.budget_seconds,
+                deadline=time.monotonic() + job.budget_seconds if job.budget_seconds else None,  # the whole job
                 gpus=job_gpus(job, gpus))
 
     def run(store: JobStore) -> Done:
-        result = tune(op, problem, store=store, settings=settings, plan=plan, device=device, job_id=job.id, kept=kept)
+        result = tune(op, problem, store=store, settings=settings, plan=plan, device=device, job_id=job.id, kept=kept,
+                      observer=JobProgress(job.id, say) if say is not None else TuneObserver())
         if result.best_config is None:
             return Done(False, f"every measured config failed; see the trials of run {result.run_id}", result.run_id)
         return Done(True, f"best {result.best_ms:.4g} ms {result.best_config}; {len(result.trials)} trials in "

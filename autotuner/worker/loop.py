@@ -65,6 +65,7 @@ class Worker:
         self.on_event = on_event or (lambda message: log.info("%s", message))
         self.store = LazyStore(settings.db_url, create=True, retry_s=0.0, timeout_s=settings.db_timeout_s)
         self._stopping = False
+        self.stopped_by: int | None = None  # the signal that stopped it (the command exits 128 + it)
         self._busy = False
         self._job: JobStore | None = None
         self._down_since: float | None = None  # when claiming started to fail (the database away)
@@ -85,6 +86,7 @@ class Worker:
                 raise JobLost(f"job {self._job.job_id} was taken back from {self.name}")
             return
         self._stopping = True
+        self.stopped_by = signum
         if self._busy:
             raise StopWorker(f"stopped by signal {signum}")
 
@@ -200,7 +202,7 @@ class Worker:
         self.on_event(f"job {job.id}: {kind}{job.op} {job.shape} {job.dtype} {job.options or ''} "
                       f"(attempt {job.attempts}) started{self._on_gpus(job)}")
         try:
-            work = work_for(job, self.settings, current_device(self.gpu), self.kept, self.gpus)
+            work = work_for(job, self.settings, current_device(self.gpu), self.kept, self.gpus, self.on_event)
         except ValueError as exc:  # an unknown op, shape, dtype or option
             return self.ledger.fail(job.id, f"bad job: {exc}", permanent=True)
         store = JobStore(self._store(), job_id=job.id, worker=self.name, retry_s=self.settings.db_retry_s,
