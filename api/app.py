@@ -31,7 +31,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     service.write_routes = [r for router in built for r in router.routes if isinstance(r, APIRoute)
                             and any(d.call is require_token for d in r.dependant.dependencies)]
     pages.mount_static(app)
-    errors.install(app)
+    errors.install(app, {op.name: op.problem_type.layout for op in ops()})
     # Middlewares, innermost first: the token and the body before any route parses it; the deadline around
     # every route (a /config answer from memory needs none); the metrics outermost, seeing every request.
     app.add_middleware(RequestGuard, state=service)

@@ -39,13 +39,22 @@ def field_detail(exc: InputError, kind: str) -> list[dict[str, Any]]:
     return [{"loc": [exc.location, *exc.field.split(".")], "msg": exc.message, "type": kind}]
 
 
-def validation_detail(errors: list[Any]) -> list[dict[str, Any]]:
+def validation_detail(errors: list[Any], layouts: dict[str, str] | None = None) -> list[dict[str, Any]]:
     """FastAPI's validation errors without the echoed input (a request's own bytes never come back, and a
-    non-finite number in them could not be written as JSON), and with the discriminator named in the location
-    of an unknown op."""
-    out = []
+    non-finite number in them could not be written as JSON), with the discriminator named in the location
+    of an unknown op, and a shape that matches no op's form answered with the forms (`layouts`: op -> its
+    shape's form), not the combined regular expression."""
+    out: list[dict[str, Any]] = []
     for e in errors:
         loc = list(e.get("loc", ()))
+        if e.get("type") == "string_pattern_mismatch" and loc[-1:] == ["shape"] and layouts:
+            named = [op for op in layouts if op in loc]  # a job's body: its op's own form
+            if named:
+                msg = f"not a shape of {named[0]}, whose form is {layouts[named[0]]}"
+            else:
+                msg = "not a shape of any op; the forms are " + "; ".join(f"{op}: {form}" for op, form in layouts.items())
+            out.append({"loc": loc, "msg": msg, "type": "shape_form"})
+            continue
         if e.get("type") in ("union_tag_invalid", "union_tag_not_found"):
             loc.append(str(e.get("ctx", {}).get("discriminator", "op")).strip("'"))
         ctx = {k: v if isinstance(v, (str, int, bool)) or v is None else str(v) for k, v in e.get("ctx", {}).items()
@@ -63,10 +72,11 @@ def _flat(routes: list[Any]) -> list[Any]:
     return out
 
 
-def install(app: FastAPI) -> None:
+def install(app: FastAPI, layouts: dict[str, str] | None = None) -> None:
+    """The handlers; `layouts`: each op's shape form, for a shape that matches none."""
     @app.exception_handler(RequestValidationError)
     async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
-        return error(422, validation_detail(list(exc.errors())))
+        return error(422, validation_detail(list(exc.errors()), layouts))
 
     @app.exception_handler(NoSuchProblem)
     async def no_such_problem(_: Request, exc: NoSuchProblem) -> JSONResponse:

@@ -84,7 +84,7 @@ class RequestGuard:
             if not message.get("more_body", False):
                 break
         if "json" in headers.get("content-type", "") and body:
-            if too_deep(body):
+            if too_deep(bytes(body)):
                 await respond(send, 422, [{"loc": ["body"], "type": "too_deep",
                                            "msg": f"JSON nested more than {MAX_DEPTH} levels deep"}])
                 return

@@ -105,7 +105,8 @@ class ResultOut(BaseModel):
     kernel_hash: str
     triton_version: str
     config: dict[str, Any]
-    median_ms: float
+    median_ms: float | None = Field(description="four significant digits; None for a stored time that is not one "
+                                                "(a row written by hand)")
     default_ms: float | None
     torch_ms: float | None
     speedup_vs_default: float | None

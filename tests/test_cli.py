@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -81,7 +82,7 @@ def test_read_commands_never_create_a_database(tmp_path):
     assert show.returncode == 1 and json.loads(show.stdout)["source"] == "default"
     assert "no database at" in json.loads(show.stdout)["reason"]
     explain = cli("show", "softmax", "--shape", "8x64", "--db", url, "--explain")
-    assert explain.returncode == 0 and "no database at" in explain.stdout
+    assert explain.returncode == 1 and "no database at" in explain.stdout  # as without --explain
     for args in (["export"], ["report", "-o", str(tmp_path / "r.png")]):
         out = cli(*args, "--db", url)
         assert out.returncode == 3 and "no database at" in out.stderr, out.stderr
@@ -318,3 +319,18 @@ def test_time_budget_bounds_the_whole_command(tmp_path):
     # in whole rounds (each round's time is known from the one before; one more second for the last)
     assert spent <= 10 + 3, phases
     assert phases["search_s"] > 0 and len(result["trials"]) >= 1
+
+
+def test_help_names_kinds_in_words_and_small_items_answer_plainly(tmp_path):
+    for command in (["tune"], ["show"], ["bench"], ["export"], ["serve"], ["worker"], ["replay"], ["db", "upgrade"]):
+        shown = cli(*command, "--help", env={"COLUMNS": "160"})
+        assert shown.returncode == 0 and not re.search(r"<(str|int|float|path)", shown.stdout), shown.stdout
+    url = f"sqlite:///{tmp_path / 'small.db'}"
+    assert cli("tune", "softmax", "--shape", "8x64", "--trials", "2", "-q", "--db", url).returncode == 0
+    typo = cli("export", "--op", "softmaxx", "--db", url)
+    assert typo.returncode == 2 and "nothing to export for 'softmaxx'" in typo.stderr
+    assert cli("export", "--op", "softmax", "--db", url).returncode == 0
+    queued = cli("tune", "softmax", "--shape", "16x64", "--queue", "--json", "--db", url)
+    assert queued.returncode == 0 and json.loads(queued.stdout)["problem"] == "16x64:float16", queued.stderr
+    bench = cli("bench", "softmax", "--shape", "8x64", "--rounds", "1", "--no-compile", "--db", url)
+    assert bench.returncode == 0 and "GB/s" not in bench.stdout and "vs torch" not in bench.stdout, bench.stdout

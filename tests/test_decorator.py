@@ -460,3 +460,26 @@ def test_arguments_copied_for_another_lane_keep_views_and_refuse_the_unknown():
     assert why_one_lane(dk.scale_kernel.spec) is None
     hooked = autotuner.autotune(configs=dk.CONFIGS, key=["n"], pre_hook=lambda nargs: None)(dk._bump)
     assert why_one_lane(hooked.spec) == "it has hooks of its own"
+
+
+NO_INTERPRETER = '''
+import triton, triton.language as tl, torch
+@triton.jit
+def k(x_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * 2, mask=offs < n)
+import autotuner
+kk = autotuner.autotune(configs=[triton.Config({"BLOCK": 32})], key=["n"], on_miss="default")(k)
+kk[(1,)](torch.randn(8), 8)
+'''
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="what a machine without a GPU says")
+def test_a_kernel_compiled_for_a_gpu_on_a_machine_without_one_says_how_to_run_it(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["AUTOTUNER_DB_URL"] = f"sqlite:///{tmp_path / 'n.db'}"
+    (tmp_path / "mine.py").write_text(NO_INTERPRETER)  # Triton reads a kernel's source from its file
+    done = subprocess.run([sys.executable, "mine.py"], capture_output=True, text=True, timeout=300, env=env,
+                          cwd=tmp_path)
+    assert done.returncode != 0 and "set TRITON_INTERPRET=1 before Triton is first imported" in done.stderr
+    assert "Cannot call @triton.jit'd outside of the scope of a kernel" not in done.stderr

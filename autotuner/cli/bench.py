@@ -65,14 +65,17 @@ def bench(
         return
     compute = compute_bound(op_obj, prob)
     t = Table(title=f"{op} {prob.key} on {device.key} ({result.clock})")
-    for col in ("", "ms", "p20-p80", "TFLOP/s" if compute else "GB/s", "roofline", "vs torch eager (rounds faster)", "note"):
+    gpu = not device.is_interpreter  # the interpreter's wall clock says nothing of rates or of torch's speed
+    columns = ("", "ms", "p20-p80", *((("TFLOP/s" if compute else "GB/s"), "roofline",
+                                       "vs torch eager (rounds faster)") if gpu else ()), "note")
+    for col in columns:
         t.add_column(col, justify="left" if col in ("", "note") else "right")
     for r in result.rows:
         rate = (r.tflops if compute else r.gbs) if r.ms else None
+        measured = (f"{rate:.1f}" if rate else "", f"{r.roofline:.0%}" if r.roofline else "",
+                    f"{r.vs_eager:.2f}x ({r.rounds_faster}/{result.rounds})" if r.vs_eager else "") if gpu else ()
         t.add_row(r.name, f"{r.ms:.4f}" if r.ms else "-",
-                  f"{r.p20_ms:.4f}-{r.p80_ms:.4f}" if r.p20_ms and r.p80_ms else "",
-                  f"{rate:.1f}" if rate else "", f"{r.roofline:.0%}" if r.roofline else "",
-                  f"{r.vs_eager:.2f}x ({r.rounds_faster}/{result.rounds})" if r.vs_eager else "", r.note)
+                  f"{r.p20_ms:.4f}-{r.p80_ms:.4f}" if r.p20_ms and r.p80_ms else "", *measured, r.note)
     console.print(t)
     if result.peaks:
         p = result.peaks
@@ -85,7 +88,8 @@ def bench(
     elif tuned and default and tuned.ms and default.ms:
         console.print(f"tuned config {result.tuned_config}: {default.ms / tuned.ms:.2f}x the default config")
     if device.is_interpreter:
-        warn("No GPU: interpreter wall-clock times say nothing about GPU speed.")
+        warn("No GPU: interpreter wall-clock times say nothing about GPU speed (no rates, roofline or speedups "
+             "shown).")
     if table_text is not None:
         console.print(f"profile of 20 launches with {config}:")
         console.print(table_text)

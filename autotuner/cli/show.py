@@ -56,7 +56,8 @@ def show(
     op_obj, prob = problem(op, shape, dtype, flags or {}, options or {})
     device = current_device()
     if explain:
-        _explain(op_obj, prob, device, s, as_json)
+        if _explain(op_obj, prob, device, s, as_json) == "default":
+            raise typer.Exit(1)  # as without --explain: nothing tuned applies
         return
     try:
         store = Store(s.db_url, create=False)
@@ -130,7 +131,8 @@ def _print(info: dict[str, Any], as_json: bool, summary: str) -> None:
     console.print(summary, soft_wrap=True)
 
 
-def _explain(op: Any, prob: ProblemType, device: Any, s: Any, as_json: bool) -> None:
+def _explain(op: Any, prob: ProblemType, device: Any, s: Any, as_json: bool) -> str:
+    """Print which lookup step answers a launch, and why; returns its source."""
     from autotuner.launch.lookup import Resolver
 
     res = Resolver(s).resolve(op, prob, device)
@@ -138,10 +140,11 @@ def _explain(op: Any, prob: ProblemType, device: Any, s: Any, as_json: bool) -> 
         console.print_json(json.dumps({"op": op.name, "problem": prob.key, "device": device.key,
                                        "config": res.config, "source": res.source, "step": res.step,
                                        "reason": res.reason, "from_problem": res.from_problem, "trace": res.trace}))
-        return
+        return str(res.source)
     console.print(Text.assemble((f"{op.name} {prob.key}", "bold"), f" on {device.key}: a launch with no config uses"))
     console.print(f"  {json.dumps(res.config)}")
     console.print(Text.assemble("  source ", (res.source, "bold"), f", answered by the {res.step} step: {res.reason}"))
     console.print("Steps, in order (cache, database, service, nearest, default):")
     for line in res.trace:
         console.print(f"  - {line}")
+    return str(res.source)

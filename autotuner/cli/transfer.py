@@ -8,6 +8,7 @@ from pathlib import Path
 
 import typer
 
+from autotuner.base.registry import op_names
 from autotuner.cli import common
 from autotuner.cli.common import DbOpt, command, console, err, fail, settings
 
@@ -45,6 +46,9 @@ def export(
             fail("--shape needs --op")
         problem_key = common.problem(op, shape, dtype, {}, {})[1].key
     data = export_data(Store(settings(db).db_url, create=False), op=op, device_key=device, problem_key=problem_key)
+    if op is not None and not data["runs"] and not data["best_configs"] and op not in op_names():
+        fail(f"nothing to export for {op!r}: no op of that name is known here or stored in this database "
+             "(`autotuner ops` lists the known ones)")
     if fmt in own:
         assert output is not None
         paths, notes = write_files(data, fmt, output)

@@ -147,6 +147,7 @@ def tune(
     from autotuner.engine.search import STRATEGIES
     from autotuner.engine.tuner import DEFAULT_MARGIN, Plan, plan_device
     from autotuner.store.database import Store
+    from kernels._backend import interpreting
 
     if strategy not in STRATEGIES:
         fail(f"unknown strategy {strategy!r}; accepted: {', '.join(STRATEGIES)}")
@@ -157,6 +158,9 @@ def tune(
     except ValueError as exc:
         fail(str(exc))
     job_gpus = _job_gpus(gpus) if queue else None
+    if devices and interpreting():
+        warn(f"No GPU here: --gpus {gpus} measures with {len(devices)} processes of Triton's interpreter (CPU "
+             "wall-clock), not GPUs")
     if by is not None:
         by.check_database(s.db_url)
     op_obj, probs, dim = problems(op, shape, dtype, flags or {}, options or {})

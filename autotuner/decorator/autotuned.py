@@ -63,6 +63,9 @@ _now = time.monotonic
 log = logging.getLogger(__name__)
 
 
+NO_GPU = ("no CUDA device here, and this kernel was made by Triton's compiler, not its interpreter: to run it on "
+          "the CPU, set TRITON_INTERPRET=1 before Triton is first imported (`TRITON_INTERPRET=1 python ...`, or "
+          "import autotuner before triton: it selects the interpreter where there is no GPU)")
 KEEP_SPECIALIZATIONS = 4  # launches with an unhashable argument whose specialization is kept, per kernel
 MAX_LAUNCHERS = 256  # launchers kept per kernel (one per call signature); all dropped when one more is needed
 
@@ -232,6 +235,8 @@ class Autotuned(Autotuner):
                  warmup: bool) -> triton.Config:
         """The first launch of a key in this process: the miss policy's config, kept in `cache` (an answer that is
         not settled, until RECHECK_S from now)."""
+        if self._jit is not None and not torch.cuda.is_available():
+            raise RuntimeError(NO_GPU)
         t0 = _now()
         miss = self.spec.keys.miss(args, kwargs, grid, warmup)
         prior = self.mirror.prior(args, kwargs) if self.mirror is not None else None

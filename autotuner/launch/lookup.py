@@ -126,8 +126,10 @@ def resolve(op: Op, problem: ProblemType, device: DeviceInfo, *, store: ResultRe
     if store is not None:
         best = store.best(op=op, problem=problem, device=device, kernel_hash=kernel_hash,
                           triton_version=triton_version)
-        broken = op.space.violations(best.config, problem, device) if best is not None and not best.stale else []
-        if broken:  # a row this op cannot launch (imported or written by hand): never served
+        # a row this op cannot launch (imported or written by hand) is never served; a decorated kernel's stored
+        # winner is judged by the kernel itself (its list, pruning and constraints: decorator.miss)
+        broken = op.space.outside(best.config) if best is not None and not best.stale and op.kind != "kernel" else []
+        if broken:
             trace.append(f"database: the stored config is not valid here ({'; '.join(broken)[:200]})")
             best = None
         if best is not None and not best.stale:

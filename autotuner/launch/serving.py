@@ -192,8 +192,8 @@ def answer_config(store: Store, op: Op, problem: ProblemType, device: DeviceInfo
     res = resolve(op, problem, device, store=store, fallback=fallback, kernel_hash=kernel_hash,
                   triton_version=triton_version)
     row = res.row
-    times = (measured(row.default_ms), measured(row.median_ms)) if row else (None, None)
-    speedup = row.default_ms / row.median_ms if row and times[0] and times[1] else None
+    default_ms, median_ms = (measured(row.default_ms), measured(row.median_ms)) if row else (None, None)
+    speedup = default_ms / median_ms if default_ms and median_ms else None
     regret = expected_regret(store, op, problem, res.from_problem, device, kernel_hash, triton_version) \
         if res.source in ("bucket", "nearest") and res.from_problem else None
     return ConfigAnswer(

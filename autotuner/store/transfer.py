@@ -271,14 +271,18 @@ def import_data(store: Store, data: Any | ExportFile) -> dict[str, int]:
 def triton_configs(data: dict[str, Any], op: str) -> str:
     """Python source: one `triton.Config` per stored best config of `op`, for pasting into @triton.autotune."""
     lines = ["import triton", "", f"# autotuner: best configs of {op}", "configs = ["]
+    won: dict[str, list[str]] = {}  # each config once, with the problems it won
     for b in data["best_configs"]:
         if b["op"] != op:
             continue
-        cfg = dict(b["config"])
+        won.setdefault(json.dumps(b["config"], sort_keys=True), []).append(
+            f"{b['problem_key']} on {b['device']}: {b['median_ms']:.4g} ms")
+    for text, where in won.items():
+        cfg = json.loads(text)
         warps, stages = cfg.pop("num_warps", None), cfg.pop("num_stages", None)
         extra = "".join(f", {k}={v}" for k, v in (("num_warps", warps), ("num_stages", stages)) if v is not None)
-        lines.append(f"    triton.Config({json.dumps(cfg)}{extra}),  # {b['problem_key']} on {b['device']}: "
-                     f"{b['median_ms']:.4f} ms")
+        more = f" (and {len(where) - 1} more)" if len(where) > 1 else ""
+        lines.append(f"    triton.Config({json.dumps(cfg)}{extra}),  # won {where[0]}{more}")
     lines.append("]")
     return "\n".join(lines) + "\n"
 
