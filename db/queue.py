@@ -191,5 +191,10 @@ def recorded_options(session: Session, *, op: str, shape: str, dtype: str) -> di
     return dict(job.options) if job is not None else None
 
 
+def recorded_dtypes(session: Session, *, op: str, shape: str) -> list[str]:
+    """The dtypes this problem's tuning jobs were recorded in (a decorated kernel's key names them)."""
+    return sorted(set(session.scalars(select(Job.dtype).where(Job.op == op, Job.shape == shape, Job.kind == "tune"))))
+
+
 def runs_of_job(session: Session, *, job_id: int) -> list[TuningRun]:
     return list(session.scalars(select(TuningRun).where(TuningRun.job_id == job_id).order_by(TuningRun.id)))

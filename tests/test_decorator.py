@@ -278,6 +278,9 @@ def test_the_cli_tunes_a_recorded_kernel_problem(url, use):
     assert result["problem_key"] == "n=300:float32" and len(result["trials"]) == 3 and result["failures"] == 0
     missing = subprocess.run([*cmd, "--shape", "n=301"], capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert missing.returncode == 2 and "no recorded call" in missing.stderr and "AUTOTUNER_RECORD=1" in missing.stderr
+    no_dtype = [c for c in cmd if c not in ("--dtype", "float32")]  # the dtype the call was recorded in
+    again = subprocess.run([*no_dtype, "--shape", "n=300"], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert again.returncode == 0 and json.loads(again.stdout)["problem_key"] == "n=300:float32", again.stderr
 
 
 def test_the_service_and_the_report_show_a_decorated_kernel(url, use, tmp_path):

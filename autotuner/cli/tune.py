@@ -165,6 +165,12 @@ def tune(
         by.check_database(s.db_url)
     op_obj, probs, dim = problems(op, shape, dtype, flags or {}, options or {})
     store = Store(s.db_url)
+    if dtype is None and op_obj.needs_recorded_call:  # a decorated kernel's key: the dtype its calls were recorded in
+        recorded = store.recorded_dtypes(op=op_obj.name, shape=probs[0].shape)
+        if len(recorded) > 1:
+            fail(f"{op_obj.name} {probs[0].shape} was recorded in {', '.join(recorded)}: give one with --dtype")
+        if recorded:
+            op_obj, probs, dim = problems(op, shape, recorded[0], flags or {}, options or {})
     if op_obj.needs_recorded_call:  # a decorated kernel: its arguments are rebuilt from the calls a process recorded
         probs = [with_recorded_call(op_obj, p, store) for p in probs]
     # --time-budget bounds the whole command of one problem, from its process's start (or, handed to a worker, the

@@ -287,6 +287,11 @@ class Store:
         with session_scope(self.engine) as s:
             return queue.recorded_options(s, op=op, shape=shape, dtype=dtype)
 
+    def recorded_dtypes(self, *, op: str, shape: str) -> list[str]:
+        """The dtypes calls of this problem were recorded in."""
+        with session_scope(self.engine) as s:
+            return queue.recorded_dtypes(s, op=op, shape=shape)
+
     def count_jobs(self) -> dict[str, int]:
         with session_scope(self.engine) as s:
             return queue.count_jobs_by_state(s)
