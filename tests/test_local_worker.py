@@ -194,8 +194,8 @@ def test_a_busy_worker_never_holds_a_command_back(worker, tmp_path):
     from autotuner.store.database import Store
 
     db = f"sqlite:///{tmp_path / 'w.db'}"
-    Store(db).queue_job(op="matmul", shape="128x128x128", dtype="float16", options={}, budget_trials=500,
-                        strategy="exhaustive")  # minutes in the interpreter; stopped with the worker
+    Store(db).queue_job(op="matmul", shape="256x256x256", dtype="float16", options={}, budget_trials=500,
+                        strategy="exhaustive")  # many minutes in the interpreter; stopped with the worker
     deadline = time.monotonic() + 120
     while "started" not in worker.text():  # the worker is busy with its job
         assert time.monotonic() < deadline, worker.text()

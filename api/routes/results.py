@@ -43,8 +43,8 @@ def judge(row: ResultRow) -> tuple[Op | None, StoredBest]:
 
 def _ratio(slow: float | None, fast: float | None) -> float | None:
     """A speedup as answered: three decimals, from times that are times (measured() keeps them)."""
-    a, b = measured(slow), measured(fast)
-    return round(a / b, 3) if a and b else None
+    return round(slow / fast, 3) if slow is not None and fast is not None and measured(slow) and measured(fast) \
+        else None
 
 
 def result_fields(row: ResultRow, judged: tuple[Op | None, StoredBest] | None = None) -> dict[str, Any]:

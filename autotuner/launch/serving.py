@@ -192,8 +192,9 @@ def answer_config(store: Store, op: Op, problem: ProblemType, device: DeviceInfo
     res = resolve(op, problem, device, store=store, fallback=fallback, kernel_hash=kernel_hash,
                   triton_version=triton_version)
     row = res.row
-    default_ms, median_ms = (measured(row.default_ms), measured(row.median_ms)) if row else (None, None)
-    speedup = default_ms / median_ms if default_ms and median_ms else None
+    speedup = None
+    if row is not None and row.default_ms is not None and measured(row.default_ms) and measured(row.median_ms):
+        speedup = row.default_ms / row.median_ms  # times that are times (measured: finite and positive)
     regret = expected_regret(store, op, problem, res.from_problem, device, kernel_hash, triton_version) \
         if res.source in ("bucket", "nearest") and res.from_problem else None
     return ConfigAnswer(
