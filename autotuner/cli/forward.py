@@ -23,14 +23,25 @@ HELLO_TIMEOUT_S = 5.0
 OFF = ("0", "false", "no", "off")
 
 
+EXEC_GAP_S = 2.0  # more than this between the process's start and autotuner's first import: it ran something else
+
+
 def since_process_start() -> float | None:
-    """Seconds since this process started (Linux: /proc/self/stat), or None where that cannot be read."""
+    """Seconds since this process started (Linux: /proc/self/stat), or None where that cannot be read. A shell
+    that runs `pip install ... && autotuner tune ...` may exec the command in its own process, whose start is
+    then the shell's: where the process started more than EXEC_GAP_S before autotuner was first imported, the
+    time since that import is answered instead (less the interpreter's own start, tens of ms)."""
+    imported = getattr(sys.modules.get("autotuner"), "IMPORTED_AT", None)
+    ours = time.monotonic() - imported if imported is not None else None
     try:
         with open("/proc/self/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
-        return time.clock_gettime(time.CLOCK_BOOTTIME) - int(fields[19]) / os.sysconf("SC_CLK_TCK")
+        process = time.clock_gettime(time.CLOCK_BOOTTIME) - int(fields[19]) / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, IndexError, AttributeError):
-        return None
+        return ours
+    if ours is not None and process - ours > EXEC_GAP_S:
+        return ours
+    return process
 
 
 def wanted(argv: list[str]) -> bool:
