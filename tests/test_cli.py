@@ -344,3 +344,19 @@ def test_start_up_is_this_commands_own_when_a_shell_execs_it_after_other_work(tm
     out = subprocess.run(["bash", "-c", line], capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["phases"]["startup_s"] < 8  # not the shell's sleep
+
+
+def test_the_console_script_imports_a_kernel_module_from_the_current_folder(tmp_path):
+    import shutil
+
+    script = shutil.which("autotuner")
+    if script is None:  # the README's install puts it on PATH
+        pytest.fail("no `autotuner` console script on PATH: install the package (pip install -e .)")
+    (tmp_path / "mykern.py").write_text(
+        "import triton, triton.language as tl\nimport autotuner\n\n"
+        "@autotuner.autotune(configs=[triton.Config({'BLOCK': 32})], key=['n'])\n@triton.jit\n"
+        "def double(x_ptr, n, BLOCK: tl.constexpr):\n    offs = tl.arange(0, BLOCK)\n"
+        "    tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * 2, mask=offs < n)\n")
+    out = subprocess.run([script, "show", "mykern:double", "--shape", "n=8", "--db", f"sqlite:///{tmp_path / 'm.db'}",
+                          "--json"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert out.returncode == 1 and json.loads(out.stdout)["source"] == "default", out.stderr  # found: nothing tuned
