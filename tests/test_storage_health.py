@@ -132,3 +132,30 @@ def test_a_worker_stops_when_its_database_is_deleted(db, tmp_path):
     with pytest.raises(StorageLost, match="deleted"):
         worker.run(until_empty=True)
     assert not db.exists()
+
+
+def test_a_postgresql_database_that_takes_no_writes_is_seen(pg_url):
+    import uuid
+
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+
+    Store(pg_url)  # the schema, as its owner made it
+    role = f"ro_{uuid.uuid4().hex[:8]}"
+    admin = create_engine(pg_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as c:
+        c.execute(text(f"CREATE ROLE {role} LOGIN"))
+        c.execute(text(f"ALTER ROLE {role} SET default_transaction_read_only = on"))
+        c.execute(text(f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO {role}"))
+    try:
+        reader = make_url(pg_url).set(username=role).render_as_string(hide_password=False)
+        assert Store(pg_url).health() is None
+        assert "accepts no writes" in (Store(reader).health() or "")
+        with running_server(reader, AUTOTUNER_TOKEN=TOKEN) as client:
+            _unusable(client, "accepts no writes")
+    finally:
+        with admin.connect() as c:
+            c.execute(text(f"REVOKE ALL ON ALL TABLES IN SCHEMA public FROM {role}"))
+            c.execute(text(f"DROP OWNED BY {role}"))
+            c.execute(text(f"DROP ROLE {role}"))
+        admin.dispose()
