@@ -360,3 +360,16 @@ def test_the_console_script_imports_a_kernel_module_from_the_current_folder(tmp_
     out = subprocess.run([script, "show", "mykern:double", "--shape", "n=8", "--db", f"sqlite:///{tmp_path / 'm.db'}",
                           "--json"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert out.returncode == 1 and json.loads(out.stdout)["source"] == "default", out.stderr  # found: nothing tuned
+
+
+def test_a_triton_export_lists_each_config_once(tmp_path):
+    url = f"sqlite:///{tmp_path / 'x.db'}"
+    store, op, device = Store(url), get_op("softmax"), current_device()
+    for shape in ("8x64", "16x64", "32x64"):
+        problem = op.parse_problem(shape, "float16")
+        store.save_best(op=op, problem=problem, device=device, config=op.space.default(op.parse_problem("8x64"), device),
+                        median_ms=0.5, default_ms=None, torch_ms=None, run_id=None)
+    out = cli("export", "--op", "softmax", "--format", "triton", "--db", url)
+    assert out.returncode == 0, out.stderr
+    lines = [line for line in out.stdout.splitlines() if "triton.Config(" in line]
+    assert len(lines) == 1 and "(and 2 more)" in lines[0], out.stdout
