@@ -5,6 +5,7 @@ served and never blocks a measured winner. Real SQLite files, a real server proc
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import sqlite3
 
@@ -16,6 +17,7 @@ from autotuner.base.device import current_device
 from autotuner.base.registry import get_op
 from autotuner.base.settings import Settings
 from autotuner.launch.lookup import Resolver, set_resolver
+from autotuner.launch.serving import answer_config
 from autotuner.store.database import Store
 from autotuner.store.transfer import export_data
 from tests.server import running_server
@@ -104,6 +106,9 @@ def test_a_bad_row_in_the_database_is_never_served_and_never_blocks_a_winner(tmp
         torch.testing.assert_close(autotuner.softmax(x), torch.softmax(x, -1))  # the bad config is not launched
     finally:
         set_resolver(None)
+    answer = answer_config(store, op, problem, device)  # what GET /config answers: JSON, no infinity in it
+    assert answer.source != "exact" and answer.median_ms is None
+    json.dumps(dataclasses.asdict(answer), default=str, allow_nan=False)
     shown = cli("show", "softmax", "--shape", "8x64", "--dtype", "float32", "--db", url, "--json")
     assert "Traceback" not in shown.stderr and json.loads(shown.stdout)["source"] != "exact"
     with pytest.raises(ValueError, match="finite positive"):
