@@ -205,7 +205,9 @@ def test_a_busy_worker_never_holds_a_command_back(worker, tmp_path):
     here = tune("softmax", "--shape", "4x8", "--trials", "1", "--json", db=db)
     assert here.returncode == 0, here.stderr
     assert "worker" not in json.loads(here.stdout) and "is busy with its job" in here.stderr
-    assert "tune softmax" not in worker.text()  # the worker never took either command
+    waited = tune("softmax", "--shape", "4xx8", "--wait", db=db)  # checked before waiting for the worker
+    assert waited.returncode == 2 and "bad shape string '4xx8'" in waited.stderr, waited.stderr
+    assert "tune softmax" not in worker.text()  # the worker never took any of these commands
 
 
 @pytest.mark.timeout(300)

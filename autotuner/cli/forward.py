@@ -3,7 +3,8 @@ imports anything heavy: the worker tunes in the processes it keeps, and this pro
 
 Not handed over: `--here`, `--queue`, `--gpus` (a worker measures on its one GPU) and `--help`,
 AUTOTUNER_LOCAL_WORKER=0 or AUTOTUNER_GPUS set, or no worker's door in the runtime folder; nor, without `--wait`,
-to a worker busy with a job (the command runs here at once, its arguments checked here). A worker that declines
+to a worker busy with a job (the command runs here at once; with `--wait` its arguments are checked here, in a
+process of their own, before it waits). A worker that declines
 (another database, other plugins or device settings, a decorated kernel's module it may not import) gives the
 command back, and it runs here as before.
 """
@@ -102,6 +103,10 @@ def _through(path: str, argv: list[str], *, wait_if_busy: bool) -> int | None:
                              "for it)\n")
             conn.close()
             return None
+        checked = _check_here(argv)  # before waiting: a mistake is told now, not after the worker's job
+        if checked != 0:
+            conn.close()
+            return checked
         sys.stderr.write(f"worker {hello['worker']} on this host takes this command after its {hello['busy']}\n")
     try:
         return _relay(lines, str(hello["worker"]))
@@ -109,6 +114,14 @@ def _through(path: str, argv: list[str], *, wait_if_busy: bool) -> int | None:
         return 130  # closing our end interrupts the worker's tuning (its run is marked interrupted)
     finally:
         conn.close()
+
+
+def _check_here(argv: list[str]) -> int:
+    """`autotuner tune ARGV --check` in a new process (it imports what parsing a problem needs): its exit status,
+    its messages on this command's streams."""
+    import subprocess
+
+    return subprocess.run([sys.executable, "-m", "autotuner", "tune", *argv, "--here", "--check"]).returncode
 
 
 def _relay(lines: Lines, worker: str) -> int | None:

@@ -123,6 +123,8 @@ def tune(
                                                        "workers instead of tuning here"),
     wait: bool = typer.Option(False, "--wait", help="with an `autotuner worker` on this host busy with a job: wait "
                                                      "for it to take this command (default: tune here at once)"),
+    check: bool = typer.Option(False, "--check", hidden=True, help="check the arguments and stop (what --wait "
+                                                                   "does before waiting for a busy worker)"),
     here: bool = typer.Option(False, "--here", help="tune in this process, not in an `autotuner worker` running on "
                                                      "this host (which takes the command when it shares the database; "
                                                      "AUTOTUNER_LOCAL_WORKER=0 never hands it over)"),
@@ -164,6 +166,8 @@ def tune(
     if by is not None:
         by.check_database(s.db_url)
     op_obj, probs, dim = problems(op, shape, dtype, flags or {}, options or {})
+    if check:
+        return
     store = Store(s.db_url)
     if dtype is None and op_obj.needs_recorded_call:  # a decorated kernel's key: the dtype its calls were recorded in
         recorded = store.recorded_dtypes(op=op_obj.name, shape=probs[0].shape)
