@@ -35,7 +35,7 @@ if sys.argv[1:2] == ["tune"] and processes.is_main_process():
         sys.stderr.flush()
         os._exit(_code)
 
-if sys.argv[1:2] in (["tune"], ["worker"]) and processes.is_main_process():
+if sys.argv[1:2] in (["tune"], ["worker"]) and processes.is_main_process() and "--check" not in sys.argv:
     # Commands that tune fork their trial worker and compile pool from a server that imports torch once: it
     # starts now, so that its imports run while this process does its own.
     main_module = sys.modules["__main__"]
