@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import typer
 from rich.text import Text
 
-from autotuner.cli.common import DATABASE, DbOpt, command, console, err, fail, settings, warn
+from autotuner.cli.common import BAD_INPUT, DATABASE, DbOpt, command, console, err, fail, settings, warn
 
 if TYPE_CHECKING:
     from autotuner.engine.measure import KeptProcesses
@@ -79,9 +79,9 @@ def _check_port(host: str, port: int) -> None:
             probe.bind((host, port))
         except OSError as exc:
             if exc.errno == errno.EADDRINUSE:
-                fail(f"port {port} on {host} is in use (another `autotuner serve`?): stop it or choose --port", 2)
+                fail(f"port {port} on {host} is in use (another `autotuner serve`?): stop it or choose --port", BAD_INPUT)
             if exc.errno == errno.EADDRNOTAVAIL:
-                fail(f"--host {host} is not an address of this machine", 2)
+                fail(f"--host {host} is not an address of this machine", BAD_INPUT)
             raise
 
 
