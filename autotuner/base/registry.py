@@ -11,7 +11,10 @@ one, its library call), plugins named in AUTOTUNER_PLUGINS, and kernels wrapped 
 from __future__ import annotations
 
 import importlib
+import os
 import pkgutil
+import subprocess
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -116,12 +119,37 @@ def check_importable(module: str, allowed: list[str]) -> None:
             f"commas){'; allowed now: ' + ', '.join(allowed) if allowed else ''}")
 
 
-def import_op(name: str, *, trusted: bool = False, allowed: list[str] | None = None) -> TunableOp[Any]:
+PROBE_S = 300.0  # a kernel module whose import takes longer in a child process is taken to hang
+_PROBED: set[str] = set()  # modules whose import a child process survived
+
+
+def probe_import(module: str, timeout_s: float = PROBE_S) -> None:
+    """Import `module` first in a child process (once per module and process), so that an import which ends its
+    process (os._exit, a crash) or hangs costs a child, not this worker: UnknownOpError saying which."""
+    if module in _PROBED or module in sys.modules:
+        return
+    code = "import importlib, sys; importlib.import_module(sys.argv[1])"
+    try:
+        done = subprocess.run([sys.executable, "-c", code, module], capture_output=True, text=True,
+                              timeout=timeout_s, cwd=os.getcwd(), env=dict(os.environ))
+    except subprocess.TimeoutExpired:
+        raise UnknownOpError(f"importing kernel module {module!r} took longer than {timeout_s:g} s in a child "
+                             "process (does it hang on import?); not imported here") from None
+    if done.returncode != 0:
+        said = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1][:300]
+        raise UnknownOpError(f"importing kernel module {module!r} failed in a child process (exit status "
+                             f"{done.returncode}: {said}); not imported here")
+    _PROBED.add(module)
+
+
+def import_op(name: str, *, trusted: bool = False, allowed: list[str] | None = None,
+              probe_s: float = PROBE_S) -> TunableOp[Any]:
     """The op named; for a decorated kernel's `module:qualname` not yet registered, its module is imported first
     (the worker and `autotuner tune module:kernel` reach recorded kernels this way), then the finders asked. A
     name read from data (a job's or a sweep's op) imports only a module the operator allowed (`check_importable`
-    against `allowed`, by default Settings' kernel_modules and plugins); `trusted`: a name the operator gave (the
-    command line) or a parent process that holds the op already."""
+    against `allowed`, by default Settings' kernel_modules and plugins), and only after a child process survived
+    importing it within `probe_s` (probe_import); `trusted`: a name the operator gave (the command line) or a
+    parent process that holds the op already."""
     if name not in _OPS and ":" in name:
         module = name.split(":", 1)[0]
         if not trusted:
@@ -131,6 +159,7 @@ def import_op(name: str, *, trusted: bool = False, allowed: list[str] | None = N
                 settings = Settings()
                 allowed = [*settings.kernel_modules, *settings.plugins]
             check_importable(module, allowed)
+            probe_import(module, probe_s)
         try:
             importlib.import_module(module)
         except (Exception, SystemExit) as exc:  # a module that exits on import fails its job, not the worker

@@ -47,6 +47,9 @@ class Settings(BaseSettings):
                                           "tune a decorated kernel that a job or sweep names (`module:kernel`): a "
                                           "name, names separated by commas, or a JSON list. A job naming any other "
                                           "module fails; the plugins are allowed too")
+    import_probe_s: float = Field(300.0, gt=0, description="A job's kernel module is first imported in a child "
+                                                          "process: one that crashes, exits or takes longer than "
+                                                          "this fails the job, not the worker")
     trial_timeout_s: float = Field(60.0, gt=0, description="A trial (compile + check + timing) running longer is killed")
     compile_workers: int = Field(0, ge=0, description="Processes compiling ahead of timing (0: from the CPU count)")
     gpus: str | None = Field(None, description="GPUs of this host that measure one problem's configs at once in "

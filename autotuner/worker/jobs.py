@@ -81,7 +81,7 @@ def tune_work(job: JobRow, settings: Settings, device: DeviceInfo, kept: KeptPro
               gpus: tuple[int, ...] = (), say: Callable[[str], None] | None = None) -> Work:
     from autotuner.engine.tuner import Plan, tune
 
-    op = import_op(job.op, allowed=allowed_modules(settings))
+    op = import_op(job.op, allowed=allowed_modules(settings), probe_s=settings.import_probe_s)
     problem = op.parse_problem(job.shape, job.dtype, **job.options)
     plan = Plan(strategy=job.strategy, trials=job.budget_trials, time_budget_s=job.budget_seconds,
                 deadline=time.monotonic() + job.budget_seconds if job.budget_seconds else None,  # the whole job
@@ -108,7 +108,7 @@ def cross_time_work(job: JobRow, settings: Settings, device: DeviceInfo, kept: K
         sweep = store.store.sweep(job.sweep_id or 0)
         if sweep is None:
             raise ValueError(f"sweep {job.sweep_id} is gone")
-        op = import_op(sweep.op, allowed=allowed_modules(settings))
+        op = import_op(sweep.op, allowed=allowed_modules(settings), probe_s=settings.import_probe_s)
         problems = [op.parse_problem(shape, sweep.dtype, **sweep.options) for shape in sweep.shapes]
         if op.needs_recorded_call:  # each point's recorded call, as its tuning job carried it
             problems = [op.parse_problem(p.shape, p.dtype, **(store.store.recorded_options(
