@@ -136,9 +136,9 @@ def probe_import(module: str, timeout_s: float = PROBE_S) -> None:
         raise UnknownOpError(f"importing kernel module {module!r} took longer than {timeout_s:g} s in a child "
                              "process (does it hang on import?); not imported here") from None
     if done.returncode != 0:
-        said = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1][:300]
+        said = (done.stderr.strip().splitlines() or [""])[-1][:300]
         raise UnknownOpError(f"importing kernel module {module!r} failed in a child process (exit status "
-                             f"{done.returncode}: {said}); not imported here")
+                             f"{done.returncode}{': ' + said if said else ''}); not imported here")
     _PROBED.add(module)
 
 

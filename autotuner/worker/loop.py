@@ -66,6 +66,7 @@ class Worker:
         self.store = LazyStore(settings.db_url, create=True, retry_s=0.0, timeout_s=settings.db_timeout_s)
         self._stopping = False
         self.stopped_by: int | None = None  # the signal that stopped it (the command exits 128 + it)
+        self._running: int | None = None  # the job it runs, from its claim to its end (the door says so)
         self._busy = False
         self._job: JobStore | None = None
         self._down_since: float | None = None  # when claiming started to fail (the database away)
@@ -138,7 +139,7 @@ class Worker:
         if self.serve is None:
             return
         door = Door(runtime_dir(self.settings.runtime_dir), self.name,
-                    busy=lambda: f"job {self._job.job_id}" if self._job is not None else None)
+                    busy=lambda: f"job {self._running}" if self._running is not None else None)
         try:
             door.open()
         except OSError as exc:
@@ -194,7 +195,15 @@ class Worker:
 
     def run_job(self, job: JobRow) -> str:
         """Run one claimed job (autotuner.worker.jobs: tune a problem, or cross-time a sweep) and record how it
-        ended; returns the job's new state (or "taken", "unknown")."""
+        ended; returns the job's new state (or "taken", "unknown"). The door says this worker is busy from here
+        to the end, so a command typed meanwhile is not held back by the job."""
+        self._running = job.id
+        try:
+            return self._run_job(job)
+        finally:
+            self._running = None
+
+    def _run_job(self, job: JobRow) -> str:
         from autotuner.base.device import current_device
 
         self.ledger.attempts += 1
