@@ -56,8 +56,10 @@ def router(ops: list[TunableOp[Any]]) -> APIRouter:
         opts = {p.name: query[p.name] for p in options}
 
         def resolve() -> tuple[int, bytes, str]:
-            store = st.store.full()
             dtype = query["dtype"]
+            if dtype is not None:  # a bad request is told so whether or not the database answers
+                serving.parse_request(query["op"], query["shape"], dtype, opts)
+            store = st.store.full()
             if dtype is None:  # what was tuned, else the op's default (float16 for the built-in ops)
                 named = serving.op_named(query["op"])
                 dtype = serving.tuned_dtype(store, named, query["shape"], opts) or serving.default_dtype(named)
