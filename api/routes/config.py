@@ -35,7 +35,7 @@ def router(ops: list[TunableOp[Any]]) -> APIRouter:
     names = tuple(op.name for op in ops)
     dtypes = dtype_names(tuple(dict.fromkeys(d for op in ops for d in op.dtypes)))
     # A decorated kernel's dtype names its tensor arguments' dtypes ("float16,int64"): a pattern, not a list.
-    # Left out: the dtype the shape (else the op) was tuned in, else float16 (serving.tuned_dtype).
+    # Left out: float16 for a built-in op; a decorated kernel's: the one tuned (serving.tuned_dtype).
     dtype_kind: Any = Literal[dtypes] | None if all(op.dtypes for op in ops) else Annotated[str | None, Query(  # type: ignore[valid-type]
         pattern=r"^[a-z0-9_]{1,16}(,[a-z0-9_]{1,16}){0,63}$", max_length=1100)]
     shapes = list(dict.fromkeys(op.problem_type.shape_pattern for op in ops))

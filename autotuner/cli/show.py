@@ -106,7 +106,7 @@ def _tuned_dtype(op: str, shape: str | None, flags: dict[str, str | None], optio
         return None
     try:
         return tuned_dtype(store, op_obj, prob.shape, {k: v for k, v in options.items() if v is not None},
-                           "give one with --dtype")
+                           "give one with --dtype", builtin=True)
     except NoSuchProblem as exc:
         fail(exc.message)
 

@@ -122,22 +122,23 @@ def _stored_problems(store: Store, op: Op) -> list[ProblemType]:
 
 
 def tuned_dtype(store: Store, op: Op, shape: str, options: dict[str, Any],
-                advice: str = "name one with dtype=") -> str | None:
-    """The dtype a lookup that names none means: the one this shape was tuned in, else the one the op was tuned
-    in at all; None where nothing is tuned (the op's default applies). Several: a built-in op keeps its default
-    (None), a decorated kernel's lookup must name one (NoSuchProblem listing them)."""
+                advice: str = "name one with dtype=", builtin: bool = False) -> str | None:
+    """The dtype a decorated kernel's lookup that names none means: the one this shape was tuned in, else the one
+    the kernel was tuned in at all; None where nothing is tuned, and for a built-in op (float16, as documented:
+    no scan of its results on a lookup), unless `builtin` (the CLI's show: the one its shape was tuned in).
+    Several: NoSuchProblem listing them."""
+    if op.kind != "kernel" and not builtin:
+        return None
     try:
         probe = op.parse_problem(shape, op.dtypes[0] if op.dtypes else "", **options)
     except ValueError:
         return None  # the request's own parse names what is wrong
     stored = _stored_problems(store, op)
-    for candidates in ([p for p in stored if p.shape == probe.shape], stored):
+    for candidates in ([p for p in stored if p.shape == probe.shape], stored if op.kind == "kernel" else []):
         dtypes = sorted({p.dtype for p in candidates})
         if len(dtypes) == 1:
             return dtypes[0]
         if len(dtypes) > 1:
-            if op.kind != "kernel":
-                return None
             raise NoSuchProblem("dtype", f"{op.name} is tuned in {', '.join(dtypes)}: {advice}")
     return None
 
