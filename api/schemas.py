@@ -76,12 +76,14 @@ class ConfigOut(BaseModel):
                                                    "and speedup_vs_default are: this one for an exact answer, the "
                                                    "nearest tuned problem for a nearest one, none for the default")
     expected_regret: float | None = Field(None, description="For a bucket or nearest answer: how much slower its "
-                                                            "config ran than the own winner of the swept problem "
-                                                            "beside `from_problem` on this one's side (0.03: 3%), "
-                                                            "from a sweep's cross timings; null where no sweep "
-                                                            "measured it")
+                                                            "config is expected to run than this problem's own "
+                                                            "winner (0.03: 3%): the loss a sweep's cross timings "
+                                                            "measured on the swept problem beside `from_problem` on "
+                                                            "this one's side, scaled by where this one lies between "
+                                                            "them (log scale); null where not measured")
     regret_measured_on: list[str] = Field(default_factory=list, description="The problems expected_regret was "
                                                                             "measured on")
+    regret_basis: str | None = Field(None, description="How expected_regret was found, or that it was not measured")
 
 
 class DeviceOut(BaseModel):

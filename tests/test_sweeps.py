@@ -5,6 +5,7 @@ regret that `show` and `GET /config` report for a bucket or nearest answer."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -106,21 +107,24 @@ def test_a_bucket_or_nearest_answer_reports_its_expected_regret(tmp_path):
     store, device = Store(db, create=False), current_device()
     bucket = answer_config(store, op, op.parse_problem("100x1000", "float32"), device)  # the bucket of 100: 128
     assert bucket.source == "bucket" and bucket.from_problem == "128x1000:float32"
-    assert bucket.expected_regret == pytest.approx(0.1) and bucket.regret_measured_on == ("64x1000:float32",)
+    # 100 lies 36% of the way from 128 to 64 (log scale), where 128's winner loses 10%: 3.6% expected
+    expected = math.log2(128 / 100) * 0.1
+    assert bucket.expected_regret == pytest.approx(expected, abs=1e-4)
+    assert bucket.regret_measured_on == ("64x1000:float32",) and "+10.0% on 64x1000:float32" in bucket.regret_basis
     near = answer_config(store, op, op.parse_problem("20x1000", "float32"), device)  # bucket 32 untuned; nearest 64
     assert near.source == "nearest" and near.from_problem == "64x1000:float32"
-    assert near.expected_regret == pytest.approx(0.05) and near.regret_measured_on == ("128x1000:float32",)
+    assert near.expected_regret is None and near.regret_basis.startswith("not measured")  # outside the sweep
     far = answer_config(store, op, op.parse_problem("200x1000", "float32"), device)  # bucket 256 untuned; nearest 128
-    assert far.source == "nearest" and far.expected_regret == pytest.approx(0.1)  # measured on 128's one neighbour
+    assert far.source == "nearest" and far.expected_regret is None and far.regret_basis.startswith("not measured")
     exact = answer_config(store, op, op.parse_problem("64x1000", "float32"), device)
     assert exact.source == "exact" and exact.expected_regret is None and exact.regret_measured_on == ()
     shown = cli("show", "softmax", "--shape", "100x1000", "--dtype", "float32", "--db", db, "--json")
     assert shown.returncode == 0, shown.stderr
     info = json.loads(shown.stdout)
-    assert info["source"] == "bucket" and info["expected_regret"] == pytest.approx(0.1)
+    assert info["source"] == "bucket" and info["expected_regret"] == pytest.approx(expected, abs=1e-4)
     assert info["regret_measured_on"] == ["64x1000:float32"]
-    table = cli("show", "softmax", "--shape", "100x1000", "--dtype", "float32", "--db", db).stdout
-    assert "+10.0% against the own winner (measured on 64x1000:float32)" in " ".join(table.split())
+    table = " ".join(cli("show", "softmax", "--shape", "100x1000", "--dtype", "float32", "--db", db).stdout.split())
+    assert "+3.6% against this problem's own winner, expected" in table and "interpolated on a log scale" in table
 
 
 def test_between_two_swept_points_the_winner_measured_to_lose_less_is_served(tmp_path):
@@ -150,9 +154,35 @@ def test_between_two_swept_points_the_winner_measured_to_lose_less_is_served(tmp
     for reader in (store, LazyStore(db, create=False, retry_s=0).get()):  # the Store, and sqlite3's reads
         res = resolve(op, q, device, store=reader)
         assert (res.source, res.from_problem, res.config) == ("nearest", high, wide), type(reader)
-    answer = answer_config(store, op, q, device)
-    assert answer.expected_regret == pytest.approx(0.02) and answer.regret_measured_on == (low,)
+    answer = answer_config(store, op, q, device)  # 1100 lies 86% of the way from 2000 to 1000: 0.86 * 2%
+    assert answer.expected_regret == pytest.approx(math.log2(2000 / 1100) * 0.02, abs=1e-4)
+    assert answer.regret_measured_on == (low,)
     assert resolve(op, op.parse_problem("64x3000", "float32"), device, store=store).from_problem == high
     assert resolve(op, op.parse_problem("64x900", "float32"), device, store=store).from_problem == low  # not between
     sweep(1.02, 1.30)  # a newer sweep, measured the other way round
     assert resolve(op, q, device, store=store).from_problem == low
+
+
+def test_between_two_points_the_winner_expected_to_lose_less_there_is_served(tmp_path):
+    """Points 1000 and 2000 columns (no bucket between): 1000's winner loses 20% on 2000, 2000's loses 15% on 1000.
+    At 1100 (14% of the way from 1000 to 2000 on a log scale) 1000's winner is expected to lose 0.14 * 20% = 2.8%,
+    2000's 0.86 * 15% = 12.9%: 1000's is served (the rule before this one took 2000's, which lost less at the far
+    point). At 1900 columns, 2000's: 0.07 * 15% = 1.1%."""
+    from autotuner.launch.lookup import resolve
+
+    db = f"sqlite:///{tmp_path / 'i.db'}"
+    store, op, device = Store(db), get_op("softmax"), current_device()
+    wide = {**CONFIG, "BLOCK_N": 1024}
+    a, b = "64x1000:float32", "64x2000:float32"
+    for shape, config in (("64x1000", CONFIG), ("64x2000", wide)):
+        store.save_best(op=op, problem=op.parse_problem(shape, "float32"), device=device, config=config,
+                        median_ms=1.0, default_ms=None, torch_ms=None, run_id=None)
+    swept = store.create_sweep(op="softmax", dtype="float32", options={}, dim="COLS", shapes=["64x1000", "64x2000"])
+    store.save_cross_timings(sweep_id=swept, op=op, device=device, cells=[
+        dict(winner_key=a, on_key=b, config=CONFIG, ms=1.20, own_ms=1.0),
+        dict(winner_key=b, on_key=a, config=wide, ms=1.15, own_ms=1.0)])
+    for cols, served, loss in ((1100, a, math.log2(1100 / 1000) * 0.20), (1900, b, math.log2(2000 / 1900) * 0.15)):
+        q = op.parse_problem(f"64x{cols}", "float32")
+        assert resolve(op, q, device, store=store).from_problem == served, cols
+        answer = answer_config(store, op, q, device)
+        assert answer.from_problem == served and answer.expected_regret == pytest.approx(loss, abs=1e-4), cols

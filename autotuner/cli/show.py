@@ -73,7 +73,8 @@ def show(
             "default_ms": a.default_ms, "torch_ms": a.torch_ms, "speedup_vs_default": a.speedup_vs_default,
             "stale": a.stale, "stale_reason": a.stale_reason,
             "tuned_at": str(a.tuned_at) if a.tuned_at else None, "result_id": a.result_id,
-            "expected_regret": a.expected_regret, "regret_measured_on": list(a.regret_measured_on) or None}
+            "expected_regret": a.expected_regret, "regret_measured_on": list(a.regret_measured_on) or None,
+            "regret_basis": a.regret_basis}
     stale = f" (a stale exact result was not used: {a.stale_reason})" if a.stale else ""
     if a.source == "exact":
         summary = f"tuned for this problem on {device.key}"
@@ -124,7 +125,7 @@ def _print(info: dict[str, Any], as_json: bool, summary: str) -> None:
         if k not in ("op", "problem", "device") and v is not None:
             value = f"{ms(v)} (on {info.get('timing_problem')})" if k.endswith("_ms") else \
                 times(v) if k.startswith("speedup") else \
-                f"{v:+.1%} against the own winner (measured on {', '.join(info['regret_measured_on'] or [])})" \
+                f"{v:+.1%} against this problem's own winner, expected" \
                 if k == "expected_regret" else ", ".join(v) if isinstance(v, list) else v
             table.add_row(k, json.dumps(value) if isinstance(value, dict) else str(value))
     console.print(table)

@@ -256,7 +256,7 @@ class Resolver:
     def nearest(self, op: Op, problem: ProblemType, device: DeviceInfo,
                 limit: int = 8) -> list[tuple[ProblemType, StoredBest]]:
         """The current stored bests of the tuned problems nearest this one on this device, nearest first (a swept
-        point's winner measured to lose less first: autotuner.store.regret.prefer_measured); none while the
+        point's winner expected to lose less there first: autotuner.store.regret.prefer_measured); none while the
         database cannot be read."""
         store, _ = self.store.peek()
         if store is None:

@@ -68,6 +68,7 @@ class ConfigAnswer:
     expected_regret: float | None = None  # a bucket or nearest answer: its loss against the problem's own winner,
     # measured by a sweep's cross timings on `regret_measured_on` (autotuner.store.regret)
     regret_measured_on: tuple[str, ...] = ()
+    regret_basis: str | None = None  # how expected_regret was found, or that it was not measured
 
 
 def device_info(row: DeviceRow) -> DeviceInfo:
@@ -208,7 +209,18 @@ def answer_config(store: Store, op: Op, problem: ProblemType, device: DeviceInfo
         from_problem=res.from_problem, result_id=row.id if row else None,
         timing_problem=row.problem_key if row else None,
         expected_regret=round(regret.loss, 4) if regret else None,
-        regret_measured_on=regret.measured_on if regret else ())
+        regret_measured_on=regret.measured_on if regret else (),
+        regret_basis=regret_basis(res.source, res.from_problem, regret))
+
+
+def regret_basis(source: str, from_problem: str | None, regret: Any) -> str | None:
+    """How a bucket or nearest answer's expected regret was found, or that it was not measured."""
+    if source not in ("bucket", "nearest"):
+        return None
+    if regret is None:
+        return "not measured: no sweep's cross timings bracket this problem"
+    return (f"interpolated on a log scale: {from_problem}'s winner loses {regret.measured_loss:+.1%} on "
+            f"{regret.measured_on[0]} (measured); this problem lies {regret.position:.0%} of the way there")
 
 
 def measured(ms: float | None, digits: int = 4) -> float | None:

@@ -1,10 +1,13 @@
-"""What serving a problem with another problem's winner can be expected to cost, from a sweep's cross timings:
-the winner's loss against the own winner of the swept point next to it on the served problem's side (for a
-bucket's representative at 1024 serving 1000, its loss on 512: the far end of the bucket). And, for a problem
-between two swept points, which of their winners to serve: the one that lost less on the other point (a
-nearest answer on a log scale would take the closer point's, which may lose much more just past it).
+"""What serving a problem with another problem's winner can be expected to cost, from a sweep's cross timings,
+and which winner to serve between two swept points.
 
-    regret = expected_regret(store, op, problem, from_key, device)   # Regret(0.031, ("512x4096x4096:float16",))
+A winner loses nothing on its own point and, by the cross timing, `loss` on its neighbour; in between, its loss
+is taken to grow with the distance on the nearest scale (log of the dimensions): at position t from its own point
+(0) to the neighbour (1), t * loss. Between points a and b, a's winner is expected to lose t * loss(a on b) and b's
+(1 - t) * loss(b on a): the smaller is served, and reported with its expected loss, interpolated from what was
+measured at the two ends. A problem outside the swept points has no measured regret (None, said so).
+
+    regret = expected_regret(store, op, problem, from_key, device)   # Regret(0.012, ("512x4096x4096:float16",))
     ranked = prefer_measured(store, op, problem, device, ranked)     # the nearest candidates, reordered
 """
 
@@ -31,9 +34,11 @@ class SweepReader(Protocol):
 
 @dataclass(frozen=True)
 class Regret:
-    loss: float  # 0.031: 3.1% slower than the measured point's own winner
-    measured_on: tuple[str, ...]  # the problems the loss was measured on
+    loss: float  # 0.031: expected 3.1% slower than the problem's own winner
+    measured_on: tuple[str, ...]  # the swept point whose cross timing it is interpolated from
     sweep_id: int
+    measured_loss: float = 0.0  # the loss measured there (the interval's far end)
+    position: float = 1.0  # where the problem lies from the served point (0) to `measured_on` (1)
 
 
 _POINTS: dict[tuple[str, int, tuple[str, ...]], list[ProblemType]] = {}  # a sweep's points never change
@@ -90,10 +95,20 @@ def prefer_measured(store: SweepReader, op: Op, problem: ProblemType, device: De
                 elif (c.winner_key, c.on_key) == (keys[j], keys[i]):
                     theirs = c.regret
         at = next((n for n, (p, _) in enumerate(ranked) if p.key == keys[j]), None)
-        if mine is None or theirs is None or at is None or theirs >= mine:
+        t = position(problem, points[i], points[j])
+        if mine is None or theirs is None or at is None or t is None or (1 - t) * theirs >= t * mine:
             return ranked
         return [ranked[at], *ranked[:at], *ranked[at + 1:]]
     return ranked
+
+
+def position(problem: ProblemType, a: ProblemType, b: ProblemType) -> float | None:
+    """Where `problem` lies from swept point `a` (0) to `b` (1) on the nearest scale; None when it is not
+    between them."""
+    span, from_a, from_b = distance(a, b), distance(problem, a), distance(problem, b)
+    if span is None or from_a is None or from_b is None or span <= 0 or from_a > span or from_b > span:
+        return None
+    return from_a / span
 
 
 def _closer(problem: ProblemType, other: ProblemType, nearest: ProblemType) -> bool:
@@ -104,9 +119,10 @@ def _closer(problem: ProblemType, other: ProblemType, nearest: ProblemType) -> b
 
 def expected_regret(store: SweepReader, op: Op, problem: ProblemType, from_key: str, device: DeviceInfo,
                     kernel_hash: str | None = None, triton_version: str | None = None) -> Regret | None:
-    """The loss of serving `problem` with the winner of `from_key`, measured on the swept point beside
-    `from_key` nearest `problem`, by the newest sweep holding `from_key` with current cross timings on `device`;
-    None when no sweep measured it."""
+    """The expected loss of serving `problem` with the winner of `from_key`: the loss the newest sweep holding
+    `from_key` (with current cross timings on `device`) measured on the swept point beside it on `problem`'s
+    side, times `problem`'s position between the two; None when no sweep measured it, or `problem` lies outside
+    the swept points (not measured)."""
     if from_key == problem.key:
         return None
     kernel_hash, triton_version = _current(op, kernel_hash, triton_version)
@@ -118,11 +134,12 @@ def expected_regret(store: SweepReader, op: Op, problem: ProblemType, from_key: 
         cells = {c.on_key: c for c in store.cross_timings(sweep.id, device_key=device.key)
                  if c.winner_key == from_key and c.kernel_hash == kernel_hash and c.triton_version == triton_version
                  and c.on_key != from_key and c.regret is not None}
-        beside = [p for p in points if p.key in cells]
-        ranked = sorted(((distance(problem, p), p) for p in beside), key=lambda t: (t[0] is None, t[0] or 0.0))
-        if ranked and ranked[0][0] is not None:
-            nearest = ranked[0][1]
-            loss = cells[nearest.key].regret
-            assert loss is not None
-            return Regret(loss, (nearest.key,), sweep.id)
+        own = points[keys.index(from_key)]
+        for beside in (p for p in points if p.key in cells):
+            t = position(problem, own, beside)
+            if t is not None:
+                loss = cells[beside.key].regret
+                assert loss is not None
+                return Regret(t * loss, (beside.key,), sweep.id, measured_loss=loss, position=t)
+        return None  # outside the swept points: not measured
     return None
