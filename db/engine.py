@@ -186,9 +186,41 @@ def _create_at_head(conn) -> None:  # type: ignore[no-untyped-def]
     conn.execute(text("INSERT INTO alembic_version (version_num) VALUES (:v)"), {"v": HEAD})
 
 
+def _being_made(engine: Engine) -> bool:
+    """Whether a SQLite file that holds tables but no revision is one another process is making now: its tables
+    are this schema's (SQLite commits each CREATE TABLE as it goes), not a foreign database's."""
+    from db.models import Base
+
+    try:
+        with engine.connect() as conn:
+            tables = set(inspect(conn).get_table_names())
+    except (OperationalError, DatabaseError):
+        return False
+    return bool(tables) and tables <= {*Base.metadata.tables, "alembic_version"}
+
+
+def _wait_until_current(engine: Engine) -> bool:
+    """Wait (up to 30 s) for another process making or migrating this SQLite file to finish."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        time.sleep(0.2)
+        try:
+            if schema_state(engine) == "current":
+                return True
+        except NotAutotunerDatabase:
+            continue  # its tables exist but its revision is not written yet
+    return False
+
+
 def upgrade(engine: Engine) -> str:
     """Bring the schema to the latest revision; returns the state it was found in."""
-    state = schema_state(engine)
+    try:
+        state = schema_state(engine)
+    except NotAutotunerDatabase:
+        # a new file another process is making this moment (two commands started at once on a new database)
+        if engine.dialect.name == "sqlite" and _being_made(engine) and _wait_until_current(engine):
+            return "current"
+        raise
     if engine.dialect.name == "sqlite":
         # WAL is a property of the file: set only once the file is known to be ours (or new).
         try:
@@ -223,14 +255,8 @@ def upgrade(engine: Engine) -> str:
                 command.upgrade(_alembic_config(conn), "head")
     except (OperationalError, DatabaseError):
         # Another process was migrating the same SQLite file at the same moment; wait for it to finish.
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            time.sleep(0.2)
-            try:
-                if schema_state(engine) == "current":
-                    return state
-            except NotAutotunerDatabase:
-                continue  # its tables exist but its revision is not written yet
+        if _wait_until_current(engine):
+            return state
         raise
     return state
 
