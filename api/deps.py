@@ -86,7 +86,7 @@ def get_writable_store(st: State) -> Store:
     """The store of a route that writes: StorageUnusable (503, with its cause) where the database cannot keep the
     write (deleted or replaced under the service, read-only, full, corrupt), so nothing is accepted and lost."""
     store = st.store.full()
-    problem = store.health(int(st.settings.min_free_mb * 2**20))
+    problem = store.health(st.settings.min_free_bytes)
     if problem is not None:
         raise StorageUnusable(problem)
     return store

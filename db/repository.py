@@ -86,28 +86,16 @@ def save_best(session: Session, *, op: str, problem_key: str, problem: dict[str,
     One atomic statement (INSERT .. ON CONFLICT DO UPDATE .. WHERE faster), so concurrent writers can never
     leave a slower config behind. Returns True when this row was written.
     """
-    if not (isinstance(median_ms, int | float) and math.isfinite(median_ms) and median_ms > 0):
-        raise ValueError(f"a best config's time is a finite positive number of ms, not {median_ms!r}")
-    ins = _insert(session)
-    stmt = ins(BestConfig).values(
+    return save_bests(session, [dict(
         op=op, problem_key=problem_key, problem=problem, device_id=device_id, kernel_hash=kernel_hash,
         triton_version=triton_version, config=config, median_ms=median_ms, default_ms=default_ms,
-        torch_ms=torch_ms, run_id=run_id, updated_at=updated_at or utcnow(),
-    )
-    cols = ("problem", "config", "median_ms", "default_ms", "torch_ms", "run_id", "updated_at")
-    stmt = stmt.on_conflict_do_update(
-        index_elements=list(RESULT_KEY),
-        set_={c: stmt.excluded[c] for c in cols},
-        # faster, or over a stored time that is none (zero, negative, NaN: a row written by hand) and never wins
-        where=or_(BestConfig.median_ms > stmt.excluded.median_ms, BestConfig.median_ms <= 0,
-                  BestConfig.median_ms.is_(None)),
-    ).returning(BestConfig.id)
-    return session.execute(stmt).scalar() is not None  # RETURNING: rowcount is -1 on some drivers
+        torch_ms=torch_ms, run_id=run_id, updated_at=updated_at or utcnow())]) == 1
 
 
 def save_bests(session: Session, rows: list[dict[str, Any]]) -> int:
     """save_best for many rows in one statement per batch (an import): each inserted, or replacing a stored one
-    only where faster (or where the stored time is none). Returns how many rows were written."""
+    only where faster, or over a stored time that is none (zero, negative, NaN: a row written by hand) and never
+    wins. Returns how many rows were written (RETURNING: rowcount is -1 on some drivers)."""
     for r in rows:
         if not (isinstance(r["median_ms"], int | float) and math.isfinite(r["median_ms"]) and r["median_ms"] > 0):
             raise ValueError(f"a best config's time is a finite positive number of ms, not {r['median_ms']!r}")

@@ -127,18 +127,16 @@ def test_a_bucket_or_nearest_answer_reports_its_expected_regret(tmp_path):
     assert "+3.6% against this problem's own winner, expected" in table and "interpolated on a log scale" in table
 
 
-def test_between_two_swept_points_the_winner_measured_to_lose_less_is_served(tmp_path):
-    """Softmax over 1000 and 2000 columns (a sweep, no bucket in between): 1100 columns are nearest 1000, but
-    2000's winner lost 2% on 1000 where 1000's lost 30% on 2000, so 2000's is served, and says what it should
-    lose. With the losses the other way round, the nearest point's winner stays."""
-    from autotuner.launch.lookup import resolve
-    from autotuner.store.lazy import LazyStore
+LOW, HIGH, WIDE = "64x1000:float32", "64x2000:float32", {**CONFIG, "BLOCK_N": 1024}
 
-    db = f"sqlite:///{tmp_path / 'b.db'}"
+
+def _two_columns(tmp_path):
+    """Softmax tuned at 1000 and 2000 columns (a sweep's points, no bucket between: CONFIG and WIDE win), and
+    `sweep(low_on_high, high_on_low)`, which stores a sweep over them with those cross timings (each winner's time
+    on the other point, that point's own winner at 1.0)."""
+    db = f"sqlite:///{tmp_path / 'c.db'}"
     store, op, device = Store(db), get_op("softmax"), current_device()
-    wide = {**CONFIG, "BLOCK_N": 1024}
-    low, high = "64x1000:float32", "64x2000:float32"
-    for shape, config in (("64x1000", CONFIG), ("64x2000", wide)):
+    for shape, config in (("64x1000", CONFIG), ("64x2000", WIDE)):
         store.save_best(op=op, problem=op.parse_problem(shape, "float32"), device=device, config=config,
                         median_ms=1.0, default_ms=None, torch_ms=None, run_id=None)
 
@@ -146,42 +144,45 @@ def test_between_two_swept_points_the_winner_measured_to_lose_less_is_served(tmp
         swept = store.create_sweep(op="softmax", dtype="float32", options={}, dim="COLS",
                                    shapes=["64x1000", "64x2000"])
         store.save_cross_timings(sweep_id=swept, op=op, device=device, cells=[
-            dict(winner_key=low, on_key=high, config=CONFIG, ms=low_on_high, own_ms=1.0),
-            dict(winner_key=high, on_key=low, config=wide, ms=high_on_low, own_ms=1.0)])
+            dict(winner_key=LOW, on_key=HIGH, config=CONFIG, ms=low_on_high, own_ms=1.0),
+            dict(winner_key=HIGH, on_key=LOW, config=WIDE, ms=high_on_low, own_ms=1.0)])
 
+    return db, store, op, device, sweep
+
+
+def test_between_two_swept_points_the_winner_the_sweep_measured_to_lose_less_there_is_served(tmp_path):
+    """1100 columns are nearest 1000, but 2000's winner lost 2% on 1000 where 1000's lost 30% on 2000: at 1100
+    (14% of the way on a log scale) 1000's is expected to lose 4.1%, 2000's 1.7%, so 2000's is served, and says
+    what it should lose. With the losses the other way round, the nearest point's winner stays."""
+    from autotuner.launch.lookup import resolve
+    from autotuner.store.lazy import LazyStore
+
+    db, store, op, device, sweep = _two_columns(tmp_path)
     sweep(1.30, 1.02)
     q = op.parse_problem("64x1100", "float32")
     for reader in (store, LazyStore(db, create=False, retry_s=0).get()):  # the Store, and sqlite3's reads
         res = resolve(op, q, device, store=reader)
-        assert (res.source, res.from_problem, res.config) == ("nearest", high, wide), type(reader)
+        assert (res.source, res.from_problem, res.config) == ("nearest", HIGH, WIDE), type(reader)
     answer = answer_config(store, op, q, device)  # 1100 lies 86% of the way from 2000 to 1000: 0.86 * 2%
     assert answer.expected_regret == pytest.approx(math.log2(2000 / 1100) * 0.02, abs=1e-4)
-    assert answer.regret_measured_on == (low,)
-    assert resolve(op, op.parse_problem("64x3000", "float32"), device, store=store).from_problem == high
-    assert resolve(op, op.parse_problem("64x900", "float32"), device, store=store).from_problem == low  # not between
+    assert answer.regret_measured_on == (LOW,)
+    assert resolve(op, op.parse_problem("64x3000", "float32"), device, store=store).from_problem == HIGH
+    assert resolve(op, op.parse_problem("64x900", "float32"), device, store=store).from_problem == LOW  # not between
     sweep(1.02, 1.30)  # a newer sweep, measured the other way round
-    assert resolve(op, q, device, store=store).from_problem == low
+    assert resolve(op, q, device, store=store).from_problem == LOW
 
 
 def test_between_two_points_the_winner_expected_to_lose_less_there_is_served(tmp_path):
-    """Points 1000 and 2000 columns (no bucket between): 1000's winner loses 20% on 2000, 2000's loses 15% on 1000.
-    At 1100 (14% of the way from 1000 to 2000 on a log scale) 1000's winner is expected to lose 0.14 * 20% = 2.8%,
-    2000's 0.86 * 15% = 12.9%: 1000's is served (the rule before this one took 2000's, which lost less at the far
-    point). At 1900 columns, 2000's: 0.07 * 15% = 1.1%."""
+    """1000's winner loses 20% on 2000, 2000's loses 15% on 1000. At 1100 (14% of the way from 1000 to 2000 on a
+    log scale) 1000's winner is expected to lose 0.14 * 20% = 2.8%, 2000's 0.86 * 15% = 12.9%: 1000's is served
+    (the rule before this one took 2000's, which lost less at the far point). At 1900 columns, 2000's: 0.07 * 15%
+    = 1.1%."""
     from autotuner.launch.lookup import resolve
 
-    db = f"sqlite:///{tmp_path / 'i.db'}"
-    store, op, device = Store(db), get_op("softmax"), current_device()
-    wide = {**CONFIG, "BLOCK_N": 1024}
-    a, b = "64x1000:float32", "64x2000:float32"
-    for shape, config in (("64x1000", CONFIG), ("64x2000", wide)):
-        store.save_best(op=op, problem=op.parse_problem(shape, "float32"), device=device, config=config,
-                        median_ms=1.0, default_ms=None, torch_ms=None, run_id=None)
-    swept = store.create_sweep(op="softmax", dtype="float32", options={}, dim="COLS", shapes=["64x1000", "64x2000"])
-    store.save_cross_timings(sweep_id=swept, op=op, device=device, cells=[
-        dict(winner_key=a, on_key=b, config=CONFIG, ms=1.20, own_ms=1.0),
-        dict(winner_key=b, on_key=a, config=wide, ms=1.15, own_ms=1.0)])
-    for cols, served, loss in ((1100, a, math.log2(1100 / 1000) * 0.20), (1900, b, math.log2(2000 / 1900) * 0.15)):
+    _, store, op, device, sweep = _two_columns(tmp_path)
+    sweep(1.20, 1.15)
+    for cols, served, loss in ((1100, LOW, math.log2(1100 / 1000) * 0.20),
+                               (1900, HIGH, math.log2(2000 / 1900) * 0.15)):
         q = op.parse_problem(f"64x{cols}", "float32")
         assert resolve(op, q, device, store=store).from_problem == served, cols
         answer = answer_config(store, op, q, device)

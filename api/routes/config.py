@@ -57,13 +57,14 @@ def router(ops: list[TunableOp[Any]]) -> APIRouter:
 
         def resolve() -> tuple[int, bytes, str]:
             dtype = query["dtype"]
-            if dtype is not None:  # a bad request is told so whether or not the database answers
-                serving.parse_request(query["op"], query["shape"], dtype, opts)
+            # a bad request is told so whether or not the database answers
+            parsed = serving.parse_request(query["op"], query["shape"], dtype, opts) if dtype is not None else None
             store = st.store.full()
-            if dtype is None:  # what was tuned, else the op's default (float16 for the built-in ops)
+            if parsed is None:  # what was tuned, else the op's default (float16 for the built-in ops)
                 named = serving.op_named(query["op"])
                 dtype = serving.tuned_dtype(store, named, query["shape"], opts) or serving.default_dtype(named)
-            op_, problem = serving.parse_request(query["op"], query["shape"], dtype, opts)
+                parsed = serving.parse_request(query["op"], query["shape"], dtype, opts)
+            op_, problem = parsed
             serving.check_key_types(store, op_, problem)
             dev = serving.pick_device(store, query["device"])
             try:

@@ -26,7 +26,7 @@ def router() -> APIRouter:
         try:
             store = st.store.get()
             if isinstance(store, Store):  # a deleted file is seen before a connection could make a new, empty one
-                problem = store.health(int(st.settings.min_free_mb * 2**20))
+                problem = store.health(st.settings.min_free_bytes)
                 backend = store.engine.dialect.name
             else:
                 problem, backend = None, store.ping()

@@ -94,6 +94,10 @@ class Settings(BaseSettings):
     poison_outputs: bool = Field(False, description="Kernel outputs start as NaN, so an unwritten element fails "
                                                     "its check (the test suite sets it)")
 
+    @property
+    def min_free_bytes(self) -> int:
+        return int(self.min_free_mb * 2**20)
+
     def model_post_init(self, context: Any, /) -> None:
         unknown_variables()
 

@@ -35,7 +35,7 @@ def serve(
 
     s = settings(db)
     url = make_engine(s.db_url).url.render_as_string(hide_password=True)
-    _refuse_unusable_database(s.db_url, s.min_free_mb)
+    _refuse_unusable_database(s.db_url, s.min_free_bytes)
     _check_port(host, port)
     application = create_app(s)
     writes = "enabled (token set)" if s.token else "disabled (AUTOTUNER_TOKEN is not set)"
@@ -43,7 +43,7 @@ def serve(
     uvicorn.run(application, host=host, port=port, access_log=access_log, log_level=log_level)
 
 
-def _refuse_unusable_database(url: str | None, min_free_mb: float) -> None:
+def _refuse_unusable_database(url: str | None, min_free_bytes: int) -> None:
     """A database file that is not one (or is corrupt) stops `serve` before it listens; one that cannot be reached
     now is waited for (503 until then), and one that cannot keep a write is served read-only, with a warning."""
     from sqlalchemy.exc import DatabaseError
@@ -53,7 +53,7 @@ def _refuse_unusable_database(url: str | None, min_free_mb: float) -> None:
     from db.health import cause_of
 
     try:
-        problem = Store(url).health(int(min_free_mb * 2**20))
+        problem = Store(url).health(min_free_bytes)
     except NotAutotunerDatabase as exc:
         fail(str(exc), DATABASE)
     except (DatabaseUnavailable, DatabaseError) as exc:

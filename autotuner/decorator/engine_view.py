@@ -5,7 +5,6 @@ process's own, or rebuilt by a worker from the recorded call) and whose launch i
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import time
 from collections.abc import Mapping
@@ -145,13 +144,9 @@ class EngineView:
             wanted = ",".join(f"{n}=..." for n in names) or "an empty key"
             raise ProblemError(f"{self.spec.name} is keyed by {', '.join(names) or 'nothing'}: write {wanted}; "
                                f"got {', '.join(k for k, _ in problem.values) or 'nothing'}")
-        for name, value in problem.values:
-            if isinstance(value, float) and not math.isfinite(value):
-                raise ProblemError(f"{name}={value}: a key value is a finite number")
-            if isinstance(value, int | float) and not isinstance(value, bool) and abs(value) >= 2**63:
-                raise ProblemError(f"{name}={value}: a key value fits in 64 bits")
-            if not isinstance(value, int | float | str | bool) and value is not None:
-                raise ProblemError(f"{name}: {type(value).__name__} is not a key value (a number, a string, a bool)")
+        fault = problem.value_fault()
+        if fault is not None:
+            raise ProblemError(fault)
         if [k for k, _ in problem.values] == names:
             return problem
         return dataclasses.replace(problem, values=tuple((n, given[n]) for n in names))

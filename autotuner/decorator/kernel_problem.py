@@ -13,6 +13,7 @@ the decorator's `make_inputs`) and launch the kernel as its caller did.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -76,6 +77,18 @@ class KernelProblem(ProblemBase):
         values = tuple((k, _parse_value(v)) for k, v in (part.split("=", 1) for part in text.split(",") if part))
         dtypes = tuple(d for d in str(dtype).split(",") if d) if dtype else ()
         return cls(values, dtypes, call)
+
+    def value_fault(self) -> str | None:
+        """Why a key value is not one a launch makes (each a finite number within 64 bits, a string, a bool or
+        None), the first found; None when all are."""
+        for name, value in self.values:
+            if isinstance(value, float) and not math.isfinite(value):
+                return f"{name}={value}: a key value is a finite number"
+            if isinstance(value, int | float) and not isinstance(value, bool) and abs(value) >= 2**63:
+                return f"{name}={value}: a key value fits in 64 bits"
+            if not isinstance(value, int | float | str | bool) and value is not None:
+                return f"{name}: {type(value).__name__} is not a key value (a number, a string, a bool)"
+        return None
 
     @property
     def shape(self) -> str:

@@ -6,7 +6,6 @@ themselves (`TunableOp.exports`: matmul writes vLLM's tuned-config layout, searc
 from __future__ import annotations
 
 import json
-import math
 import re
 from datetime import datetime, timezone
 from pathlib import Path
@@ -248,10 +247,9 @@ class RowChecker:
             parsed = self.kernel_problem(**problem)
         except (TypeError, ValueError) as exc:
             return [f"{where}.problem: not a decorated kernel's key: {str(exc)[:200]}"]
-        for name, value in parsed.values:
-            if isinstance(value, float) and not math.isfinite(value) or (
-                    isinstance(value, int | float) and not isinstance(value, bool) and abs(value) >= 2**63):
-                return [f"{where}.problem: {name}={value} is not a finite number within 64 bits"]
+        fault = parsed.value_fault()
+        if fault is not None:
+            return [f"{where}.problem: {fault}"]
         if parsed.key != problem_key:
             return [f"{where}.problem_key: {problem_key!r} is not the key of its problem ({parsed.key!r})"]
         return []

@@ -165,7 +165,7 @@ class Worker:
         while the database is away. A worker asked to drain the queue and stop (`give_up`) raises after
         db_wait_s of that; a long-running one keeps waiting."""
         try:
-            problem = self._store().health(int(self.settings.min_free_mb * 2**20))
+            problem = self._store().health(self.settings.min_free_bytes)
             if problem in LOST:
                 # what this worker writes would be lost (a deleted file) or go elsewhere than its jobs came from
                 raise StorageLost(f"{problem}; worker {self.name} stops")
