@@ -23,6 +23,7 @@ from typing import Any
 
 _DEF = re.compile(r"^def\s+\w+\s*\(", re.MULTILINE)
 _CONSTANTS = (int, float, bool, str)
+_PARSE_TRIES = 3
 
 
 def python_function(value: Any) -> Any:
@@ -58,9 +59,8 @@ def _visit(func: Any, h: Any, seen: set[int]) -> None:
     seen.add(id(func))
     src = _source(func)
     h.update(src.encode())
-    try:
-        tree = ast.parse(src)
-    except SyntaxError:
+    tree = _parse(src)
+    if tree is None:
         return
     scope = {**getattr(func, "__globals__", {}), **_nonlocals(func)}
     for path in sorted(_names(tree)):
@@ -73,6 +73,21 @@ def _visit(func: Any, h: Any, seen: set[int]) -> None:
         constant = getattr(value, "value", value) if type(value).__name__ == "constexpr" else value
         if isinstance(constant, _CONSTANTS):
             h.update(f"\0{'.'.join(path)}={constant!r}\0".encode())
+
+
+def _parse(src: str) -> ast.Module | None:
+    """The source's syntax tree, or None where it does not parse. CPython 3.11 keeps one AST recursion counter for
+    all threads, so an `ast.parse` in another thread at the same moment (Triton compiling, a user's code) can fail
+    this one with a SystemError that a second try does not meet (python/cpython#106905): tried up to three times."""
+    for attempt in range(_PARSE_TRIES):
+        try:
+            return ast.parse(src)
+        except SyntaxError:
+            return None
+        except SystemError:
+            if attempt == _PARSE_TRIES - 1:
+                raise
+    return None
 
 
 def _nonlocals(func: Any) -> dict[str, Any]:
