@@ -112,7 +112,8 @@ class Sweep(Base):
     dtype: Mapped[str] = mapped_column(String(200))
     options: Mapped[dict[str, Any]]
     dim: Mapped[str] = mapped_column(String(64))  # what varies: a dimension flag (M) or a key argument
-    points: Mapped[dict[str, Any]]  # {"shapes": [shape strings, in order along dim]}
+    points: Mapped[dict[str, Any]]  # {"shapes": [shape strings, in order along dim], and where it refines:
+    #                                  "target": 0.02, "budget": 14, "refined": [the shapes refinement added]}
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 

@@ -104,17 +104,31 @@ def finish_job(session: Session, *, job_id: int, worker: str, run_id: int | None
 
 def _sweep_settled(session: Session, job_id: int) -> None:
     """When a sweep's last tuning job ends (done or failed for good) and at least two of its points were tuned,
-    queue the job that cross-times its winners, once."""
+    queue the job that cross-times its winners: once, and once more after each round of points its refinement
+    queued (autotuner.engine.refine)."""
     job = session.get(Job, job_id)
     if job is None or job.sweep_id is None or job.kind != "tune":
         return
     states = list(session.scalars(select(Job.state).where(Job.sweep_id == job.sweep_id, Job.kind == "tune")))
     if any(s in ("queued", "running") for s in states) or states.count("done") < 2:
         return
-    if session.scalar(select(func.count(Job.id)).where(Job.sweep_id == job.sweep_id, Job.kind == "cross_time")):
+    newest = session.scalar(select(func.max(Job.id)).where(Job.sweep_id == job.sweep_id, Job.kind == "tune"))
+    timed = session.scalar(select(func.max(Job.id)).where(Job.sweep_id == job.sweep_id, Job.kind == "cross_time"))
+    if timed is not None and newest is not None and timed > newest:  # cross-timed since its last points were queued
         return
     add_job(session, op=job.op, shape=job.shape, dtype=job.dtype, options={}, strategy=job.strategy,
             budget_trials=None, budget_seconds=None, priority=job.priority, kind="cross_time", sweep_id=job.sweep_id)
+
+
+def queue_sweep_points(session: Session, *, sweep_id: int, points: list[tuple[str, dict[str, Any]]]) -> list[int]:
+    """Jobs for points refinement added to a sweep (shape, options), queued as its first tuning job was (strategy,
+    budgets, GPUs, priority); their ids. None queued where the sweep has no tuning job."""
+    first = session.scalar(select(Job).where(Job.sweep_id == sweep_id, Job.kind == "tune").order_by(Job.id).limit(1))
+    if first is None:
+        return []
+    return [add_job(session, op=first.op, shape=shape, dtype=first.dtype, options=options, strategy=first.strategy,
+                    budget_trials=first.budget_trials, budget_seconds=first.budget_seconds, priority=first.priority,
+                    sweep_id=sweep_id, gpus=first.gpus) for shape, options in points]
 
 
 def fail_attempt(session: Session, *, job_id: int, worker: str, error: str, max_attempts: int,

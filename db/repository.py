@@ -283,11 +283,24 @@ def release_tuning(session: Session, *, op: str, problem_key: str, device_key: s
 
 
 def create_sweep(session: Session, *, op: str, dtype: str, options: dict[str, Any], dim: str,
-                 shapes: list[str]) -> int:
-    sweep = Sweep(op=op, dtype=dtype, options=options, dim=dim, points={"shapes": list(shapes)}, created_at=utcnow())
+                 shapes: list[str], target: float | None = None, budget: int = 0) -> int:
+    points: dict[str, Any] = {"shapes": list(shapes)}
+    if target is not None:
+        points.update(target=target, budget=budget, refined=[])
+    sweep = Sweep(op=op, dtype=dtype, options=options, dim=dim, points=points, created_at=utcnow())
     session.add(sweep)
     session.flush()
     return sweep.id
+
+
+def add_sweep_points(session: Session, *, sweep_id: int, shapes: list[str], added: list[str]) -> None:
+    """The sweep's points now `shapes` (in order along its dimension), `added` among them by refinement."""
+    sweep = session.get(Sweep, sweep_id, with_for_update=True)
+    if sweep is None:
+        return
+    points = dict(sweep.points)
+    sweep.points = {**points, "shapes": list(shapes), "refined": [*points.get("refined", []), *added]}
+    session.flush()
 
 
 def get_sweep(session: Session, *, sweep_id: int) -> Sweep | None:

@@ -58,3 +58,26 @@ MANY: Space[Any] = Space(
 
 if "paced_many" not in op_names():
     register_op(dataclasses.replace(s_gelu.OP, name="paced_many", space=MANY, launch=launch, sources=(launch,)))
+
+
+# Two configs whose times cross between swept points, for refinement: SIDE 0 is fast (FAST_US) up to CROSS elements
+# and slow (SLOW_US) above, SIDE 1 the other way round; both are fast at CROSS itself. A sweep over 4, 8, 16 finds
+# 4's and 8's winners each twice as slow on the other point; the midpoint 6 (= CROSS) serves both ends.
+CROSS, FAST_SWEEP_US, SLOW_SWEEP_US = 6, 20_000, 40_000
+
+
+def crossing_launch(inputs: Any, config: dict[str, Any]) -> torch.Tensor:
+    n = inputs["x"].numel()
+    fast = n <= CROSS if config["SIDE"] == 0 else n >= CROSS
+    return launch(inputs, {**config, "PAUSE_US": FAST_SWEEP_US if fast else SLOW_SWEEP_US})
+
+
+CROSSING: Space[Any] = Space(
+    params=(Param("SIDE", (0, 1)), Param("num_warps", (1,)), Param("num_stages", (1,))),
+    constraints=(),
+    default_fn=lambda p, d: {"SIDE": 0, "num_warps": 1, "num_stages": 1},
+)
+
+if "paced_crossing" not in op_names():
+    register_op(dataclasses.replace(s_gelu.OP, name="paced_crossing", space=CROSSING, launch=crossing_launch,
+                                    sources=(launch, crossing_launch)))

@@ -82,13 +82,18 @@ def seed(url: str) -> dict[str, int]:
         store.save_best(op=kernel, problem=kp, device=H100, config={"BLOCK": 128, "num_warps": 4, "num_stages": 3},
                         median_ms=0.01 * n / 4096, default_ms=0.02 * n / 4096, torch_ms=None, run_id=None)
     sweep = store.create_sweep(op="matmul", dtype="float16", options={"epilogue": "none"}, dim="M",
-                               shapes=[f"{m}x4096x4096" for m in (256, 512, 1024)])
-    keys = [f"{m}x4096x4096:float16" for m in (256, 512, 1024)]
+                               shapes=[f"{m}x4096x4096" for m in (256, 512, 1024)], target=0.05, budget=2)
+    keys = [f"{m}x4096x4096:float16" for m in (256, 512, 1024, 362)]
     cells = [dict(winner_key=keys[i], on_key=keys[j], config=MEASURED[i][0], ms=loss, own_ms=1.0)
              for i, j, loss in ((0, 0, 1.0), (0, 1, 1.02), (1, 0, 1.05), (1, 1, 1.0), (1, 2, 1.12), (2, 1, 1.4),
                                 (2, 2, 1.0))]
     cells[4]["ms"] = None  # not valid there
     store.save_cross_timings(sweep_id=sweep, op=mm, device=H100, cells=cells)
+    # refinement added M=362 between 256 and 512 (their winners lost 2% and 5% on each other): timed with them
+    store.add_sweep_points(sweep, shapes=[f"{m}x4096x4096" for m in (256, 362, 512, 1024)], added=["362x4096x4096"])
+    store.save_cross_timings(sweep_id=sweep, op=mm, device=H100, cells=[
+        dict(winner_key=keys[i], on_key=keys[j], config=MEASURED[i][0], ms=loss, own_ms=1.0)
+        for i, j, loss in ((3, 0, 1.005), (0, 3, 1.02), (3, 3, 1.0), (3, 1, 1.02), (1, 3, 1.06))])
     jobs = {}
     for name in ("done", "failed", "running", "queued"):
         jobs[name] = store.queue_job(op="softmax" if name != "queued" else EVIL, shape="256x1024",
@@ -176,11 +181,16 @@ def test_overview_shows_the_stored_values_sorted_and_filtered(page, site, tmp_pa
     assert h100.locator("tbody tr", has_text="matmul").first.locator("span.library").count() == 0
     # the sweep's cross timings as a heat map: a row per winner, a column per point, each cell its loss there
     heat = h100.locator(f"#sweep-{seeded['sweep']}")
-    assert heat.locator("g.cell").count() == 7
-    assert heat.locator("text.tick").all_text_contents() == ["256", "512", "1024"] * 2
-    assert [heat.locator(f"g.{level}").count() for level in ("heat-own", "heat-1", "heat-2", "heat-4", "heat-na")] \
-        == [3, 1, 1, 1, 1]
+    assert heat.locator("g.cell").count() == 12
+    # the point refinement added drawn in its place along M, marked; the worst neighbouring pair against the target
+    assert heat.locator("text.tick").all_text_contents() == ["256", "362*", "512", "1024"] * 2
+    assert [heat.locator(f"g.{level}").count()
+            for level in ("heat-own", "heat-0", "heat-1", "heat-2", "heat-4", "heat-na")] == [4, 1, 3, 2, 1, 1]
     assert "+40.0% against 512x4096x4096:float16's own winner" in heat.locator("g.heat-4 title").text_content()
+    caption = heat.locator("figcaption").inner_text()
+    assert "Points marked * were added by refinement (1 of at most 2)" in caption
+    assert "Worst neighbouring pair 512 / 1024: the better winner loses +40.0% on the other's point, above the " \
+           "5.0% target" in caption
     # at a laptop's width the table fits: no horizontal scrolling, in its box or on the page
     box = h100.locator("div.scroll")
     assert box.evaluate("b => b.scrollWidth <= b.clientWidth"), box.evaluate("b => [b.scrollWidth, b.clientWidth]")

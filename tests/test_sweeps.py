@@ -16,9 +16,19 @@ import pytest
 from autotuner.base.device import current_device
 from autotuner.base.registry import get_op
 from autotuner.cli.common import problems
+from autotuner.engine.cross_time import Cell
+from autotuner.engine.refine import (
+    insert_points,
+    midpoint_shape,
+    neighbour_losses,
+    refinements,
+    stale_points,
+    worst_pair,
+)
 from autotuner.engine.sweep import points
 from autotuner.launch.serving import answer_config
 from autotuner.store.database import Store
+from search_spaces.contract import ProblemType
 from search_spaces.problem import ProblemError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,7 +57,7 @@ def test_the_sweep_syntax():
 def test_a_sweep_tunes_every_point_then_times_each_winner_on_its_neighbours(tmp_path):
     db = f"sqlite:///{tmp_path / 's.db'}"
     out = cli("tune", "softmax", "--shape", "1-4:pow2x64", "--dtype", "float32", "--trials", "2", "--db", db,
-              "--json", "-q")
+              "--json", "-q", "--refine-points", "0")
     assert out.returncode == 0, out.stderr
     summary = json.loads(out.stdout)
     keys = ["1x64:float32", "2x64:float32", "4x64:float32"]
@@ -69,7 +79,7 @@ def test_a_queued_sweep_is_tuned_by_a_worker_which_then_cross_times_it(tmp_path)
     bad = cli("tune", "softmax", "--shape", "1-2:pow2x64", "--queue", "--gpus", "0,1", "--db", db)
     assert bad.returncode == 2 and "with --queue, --gpus is how many of a worker's GPUs" in bad.stderr
     out = cli("tune", "softmax", "--shape", "1-2:pow2x64", "--dtype", "float32", "--trials", "2", "--queue",
-              "--gpus", "2", "--db", db, "--json")
+              "--gpus", "2", "--db", db, "--json", "--refine-points", "0")
     assert out.returncode == 0, out.stderr
     queued = json.loads(out.stdout)
     assert len(queued["jobs"]) == 2
@@ -187,3 +197,107 @@ def test_between_two_points_the_winner_expected_to_lose_less_there_is_served(tmp
         assert resolve(op, q, device, store=store).from_problem == served, cols
         answer = answer_config(store, op, q, device)
         assert answer.from_problem == served and answer.expected_regret == pytest.approx(loss, abs=1e-4), cols
+
+
+# -- refinement: a midpoint tuned wherever neighbouring winners lose more than the target on each other ----------
+
+def _cell(winner: str, on: str, config: dict[str, int], ms: float | None, own_ms: float = 1.0) -> Cell:
+    return Cell(winner_key=winner, on_key=on, config=config, ms=ms, own_ms=own_ms)
+
+
+def test_which_neighbours_refinement_splits_and_where():
+    """A pair's loss is the smaller of its winners' losses on each other; above the target (the worst first, as
+    many as the budget allows, none tried before) its log-midpoint is tuned; a point must be timed again wherever a
+    winner next to it (or its own) has no timing of its current config."""
+    op = get_op("matmul")
+    probs = [op.parse_problem(f"{m}x256x256", "float16") for m in (16, 64, 65, 256)]
+    k = [p.key for p in probs]
+    a, b, c = ({"BLOCK_M": m} for m in (16, 32, 64))
+    winners = [a, b, c, c]
+    cells = [_cell(k[0], k[0], a, 1.0), _cell(k[0], k[1], a, 1.30), _cell(k[1], k[0], b, 1.10),  # 16 | 64: 10%
+             _cell(k[1], k[1], b, 1.0), _cell(k[1], k[2], b, 1.06), _cell(k[2], k[1], c, None),  # 64 | 65: 6%
+             _cell(k[2], k[2], c, 1.0), _cell(k[3], k[3], c, 1.0)]  # 65 | 256: one config, no loss
+    pairs = neighbour_losses(probs, winners, cells)
+    assert [(p.low, p.high) for p in pairs] == list(zip(k, k[1:], strict=False))
+    assert [p.loss for p in pairs] == [pytest.approx(0.10), pytest.approx(0.06), 0.0]
+    assert [p.between for p in pairs] == ["32x256x256", None, "129x256x256"]  # 64 and 65: nothing between
+    assert worst_pair(pairs) == pairs[0]
+    made = lambda shape: op.parse_problem(shape, "float16")  # noqa: E731
+    new, skipped = refinements(probs, pairs, target=0.02, budget=4, make=made)
+    assert [(at, p.shape) for at, p in new] == [(1, "32x256x256")] and skipped == {f"{k[1]} - {k[2]}":
+                                                                                    "no point lies between"}
+    assert refinements(probs, pairs, target=0.02, budget=0, make=made)[0] == []  # the budget is spent
+    assert refinements(probs, pairs, target=0.02, budget=4, make=made, tried={"32x256x256"})[0] == []
+    assert refinements(probs, pairs, target=0.2, budget=4, make=made) == ([], {})  # every pair within 20%
+
+    def too_large(shape: str) -> ProblemType:
+        raise ProblemError("too large for the device")
+
+    assert refinements(probs, pairs, target=0.02, budget=4, make=too_large)[1]["32x256x256"] == \
+        "too large for the device"
+    assert insert_points(["16", "64", "65"], [(1, "32"), (3, "x")]) == ["16", "32", "64", "65", "x"]
+    # 65's winner has no timing on 65 of a config it no longer has; 256's none on its neighbour 65
+    assert stale_points(probs, [a, b, {"BLOCK_M": 128}, c], cells) == [1, 2, 3]
+    assert stale_points(probs[:2], winners[:2], cells) == []
+    assert midpoint_shape("1x64", "4x64") == "2x64" and midpoint_shape("4x64", "4x64") is None
+    assert midpoint_shape("1x64", "2x128") is None and midpoint_shape("M=512,N=64", "M=2048,N=64") == "M=1024,N=64"
+
+
+def _crossing(tmp_path: Path, *args: str) -> tuple[str, subprocess.CompletedProcess[str]]:
+    """tests/paced_op.py's paced_crossing over 4, 8 (and 16) elements: 4's and 8's winners each run twice as slow
+    on the other point (wall clock); at 6 both are fast."""
+    db = f"sqlite:///{tmp_path / 'c.db'}"
+    out = subprocess.run([sys.executable, "-m", "autotuner", "tune", "paced_crossing", "--dtype", "float32",
+                          "--strategy", "exhaustive", "--db", db, *args], capture_output=True, text=True, cwd=ROOT,
+                         timeout=600, env={**os.environ, "TRITON_INTERPRET": "1", "AUTOTUNER_PLUGINS": "tests.paced_op",
+                                           "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 0, out.stderr
+    return db, out
+
+
+def test_a_sweep_refines_itself_where_neighbouring_winners_lose_more_than_the_target(tmp_path):
+    """4's and 8's winners lose about 100% on each other: 6 is tuned, inserted and cross-timed with both, after
+    which every pair is within the target (a wide one: these are wall-clock times) and nothing more is added."""
+    db, out = _crossing(tmp_path, "--shape", "4-16:pow2", "--regret", "0.25", "--json", "-q")
+    summary = json.loads(out.stdout)
+    keys = [p["problem"] for p in summary["points"]]
+    assert keys == ["4:float32:tanh", "6:float32:tanh", "8:float32:tanh", "16:float32:tanh"]
+    assert summary["refined"] == ["6:float32:tanh"] and [p["refined"] for p in summary["points"]] == \
+        [False, True, False, False]
+    assert [p["winner"]["SIDE"] for p in summary["points"]][::2] == [0, 1]  # 4's and 8's
+    assert summary["target"] == 0.25 and summary["within_target"] is True and summary["worst_loss"] < 0.25
+    timed = {(c["winner_key"], c["on_key"]) for c in summary["cross_timings"]}
+    assert {(keys[0], keys[1]), (keys[1], keys[0]), (keys[1], keys[2]), (keys[2], keys[1])} <= timed
+    (before,) = [c for c in summary["cross_timings"] if (c["winner_key"], c["on_key"]) == (keys[0], keys[2])]
+    assert before["ms"] / before["own_ms"] > 1.5  # what called for the midpoint: 4's winner on 8
+    store = Store(db, create=False)
+    (sweep,) = store.sweeps(op="paced_crossing")
+    assert sweep.shapes == ("4", "6", "8", "16") and sweep.refined == ("6",)
+    assert (sweep.target, sweep.budget) == (0.25, 3)
+    table = " ".join(_crossing(tmp_path, "--shape", "4-8:pow2", "--regret", "0.25", "--refine-points", "0")[1]
+                     .stdout.split())  # as one line: rich wraps it
+    assert "worst neighbouring pair 4:float32:tanh / 8:float32:tanh" in table and "(the point budget is spent)" \
+        in table and "1 pair(s) above the 25.0% target" in table
+
+
+def test_a_queued_sweep_refines_itself_through_the_workers(tmp_path):
+    """The cross-timing job queues the midpoint as a job of the sweep, as its points were queued; when it is done
+    the sweep is cross-timed again, and stops there: every pair is within the target."""
+    db, _ = _crossing(tmp_path, "--shape", "4-8:pow2", "--regret", "0.25", "--queue", "--trials", "2")
+    worker = subprocess.run([sys.executable, "-m", "autotuner", "worker", "--until-empty", "--db", db],
+                            capture_output=True, text=True, cwd=ROOT, timeout=600,
+                            env={**os.environ, "TRITON_INTERPRET": "1", "AUTOTUNER_PLUGINS": "tests.paced_op",
+                                 "PYTHONPATH": str(ROOT)})
+    assert worker.returncode == 0, worker.stderr + worker.stdout
+    store = Store(db, create=False)
+    jobs = sorted(store.jobs_page(state=None, limit=10, offset=0)[0], key=lambda j: j.id)
+    assert [(j.kind, j.shape, j.state) for j in jobs] == [
+        ("tune", "4", "done"), ("tune", "8", "done"), ("cross_time", "8", "done"), ("tune", "6", "done"),
+        ("cross_time", "6", "done")]
+    assert jobs[3].budget_trials == 2 and jobs[3].options == {"approximate": "tanh"}  # queued as its sweep's were
+    assert "refining: 1 points queued (6)" in worker.stderr + worker.stdout
+    (sweep,) = store.sweeps(op="paced_crossing")
+    assert sweep.shapes == ("4", "6", "8") and sweep.refined == ("6",)
+    timings = store.cross_timings(sweep.id)
+    assert {(c.winner_key, c.on_key) for c in timings} >= {("6:float32:tanh", "4:float32:tanh"),
+                                                           ("8:float32:tanh", "6:float32:tanh")}

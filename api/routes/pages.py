@@ -31,12 +31,14 @@ from api.routes.results import Id, judge, result_fields
 from autotuner.analysis.report import speedups
 from autotuner.base.registry import UnknownOpError, get_op
 from autotuner.base.roofline import fraction
+from autotuner.engine.refine import neighbour_losses, worst_pair
 from autotuner.launch.serving import device_info
 from autotuner.store.database import Store
 from autotuner.store.regret import sweep_points
-from autotuner.store.rows import JobRow, ResultRow
+from autotuner.store.rows import CrossTimingRow, JobRow, ResultRow, SweepRow
 from db.engine import DatabaseUnavailable, NotAutotunerDatabase
 from db.models import JOB_STATES
+from search_spaces.contract import ProblemType
 
 HERE = Path(__file__).resolve().parent.parent
 STATIC = HERE / "static"
@@ -124,16 +126,32 @@ def sweep_views(store: Store, device_key: str) -> list[dict[str, Any]]:
         try:
             op = get_op(sweep.op)
             timings = [t for t in timings if t.kernel_hash == op.kernel_hash] or timings
-            keys = [p.key for p in sweep_points(op, sweep)]
+            points = sweep_points(op, sweep)
         except UnknownOpError:
-            keys = []
+            points = []
+        keys = [p.key for p in points]
         if not timings or len(keys) != len(sweep.shapes):
             continue
-        chart = charts.regret_heatmap(keys, varying_part(sweep.shapes),
-                                      [(t.winner_key, t.on_key, t.regret if t.ms is not None else None)
-                                       for t in timings])
-        out.append({"sweep": sweep, "chart": chart})
+        refined = set(sweep.refined)
+        labels = [label + ("*" if shape in refined else "")
+                  for label, shape in zip(varying_part(sweep.shapes), sweep.shapes, strict=True)]
+        chart = charts.regret_heatmap(keys, labels, [(t.winner_key, t.on_key, t.regret if t.ms is not None else None)
+                                                     for t in timings])
+        out.append({"sweep": sweep, "chart": chart, "worst": _worst(sweep, points, timings)})
     return out
+
+
+def _worst(sweep: SweepRow, points: list[ProblemType], timings: list[CrossTimingRow]) -> dict[str, Any] | None:
+    """The sweep's worst neighbouring pair as the page says it (autotuner.engine.refine), or None if none was
+    measured."""
+    own = {t.on_key: t.config for t in timings if t.winner_key == t.on_key}
+    worst = worst_pair(neighbour_losses(points, [own.get(p.key) for p in points], timings))
+    if worst is None or worst.loss is None:
+        return None
+    labels = dict(zip([p.key for p in points], varying_part(sweep.shapes), strict=True))
+    return {"low": labels[worst.low], "high": labels[worst.high],
+            "loss": None if worst.loss == float("inf") else worst.loss,
+            "within": sweep.target is not None and not worst.above(sweep.target)}
 
 
 def sort_rows(rows: list[dict[str, Any]], column: str, descending: bool) -> list[dict[str, Any]]:

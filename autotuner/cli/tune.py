@@ -31,6 +31,7 @@ from autotuner.cli.common import (
     warn,
 )
 from autotuner.cli.forward import since_process_start
+from autotuner.engine.refine import DEFAULT_TARGET
 from autotuner.engine.tune_result import TrialRecord, TuneObserver, TuneResult
 from search_spaces.contract import ProblemType
 
@@ -128,6 +129,12 @@ def tune(
     here: bool = typer.Option(False, "--here", help="tune in this process, not in an `autotuner worker` running on "
                                                      "this host (which takes the command when it shares the database; "
                                                      "AUTOTUNER_LOCAL_WORKER=0 never hands it over)"),
+    regret: float = typer.Option(DEFAULT_TARGET, "--regret", min=0.0, max=0.99,
+                                 help="a sweep: tune the point between two neighbours whose winners each lose more "
+                                      "than this fraction on the other's point, and again, until none does"),
+    refine_points: int | None = typer.Option(None, "--refine-points", min=0, max=4096,
+                                             help="a sweep: at most this many points added by --regret (default: as "
+                                                  "many as the sweep names; 0: none)"),
     gpus: str | None = typer.Option(None, "--gpus", help="GPUs that measure the configs at once, e.g. 0,1 or all "
                                                          "(default: AUTOTUNER_GPUS, else one); the first is the "
                                                          "problem's device and re-times the finalists. With --queue: "
@@ -141,7 +148,7 @@ def tune(
     processes, so it starts at once; `--here` tunes in this process instead. `--gpus 0,1` measures the configs on
     both GPUs at once (same device type), tuning here."""
     from autotuner.cli import early, served
-    from autotuner.cli.sweep import queue_sweep, run_sweep_here
+    from autotuner.cli.sweep import Refine, queue_sweep, run_sweep_here
 
     del here, wait  # read from the arguments by autotuner.cli.forward, before this process imports anything heavy
     from autotuner.base.device import parse_gpus
@@ -184,7 +191,7 @@ def tune(
                 margin=DEFAULT_MARGIN if margin is None else margin,
                 deadline=began + time_budget if time_budget is not None and dim is None else None)
     if dim is not None and queue:
-        queue_sweep(op_obj, probs, dim, store, plan, as_json, job_gpus)
+        queue_sweep(op_obj, probs, dim, store, plan, as_json, job_gpus, Refine(regret, refine_points))
         return
     if queue:  # one problem: a job for the workers, as POST /jobs queues it
         one = probs[0]
@@ -199,7 +206,7 @@ def tune(
     kept = by.kept if by is not None else early.take(plan_device(plan)) or prestarted(s, plan_device(plan))
     try:
         if dim is not None:
-            run_sweep_here(op_obj, probs, dim, s, store, kept, plan, as_json, quiet)
+            run_sweep_here(op_obj, probs, dim, s, store, kept, plan, as_json, quiet, Refine(regret, refine_points))
         else:
             _tune(op, op_obj, probs[0], s, store, kept, plan, as_json, quiet)
     finally:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,15 +41,16 @@ class Cell:
 
 def cross_time(op: Op, problems: list[ProblemType], winners: list[Config | None], *, settings: Settings,
                device: DeviceInfo, runner: TrialRunner | None = None, reach: int = REACH, rounds: int = ROUNDS,
-               on_point: Callable[[ProblemType], None] | None = None) -> list[Cell]:
+               on_point: Callable[[ProblemType], None] | None = None, only: Collection[int] | None = None) -> list[Cell]:
     """Each point's winner (None: the point was not tuned) timed on the points within `reach` of it, against their
-    own winners. `runner`: a trial process to set each point up in (default: one started here, closed after)."""
+    own winners. `runner`: a trial process to set each point up in (default: one started here, closed after);
+    `only`: the indices of the points to time on (default: all)."""
     own_runner = runner is None
     runner = runner or TrialRunner(None, settings.trial_timeout_s)
     cells: list[Cell] = []
     try:
         for j, on in enumerate(problems):
-            if winners[j] is None:
+            if winners[j] is None or (only is not None and j not in only):
                 continue
             if on_point is not None:
                 on_point(on)

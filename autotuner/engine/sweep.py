@@ -1,7 +1,9 @@
 """A sweep: problems of one op, dtype and options that differ in one dimension (`autotuner tune matmul --M
 1-8192:pow2 --N 4096 --K 4096`), tuned ahead of the workload that will meet them. Run here, the points are tuned
-one after the other in the same trial process and compile pool, and then cross-timed (autotuner.engine.cross_time);
-queued, each point is a job for the workers, and the cross-timing a job queued when the last point is done.
+one after the other in the same trial process and compile pool, and then cross-timed (autotuner.engine.cross_time),
+and refined where neighbouring winners lose more than a target on each other (autotuner.engine.refine); queued,
+each point is a job for the workers, the cross-timing a job queued when the last point is done, and refinement's
+points jobs that job queues.
 
     values = points("1-8192:pow2")           # 1, 2, 4, ..., 8192
     result = run_sweep(op, problems, dim="M", store=store, settings=settings, plan=Plan(), device=device)
@@ -19,6 +21,15 @@ from autotuner.base.registry import Op
 from autotuner.base.settings import Settings
 from autotuner.engine.cross_time import Cell, cross_time
 from autotuner.engine.measure import KeptProcesses
+from autotuner.engine.refine import (
+    DEFAULT_TARGET,
+    Pair,
+    insert_points,
+    neighbour_losses,
+    refinements,
+    stale_points,
+    worst_pair,
+)
 from autotuner.engine.tune_result import TuneObserver, TuneResult
 from autotuner.engine.tuner import Plan, tune
 from autotuner.store.interfaces import SweepStore
@@ -55,40 +66,93 @@ def points(text: str) -> list[int]:
 @dataclass
 class SweepResult:
     sweep_id: int
-    problems: list[ProblemType]
+    problems: list[ProblemType]  # in order along the dimension, refinement's points among them
     results: list[TuneResult | None]  # None: that point could not be tuned (its error in `errors`)
     winners: list[dict[str, int] | None]  # the stored best each point now serves
     cells: list[Cell] = field(default_factory=list)
     errors: dict[str, str] = field(default_factory=dict)
     tune_s: float = 0.0
     cross_time_s: float = 0.0
+    target: float | None = None  # refinement's target (None: not refined)
+    refined: list[str] = field(default_factory=list)  # the keys of the points refinement added
+    unrefined: dict[str, str] = field(default_factory=dict)  # a pair above the target that could not be refined
+    pairs: list[Pair] = field(default_factory=list)  # each neighbouring pair's loss, as last measured
+
+    @property
+    def worst(self) -> Pair | None:
+        return worst_pair(self.pairs)
 
 
 def run_sweep(op: Op, problems: list[ProblemType], *, dim: str, store: SweepStore, settings: Settings, plan: Plan,
               device: DeviceInfo, kept: KeptProcesses | None = None,
               observer: Callable[[ProblemType], TuneObserver] | None = None,
-              on_point: Callable[[ProblemType], None] | None = None) -> SweepResult:
+              on_point: Callable[[ProblemType], None] | None = None, target: float | None = DEFAULT_TARGET,
+              budget: int | None = None, make: Callable[[str], ProblemType] | None = None) -> SweepResult:
     """Tune every point here, then cross-time the winners; the sweep and its cross timings are stored. A point
-    that cannot be set up (too large for the device, say) is left out with its error; the others go on."""
+    that cannot be set up (too large for the device, say) is left out with its error; the others go on. Then,
+    with a `target`, refine (autotuner.engine.refine): tune the midpoint of each neighbouring pair whose winners
+    lose more than the target on each other, cross-time what changed, and again, until no pair is above it or
+    `budget` points (default: as many as given) were added. `make`: a midpoint's shape as a problem (default: the
+    op's parse with the first point's options; ProblemError where it cannot be tuned)."""
     query = {o.name for o in op.query_options}
+    budget = len(problems) if budget is None else budget
     sweep_id = store.create_sweep(op=op.name, dtype=problems[0].dtype, dim=dim, shapes=[p.shape for p in problems],
-                                  options={k: v for k, v in op.options_of(problems[0]).items() if k in query})
-    out = SweepResult(sweep_id, problems, [], [])
-    started = time.perf_counter()
-    for p in problems:
-        try:
-            out.results.append(tune(op, p, store=store, settings=settings, plan=plan, device=device, kept=kept,
+                                  options={k: v for k, v in op.options_of(problems[0]).items() if k in query},
+                                  target=target, budget=budget if target is not None else 0)
+    out = SweepResult(sweep_id, [], [], [], target=target)
+    runner = kept.trial_runner(settings.trial_timeout_s) if kept is not None else None
+
+    def tune_points(points: list[ProblemType]) -> tuple[list[TuneResult | None], list[dict[str, int] | None]]:
+        started = time.perf_counter()
+        results: list[TuneResult | None] = []
+        winners: list[dict[str, int] | None] = []
+        for p in points:
+            try:
+                results.append(tune(op, p, store=store, settings=settings, plan=plan, device=device, kept=kept,
                                     observer=observer(p) if observer else None))
-        except ProblemError as exc:
-            out.results.append(None)
-            out.errors[p.key] = str(exc)
-        best = store.best(op=op, problem=p, device=device)
-        out.winners.append(dict(best.config) if best is not None and not best.stale else None)
-    out.tune_s = time.perf_counter() - started
-    started = time.perf_counter()
-    out.cells = cross_time(op, problems, out.winners, settings=settings, device=device,
-                           runner=kept.trial_runner(settings.trial_timeout_s) if kept is not None else None,
-                           on_point=on_point)
-    store.save_cross_timings(sweep_id=sweep_id, op=op, device=device, cells=[c.as_row() for c in out.cells])
-    out.cross_time_s = time.perf_counter() - started
+            except ProblemError as exc:
+                results.append(None)
+                out.errors[p.key] = str(exc)
+            best = store.best(op=op, problem=p, device=device)
+            winners.append(dict(best.config) if best is not None and not best.stale else None)
+        out.tune_s += time.perf_counter() - started
+        return results, winners
+
+    def cross_time_stale() -> None:
+        started = time.perf_counter()
+        cells = cross_time(op, out.problems, out.winners, settings=settings, device=device, runner=runner,
+                           on_point=on_point, only=set(stale_points(out.problems, out.winners, out.cells)))
+        store.save_cross_timings(sweep_id=sweep_id, op=op, device=device, cells=[c.as_row() for c in cells])
+        out.cells += cells
+        out.pairs = neighbour_losses(out.problems, out.winners, out.cells)
+        out.cross_time_s += time.perf_counter() - started
+
+    out.problems = list(problems)
+    out.results, out.winners = tune_points(out.problems)
+    cross_time_stale()
+    if target is None:
+        return out
+    make = make or (lambda shape: op.parse_problem(shape, problems[0].dtype, **op.options_of(problems[0])))
+    tried: set[str] = set()
+    while len(tried) < budget:
+        new, skipped = refinements(out.problems, out.pairs, target=target, budget=budget - len(tried), make=make,
+                                   tried=tried)
+        out.unrefined.update(skipped)
+        if not new:
+            break
+        tried.update(p.shape for _, p in new)
+        results, winners = tune_points([p for _, p in new])
+        kept_new = [(n, r, w) for n, r, w in zip(new, results, winners, strict=True) if w is not None]
+        for (_, p), _r, w in zip(new, results, winners, strict=True):
+            if w is None:  # not tuned (its error in `errors`): the pair stays as it was
+                out.unrefined[p.shape] = out.errors.get(p.key, "no config passed")
+        if not kept_new:
+            continue
+        out.problems = insert_points(out.problems, [n for n, _, _ in kept_new])
+        out.results = insert_points(out.results, [(n[0], r) for n, r, _ in kept_new])
+        out.winners = insert_points(out.winners, [(n[0], w) for n, _, w in kept_new])
+        out.refined += [n[1].key for n, _, _ in kept_new]
+        store.add_sweep_points(sweep_id, shapes=[p.shape for p in out.problems],
+                               added=[n[1].shape for n, _, _ in kept_new])
+        cross_time_stale()
     return out

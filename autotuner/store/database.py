@@ -125,9 +125,23 @@ class Store:
                                  sweep_id=sweep_id, gpus=gpus)
 
     # -- sweeps: problems differing in one dimension, and their winners timed on each other ----------------------
-    def create_sweep(self, *, op: str, dtype: str, options: dict[str, Any], dim: str, shapes: list[str]) -> int:
+    def create_sweep(self, *, op: str, dtype: str, options: dict[str, Any], dim: str, shapes: list[str],
+                     target: float | None = None, budget: int = 0) -> int:
         with session_scope(self.engine) as s:
-            return repo.create_sweep(s, op=op, dtype=dtype, options=options, dim=dim, shapes=shapes)
+            return repo.create_sweep(s, op=op, dtype=dtype, options=options, dim=dim, shapes=shapes, target=target,
+                                     budget=budget)
+
+    def add_sweep_points(self, sweep_id: int, *, shapes: list[str], added: list[str]) -> None:
+        with session_scope(self.engine) as s:
+            repo.add_sweep_points(s, sweep_id=sweep_id, shapes=shapes, added=added)
+
+    def refine_queued_sweep(self, sweep_id: int, *, shapes: list[str], added: list[tuple[str, dict[str, Any]]]
+                            ) -> list[int]:
+        """A queued sweep's refinement: its points now `shapes`, and a job queued for each point `added` (shape,
+        options), as its first tuning job was; their ids. One transaction."""
+        with session_scope(self.engine) as s:
+            repo.add_sweep_points(s, sweep_id=sweep_id, shapes=shapes, added=[shape for shape, _ in added])
+            return queue.queue_sweep_points(s, sweep_id=sweep_id, points=added)
 
     def sweep(self, sweep_id: int) -> SweepRow | None:
         with session_scope(self.engine) as s:

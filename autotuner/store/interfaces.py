@@ -82,7 +82,12 @@ class RunStore(ResultReader, RunWriter, Protocol):
 class SweepStore(RunStore, Protocol):
     """What a sweep writes besides its points' runs: the sweep, and its cross timings."""
 
-    def create_sweep(self, *, op: str, dtype: str, options: dict[str, Any], dim: str, shapes: list[str]) -> int: ...
+    def create_sweep(self, *, op: str, dtype: str, options: dict[str, Any], dim: str, shapes: list[str],
+                     target: float | None = None, budget: int = 0) -> int:
+        """A new sweep of these points; its id. `target` and `budget`: how it refines (None: it does not)."""
+
+    def add_sweep_points(self, sweep_id: int, *, shapes: list[str], added: list[str]) -> None:
+        """The sweep's points now `shapes`, `added` among them by refinement."""
 
     def save_cross_timings(self, *, sweep_id: int, op: Op, device: DeviceInfo, cells: list[dict[str, Any]]) -> None:
         """Each cell (winner_key, on_key, config, ms, own_ms), replacing one measured before for the same pair."""

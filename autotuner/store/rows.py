@@ -123,6 +123,9 @@ class SweepRow:
     dim: str
     shapes: tuple[str, ...]
     created_at: datetime
+    refined: tuple[str, ...] = ()  # the shapes refinement added (autotuner.engine.refine)
+    target: float | None = None  # the loss neighbouring winners may have on each other (None: not refined)
+    budget: int = 0  # how many points refinement may add
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -173,7 +176,17 @@ def job_row(obj: Any) -> JobRow:
 
 
 def sweep_row(obj: Any) -> SweepRow:
-    return _read(SweepRow, obj, options=dict(obj.options or {}), shapes=tuple(obj.points.get("shapes", ())))
+    points = obj.points if isinstance(obj.points, dict) else {}
+    target = points.get("target")
+    budget = points.get("budget")
+    return _read(SweepRow, obj, options=dict(obj.options or {}), shapes=_strings(points.get("shapes")),
+                 refined=_strings(points.get("refined")),
+                 target=float(target) if isinstance(target, (int, float)) and 0 <= target < 1 else None,
+                 budget=budget if isinstance(budget, int) and 0 <= budget <= 4096 else 0)
+
+
+def _strings(value: Any) -> tuple[str, ...]:
+    return tuple(str(v) for v in value) if isinstance(value, list) else ()
 
 
 def cross_timing_row(obj: Any) -> CrossTimingRow:

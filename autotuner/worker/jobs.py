@@ -15,6 +15,8 @@ from autotuner.engine.measure import KeptProcesses
 from autotuner.engine.tune_result import TrialRecord, TuneObserver, TuneResult
 from autotuner.store.job_store import JobStore
 from autotuner.store.rows import JobRow
+from search_spaces.contract import ProblemType
+from search_spaces.problem import ProblemError
 
 
 @dataclass(frozen=True)
@@ -99,7 +101,12 @@ def tune_work(job: JobRow, settings: Settings, device: DeviceInfo, kept: KeptPro
 
 
 def cross_time_work(job: JobRow, settings: Settings, device: DeviceInfo, kept: KeptProcesses) -> Work:
+    """Time the sweep's winners on the points next to them, where not timed yet (each winner as it now is); then,
+    where the sweep refines, queue the midpoints of the pairs above its target as jobs of the sweep (whose last
+    one to finish queues this job again)."""
     from autotuner.engine.cross_time import cross_time
+    from autotuner.engine.refine import insert_points, neighbour_losses, refinements, stale_points, worst_pair
+    from autotuner.store.stored_best import versions
 
     if job.sweep_id is None:
         raise ValueError("a cross_time job names no sweep")
@@ -109,16 +116,44 @@ def cross_time_work(job: JobRow, settings: Settings, device: DeviceInfo, kept: K
         if sweep is None:
             raise ValueError(f"sweep {job.sweep_id} is gone")
         op = import_op(sweep.op, allowed=allowed_modules(settings), probe_s=settings.import_probe_s)
-        problems = [op.parse_problem(shape, sweep.dtype, **sweep.options) for shape in sweep.shapes]
-        if op.needs_recorded_call:  # each point's recorded call, as its tuning job carried it
-            problems = [op.parse_problem(p.shape, p.dtype, **(store.store.recorded_options(
-                op=op.name, shape=p.shape, dtype=p.dtype) or {})) for p in problems]
+
+        def point(shape: str) -> ProblemType:
+            if not op.needs_recorded_call:
+                return op.parse_problem(shape, sweep.dtype, **sweep.options)
+            recorded = store.store.recorded_options(op=op.name, shape=shape, dtype=sweep.dtype)
+            if not recorded:  # each point's recorded call, as its tuning job carried it
+                raise ProblemError(f"no recorded call of {op.name} {shape} to tune from")
+            return op.parse_problem(shape, sweep.dtype, **recorded)
+
+        problems = [point(shape) for shape in sweep.shapes]
         bests = [store.best(op=op, problem=p, device=device) for p in problems]
         winners = [dict(b.config) if b is not None and not b.stale else None for b in bests]
+        stored = [c for c in store.cross_timings(sweep.id, device_key=device.key)
+                  if c.kernel_hash == op.kernel_hash and c.triton_version == versions()[0]]
         cells = cross_time(op, problems, winners, settings=settings, device=device,
-                           runner=kept.trial_runner(settings.trial_timeout_s))
+                           runner=kept.trial_runner(settings.trial_timeout_s),
+                           only=set(stale_points(problems, winners, stored)))
         store.store.save_cross_timings(sweep_id=sweep.id, op=op, device=device, cells=[c.as_row() for c in cells])
         measured = sum(c.ms is not None for c in cells)
-        return Done(True, f"sweep {sweep.id}: {measured} of {len(cells)} winner-on-point timings measured")
+        summary = f"sweep {sweep.id}: {measured} of {len(cells)} winner-on-point timings measured"
+        pairs = neighbour_losses(problems, winners, [*stored, *cells])
+        worst = worst_pair(pairs)
+        if worst is not None and worst.loss is not None:
+            summary += f"; worst neighbouring loss {worst.loss:+.1%} ({worst.low} / {worst.high})"
+        if sweep.target is None:
+            return Done(True, summary)
+        new, skipped = refinements(problems, pairs, target=sweep.target, budget=sweep.budget - len(sweep.refined),
+                                   make=point, tried=sweep.refined)
+        if new:
+            jobs = store.store.refine_queued_sweep(
+                sweep.id, shapes=[p.shape for p in insert_points(problems, new)],
+                added=[(p.shape, op.options_of(p)) for _, p in new])
+            summary += f"; refining: {len(jobs)} points queued ({', '.join(p.shape for _, p in new)})"
+        elif worst is not None and worst.above(sweep.target):
+            why = "; ".join(f"{k}: {v}" for k, v in skipped.items()) or "the point budget is spent"
+            summary += f"; above the {sweep.target:.1%} target ({why})"
+        elif worst is not None:
+            summary += f"; every pair within the {sweep.target:.1%} target"
+        return Done(True, summary)
 
     return run
