@@ -14,6 +14,10 @@
 #              commas), written as landscapes to $OUT/landscapes, then replayed with the repository's
 #   scale      benchmarks/scale_workers.py: 16 jobs drained by workers on 1 and on every GPU of the host
 #   dynamic    benchmarks/dynamic_shapes.py: a stream of matmuls whose M changes every call (DYNAMIC_CASES: which)
+#   refine     benchmarks/refine_regret.py: three library-style kernels' landscapes over M, and the regret on
+#              held-back keys after a pow2 sweep and after it refined itself (REFINE_ARGS: more arguments)
+#   sweep      `autotuner tune matmul --M 1-8192:pow2 --N 4096 --K 4096`, refined (SWEEP_ARGS: more arguments;
+#              SWEEP_M_MAX: the last M), cold Triton cache, with its wall time and worst neighbouring loss
 #   libraries  benchmarks/libraries.py: real libraries' autotuned kernels (wheels carried in .whl/libs:
 #              liger-kernel 0.8.5, fla-core 0.6.0 with einops 0.8.2, flag-gems 5.0.2 with PyYAML 6.0.3; the Triton
 #              tutorial's fused attention in .whl/tutorial) under `python -m autotuner run` against Triton's own
@@ -96,6 +100,23 @@ fi
 if [[ $STEPS == *,dynamic,* ]]; then
   step "dynamic shapes: ${DYNAMIC_CASES:-c,lib,a,b}"
   python3 benchmarks/dynamic_shapes.py --cases "${DYNAMIC_CASES:-c,lib,a,b}" --out "$OUT" 2>&1 | tee "$OUT/dynamic.txt" | tail -12
+fi
+if [[ $STEPS == *,refine,* ]]; then
+  step "refined sweeps and the serving rule on held-back keys: benchmarks/refine_regret.py"
+  python3 benchmarks/refine_regret.py --out "$OUT" ${REFINE_ARGS:-} 2>&1 | tee "$OUT/refine.txt" | tail -16
+fi
+if [[ $STEPS == *,sweep,* ]]; then
+  step "autotuner tune matmul --M 1-${SWEEP_M_MAX:-8192}:pow2 --N 4096 --K 4096 ${SWEEP_ARGS:-}, cold Triton cache"
+  TRITON_CACHE_DIR=/tmp/tc_sweep /usr/bin/time -f "wall %e s" python3 -m autotuner tune matmul \
+      --M "1-${SWEEP_M_MAX:-8192}:pow2" --N 4096 --K 4096 --db sqlite:////tmp/sweep.db --json ${SWEEP_ARGS:-} \
+      > "$OUT/sweep.json" 2> "$OUT/sweep.log"
+  tail -1 "$OUT/sweep.log"
+  python3 -c "
+import json; r = json.load(open('$OUT/sweep.json'))
+print('points', len(r['points']), 'refined', r['refined'], 'tune', round(r['tune_s']), 's, cross-time',
+      round(r['cross_time_s']), 's')
+print('worst neighbouring loss', r['worst_loss'], 'between', r['worst_between'], 'within target', r['within_target'],
+      'left', r['unrefined'])"
 fi
 if [[ $STEPS == *,libraries,* ]]; then
   workloads=${LIB_WORKLOADS-liger_dyt,fla_gla,fla_l2norm,flag_gems_ops,tutorial_attention}

@@ -301,3 +301,37 @@ def test_a_queued_sweep_refines_itself_through_the_workers(tmp_path):
     timings = store.cross_timings(sweep.id)
     assert {(c.winner_key, c.on_key) for c in timings} >= {("6:float32:tanh", "4:float32:tanh"),
                                                            ("8:float32:tanh", "6:float32:tanh")}
+
+
+def test_between_the_points_of_a_refined_sweep_its_rule_serves_not_the_bucket(tmp_path):
+    """Softmax rows bucket by powers of two: 100 rows are served 128's winner. Once a sweep refined to a target
+    holds 64, 90 (a point it added) and 128, 100 rows lie between 90 and 128 and the sweep's rule serves them: the
+    nearest point, 90 (a sweep that does not refine leaves the bucket as it was)."""
+    from autotuner.launch.lookup import resolve
+    from autotuner.store.lazy import LazyStore
+
+    db = f"sqlite:///{tmp_path / 'b.db'}"
+    store, op, device = Store(db), get_op("softmax"), current_device()
+    configs = {rows: {**CONFIG, "ROWS": r} for rows, r in ((64, 1), (90, 2), (128, 4))}
+    for rows, config in configs.items():
+        store.save_best(op=op, problem=op.parse_problem(f"{rows}x1000", "float32"), device=device, config=config,
+                        median_ms=1.0, default_ms=None, torch_ms=None, run_id=None)
+    keys = {rows: f"{rows}x1000:float32" for rows in configs}
+    q = op.parse_problem("100x1000", "float32")
+    plain = store.create_sweep(op="softmax", dtype="float32", options={}, dim="ROWS",
+                               shapes=[f"{r}x1000" for r in (64, 90, 128)])
+    cells = [dict(winner_key=keys[a], on_key=keys[b], config=configs[a], ms=1.01, own_ms=1.0)
+             for a, b in ((64, 90), (90, 64), (90, 128), (128, 90))]
+    store.save_cross_timings(sweep_id=plain, op=op, device=device, cells=cells)
+    res = resolve(op, q, device, store=store)
+    assert (res.source, res.from_problem) == ("bucket", keys[128])
+    refined = store.create_sweep(op="softmax", dtype="float32", options={}, dim="ROWS",
+                                 shapes=["64x1000", "128x1000"], target=0.02, budget=2)
+    store.add_sweep_points(refined, shapes=[f"{r}x1000" for r in (64, 90, 128)], added=["90x1000"])
+    assert resolve(op, q, device, store=store).source == "bucket"  # no cross timings on this device yet
+    store.save_cross_timings(sweep_id=refined, op=op, device=device, cells=cells)
+    for reader in (store, LazyStore(db, create=False, retry_s=0).get()):  # the Store, and sqlite3's reads
+        res = resolve(op, q, device, store=reader)
+        assert (res.source, res.from_problem, res.config) == ("nearest", keys[90], configs[90]), type(reader)
+        assert f"between swept points {keys[90]} and {keys[128]} of a refined sweep" in " ".join(res.trace)
+    assert resolve(op, q, device, store=store, fallback="default").source == "bucket"  # no rule without nearest

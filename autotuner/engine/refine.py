@@ -22,13 +22,25 @@ import math
 import re
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
-from search_spaces.contract import ProblemType
 from search_spaces.space import Config, config_key
 
 DEFAULT_TARGET = 0.02  # a neighbouring pair's winners may each lose this much on the other's point
 REACH = 1  # as autotuner.engine.cross_time: a winner is timed on the points next to it
+
+
+class Point(Protocol):
+    """A swept point (a ProblemType, or anything with its key and shape)."""
+
+    @property
+    def key(self) -> str: ...
+
+    @property
+    def shape(self) -> str: ...
+
+
+P = TypeVar("P", bound=Point)
 
 
 class Timed(Protocol):
@@ -83,7 +95,7 @@ def _loss(cell: Timed | None) -> float | None:
     return max(0.0, cell.ms / cell.own_ms - 1.0)
 
 
-def neighbour_losses(problems: Sequence[ProblemType], winners: Sequence[Config | None],
+def neighbour_losses(problems: Sequence[Point], winners: Sequence[Config | None],
                      cells: Iterable[Timed]) -> list[Pair]:
     """Each pair of neighbouring points with its loss (see the module's text), in order along the sweep."""
     by_key = {p.key: w for p, w in zip(problems, winners, strict=True)}
@@ -125,15 +137,14 @@ def midpoint_shape(low: str, high: str) -> str | None:
     return "".join([*a[:i], str(mid), *a[i + 1:]])
 
 
-def refinements(problems: Sequence[ProblemType], pairs: Sequence[Pair], *, target: float, budget: int,
-                make: Callable[[str], ProblemType], tried: Collection[str] = ()
-                ) -> tuple[list[tuple[int, ProblemType]], dict[str, str]]:
+def refinements(problems: Sequence[Point], pairs: Sequence[Pair], *, target: float, budget: int,
+                make: Callable[[str], P], tried: Collection[str] = ()) -> tuple[list[tuple[int, P]], dict[str, str]]:
     """The midpoints to tune next: one for each pair above the target, the worst first, at most `budget`, none of
     the shapes `tried` before; each as (the index it goes in at, its problem). `make` turns a shape into the op's
     problem (ValueError: it cannot be tuned; that pair is left). Also returns why each pair left was left, by
     its midpoint's shape (or the pair's, where none lies between)."""
     index = {p.key: i for i, p in enumerate(problems)}
-    out: list[tuple[int, ProblemType]] = []
+    out: list[tuple[int, P]] = []
     skipped: dict[str, str] = {}
     for pair in sorted((p for p in pairs if p.above(target)), key=lambda p: -(p.loss or 0.0)):
         if len(out) >= budget:
@@ -156,7 +167,7 @@ def insert_points(problems: list[Any], new: Sequence[tuple[int, Any]]) -> list[A
     return out
 
 
-def stale_points(problems: Sequence[ProblemType], winners: Sequence[Config | None], cells: Iterable[Timed],
+def stale_points(problems: Sequence[Point], winners: Sequence[Config | None], cells: Iterable[Timed],
                  reach: int = REACH) -> list[int]:
     """The points to cross-time (again): those on which a current winner within `reach` (its own included) has
     no timing of its current config."""

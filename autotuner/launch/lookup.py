@@ -6,7 +6,9 @@ wins:
 
 1. the database: the stored best for this exact problem, current for the kernel hash and Triton version (the
    caller's, for a remote caller of the service); else, where the problem has a bucket (the built-in ops bucket
-   their leading dimension by powers of two), the stored best of its bucket's representative, if valid here;
+   their leading dimension by powers of two), the stored best of its bucket's representative, if valid here,
+   unless, with `fallback="nearest"`, the problem lies between two points of a refined sweep: then step 3,
+   whose rule between swept points serves it (autotuner.store.regret);
 2. the service (`AUTOTUNER_URL`), for launching processes: `GET /config?...&fallback=none`, with a short
    timeout; a service that fails is not asked again for `SERVICE_BACKOFF_S`, so launches never keep waiting;
 3. with `fallback="nearest"`: the nearest tuned problem on the same device (autotuner.store.nearest: same op, dtype
@@ -37,7 +39,7 @@ from autotuner.base.registry import Op, get_op
 from autotuner.base.settings import Settings
 from autotuner.store.interfaces import ResultReader
 from autotuner.store.lazy import LaunchReads, LazyStore
-from autotuner.store.regret import prefer_measured, sweep_points
+from autotuner.store.regret import inside_refined_sweep, prefer_measured, sweep_points
 from autotuner.store.stored_best import StoredBest
 from search_spaces.contract import ProblemType
 
@@ -141,7 +143,12 @@ def resolve(op: Op, problem: ProblemType, device: DeviceInfo, *, store: ResultRe
         trace.append(f"database: stale result ignored ({best.stale_reason})" if best
                      else "database: no result for this problem")
         bucket = problem.bucket()
-        if bucket != problem:
+        inside = inside_refined_sweep(store, op, problem, device, kernel_hash, triton_version) \
+            if bucket != problem and fallback == "nearest" else None
+        if inside is not None:
+            trace.append(f"database: between swept points {inside[0]} and {inside[1]} of a refined sweep: its rule, "
+                         "not the bucket")
+        elif bucket != problem:
             held = store.best(op=op, problem=bucket, device=device, kernel_hash=kernel_hash,
                               triton_version=triton_version)
             if held is not None and not held.stale and not op.space.violations(held.config, problem, device):

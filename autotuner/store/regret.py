@@ -102,6 +102,27 @@ def prefer_measured(store: SweepReader, op: Op, problem: ProblemType, device: De
     return ranked
 
 
+def inside_refined_sweep(store: SweepReader, op: Op, problem: ProblemType, device: DeviceInfo,
+                         kernel_hash: str | None = None, triton_version: str | None = None) -> tuple[str, str] | None:
+    """The two neighbouring points of the newest refining sweep (one run to a regret target: its points placed
+    where its winners lose least on each other, autotuner.engine.refine) that `problem` lies strictly between,
+    where that sweep holds current cross timings on `device`; None where no such sweep holds it. Between them a
+    built-in op's bucket (the power of two above) is not served: the sweep's rule is (prefer_measured)."""
+    kernel_hash, triton_version = _current(op, kernel_hash, triton_version)
+    for sweep in reversed(store.sweeps(op=op.name)):
+        if sweep.target is None:
+            continue
+        points = sweep_points(op, sweep)
+        pair = next(((a, b) for a, b in zip(points, points[1:], strict=False)
+                     if problem.key not in (a.key, b.key) and position(problem, a, b) is not None), None)
+        if pair is None:
+            continue
+        if any(c.kernel_hash == kernel_hash and c.triton_version == triton_version
+               for c in store.cross_timings(sweep.id, device_key=device.key)):
+            return pair[0].key, pair[1].key
+    return None
+
+
 def position(problem: ProblemType, a: ProblemType, b: ProblemType) -> float | None:
     """Where `problem` lies from swept point `a` (0) to `b` (1) on the nearest scale; None when it is not
     between them."""
