@@ -17,7 +17,7 @@
 #   refine     benchmarks/refine_regret.py: three library-style kernels' landscapes over M, and the regret on
 #              held-back keys after a pow2 sweep and after it refined itself (REFINE_ARGS: more arguments)
 #   sweep      `autotuner tune matmul --M 1-8192:pow2 --N 4096 --K 4096`, refined (SWEEP_ARGS: more arguments;
-#              SWEEP_M_MAX: the last M), cold Triton cache, with its wall time and worst neighbouring loss
+#              SWEEP_M: another range of M), cold Triton cache, with its wall time and worst neighbouring loss
 #   libraries  benchmarks/libraries.py: real libraries' autotuned kernels (wheels carried in .whl/libs:
 #              liger-kernel 0.8.5, fla-core 0.6.0 with einops 0.8.2, flag-gems 5.0.2 with PyYAML 6.0.3; the Triton
 #              tutorial's fused attention in .whl/tutorial) under `python -m autotuner run` against Triton's own
@@ -106,9 +106,9 @@ if [[ $STEPS == *,refine,* ]]; then
   python3 benchmarks/refine_regret.py --out "$OUT" ${REFINE_ARGS:-} 2>&1 | tee "$OUT/refine.txt" | tail -16
 fi
 if [[ $STEPS == *,sweep,* ]]; then
-  step "autotuner tune matmul --M 1-${SWEEP_M_MAX:-8192}:pow2 --N 4096 --K 4096 ${SWEEP_ARGS:-}, cold Triton cache"
+  step "autotuner tune matmul --M ${SWEEP_M:-1-8192:pow2} --N 4096 --K 4096 ${SWEEP_ARGS:-}, cold Triton cache"
   TRITON_CACHE_DIR=/tmp/tc_sweep /usr/bin/time -f "wall %e s" python3 -m autotuner tune matmul \
-      --M "1-${SWEEP_M_MAX:-8192}:pow2" --N 4096 --K 4096 --db sqlite:////tmp/sweep.db --json ${SWEEP_ARGS:-} \
+      --M "${SWEEP_M:-1-8192:pow2}" --N 4096 --K 4096 --db sqlite:////tmp/sweep.db --json ${SWEEP_ARGS:-} \
       > "$OUT/sweep.json" 2> "$OUT/sweep.log"
   tail -1 "$OUT/sweep.log"
   python3 -c "
