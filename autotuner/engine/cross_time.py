@@ -17,6 +17,7 @@ from typing import Any
 from autotuner.base.device import DeviceInfo
 from autotuner.base.registry import Op
 from autotuner.base.settings import Settings
+from autotuner.engine.refine import REACH
 from autotuner.engine.runner import TrialRunner
 from autotuner.engine.timing import rotation
 from autotuner.engine.trial_process import QUICK_SCALE, WorkerSpec
@@ -24,7 +25,6 @@ from search_spaces.contract import ProblemType
 from search_spaces.space import Config, config_key
 
 ROUNDS = 3  # interleaved rounds per point, each 1/ROUNDS of a full timing; each config keeps its rounds' median
-REACH = 1  # a winner is timed on the points this many steps away on either side (and on its own)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -9,7 +9,7 @@ cannot be refined.
 
     pairs = neighbour_losses(problems, winners, cells)        # [Pair("256x4096x4096:...", "512x...", 0.071, 362)]
     worst = worst_pair(pairs)
-    new = refinements(problems, pairs, target=0.02, budget=4, make=lambda shape: op.parse_problem(shape, ...))
+    new, left = refinements(problems, pairs, target=0.02, budget=4, make=lambda shape: op.parse_problem(shape, ...))
     again = stale_points(problems, winners, cells)           # the points whose cross timings must be measured again
 
 Used by `autotuner.engine.sweep` (a sweep run here) and by the worker's cross-timing job (a queued sweep: its
@@ -27,7 +27,7 @@ from typing import Any, Protocol, TypeVar
 from search_spaces.space import Config, config_key
 
 DEFAULT_TARGET = 0.02  # a neighbouring pair's winners may each lose this much on the other's point
-REACH = 1  # as autotuner.engine.cross_time: a winner is timed on the points next to it
+REACH = 1  # a winner is timed on the points this many steps away on either side (autotuner.engine.cross_time)
 
 
 class Point(Protocol):
