@@ -197,6 +197,11 @@ def test_between_two_points_the_winner_expected_to_lose_less_there_is_served(tmp
         assert resolve(op, q, device, store=store).from_problem == served, cols
         answer = answer_config(store, op, q, device)
         assert answer.from_problem == served and answer.expected_regret == pytest.approx(loss, abs=1e-4), cols
+    sweep(1.0, 1.15)  # 1000's winner loses nothing on 2000: 0 expected between, and said to be unmeasured there
+    answer = answer_config(store, op, op.parse_problem("64x1100", "float32"), device)
+    assert answer.from_problem == LOW and answer.expected_regret == 0.0
+    assert "loses nothing on" in answer.regret_basis and "nothing between the two points was timed" in \
+        answer.regret_basis
 
 
 # -- refinement: a midpoint tuned wherever neighbouring winners lose more than the target on each other ----------

@@ -219,6 +219,9 @@ def regret_basis(source: str, from_problem: str | None, regret: Any) -> str | No
         return None
     if regret is None:
         return "not measured: no sweep's cross timings bracket this problem"
+    if regret.measured_loss <= 0:  # one config wins both ends: what lies between was never timed
+        return (f"{from_problem}'s winner loses nothing on {regret.measured_on[0]} (measured), so 0 is expected; "
+                "nothing between the two points was timed, and a kernel's time can still dip between them")
     return (f"interpolated on a log scale: {from_problem}'s winner loses {regret.measured_loss:+.1%} on "
             f"{regret.measured_on[0]} (measured); this problem lies {regret.position:.0%} of the way there")
 
