@@ -22,6 +22,7 @@ interval rule (autotuner.store.regret), and its regret against that key's own be
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import random
@@ -98,14 +99,14 @@ ROWS_CONFIGS = [dict(ROWS=r, num_warps=w) for r in (1, 2, 4, 8) for w in (2, 4, 
 
 def matmul_timer(n: int, k: int) -> Callable[[int, dict[str, int]], float]:
     b = torch.randn((k, n), device="cuda", dtype=torch.bfloat16)
-    held: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    @functools.lru_cache(maxsize=1)  # the grid is timed one M at a time: that M's tensors only
+    def tensors(m: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return (torch.randn((m, k), device="cuda", dtype=torch.bfloat16),
+                torch.empty((m, n), device="cuda", dtype=torch.bfloat16))
 
     def time_config(m: int, config: dict[str, int]) -> float:
-        if m not in held:
-            held.clear()
-            held[m] = (torch.randn((m, k), device="cuda", dtype=torch.bfloat16),
-                       torch.empty((m, n), device="cuda", dtype=torch.bfloat16))
-        a, c = held[m]
+        a, c = tensors(m)
         meta = {key: v for key, v in config.items() if key.startswith("BLOCK")}
         grid = (triton.cdiv(m, config["BLOCK_M"]), triton.cdiv(n, config["BLOCK_N"]))
         return float(triton.testing.do_bench(
@@ -118,14 +119,14 @@ def matmul_timer(n: int, k: int) -> Callable[[int, dict[str, int]], float]:
 
 def rows_timer(n: int) -> Callable[[int, dict[str, int]], float]:
     w = torch.randn(n, device="cuda", dtype=torch.bfloat16)
-    held: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    @functools.lru_cache(maxsize=1)
+    def tensors(m: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return (torch.randn((m, n), device="cuda", dtype=torch.bfloat16),
+                torch.empty((m, n), device="cuda", dtype=torch.bfloat16))
 
     def time_config(m: int, config: dict[str, int]) -> float:
-        if m not in held:
-            held.clear()
-            held[m] = (torch.randn((m, n), device="cuda", dtype=torch.bfloat16),
-                       torch.empty((m, n), device="cuda", dtype=torch.bfloat16))
-        x, y = held[m]
+        x, y = tensors(m)
         grid = (triton.cdiv(m, config["ROWS"]),)
         return float(triton.testing.do_bench(
             lambda: rms_rows_kernel[grid](x, w, y, m, n, x.stride(0), 1e-6, BLOCK_N=triton.next_power_of_2(n),

@@ -57,17 +57,6 @@ def queue_sweep(op: Op, probs: list[ProblemType], dim: str, store: Store, plan: 
                    f"{refine.target:.1%} on each other" if refine is not None and budget else ""))
 
 
-def recorded_point(op: Op, shape: str, dtype: str, store: Store) -> ProblemType:
-    """A decorated kernel's point between two swept ones, with the call a process recorded for it; ProblemError
-    where none was recorded (refinement leaves that pair, saying why)."""
-    from search_spaces.problem import ProblemError
-
-    recorded = store.recorded_options(op=op.name, shape=shape, dtype=dtype)
-    if not recorded:
-        raise ProblemError(f"no recorded call of {op.name} {shape} to tune from")
-    return op.parse_problem(shape, dtype, **recorded)
-
-
 class _PointProgress(TuneObserver):
     def __init__(self, number: int, given: int, problem: ProblemType) -> None:
         self.label = f"[{number}/{given}] {problem.key}" if number <= given else f"[refining] {problem.key}"
@@ -96,7 +85,7 @@ def run_sweep_here(op: Op, probs: list[ProblemType], dim: str, s: Settings, stor
         observer=(lambda p: _PointProgress(next(counter), len(probs), p)) if not quiet else None,
         on_point=(lambda p: err.print(f"cross-timing: the winners near {p.key} on it")) if not quiet else None,
         target=refine.target if refine is not None else None, budget=budget,
-        make=(lambda shape: recorded_point(op, shape, probs[0].dtype, store)) if op.needs_recorded_call else None)
+        make=(lambda shape: store.recorded_problem(op, shape, probs[0].dtype)) if op.needs_recorded_call else None)
     served.release(kept)  # killed, not waited for: before the output (a worker's are kept)
     if as_json:
         console.print_json(json.dumps(sweep_summary(result), default=str))

@@ -227,13 +227,15 @@ def _job_gpus(text: str | None) -> int | None:
 
 def with_recorded_call(op: Op, prob: ProblemType, store: Store) -> ProblemType:
     """A decorated kernel's problem with the call a launching process recorded for its key."""
+    from autotuner.store.database import NoRecordedCall
+
     if op.options_of(prob).get("call") is not None:
         return prob
-    recorded = store.recorded_options(op=op.name, shape=prob.shape, dtype=prob.dtype)
-    if not recorded:
+    try:
+        return store.recorded_problem(op, prob.shape, prob.dtype)
+    except NoRecordedCall:
         fail(f"{op.name} {prob.key}: no recorded call to tune from; launch it once with AUTOTUNER_RECORD=1 (or "
              "AUTOTUNER_ON_MISS=default or nearest) first")
-    return op.parse_problem(prob.shape, prob.dtype, **recorded)
 
 
 def _tune(op: str, op_obj: Op, prob: ProblemType, s: Settings, store: Store, kept: KeptProcesses, plan: Plan,

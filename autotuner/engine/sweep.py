@@ -142,10 +142,12 @@ def run_sweep(op: Op, problems: list[ProblemType], *, dim: str, store: SweepStor
             break
         tried.update(p.shape for _, p in new)
         results, winners = tune_points([p for _, p in new])
-        kept_new = [(n, r, w) for n, r, w in zip(new, results, winners, strict=True) if w is not None]
-        for (_, p), _r, w in zip(new, results, winners, strict=True):
+        kept_new = []
+        for n, r, w in zip(new, results, winners, strict=True):
             if w is None:  # not tuned (its error in `errors`): the pair stays as it was
-                out.unrefined[p.shape] = out.errors.get(p.key, "no config passed")
+                out.unrefined[n[1].shape] = out.errors.get(n[1].key, "no config passed")
+            else:
+                kept_new.append((n, r, w))
         if not kept_new:
             continue
         out.problems = insert_points(out.problems, [n for n, _, _ in kept_new])

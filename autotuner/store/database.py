@@ -34,11 +34,16 @@ from db import repository as repo
 from db.engine import open_engine, session_scope
 from db.health import MIN_FREE_BYTES, file_identity, storage_problem
 from search_spaces.contract import ProblemType
+from search_spaces.problem import ProblemError
 from search_spaces.space import Rejection, rejection_counts
 
 
 class NotHeld(RuntimeError):
     """A write on behalf of a job that is no longer the writer's (it was taken back)."""
+
+
+class NoRecordedCall(ProblemError):
+    """A decorated kernel's key that no launching process recorded a call for: nothing to tune it from."""
 
 
 class Store:
@@ -300,6 +305,14 @@ class Store:
         """The options (a recorded call) of the newest job queued for this problem, if any."""
         with session_scope(self.engine) as s:
             return queue.recorded_options(s, op=op, shape=shape, dtype=dtype)
+
+    def recorded_problem(self, op: Op, shape: str, dtype: str) -> ProblemType:
+        """A decorated kernel's problem with the call a launching process recorded for it (the newest job's);
+        NoRecordedCall (a ProblemError) where none was recorded."""
+        recorded = self.recorded_options(op=op.name, shape=shape, dtype=dtype)
+        if not recorded:
+            raise NoRecordedCall(f"no recorded call of {op.name} {shape} to tune from")
+        return op.parse_problem(shape, dtype, **recorded)
 
     def recorded_dtypes(self, *, op: str, shape: str) -> list[str]:
         """The dtypes calls of this problem were recorded in."""

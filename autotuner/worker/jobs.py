@@ -16,7 +16,6 @@ from autotuner.engine.tune_result import TrialRecord, TuneObserver, TuneResult
 from autotuner.store.job_store import JobStore
 from autotuner.store.rows import JobRow
 from search_spaces.contract import ProblemType
-from search_spaces.problem import ProblemError
 
 
 @dataclass(frozen=True)
@@ -117,13 +116,10 @@ def cross_time_work(job: JobRow, settings: Settings, device: DeviceInfo, kept: K
             raise ValueError(f"sweep {job.sweep_id} is gone")
         op = import_op(sweep.op, allowed=allowed_modules(settings), probe_s=settings.import_probe_s)
 
-        def point(shape: str) -> ProblemType:
-            if not op.needs_recorded_call:
-                return op.parse_problem(shape, sweep.dtype, **sweep.options)
-            recorded = store.store.recorded_options(op=op.name, shape=shape, dtype=sweep.dtype)
-            if not recorded:  # each point's recorded call, as its tuning job carried it
-                raise ProblemError(f"no recorded call of {op.name} {shape} to tune from")
-            return op.parse_problem(shape, sweep.dtype, **recorded)
+        def point(shape: str) -> ProblemType:  # a decorated kernel's: with the call its tuning job carried
+            if op.needs_recorded_call:
+                return store.store.recorded_problem(op, shape, sweep.dtype)
+            return op.parse_problem(shape, sweep.dtype, **sweep.options)
 
         problems = [point(shape) for shape in sweep.shapes]
         bests = [store.best(op=op, problem=p, device=device) for p in problems]
