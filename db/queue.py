@@ -32,6 +32,12 @@ def add_job(session: Session, *, op: str, shape: str, dtype: str, options: dict[
     return job.id
 
 
+def raise_priority(session: Session, *, job_id: int, by: int) -> bool:
+    result: Any = session.execute(update(Job).where(Job.id == job_id, Job.state == "queued")
+                                  .values(priority=Job.priority + by))
+    return bool(result.rowcount == 1)
+
+
 def get_job(session: Session, *, job_id: int) -> Job | None:
     return session.get(Job, job_id)
 

@@ -53,6 +53,8 @@ INSERT INTO jobs (op, shape, dtype, options, strategy, budget_trials, budget_sec
                   created_at, kind)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'queued', 0, ?, 'tune')"""
 
+RAISE_PRIORITY = "UPDATE jobs SET priority = priority + ? WHERE id = ? AND state = 'queued'"
+
 
 def plain_path(url: str | None) -> Path | None:
     """The file of a plain `sqlite:///PATH` URL, as SQLAlchemy's pysqlite dialect opens it; None for anything else."""
@@ -138,17 +140,26 @@ class SqliteReads:
                                 device=SimpleNamespace(key=r[5]), kernel_hash=r[6], triton_version=r[7])
                 for r in self._query(CROSS_TIMINGS, (sweep_id, device_key))]
 
+    def _writing(self) -> sqlite3.Connection:
+        """This process's writing connection (under `_write_lock`)."""
+        if self._writer is None or self._writer_pid != os.getpid():
+            self._writer = self._connect()
+            self._writer_pid = os.getpid()
+        return self._writer
+
     def add_job(self, *, op: str, shape: str, dtype: str, options: dict[str, Any], strategy: str = "tpe",
                 budget_trials: int | None = None, budget_seconds: float | None = None, priority: int = 0) -> int:
         """queue.add_job: a queued tuning job, its columns written as SQLAlchemy writes them; its id."""
         now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")  # SQLAlchemy's SQLite DATETIME
         with self._write_lock:  # a connection of its own: a launch's lookups never wait behind this write
-            if self._writer is None or self._writer_pid != os.getpid():
-                self._writer = self._connect()
-                self._writer_pid = os.getpid()
-            cursor = self._writer.execute(ADD_JOB, (op, shape, dtype, json.dumps(options), strategy, budget_trials,
+            cursor = self._writing().execute(ADD_JOB, (op, shape, dtype, json.dumps(options), strategy, budget_trials,
                                                     budget_seconds, priority, now))
             return int(cursor.lastrowid or 0)
+
+    def raise_priority(self, job_id: int, *, by: int) -> bool:
+        """queue.raise_priority: a queued job's priority up `by`; False where it is no longer queued."""
+        with self._write_lock:
+            return self._writing().execute(RAISE_PRIORITY, (by, job_id)).rowcount == 1
 
     def trial_times(self, *, op: str, problem_key: str, device_key: str, kernel_hash: str,
                     triton_version: str) -> dict[str, tuple[dict[str, Any], float | None]]:

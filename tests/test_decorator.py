@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -43,6 +44,7 @@ def use(url):
         for k in (dk.scale_kernel, dk.accumulate, dk.bump):
             k.cache.clear()
             k.sources.clear()
+            k._recheck.clear()
     yield install
     set_resolver(None)
 
@@ -340,12 +342,44 @@ def test_nearest_policy_launches_the_nearest_keys_winner_tunes_nothing_and_queue
 
     assert Worker(Settings(db_url=url), name="w").run_job(Store(url).claim_job("w")[0]) == "done"
     dk.scale_kernel[grid(3000)](x, y, 3000, 2.0)
-    assert dk.scale_kernel.sources[key].startswith("nearest")  # within RECHECK_S: the answer stands
-    from autotuner.decorator import autotuned
+    assert dk.scale_kernel.sources[key].startswith("nearest")  # within recheck_s: the answer stands
+    from autotuner.launch import lookup
 
-    monkeypatch.setattr(autotuned, "_now", lambda: float("inf"))
+    monkeypatch.setattr(lookup, "_now", lambda: float("inf"))
     dk.scale_kernel[grid(3000)](x, y, 3000, 2.0)
     assert dk.scale_kernel.sources[key] == "exact (database)"
+    torch.testing.assert_close(y, 2 * x)
+
+
+def test_the_most_met_keys_are_tuned_first_and_a_process_picks_their_winners_up(url, use):
+    """A stream served nearest answers: each key's queued job rises by its meets (counted on the launch path in
+    doubling steps), a worker takes the most-met key first, and the launching process, asking again after
+    recheck_s, launches its winner."""
+    use(on_miss="nearest", recheck_s=0.5)
+    _store_winner(url, dk.scale_kernel, 4096, {"BLOCK": 128, "num_warps": 4, "num_stages": 3})
+    stream = [3000] * 9 + [2000] * 3 + [1500]
+    tensors = {n: (torch.randn(n), torch.empty(n)) for n in set(stream)}
+    for n in stream:
+        x, y = tensors[n]
+        dk.scale_kernel[grid(n)](x, y, n, 2.0)
+    from autotuner.launch.lookup import resolver
+
+    resolver()._join_background()
+    with session_scope(Store(url).engine) as s:
+        priority = {j.shape: j.priority for j in s.scalars(select(Job))}
+    # the miss is not counted; then meets 1, 2, 4, 8 are each reported when reached: 8 of the 8 later launches
+    assert priority == {"n=3000": 8, "n=2000": 2, "n=1500": 0}
+    from autotuner.worker.loop import Worker
+
+    worker = Worker(Settings(db_url=url), name="w")
+    first = Store(url).claim_job("w")[0]
+    assert first.shape == "n=3000"
+    assert worker.run_job(first) == "done"
+    time.sleep(0.6)
+    x, y = tensors[3000]
+    dk.scale_kernel[grid(3000)](x, y, 3000, 2.0)
+    key3000 = next(k for k in dk.scale_kernel.sources if 3000 in k)
+    assert dk.scale_kernel.sources[key3000] == "exact (database)"
     torch.testing.assert_close(y, 2 * x)
 
 

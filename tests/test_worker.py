@@ -109,6 +109,21 @@ def test_jobs_are_claimed_by_priority_then_age_and_never_twice(url):
         assert queue.claim_job(s, worker="x").id == a
 
 
+def test_a_queued_jobs_priority_rises_by_its_meets_through_either_writer(url):
+    """Store.raise_priority (SQLAlchemy) and the launch path's sqlite3 writer raise a queued job, not one claimed."""
+    from autotuner.store.lazy import LazyStore
+
+    store = Store(url)
+    met_once, met_often = _queue(store, "softmax", "4x8"), _queue(store, "softmax", "4x9")
+    assert store.raise_priority(met_once, by=1) and store.raise_priority(met_often, by=3)
+    launch = LazyStore(url, create=False, retry_s=1).prefetch()  # a plain SQLite file: sqlite3; else the Store
+    assert launch.raise_priority(met_often, by=4)
+    assert (_job(store, met_once).priority, _job(store, met_often).priority) == (1, 7)
+    assert store.claim_job("w")[0].id == met_often  # the most-met first
+    assert not store.raise_priority(met_often, by=1) and not launch.raise_priority(met_often, by=1)  # running now
+    assert _job(store, met_often).priority == 7
+
+
 @pytest.mark.postgres
 def test_postgres_claims_skip_rows_locked_by_another_transaction(pg_url):
     store = Store(pg_url)

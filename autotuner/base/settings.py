@@ -32,6 +32,9 @@ class Settings(BaseSettings):
                             "problem")
     record: bool = Field(False, description="autotuner.autotune kernels: queue a job with the recorded call for "
                                             "every new key")
+    recheck_s: float = Field(60.0, gt=0, description="A launching process asks again this long after an answer "
+                             "that is not an exact tuned result (nearest, bucket of a sweep, default), so results "
+                             "tuned meanwhile arrive")
     tune_wait_s: float = Field(600.0, gt=0, description="A process that misses a key another process is tuning "
                                                         "waits this long for its winner, then launches the default")
     kernel_cache: bool = Field(True, description="Decorated kernels and the library calls' kernels keep their "

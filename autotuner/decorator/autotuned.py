@@ -54,7 +54,7 @@ from autotuner.decorator.keys import Bucket, Keys, bucket_functions
 from autotuner.decorator.miss import Answer, KernelNotTuned, resolve_miss
 from autotuner.decorator.spec import ON_MISS, Hooks, KernelSpec
 from autotuner.launch import binary_cache, specializations
-from autotuner.launch.lookup import RECHECK_S, prepare, resolver
+from autotuner.launch.lookup import Pending, pending, prepare, resolver
 from kernels._direct import Launcher, call_signature
 from search_spaces.space import Space, config_key
 
@@ -155,7 +155,7 @@ class Autotuned(Autotuner):
         self.resolve_s: dict[tuple[Any, ...], float] = {}  # key -> seconds its first launch spent finding its config
         self.mirror = mirror  # the triton.runtime.autotuner.Autotuner this kernel tunes for (autotuner.install)
         self._launchers: dict[tuple[Any, ...], Launcher] = {}
-        self._recheck: dict[tuple[Any, ...], float] = {}  # key -> when an unsettled answer is asked again
+        self._recheck: dict[tuple[Any, ...], Pending] = {}  # key -> an unsettled answer: its meets, when asked again
         self._jit = fn if hasattr(fn, "device_caches") else None  # a JITFunction (not the interpreter's, not wrapped)
         self._fixed = frozenset(i for i, n in enumerate(self.arg_names) if n in constexprs(fn, spec.base_fn))
         self._kept_specializations = 0  # launches with unhashable arguments whose specialization was kept
@@ -175,7 +175,7 @@ class Autotuned(Autotuner):
     def run(self, *args: Any, grid: Any, warmup: bool = False, **kwargs: Any) -> Any:
         key = self.spec.keys.key(args, kwargs)
         config = self.cache.get(key)
-        if config is None or (self._recheck and key in self._recheck and self._recheck[key] < _now()):
+        if config is None or (self._recheck and key in self._recheck and self._recheck[key].met()):
             config = self._resolve(key, args, kwargs, grid, warmup)
         self.best_config = config
         if self.mirror is not None:
@@ -234,7 +234,7 @@ class Autotuned(Autotuner):
     def _resolve(self, key: tuple[Any, ...], args: tuple[Any, ...], kwargs: dict[str, Any], grid: Any,
                  warmup: bool) -> triton.Config:
         """The first launch of a key in this process: the miss policy's config, kept in `cache` (an answer that is
-        not settled, until RECHECK_S from now)."""
+        not settled, until Settings.recheck_s from now, its meets counted: autotuner.launch.lookup.Pending)."""
         if self._jit is not None and not torch.cuda.is_available():
             raise RuntimeError(NO_GPU)
         t0 = _now()
@@ -249,7 +249,7 @@ class Autotuned(Autotuner):
         if answer.settled:
             self._recheck.pop(key, None)
         else:
-            self._recheck[key] = _now() + RECHECK_S
+            self._recheck[key] = pending(self.op, miss.problem, miss.device)
         config = self.cache[key] = self.spec.hooked_config(answer.config) or to_config(answer.config)
         self._launchers.clear()  # launchers hold their config: a key resolved again starts afresh
         tuned = answer.source.startswith("tuned here")

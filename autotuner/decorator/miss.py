@@ -11,8 +11,9 @@ then the miss policy (`on_miss=` or AUTOTUNER_ON_MISS):
 
 A result stored for another kernel source or Triton version is launched (said to be stale) while a re-tune is
 queued. With AUTOTUNER_RECORD=1 every new key queues a job with its recorded call. An answer that is not settled
-(nearest, default, stale) is asked again after autotuner.launch.lookup.RECHECK_S, so a key tuned meanwhile by a
-worker arrives.
+(nearest, default, stale) is asked again after Settings.recheck_s, so a key tuned meanwhile by a
+worker arrives, and its launches are counted: the job its miss queued rises in priority by them, so workers tune
+the most-met keys first (autotuner.launch.lookup.Pending).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ class KernelNotTuned(LookupError):
 class Answer:
     config: dict[str, Any]
     source: str  # where it came from, for people: "exact (database)", "nearest (n=64's winner) ...", ...
-    settled: bool  # exact or tuned here; otherwise asked again after RECHECK_S
+    settled: bool  # exact or tuned here; otherwise asked again after Settings.recheck_s, its meets counted
 
 
 def resolve_miss(view: EngineView, miss: Miss) -> Answer:

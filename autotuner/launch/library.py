@@ -13,7 +13,8 @@ own options) checks the inputs in full, resolves the config (autotuner.launch.lo
 nearest tuned problem, default) and keeps the kernel module's prepared launcher (`prepare`) for that signature.
 Later calls with the same signature look the launcher up and launch: no checks again, and on a GPU no argument
 binding by Triton either (kernels/_direct.py). A config that is not an exact tuned result is looked up again
-after `RECHECK_S`, so results tuned meanwhile arrive. Under torch.compile the calls trace through the checked
+after `Settings.recheck_s`, so results tuned meanwhile arrive, and its launches are counted: the tuning job its
+miss queued rises in priority by them (autotuner.launch.lookup.Pending). Under torch.compile the calls trace through the checked
 launch with the config an eager call resolved; CUDA graphs capture them as they are.
 """
 
@@ -22,7 +23,6 @@ from __future__ import annotations
 import functools
 import inspect
 import threading
-import time
 from collections.abc import Callable, Mapping
 from operator import itemgetter
 from types import ModuleType
@@ -37,35 +37,36 @@ MAX_ENTRIES = 4096  # input signatures kept per process; past that the cache sta
 
 
 class _Hit:
-    __slots__ = ("launch", "expires", "config")
+    __slots__ = ("launch", "pending", "config")
 
-    def __init__(self, launch: Callable[..., torch.Tensor], expires: float, config: dict[str, Any]) -> None:
-        self.launch, self.expires, self.config = launch, expires, config
+    def __init__(self, launch: Callable[..., torch.Tensor], pending: Any, config: dict[str, Any]) -> None:
+        self.launch, self.pending, self.config = launch, pending, config  # pending: None for an exact result
 
 
 _HITS: dict[tuple[Any, ...], _Hit] = {}
 _CONFIGS: dict[tuple[Any, ...], dict[str, Any]] = {}  # signature without pointers -> config, for traced calls
 _CALLS: dict[str, Callable[..., Any]] = {}
 _LOCK = threading.Lock()
-_now = time.monotonic
 
 
-def _resolve(op: TunableOp[Any], inputs: dict[str, Any], device: torch.device) -> tuple[dict[str, Any], float]:
-    """The config for these inputs, and until when it holds (forever for an exact result)."""
+def _resolve(op: TunableOp[Any], inputs: dict[str, Any], device: torch.device) -> tuple[dict[str, Any], Any]:
+    """The config for these inputs, and None for an exact result, else what its hits count (Pending: when it is
+    asked again, and the meets that raise its queued job)."""
     from autotuner.base.device import current_device
-    from autotuner.launch.lookup import RECHECK_S, resolver
+    from autotuner.launch.lookup import pending, resolver
 
     info = current_device(device.index if device.type == "cuda" else None)
-    res = resolver().resolve(op, op.problem_from_inputs(inputs), info)
-    return res.config, (float("inf") if res.source in ("exact", "bucket") else _now() + RECHECK_S)
+    problem = op.problem_from_inputs(inputs)
+    res = resolver().resolve(op, problem, info)
+    return res.config, (None if res.source in ("exact", "bucket") else pending(op, problem, info))
 
 
 def _keep(key: tuple[Any, ...], traced: tuple[Any, ...], launch: Callable[..., torch.Tensor], config: dict[str, Any],
-          expires: float) -> None:
+          pending: Any) -> None:
     if len(_HITS) >= MAX_ENTRIES:
         _HITS.clear()
         _CONFIGS.clear()
-    _HITS[key] = _Hit(launch, expires, config)
+    _HITS[key] = _Hit(launch, pending, config)
     _CONFIGS[traced] = config
 
 
@@ -144,11 +145,11 @@ def build(op: TunableOp[Any]) -> Callable[..., Any]:
                     raise TypeError(f"{arg_name} must be a torch.Tensor, got {type(t).__name__}") from None
             raise
         hit = _HITS.get(key)
-        if hit is not None and hit.expires > _now():
+        if hit is not None and (hit.pending is None or not hit.pending.met()):
             return hit.launch(*launch_args(a))
-        cfg, expires = _resolve(op, inputs(*a), tensors(a)[0].device)
+        cfg, waiting = _resolve(op, inputs(*a), tensors(a)[0].device)
         launch = prepare(*a, cfg)
-        _keep(key, key[:-1], launch, cfg, expires)
+        _keep(key, key[:-1], launch, cfg, waiting)
         return launch(*launch_args(a))
 
     functools.update_wrapper(call, face)

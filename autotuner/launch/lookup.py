@@ -44,11 +44,12 @@ from autotuner.store.stored_best import StoredBest
 from search_spaces.contract import ProblemType
 
 log = logging.getLogger(__name__)
-RECHECK_S = 60.0  # a launching process asks again this long after a non-exact answer, so new results arrive
 SERVICE_TIMEOUT_S = 0.25
 SERVICE_BACKOFF_S = 30.0
 BACKGROUND_EXIT_S = 5.0  # at exit, queueing still under way gets this long to finish
 FALLBACKS = ("nearest", "default", "none")
+_now = time.monotonic
+SERVICE_JOB = -1  # a job the service queued for this process: its id is the service's, its priority its own
 
 
 class NotFound(LookupError):
@@ -72,6 +73,7 @@ class Resolution:
     from_problem: str | None = None
     stale: StoredBest | None = None  # an exact result that was not served: another kernel hash or Triton
     median_ms: float | None = None  # for an exact answer from the service, which sends no row
+    between_points: bool = False  # served by a refined sweep's rule: its bucket's result would not serve it
 
 
 class Service:
@@ -125,6 +127,7 @@ def resolve(op: Op, problem: ProblemType, device: DeviceInfo, *, store: ResultRe
         raise ValueError(f"unknown fallback {fallback!r}; accepted: {', '.join(FALLBACKS)}")
     trace: list[str] = []
     stale: StoredBest | None = None
+    inside: tuple[str, str] | None = None
     if store is not None:
         best = store.best(op=op, problem=problem, device=device, kernel_hash=kernel_hash,
                           triton_version=triton_version)
@@ -176,7 +179,7 @@ def resolve(op: Op, problem: ProblemType, device: DeviceInfo, *, store: ResultRe
                 trace.append(f"nearest: {other.key}")
                 return Resolution(config=row.config, source="nearest", step="nearest",
                                   reason=f"best config of the nearest tuned problem {other.key}", trace=tuple(trace),
-                                  row=row, from_problem=other.key, stale=stale)
+                                  row=row, from_problem=other.key, stale=stale, between_points=inside is not None)
             trace.append(f"nearest: {other.key}'s config is not valid here")
     trace.append("default: the space's heuristic")
     return Resolution(config=op.space.default(problem, device), source="default", step="default",
@@ -189,9 +192,13 @@ class Resolver:
 
     def __init__(self, settings: Settings | None = None) -> None:
         self.settings = settings or Settings()
-        self.store = LazyStore(self.settings.db_url, create=False, retry_s=RECHECK_S, refresh=self.in_background)
+        self.store = LazyStore(self.settings.db_url, create=False, retry_s=self.settings.recheck_s,
+                               refresh=self.in_background)
         self.service = Service(self.settings.url)
-        self._queued: set[tuple[str, str, str]] = set()
+        # (op, problem, device) -> the id of the tuning job this process queued for it (None until it is written,
+        # or where the service queued it), and the meets counted for it before the id was known
+        self._queued: dict[tuple[str, str, str], int | None] = {}
+        self._unapplied: dict[tuple[str, str, str], int] = {}
         self._lock = threading.Lock()
         self._pending: queue.Queue[Callable[[], None]] = queue.Queue()
         self._worker: threading.Thread | None = None
@@ -203,20 +210,42 @@ class Resolver:
         store, error = self.store.peek()
         res = resolve(op, problem, device, store=store, store_error=error, service=self.service, fallback=fallback)
         if res.source not in ("exact", "bucket") and (self.settings.tune_on_miss or self.settings.on_miss == "nearest"):
-            self._tune_on_miss(op, problem.bucket(), device)  # tuning the bucket's representative serves them all
+            # the bucket's representative serves every problem of its bucket, but not one between a refined
+            # sweep's points: that one is queued itself
+            self._tune_on_miss(op, problem if res.between_points else problem.bucket(), device)
         return res
 
     def _tune_on_miss(self, op: Op, problem: ProblemType, device: DeviceInfo) -> None:
         if self._first(op, problem, device):
-            self.in_background(lambda: self._queue_job(op, problem))
+            self.in_background(lambda: self._queue_job(op, problem, device))
 
     def _first(self, op: Op, problem: ProblemType, device: DeviceInfo) -> bool:
         key = (op.name, problem.key, device.key)
         with self._lock:
             if key in self._queued:
                 return False
-            self._queued.add(key)
+            self._queued[key] = None
             return True
+
+    def met(self, op: Op, problem: ProblemType, device: DeviceInfo, meets: int) -> None:
+        """`meets` more launches were served a non-exact answer for `problem`: the tuning job its miss queued here
+        (the bucket's representative's, or its own between a refined sweep's points) rises by as much in priority,
+        so workers drain the most-met first; on the background thread, after the queueing handed to it before."""
+        self.in_background(lambda: self._raise(op, problem, device, meets))
+
+    def _raise(self, op: Op, problem: ProblemType, device: DeviceInfo, meets: int) -> None:
+        with self._lock:
+            key = next((k for k in ((op.name, p.key, device.key) for p in (problem, problem.bucket()))
+                        if k in self._queued), None)
+            if key is None:
+                return
+            job_id = self._queued[key]
+            if job_id == SERVICE_JOB:
+                return
+            if job_id is None:  # not written yet: applied when it is
+                self._unapplied[key] = self._unapplied.get(key, 0) + meets
+                return
+        self._writer().raise_priority(job_id, by=meets)
 
     def queued(self, op: Op, problem: ProblemType, device: DeviceInfo) -> bool:
         """Whether this process queued a tuning job for this problem already."""
@@ -226,7 +255,7 @@ class Resolver:
     def queue(self, op: Op, problem: ProblemType, device: DeviceInfo) -> None:
         """Queue a tuning job for this problem, once per process (a recorded call of a decorated kernel)."""
         if self._first(op, problem, device):
-            self._queue_job(op, problem)
+            self._queue_job(op, problem, device)
 
     def in_background(self, work: Callable[[], None]) -> None:
         """Run `work` (queueing a job: a write, which may import SQLAlchemy and wait on the database) on this
@@ -275,8 +304,16 @@ class Resolver:
             log.warning("autotuner: nearest lookup for %s %s failed: %s", op.name, problem.key, str(exc))
             return []
 
-    def _queue_job(self, op: Op, problem: ProblemType) -> None:
+    def _writer(self) -> Any:
+        """Where this process's jobs are written: a plain SQLite file at this schema through sqlite3, like the
+        lookups read it (no SQLAlchemy to import); else the full store. Queueing may create the database that a
+        lookup never would."""
+        store = self.store.peek()[0]
+        return store if isinstance(store, LaunchReads) else self.store.writer()
+
+    def _queue_job(self, op: Op, problem: ProblemType, device: DeviceInfo) -> None:
         options = op.options_of(problem)
+        key = (op.name, problem.key, device.key)
         try:
             if self.settings.url and self.settings.token and not op.needs_recorded_call:
                 import httpx
@@ -284,14 +321,48 @@ class Resolver:
                 httpx.post(self.settings.url.rstrip("/") + "/jobs", timeout=2.0,
                            headers={"Authorization": f"Bearer {self.settings.token}"},
                            json={"op": op.name, "shape": problem.shape, "dtype": problem.dtype, "options": options})
+                with self._lock:  # the service's job keeps its priority: no write here reaches it
+                    self._queued[key] = SERVICE_JOB
+                    self._unapplied.pop(key, None)
                 return
-            # Queueing is a write: it may create the database that a lookup never would. A plain SQLite file at
-            # this schema is written through sqlite3, like the lookups read it: no SQLAlchemy to import.
-            store = self.store.peek()[0]
-            writer = store if isinstance(store, LaunchReads) else self.store.writer()
-            writer.queue_job(op=op.name, shape=problem.shape, dtype=problem.dtype, options=options)
+            writer = self._writer()
+            with self._lock:
+                meets = self._unapplied.pop(key, 0)
+            job_id = writer.queue_job(op=op.name, shape=problem.shape, dtype=problem.dtype, options=options,
+                                      priority=meets)
+            with self._lock:
+                self._queued[key] = job_id
+                meets = self._unapplied.pop(key, 0)  # met while it was being written
+            if meets:
+                writer.raise_priority(job_id, by=meets)
         except Exception as exc:
             log.warning("autotuner: could not queue a tuning job for %s %s: %s", op.name, problem.key, str(exc))
+
+
+class Pending:
+    """An answer that is not settled, as a launching cache keeps it: asked again after `Settings.recheck_s`, and
+    its meets counted and handed to `Resolver.met` in doubling steps (1, 2, 4, 8, ... launches: a few writes a
+    key), so that the tuning job its miss queued rises in priority by how often the key is met."""
+
+    __slots__ = ("at", "meets", "_reported", "_report")
+
+    def __init__(self, at: float, report: Callable[[int], None]) -> None:
+        self.at, self.meets, self._reported, self._report = at, 0, 0, report
+
+    def met(self) -> bool:
+        """One more launch of the key; whether its answer is due to be asked again."""
+        self.meets += 1
+        if self.meets >= 2 * self._reported:
+            self._report(self.meets - self._reported)
+            self._reported = self.meets
+        return self.at < _now()
+
+
+def pending(op: Op, problem: ProblemType, device: DeviceInfo) -> Pending:
+    """A launching cache's record of a non-exact answer for `problem` (see Pending), reporting to the process's
+    resolver against the job its miss queued."""
+    r = resolver()
+    return Pending(_now() + r.settings.recheck_s, lambda meets: r.met(op, problem, device, meets))
 
 
 _RESOLVER: Resolver | None = None

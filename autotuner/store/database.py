@@ -129,6 +129,10 @@ class Store:
                                  budget_trials=budget_trials, budget_seconds=budget_seconds, priority=priority,
                                  sweep_id=sweep_id, gpus=gpus)
 
+    def raise_priority(self, job_id: int, *, by: int) -> bool:
+        with session_scope(self.engine) as s:
+            return queue.raise_priority(s, job_id=job_id, by=by)
+
     # -- sweeps: problems differing in one dimension, and their winners timed on each other ----------------------
     def create_sweep(self, *, op: str, dtype: str, options: dict[str, Any], dim: str, shapes: list[str],
                      target: float | None = None, budget: int = 0) -> int:

@@ -100,6 +100,10 @@ class JobQueue(Protocol):
         """A new queued job; its id. `gpus`: how many of its worker's GPUs measure its configs at once (None: all
         the worker has)."""
 
+    def raise_priority(self, job_id: int, *, by: int) -> bool:
+        """A queued job's priority up `by` (its key met that many more times); False where it is no longer
+        queued."""
+
     def job(self, job_id: int) -> JobRow | None: ...
 
     def jobs_page(self, *, state: str | None, limit: int, offset: int) -> tuple[list[JobRow], int]: ...

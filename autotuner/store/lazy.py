@@ -133,6 +133,10 @@ class LaunchReads:
         return self.reads.add_job(op=op, shape=shape, dtype=dtype, options=options, strategy=strategy,
                                   budget_trials=budget_trials, budget_seconds=budget_seconds, priority=priority)
 
+    def raise_priority(self, job_id: int, *, by: int) -> bool:
+        """Store.raise_priority through sqlite3."""
+        return bool(self.reads.raise_priority(job_id, by=by))
+
     def trial_times(self, *, op: Op, problem: ProblemType, device: DeviceInfo) -> dict[str, tuple[dict[str, Any], float | None]]:
         """Store.trial_times: configs measured (or failed: None) before, at the running kernel hash and Triton."""
         return self.reads.trial_times(op=op.name, problem_key=problem.key, device_key=device.key,
