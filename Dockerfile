@@ -13,7 +13,7 @@ COPY kernels ./kernels
 COPY search_spaces ./search_spaces
 COPY db ./db
 COPY api ./api
-RUN pip install ".[server,postgres]" \
+RUN pip install ".[server,postgres,predict]" \
     && useradd --create-home --uid 1000 autotuner
 
 # Triton's kernel cache and the default SQLite file live in the user's home.

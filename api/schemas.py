@@ -18,7 +18,7 @@ def _utc(value: datetime) -> datetime:
 
 UtcDatetime = Annotated[datetime, AfterValidator(_utc)]
 
-Source = Literal["exact", "bucket", "nearest", "default"]
+Source = Literal["exact", "bucket", "predicted", "nearest", "default"]
 PRINTABLE = r"^[^\x00-\x1f\x7f]*$"  # no control characters
 OptionValue = str | bool | int | float
 

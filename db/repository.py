@@ -303,6 +303,16 @@ def add_sweep_points(session: Session, *, sweep_id: int, shapes: list[str], adde
     session.flush()
 
 
+def save_sweep_prediction(session: Session, *, sweep_id: int, device_key: str, prediction: dict[str, Any]) -> None:
+    """The sweep's prediction on one device (autotuner.store.prediction), replacing one made before."""
+    sweep = session.get(Sweep, sweep_id, with_for_update=True)
+    if sweep is None:
+        return
+    points = dict(sweep.points)
+    sweep.points = {**points, "predicted": {**dict(points.get("predicted") or {}), device_key: prediction}}
+    session.flush()
+
+
 def get_sweep(session: Session, *, sweep_id: int) -> Sweep | None:
     return session.get(Sweep, sweep_id)
 

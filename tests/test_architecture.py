@@ -139,8 +139,10 @@ def test_each_floor_imports_only_from_the_floors_below():
 
 def test_the_engine_and_the_launch_path_reach_the_store_through_its_interfaces():
     """The search and the lookups are written against autotuner.store.interfaces (and the frozen rows and judged
-    results it speaks in), never a store class: any store that answers the interface will do."""
-    allowed = {"autotuner.store.interfaces", "autotuner.store.rows", "autotuner.store.stored_best"}
+    results and sweep predictions it speaks in), never a store class: any store that answers the interface will
+    do."""
+    allowed = {"autotuner.store.interfaces", "autotuner.store.rows", "autotuner.store.stored_best",
+               "autotuner.store.prediction"}
     graph = _graph()
     wrong = [f"{m} imports {t}" for m, targets in graph.items() if _part(m) == "autotuner.engine"
              for t in targets if _part(t) == "autotuner.store" and t not in allowed]

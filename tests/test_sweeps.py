@@ -279,6 +279,11 @@ def test_a_sweep_refines_itself_where_neighbouring_winners_lose_more_than_the_ta
     (sweep,) = store.sweeps(op="paced_crossing")
     assert sweep.shapes == ("4", "6", "8", "16") and sweep.refined == ("6",)
     assert (sweep.target, sweep.budget) == (0.25, 3)
+    # then a model of the points' trials, measured against nearest on the inner points left out (6 and 8)
+    between = summary["between_points"]
+    assert between["left_out"] == 2 and between["served"] in ("model", "nearest") and between["nearest_loss"] >= 0
+    stored = sweep.predictions[current_device().key]
+    assert stored.chosen == between["served"] and {c["SIDE"] for c in stored.configs} == {0, 1}
     table = " ".join(_crossing(tmp_path, "--shape", "4-8:pow2", "--regret", "0.25", "--refine-points", "0")[1]
                      .stdout.split())  # as one line: rich wraps it
     assert "worst neighbouring pair 4:float32:tanh / 8:float32:tanh" in table and "(the point budget is spent)" \
@@ -301,8 +306,10 @@ def test_a_queued_sweep_refines_itself_through_the_workers(tmp_path):
         ("cross_time", "6", "done")]
     assert jobs[3].budget_trials == 2 and jobs[3].options == {"approximate": "tanh"}  # queued as its sweep's were
     assert "refining: 1 points queued (6)" in worker.stderr + worker.stdout
+    assert "between the points: " in worker.stderr + worker.stdout  # the settled sweep's model against nearest
     (sweep,) = store.sweeps(op="paced_crossing")
     assert sweep.shapes == ("4", "6", "8") and sweep.refined == ("6",)
+    assert sweep.predictions[current_device().key].left_out == 1
     timings = store.cross_timings(sweep.id)
     assert {(c.winner_key, c.on_key) for c in timings} >= {("6:float32:tanh", "4:float32:tanh"),
                                                            ("8:float32:tanh", "6:float32:tanh")}

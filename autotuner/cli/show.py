@@ -81,6 +81,9 @@ def show(
     elif a.source == "bucket":
         summary = (f"no tuned result for {prob.key} itself{stale}; this is the result tuned for its bucket's "
                    f"representative, {a.from_problem}, and its times below were measured on that problem")
+    elif a.source == "predicted":
+        summary = (f"no tuned result for {prob.key}{stale}; this config was picked by a model of a sweep's trials "
+                   f"between its points, served because it beat the nearest point's winner there: {a.regret_basis}")
     elif a.source == "nearest":
         summary = (f"no tuned result for {prob.key}{stale}; this is the best config of the nearest tuned problem, "
                    f"{a.from_problem}, and its times below were measured on that problem, not this one")

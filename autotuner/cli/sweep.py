@@ -11,6 +11,7 @@ from rich.table import Table
 
 from autotuner.cli.common import console, err, ms
 from autotuner.engine.tune_result import TuneObserver
+from autotuner.store.prediction import MODEL, Prediction
 
 if TYPE_CHECKING:
     from autotuner.base.registry import Op
@@ -105,7 +106,24 @@ def sweep_summary(result: SweepResult) -> dict[str, Any]:
             "worst_between": [worst.low, worst.high] if worst is not None else None,
             "within_target": (worst is None or not worst.above(result.target)) if result.target is not None else None,
             "pairs": [{"low": p.low, "high": p.high, "loss": _loss_json(p.loss)} for p in result.pairs],
-            "cross_timings": [c.as_row() for c in result.cells]}
+            "cross_timings": [c.as_row() for c in result.cells],
+            "between_points": _prediction_json(result.prediction)}
+
+
+def _prediction_json(p: Prediction | None) -> dict[str, Any] | None:
+    if p is None:
+        return None
+    return {"served": p.chosen, "why": p.why, "left_out": p.left_out, "model_loss": p.model_loss,
+            "model_worst": p.model_worst, "nearest_loss": p.nearest_loss, "nearest_worst": p.nearest_worst}
+
+
+def prediction_text(p: Prediction | None) -> str:
+    """What is served between the swept points: the model's picks or nearest, and why."""
+    if p is None:
+        return ("between the points: nearest (no model of the trials was made: it needs three tuned points and "
+                "scikit-learn, `pip install autotuner[predict]`)")
+    served = "the model's picks" if p.chosen == MODEL else "the nearest point's winner"
+    return (f"between the points: {served}; leaving each inner point out in turn, {p.why}")
 
 
 def _loss_json(loss: float | None) -> float | str | None:
@@ -152,4 +170,5 @@ def _print(result: SweepResult, device: str, dim: str) -> None:
     console.print(f"tuned {len(keys)} points{added} in {result.tune_s:.1f} s, cross-timed in "
                   f"{result.cross_time_s:.1f} s; a winner's loss on a neighbour is what serving that neighbour's "
                   "bucket or nearest answer with it can be expected to cost")
+    console.print(prediction_text(result.prediction))
     console.print(worst_text(result))

@@ -103,12 +103,17 @@ def redecided(view: EngineView, miss: Miss, store: Any, stored: dict[str, Any]) 
 
 
 def nearest_answer(view: EngineView, miss: Miss) -> Answer:
-    """The winner of the nearest tuned key whose config is valid for this key (the space's constraints, and the
-    list as pruned for this launch), else the default; nothing is measured."""
+    """Between the points of a sweep whose model beat nearest there, its pick; else the winner of the nearest tuned
+    key; either only where valid for this key (the space's constraints, and the list as pruned for this launch);
+    else the default. Nothing is measured."""
     spec, problem, device = view.spec, miss.problem, miss.device
     pruned = spec.pruned(miss)
     allowed = None if pruned is None else {config_key(c) for c in pruned}
     passed = []
+    pick = resolver().predicted(view.op, problem, device)
+    if pick is not None and not spec.space.violations(pick.config, problem, device) and \
+            (allowed is None or config_key(pick.config) in allowed):
+        return Answer(pick.config, f"predicted (the model of sweep {pick.sweep_id}); the exact key is queued", False)
     for other, row in resolver().nearest(view.op, problem, device):
         if spec.space.violations(row.config, problem, device) or \
                 (allowed is not None and config_key(row.config) not in allowed):

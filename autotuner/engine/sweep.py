@@ -21,6 +21,7 @@ from autotuner.base.registry import Op
 from autotuner.base.settings import Settings
 from autotuner.engine.cross_time import Cell, cross_time
 from autotuner.engine.measure import KeptProcesses
+from autotuner.engine.predict import predict_sweep
 from autotuner.engine.refine import (
     DEFAULT_TARGET,
     Pair,
@@ -33,6 +34,7 @@ from autotuner.engine.refine import (
 from autotuner.engine.tune_result import TuneObserver, TuneResult
 from autotuner.engine.tuner import Plan, tune
 from autotuner.store.interfaces import SweepStore
+from autotuner.store.prediction import Prediction
 from search_spaces.contract import ProblemType
 from search_spaces.problem import ProblemError
 
@@ -77,6 +79,7 @@ class SweepResult:
     refined: list[str] = field(default_factory=list)  # the keys of the points refinement added
     unrefined: dict[str, str] = field(default_factory=dict)  # a pair above the target that could not be refined
     pairs: list[Pair] = field(default_factory=list)  # each neighbouring pair's loss, as last measured
+    prediction: Prediction | None = None  # a model of the points' trials, and whether it beat nearest
 
     @property
     def worst(self) -> Pair | None:
@@ -127,34 +130,37 @@ def run_sweep(op: Op, problems: list[ProblemType], *, dim: str, store: SweepStor
         out.pairs = neighbour_losses(out.problems, out.winners, out.cells)
         out.cross_time_s += time.perf_counter() - started
 
+    def refine(out: SweepResult, target: float, budget: int, make: Callable[[str], ProblemType]) -> None:
+        tried: set[str] = set()
+        while len(tried) < budget:
+            new, skipped = refinements(out.problems, out.pairs, target=target, budget=budget - len(tried), make=make,
+                                       tried=tried)
+            out.unrefined.update(skipped)
+            if not new:
+                break
+            tried.update(p.shape for _, p in new)
+            results, winners = tune_points([p for _, p in new])
+            kept_new = []
+            for n, r, w in zip(new, results, winners, strict=True):
+                if w is None:  # not tuned (its error in `errors`): the pair stays as it was
+                    out.unrefined[n[1].shape] = out.errors.get(n[1].key, "no config passed")
+                else:
+                    kept_new.append((n, r, w))
+            if not kept_new:
+                continue
+            out.problems = insert_points(out.problems, [n for n, _, _ in kept_new])
+            out.results = insert_points(out.results, [(n[0], r) for n, r, _ in kept_new])
+            out.winners = insert_points(out.winners, [(n[0], w) for n, _, w in kept_new])
+            out.refined += [n[1].key for n, _, _ in kept_new]
+            store.add_sweep_points(sweep_id, shapes=[p.shape for p in out.problems],
+                                   added=[n[1].shape for n, _, _ in kept_new])
+            cross_time_stale()
+
     out.problems = list(problems)
     out.results, out.winners = tune_points(out.problems)
     cross_time_stale()
-    if target is None:
-        return out
-    make = make or (lambda shape: op.parse_problem(shape, problems[0].dtype, **op.options_of(problems[0])))
-    tried: set[str] = set()
-    while len(tried) < budget:
-        new, skipped = refinements(out.problems, out.pairs, target=target, budget=budget - len(tried), make=make,
-                                   tried=tried)
-        out.unrefined.update(skipped)
-        if not new:
-            break
-        tried.update(p.shape for _, p in new)
-        results, winners = tune_points([p for _, p in new])
-        kept_new = []
-        for n, r, w in zip(new, results, winners, strict=True):
-            if w is None:  # not tuned (its error in `errors`): the pair stays as it was
-                out.unrefined[n[1].shape] = out.errors.get(n[1].key, "no config passed")
-            else:
-                kept_new.append((n, r, w))
-        if not kept_new:
-            continue
-        out.problems = insert_points(out.problems, [n for n, _, _ in kept_new])
-        out.results = insert_points(out.results, [(n[0], r) for n, r, _ in kept_new])
-        out.winners = insert_points(out.winners, [(n[0], w) for n, _, w in kept_new])
-        out.refined += [n[1].key for n, _, _ in kept_new]
-        store.add_sweep_points(sweep_id, shapes=[p.shape for p in out.problems],
-                               added=[n[1].shape for n, _, _ in kept_new])
-        cross_time_stale()
+    if target is not None:
+        refine(out, target, budget, make or (lambda shape: op.parse_problem(shape, problems[0].dtype,
+                                                                            **op.options_of(problems[0]))))
+    out.prediction = predict_sweep(store, op, sweep_id, out.problems, out.cells, device)
     return out

@@ -5,7 +5,9 @@
 wins:
 
 1. the database: the stored best for this exact problem, current for the kernel hash and Triton version (the
-   caller's, for a remote caller of the service); else, where the problem has a bucket (the built-in ops bucket
+   caller's, for a remote caller of the service); else, with `fallback="nearest"`, between the points of a sweep
+   whose model of its trials beat the nearest point's winner on the sweep's own points (autotuner.engine.predict),
+   the model's pick; else, where the problem has a bucket (the built-in ops bucket
    their leading dimension by powers of two), the stored best of its bucket's representative, if valid here,
    unless, with `fallback="nearest"`, the problem lies between two points of a refined sweep: then step 3,
    whose rule between swept points serves it (autotuner.store.regret);
@@ -39,7 +41,7 @@ from autotuner.base.registry import Op, get_op
 from autotuner.base.settings import Settings
 from autotuner.store.interfaces import ResultReader
 from autotuner.store.lazy import LaunchReads, LazyStore
-from autotuner.store.regret import inside_refined_sweep, prefer_measured, sweep_points
+from autotuner.store.regret import Pick, inside_refined_sweep, predicted_pick, prefer_measured, sweep_points
 from autotuner.store.stored_best import StoredBest
 from search_spaces.contract import ProblemType
 
@@ -58,7 +60,7 @@ class NotFound(LookupError):
         self.stale = stale  # an exact result of another kernel hash or Triton version, not served
 
 
-Source = Literal["exact", "bucket", "nearest", "default"]
+Source = Literal["exact", "bucket", "predicted", "nearest", "default"]
 Step = Literal["database", "service", "nearest", "default"]
 
 
@@ -74,6 +76,7 @@ class Resolution:
     stale: StoredBest | None = None  # an exact result that was not served: another kernel hash or Triton
     median_ms: float | None = None  # for an exact answer from the service, which sends no row
     between_points: bool = False  # served by a refined sweep's rule: its bucket's result would not serve it
+    pick: Pick | None = None  # a predicted answer: the sweep's model's pick, and what it was measured at
 
 
 class Service:
@@ -145,6 +148,15 @@ def resolve(op: Op, problem: ProblemType, device: DeviceInfo, *, store: ResultRe
         stale = best if best is not None else None
         trace.append(f"database: stale result ignored ({best.stale_reason})" if best
                      else "database: no result for this problem")
+        pick = predicted_pick(store, op, problem, device, kernel_hash, triton_version) \
+            if fallback == "nearest" else None
+        if pick is not None and not op.space.violations(pick.config, problem, device):
+            trace.append(f"database: the pick of sweep {pick.sweep_id}'s model ({pick.prediction.why})")
+            return Resolution(config=pick.config, source="predicted", step="database",
+                              reason=f"picked by the model of sweep {pick.sweep_id}'s trials", trace=tuple(trace),
+                              stale=stale, between_points=True, pick=pick)
+        if pick is not None:
+            trace.append(f"database: sweep {pick.sweep_id}'s predicted pick is not valid here")
         bucket = problem.bucket()
         inside = inside_refined_sweep(store, op, problem, device, kernel_hash, triton_version) \
             if bucket != problem and fallback == "nearest" else None
@@ -288,6 +300,18 @@ class Resolver:
         deadline = time.monotonic() + BACKGROUND_EXIT_S
         while self._pending.unfinished_tasks and time.monotonic() < deadline:
             time.sleep(0.01)
+
+    def predicted(self, op: Op, problem: ProblemType, device: DeviceInfo) -> Pick | None:
+        """The model's pick for `problem` from a sweep that chose its model (autotuner.store.regret.predicted_pick);
+        None where none does or the database cannot be read."""
+        store, _ = self.store.peek()
+        if store is None:
+            return None
+        try:
+            return predicted_pick(store, op, problem, device)
+        except Exception as exc:  # a database that went away after opening: nearest or the default then
+            log.warning("autotuner: predicted lookup for %s %s failed: %s", op.name, problem.key, str(exc))
+            return None
 
     def nearest(self, op: Op, problem: ProblemType, device: DeviceInfo,
                 limit: int = 8) -> list[tuple[ProblemType, StoredBest]]:

@@ -199,6 +199,7 @@ def answer_config(store: Store, op: Op, problem: ProblemType, device: DeviceInfo
         speedup = row.default_ms / row.median_ms  # times that are times (measured: finite and positive)
     regret = expected_regret(store, op, problem, res.from_problem, device, kernel_hash, triton_version) \
         if res.source in ("bucket", "nearest") and res.from_problem else None
+    pick = res.pick
     return ConfigAnswer(
         op=op.name, problem=dataclasses.asdict(problem), problem_key=problem.key, device=device.key,
         config=res.config, source=res.source, median_ms=measured(row.median_ms if row else None),
@@ -208,9 +209,11 @@ def answer_config(store: Store, op: Op, problem: ProblemType, device: DeviceInfo
         stale_reason=res.stale.stale_reason if res.stale else None, tuned_at=row.updated_at if row else None,
         from_problem=res.from_problem, result_id=row.id if row else None,
         timing_problem=row.problem_key if row else None,
-        expected_regret=round(regret.loss, 4) if regret else None,
+        expected_regret=round(regret.loss, 4) if regret else
+        round(pick.prediction.model_loss, 4) if pick is not None and pick.prediction.model_loss is not None else None,
         regret_measured_on=regret.measured_on if regret else (),
-        regret_basis=regret_basis(res.source, res.from_problem, regret))
+        regret_basis=pick.prediction.basis(pick.sweep_id) if pick is not None else
+        regret_basis(res.source, res.from_problem, regret))
 
 
 def regret_basis(source: str, from_problem: str | None, regret: Any) -> str | None:

@@ -12,6 +12,7 @@ from typing import Any
 from autotuner.base.device import DeviceInfo
 from autotuner.base.registry import Op
 from autotuner.store.nearest import nearest_stored
+from autotuner.store.prediction import Prediction
 from autotuner.store.rows import (
     CrossTimingRow,
     DeviceRow,
@@ -143,6 +144,10 @@ class Store:
     def add_sweep_points(self, sweep_id: int, *, shapes: list[str], added: list[str]) -> None:
         with session_scope(self.engine) as s:
             repo.add_sweep_points(s, sweep_id=sweep_id, shapes=shapes, added=added)
+
+    def save_sweep_prediction(self, sweep_id: int, *, device: DeviceInfo, prediction: Prediction) -> None:
+        with session_scope(self.engine) as s:
+            repo.save_sweep_prediction(s, sweep_id=sweep_id, device_key=device.key, prediction=prediction.as_json())
 
     def refine_queued_sweep(self, sweep_id: int, *, shapes: list[str], added: list[tuple[str, dict[str, Any]]]
                             ) -> list[int]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
+from autotuner.store.prediction import Prediction
 from autotuner.store.rows import CrossTimingRow, JobRow, SweepRow
 from autotuner.store.stored_best import StoredBest
 
@@ -91,6 +92,9 @@ class SweepStore(RunStore, Protocol):
 
     def save_cross_timings(self, *, sweep_id: int, op: Op, device: DeviceInfo, cells: list[dict[str, Any]]) -> None:
         """Each cell (winner_key, on_key, config, ms, own_ms), replacing one measured before for the same pair."""
+
+    def save_sweep_prediction(self, sweep_id: int, *, device: DeviceInfo, prediction: Prediction) -> None:
+        """The sweep's model's picks on `device` (autotuner.engine.predict), replacing one made before."""
 
 
 class JobQueue(Protocol):

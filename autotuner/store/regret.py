@@ -7,16 +7,22 @@ is taken to grow with the distance on the nearest scale (log of the dimensions):
 (1 - t) * loss(b on a): the smaller is served, and reported with its expected loss, interpolated from what was
 measured at the two ends. A problem outside the swept points has no measured regret (None, said so).
 
+Where a sweep's prediction on the device chose its model (autotuner.engine.predict: it beat the nearest point's
+winner on the sweep's own points), the model's pick is served between the points instead, with the loss it was
+measured at.
+
     regret = expected_regret(store, op, problem, from_key, device)   # Regret(0.012, ("512x4096x4096:float16",))
     ranked = prefer_measured(store, op, problem, device, ranked)     # the nearest candidates, reordered
+    pick = predicted_pick(store, op, problem, device)                 # Pick(config, prediction, sweep_id) or None
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from autotuner.store.nearest import distance
+from autotuner.store.prediction import MODEL, Prediction
 from autotuner.store.rows import CrossTimingRow, SweepRow
 from autotuner.store.stored_best import StoredBest, versions
 from search_spaces.contract import ProblemType
@@ -163,4 +169,32 @@ def expected_regret(store: SweepReader, op: Op, problem: ProblemType, from_key: 
                 assert loss is not None
                 return Regret(t * loss, (beside.key,), sweep.id, measured_loss=loss, position=t)
         return None  # outside the swept points: not measured
+    return None
+
+
+@dataclass(frozen=True)
+class Pick:
+    """A sweep's model's pick for a problem between its points."""
+
+    config: dict[str, Any]
+    prediction: Prediction
+    sweep_id: int
+
+
+def predicted_pick(store: SweepReader, op: Op, problem: ProblemType, device: DeviceInfo,
+                   kernel_hash: str | None = None, triton_version: str | None = None) -> Pick | None:
+    """The model's pick for `problem` from the newest sweep whose points bracket it and whose prediction on `device`
+    (current for the kernel and Triton) chose the model; None where none does (a swept point is never predicted)."""
+    kernel_hash, triton_version = _current(op, kernel_hash, triton_version)
+    for sweep in reversed(store.sweeps(op=op.name)):
+        prediction = sweep.predictions.get(device.key)
+        if prediction is None or prediction.chosen != MODEL or prediction.kernel_hash != kernel_hash \
+                or prediction.triton_version != triton_version:
+            continue
+        points = sweep_points(op, sweep)
+        if len(points) < 2 or problem.key in {p.key for p in points}:
+            continue
+        t = position(problem, points[0], points[-1])
+        if t is not None:
+            return Pick(prediction.pick_at(t), prediction, sweep.id)
     return None

@@ -8,9 +8,11 @@ service, the pages, the command line, the worker) holds an ORM object, a session
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
+
+from autotuner.store.prediction import Prediction
 
 R = TypeVar("R")
 
@@ -126,6 +128,7 @@ class SweepRow:
     refined: tuple[str, ...] = ()  # the shapes refinement added (autotuner.engine.refine)
     target: float | None = None  # the loss neighbouring winners may have on each other (None: not refined)
     budget: int = 0  # how many points refinement may add
+    predictions: dict[str, Prediction] = field(default_factory=dict)  # device key -> its model's picks
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -182,7 +185,14 @@ def sweep_row(obj: Any) -> SweepRow:
     return _read(SweepRow, obj, options=dict(obj.options or {}), shapes=_strings(points.get("shapes")),
                  refined=_strings(points.get("refined")),
                  target=float(target) if isinstance(target, (int, float)) and 0 <= target < 1 else None,
-                 budget=budget if isinstance(budget, int) and 0 <= budget <= 4096 else 0)
+                 budget=budget if isinstance(budget, int) and 0 <= budget <= 4096 else 0,
+                 predictions=_predictions(points.get("predicted")))
+
+
+def _predictions(value: Any) -> dict[str, Prediction]:
+    """Each device's stored prediction that reads back whole (a malformed one is left out)."""
+    held = value.items() if isinstance(value, dict) else ()
+    return {str(k): p for k, v in held if (p := Prediction.from_json(v)) is not None}
 
 
 def _strings(value: Any) -> tuple[str, ...]:

@@ -104,6 +104,7 @@ def cross_time_work(job: JobRow, settings: Settings, device: DeviceInfo, kept: K
     where the sweep refines, queue the midpoints of the pairs above its target as jobs of the sweep (whose last
     one to finish queues this job again)."""
     from autotuner.engine.cross_time import cross_time
+    from autotuner.engine.predict import predict_sweep
     from autotuner.engine.refine import insert_points, neighbour_losses, refinements, stale_points, worst_pair
     from autotuner.store.stored_best import versions
 
@@ -136,20 +137,23 @@ def cross_time_work(job: JobRow, settings: Settings, device: DeviceInfo, kept: K
         worst = worst_pair(pairs)
         if worst is not None and worst.loss is not None:
             summary += f"; worst neighbouring loss {worst.loss:+.1%} ({worst.low} / {worst.high})"
-        if sweep.target is None:
-            return Done(True, summary)
-        new, skipped = refinements(problems, pairs, target=sweep.target, budget=sweep.budget - len(sweep.refined),
-                                   make=point, tried=sweep.refined)
+        target = sweep.target
+        new, skipped = ([], {}) if target is None else refinements(
+            problems, pairs, target=target, budget=sweep.budget - len(sweep.refined), make=point, tried=sweep.refined)
         if new:
             jobs = store.store.refine_queued_sweep(
                 sweep.id, shapes=[p.shape for p in insert_points(problems, new)],
                 added=[(p.shape, op.options_of(p)) for _, p in new])
             summary += f"; refining: {len(jobs)} points queued ({', '.join(p.shape for _, p in new)})"
-        elif worst is not None and worst.above(sweep.target):
+        elif worst is not None and target is not None and worst.above(target):
             why = "; ".join(f"{k}: {v}" for k, v in skipped.items()) or "the point budget is spent"
-            summary += f"; above the {sweep.target:.1%} target ({why})"
-        elif worst is not None:
-            summary += f"; every pair within the {sweep.target:.1%} target"
+            summary += f"; above the {target:.1%} target ({why})"
+        elif worst is not None and target is not None:
+            summary += f"; every pair within the {target:.1%} target"
+        if not new:  # the sweep is settled: its model of the points' trials, against nearest
+            prediction = predict_sweep(store.store, op, sweep.id, problems, [*stored, *cells], device)
+            if prediction is not None:
+                summary += f"; between the points: {prediction.chosen} ({prediction.why})"
         return Done(True, summary)
 
     return run
