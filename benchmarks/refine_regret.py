@@ -14,6 +14,7 @@ interval rule (autotuner.store.regret), and its regret against that key's own be
     small_k        the same kernel and configs at N = 1024, K = 256: few tiles, so the best changes sharply with M
     rms_rows       an RMSNorm over rows of 4096 with ROWS rows per program (16 configs of ROWS and warps),
                    M = 256..65536: the best rows per program changes with M
+(benchmarks/shape_kernels.py holds them.)
 
     python benchmarks/refine_regret.py [--out DIR] [--kernels lib_matmul,small_k,rms_rows]     # on a GPU
     python benchmarks/refine_regret.py --from DIR     # the same analysis of a GPU run's landscapes, anywhere
@@ -29,7 +30,6 @@ import random
 import statistics
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -37,10 +37,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
-import triton  # noqa: E402
-import triton.language as tl  # noqa: E402
 
 from autotuner.engine.cross_time import Cell  # noqa: E402
+from autotuner.engine.predict import predict  # noqa: E402
 from autotuner.engine.refine import (  # noqa: E402
     DEFAULT_TARGET,
     insert_points,
@@ -50,96 +49,18 @@ from autotuner.engine.refine import (  # noqa: E402
     stale_points,
     worst_pair,
 )
+from autotuner.store.prediction import MODEL  # noqa: E402
+from benchmarks.shape_kernels import KERNELS as SHAPE_KERNELS  # noqa: E402
+from benchmarks.shape_kernels import Launcher  # noqa: E402
 from search_spaces.problem import ProblemError  # noqa: E402
+from search_spaces.space import config_key  # noqa: E402
 
 DEPTH = 3  # midpoint levels timed between two powers of two: refinement may go this deep
 HELD_BACK = 24  # keys per kernel, log-uniform between its first and last point, none on the grid
 
 
-@triton.jit
-def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
-                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    pid_m = tl.program_id(0)
-    pid_n = tl.program_id(1)
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_k = tl.arange(0, BLOCK_K)
-    a_ptrs = a_ptr + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak
-    b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k in range(0, tl.cdiv(K, BLOCK_K)):
-        a = tl.load(a_ptrs, mask=(offs_m[:, None] < M) & (offs_k[None, :] < K - k * BLOCK_K), other=0.0)
-        b = tl.load(b_ptrs, mask=(offs_k[:, None] < K - k * BLOCK_K) & (offs_n[None, :] < N), other=0.0)
-        acc = tl.dot(a, b, acc)
-        a_ptrs += BLOCK_K * stride_ak
-        b_ptrs += BLOCK_K * stride_bk
-    c = acc.to(tl.bfloat16)
-    tl.store(c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn, c,
-             mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
-
-
-@triton.jit
-def rms_rows_kernel(x_ptr, w_ptr, y_ptr, M, N, stride, eps, BLOCK_N: tl.constexpr, ROWS: tl.constexpr):
-    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
-    cols = tl.arange(0, BLOCK_N)
-    mask = (rows[:, None] < M) & (cols[None, :] < N)
-    x = tl.load(x_ptr + rows[:, None] * stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-    rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=1) / N + eps)
-    w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
-    tl.store(y_ptr + rows[:, None] * stride + cols[None, :], (x * rstd[:, None] * w[None, :]).to(tl.bfloat16),
-             mask=mask)
-
-
-MATMUL_CONFIGS = [dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=64, num_warps=w, num_stages=s)
-                  for bm, bn, w, s in ((16, 64, 4, 4), (16, 128, 4, 4), (32, 64, 4, 4), (32, 128, 4, 4),
-                                       (32, 256, 8, 3), (64, 64, 4, 4), (64, 128, 4, 4), (64, 256, 8, 3),
-                                       (128, 64, 4, 4), (128, 128, 8, 3), (128, 256, 8, 3), (256, 128, 8, 3))]
-ROWS_CONFIGS = [dict(ROWS=r, num_warps=w) for r in (1, 2, 4, 8) for w in (2, 4, 8, 16)]
-
-
-def matmul_timer(n: int, k: int) -> Callable[[int, dict[str, int]], float]:
-    b = torch.randn((k, n), device="cuda", dtype=torch.bfloat16)
-
-    @functools.lru_cache(maxsize=1)  # the grid is timed one M at a time: that M's tensors only
-    def tensors(m: int) -> tuple[torch.Tensor, torch.Tensor]:
-        return (torch.randn((m, k), device="cuda", dtype=torch.bfloat16),
-                torch.empty((m, n), device="cuda", dtype=torch.bfloat16))
-
-    def time_config(m: int, config: dict[str, int]) -> float:
-        a, c = tensors(m)
-        meta = {key: v for key, v in config.items() if key.startswith("BLOCK")}
-        grid = (triton.cdiv(m, config["BLOCK_M"]), triton.cdiv(n, config["BLOCK_N"]))
-        return float(triton.testing.do_bench(
-            lambda: matmul_kernel[grid](a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
-                                        c.stride(0), c.stride(1), num_warps=config["num_warps"],
-                                        num_stages=config["num_stages"], **meta), warmup=5, rep=25))
-
-    return time_config
-
-
-def rows_timer(n: int) -> Callable[[int, dict[str, int]], float]:
-    w = torch.randn(n, device="cuda", dtype=torch.bfloat16)
-
-    @functools.lru_cache(maxsize=1)
-    def tensors(m: int) -> tuple[torch.Tensor, torch.Tensor]:
-        return (torch.randn((m, n), device="cuda", dtype=torch.bfloat16),
-                torch.empty((m, n), device="cuda", dtype=torch.bfloat16))
-
-    def time_config(m: int, config: dict[str, int]) -> float:
-        x, y = tensors(m)
-        grid = (triton.cdiv(m, config["ROWS"]),)
-        return float(triton.testing.do_bench(
-            lambda: rms_rows_kernel[grid](x, w, y, m, n, x.stride(0), 1e-6, BLOCK_N=triton.next_power_of_2(n),
-                                          ROWS=config["ROWS"], num_warps=config["num_warps"]), warmup=5, rep=25))
-
-    return time_config
-
-
-KERNELS: dict[str, dict[str, Any]] = {
-    "lib_matmul": dict(low=16, high=4096, configs=MATMUL_CONFIGS, timer=lambda: matmul_timer(4096, 4096)),
-    "small_k": dict(low=16, high=4096, configs=MATMUL_CONFIGS, timer=lambda: matmul_timer(1024, 256)),
-    "rms_rows": dict(low=256, high=65536, configs=ROWS_CONFIGS, timer=lambda: rows_timer(4096)),
-}
+KERNELS: dict[str, dict[str, Any]] = {name: {**spec, "timer": functools.partial(lambda s: Launcher(s).time, spec)}
+                                     for name, spec in SHAPE_KERNELS.items()}
 
 
 class Point:
@@ -147,6 +68,9 @@ class Point:
 
     def __init__(self, m: int) -> None:
         self.m, self.key, self.shape = m, f"M={m}", f"M={m}"
+
+    def dims(self) -> tuple[int]:
+        return (self.m,)
 
 
 def grid_of(low: int, high: int) -> tuple[list[int], list[int]]:
@@ -283,6 +207,20 @@ def analyse(name: str, spec: dict[str, Any], times: dict[int, list[float]], land
                  for j in range(len(pts)) for i in range(max(0, j - 1), min(len(pts), j + 2))]
         worst = worst_pair(neighbour_losses(pts, wins, cells))
         result[label]["worst_pair"] = [worst.low, worst.high, worst.loss] if worst is not None else None
+        # the sweep's model of its points' trials (autotuner.engine.predict), measured leaving each point out
+        model = predict([Point(m) for m in points],
+                        [{config_key(c): (c, times[m][i]) for i, c in enumerate(configs)} for m in points],
+                        kernel_hash="-", triton_version="-")
+        assert model is not None
+        span = math.log(points[-1] / points[0])
+        picked = [times[m][configs.index(model.pick_at(math.log(m / points[0]) / span))] / min(times[m]) - 1
+                  for m in held]
+        nearest = result[label]["nearest"]["regrets"]
+        served = picked if model.chosen == MODEL else nearest
+        result[label]["predictor"] = {
+            "chosen": model.chosen, "loo_model": model.model_loss, "loo_nearest": model.nearest_loss,
+            "model": {"geomean": geomean(picked), "worst": max(picked)},
+            "served": {"geomean": geomean(served), "worst": max(served)}}
         # each held-back key's best among the sweep's distinct winners, as timing only those at the key would find
         distinct = {best[p] for p in points}
         of_winners = [min(times[m][i] for i in distinct) / min(times[m]) - 1 for m in held]
@@ -329,6 +267,18 @@ def main() -> None:
             print(f"| {r['kernel']} | {label} | {len(s['points'])} ({len(s['added'])}: "
                   f"{', '.join(map(str, s['added'])) or '-'}) | {pair_text} | {bucket} | {cells[0]} | {cells[1]} | "
                   f"{w['geomean']:+.2%} / {w['worst']:+.1%} ({w['configs']} configs) |")
+    print("\nthe sweep's model (autotuner.engine.predict) against nearest: measured on the sweep's own points (leaving "
+          "each out), the rule it chose, and both on the held-back keys\n")
+    print("| kernel | sweep | left out: model / nearest | chosen | held back: model | held back: nearest | "
+          "held back: served |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for r in results:
+        for label in ("pow2", "refined"):
+            pr, near = r[label]["predictor"], r[label]["nearest"]
+            print(f"| {r['kernel']} | {label} | {pr['loo_model']:+.2%} / {pr['loo_nearest']:+.2%} | {pr['chosen']} | "
+                  f"{pr['model']['geomean']:+.2%} / {pr['model']['worst']:+.1%} | "
+                  f"{near['geomean']:+.2%} / {near['worst']:+.1%} | "
+                  f"{pr['served']['geomean']:+.2%} / {pr['served']['worst']:+.1%} |")
     print("\nevery grid point tuned, the nearest served: " + ", ".join(
         f"{r['kernel']} ({r['grid_nearest']['points']} points) {r['grid_nearest']['geomean']:+.2%} / "
         f"{r['grid_nearest']['worst']:+.1%}" for r in results))

@@ -1,0 +1,291 @@
+"""Serving every shape of a stream on kernels nobody tuned for it, and traffic closing the gap: for each kernel of
+benchmarks/shape_kernels.py, under `@autotuner.autotune` (on_miss=nearest) against `@triton.autotune` on the same
+config list.
+
+Per kernel, each step in a new process, with a database of its own:
+
+1. record: one launch at each power-of-two M of its range (AUTOTUNER_ON_MISS=default records the call);
+2. sweep: `autotuner tune NAME --shape M=LOW-HIGH:pow2,...` (timed: the sweep's wall time, refinement and the
+   model against nearest included);
+3. stream: a serving-like stream of M (log-normal over the range, seeded; STREAM_CALLS calls, repeated for
+   --seconds) with AUTOTUNER_ON_MISS=nearest and AUTOTUNER_RECHECK_S=2, while one `autotuner worker` runs beside
+   it: every miss queues its key, raised in priority by its meets; each --every seconds, the config each sampled key
+   is served is noted. The first STREAM_CALLS calls' wall time is the stream time;
+4. triton.autotune on the same stream for --triton-s seconds: its seconds per new key, and the stream's time at
+   that rate (projected: every distinct key of the stream tuned once);
+5. landscape: every config timed at each sampled key (triton.testing.do_bench): each key's own best.
+
+Then the regret of what was served at each note (geomean and worst over the sampled keys, and weighted by how
+often the stream meets them), from the sweep alone (t = 0) to the end.
+
+    python benchmarks/shape_traffic.py --kernels small_k,lib_matmul,rms_rows --seconds 60 --out DIR   # on a GPU
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+STREAM_CALLS = 2000
+SAMPLED = 20
+
+
+def stream(spec: dict[str, Any], calls: int = STREAM_CALLS, seed: int = 0) -> list[int]:
+    """The M of each call: log-normal, median 8x the range's low end, sigma 1.5, clipped to the range."""
+    r = random.Random(seed)
+    low, high = spec["low"], spec["high"]
+    return [min(high, max(low, int(r.lognormvariate(math.log(8 * low), 1.5)))) for _ in range(calls)]
+
+
+def sample(ms: list[int], n: int = SAMPLED, seed: int = 1) -> list[int]:
+    """n distinct M of the stream, drawn as the stream draws them (frequent ones more often)."""
+    r, seen = random.Random(seed), list(dict.fromkeys(ms))
+    weights = {m: ms.count(m) for m in seen}
+    out: list[int] = []
+    while len(out) < min(n, len(seen)):
+        m = r.choices(seen, [weights[x] for x in seen])[0]
+        if m not in out:
+            out.append(m)
+    return sorted(out)
+
+
+def served(kernel: Any, keys: list[int]) -> dict[int, dict[str, Any]]:
+    from autotuner.decorator.configs import config_dict
+
+    return {int(k[0]): config_dict(c) for k, c in list(kernel.cache.items()) if int(k[0]) in keys}
+
+
+def sync() -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+# -- the steps, each in its own process ----------------------------------------------------------------------------
+def step_record(spec: dict[str, Any]) -> dict[str, Any]:
+    from benchmarks.shape_kernels import Launcher, decorated
+
+    launch, kernel = Launcher(spec), decorated(spec)
+    m = spec["low"]
+    while m <= spec["high"]:
+        launch(kernel, m)
+        m *= 2
+    sync()
+    from autotuner.launch.lookup import resolver
+
+    resolver()._join_background()
+    return {}
+
+
+def step_stream(spec: dict[str, Any], seconds: float, every: float) -> dict[str, Any]:
+    from benchmarks.shape_kernels import Launcher, decorated
+
+    launch, kernel = Launcher(spec), decorated(spec)
+    ms = stream(spec)
+    keys = sample(ms)
+    notes: list[tuple[float, dict[int, dict[str, Any]]]] = []
+    sync()
+    t0 = time.perf_counter()
+    for m in ms:
+        launch(kernel, m)
+    sync()
+    first_pass = time.perf_counter() - t0
+    notes.append((first_pass, served(kernel, keys)))
+    calls, next_note = len(ms), first_pass + every
+    while time.perf_counter() - t0 < seconds:
+        for m in ms:
+            launch(kernel, m)
+            if time.perf_counter() - t0 >= next_note:
+                notes.append((time.perf_counter() - t0, served(kernel, keys)))
+                next_note += every
+        calls += len(ms)
+    sync()
+    notes.append((time.perf_counter() - t0, served(kernel, keys)))
+    sources = [s.split()[0] for s in kernel.sources.values()]
+    first = sorted(kernel.resolve_s.values())
+    return {"stream_s": first_pass, "calls": calls, "distinct": len(set(ms)), "keys": keys,
+            "meets": {m: ms.count(m) for m in keys}, "notes": notes,
+            "sources_at_end": {s: sources.count(s) for s in sorted(set(sources))},
+            "resolve_ms": {"p50": first[len(first) // 2] * 1e3, "max": first[-1] * 1e3} if first else {}}
+
+
+def step_triton(spec: dict[str, Any], seconds: float) -> dict[str, Any]:
+    import triton
+
+    from benchmarks.shape_kernels import DEVICE, Launcher, triton_configs
+
+    launch = Launcher(spec)
+    key = ["M", "N", "K"] if spec["kind"] == "matmul" else ["M", "N"]
+    bench = {}
+    if DEVICE == "cpu":  # the interpreter has no driver to time with: the wall clock, as Triton's quantiles
+        from autotuner.engine.timing import time_wall
+
+        bench["do_bench"] = lambda fn, quantiles=None: [time_wall(fn).median_ms] * 3
+    theirs = triton.autotune(configs=triton_configs(spec["configs"]), key=key, **bench)(spec["plain"])
+    ms = stream(spec)
+    sync()
+    t0, done = time.perf_counter(), 0
+    for m in ms:
+        launch(theirs, m)
+        done += 1
+        if time.perf_counter() - t0 > seconds:
+            break
+    sync()
+    wall = time.perf_counter() - t0
+    tuned = len(theirs.cache)
+    return {"wall_s": wall, "calls_done": done, "keys_tuned": tuned, "s_per_key": wall / max(tuned, 1),
+            "projected_stream_s": wall / max(tuned, 1) * len(set(ms))}
+
+
+def step_landscape(spec: dict[str, Any], keys: list[int]) -> dict[str, Any]:
+    from benchmarks.shape_kernels import Launcher
+
+    launch = Launcher(spec)
+    for c in spec["configs"]:
+        launch.time(keys[0], c)  # compile each config before timing any
+    return {"times": {m: [launch.time(m, c) for c in spec["configs"]] for m in keys}}
+
+
+def child(kernel: str, step: str, args: argparse.Namespace) -> None:
+    from benchmarks.shape_kernels import KERNELS
+
+    spec = KERNELS[kernel]
+    if step == "record":
+        out = step_record(spec)
+    elif step == "stream":
+        out = step_stream(spec, args.seconds, args.every)
+    elif step == "triton":
+        out = step_triton(spec, args.triton_s)
+    else:
+        out = step_landscape(spec, [int(k) for k in args.keys.split(",")])
+    print("RESULT " + json.dumps(out, default=str), flush=True)
+
+
+def run_child(kernel: str, step: str, env: dict[str, str], args: argparse.Namespace, *extra: str) -> dict[str, Any]:
+    out = subprocess.run([sys.executable, __file__, "--child", step, "--kernels", kernel, "--seconds",
+                          str(args.seconds), "--every", str(args.every), "--triton-s", str(args.triton_s), *extra],
+                         cwd=ROOT, capture_output=True, text=True, env={**os.environ, **env})
+    if out.returncode != 0:
+        raise RuntimeError(f"{kernel} {step} failed:\n{out.stderr[-4000:]}")
+    return dict(json.loads(next(x for x in out.stdout.splitlines() if x.startswith("RESULT "))[len("RESULT "):]))
+
+
+def regret(times: dict[str, list[float]], configs: list[dict[str, Any]], chosen: dict[str, dict[str, Any]],
+           meets: dict[str, int]) -> dict[str, float | int]:
+    losses, weights = [], []
+    for m, full in chosen.items():
+        config = {k: full.get(k) for k in configs[0]}  # the list's own parameters (Triton adds its defaults)
+        if config not in configs:
+            continue
+        t = times[str(m)]
+        losses.append(t[configs.index(config)] / min(t) - 1)
+        weights.append(meets[str(m)])
+    if not losses:
+        return {"keys": 0}
+    return {"keys": len(losses), "geomean": math.exp(sum(math.log1p(x) for x in losses) / len(losses)) - 1,
+            "worst": max(losses), "weighted": math.exp(sum(w * math.log1p(x) for w, x in zip(weights, losses,
+                                                                                             strict=True))
+                                                      / sum(weights)) - 1}
+
+
+def run_kernel(kernel: str, args: argparse.Namespace) -> dict[str, Any]:
+    from benchmarks.shape_kernels import DTYPE, KERNELS, sweep_shape
+
+    spec = KERNELS[kernel]
+    tmp = tempfile.mkdtemp()
+    env = {"AUTOTUNER_DB_URL": f"sqlite:///{tmp}/{kernel}.db", "AUTOTUNER_KERNEL_CACHE_DIR": f"{tmp}/kept",
+           "AUTOTUNER_KERNEL_MODULES": "benchmarks.shape_kernels", "PYTHONPATH": f"{ROOT}:{os.environ.get('PYTHONPATH', '')}"}
+    run_child(kernel, "record", {**env, "AUTOTUNER_ON_MISS": "default"}, args)
+    t0 = time.perf_counter()
+    sweep = subprocess.run([sys.executable, "-m", "autotuner", "tune", spec["name"], "--shape", sweep_shape(spec),
+                            "--dtype", str(DTYPE).removeprefix("torch."), "--json", "-q"], cwd=ROOT, capture_output=True, text=True,
+                           env={**os.environ, **env})
+    sweep_s = time.perf_counter() - t0
+    if sweep.returncode != 0:
+        raise RuntimeError(f"{kernel} sweep failed:\n{sweep.stderr[-4000:]}")
+    summary = json.loads(sweep.stdout)
+    log = open(Path(args.out, f"traffic_{kernel}_worker.log"), "w")  # noqa: SIM115 - the worker's own log
+    worker = subprocess.Popen([sys.executable, "-m", "autotuner", "worker"], cwd=ROOT, stdout=log,
+                              stderr=subprocess.STDOUT, env={**os.environ, **env})
+    try:
+        traffic = run_child(kernel, "stream", {**env, "AUTOTUNER_ON_MISS": "nearest", "AUTOTUNER_RECHECK_S": "2"},
+                            args)
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        worker.wait(timeout=120)
+        log.close()
+    theirs = run_child(kernel, "triton", env, args)
+    keys = traffic["keys"]
+    land = run_child(kernel, "landscape", env, args, "--keys", ",".join(map(str, keys)))
+    meets = {str(k): v for k, v in traffic["meets"].items()}
+    over_time = [{"t_s": t, **regret(land["times"], spec["configs"], {str(k): v for k, v in chosen.items()}, meets)}
+                 for t, chosen in traffic["notes"]]
+    done = sum(": done," in line for line in open(Path(args.out, f"traffic_{kernel}_worker.log")))
+    return {"kernel": kernel, "sweep_s": sweep_s, "sweep_points": len(summary["points"]),
+            "sweep_worst": summary.get("worst_loss"), "between_points": summary.get("between_points"),
+            "stream": {k: traffic[k] for k in ("stream_s", "calls", "distinct", "sources_at_end", "resolve_ms")},
+            "worker_jobs_done": done, "triton": theirs, "over_time": over_time, "keys": keys,
+            "landscape": land["times"]}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--kernels", default="small_k,lib_matmul,rms_rows")
+    ap.add_argument("--seconds", type=float, default=60.0, help="how long the stream runs beside the worker")
+    ap.add_argument("--every", type=float, default=10.0, help="seconds between notes of what is served")
+    ap.add_argument("--triton-s", type=float, default=20.0, help="how long triton.autotune's stream runs")
+    ap.add_argument("--out", default=".")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    ap.add_argument("--keys", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        child(args.kernels, args.child, args)
+        return
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    import torch
+
+    device = torch.cuda.get_device_name() if torch.cuda.is_available() else "CPU (interpreter)"
+    results = []
+    for kernel in args.kernels.split(","):
+        results.append(run_kernel(kernel, args))
+        Path(args.out, f"traffic_{kernel}.json").write_text(json.dumps(results[-1], indent=1, default=str))
+        r = results[-1]
+        print(f"{kernel}: sweep {r['sweep_s']:.0f} s ({r['sweep_points']} points), stream of {STREAM_CALLS} calls "
+              f"{r['stream']['stream_s']:.2f} s, triton.autotune {r['triton']['s_per_key']:.2f} s a new key",
+              flush=True)
+    print(f"\ndevice: {device}; {SAMPLED} sampled keys per kernel, regret against each key's best of the list\n")
+    print("| kernel | sweep | stream, 2000 calls | triton.autotune, projected | x | regret after the sweep "
+          "(geomean / worst / by meets) | at the end | jobs done |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for r in results:
+        first, last = r["over_time"][0], r["over_time"][-1]
+        ratio = r["triton"]["projected_stream_s"] / r["stream"]["stream_s"]
+
+        def cell(x: dict[str, Any]) -> str:
+            return f"{x['geomean']:+.2%} / {x['worst']:+.1%} / {x['weighted']:+.2%} (t={x['t_s']:.0f} s)" \
+                if x.get("keys") else "-"
+        print(f"| {r['kernel']} | {r['sweep_s']:.0f} s | {r['stream']['stream_s']:.2f} s | "
+              f"{r['triton']['projected_stream_s']:.0f} s | {ratio:.0f}x | {cell(first)} | {cell(last)} | "
+              f"{r['worker_jobs_done']} |")
+    print("\nregret over time (geomean / worst / by meets):")
+    for r in results:
+        print(f"  {r['kernel']}: " + ", ".join(f"{x['t_s']:.0f} s {x['geomean']:+.2%}/{x['worst']:+.1%}/"
+                                               f"{x['weighted']:+.2%}" for x in r["over_time"] if x.get("keys")))
+
+
+if __name__ == "__main__":
+    main()
