@@ -16,6 +16,8 @@
 #   dynamic    benchmarks/dynamic_shapes.py: a stream of matmuls whose M changes every call (DYNAMIC_CASES: which)
 #   refine     benchmarks/refine_regret.py: three library-style kernels' landscapes over M, and the regret on
 #              held-back keys after a pow2 sweep and after it refined itself (REFINE_ARGS: more arguments)
+#   traffic    benchmarks/shape_traffic.py: library-style kernels swept, then a serving stream with one worker beside
+#              it (regret over time), and triton.autotune on the same stream (TRAFFIC_ARGS: more arguments)
 #   sweep      `autotuner tune matmul --M 1-8192:pow2 --N 4096 --K 4096`, refined (SWEEP_ARGS: more arguments;
 #              SWEEP_M: another range of M), cold Triton cache, with its wall time and worst neighbouring loss
 #   libraries  benchmarks/libraries.py: real libraries' autotuned kernels (wheels carried in .whl/libs:
@@ -100,6 +102,10 @@ fi
 if [[ $STEPS == *,dynamic,* ]]; then
   step "dynamic shapes: ${DYNAMIC_CASES:-c,lib,a,b}"
   python3 benchmarks/dynamic_shapes.py --cases "${DYNAMIC_CASES:-c,lib,a,b}" --out "$OUT" 2>&1 | tee "$OUT/dynamic.txt" | tail -12
+fi
+if [[ $STEPS == *,traffic,* ]]; then
+  step "a stream of shapes with one worker beside it: benchmarks/shape_traffic.py"
+  python3 benchmarks/shape_traffic.py --out "$OUT" ${TRAFFIC_ARGS:-} 2>&1 | tee "$OUT/traffic.txt" | tail -16
 fi
 if [[ $STEPS == *,refine,* ]]; then
   step "refined sweeps and the serving rule on held-back keys: benchmarks/refine_regret.py"
