@@ -2,7 +2,7 @@
 ours, and their spaces not tuned for this): what serving an M nobody tuned costs after a power-of-two sweep, and
 after the sweep refined itself (autotuner.engine.refine) to a 2% target.
 
-One GPU pass per kernel times every config of its list (`triton.testing.do_bench`) on every M of a grid: the
+One GPU pass per kernel times every config of its list (CUDA-graph replays: shape_kernels.Launcher.time) on every M of a grid: the
 power-of-two points, every log-midpoint refinement could ask for (three levels deep: seven per octave), and keys
 held back from all of those (log-uniform, seeded). From that landscape, offline and with the repository's own
 refinement code: each point's winner (its best config), each winner's loss on its neighbours (the cross timing),

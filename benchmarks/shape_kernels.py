@@ -133,10 +133,14 @@ class Launcher:
                 x, self.w, y, m, n, x.stride(0), 1e-6, BLOCK_N=triton.next_power_of_2(n), **config)
 
     def time(self, m: int, config: dict[str, int]) -> float:
-        """The plain kernel's median time at M with this config (triton.testing.do_bench, milliseconds; the wall
-        clock in the interpreter)."""
+        """The plain kernel's median time at M with this config, in milliseconds: launches replayed from a CUDA
+        graph (triton.testing.do_bench_cudagraph), so that a kernel of a few microseconds is timed on the GPU, not
+        with the CPU's launch gaps that timing each launch between events takes in (they made such landscapes
+        swing 2x between neighbouring M); the wall clock in the interpreter."""
+        fn = functools.partial(self, self.spec["plain"], m, **config)
         if DEVICE == "cpu":
             from autotuner.engine.timing import time_wall
 
-            return time_wall(lambda: self(self.spec["plain"], m, **config)).median_ms
-        return float(triton.testing.do_bench(lambda: self(self.spec["plain"], m, **config), warmup=5, rep=25))
+            return time_wall(fn).median_ms
+        self.tensors(m)  # made before the graph is captured
+        return float(triton.testing.do_bench_cudagraph(fn, rep=20, return_mode="median"))

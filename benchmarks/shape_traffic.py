@@ -9,11 +9,13 @@ Per kernel, each step in a new process, with a database of its own:
    model against nearest included);
 3. stream: a serving-like stream of M (log-normal over the range, seeded; STREAM_CALLS calls, repeated for
    --seconds) with AUTOTUNER_ON_MISS=nearest and AUTOTUNER_RECHECK_S=2, while one `autotuner worker` runs beside
-   it: every miss queues its key, raised in priority by its meets; each --every seconds, the config each sampled key
-   is served is noted. The first STREAM_CALLS calls' wall time is the stream time;
+   it (on --worker-gpu, else on the stream's GPU): every miss queues its key, raised in priority by its meets; each
+   --every seconds, the config each sampled key is served is noted. The first STREAM_CALLS calls' wall time (new
+   inputs each call, misses resolved) is the stream time;
 4. triton.autotune on the same stream for --triton-s seconds: its seconds per new key, and the stream's time at
    that rate (projected: every distinct key of the stream tuned once);
-5. landscape: every config timed at each sampled key (triton.testing.do_bench): each key's own best.
+5. landscape: every config timed at each sampled key (CUDA-graph replays: shape_kernels.Launcher.time): each
+   key's own best. The sampled keys: the stream's most met half, and half drawn as the stream draws them.
 
 Then the regret of what was served at each note (geomean and worst over the sampled keys, and weighted by how
 often the stream meets them), from the sweep alone (t = 0) to the end.
@@ -40,7 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 STREAM_CALLS = 2000
-SAMPLED = 20
+SAMPLED = 24
 
 
 def stream(spec: dict[str, Any], calls: int = STREAM_CALLS, seed: int = 0) -> list[int]:
@@ -51,10 +53,11 @@ def stream(spec: dict[str, Any], calls: int = STREAM_CALLS, seed: int = 0) -> li
 
 
 def sample(ms: list[int], n: int = SAMPLED, seed: int = 1) -> list[int]:
-    """n distinct M of the stream, drawn as the stream draws them (frequent ones more often)."""
+    """n distinct M of the stream: the n/2 it meets most, then more drawn as the stream draws them (frequent ones
+    more often)."""
     r, seen = random.Random(seed), list(dict.fromkeys(ms))
     weights = {m: ms.count(m) for m in seen}
-    out: list[int] = []
+    out = sorted(seen, key=lambda m: -weights[m])[:n // 2]
     while len(out) < min(n, len(seen)):
         m = r.choices(seen, [weights[x] for x in seen])[0]
         if m not in out:
@@ -221,8 +224,9 @@ def run_kernel(kernel: str, args: argparse.Namespace) -> dict[str, Any]:
         raise RuntimeError(f"{kernel} sweep failed:\n{sweep.stderr[-4000:]}")
     summary = json.loads(sweep.stdout)
     log = open(Path(args.out, f"traffic_{kernel}_worker.log"), "w")  # noqa: SIM115 - the worker's own log
+    gpu = {"CUDA_VISIBLE_DEVICES": str(args.worker_gpu)} if args.worker_gpu is not None else {}
     worker = subprocess.Popen([sys.executable, "-m", "autotuner", "worker"], cwd=ROOT, stdout=log,
-                              stderr=subprocess.STDOUT, env={**os.environ, **env})
+                              stderr=subprocess.STDOUT, env={**os.environ, **env, **gpu})
     try:
         traffic = run_child(kernel, "stream", {**env, "AUTOTUNER_ON_MISS": "nearest", "AUTOTUNER_RECHECK_S": "2"},
                             args)
@@ -250,6 +254,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=60.0, help="how long the stream runs beside the worker")
     ap.add_argument("--every", type=float, default=10.0, help="seconds between notes of what is served")
     ap.add_argument("--triton-s", type=float, default=20.0, help="how long triton.autotune's stream runs")
+    ap.add_argument("--worker-gpu", type=int, help="the GPU the worker tunes on (default: the stream's own)")
     ap.add_argument("--out", default=".")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--keys", help=argparse.SUPPRESS)
@@ -269,7 +274,8 @@ def main() -> None:
         print(f"{kernel}: sweep {r['sweep_s']:.0f} s ({r['sweep_points']} points), stream of {STREAM_CALLS} calls "
               f"{r['stream']['stream_s']:.2f} s, triton.autotune {r['triton']['s_per_key']:.2f} s a new key",
               flush=True)
-    print(f"\ndevice: {device}; {SAMPLED} sampled keys per kernel, regret against each key's best of the list\n")
+    print(f"\ndevice: {device}; {SAMPLED} sampled keys per kernel (the {SAMPLED // 2} met most, the rest drawn by "
+          "frequency), regret against each key's best of the list (CUDA-graph timings)\n")
     print("| kernel | sweep | stream, 2000 calls | triton.autotune, projected | x | regret after the sweep "
           "(geomean / worst / by meets) | at the end | jobs done |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
