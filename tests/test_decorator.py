@@ -383,6 +383,37 @@ def test_the_most_met_keys_are_tuned_first_and_a_process_picks_their_winners_up(
     torch.testing.assert_close(y, 2 * x)
 
 
+def test_a_recording_waiting_on_the_background_thread_holds_no_tensor_of_its_launch(url, use):
+    """A burst of misses under on_miss=nearest queues one recording each on the background thread: while they
+    wait, they hold the tensors' forms only, so the launches' memory is freed at once (a serving stream of new
+    shapes ran a GPU out of memory when they held the tensors)."""
+    import gc
+    import weakref
+
+    from autotuner.launch.lookup import resolver
+
+    use(on_miss="nearest")
+    _store_winner(url, dk.scale_kernel, 4096, {"BLOCK": 128, "num_warps": 4, "num_stages": 3})
+    gate = threading.Event()
+    resolver().in_background(gate.wait)  # the background thread is busy until the gate opens
+    try:
+        refs = []
+        for n in (3000, 2000):
+            x, y = torch.randn(n), torch.empty(n)
+            dk.scale_kernel[grid(n)](x, y, n, 2.0)
+            torch.testing.assert_close(y, 2 * x)
+            refs += [weakref.ref(x), weakref.ref(y)]
+            del x, y
+        gc.collect()
+        assert [r() is None for r in refs] == [True] * 4
+    finally:
+        gate.set()
+    resolver()._join_background()
+    with session_scope(Store(url).engine) as s:
+        jobs = {j.shape: j.options["call"]["args"]["x_ptr"]["tensor"]["shape"] for j in s.scalars(select(Job))}
+    assert jobs == {"n=3000": [3000], "n=2000": [2000]}  # recorded from the forms, as from the tensors
+
+
 def test_nearest_policy_skips_a_winner_the_pruning_or_the_space_rules_out(url, use):
     """accumulate prunes BLOCK=64 away: the nearest key's winner with BLOCK 64 is passed over for the next
     nearest; with no valid winner near, the default."""

@@ -120,6 +120,33 @@ class KernelProblem(ProblemBase):
         return dict(self.values).get(name, default)
 
 
+class TensorForm:
+    """A tensor argument's form without its data (shape, strides, dtype, device): what recording a launch reads,
+    so that a recording still waiting on another thread holds no tensor of the launch."""
+
+    __slots__ = ("shape", "_stride", "dtype", "device")
+
+    def __init__(self, t: torch.Tensor) -> None:
+        self.shape, self._stride, self.dtype, self.device = t.shape, t.stride(), t.dtype, t.device
+
+    def stride(self, dim: int | None = None) -> Any:
+        return self._stride if dim is None else self._stride[dim]
+
+    def size(self, dim: int | None = None) -> Any:
+        return self.shape if dim is None else self.shape[dim]
+
+    def dim(self) -> int:
+        return len(self.shape)
+
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+
+def forms(named: Mapping[str, Any]) -> dict[str, Any]:
+    """The arguments with each tensor replaced by its form (TensorForm)."""
+    return {k: TensorForm(v) if isinstance(v, torch.Tensor) else v for k, v in named.items()}
+
+
 def record_call(arg_names: list[str], named: Mapping[str, Any], grids: Mapping[str, tuple[int, ...]]) -> dict[str, Any]:
     """What a worker needs to replay a launch: each argument's form, and the grid of each candidate config."""
     args: dict[str, Any] = {}
@@ -127,7 +154,7 @@ def record_call(arg_names: list[str], named: Mapping[str, Any], grids: Mapping[s
         if name not in named:
             continue
         v = named[name]
-        if isinstance(v, torch.Tensor):
+        if isinstance(v, torch.Tensor | TensorForm):
             args[name] = {"tensor": {"shape": list(v.shape), "stride": list(v.stride()), "dtype": dtype_name(v.dtype)}}
         elif isinstance(v, SCALARS):
             args[name] = {"value": v}

@@ -18,6 +18,7 @@ the most-met keys first (autotuner.launch.lookup.Pending).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -26,7 +27,7 @@ from typing import Any
 
 from autotuner.decorator.engine_view import EngineView
 from autotuner.decorator.in_process import tune_here, untried
-from autotuner.decorator.kernel_problem import record_call
+from autotuner.decorator.kernel_problem import forms, record_call
 from autotuner.decorator.keys import Miss
 from autotuner.launch.lookup import NotFound, resolver
 from search_spaces.space import config_key
@@ -152,6 +153,9 @@ def record(view: EngineView, miss: Miss, *, background: bool = False) -> None:
         return
 
     pause = _let_launches_run if background else _no_pause
+    if background:  # what waits for the other thread holds the tensors' forms, not the tensors (nor their memory)
+        named = forms(miss.named)
+        miss = dataclasses.replace(miss, args=(), kwargs=forms(miss.kwargs), named=named, pruned=None)
 
     def write() -> None:
         spec = view.spec
