@@ -86,9 +86,12 @@ KERNELS: dict[str, dict[str, Any]] = {
 }
 
 
-if DEVICE == "cpu":  # Triton's interpreter: the same kernels and lists, small enough to try a benchmark's steps
-    for _spec in KERNELS.values():
-        _spec.update(n=32, k=32 if _spec["k"] else None, low=16, high=64)
+
+
+def small_for_the_interpreter() -> None:
+    """The same kernels and lists at sizes Triton's interpreter runs in seconds: to try a benchmark's steps."""
+    for spec in KERNELS.values():
+        spec.update(n=32, k=32 if spec["k"] else None, low=16, high=64)
 
 
 def decorated(spec: dict[str, Any]) -> Any:

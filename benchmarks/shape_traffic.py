@@ -166,7 +166,10 @@ def step_landscape(spec: dict[str, Any], keys: list[int]) -> dict[str, Any]:
 
 
 def child(kernel: str, step: str, args: argparse.Namespace) -> None:
-    from benchmarks.shape_kernels import KERNELS
+    from benchmarks.shape_kernels import DEVICE, KERNELS, small_for_the_interpreter
+
+    if DEVICE == "cpu":
+        small_for_the_interpreter()
 
     spec = KERNELS[kernel]
     if step == "record":
@@ -208,7 +211,10 @@ def regret(times: dict[str, list[float]], configs: list[dict[str, Any]], chosen:
 
 
 def run_kernel(kernel: str, args: argparse.Namespace) -> dict[str, Any]:
-    from benchmarks.shape_kernels import DTYPE, KERNELS, sweep_shape
+    from benchmarks.shape_kernels import DEVICE, DTYPE, KERNELS, small_for_the_interpreter, sweep_shape
+
+    if DEVICE == "cpu":
+        small_for_the_interpreter()
 
     spec = KERNELS[kernel]
     tmp = tempfile.mkdtemp()
