@@ -6,7 +6,7 @@ of the time. Model: scikit-learn's ExtraTreesRegressor, whose random split thres
 interpolation between the points (a plain tree's steps repeat the nearest point's ranking).
 
 Measured before it is trusted, leaving one point out at a time: each inner point's config is picked by the model
-trained on the other points' trials, and by the nearest other point's winner; each pick's loss is its time on that
+trained on the other points' trials (among the configs near the front on those points: `shortlist`), and by the nearest other point's winner; each pick's loss is its time on that
 point over the best time measured there (a pick never timed there is not measured). The model is chosen where its
 geomean loss is the smaller, with at least half of its picks measured. Its picks are then written for positions
 along the sweep (PER_OCTAVE an octave of the swept dimension) as data (autotuner.store.prediction): serving reads
@@ -30,7 +30,8 @@ from search_spaces.contract import ProblemType
 from search_spaces.space import config_key
 
 PER_OCTAVE = 8
-TREES = 200
+TREES = 64
+SHORTLIST = 8  # each point's fastest configs: the candidates the model ranks
 Times = Mapping[str, tuple[dict[str, Any], float | None]]  # a point's config_key -> (config, ms; None: failed)
 
 
@@ -60,12 +61,24 @@ class _Model:
         rows = [(features(d, config, params), math.log(ms)) for d, t in zip(dims, times, strict=True)
                 for config, ms in t.values() if ms is not None and ms > 0]
         self.params = params
-        self.fit = ExtraTreesRegressor(n_estimators=TREES, random_state=0).fit(
+        self.fit = ExtraTreesRegressor(n_estimators=TREES, random_state=0, n_jobs=-1).fit(
             [r[0] for r in rows], [r[1] for r in rows])
 
-    def pick(self, dims: Sequence[float], configs: Sequence[Mapping[str, Any]]) -> int:
-        predicted = self.fit.predict([features(dims, c, self.params) for c in configs])
-        return min(range(len(configs)), key=lambda i: predicted[i])
+    def picks(self, positions: Sequence[Sequence[float]], configs: Sequence[Mapping[str, Any]]) -> list[int]:
+        """The index of the config predicted fastest at each position (one prediction for all of them)."""
+        predicted = self.fit.predict([features(d, c, self.params) for d in positions for c in configs])
+        n = len(configs)
+        return [min(range(n), key=lambda i: predicted[p * n + i]) for p in range(len(positions))]
+
+
+def shortlist(times: Sequence[Times]) -> list[str]:
+    """The configs among each point's SHORTLIST fastest, in first-seen order: what the model ranks (a config never
+    near the front anywhere is not worth predicting, and fewer candidates keep a large space's sweep quick)."""
+    keys: dict[str, None] = {}
+    for t in times:
+        timed = sorted(((ms, k) for k, (_, ms) in t.items() if ms is not None and ms > 0))
+        keys.update(dict.fromkeys(k for _, k in timed[:SHORTLIST]))
+    return list(keys)
 
 
 def _best(times: Times) -> tuple[str, float] | None:
@@ -92,7 +105,6 @@ def predict(problems: Sequence[ProblemType], times: Sequence[Times], *, kernel_h
         for key, (config, ms) in t.items():
             if ms is not None:
                 configs.setdefault(key, dict(config))
-    keys = list(configs)
     params = sorted({k for c in configs.values() for k in c})
     model_losses: list[float] = []
     nearest_losses: list[float] = []
@@ -101,7 +113,8 @@ def predict(problems: Sequence[ProblemType], times: Sequence[Times], *, kernel_h
         assert own is not None
         rest = [j for j in range(len(kept)) if j != i]
         model = _Model([dims[j] for j in rest], [measured[j] for j in rest], params)
-        picked = keys[model.pick(dims[i], [configs[k] for k in keys])]
+        keys = shortlist([measured[j] for j in rest])
+        picked = keys[model.picks([dims[i]], [configs[k] for k in keys])[0]]
         ms = measured[i].get(picked, ({}, None))[1]
         if ms is not None:
             model_losses.append(ms / own[1] - 1)
@@ -123,10 +136,11 @@ def predict(problems: Sequence[ProblemType], times: Sequence[Times], *, kernel_h
         chosen, why = MODEL, f"the model lost {model_loss:+.1%} where nearest lost " + (
             f"{nearest_loss:+.1%}" if nearest_loss is not None else "an unmeasured amount")
     full = _Model(dims, measured, params)
+    keys = shortlist(measured)
     octaves = max(_distance(dims[0], dims[-1]), 1.0)
     steps = max(2, math.ceil(octaves * PER_OCTAVE) + 1)
-    picks = tuple(full.pick(_between(dims[0], dims[-1], s / (steps - 1)), [configs[k] for k in keys])
-                  for s in range(steps))
+    picks = tuple(full.picks([_between(dims[0], dims[-1], s / (steps - 1)) for s in range(steps)],
+                             [configs[k] for k in keys]))
     return Prediction(chosen=chosen, why=why, left_out=left_out, model_loss=model_loss,
                       model_worst=max(model_losses) if model_losses else None, measured=len(model_losses),
                       nearest_loss=nearest_loss, nearest_worst=max(nearest_losses) if nearest_losses else None,

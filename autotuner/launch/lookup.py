@@ -75,7 +75,7 @@ class Resolution:
     from_problem: str | None = None
     stale: StoredBest | None = None  # an exact result that was not served: another kernel hash or Triton
     median_ms: float | None = None  # for an exact answer from the service, which sends no row
-    between_points: bool = False  # served by a refined sweep's rule: its bucket's result would not serve it
+    between_points: bool = False  # served by a refined or predicting sweep's rule: its bucket's result would not
     pick: Pick | None = None  # a predicted answer: the sweep's model's pick, and what it was measured at
 
 
@@ -222,8 +222,8 @@ class Resolver:
         store, error = self.store.peek()
         res = resolve(op, problem, device, store=store, store_error=error, service=self.service, fallback=fallback)
         if res.source not in ("exact", "bucket") and (self.settings.tune_on_miss or self.settings.on_miss == "nearest"):
-            # the bucket's representative serves every problem of its bucket, but not one between a refined
-            # sweep's points: that one is queued itself
+            # the bucket's representative serves every problem of its bucket, but not one between a refined or
+            # predicting sweep's points: that one is queued itself
             self._tune_on_miss(op, problem if res.between_points else problem.bucket(), device)
         return res
 
@@ -241,7 +241,7 @@ class Resolver:
 
     def met(self, op: Op, problem: ProblemType, device: DeviceInfo, meets: int) -> None:
         """`meets` more launches were served a non-exact answer for `problem`: the tuning job its miss queued here
-        (the bucket's representative's, or its own between a refined sweep's points) rises by as much in priority,
+        (the bucket's representative's, or its own between a sweep's points) rises by as much in priority,
         so workers drain the most-met first; on the background thread, after the queueing handed to it before."""
         self.in_background(lambda: self._raise(op, problem, device, meets))
 
