@@ -211,6 +211,14 @@ def recorded_options(session: Session, *, op: str, shape: str, dtype: str) -> di
     return dict(job.options) if job is not None else None
 
 
+def recorded_calls(session: Session, *, op: str, dtype: str, limit: int = 64) -> list[tuple[str, dict[str, Any]]]:
+    """(shape, options) of the newest tuning jobs of this op and dtype that carry a recorded call."""
+    jobs = session.scalars(select(Job).where(Job.op == op, Job.dtype == dtype, Job.kind == "tune")
+                           .order_by(Job.id.desc()).limit(limit))
+    return [(j.shape, dict(j.options)) for j in jobs if isinstance(j.options, dict)
+            and isinstance(j.options.get("call"), dict)]
+
+
 def recorded_dtypes(session: Session, *, op: str, shape: str) -> list[str]:
     """The dtypes this problem's tuning jobs were recorded in (a decorated kernel's key names them)."""
     return sorted(set(session.scalars(select(Job.dtype).where(Job.op == op, Job.shape == shape, Job.kind == "tune"))))

@@ -268,8 +268,9 @@ def test_the_examples_run_as_the_readme_says(tmp_path, script, args):
 
 
 def test_the_cli_tunes_a_recorded_kernel_problem(url, use):
-    """`autotuner tune module:kernel --shape KEY` tunes the call a process recorded; without one, it says how to
-    record it."""
+    """`autotuner tune module:kernel --shape KEY` tunes the call a process recorded, or one made from a call
+    recorded at another value of the key (n=301 from n=300: the tensors and the grid follow); with neither, it
+    says how to record one."""
     use(on_miss="default")
     dk.scale_kernel[grid(300)](torch.randn(300), torch.empty(300), 300, 2.0)
     cmd = [sys.executable, "-m", "autotuner", "tune", "tests.decorated_kernels:scale_kernel", "--dtype", "float32",
@@ -278,7 +279,11 @@ def test_the_cli_tunes_a_recorded_kernel_problem(url, use):
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout)
     assert result["problem_key"] == "n=300:float32" and len(result["trials"]) == 3 and result["failures"] == 0
-    missing = subprocess.run([*cmd, "--shape", "n=301"], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    made = subprocess.run([*cmd, "--shape", "n=301"], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert made.returncode == 0, made.stderr
+    assert json.loads(made.stdout)["problem_key"] == "n=301:float32" and json.loads(made.stdout)["failures"] == 0
+    other = [c if c != "float32" else "float16" for c in cmd]  # nothing recorded in float16
+    missing = subprocess.run([*other, "--shape", "n=301"], capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert missing.returncode == 2 and "no recorded call" in missing.stderr and "AUTOTUNER_RECORD=1" in missing.stderr
     no_dtype = [c for c in cmd if c not in ("--dtype", "float32")]  # the dtype the call was recorded in
     again = subprocess.run([*no_dtype, "--shape", "n=300"], capture_output=True, text=True, cwd=ROOT, timeout=600)

@@ -13,6 +13,7 @@ from autotuner.base.device import DeviceInfo
 from autotuner.base.registry import Op
 from autotuner.store.nearest import nearest_stored
 from autotuner.store.prediction import Prediction
+from autotuner.store.recorded_calls import derived_call
 from autotuner.store.rows import (
     CrossTimingRow,
     DeviceRow,
@@ -316,12 +317,28 @@ class Store:
             return queue.recorded_options(s, op=op, shape=shape, dtype=dtype)
 
     def recorded_problem(self, op: Op, shape: str, dtype: str) -> ProblemType:
-        """A decorated kernel's problem with the call a launching process recorded for it (the newest job's);
-        NoRecordedCall (a ProblemError) where none was recorded."""
+        """A decorated kernel's problem with the call a launching process recorded for it (the newest job's), else
+        one made from a call recorded where one key argument had another value (store.recorded_calls);
+        NoRecordedCall (a ProblemError) where neither is."""
         recorded = self.recorded_options(op=op.name, shape=shape, dtype=dtype)
-        if not recorded:
-            raise NoRecordedCall(f"no recorded call of {op.name} {shape} to tune from")
-        return op.parse_problem(shape, dtype, **recorded)
+        if recorded:
+            return op.parse_problem(shape, dtype, **recorded)
+        wanted = dict(getattr(op.parse_problem(shape, dtype), "values", ()))
+        with session_scope(self.engine) as s:
+            others = queue.recorded_calls(s, op=op.name, dtype=dtype)
+        for other, options in others:  # a call recorded at another value of one key argument, newest first
+            try:
+                values = dict(getattr(op.parse_problem(other, dtype), "values", ()))
+            except ValueError:
+                continue
+            try:
+                call = derived_call(options["call"], values, wanted)
+            except (KeyError, TypeError, ValueError, AttributeError, ZeroDivisionError):  # a malformed row
+                continue
+            if call is not None:
+                return op.parse_problem(shape, dtype, call=call)
+        raise NoRecordedCall(f"no recorded call of {op.name} {shape} to tune from, nor one at another value of one "
+                             "key argument that it can be made from")
 
     def recorded_dtypes(self, *, op: str, shape: str) -> list[str]:
         """The dtypes calls of this problem were recorded in."""
