@@ -290,6 +290,31 @@ def test_the_cli_tunes_a_recorded_kernel_problem(url, use):
     assert again.returncode == 0 and json.loads(again.stdout)["problem_key"] == "n=300:float32", again.stderr
 
 
+def test_from_one_recorded_launch_to_a_served_sweep(url, use):
+    """The guide's steps: one launch recorded, a sweep over the key tuned from it (each point's call made from
+    that one), then a launch between the points served from the sweep."""
+    use(record=True)
+    x = torch.randn(300)
+    dk.scale_kernel[grid(300)](x, torch.empty(300), 300, 2.0)  # tuned here (on_miss=tune), and recorded
+    from autotuner.launch.lookup import resolver
+
+    resolver()._join_background()
+    out = subprocess.run([sys.executable, "-m", "autotuner", "tune", "tests.decorated_kernels:scale_kernel",
+                          "--shape", "n=256-1024:pow2", "--dtype", "float32", "--db", url, "--json", "-q",
+                          "--refine-points", "0"], capture_output=True, text=True, cwd=ROOT, timeout=900)
+    assert out.returncode == 0, out.stderr
+    summary = json.loads(out.stdout)
+    assert [p["problem"] for p in summary["points"]] == ["n=256:float32", "n=512:float32", "n=1024:float32"]
+    assert all(p["winner"] is not None for p in summary["points"]) and summary["errors"] == {}
+    use(on_miss="nearest")
+    y = torch.empty(700)
+    x = torch.randn(700)
+    dk.scale_kernel[grid(700)](x, y, 700, 2.0)
+    torch.testing.assert_close(y, 2 * x)
+    source = next(iter(dk.scale_kernel.sources.values()))
+    assert source.startswith(("nearest (n=512", "nearest (n=1024", "predicted")), source
+
+
 def test_the_service_and_the_report_show_a_decorated_kernel(url, use, tmp_path):
     """GET /config answers for a decorated kernel on a service that loads its module (AUTOTUNER_PLUGINS), the key
     passed as `shape` and the tensor dtypes as `dtype`; the report draws it against its default config."""
