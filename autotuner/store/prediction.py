@@ -59,9 +59,12 @@ class Prediction:
 
     def basis(self, sweep_id: int) -> str:
         """How the expected regret of a pick was measured, in words."""
+        def loss(value: float | None, worst: float | None) -> str:
+            return "an unmeasured loss" if value is None or worst is None else f"{value:+.1%} (worst {worst:+.1%})"
+
         return (f"picked by a model of sweep {sweep_id}'s trials; leaving each of its {self.left_out} inner points "
-                f"out in turn, its picks lost {self.model_loss:+.1%} geomean (worst {self.model_worst:+.1%}) against "
-                f"{self.nearest_loss:+.1%} (worst {self.nearest_worst:+.1%}) for the nearest point's winner")
+                f"out in turn, its picks lost {loss(self.model_loss, self.model_worst)} geomean against "
+                f"{loss(self.nearest_loss, self.nearest_worst)} for the nearest point's winner")
 
 
 def _loss(value: Any) -> float | None:
