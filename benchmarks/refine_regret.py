@@ -215,12 +215,12 @@ def analyse(name: str, spec: dict[str, Any], times: dict[int, list[float]], land
         span = math.log(points[-1] / points[0])
         picked = [times[m][configs.index(model.pick_at(math.log(m / points[0]) / span))] / min(times[m]) - 1
                   for m in held]
-        nearest = result[label]["nearest"]["regrets"]
-        served = picked if model.chosen == MODEL else nearest
+        by_nearest: list[float] = result[label]["nearest"]["regrets"]
+        chosen = picked if model.chosen == MODEL else by_nearest
         result[label]["predictor"] = {
             "chosen": model.chosen, "loo_model": model.model_loss, "loo_nearest": model.nearest_loss,
             "model": {"geomean": geomean(picked), "worst": max(picked)},
-            "served": {"geomean": geomean(served), "worst": max(served)}}
+            "served": {"geomean": geomean(chosen), "worst": max(chosen)}}
         # each held-back key's best among the sweep's distinct winners, as timing only those at the key would find
         distinct = {best[p] for p in points}
         of_winners = [min(times[m][i] for i in distinct) / min(times[m]) - 1 for m in held]

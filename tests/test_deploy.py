@@ -62,5 +62,5 @@ def test_the_image_holds_every_package_and_serves_by_default():
     packages = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"]
     copied = set(re.findall(r"^COPY (\w+) \./\1$", dockerfile, flags=re.M))
     assert {p.rstrip("*") for p in packages} <= copied
-    assert 'pip install ".[server,postgres]"' in dockerfile
+    assert 'pip install ".[server,postgres,predict]"' in dockerfile  # the worker fits sweeps' models
     assert re.search(r'^CMD \["autotuner", "serve", "--host", "0.0.0.0"', dockerfile, flags=re.M)

@@ -336,7 +336,7 @@ def test_an_unsettled_answer_is_asked_again_not_read_back_from_tritons_cache(ins
     """Under AUTOTUNER_ON_MISS=default a covered kernel launches its first config (written into Triton's cache,
     as Triton's run would) and queues the key; once a worker has tuned it, the answer asked again is the
     database's winner, not the default read back from that cache."""
-    from autotuner.decorator import autotuned
+    from autotuner.launch import lookup
     from autotuner.launch.lookup import resolver
     from autotuner.worker.loop import Worker
 
@@ -348,7 +348,7 @@ def test_an_unsettled_answer_is_asked_again_not_read_back_from_tritons_cache(ins
     assert adopted.sources[key].startswith("default") and ta.scale.best_config is ta.CONFIGS[0]
     resolver()._join_background()
     assert Worker(Settings(db_url=url), name="w").run_job(Store(url).claim_job("w")[0]) == "done"
-    monkeypatch.setattr(autotuned, "_now", lambda: float("inf"))
+    monkeypatch.setattr(lookup, "_now", lambda: float("inf"))
     ta.scale[ta.grid(500)](x, y, 500, 2.0)
     torch.testing.assert_close(y, 2 * x)
     assert adopted.sources[key] == "exact (database)"

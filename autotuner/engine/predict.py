@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from autotuner.base.device import DeviceInfo
 from autotuner.base.registry import Op
@@ -86,7 +86,11 @@ def _best(times: Times) -> tuple[str, float] | None:
     return min(timed, key=lambda t: t[1]) if timed else None
 
 
-def predict(problems: Sequence[ProblemType], times: Sequence[Times], *, kernel_hash: str,
+class Dimensioned(Protocol):
+    def dims(self) -> tuple[float, ...]: ...
+
+
+def predict(problems: Sequence[Dimensioned], times: Sequence[Times], *, kernel_hash: str,
             triton_version: str) -> Prediction | None:
     """The sweep's prediction from each point's measured times (its trials, and other points' winners timed on
     it); None where there are fewer than three points (nothing to leave out), one has no measured time, or
