@@ -154,8 +154,7 @@ def record(view: EngineView, miss: Miss, *, background: bool = False) -> None:
 
     pause = _let_launches_run if background else _no_pause
     if background:  # what waits for the other thread holds the tensors' forms, not the tensors (nor their memory)
-        named = forms(miss.named)
-        miss = dataclasses.replace(miss, args=(), kwargs=forms(miss.kwargs), named=named, pruned=None)
+        miss = dataclasses.replace(miss, args=(), kwargs=forms(miss.kwargs), named=forms(miss.named), pruned=None)
 
     def write() -> None:
         spec = view.spec

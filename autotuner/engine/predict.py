@@ -71,19 +71,23 @@ class _Model:
         return [min(range(n), key=lambda i: predicted[p * n + i]) for p in range(len(positions))]
 
 
+def _fastest(times: Times) -> list[tuple[str, float]]:
+    """A point's measured configs, (config_key, ms), fastest first."""
+    return sorted(((k, ms) for k, (_, ms) in times.items() if ms is not None and ms > 0), key=lambda t: t[1])
+
+
 def shortlist(times: Sequence[Times]) -> list[str]:
     """The configs among each point's SHORTLIST fastest, in first-seen order: what the model ranks (a config never
     near the front anywhere is not worth predicting, and fewer candidates keep a large space's sweep quick)."""
     keys: dict[str, None] = {}
     for t in times:
-        timed = sorted(((ms, k) for k, (_, ms) in t.items() if ms is not None and ms > 0))
-        keys.update(dict.fromkeys(k for _, k in timed[:SHORTLIST]))
+        keys.update(dict.fromkeys(k for k, _ in _fastest(t)[:SHORTLIST]))
     return list(keys)
 
 
 def _best(times: Times) -> tuple[str, float] | None:
-    timed = [(k, ms) for k, (_, ms) in times.items() if ms is not None and ms > 0]
-    return min(timed, key=lambda t: t[1]) if timed else None
+    fastest = _fastest(times)
+    return fastest[0] if fastest else None
 
 
 class Dimensioned(Protocol):
