@@ -1,33 +1,44 @@
-"""A workload's shapes, not one: a stream of matmul calls whose M changes on every call, as a serving process's
-token counts do. N = K = 4096, float16; M drawn from a long-tailed distribution over 1..8192 (log-normal: median
-32, sigma 2.0 in log space, clipped to 1..8192; seeded), 2000 calls.
+"""A workload's shapes, not one, on kernels nobody tuned for it: a serving-like stream of calls whose M changes
+on every call, served by a sweep and closed by traffic, against `@triton.autotune` on the same config list. For
+each kernel of benchmarks/shape_kernels.py (written as libraries write them; their lists not tuned for this):
 
-Cases, each in a new process with a database of its own:
+    lib_matmul  a tiled bf16 matmul, 12 configs of BLOCK_M/N, warps and stages, N = K = 4096, M = 16..4096
+    small_k     the same at N = 1024, K = 256: few tiles, so its best config changes sharply with M
+    rms_rows    an RMSNorm over rows of 4096 with ROWS rows per program (16 configs), M = 256..65536
 
-    a    the Triton tutorial's matmul under @triton.autotune (its 8-config list, key M, N, K)
-    b    the same kernel under @autotuner.autotune, on_miss=tune: every new key tuned on the launching thread
-         (DYNAMIC_DEADLINE_S: stop the stream after that many seconds, and say how many calls were made)
-    c    the same under @autotuner.autotune, on_miss=nearest, after a pow2 sweep of M (1..8192, 14 points) tuned
-         with `autotuner tune ... --shape M=1-8192:pow2,N=4096,K=4096` from recorded calls: nothing tuned inline
-    lib  autotuner.matmul after `autotuner tune matmul --M 1-8192:pow2 --N 4096 --K 4096` (pow2 buckets of M),
-         AUTOTUNER_ON_MISS=nearest
+Per kernel, each step in a new process, with a database of its own:
 
-Each case reports the stream's wall time, the tunings run on the launching thread, and its regret: on a sample
-of M values from the stream, the config it launched timed against that M's own best, interleaved with CUDA
-events (a-c: the best of the 8-config list, timed exhaustively; lib: the winner of a 64-trial tuning of that M).
+1. record: one launch at each power-of-two M of its range (AUTOTUNER_ON_MISS=default records the call);
+2. sweep: `autotuner tune NAME --shape M=LOW-HIGH:pow2,...` (timed: the sweep's wall time, refinement and the
+   model against nearest included);
+3. stream: a serving-like stream of M (log-normal over the range, seeded; STREAM_CALLS calls, repeated for
+   --seconds) with AUTOTUNER_ON_MISS=nearest and AUTOTUNER_RECHECK_S=2, while one `autotuner worker` runs beside
+   it (on --worker-gpu, else on the stream's GPU): every miss queues its key, raised in priority by its meets; each
+   --every seconds, the config each sampled key is served is noted. The first STREAM_CALLS calls' wall time (new
+   inputs each call, misses resolved) is the stream time;
+4. triton.autotune on the same stream for --triton-s seconds: its seconds per new key, and the stream's time at
+   that rate (projected: every distinct key of the stream tuned once);
+5. regret: at each sampled key, every config of the list timed (CUDA-graph replays: shape_kernels.Launcher.time),
+   then the fastest FINALISTS and every config served there timed again in ROUNDS interleaved rounds (medians):
+   each served config against the key's best of those. A single timing of a few-microsecond kernel moves by
+   several percent from one moment to the next; the rounds keep that out of the regret. The sampled keys: the
+   stream's most met half, and half drawn as the stream draws them.
 
-    python benchmarks/dynamic_shapes.py --cases a,b,c,lib --out DIR     # on a GPU; each case's JSON in DIR
+Then the regret of what was served at each note (geomean and worst over the sampled keys, and weighted by how
+often the stream meets them), from the sweep alone (t = 0) to the end.
+
+    python benchmarks/dynamic_shapes.py --kernels small_k,lib_matmul,rms_rows --seconds 60 --out DIR   # on a GPU
+    python benchmarks/dynamic_shapes.py --seconds 5 --every 2 --triton-s 2    # the steps, small, in the interpreter
 """
 
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import math
 import os
 import random
-import statistics
+import signal
 import subprocess
 import sys
 import tempfile
@@ -38,45 +49,26 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import torch  # noqa: E402
-import triton  # noqa: E402
-
-import autotuner  # noqa: E402  (first: picks the interpreter where there is no GPU)
-from examples.tutorial_matmul import get_autotune_config, matmul_kernel  # noqa: E402
-
-N = K = int(os.environ.get("DYNAMIC_NK", "4096"))  # smaller for a smoke run in the interpreter
-M_MAX = int(os.environ.get("DYNAMIC_M_MAX", "8192"))
-DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-DTYPE = torch.float16 if DEVICE == "cuda" else torch.float32
-NAME = "benchmarks.dynamic_shapes:mm_nearest"
-# The kernel a sweep tunes from recorded calls: importable by its name, so `autotuner tune` and the workers reach
-# it (a new process imports this module).
-mm_nearest = autotuner.autotune(configs=get_autotune_config(), key=["M", "N", "K"], name=NAME)(matmul_kernel.fn)
+STREAM_CALLS = 2000
+SAMPLED = 24
+FINALISTS = 3  # the configs fastest at a key in one pass, timed again with those served there
+ROUNDS = 3
+REP_MS = 5.0  # milliseconds of launches in each timing's CUDA graph
 
 
-def timed(fn: Any, warmup_ms: float = 5, rep_ms: float = 20) -> float:
-    """A launch's median time: CUDA events on a GPU, the wall clock in the interpreter."""
-    from autotuner.engine.timing import time_cuda, time_fn
-
-    return (time_cuda(fn, warmup_ms, rep_ms) if DEVICE == "cuda" else time_fn(fn, True, warmup_ms, rep_ms)).median_ms
-
-
-def sync() -> None:
-    if DEVICE == "cuda":
-        torch.cuda.synchronize()
-
-
-def stream(calls: int, seed: int = 0) -> list[int]:
-    """The M of each call: log-normal (median 32, sigma 2.0), clipped to 1..8192."""
+def stream(spec: dict[str, Any], calls: int = STREAM_CALLS, seed: int = 0) -> list[int]:
+    """The M of each call: log-normal, median 8x the range's low end, sigma 1.5, clipped to the range."""
     r = random.Random(seed)
-    return [min(M_MAX, max(1, int(r.lognormvariate(math.log(32), 2.0)))) for _ in range(calls)]
+    low, high = spec["low"], spec["high"]
+    return [min(high, max(low, int(r.lognormvariate(math.log(8 * low), 1.5)))) for _ in range(calls)]
 
 
-def sample(ms: list[int], n: int, seed: int = 1) -> list[int]:
-    """n distinct M values of the stream, drawn as the stream draws them (frequent ones more often)."""
+def sample(ms: list[int], n: int = SAMPLED, seed: int = 1) -> list[int]:
+    """n distinct M of the stream: the n/2 it meets most, then more drawn as the stream draws them (frequent ones
+    more often)."""
     r, seen = random.Random(seed), list(dict.fromkeys(ms))
     weights = {m: ms.count(m) for m in seen}
-    out: list[int] = []
+    out = sorted(seen, key=lambda m: -weights[m])[:n // 2]
     while len(out) < min(n, len(seen)):
         m = r.choices(seen, [weights[x] for x in seen])[0]
         if m not in out:
@@ -84,250 +76,272 @@ def sample(ms: list[int], n: int, seed: int = 1) -> list[int]:
     return sorted(out)
 
 
-class Operands:
-    def __init__(self) -> None:
-        g = torch.Generator(device="cpu").manual_seed(0)
-        self.a = torch.randn(M_MAX, K, generator=g).to(DEVICE, DTYPE)
-        self.b = torch.randn(K, N, generator=g).to(DEVICE, DTYPE)
+def served(kernel: Any, keys: list[int]) -> dict[int, dict[str, Any]]:
+    from autotuner.decorator.configs import config_dict
 
-    def launch(self, kernel: Any, m: int, **config: Any) -> torch.Tensor:
-        a = self.a[:m]
-        c = torch.empty(m, N, device=DEVICE, dtype=DTYPE)
-
-        def grid(meta: dict[str, Any]) -> tuple[int]:
-            return (triton.cdiv(m, meta["BLOCK_SIZE_M"]) * triton.cdiv(N, meta["BLOCK_SIZE_N"]),)
-
-        kernel[grid](a, self.b, c, m, N, K, a.stride(0), a.stride(1), self.b.stride(0), self.b.stride(1), c.stride(0),
-                     c.stride(1), **config)
-        return c
+    return {int(k[0]): config_dict(c) for k, c in list(kernel.cache.items()) if int(k[0]) in keys}
 
 
-def run_stream(ms: list[int], call: Any, deadline_s: float | None = None) -> tuple[float, int]:
-    """The stream's wall time and the calls made: all of them, or those made before `deadline_s` ran out."""
+def sync() -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+# -- the steps, each in its own process ----------------------------------------------------------------------------
+def step_record(spec: dict[str, Any]) -> dict[str, Any]:
+    from benchmarks.shape_kernels import Launcher, decorated
+
+    launch, kernel = Launcher(spec), decorated(spec)
+    m = spec["low"]
+    while m <= spec["high"]:
+        launch(kernel, m)
+        m *= 2
+    sync()
+    from autotuner.launch.lookup import resolver
+
+    resolver()._join_background()
+    return {}
+
+
+def step_stream(spec: dict[str, Any], seconds: float, every: float) -> dict[str, Any]:
+    from benchmarks.shape_kernels import Launcher, decorated
+
+    launch, kernel = Launcher(spec), decorated(spec)
+    ms = stream(spec)
+    keys = sample(ms)
+    notes: list[tuple[float, dict[int, dict[str, Any]]]] = []
     sync()
     t0 = time.perf_counter()
-    done = 0
     for m in ms:
-        call(m)
+        launch(kernel, m)
+    sync()
+    first_pass = time.perf_counter() - t0
+    notes.append((first_pass, served(kernel, keys)))
+    calls, next_note = len(ms), first_pass + every
+    while time.perf_counter() - t0 < seconds:
+        for m in ms:
+            launch(kernel, m)
+            if time.perf_counter() - t0 >= next_note:
+                notes.append((time.perf_counter() - t0, served(kernel, keys)))
+                next_note += every
+        calls += len(ms)
+    sync()
+    notes.append((time.perf_counter() - t0, served(kernel, keys)))
+    sources = [s.split()[0] for s in kernel.sources.values()]
+    order = list(kernel.resolve_s.values())  # in the order the keys were met
+    first = sorted(order)
+    return {"stream_s": first_pass, "calls": calls, "distinct": len(set(ms)), "keys": keys,
+            "meets": {m: ms.count(m) for m in keys}, "notes": notes,
+            "sources_at_end": {s: sources.count(s) for s in sorted(set(sources))},
+            "resolve_ms": {"first": order[0] * 1e3, "p50": first[len(first) // 2] * 1e3, "max": first[-1] * 1e3}
+            if first else {}}
+
+
+def step_triton(spec: dict[str, Any], seconds: float) -> dict[str, Any]:
+    import triton
+
+    from benchmarks.shape_kernels import DEVICE, Launcher, triton_configs
+
+    launch = Launcher(spec)
+    key = ["M", "N", "K"] if spec["kind"] == "matmul" else ["M", "N"]
+    bench = {}
+    if DEVICE == "cpu":  # the interpreter has no driver to time with: the wall clock, as Triton's quantiles
+        from autotuner.engine.timing import time_wall
+
+        bench["do_bench"] = lambda fn, quantiles=None: [time_wall(fn).median_ms] * 3
+    theirs = triton.autotune(configs=triton_configs(spec["configs"]), key=key, **bench)(spec["plain"])
+    ms = stream(spec)
+    sync()
+    t0, done = time.perf_counter(), 0
+    for m in ms:
+        launch(theirs, m)
         done += 1
-        if deadline_s is not None and time.perf_counter() - t0 > deadline_s:
+        if time.perf_counter() - t0 > seconds:
             break
     sync()
-    return time.perf_counter() - t0, done
+    wall = time.perf_counter() - t0
+    tuned = len(theirs.cache)
+    return {"wall_s": wall, "calls_done": done, "keys_tuned": tuned, "s_per_key": wall / max(tuned, 1),
+            "projected_stream_s": wall / max(tuned, 1) * len(set(ms))}
 
 
-def list_regret(ops: Operands, chosen: dict[int, dict[str, Any]], rounds: int = 5) -> list[dict[str, Any]]:
-    """Each sampled M's chosen config against the best of the 8-config list on it, all timed interleaved."""
-    from autotuner.decorator.configs import config_dict
-    from autotuner.engine.timing import rotation
+def step_landscape(spec: dict[str, Any], keys: list[int], served_at: dict[int, list[int]]) -> dict[str, Any]:
+    """Every config's time at each key (one pass), then the FINALISTS fastest and each config `served_at` the key
+    (indices into the list) again in ROUNDS interleaved rounds: their medians."""
+    import statistics
 
-    configs = [config_dict(c) for c in get_autotune_config()]
-    out = []
-    for m, config in chosen.items():
-        times: dict[int, list[float]] = {i: [] for i in range(len(configs))}
-        for r in range(rounds):
-            for i in rotation(list(range(len(configs))), r):
-                times[i].append(timed(functools.partial(ops.launch, matmul_kernel.fn, m, **configs[i])))
-        med = {i: statistics.median(t) for i, t in times.items()}
-        mine = next(i for i, c in enumerate(configs) if c == config)
-        best = min(med, key=med.__getitem__)
-        out.append({"M": m, "chosen": config, "chosen_ms": med[mine], "best": configs[best], "best_ms": med[best],
-                    "regret": med[mine] / med[best] - 1})
+    from benchmarks.shape_kernels import Launcher
+
+    launch, configs = Launcher(spec), spec["configs"]
+    for c in configs:
+        launch.time(keys[0], c, rep=REP_MS)  # compile each config before timing any
+    times, final = {}, {}
+    for m in keys:
+        times[m] = [launch.time(m, c, rep=REP_MS) for c in configs]
+        picked = sorted(range(len(configs)), key=lambda i: times[m][i])[:FINALISTS]
+        picked += [i for i in served_at.get(m, []) if i not in picked]
+        rounds: dict[int, list[float]] = {i: [] for i in picked}
+        for r in range(ROUNDS):
+            for i in picked[r % len(picked):] + picked[:r % len(picked)]:
+                rounds[i].append(launch.time(m, configs[i], rep=REP_MS))
+        final[m] = {i: statistics.median(ts) for i, ts in rounds.items()}
+    return {"times": times, "final": final}
+
+
+def child(kernel: str, step: str, args: argparse.Namespace) -> None:
+    from benchmarks.shape_kernels import DEVICE, KERNELS, small_for_the_interpreter
+
+    if DEVICE == "cpu":
+        small_for_the_interpreter()
+
+    spec = KERNELS[kernel]
+    if step == "record":
+        out = step_record(spec)
+    elif step == "stream":
+        out = step_stream(spec, args.seconds, args.every)
+    elif step == "triton":
+        out = step_triton(spec, args.triton_s)
+    else:
+        served_at = {int(m): v for m, v in json.loads(Path(args.served).read_text()).items()}
+        out = step_landscape(spec, [int(k) for k in args.keys.split(",")], served_at)
+    print("RESULT " + json.dumps(out, default=str), flush=True)
+
+
+def run_child(kernel: str, step: str, env: dict[str, str], args: argparse.Namespace, *extra: str) -> dict[str, Any]:
+    out = subprocess.run([sys.executable, __file__, "--child", step, "--kernels", kernel, "--seconds",
+                          str(args.seconds), "--every", str(args.every), "--triton-s", str(args.triton_s), *extra],
+                         cwd=ROOT, capture_output=True, text=True, env={**os.environ, **env})
+    if out.returncode != 0:
+        raise RuntimeError(f"{kernel} {step} failed:\n{out.stderr[-4000:]}")
+    return dict(json.loads(next(x for x in out.stdout.splitlines() if x.startswith("RESULT "))[len("RESULT "):]))
+
+
+def regret(final: dict[str, dict[str, float]], configs: list[dict[str, Any]], chosen: dict[str, dict[str, Any]],
+           meets: dict[str, int]) -> dict[str, float | int]:
+    """The loss of each key's served config against the best of its finalists (re-timed medians)."""
+    losses, weights = [], []
+    for m, full in chosen.items():
+        config = {k: full.get(k) for k in configs[0]}  # the list's own parameters (Triton adds its defaults)
+        if config not in configs or str(configs.index(config)) not in final[m]:
+            continue
+        t = final[m]
+        losses.append(t[str(configs.index(config))] / min(t.values()) - 1)
+        weights.append(meets[m])
+    if not losses:
+        return {"keys": 0}
+    return {"keys": len(losses), "geomean": math.exp(sum(math.log1p(x) for x in losses) / len(losses)) - 1,
+            "worst": max(losses), "weighted": math.exp(sum(w * math.log1p(x) for w, x in zip(weights, losses,
+                                                                                             strict=True))
+                                                      / sum(weights)) - 1}
+
+
+def served_indices(configs: list[dict[str, Any]], notes: list[Any]) -> dict[str, list[int]]:
+    """Each sampled key's configs served at any note, as indices into the list."""
+    out: dict[str, list[int]] = {}
+    for _, chosen in notes:
+        for m, full in chosen.items():
+            config = {k: full.get(k) for k in configs[0]}
+            if config in configs and configs.index(config) not in out.setdefault(str(m), []):
+                out[str(m)].append(configs.index(config))
     return out
 
 
-def quantile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0.0
+def run_kernel(kernel: str, args: argparse.Namespace) -> dict[str, Any]:
+    from benchmarks.shape_kernels import DEVICE, DTYPE, KERNELS, small_for_the_interpreter, sweep_shape
 
+    if DEVICE == "cpu":
+        small_for_the_interpreter()
 
-def summary(regrets: list[dict[str, Any]]) -> dict[str, float]:
-    ratios = [1 + r["regret"] for r in regrets]
-    return {"geomean_regret": math.exp(statistics.mean(math.log(x) for x in ratios)) - 1,
-            "worst_regret": max(ratios) - 1, "sampled": len(ratios)}
-
-
-# -- the cases, each in its own process ---------------------------------------------------------------------------
-def case_a(ms: list[int], picks: list[int]) -> dict[str, Any]:
-    ops = Operands()
-    theirs = triton.autotune(configs=get_autotune_config(), key=["M", "N", "K"])(triton.jit(matmul_kernel.fn.fn))
-    wall, _ = run_stream(ms, lambda m: ops.launch(theirs, m))
-    chosen = {}
-    for key, config in theirs.cache.items():
-        if key[0] in picks:
-            chosen[key[0]] = {**config.kwargs, "num_warps": config.num_warps, "num_stages": config.num_stages}
-    regrets = list_regret(ops, chosen)
-    return {"wall_s": wall, "inline_tunings": len(theirs.cache), "regrets": regrets, **summary(regrets)}
-
-
-def _decorated_case(ms: list[int], picks: list[int], kernel: Any) -> dict[str, Any]:
-    from autotuner.decorator import autotuned
-    from autotuner.decorator import miss as policy
-
-    ops = Operands()
-    resolve_s: list[float] = []  # each new key's resolution on the launching thread
-    real = policy.resolve_miss
-
-    def timed_resolve(view: policy.EngineView, miss: policy.Miss) -> policy.Answer:
-        t0 = time.perf_counter()
-        try:
-            return real(view, miss)
-        finally:
-            resolve_s.append(time.perf_counter() - t0)
-
-    autotuned.resolve_miss = timed_resolve  # the name Autotuned calls
-    deadline = float(os.environ["DYNAMIC_DEADLINE_S"]) if os.environ.get("DYNAMIC_DEADLINE_S") else None
-    wall, done = run_stream(ms, lambda m: ops.launch(kernel, m), deadline)
-    kinds = [s.split()[0] for s in kernel.sources.values()]  # exact, nearest, default, tuned (here), stale
-    chosen = {key[0]: dict(entry[0]) for key, entry in kernel.cache.items() if key[0] in picks}
-    regrets = list_regret(ops, chosen)
-    return {"wall_s": wall, "calls_done": done, "inline_tunings": kinds.count("tuned"), "keys": len(kinds),
-            "sources": {k: kinds.count(k) for k in sorted(set(kinds))},
-            "resolve_ms": {"first": resolve_s[0] * 1e3, **{f"p{q}": quantile(resolve_s[1:], q / 100) * 1e3
-                                                            for q in (50, 90, 99)}, "max_after_first":
-                           max(resolve_s[1:], default=0.0) * 1e3},
-            "regrets": regrets, **summary(regrets)}
-
-
-def case_b(ms: list[int], picks: list[int]) -> dict[str, Any]:
-    kernel = autotuner.autotune(configs=get_autotune_config(), key=["M", "N", "K"], name="bench:mm_tune",
-                                on_miss="tune")(matmul_kernel.fn)
-    return _decorated_case(ms, picks, kernel)
-
-
-def case_c(ms: list[int], picks: list[int]) -> dict[str, Any]:
-    return _decorated_case(ms, picks, mm_nearest)
-
-
-def record_pow2() -> None:
-    """Launch the kernel once at each power-of-two M (on_miss=default records the call and queues a job)."""
-    ops = Operands()
-    for k in range(M_MAX.bit_length()):
-        ops.launch(mm_nearest, 1 << k)
-    sync()
-
-
-def case_lib(ms: list[int], picks: list[int]) -> dict[str, Any]:
-    from autotuner.base.device import current_device
-    from autotuner.base.registry import get_op
-    from autotuner.launch import lookup
-    from autotuner.store.database import Store
-    from kernels import matmul as k_matmul
-
-    ops = Operands()
-    sources: list[str] = []
-    real = lookup.Resolver.resolve
-
-    def counted(self: Any, *a: Any, **kw: Any) -> Any:
-        res = real(self, *a, **kw)
-        sources.append(res.source)
-        return res
-
-    lookup.Resolver.resolve = counted  # type: ignore[method-assign]
-    wall, _ = run_stream(ms, lambda m: autotuner.matmul(ops.a[:m], ops.b))
-    lookup.Resolver.resolve = real  # type: ignore[method-assign]
-    # the own best of each sampled M: a 64-trial tuning of it, after the stream
-    db = os.environ["AUTOTUNER_DB_URL"]
-    op, device, store = get_op("matmul"), current_device(), Store(db)
-    regrets = []
-    for m in picks:
-        problem = op.parse_problem(f"{m}x{N}x{K}", str(DTYPE).removeprefix("torch."))
-        served = lookup.resolve(op, problem, device, store=store)
-        subprocess.run([sys.executable, "-m", "autotuner", "tune", "matmul", "--M", str(m), "--N", str(N), "--K",
-                        str(K), "--dtype", str(DTYPE).removeprefix("torch."), "--trials", "64", "--db", db, "-q"],
-                       check=True, cwd=ROOT, capture_output=True)
-        own = store.best(op=op, problem=problem, device=device)
-        assert own is not None
-        a = ops.a[:m]
-        launches = {name: k_matmul.prepare(a, ops.b, cfg) for name, cfg in (("served", served.config),
-                                                                              ("own", own.config))}
-        times: dict[str, list[float]] = {n: [] for n in launches}
-        for _ in range(5):
-            for name, launch in launches.items():
-                times[name].append(timed(functools.partial(launch, a, ops.b, None)))
-        med = {n: statistics.median(t) for n, t in times.items()}
-        regrets.append({"M": m, "source": served.source, "from": served.from_problem, "chosen": served.config,
-                        "chosen_ms": med["served"], "best": own.config, "best_ms": med["own"],
-                        "regret": med["served"] / med["own"] - 1})
-    return {"wall_s": wall, "inline_tunings": 0, "resolutions": {s: sources.count(s) for s in set(sources)},
-            "regrets": regrets, **summary(regrets)}
-
-
-CASES = {"a": case_a, "b": case_b, "c": case_c, "lib": case_lib}
-
-
-def child(case: str, calls: int, picks: int) -> None:
-    ms = stream(calls)
-    result = CASES[case](ms, sample(ms, picks if case != "lib" else max(1, picks // 2)))
-    result.update(case=case, calls=calls, distinct_m=len(set(ms)))
-    print("RESULT " + json.dumps(result, default=str))
-
-
-def in_process(case: str, env: dict[str, str], calls: int, picks: int) -> dict[str, Any]:
-    out = subprocess.run([sys.executable, __file__, "--child", case, "--calls", str(calls), "--sample", str(picks)],
-                         cwd=ROOT, capture_output=True, text=True, env={**os.environ, **env})
-    if out.returncode != 0:
-        raise RuntimeError(f"case {case} failed:\n{out.stderr[-4000:]}")
-    line = next(x for x in out.stdout.splitlines() if x.startswith("RESULT "))
-    return json.loads(line[len("RESULT "):])
-
-
-def timed_command(args: list[str], env: dict[str, str]) -> tuple[float, dict[str, Any]]:
+    spec = KERNELS[kernel]
+    tmp = tempfile.mkdtemp()
+    env = {"AUTOTUNER_DB_URL": f"sqlite:///{tmp}/{kernel}.db", "AUTOTUNER_KERNEL_CACHE_DIR": f"{tmp}/kept",
+           "AUTOTUNER_KERNEL_MODULES": "benchmarks.shape_kernels", "PYTHONPATH": f"{ROOT}:{os.environ.get('PYTHONPATH', '')}"}
+    run_child(kernel, "record", {**env, "AUTOTUNER_ON_MISS": "default"}, args)
     t0 = time.perf_counter()
-    out = subprocess.run([sys.executable, "-m", "autotuner", *args], cwd=ROOT, capture_output=True, text=True,
-                         env={**os.environ, **env})
-    if out.returncode != 0:
-        raise RuntimeError(f"{' '.join(args)} failed:\n{out.stderr[-4000:]}")
-    return time.perf_counter() - t0, json.loads(out.stdout)
+    sweep = subprocess.run([sys.executable, "-m", "autotuner", "tune", spec["name"], "--shape", sweep_shape(spec),
+                            "--dtype", str(DTYPE).removeprefix("torch."), "--json", "-q"], cwd=ROOT, capture_output=True, text=True,
+                           env={**os.environ, **env})
+    sweep_s = time.perf_counter() - t0
+    if sweep.returncode != 0:
+        raise RuntimeError(f"{kernel} sweep failed:\n{sweep.stderr[-4000:]}")
+    summary = json.loads(sweep.stdout)
+    log = open(Path(args.out, f"dynamic_{kernel}_worker.log"), "w")  # noqa: SIM115 - the worker's own log
+    gpu = {"CUDA_VISIBLE_DEVICES": str(args.worker_gpu)} if args.worker_gpu is not None else {}
+    worker = subprocess.Popen([sys.executable, "-m", "autotuner", "worker"], cwd=ROOT, stdout=log,
+                              stderr=subprocess.STDOUT, env={**os.environ, **env, **gpu})
+    try:
+        traffic = run_child(kernel, "stream", {**env, "AUTOTUNER_ON_MISS": "nearest", "AUTOTUNER_RECHECK_S": "2"},
+                            args)
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        worker.wait(timeout=120)
+        log.close()
+    theirs = run_child(kernel, "triton", env, args)
+    keys = traffic["keys"]
+    served_file = Path(tmp, "served.json")
+    served_file.write_text(json.dumps(served_indices(spec["configs"], traffic["notes"])))
+    land = run_child(kernel, "landscape", env, args, "--keys", ",".join(map(str, keys)), "--served", str(served_file))
+    meets = {str(k): v for k, v in traffic["meets"].items()}
+    over_time = [{"t_s": t, **regret(land["final"], spec["configs"], {str(k): v for k, v in chosen.items()}, meets)}
+                 for t, chosen in traffic["notes"]]
+    done = sum(": done," in line for line in open(Path(args.out, f"dynamic_{kernel}_worker.log")))
+    return {"kernel": kernel, "sweep_s": sweep_s, "sweep_points": len(summary["points"]),
+            "sweep_worst": summary.get("worst_loss"), "between_points": summary.get("between_points"),
+            "stream": {k: traffic[k] for k in ("stream_s", "calls", "distinct", "sources_at_end", "resolve_ms")},
+            "worker_jobs_done": done, "triton": theirs, "over_time": over_time, "keys": keys,
+            "landscape": land["times"], "finalists": land["final"]}
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--cases", default="a,b,c,lib")
-    parser.add_argument("--calls", type=int, default=2000)
-    parser.add_argument("--sample", type=int, default=20, help="M values to measure the regret on (lib: half)")
-    parser.add_argument("--out", type=Path, default=Path("."))
-    parser.add_argument("--child", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--kernels", default="small_k,lib_matmul,rms_rows")
+    ap.add_argument("--seconds", type=float, default=60.0, help="how long the stream runs beside the worker")
+    ap.add_argument("--every", type=float, default=10.0, help="seconds between notes of what is served")
+    ap.add_argument("--triton-s", type=float, default=20.0, help="how long triton.autotune's stream runs")
+    ap.add_argument("--worker-gpu", type=int, help="the GPU the worker tunes on (default: the stream's own)")
+    ap.add_argument("--out", default=".")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    ap.add_argument("--keys", help=argparse.SUPPRESS)
+    ap.add_argument("--served", help=argparse.SUPPRESS)
+    args = ap.parse_args()
     if args.child:
-        child(args.child, args.calls, args.sample)
+        child(args.kernels, args.child, args)
         return
-    args.out.mkdir(parents=True, exist_ok=True)
-    for case in args.cases.split(","):
-        tmp = tempfile.mkdtemp()
-        env = {"AUTOTUNER_DB_URL": f"sqlite:///{tmp}/{case}.db", "AUTOTUNER_KERNEL_CACHE_DIR": f"{tmp}/kept"}
-        extra: dict[str, Any] = {}
-        if case == "c":
-            in_process_record(env)
-            extra["sweep_s"], sweep = timed_command(
-                ["tune", NAME, "--shape", f"M=1-{M_MAX}:pow2,N={N},K={K}", "--dtype", str(DTYPE).removeprefix("torch."),
-                 "--json", "-q"], env)
-            extra["sweep_points"] = len(sweep["points"])
-            env["AUTOTUNER_ON_MISS"] = "nearest"
-        if case == "lib":
-            extra["sweep_s"], sweep = timed_command(
-                ["tune", "matmul", "--M", f"1-{M_MAX}:pow2", "--N", str(N), "--K", str(K), "--dtype",
-                 str(DTYPE).removeprefix("torch."), "--json", "-q"], env)
-            extra["sweep_points"] = len(sweep["points"])
-            env["AUTOTUNER_ON_MISS"] = "nearest"
-        result = {**in_process(case, env, args.calls, args.sample), **extra}
-        (args.out / f"dynamic_{case}.json").write_text(json.dumps(result, indent=1, default=str))
-        cut = f" (stopped at DYNAMIC_DEADLINE_S after {result['calls_done']} calls)" \
-            if result.get("calls_done", args.calls) < args.calls else ""
-        print(f"{case}: stream {result['wall_s']:.1f} s{cut}, {result['inline_tunings']} inline tunings, regret geomean "
-              f"{result['geomean_regret']:+.2%} worst {result['worst_regret']:+.2%} over {result['sampled']} M"
-              + (f", sweep {extra['sweep_s']:.0f} s ({extra['sweep_points']} points)" if extra else ""), flush=True)
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    import torch
 
+    device = torch.cuda.get_device_name() if torch.cuda.is_available() else "CPU (interpreter)"
+    results = []
+    for kernel in args.kernels.split(","):
+        results.append(run_kernel(kernel, args))
+        Path(args.out, f"dynamic_{kernel}.json").write_text(json.dumps(results[-1], indent=1, default=str))
+        r = results[-1]
+        print(f"{kernel}: sweep {r['sweep_s']:.0f} s ({r['sweep_points']} points), stream of {STREAM_CALLS} calls "
+              f"{r['stream']['stream_s']:.2f} s, triton.autotune {r['triton']['s_per_key']:.2f} s a new key",
+              flush=True)
+    print(f"\ndevice: {device}; {SAMPLED} sampled keys per kernel (the {SAMPLED // 2} met most, the rest drawn by "
+          "frequency), regret against each key's best of the list (CUDA-graph timings; finalists re-timed in "
+          f"{ROUNDS} interleaved rounds)\n")
+    print("| kernel | sweep | stream, 2000 calls | triton.autotune, projected | x | regret after the sweep "
+          "(geomean / worst / by meets) | at the end | jobs done |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for r in results:
+        first, last = r["over_time"][0], r["over_time"][-1]
+        ratio = r["triton"]["projected_stream_s"] / r["stream"]["stream_s"]
 
-def in_process_record(env: dict[str, str]) -> None:
-    out = subprocess.run([sys.executable, __file__, "--child-record"], cwd=ROOT, capture_output=True, text=True,
-                         env={**os.environ, **env, "AUTOTUNER_ON_MISS": "default"})
-    if out.returncode != 0:
-        raise RuntimeError(f"recording failed:\n{out.stderr[-4000:]}")
+        def cell(x: dict[str, Any]) -> str:
+            return f"{x['geomean']:+.2%} / {x['worst']:+.1%} / {x['weighted']:+.2%} (t={x['t_s']:.0f} s)" \
+                if x.get("keys") else "-"
+        print(f"| {r['kernel']} | {r['sweep_s']:.0f} s | {r['stream']['stream_s']:.2f} s | "
+              f"{r['triton']['projected_stream_s']:.0f} s | {ratio:.0f}x | {cell(first)} | {cell(last)} | "
+              f"{r['worker_jobs_done']} |")
+    print("\nregret over time (geomean / worst / by meets):")
+    for r in results:
+        print(f"  {r['kernel']}: " + ", ".join(f"{x['t_s']:.0f} s {x['geomean']:+.2%}/{x['worst']:+.1%}/"
+                                               f"{x['weighted']:+.2%}" for x in r["over_time"] if x.get("keys")))
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["--child-record"]:
-        record_pow2()
-    else:
-        main()
+    main()

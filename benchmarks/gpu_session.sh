@@ -13,11 +13,10 @@
 #   landscapes exhaustive runs of softmax and layernorm problems (LANDSCAPES: "op shape dtype" items separated by
 #              commas), written as landscapes to $OUT/landscapes, then replayed with the repository's
 #   scale      benchmarks/scale_workers.py: 16 jobs drained by workers on 1 and on every GPU of the host
-#   dynamic    benchmarks/dynamic_shapes.py: a stream of matmuls whose M changes every call (DYNAMIC_CASES: which)
+#   dynamic    benchmarks/dynamic_shapes.py: library-style kernels swept, then a serving stream with one worker
+#              beside it (regret over time), and triton.autotune on the same stream (DYNAMIC_ARGS: more arguments)
 #   refine     benchmarks/refine_regret.py: three library-style kernels' landscapes over M, and the regret on
 #              held-back keys after a pow2 sweep and after it refined itself (REFINE_ARGS: more arguments)
-#   traffic    benchmarks/shape_traffic.py: library-style kernels swept, then a serving stream with one worker beside
-#              it (regret over time), and triton.autotune on the same stream (TRAFFIC_ARGS: more arguments)
 #   sweep      `autotuner tune matmul --M 1-8192:pow2 --N 4096 --K 4096`, refined (SWEEP_ARGS: more arguments;
 #              SWEEP_M: another range of M), cold Triton cache, with its wall time and worst neighbouring loss
 #   libraries  benchmarks/libraries.py: real libraries' autotuned kernels (wheels carried in .whl/libs:
@@ -100,12 +99,8 @@ if [[ $STEPS == *,scale,* ]]; then
   python3 benchmarks/scale_workers.py --gpus "$gpus" --out "$OUT" 2>&1 | tee "$OUT/scale.txt" | tail -12
 fi
 if [[ $STEPS == *,dynamic,* ]]; then
-  step "dynamic shapes: ${DYNAMIC_CASES:-c,lib,a,b}"
-  python3 benchmarks/dynamic_shapes.py --cases "${DYNAMIC_CASES:-c,lib,a,b}" --out "$OUT" 2>&1 | tee "$OUT/dynamic.txt" | tail -12
-fi
-if [[ $STEPS == *,traffic,* ]]; then
-  step "a stream of shapes with one worker beside it: benchmarks/shape_traffic.py"
-  python3 benchmarks/shape_traffic.py --out "$OUT" ${TRAFFIC_ARGS:-} 2>&1 | tee "$OUT/traffic.txt" | tail -16
+  step "a stream of shapes with one worker beside it: benchmarks/dynamic_shapes.py"
+  python3 benchmarks/dynamic_shapes.py --out "$OUT" ${DYNAMIC_ARGS:-} 2>&1 | tee "$OUT/dynamic.txt" | tail -16
 fi
 if [[ $STEPS == *,refine,* ]]; then
   step "refined sweeps and the serving rule on held-back keys: benchmarks/refine_regret.py"
@@ -122,7 +117,15 @@ import json; r = json.load(open('$OUT/sweep.json'))
 print('points', len(r['points']), 'refined', r['refined'], 'tune', round(r['tune_s']), 's, cross-time',
       round(r['cross_time_s']), 's')
 print('worst neighbouring loss', r['worst_loss'], 'between', r['worst_between'], 'within target', r['within_target'],
-      'left', r['unrefined'])"
+      'left', r['unrefined'], 'model', round(r.get('predict_s', 0), 1), 's')
+for refined in (False, True):
+    pts = [p for p in r['points'] if p['refined'] == refined]
+    total = {}
+    for p in pts:
+        for k, v in p['phases'].items():
+            total[k] = total.get(k, 0) + v
+    print('refined' if refined else 'given', len(pts), 'points,', sum(p['trials'] for p in pts), 'trials:',
+          {k: round(v, 1) for k, v in sorted(total.items(), key=lambda kv: -kv[1])[:9]})"
 fi
 if [[ $STEPS == *,libraries,* ]]; then
   workloads=${LIB_WORKLOADS-liger_dyt,fla_gla,fla_l2norm,flag_gems_ops,tutorial_attention}

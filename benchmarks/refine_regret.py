@@ -61,6 +61,7 @@ HELD_BACK = 24  # keys per kernel, log-uniform between its first and last point,
 
 KERNELS: dict[str, dict[str, Any]] = {name: {**spec, "timer": functools.partial(lambda s: Launcher(s).time, spec)}
                                      for name, spec in SHAPE_KERNELS.items()}
+REP_MS = 20.0  # each config's CUDA graph holds about this many milliseconds of launches (--rep)
 
 
 class Point:
@@ -166,9 +167,9 @@ def measure(name: str, spec: dict[str, Any], out: Path) -> tuple[dict[int, list[
     pow2, mids = grid_of(spec["low"], spec["high"])
     configs, timer = spec["configs"], spec["timer"]()
     for c in configs:  # compile every config once, before any timing
-        timer(spec["low"], c)
+        timer(spec["low"], c, rep=REP_MS)
     started = time.perf_counter()
-    times = {m: [timer(m, c) for c in configs] for m in sorted({*pow2, *mids, *held_back(spec)})}
+    times = {m: [timer(m, c, rep=REP_MS) for c in configs] for m in sorted({*pow2, *mids, *held_back(spec)})}
     landscape_s = time.perf_counter() - started
     (out / f"refine_landscape_{name}.json").write_text(json.dumps({"configs": configs, "times": times,
                                                                    "landscape_s": landscape_s}))
@@ -178,7 +179,8 @@ def measure(name: str, spec: dict[str, Any], out: Path) -> tuple[dict[int, list[
 def analyse(name: str, spec: dict[str, Any], times: dict[int, list[float]], landscape_s: float) -> dict[str, Any]:
     """The sweeps (pow2, refined) and each serving rule's regret on the held-back keys, from a landscape."""
     pow2, mids = grid_of(spec["low"], spec["high"])
-    held, configs = held_back(spec), spec["configs"]
+    configs = spec["configs"]
+    held = sorted(m for m in times if m not in {*pow2, *mids})  # as the landscape was timed
     best = {m: min(range(len(configs)), key=lambda i: times[m][i]) for m in times}
     result: dict[str, Any] = {"kernel": name, "configs": len(configs), "keys_timed": len(times),
                               "landscape_s": landscape_s, "held_back": sorted(held)}
@@ -230,12 +232,16 @@ def analyse(name: str, spec: dict[str, Any], times: dict[int, list[float]], land
 
 
 def main() -> None:
+    global HELD_BACK, REP_MS
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=".")
     ap.add_argument("--kernels", default=",".join(KERNELS))
+    ap.add_argument("--held-back", type=int, default=HELD_BACK, help="keys held back per kernel")
+    ap.add_argument("--rep", type=float, default=REP_MS, help="milliseconds of launches in each config's CUDA graph")
     ap.add_argument("--from", dest="source", help="a folder holding this benchmark's landscapes from a GPU run: "
                                                   "analyse those (no GPU needed)")
     args = ap.parse_args()
+    HELD_BACK, REP_MS = args.held_back, args.rep
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     results = []

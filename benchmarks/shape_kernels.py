@@ -1,5 +1,5 @@
 """Kernels written the way libraries write them (not ours; their config lists not tuned for this), for the
-dynamic-shape benchmarks (refine_regret.py, shape_traffic.py): a tiled bf16 matmul with a 12-config list (run at
+dynamic-shape benchmarks (refine_regret.py, dynamic_shapes.py): a tiled bf16 matmul with a 12-config list (run at
 N = K = 4096, and at N = 1024, K = 256 where the best config changes sharply with M), and an RMSNorm over rows of
 4096 with ROWS rows per program (16 configs). Each comes plain (`triton.jit`), under `triton.autotune`, and under
 `autotuner.autotune` (importable by name, so `autotuner tune` and the workers reach it:
@@ -135,7 +135,7 @@ class Launcher:
             kernel[lambda meta: (triton.cdiv(m, meta["ROWS"]),)](
                 x, self.w, y, m, n, x.stride(0), 1e-6, BLOCK_N=triton.next_power_of_2(n), **config)
 
-    def time(self, m: int, config: dict[str, int]) -> float:
+    def time(self, m: int, config: dict[str, int], rep: float = 20.0) -> float:
         """The plain kernel's median time at M with this config, in milliseconds: launches replayed from a CUDA
         graph (triton.testing.do_bench_cudagraph), so that a kernel of a few microseconds is timed on the GPU, not
         with the CPU's launch gaps that timing each launch between events takes in (they made such landscapes
@@ -146,4 +146,4 @@ class Launcher:
 
             return time_wall(fn).median_ms
         self.tensors(m)  # made before the graph is captured
-        return float(triton.testing.do_bench_cudagraph(fn, rep=20, return_mode="median"))
+        return float(triton.testing.do_bench_cudagraph(fn, rep=rep, return_mode="median"))

@@ -10,6 +10,7 @@ that was taken back from a worker (its heartbeat stopped) is never finished twic
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -126,14 +127,17 @@ def _sweep_settled(session: Session, job_id: int) -> None:
             budget_trials=None, budget_seconds=None, priority=job.priority, kind="cross_time", sweep_id=job.sweep_id)
 
 
-def queue_sweep_points(session: Session, *, sweep_id: int, points: list[tuple[str, dict[str, Any]]]) -> list[int]:
+def queue_sweep_points(session: Session, *, sweep_id: int, points: list[tuple[str, dict[str, Any]]],
+                       trials: Callable[[int | None], int | None] | None = None) -> list[int]:
     """Jobs for points refinement added to a sweep (shape, options), queued as its first tuning job was (strategy,
-    budgets, GPUs, priority); their ids. None queued where the sweep has no tuning job."""
+    budgets, GPUs, priority; `trials` turns its trial budget into theirs); their ids. None queued where the sweep
+    has no tuning job."""
     first = session.scalar(select(Job).where(Job.sweep_id == sweep_id, Job.kind == "tune").order_by(Job.id).limit(1))
     if first is None:
         return []
+    budget = trials(first.budget_trials) if trials is not None else first.budget_trials
     return [add_job(session, op=first.op, shape=shape, dtype=first.dtype, options=options, strategy=first.strategy,
-                    budget_trials=first.budget_trials, budget_seconds=first.budget_seconds, priority=first.priority,
+                    budget_trials=budget, budget_seconds=first.budget_seconds, priority=first.priority,
                     sweep_id=sweep_id, gpus=first.gpus) for shape, options in points]
 
 

@@ -122,3 +122,61 @@ def test_a_pick_the_space_rejects_here_is_not_served(tmp_path):
     db, store, op, device = _swept(tmp_path, bad)
     res = resolve(op, op.parse_problem("48x1000", "float32"), device, store=store)
     assert res.source != "predicted" and any("predicted pick is not valid here" in t for t in res.trace)
+
+
+def _trials(store, op, device, problem, rows):
+    """A run at `problem` that measured every ROWS of the valley."""
+    run = store.start_run(op=op, problem=problem, device=device, strategy="exhaustive", budget_trials=None,
+                          budget_seconds=None, clock="wall-clock (interpreter)")
+    for r in ROWS:
+        config = {**CONFIG, "ROWS": r}
+        store.record_trial(run_id=run, config=config, config_key=config_key(config), status="ok",
+                           median_ms=valley(rows, r))
+    store.finish_run(run_id=run, status="done")
+
+
+def test_a_miss_between_the_points_is_queued_itself_with_a_few_trials_the_fastest_either_side_first(tmp_path):
+    """48 rows lie between the points 32 and 64: its job asks for MISS_TRIALS trials (a key outside the sweep, the
+    bucket with the default budget), and what its tuning measures first is the model's pick there, then the
+    configs fastest on 32 and on 64, each once."""
+    from sqlalchemy import select
+
+    from autotuner.base.settings import Settings
+    from autotuner.launch.lookup import MISS_TRIALS, Resolver
+    from autotuner.store.regret import bracketing_configs
+    from db.models import Job
+
+    p = predict(_problems(), _times(valley), kernel_hash=get_op("softmax").kernel_hash,
+                triton_version=versions()[0])
+    assert p is not None and p.chosen == MODEL
+    db, store, op, device = _swept(tmp_path, p.as_json())
+    for m in (32, 64):
+        _trials(store, op, device, op.parse_problem(f"{m}x1000", "float32"), m)
+    q = op.parse_problem("48x1000", "float32")
+    first = bracketing_configs(store, op, q, device, per_side=2)
+    # the pick (ROWS=4, as served above); then the fastest on 32 (2) and on 64 (4: there already); then the
+    # second fastest on 32 (1: tied with 4, measured first) and on 64 (2: tied with 8, measured first; there already)
+    assert [c["ROWS"] for c in first] == [4, 2, 1]
+    assert bracketing_configs(store, op, op.parse_problem("64x1000", "float32"), device) == []  # a point
+    assert bracketing_configs(store, op, op.parse_problem("4000x1000", "float32"), device) == []  # outside
+    r = Resolver(Settings(db_url=db, tune_on_miss=True))
+    for rows in (48, 4000):
+        r.resolve(op, op.parse_problem(f"{rows}x1000", "float32"), device)
+    r._join_background()
+    with session_scope(store.engine) as s:
+        jobs = {j.shape: j.budget_trials for j in s.scalars(select(Job))}
+    assert jobs == {"48x1000": MISS_TRIALS, "4096x1000": None}
+
+
+def test_a_plans_first_configs_are_measured_right_after_the_default(tmp_path):
+    from autotuner.base.settings import Settings
+    from autotuner.engine.tuner import Plan, tune
+
+    db = f"sqlite:///{tmp_path / 't.db'}"
+    store, op, device = Store(db), get_op("softmax"), current_device()
+    problem = op.parse_problem("8x64", "float32")
+    default = op.space.default(problem, device)
+    others = [c for c in op.space.enumerate(problem, device).valid if c != default][-2:]
+    result = tune(op, problem, store=store, settings=Settings(db_url=db), device=device,
+                  plan=Plan(strategy="random", trials=3, first=tuple(others[::-1])))
+    assert [t.config for t in result.trials] == [default, others[1], others[0]]

@@ -291,9 +291,10 @@ def test_a_sweep_refines_itself_where_neighbouring_winners_lose_more_than_the_ta
 
 
 def test_a_queued_sweep_refines_itself_through_the_workers(tmp_path):
-    """The cross-timing job queues the midpoint as a job of the sweep, as its points were queued; when it is done
+    """The cross-timing job queues the midpoint as a job of the sweep, as its points were queued (a share of their
+    trials: engine.refine.point_trials); when it is done
     the sweep is cross-timed again, and stops there: every pair is within the target."""
-    db, _ = _crossing(tmp_path, "--shape", "4-8:pow2", "--regret", "0.25", "--queue", "--trials", "2")
+    db, _ = _crossing(tmp_path, "--shape", "4-8:pow2", "--regret", "0.25", "--queue", "--trials", "40")
     worker = subprocess.run([sys.executable, "-m", "autotuner", "worker", "--until-empty", "--db", db],
                             capture_output=True, text=True, cwd=ROOT, timeout=600,
                             env={**os.environ, "TRITON_INTERPRET": "1", "AUTOTUNER_PLUGINS": "tests.paced_op",
@@ -304,7 +305,8 @@ def test_a_queued_sweep_refines_itself_through_the_workers(tmp_path):
     assert [(j.kind, j.shape, j.state) for j in jobs] == [
         ("tune", "4", "done"), ("tune", "8", "done"), ("cross_time", "8", "done"), ("tune", "6", "done"),
         ("cross_time", "6", "done")]
-    assert jobs[3].budget_trials == 2 and jobs[3].options == {"approximate": "tanh"}  # queued as its sweep's were
+    # queued as its sweep's were, with a quarter of their trials (it measures the configs fastest either side first)
+    assert (jobs[0].budget_trials, jobs[3].budget_trials) == (40, 16) and jobs[3].options == {"approximate": "tanh"}
     assert "refining: 1 points queued (6)" in worker.stderr + worker.stdout
     assert "between the points: " in worker.stderr + worker.stdout  # the settled sweep's model against nearest
     (sweep,) = store.sweeps(op="paced_crossing")
@@ -347,3 +349,9 @@ def test_between_the_points_of_a_refined_sweep_its_rule_serves_not_the_bucket(tm
         assert (res.source, res.from_problem, res.config) == ("nearest", keys[90], configs[90]), type(reader)
         assert f"between swept points {keys[90]} and {keys[128]} of a refined sweep" in " ".join(res.trace)
     assert resolve(op, q, device, store=store, fallback="default").source == "bucket"  # no rule without nearest
+
+
+def test_a_midpoint_measures_a_share_of_a_points_trials():
+    from autotuner.engine.refine import point_trials
+
+    assert [point_trials(t) for t in (None, 64, 200, 20, 8)] == [16, 16, 50, 16, 8]

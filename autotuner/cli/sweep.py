@@ -97,9 +97,11 @@ def run_sweep_here(op: Op, probs: list[ProblemType], dim: str, s: Settings, stor
 def sweep_summary(result: SweepResult) -> dict[str, Any]:
     worst = result.worst
     return {"sweep_id": result.sweep_id, "tune_s": result.tune_s, "cross_time_s": result.cross_time_s,
+            "predict_s": result.predict_s,
             "errors": result.errors,
             "points": [{"problem": p.key, "winner": w, "best_ms": r.best_ms if r else None,
-                        "trials": len(r.trials) if r else 0, "refined": p.key in result.refined}
+                        "trials": len(r.trials) if r else 0, "refined": p.key in result.refined,
+                        "phases": {k: round(v, 3) for k, v in r.phases.items()} if r else {}}
                        for p, w, r in zip(result.problems, result.winners, result.results, strict=True)],
             "target": result.target, "refined": result.refined, "unrefined": result.unrefined,
             "worst_loss": _loss_json(worst.loss) if worst is not None else None,

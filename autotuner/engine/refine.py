@@ -11,6 +11,10 @@ cannot be refined.
     worst = worst_pair(pairs)
     new, left = refinements(problems, pairs, target=0.02, budget=4, make=lambda shape: op.parse_problem(shape, ...))
     again = stale_points(problems, winners, cells)           # the points whose cross timings must be measured again
+    trials = point_trials(64)                                 # a midpoint's search: 16 configs, its neighbours' first
+
+A midpoint's search measures first the configs fastest on the points either side of it
+(autotuner.store.regret.bracketing_configs), so it needs a quarter of the points' budget (POINT_SHARE).
 
 Used by `autotuner.engine.sweep` (a sweep run here) and by the worker's cross-timing job (a queued sweep: its
 midpoints are queued as jobs of the same sweep, and cross-timed when they are done).
@@ -28,6 +32,16 @@ from search_spaces.space import Config, config_key
 
 DEFAULT_TARGET = 0.02  # a neighbouring pair's winners may each lose this much on the other's point
 REACH = 1  # a winner is timed on the points this many steps away on either side (autotuner.engine.cross_time)
+POINT_SHARE = 4  # a midpoint's search measures this fraction (1 / POINT_SHARE) of a point's budget ...
+MIN_POINT_TRIALS = 16  # ... and at least this many configs
+DEFAULT_TRIALS = 64  # a point's budget when none is given (autotuner.engine.tuner.Plan)
+
+
+def point_trials(trials: int | None) -> int:
+    """The configs a refinement's midpoint measures, where each point of the sweep measured `trials` (None: the
+    default): its search starts from the configs fastest either side of it, so a share of the budget suffices."""
+    budget = DEFAULT_TRIALS if trials is None else trials
+    return min(budget, max(MIN_POINT_TRIALS, budget // POINT_SHARE))
 
 
 class Point(Protocol):

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from autotuner.base.device import DeviceInfo
 from autotuner.base.registry import Op
@@ -27,6 +27,7 @@ from autotuner.engine.refine import (
     Pair,
     insert_points,
     neighbour_losses,
+    point_trials,
     refinements,
     stale_points,
     worst_pair,
@@ -35,6 +36,7 @@ from autotuner.engine.tune_result import TuneObserver, TuneResult
 from autotuner.engine.tuner import Plan, tune
 from autotuner.store.interfaces import SweepStore
 from autotuner.store.prediction import Prediction
+from autotuner.store.regret import fastest_either_side
 from search_spaces.contract import ProblemType
 from search_spaces.problem import ProblemError
 
@@ -75,6 +77,7 @@ class SweepResult:
     errors: dict[str, str] = field(default_factory=dict)
     tune_s: float = 0.0
     cross_time_s: float = 0.0
+    predict_s: float = 0.0  # fitting and measuring the model of the points' trials
     target: float | None = None  # refinement's target (None: not refined)
     refined: list[str] = field(default_factory=list)  # the keys of the points refinement added
     unrefined: dict[str, str] = field(default_factory=dict)  # a pair above the target that could not be refined
@@ -94,7 +97,8 @@ def run_sweep(op: Op, problems: list[ProblemType], *, dim: str, store: SweepStor
     """Tune every point here, then cross-time the winners; the sweep and its cross timings are stored. A point
     that cannot be set up (too large for the device, say) is left out with its error; the others go on. Then,
     with a `target`, refine (autotuner.engine.refine): tune the midpoint of each neighbouring pair whose winners
-    lose more than the target on each other, cross-time what changed, and again, until no pair is above it or
+    lose more than the target on each other (measuring first the configs fastest on the pair, and a share of a
+    point's trials: `point_trials`), cross-time what changed, and again, until no pair is above it or
     `budget` points (default: as many as given) were added. `make`: a midpoint's shape as a problem (default: the
     op's parse with the first point's options; ProblemError where it cannot be tuned)."""
     query = {o.name for o in op.query_options}
@@ -105,14 +109,15 @@ def run_sweep(op: Op, problems: list[ProblemType], *, dim: str, store: SweepStor
     out = SweepResult(sweep_id, [], [], [], target=target)
     runner = kept.trial_runner(settings.trial_timeout_s) if kept is not None else None
 
-    def tune_points(points: list[ProblemType]) -> tuple[list[TuneResult | None], list[dict[str, int] | None]]:
+    def tune_points(points: list[ProblemType], plans: list[Plan] | None = None
+                    ) -> tuple[list[TuneResult | None], list[dict[str, int] | None]]:
         started = time.perf_counter()
         results: list[TuneResult | None] = []
         winners: list[dict[str, int] | None] = []
-        for p in points:
+        for i, p in enumerate(points):
             try:
-                results.append(tune(op, p, store=store, settings=settings, plan=plan, device=device, kept=kept,
-                                    observer=observer(p) if observer else None))
+                results.append(tune(op, p, store=store, settings=settings, plan=plans[i] if plans else plan,
+                                    device=device, kept=kept, observer=observer(p) if observer else None))
             except ProblemError as exc:
                 results.append(None)
                 out.errors[p.key] = str(exc)
@@ -139,7 +144,11 @@ def run_sweep(op: Op, problems: list[ProblemType], *, dim: str, store: SweepStor
             if not new:
                 break
             tried.update(p.shape for _, p in new)
-            results, winners = tune_points([p for _, p in new])
+            # a midpoint measures first what was fastest either side of it, and a share of a point's budget
+            results, winners = tune_points([p for _, p in new], [
+                replace(plan, trials=point_trials(plan.trials),
+                        first=tuple(fastest_either_side(store, op, out.problems[at - 1], out.problems[at], device)))
+                for at, _ in new])
             kept_new = []
             for n, r, w in zip(new, results, winners, strict=True):
                 if w is None:  # not tuned (its error in `errors`): the pair stays as it was
@@ -162,5 +171,7 @@ def run_sweep(op: Op, problems: list[ProblemType], *, dim: str, store: SweepStor
     if target is not None:
         refine(out, target, budget, make or (lambda shape: op.parse_problem(shape, problems[0].dtype,
                                                                             **op.options_of(problems[0]))))
+    started = time.perf_counter()
     out.prediction = predict_sweep(store, op, sweep_id, out.problems, out.cells, device)
+    out.predict_s = time.perf_counter() - started
     return out

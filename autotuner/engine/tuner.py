@@ -37,6 +37,7 @@ from autotuner.engine.measure import (
     host_compile_workers,
     run_search,
 )
+from autotuner.engine.refine import DEFAULT_TRIALS
 from autotuner.engine.search import Search, make_search
 from autotuner.engine.timing import CUDA_EVENTS, WALL_CLOCK, rotation
 from autotuner.engine.trial_process import WorkerSpec
@@ -140,6 +141,8 @@ class Plan:
     # gets SEARCH_SHARE of what is left when it starts, the re-time the rest, in whole rounds
     seed: int = 0
     candidates: tuple[Config, ...] | None = None  # only these of the space's valid configs (a pruned config list)
+    first: tuple[Config, ...] = ()  # measured right after the default, before the nearest winners and the search's
+    # own: the configs fastest on a sweep's points either side (autotuner.store.regret.bracketing_configs)
     reuse: bool = False  # configs measured before (same kernel hash and Triton version) count as measured: only
     # the others are timed, the winner is chosen among all, and there is no re-time (autotuner.autotune kernels,
     # so that adding a config to a list times only that one)
@@ -190,7 +193,8 @@ def _phase(t: _Tuning, name: str, steps: int | None) -> Iterator[None]:
 
 
 def _setup(t: _Tuning) -> None:
-    """Start the measurer and the run. Warm starts: the nearest tuned problems' winners, the causal twin or another
+    """Start the measurer and the run. Warm starts: the plan's first configs (between a sweep's points: the fastest
+    either side), the nearest tuned problems' winners, the causal twin or another
     epilogue too (benchmarks/RESULTS.md: a causal winner ran the full problem faster than its own search's best);
     a config stored before a parameter existed means that parameter's implied value. Then the space's seeds
     (configs that won hand sweeps on some GPU), if it names any. The search's first configs (these, then its
@@ -198,7 +202,8 @@ def _setup(t: _Tuning) -> None:
     A problem that cannot be set up leaves nothing behind in the database."""
     op, problem, device, result = t.op, t.problem, t.device, t.result
     near = t.store.nearest(op=op, problem=problem, device=device, any_options=True)
-    first = [t.default, *[op.space.complete(r.config) for _, r in near], *op.space.seeds(problem, device)]
+    first = [t.default, *t.plan.first, *[op.space.complete(r.config) for _, r in near],
+             *op.space.seeds(problem, device)]
     valid_keys = {config_key(c) for c in t.cands.valid}
     t.known = {k: v for k, v in t.known.items() if k in valid_keys}
     if t.known:  # measured before: not again; a budget counts new measurements
@@ -320,7 +325,7 @@ def _prepare(op: Op, problem: ProblemType, *, store: RunStore, settings: Setting
         cands = Candidates([c for c in cands.valid if config_key(c) in allowed], cands.rejected)
     default = op.space.default(problem, device)
     budget = min(plan.trials, len(cands.valid)) if plan.trials is not None else \
-        (None if plan.time_budget_s else max(1, min(len(cands.valid), 64)))
+        (None if plan.time_budget_s else max(1, min(len(cands.valid), DEFAULT_TRIALS)))
     clock = WALL_CLOCK if device.is_interpreter else CUDA_EVENTS
     result = TuneResult(op=op.name, problem_key=problem.key, device=device.key, clock=clock, strategy=plan.strategy,
                         default_config=default, budget=budget, candidates=len(cands.valid),

@@ -41,7 +41,15 @@ from autotuner.base.registry import Op, get_op
 from autotuner.base.settings import Settings
 from autotuner.store.interfaces import ResultReader
 from autotuner.store.lazy import LaunchReads, LazyStore
-from autotuner.store.regret import Pick, inside_refined_sweep, predicted_pick, prefer_measured, sweep_points
+from autotuner.store.regret import (
+    PER_SIDE,
+    Pick,
+    bracket,
+    inside_refined_sweep,
+    predicted_pick,
+    prefer_measured,
+    sweep_points,
+)
 from autotuner.store.stored_best import StoredBest
 from search_spaces.contract import ProblemType
 
@@ -51,6 +59,8 @@ SERVICE_BACKOFF_S = 30.0
 BACKGROUND_EXIT_S = 5.0  # at exit, queueing still under way gets this long to finish
 FALLBACKS = ("nearest", "default", "none")
 _now = time.monotonic
+MISS_TRIALS = 2 * PER_SIDE + 2  # a miss between a sweep's points: the default, the model's pick, and the
+# PER_SIDE fastest configs on each point beside it (autotuner.store.regret.bracketing_configs)
 SERVICE_JOB = -1  # a job the service queued for this process: its id is the service's, its priority its own
 
 
@@ -352,8 +362,10 @@ class Resolver:
             writer = self._writer()
             with self._lock:
                 meets = self._unapplied.pop(key, 0)
+            # between a sweep's points, the job measures what was fastest either side first: a few trials do
+            trials = MISS_TRIALS if bracket(writer, op, problem) is not None else None
             job_id = writer.queue_job(op=op.name, shape=problem.shape, dtype=problem.dtype, options=options,
-                                      priority=meets)
+                                      priority=meets, budget_trials=trials)
             with self._lock:
                 self._queued[key] = job_id
                 meets = self._unapplied.pop(key, 0)  # met while it was being written

@@ -7,6 +7,7 @@ already measured is lost if the process dies.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 from autotuner.base.device import DeviceInfo
@@ -150,13 +151,14 @@ class Store:
         with session_scope(self.engine) as s:
             repo.save_sweep_prediction(s, sweep_id=sweep_id, device_key=device.key, prediction=prediction.as_json())
 
-    def refine_queued_sweep(self, sweep_id: int, *, shapes: list[str], added: list[tuple[str, dict[str, Any]]]
-                            ) -> list[int]:
+    def refine_queued_sweep(self, sweep_id: int, *, shapes: list[str], added: list[tuple[str, dict[str, Any]]],
+                            trials: Callable[[int | None], int | None] | None = None) -> list[int]:
         """A queued sweep's refinement: its points now `shapes`, and a job queued for each point `added` (shape,
-        options), as its first tuning job was; their ids. One transaction."""
+        options), as its first tuning job was (its trial budget through `trials` where given); their ids. One
+        transaction."""
         with session_scope(self.engine) as s:
             repo.add_sweep_points(s, sweep_id=sweep_id, shapes=shapes, added=[shape for shape, _ in added])
-            return queue.queue_sweep_points(s, sweep_id=sweep_id, points=added)
+            return queue.queue_sweep_points(s, sweep_id=sweep_id, points=added, trials=trials)
 
     def sweep(self, sweep_id: int) -> SweepRow | None:
         with session_scope(self.engine) as s:

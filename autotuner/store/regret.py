@@ -14,6 +14,7 @@ measured at.
     regret = expected_regret(store, op, problem, from_key, device)   # Regret(0.012, ("512x4096x4096:float16",))
     ranked = prefer_measured(store, op, problem, device, ranked)     # the nearest candidates, reordered
     pick = predicted_pick(store, op, problem, device)                 # Pick(config, prediction, sweep_id) or None
+    first = bracketing_configs(store, op, problem, device)            # what tuning it should measure first
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from autotuner.store.prediction import MODEL, Prediction
 from autotuner.store.rows import CrossTimingRow, SweepRow
 from autotuner.store.stored_best import StoredBest, versions
 from search_spaces.contract import ProblemType
+from search_spaces.space import config_key
 
 if TYPE_CHECKING:
     from autotuner.base.device import DeviceInfo
@@ -36,6 +38,18 @@ class SweepReader(Protocol):
     def sweeps(self, *, op: str | None = None) -> list[SweepRow]: ...
 
     def cross_timings(self, sweep_id: int, *, device_key: str | None = None) -> list[CrossTimingRow]: ...
+
+
+class TrialReader(Protocol):
+    def trial_times(self, *, op: Op, problem: ProblemType, device: DeviceInfo
+                    ) -> dict[str, tuple[dict[str, Any], float | None]]: ...
+
+
+class SweepTrialReader(SweepReader, TrialReader, Protocol):
+    pass
+
+
+PER_SIDE = 4  # configs taken from each swept point beside a problem to measure first (bracketing_configs)
 
 
 @dataclass(frozen=True)
@@ -198,3 +212,47 @@ def predicted_pick(store: SweepReader, op: Op, problem: ProblemType, device: Dev
         if t is not None:
             return Pick(prediction.pick_at(t), prediction, sweep.id)
     return None
+
+
+def fastest_either_side(store: TrialReader, op: Op, low: ProblemType, high: ProblemType, device: DeviceInfo,
+                        per_side: int = PER_SIDE) -> list[dict[str, Any]]:
+    """The `per_side` configs measured fastest on each of two swept points (at the running kernel and Triton),
+    alternating sides, fastest first, each once: what tuning a problem between them measures first."""
+    sides = [sorted(((ms, config) for config, ms in store.trial_times(op=op, problem=p, device=device).values()
+                     if ms is not None and ms > 0), key=lambda t: t[0])[:per_side] for p in (low, high)]
+    out: dict[str, dict[str, Any]] = {}
+    for i in range(per_side):
+        for side in sides:
+            if i < len(side):
+                out.setdefault(config_key(side[i][1]), dict(side[i][1]))
+    return list(out.values())
+
+
+def bracket(store: SweepReader, op: Op, problem: ProblemType) -> tuple[SweepRow, ProblemType, ProblemType] | None:
+    """The newest sweep holding `problem` strictly between two neighbouring points, and those points; None where
+    none does (a swept point itself is not between)."""
+    for sweep in reversed(store.sweeps(op=op.name)):
+        points = sweep_points(op, sweep)
+        if problem.key in {p.key for p in points}:
+            continue
+        pair = next(((a, b) for a, b in zip(points, points[1:], strict=False) if position(problem, a, b) is not None),
+                    None)
+        if pair is not None:
+            return sweep, pair[0], pair[1]
+    return None
+
+
+def bracketing_configs(store: SweepTrialReader, op: Op, problem: ProblemType, device: DeviceInfo,
+                       per_side: int = PER_SIDE) -> list[dict[str, Any]]:
+    """What tuning `problem` should measure first, where a sweep holds it between two of its points (`bracket`):
+    the pick of that sweep's model there (where it chose its model), then the configs fastest on the two points
+    (`fastest_either_side`), each once; [] where no sweep brackets it. Configs as stored: a search measures only those among
+    its candidates."""
+    found = bracket(store, op, problem)
+    if found is None:
+        return []
+    sweep, low, high = found
+    pick = predicted_pick(store, op, problem, device)
+    first = [pick.config] if pick is not None and pick.sweep_id == sweep.id else []
+    out = {config_key(c): c for c in [*first, *fastest_either_side(store, op, low, high, device, per_side=per_side)]}
+    return list(out.values())

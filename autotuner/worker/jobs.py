@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from autotuner.base.device import DeviceInfo
 from autotuner.base.registry import import_op
@@ -81,6 +81,7 @@ class JobProgress(TuneObserver):
 def tune_work(job: JobRow, settings: Settings, device: DeviceInfo, kept: KeptProcesses,
               gpus: tuple[int, ...] = (), say: Callable[[str], None] | None = None) -> Work:
     from autotuner.engine.tuner import Plan, tune
+    from autotuner.store.regret import bracketing_configs
 
     op = import_op(job.op, allowed=allowed_modules(settings), probe_s=settings.import_probe_s)
     problem = op.parse_problem(job.shape, job.dtype, **job.options)
@@ -89,7 +90,10 @@ def tune_work(job: JobRow, settings: Settings, device: DeviceInfo, kept: KeptPro
                 gpus=job_gpus(job, gpus))
 
     def run(store: JobStore) -> Done:
-        result = tune(op, problem, store=store, settings=settings, plan=plan, device=device, job_id=job.id, kept=kept,
+        # between a sweep's points: what was fastest either side is measured first (a miss's job, a midpoint's)
+        first = tuple(bracketing_configs(store.store, op, problem, device))
+        result = tune(op, problem, store=store, settings=settings, plan=replace(plan, first=first), device=device,
+                      job_id=job.id, kept=kept,
                       observer=JobProgress(job.id, say) if say is not None else TuneObserver())
         if result.best_config is None:
             return Done(False, f"every measured config failed; see the trials of run {result.run_id}", result.run_id)
@@ -105,7 +109,14 @@ def cross_time_work(job: JobRow, settings: Settings, device: DeviceInfo, kept: K
     one to finish queues this job again)."""
     from autotuner.engine.cross_time import cross_time
     from autotuner.engine.predict import predict_sweep
-    from autotuner.engine.refine import insert_points, neighbour_losses, refinements, stale_points, worst_pair
+    from autotuner.engine.refine import (
+        insert_points,
+        neighbour_losses,
+        point_trials,
+        refinements,
+        stale_points,
+        worst_pair,
+    )
     from autotuner.store.stored_best import versions
 
     if job.sweep_id is None:
@@ -143,7 +154,7 @@ def cross_time_work(job: JobRow, settings: Settings, device: DeviceInfo, kept: K
         if new:
             jobs = store.store.refine_queued_sweep(
                 sweep.id, shapes=[p.shape for p in insert_points(problems, new)],
-                added=[(p.shape, op.options_of(p)) for _, p in new])
+                added=[(p.shape, op.options_of(p)) for _, p in new], trials=point_trials)
             summary += f"; refining: {len(jobs)} points queued ({', '.join(p.shape for _, p in new)})"
         elif worst is not None and target is not None and worst.above(target):
             why = "; ".join(f"{k}: {v}" for k, v in skipped.items()) or "the point budget is spent"
