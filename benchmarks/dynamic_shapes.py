@@ -291,7 +291,7 @@ def run_kernel(kernel: str, args: argparse.Namespace) -> dict[str, Any]:
             "sweep_worst": summary.get("worst_loss"), "between_points": summary.get("between_points"),
             "stream": {k: traffic[k] for k in ("stream_s", "calls", "distinct", "sources_at_end", "resolve_ms")},
             "worker_jobs_done": done, "triton": theirs, "over_time": over_time, "keys": keys,
-            "landscape": land["times"], "finalists": land["final"]}
+            "landscape": land["times"], "finalists": land["final"], "served": traffic["notes"]}
 
 
 def main() -> None:

@@ -33,6 +33,18 @@ def add_job(session: Session, *, op: str, shape: str, dtype: str, options: dict[
     return job.id
 
 
+def add_done_job(session: Session, *, op: str, shape: str, dtype: str, options: dict[str, Any], worker: str) -> int:
+    """A tuning job `worker` already did itself (a launching process that tuned a key in place): what it ran is
+    kept with it (a decorated kernel's recorded call rides in `options`), and no worker claims it."""
+    now = utcnow()
+    job = Job(op=op, shape=shape, dtype=dtype, options=options, strategy="tpe", budget_trials=None,
+              budget_seconds=None, priority=0, state="done", attempts=1, created_at=now, started_at=now,
+              finished_at=now, kind="tune", worker=worker)
+    session.add(job)
+    session.flush()
+    return job.id
+
+
 def raise_priority(session: Session, *, job_id: int, by: int) -> bool:
     result: Any = session.execute(update(Job).where(Job.id == job_id, Job.state == "queued")
                                   .values(priority=Job.priority + by))

@@ -291,14 +291,18 @@ def test_the_cli_tunes_a_recorded_kernel_problem(url, use):
 
 
 def test_from_one_recorded_launch_to_a_served_sweep(url, use):
-    """The guide's steps: one launch recorded, a sweep over the key tuned from it (each point's call made from
-    that one), then a launch between the points served from the sweep."""
-    use(record=True)
+    """The guide's steps: one launch tuned in place (its call kept with its result, nothing queued), a sweep over
+    the key tuned from it (each point's call made from that one), then a launch between the points served from
+    the sweep."""
+    use()
     x = torch.randn(300)
-    dk.scale_kernel[grid(300)](x, torch.empty(300), 300, 2.0)  # tuned here (on_miss=tune), and recorded
+    dk.scale_kernel[grid(300)](x, torch.empty(300), 300, 2.0)  # tuned here (on_miss=tune)
     from autotuner.launch.lookup import resolver
 
     resolver()._join_background()
+    (kept,) = Store(url).jobs_page(state=None, limit=10, offset=0)[0]
+    assert (kept.shape, kept.state, "call" in kept.options) == ("n=300", "done", True)
+    assert (kept.worker or "").endswith("(tuned in place)")
     out = subprocess.run([sys.executable, "-m", "autotuner", "tune", "tests.decorated_kernels:scale_kernel",
                           "--shape", "n=256-1024:pow2", "--dtype", "float32", "--db", url, "--json", "-q",
                           "--refine-points", "0"], capture_output=True, text=True, cwd=ROOT, timeout=900)

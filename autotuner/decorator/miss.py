@@ -76,10 +76,13 @@ def resolve_miss(view: EngineView, miss: Miss) -> Answer:
             answer = nearest_answer(view, miss)
             record(view, miss, background=True)
         else:
-            if policy == "default" or r.settings.record:
+            recorded = policy == "default" or r.settings.record
+            if recorded:
                 record(view, miss)
             if policy == "tune":
                 answer = Answer(*tune_here(view, miss), True)
+                if not recorded:  # kept with its result: a sweep of the kernel can make its points' calls from it
+                    record(view, miss, background=True, tuned=True)
             else:
                 answer = Answer(spec.default(miss),
                                 "default (a tuning job is queued)", False)
@@ -145,9 +148,10 @@ def _let_launches_run() -> None:
     time.sleep(0)
 
 
-def record(view: EngineView, miss: Miss, *, background: bool = False) -> None:
+def record(view: EngineView, miss: Miss, *, background: bool = False, tuned: bool = False) -> None:
     """Queue a tuning job holding what a worker needs to replay this launch (once per key and process); with
-    `background`, the grids, the recorded call and the write happen on another thread."""
+    `background`, the grids, the recorded call and the write happen on another thread. `tuned`: the key was tuned
+    here; its call is kept as a job this process did (Resolver.keep_call), not queued."""
     r = resolver()
     if r.queued(view.op, miss.problem, miss.device):
         return
@@ -166,7 +170,7 @@ def record(view: EngineView, miss: Miss, *, background: bool = False) -> None:
             pause()
             problem = spec.keys.problem(miss.named, call)
             pause()
-            r.queue(view.op, problem, miss.device)
+            (r.keep_call if tuned else r.queue)(view.op, problem, miss.device)
         except Exception as exc:  # recording must never stop a launch
             log.warning("autotuner: could not record %s %s: %s", spec.name, miss.problem.key, str(exc))
 

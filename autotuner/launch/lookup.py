@@ -30,6 +30,7 @@ import atexit
 import logging
 import os
 import queue
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -278,6 +279,18 @@ class Resolver:
         """Queue a tuning job for this problem, once per process (a recorded call of a decorated kernel)."""
         if self._first(op, problem, device):
             self._queue_job(op, problem, device)
+
+    def keep_call(self, op: Op, problem: ProblemType, device: DeviceInfo) -> None:
+        """Keep a key this process tuned itself (a decorated kernel's recorded call in its options) as a tuning job
+        it did, once per process: what a sweep of the kernel makes its points' calls from. Never raises."""
+        if not self._first(op, problem, device):
+            return
+        try:
+            self.store.writer().keep_tuned_call(op=op.name, shape=problem.shape, dtype=problem.dtype,
+                                                options=op.options_of(problem),
+                                                worker=f"{socket.gethostname()}:{os.getpid()} (tuned in place)")
+        except Exception as exc:
+            log.warning("autotuner: could not keep the call of %s %s: %s", op.name, problem.key, str(exc))
 
     def in_background(self, work: Callable[[], None]) -> None:
         """Run `work` (queueing a job: a write, which may import SQLAlchemy and wait on the database) on this

@@ -132,6 +132,12 @@ class Store:
                                  budget_trials=budget_trials, budget_seconds=budget_seconds, priority=priority,
                                  sweep_id=sweep_id, gpus=gpus)
 
+    def keep_tuned_call(self, *, op: str, shape: str, dtype: str, options: dict[str, Any], worker: str) -> int:
+        """A key `worker` tuned in place, kept as a done tuning job with its options (a decorated kernel's
+        recorded call): a sweep of the kernel can make its points' calls from it (recorded_problem)."""
+        with session_scope(self.engine) as s:
+            return queue.add_done_job(s, op=op, shape=shape, dtype=dtype, options=options, worker=worker)
+
     def raise_priority(self, job_id: int, *, by: int) -> bool:
         with session_scope(self.engine) as s:
             return queue.raise_priority(s, job_id=job_id, by=by)
