@@ -55,14 +55,13 @@ def _geomean(losses: Sequence[float]) -> float:
 class _Model:
     """An ExtraTrees model of log time over the given points' measured trials."""
 
-    def __init__(self, dims: Sequence[Sequence[float]], times: Sequence[Times], params: Sequence[str],
-                 jobs: int = -1) -> None:
+    def __init__(self, dims: Sequence[Sequence[float]], times: Sequence[Times], params: Sequence[str]) -> None:
         from sklearn.ensemble import ExtraTreesRegressor
 
         rows = [(features(d, config, params), math.log(ms)) for d, t in zip(dims, times, strict=True)
                 for config, ms in t.values() if ms is not None and ms > 0]
         self.params = params
-        self.fit = ExtraTreesRegressor(n_estimators=TREES, random_state=0, n_jobs=jobs).fit(
+        self.fit = ExtraTreesRegressor(n_estimators=TREES, random_state=0, n_jobs=-1).fit(
             [r[0] for r in rows], [r[1] for r in rows])
 
     def picks(self, positions: Sequence[Sequence[float]], configs: Sequence[Mapping[str, Any]]) -> list[int]:
@@ -117,21 +116,13 @@ def predict(problems: Sequence[Dimensioned], times: Sequence[Times], *, kernel_h
     params = sorted({k for c in configs.values() for k in c})
     model_losses: list[float] = []
     nearest_losses: list[float] = []
-
-    def pick_without(i: int) -> str:  # the model's pick for point i, fitted on the others
-        rest = [j for j in range(len(kept)) if j != i]
-        model = _Model([dims[j] for j in rest], [measured[j] for j in rest], params, jobs=1)
-        keys = shortlist([measured[j] for j in rest])
-        return keys[model.picks([dims[i]], [configs[k] for k in keys])[0]]
-
-    from joblib import Parallel, delayed  # scikit-learn's own: one fit per thread (the trees release the GIL)
-
-    inner = range(1, len(kept) - 1)
-    picks_left_out = Parallel(n_jobs=-1, prefer="threads")(delayed(pick_without)(i) for i in inner)
-    for i, picked in zip(inner, picks_left_out, strict=True):
+    for i in range(1, len(kept) - 1):
         own = _best(measured[i])
         assert own is not None
         rest = [j for j in range(len(kept)) if j != i]
+        model = _Model([dims[j] for j in rest], [measured[j] for j in rest], params)
+        keys = shortlist([measured[j] for j in rest])
+        picked = keys[model.picks([dims[i]], [configs[k] for k in keys])[0]]
         ms = measured[i].get(picked, ({}, None))[1]
         if ms is not None:
             model_losses.append(ms / own[1] - 1)
