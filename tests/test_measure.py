@@ -116,3 +116,13 @@ def test_interleaved_rounds_give_every_candidate_every_place():
     for place in range(len(items)):
         assert sorted(o[place] for o in orders) == items
     assert rotation(items, 5) == rotation(items, 1) and rotation([], 3) == []
+
+
+def test_a_third_of_a_timing_is_a_third_of_its_repetitions_for_a_short_kernel_too():
+    """A round of three interleaved rounds asks for a third of the repetitions: for a kernel of a few
+    microseconds (the cap binds) as for a slow one (the milliseconds do)."""
+    from autotuner.engine.timing import MAX_REPS, MIN_REPS, repetitions
+
+    assert repetitions(100.0, 0.005) == MAX_REPS and repetitions(100.0 / 3, 0.005, 1 / 3) == MAX_REPS // 3
+    assert repetitions(100.0, 1.0) == 100 and repetitions(100.0 / 3, 1.0, 1 / 3) == 33
+    assert repetitions(100.0, 50.0) == MIN_REPS and repetitions(1.0, 0.005, 0.01) == MIN_REPS

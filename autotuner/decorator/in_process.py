@@ -121,8 +121,8 @@ class CallMeasurer(InOrderMeasurer):
             r = spec.do_bench(fn, quantiles=(0.5, 0.2, 0.8))
             ms = list(r) if isinstance(r, (list, tuple)) else [float(r)] * 3
             return Timing(float(ms[0]), float(ms[1]), float(ms[2]), 0, "do_bench (the decorator's)")
-        return time_fn(fn, interpreting(), (spec.warmup_ms or 25.0) * scale, (spec.rep_ms or 100.0) * scale,
-                       give_up_ms, QUEUE_SLACK_S if self.more else 0.0)
+        return time_fn(fn, interpreting(), spec.warmup_ms or 25.0, spec.rep_ms or 100.0, give_up_ms,
+                       QUEUE_SLACK_S if self.more else 0.0, scale=scale)
 
 
 def untried(view: EngineView, store: Any, miss: Miss) -> bool:

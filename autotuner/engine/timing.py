@@ -39,9 +39,18 @@ PROBE_REPS = 3  # repetitions timed before giving up on a config clearly out of 
 SLEEP_CYCLES_PER_S = 2.0e9  # torch.cuda._sleep counts GPU clock cycles; ~2 GHz boost clocks on current GPUs
 
 
+MIN_REPS, MAX_REPS = 10, 300  # a full timing's repetitions, whatever the kernel's time
+
+
+def repetitions(rep_ms: float, estimate_ms: float, scale: float = 1.0) -> int:
+    """How many repetitions fill `rep_ms` (already scaled) at `estimate_ms` each, within MIN_REPS and MAX_REPS
+    scaled alike: a third of a full timing (one of three interleaved rounds) is a third of its repetitions for a
+    kernel of a few microseconds too, where `rep_ms` alone would ask for more than the cap."""
+    return max(MIN_REPS, min(max(MIN_REPS, int(MAX_REPS * scale)), int(rep_ms / estimate_ms)))
+
+
 def time_cuda(fn: Callable[[], Any], warmup_ms: float = 25.0, rep_ms: float = 100.0,
-              min_reps: int = 10, max_reps: int = 300, give_up_ms: float | None = None,
-              queue_slack_s: float = 0.0) -> Timing:
+              give_up_ms: float | None = None, queue_slack_s: float = 0.0, scale: float = 1.0) -> Timing:
     """Median of per-repetition CUDA-event times; the L2 is emptied before each repetition (l2_flush.py). With
     `give_up_ms`, three repetitions are timed first, and if their median is slower than that, they are the
     timing (PROBE_REPS repetitions: a config clearly out of contention is not timed further). `queue_slack_s`:
@@ -81,7 +90,7 @@ def time_cuda(fn: Callable[[], Any], warmup_ms: float = 25.0, rep_ms: float = 10
             return _summarise(probe, CUDA_EVENTS)
     for _ in range(max(1, int(warmup_ms / estimate))):
         fn()
-    reps = max(min_reps, min(max_reps, int(rep_ms / estimate)))
+    reps = repetitions(rep_ms, estimate, scale)
     torch.cuda.synchronize()
     return _summarise(_time_reps(fn, flush, reps, cpu_per_rep_s, queue_slack_s), CUDA_EVENTS)
 
@@ -148,6 +157,7 @@ def time_wall(fn: Callable[[], Any], reps: int = 3) -> Timing:
 
 
 def time_fn(fn: Callable[[], Any], interpreter: bool, warmup_ms: float = 25.0, rep_ms: float = 100.0,
-            give_up_ms: float | None = None, queue_slack_s: float = 0.0) -> Timing:
-    return time_wall(fn) if interpreter else time_cuda(fn, warmup_ms, rep_ms, give_up_ms=give_up_ms,
-                                                       queue_slack_s=queue_slack_s)
+            give_up_ms: float | None = None, queue_slack_s: float = 0.0, scale: float = 1.0) -> Timing:
+    """`scale` of a full timing (warm-up and repetitions), on the GPU or the interpreter's wall clock."""
+    return time_wall(fn) if interpreter else time_cuda(fn, warmup_ms * scale, rep_ms * scale, give_up_ms=give_up_ms,
+                                                       queue_slack_s=queue_slack_s, scale=scale)

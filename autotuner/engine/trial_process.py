@@ -89,8 +89,8 @@ class Bench:
     def _time(self, fn: Any, scale: float = 1.0, give_up_ms: float | None = None) -> Timing:
         from autotuner.engine.timing import time_fn
 
-        return time_fn(fn, self.device.is_interpreter, self.spec.warmup_ms * scale, self.spec.rep_ms * scale,
-                       give_up_ms)
+        return time_fn(fn, self.device.is_interpreter, self.spec.warmup_ms, self.spec.rep_ms, give_up_ms,
+                       scale=scale)
 
     def time_only(self, config: dict[str, Any], scale: float = 1.0) -> Outcome:
         """A timing of a config measured (and checked) before: `scale` of the full warm-up and repetitions."""
