@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from kernels import _checks
 from kernels import attention as k_attention
 from kernels._torch import lazy
-from search_spaces.contract import DOT_TOLERANCE, LibraryCall, Option, TunableOp, tensor_signature
+from search_spaces.contract import DOT_TOLERANCE, Example, LibraryCall, Option, TunableOp, tensor_signature
 from search_spaces.problem import (
     ELEMENT_BYTES,
     ProblemBase,
@@ -212,4 +212,10 @@ OP: TunableOp[AttentionProblem] = TunableOp(
     variants={"sdpa flash backend": lambda inputs: k_attention.baseline_flash(*_qkv(inputs),
                                                                               bool(inputs.get("causal")))},
     library=LIBRARY,
+    examples=(Example("1x2x37x64", {"causal": False}), Example("1x2x37x64", {"causal": True}),
+              Example("2x1x70x128", {"causal": True}), Example("1x1x50x128", {"causal": False})),
+    gpu_examples=(Example("4x32x2048x128", {"causal": True}, "float16"),
+                  Example("4x32x2048x128", {"causal": False}, "float16"),
+                  Example("1x16x8192x64", {"causal": True}, "bfloat16"),
+                  Example("2x8x1000x64", {"causal": False}, "float16")),
 )

@@ -172,6 +172,18 @@ def merge_options(ops: Iterable[TunableOp[Any]]) -> list[MergedOption]:
     return list(merged.values())
 
 
+@dataclass(frozen=True)
+class Example:
+    """A problem an op's own tests run (tests/test_kernels.py, test_spaces.py, gpu/test_gpu_ops.py read them from
+    the registry): in `TunableOp.examples`, small enough for Triton's interpreter and run in every dtype the op
+    takes; in `TunableOp.gpu_examples`, a realistic size in `dtype`."""
+
+    shape: str
+    options: Mapping[str, Any] = field(default_factory=dict)
+    dtype: str | None = None
+    why: str = ""  # what the shape exercises, where it is not plain
+
+
 @dataclass(frozen=True, kw_only=True)
 class LibraryCall:
     """How a built-in op is launched as `autotuner.<name>(...)`, declared with the op (autotuner.launch.library
@@ -240,6 +252,8 @@ class TunableOp(Generic[P]):
     kind: OpKind = "op"
     library: LibraryCall | None = None  # the built-in ops' `autotuner.<name>(...)`
     exports: Mapping[str, FileExport] = field(default_factory=dict)  # export formats of this op's own
+    examples: tuple[Example, ...] = ()  # what its tests run in the interpreter (odd sizes, masks and tails), every dtype
+    gpu_examples: tuple[Example, ...] = ()  # what the GPU tier runs: realistic sizes, each in its dtype
 
     @property
     def option_names(self) -> tuple[str, ...]:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from kernels import _checks
 from kernels import gelu as k_gelu
 from kernels._torch import lazy
-from search_spaces.contract import ELEMENTWISE_TOLERANCE, LibraryCall, Option, TunableOp
+from search_spaces.contract import ELEMENTWISE_TOLERANCE, Example, LibraryCall, Option, TunableOp
 from search_spaces.problem import (
     ELEMENT_BYTES,
     ProblemBase,
@@ -151,4 +151,9 @@ OP: TunableOp[GeluProblem] = TunableOp(
     baseline=lambda inputs: k_gelu.baseline(inputs["x"], inputs.get("approximate", "tanh")),
     library=LIBRARY,
     variants={"manual (unfused torch)": lambda inputs: k_gelu.manual(inputs["x"], inputs.get("approximate", "tanh"))},
+    examples=(Example("1000", {"approximate": "tanh"}), Example("3x5x77", {"approximate": "none"}),
+              Example("7", {"approximate": "tanh"})),
+    gpu_examples=(Example("4096x4096", {"approximate": "tanh"}, "float16"),
+                  Example("16777216", {"approximate": "none"}, "float32"),
+                  Example("1000003", {"approximate": "tanh"}, "bfloat16")),
 )

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from kernels import _checks
 from kernels import layernorm as k_layernorm
 from kernels._torch import lazy
-from search_spaces.contract import ELEMENTWISE_TOLERANCE, LibraryCall, TunableOp, tensor_signature
+from search_spaces.contract import ELEMENTWISE_TOLERANCE, Example, LibraryCall, TunableOp, tensor_signature
 from search_spaces.problem import seeded
 from search_spaces.rowwise import DTYPES, RowwiseProblem, element_bytes, make_space, problem_from_x, random_rows
 from search_spaces.space import Space
@@ -82,4 +82,10 @@ OP: TunableOp[LayerNormProblem] = TunableOp(
     sources=(k_layernorm, _checks), flops=flops, bytes_moved=bytes_moved, elements=elements,
     baseline=lambda inputs: k_layernorm.baseline(*_args(inputs)),
     library=LIBRARY,
+    examples=(Example("13x300"), Example("6x1000"), Example("3x7")),
+    gpu_examples=(Example("4096x4096", dtype="float16"), Example("16384x1024", dtype="bfloat16"),
+                  Example("1000x70000", dtype="float32"),
+                  Example("4096x5000", dtype="float16", why="a 16-column tail; strides multiples of 8, not 16"),
+                  Example("1000x3001", dtype="bfloat16"),
+                  Example("2048x24000", dtype="bfloat16", why="two tiles: 16384 + 8192")),
 )

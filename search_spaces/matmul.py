@@ -10,7 +10,7 @@ from kernels import _checks
 from kernels import matmul as k_matmul
 from kernels._torch import lazy
 from search_spaces import matmul_vllm
-from search_spaces.contract import DOT_TOLERANCE, LibraryCall, Option, TunableOp, tensor_signature
+from search_spaces.contract import DOT_TOLERANCE, Example, LibraryCall, Option, TunableOp, tensor_signature
 from search_spaces.problem import (
     ELEMENT_BYTES,
     ProblemBase,
@@ -314,4 +314,12 @@ OP: TunableOp[MatmulProblem] = TunableOp(
     baseline=lambda inputs: k_matmul.baseline(*_mm(inputs)),
     library=LIBRARY,
     exports={"vllm": matmul_vllm.vllm_files},
+    examples=(Example("37x29x53"), Example("130x70x90", {"epilogue": "bias_gelu"}), Example("33x65x17", {"epilogue": "bias"}),
+              Example("19x45x40", {"epilogue": "bias_relu"}), Example("23x40x50", {"epilogue": "gelu"}),
+              Example("9x33x20", {"epilogue": "relu"})),
+    gpu_examples=(Example("4096x4096x4096", dtype="float16"), Example("8192x8192x8192", dtype="bfloat16"),
+                  Example("32x4096x4096", dtype="float16"), Example("1000x1000x1000", dtype="float32"),
+                  Example("4096x4096x4096", {"epilogue": "bias_gelu"}, "float16"),
+                  Example("2049x1023x511", {"epilogue": "bias_relu"}, "bfloat16"),
+                  Example("1024x1024x1024", dtype="float16")),
 )

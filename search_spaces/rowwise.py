@@ -193,13 +193,15 @@ def _split_needs_few_rows(c: Config, p: RowwiseProblem, d: DeviceLimits) -> str 
 
 
 def default(p: RowwiseProblem, d: DeviceLimits) -> Config:
-    """The whole row in one block (up to 32768 columns), a few rows per program for short rows."""
+    """The whole row in one block (up to 32768 columns), a few rows per program for short rows; a longer row's loop
+    pipelined where a tile staged ahead fits the device's shared memory."""
     block = clamp(next_pow2(p.cols), 32, 32768)
     rows = clamp(2048 // block, 1, min(16, next_pow2(p.rows)))
     warps = clamp(rows * block // 1024, 1, 16)
     while rows * block < 32 * warps:
         warps //= 2
-    return {"BLOCK_N": block, "ROWS": rows, "num_warps": warps, "num_stages": 1 if block >= p.cols else 2}
+    staged = block < p.cols and rows * block * element_bytes(p) <= d.smem_per_block
+    return {"BLOCK_N": block, "ROWS": rows, "num_warps": warps, "num_stages": 2 if staged else 1}
 
 
 def long_rows_seeds(p: RowwiseProblem, d: DeviceLimits) -> list[Config]:

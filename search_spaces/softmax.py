@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from kernels import _checks, _counters
 from kernels import softmax as k_softmax
 from kernels._torch import lazy
-from search_spaces.contract import ELEMENTWISE_TOLERANCE, LibraryCall, TunableOp
+from search_spaces.contract import ELEMENTWISE_TOLERANCE, Example, LibraryCall, TunableOp
 from search_spaces.rowwise import DTYPES, RowwiseProblem, element_bytes, make_space, problem_from_x, random_rows
 from search_spaces.space import Space
 
@@ -68,4 +68,8 @@ OP: TunableOp[SoftmaxProblem] = TunableOp(
     baseline=lambda inputs: torch.softmax(inputs["x"], dim=-1),
     variants={"manual (unfused torch)": lambda inputs: k_softmax.manual(inputs["x"])},
     library=LIBRARY,
+    examples=(Example("13x300"), Example("5x1000"), Example("3x7")),
+    gpu_examples=(Example("4096x4096", dtype="float16"), Example("1024x32768", dtype="float32"),
+                  Example("65536x256", dtype="float16"), Example("1000x3001", dtype="bfloat16"),
+                  Example("16384x1024", dtype="bfloat16")),
 )

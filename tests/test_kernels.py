@@ -12,26 +12,24 @@ import torch
 import triton
 
 from autotuner.base.device import DeviceInfo
-from autotuner.base.registry import get_op
+from autotuner.base.registry import builtin_ops, get_op
 from kernels._counters import zeroed_counters
 from tests.conftest import pick_configs
 
-CASES = {
-    "matmul": [("37x29x53", {}), ("130x70x90", {"epilogue": "bias_gelu"}), ("33x65x17", {"epilogue": "bias"}),
-               ("19x45x40", {"epilogue": "bias_relu"}), ("23x40x50", {"epilogue": "gelu"}), ("9x33x20", {"epilogue": "relu"})],
-    "softmax": [("13x300", {}), ("5x1000", {}), ("3x7", {})],
-    "layernorm": [("13x300", {}), ("6x1000", {}), ("3x7", {})],
-    "gelu": [("1000", {"approximate": "tanh"}), ("3x5x77", {"approximate": "none"})],
-    "attention": [("1x2x37x64", {"causal": False}), ("1x2x37x64", {"causal": True}), ("2x1x70x128", {"causal": True}),
-                  ("1x1x50x128", {"causal": False})],
-}
-
 
 def _params():
-    for name, cases in CASES.items():
-        for dtype in get_op(name).dtypes:
-            for shape, opts in cases:
-                yield pytest.param(name, shape, dtype, opts, id=f"{name}-{shape}-{dtype}-{'-'.join(map(str, opts.values()))}")
+    """Each built-in op's own examples (TunableOp.examples), in every dtype it takes: a new op is tested here by
+    declaring them."""
+    for op in builtin_ops():
+        for dtype in op.dtypes:
+            for e in op.examples:
+                yield pytest.param(op.name, e.shape, dtype, dict(e.options),
+                                   id=f"{op.name}-{e.shape}-{dtype}-{'-'.join(map(str, e.options.values()))}")
+
+
+def test_every_built_in_op_declares_what_its_tests_run():
+    assert all(op.examples and op.gpu_examples for op in builtin_ops()), \
+        [op.name for op in builtin_ops() if not (op.examples and op.gpu_examples)]
 
 
 @pytest.mark.parametrize("name, shape, dtype, opts", list(_params()))

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from autotuner.base.device import current_device
-from autotuner.base.registry import get_op
+from autotuner.base.registry import builtin_ops, get_op
 from tests.conftest import pick_configs
 
 pytestmark = [
@@ -16,31 +16,7 @@ pytestmark = [
     pytest.mark.skipif(not torch.cuda.is_available(), reason="GPU tier: no CUDA device here"),
 ]
 
-CASES = [
-    ("matmul", "4096x4096x4096", "float16", {}),
-    ("matmul", "8192x8192x8192", "bfloat16", {}),
-    ("matmul", "32x4096x4096", "float16", {}),
-    ("matmul", "1000x1000x1000", "float32", {}),
-    ("matmul", "4096x4096x4096", "float16", {"epilogue": "bias_gelu"}),
-    ("matmul", "2049x1023x511", "bfloat16", {"epilogue": "bias_relu"}),
-    ("softmax", "4096x4096", "float16", {}),
-    ("softmax", "1024x32768", "float32", {}),
-    ("softmax", "65536x256", "float16", {}),
-    ("softmax", "1000x3001", "bfloat16", {}),
-    ("layernorm", "4096x4096", "float16", {}),
-    ("layernorm", "16384x1024", "bfloat16", {}),
-    ("layernorm", "1000x70000", "float32", {}),
-    ("layernorm", "4096x5000", "float16", {}),  # a 16-column tail; strides multiples of 8, not 16
-    ("layernorm", "1000x3001", "bfloat16", {}),
-    ("layernorm", "2048x24000", "bfloat16", {}),  # two tiles: 16384 + 8192
-    ("gelu", "4096x4096", "float16", {"approximate": "tanh"}),
-    ("gelu", "16777216", "float32", {"approximate": "none"}),
-    ("gelu", "1000003", "bfloat16", {"approximate": "tanh"}),
-    ("attention", "4x32x2048x128", "float16", {"causal": True}),
-    ("attention", "4x32x2048x128", "float16", {"causal": False}),
-    ("attention", "1x16x8192x64", "bfloat16", {"causal": True}),
-    ("attention", "2x8x1000x64", "float16", {"causal": False}),
-]
+CASES = [(op.name, e.shape, e.dtype, dict(e.options)) for op in builtin_ops() for e in op.gpu_examples]
 
 
 @pytest.mark.parametrize("name, shape, dtype, opts", CASES, ids=[f"{c[0]}-{c[1]}-{c[2]}" for c in CASES])
