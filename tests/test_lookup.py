@@ -300,3 +300,41 @@ def test_a_database_created_after_the_resolver_was_prepared_is_found(tmp_path, m
         assert error is None and store is not None
     finally:
         set_resolver(None)
+
+
+SLOW_PREPARE = """
+import pathlib, sys, time
+from autotuner.launch import lookup
+
+marks = pathlib.Path(sys.argv[1])
+
+
+class Slow:  # an op whose source hash takes a second to compute
+    name = "slow"
+
+    @property
+    def kernel_hash(self):
+        (marks / "started").write_text("")
+        time.sleep(1.0)
+        (marks / "done").write_text("")
+        return "h"
+
+
+lookup.prepare(Slow())
+while not (marks / "started").exists():
+    time.sleep(0.01)
+"""
+
+
+def test_a_process_exiting_lets_the_readying_under_way_finish(tmp_path):
+    """The process exits while prepare's thread computes a source hash: the exit waits for it (a daemon thread
+    stopped inside native code as the interpreter shuts down can abort the process), and the process ends 0."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    out = subprocess.run([sys.executable, "-c", SLOW_PREPARE, str(tmp_path)], capture_output=True, text=True,
+                         timeout=120, cwd=Path(__file__).resolve().parents[1],
+                         env={**__import__("os").environ, "AUTOTUNER_DB_URL": f"sqlite:///{tmp_path / 'none.db'}"})
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / "done").exists()

@@ -419,6 +419,7 @@ _AHEAD_ENV: tuple[tuple[str, str], ...] | None = None  # the AUTOTUNER_* variabl
 _RESOLVER_LOCK = threading.Lock()
 _PREPARING: queue.Queue[Op | None] = queue.Queue()
 _PREPARER: threading.Thread | None = None
+_EXITING = threading.Event()  # the process is exiting: readying stops (_stop_preparing)
 
 
 def _autotuner_env() -> tuple[tuple[str, str], ...]:
@@ -457,12 +458,26 @@ def prepare(op: Op | None = None) -> None:
         if _PREPARER is None:
             _PREPARER = threading.Thread(target=_prepare_queued, daemon=True, name="autotuner-prepare")
             _PREPARER.start()
+            atexit.register(_stop_preparing)
+
+
+def _stop_preparing() -> None:
+    """At exit, the readying under way finishes (up to BACKGROUND_EXIT_S) and nothing more starts: a daemon thread
+    stopped inside native code as the interpreter shuts down can abort the process ("FATAL: exception not
+    rethrown")."""
+    _EXITING.set()
+    _PREPARING.put(None)  # wakes a waiting thread, which then stops
+    if _PREPARER is not None:
+        _PREPARER.join(BACKGROUND_EXIT_S)
 
 
 def _prepare_queued() -> None:
     global _RESOLVER, _AHEAD_ENV
     while True:
         op = _PREPARING.get()
+        if _EXITING.is_set():
+            _PREPARING.task_done()
+            return
         try:
             if _RESOLVER is None:
                 env, ahead = _autotuner_env(), Resolver()
