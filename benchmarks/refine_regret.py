@@ -257,7 +257,9 @@ def main() -> None:
     (out / "refine_regret.json").write_text(json.dumps(results, indent=1))
     device = (open(Path(args.source, "device.txt")).readline().split(",")[0] if args.source
               and Path(args.source, "device.txt").exists() else torch.cuda.get_device_name())
-    print(f"\nregret on {HELD_BACK} held-back keys per kernel, against each key's best config (device: {device})\n")
+    held = sorted({len(r["held_back"]) for r in results})
+    print(f"\nregret on {'/'.join(map(str, held))} held-back keys per kernel (as timed), against each key's best "
+          f"config (device: {device})\n")
     print("| kernel | sweep | points (added) | worst neighbouring pair | pow2 bucket (above) | nearest | "
           "interval rule | best of the sweep's winners at the key |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
