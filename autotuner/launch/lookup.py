@@ -31,6 +31,7 @@ import logging
 import os
 import queue
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -419,6 +420,10 @@ _AHEAD_ENV: tuple[tuple[str, str], ...] | None = None  # the AUTOTUNER_* variabl
 _RESOLVER_LOCK = threading.Lock()
 _PREPARING: queue.Queue[Op | None] = queue.Queue()
 _PREPARER: threading.Thread | None = None
+# CPython 3.11 before 3.11.8 (and 3.12.0) keeps one AST recursion counter for every thread: a source hash parsed
+# here while the launching thread parses too (pytest rewriting a test module, Triton reading a kernel) can fail
+# that thread's ast.parse with a SystemError (python/cpython#106905). There the hash is left to the first launch.
+AST_COUNTER_SHARED = (3, 11) <= sys.version_info[:3] < (3, 11, 8) or sys.version_info[:3] == (3, 12, 0)
 _EXITING = threading.Event()  # the process is exiting: readying stops (_stop_preparing)
 
 
@@ -491,7 +496,7 @@ def _prepare_queued() -> None:
                     store.warm(op)
                     for sweep in store.sweeps(op=op.name):
                         sweep_points(op, sweep)  # parsed once per process
-            if op is not None:
+            if op is not None and not AST_COUNTER_SHARED:
                 op.kernel_hash  # noqa: B018  (a cached property: computed once, here)
         except Exception as exc:  # readying is an optimisation: the launch does it itself if this fails
             log.debug("autotuner: could not prepare %s: %s", op.name if op is not None else "the resolver", str(exc))
