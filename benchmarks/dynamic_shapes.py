@@ -172,6 +172,7 @@ def step_landscape(spec: dict[str, Any], keys: list[int], served_at: dict[int, l
     (indices into the list) again in ROUNDS interleaved rounds: their medians."""
     import statistics
 
+    from autotuner.engine.timing import rotation
     from benchmarks.shape_kernels import Launcher
 
     launch, configs = Launcher(spec), spec["configs"]
@@ -184,7 +185,7 @@ def step_landscape(spec: dict[str, Any], keys: list[int], served_at: dict[int, l
         picked += [i for i in served_at.get(m, []) if i not in picked]
         rounds: dict[int, list[float]] = {i: [] for i in picked}
         for r in range(ROUNDS):
-            for i in picked[r % len(picked):] + picked[:r % len(picked)]:
+            for i in rotation(picked, r):
                 rounds[i].append(launch.time(m, configs[i], rep=REP_MS))
         final[m] = {i: statistics.median(ts) for i, ts in rounds.items()}
     return {"times": times, "final": final}
@@ -218,16 +219,22 @@ def run_child(kernel: str, step: str, env: dict[str, str], args: argparse.Namesp
     return dict(json.loads(next(x for x in out.stdout.splitlines() if x.startswith("RESULT "))[len("RESULT "):]))
 
 
+def list_index(configs: list[dict[str, Any]], full: dict[str, Any]) -> int | None:
+    """Where a served config stands in the kernel's list, by the list's own parameters (Triton adds its defaults);
+    None where it is not one of them."""
+    config = {k: full.get(k) for k in configs[0]}
+    return configs.index(config) if config in configs else None
+
+
 def regret(final: dict[str, dict[str, float]], configs: list[dict[str, Any]], chosen: dict[str, dict[str, Any]],
            meets: dict[str, int]) -> dict[str, float | int]:
     """The loss of each key's served config against the best of its finalists (re-timed medians)."""
     losses, weights = [], []
     for m, full in chosen.items():
-        config = {k: full.get(k) for k in configs[0]}  # the list's own parameters (Triton adds its defaults)
-        if config not in configs or str(configs.index(config)) not in final[m]:
+        i, t = list_index(configs, full), final[m]
+        if i is None or str(i) not in t:
             continue
-        t = final[m]
-        losses.append(t[str(configs.index(config))] / min(t.values()) - 1)
+        losses.append(t[str(i)] / min(t.values()) - 1)
         weights.append(meets[m])
     if not losses:
         return {"keys": 0}
@@ -242,9 +249,9 @@ def served_indices(configs: list[dict[str, Any]], notes: list[Any]) -> dict[str,
     out: dict[str, list[int]] = {}
     for _, chosen in notes:
         for m, full in chosen.items():
-            config = {k: full.get(k) for k in configs[0]}
-            if config in configs and configs.index(config) not in out.setdefault(str(m), []):
-                out[str(m)].append(configs.index(config))
+            i = list_index(configs, full)
+            if i is not None and i not in out.setdefault(str(m), []):
+                out[str(m)].append(i)
     return out
 
 

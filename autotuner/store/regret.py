@@ -201,17 +201,25 @@ def predicted_pick(store: SweepReader, op: Op, problem: ProblemType, device: Dev
     (current for the kernel and Triton) chose the model; None where none does (a swept point is never predicted)."""
     kernel_hash, triton_version = _current(op, kernel_hash, triton_version)
     for sweep in reversed(store.sweeps(op=op.name)):
-        prediction = sweep.predictions.get(device.key)
-        if prediction is None or prediction.chosen != MODEL or prediction.kernel_hash != kernel_hash \
-                or prediction.triton_version != triton_version:
-            continue
-        points = sweep_points(op, sweep)
-        if len(points) < 2 or problem.key in {p.key for p in points}:
-            continue
-        t = position(problem, points[0], points[-1])
-        if t is not None:
-            return Pick(prediction.pick_at(t), prediction, sweep.id)
+        pick = _pick_of(sweep, op, problem, device, kernel_hash, triton_version)
+        if pick is not None:
+            return pick
     return None
+
+
+def _pick_of(sweep: SweepRow, op: Op, problem: ProblemType, device: DeviceInfo, kernel_hash: str,
+             triton_version: str) -> Pick | None:
+    """`sweep`'s model's pick for `problem`, where its prediction on `device` is current and chose the model and
+    its points bracket the problem (a swept point is never predicted); else None."""
+    prediction = sweep.predictions.get(device.key)
+    if prediction is None or prediction.chosen != MODEL or prediction.kernel_hash != kernel_hash \
+            or prediction.triton_version != triton_version:
+        return None
+    points = sweep_points(op, sweep)
+    if len(points) < 2 or problem.key in {p.key for p in points}:
+        return None
+    t = position(problem, points[0], points[-1])
+    return Pick(prediction.pick_at(t), prediction, sweep.id) if t is not None else None
 
 
 def fastest_either_side(store: TrialReader, op: Op, low: ProblemType, high: ProblemType, device: DeviceInfo,
@@ -246,13 +254,13 @@ def bracketing_configs(store: SweepTrialReader, op: Op, problem: ProblemType, de
                        per_side: int = PER_SIDE) -> list[dict[str, Any]]:
     """What tuning `problem` should measure first, where a sweep holds it between two of its points (`bracket`):
     the pick of that sweep's model there (where it chose its model), then the configs fastest on the two points
-    (`fastest_either_side`), each once; [] where no sweep brackets it. Configs as stored: a search measures only those among
-    its candidates."""
+    (`fastest_either_side`), each once; [] where no sweep brackets it. Configs as stored: a search measures only
+    those among its candidates."""
     found = bracket(store, op, problem)
     if found is None:
         return []
     sweep, low, high = found
-    pick = predicted_pick(store, op, problem, device)
-    first = [pick.config] if pick is not None and pick.sweep_id == sweep.id else []
+    pick = _pick_of(sweep, op, problem, device, *_current(op, None, None))
+    first = [pick.config] if pick is not None else []
     out = {config_key(c): c for c in [*first, *fastest_either_side(store, op, low, high, device, per_side=per_side)]}
     return list(out.values())
