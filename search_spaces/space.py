@@ -129,18 +129,23 @@ class Space(Generic[P]):
         return tuple(p.name for p in self.params)
 
     def grid(self) -> Iterator[Config]:
+        """Every config of the space, before constraints (a new dict each)."""
         if self.listed:
             yield from (dict(c) for c in self.listed)
             return
         names = self.names
-        at = {n: i for i, n in enumerate(names)}
+        for values in self._grid_values:
+            yield dict(zip(names, values, strict=False))
+
+    @functools.cached_property
+    def _grid_values(self) -> tuple[tuple[Any, ...], ...]:
+        """The grid's value tuples, made once: a sweep enumerates the space for every point."""
+        at = {n: i for i, n in enumerate(self.names)}
         # (position, implied value, position of the parameter it varies with, that one's values where it varies)
         bound = [(at[p.name], p.implied, at[p.only_with[0]], frozenset(p.only_with[1]))
                  for p in self.params if p.only_with is not None]
-        for values in itertools.product(*(p.values for p in self.params)):
-            if any(values[i] != implied and values[j] not in where for i, implied, j, where in bound):
-                continue
-            yield dict(zip(names, values, strict=False))
+        return tuple(values for values in itertools.product(*(p.values for p in self.params))
+                     if not any(values[i] != implied and values[j] not in where for i, implied, j, where in bound))
 
     def violations(self, config: Mapping[str, Any], problem: P, device: DeviceLimits) -> list[str]:
         """Every reason this config cannot run on this problem and device (empty when it is valid)."""

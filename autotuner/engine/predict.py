@@ -18,6 +18,7 @@ configs, never a model.
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
@@ -31,6 +32,7 @@ from search_spaces.space import config_key
 
 PER_OCTAVE = 8
 TREES = 64
+JOBS = -1  # threads each fit's trees are grown on (scikit-learn's n_jobs)
 SHORTLIST = 8  # each point's fastest configs: the candidates the model ranks
 Times = Mapping[str, tuple[dict[str, Any], float | None]]  # a point's config_key -> (config, ms; None: failed)
 
@@ -61,7 +63,7 @@ class _Model:
         rows = [(features(d, config, params), math.log(ms)) for d, t in zip(dims, times, strict=True)
                 for config, ms in t.values() if ms is not None and ms > 0]
         self.params = params
-        self.fit = ExtraTreesRegressor(n_estimators=TREES, random_state=0, n_jobs=-1).fit(
+        self.fit = ExtraTreesRegressor(n_estimators=TREES, random_state=0, n_jobs=JOBS).fit(
             [r[0] for r in rows], [r[1] for r in rows])
 
     def picks(self, positions: Sequence[Sequence[float]], configs: Sequence[Mapping[str, Any]]) -> list[int]:
@@ -154,6 +156,20 @@ def predict(problems: Sequence[Dimensioned], times: Sequence[Times], *, kernel_h
                       nearest_loss=nearest_loss, nearest_worst=max(nearest_losses) if nearest_losses else None,
                       configs=tuple(configs[k] for k in keys), picks=picks, kernel_hash=kernel_hash,
                       triton_version=triton_version)
+
+
+def warm_up() -> threading.Thread:
+    """Import scikit-learn on a thread (about a second) while a sweep tunes its points; join it before the
+    process may end (a thread stopped inside an import at exit can abort the interpreter)."""
+    def load() -> None:
+        try:
+            import sklearn.ensemble  # noqa: F401
+        except ImportError:
+            pass
+
+    thread = threading.Thread(target=load, name="autotuner-predict-import", daemon=True)
+    thread.start()
+    return thread
 
 
 def _distance(a: Sequence[float], b: Sequence[float]) -> float:

@@ -21,7 +21,7 @@ from autotuner.base.registry import Op
 from autotuner.base.settings import Settings
 from autotuner.engine.cross_time import Cell, cross_time
 from autotuner.engine.measure import KeptProcesses
-from autotuner.engine.predict import predict_sweep
+from autotuner.engine.predict import predict_sweep, warm_up
 from autotuner.engine.refine import (
     DEFAULT_TARGET,
     Pair,
@@ -165,13 +165,17 @@ def run_sweep(op: Op, problems: list[ProblemType], *, dim: str, store: SweepStor
                                    added=[n[1].shape for n, _, _ in kept_new])
             cross_time_stale()
 
-    out.problems = list(problems)
-    out.results, out.winners = tune_points(out.problems)
-    cross_time_stale()
-    if target is not None:
-        refine(out, target, budget, make or (lambda shape: op.parse_problem(shape, problems[0].dtype,
-                                                                            **op.options_of(problems[0]))))
-    started = time.perf_counter()
-    out.prediction = predict_sweep(store, op, sweep_id, out.problems, out.cells, device)
-    out.predict_s = time.perf_counter() - started
+    warming = warm_up()  # the model's library loads while the points are tuned
+    try:
+        out.problems = list(problems)
+        out.results, out.winners = tune_points(out.problems)
+        cross_time_stale()
+        if target is not None:
+            refine(out, target, budget, make or (lambda shape: op.parse_problem(shape, problems[0].dtype,
+                                                                                **op.options_of(problems[0]))))
+        started = time.perf_counter()
+        out.prediction = predict_sweep(store, op, sweep_id, out.problems, out.cells, device)
+        out.predict_s = time.perf_counter() - started
+    finally:
+        warming.join()
     return out

@@ -50,6 +50,8 @@ from search_spaces.space import Candidates, Config, config_key
 # The search's best few are timed again, with the default, before one is chosen: those within RETIME_WINDOW of the
 # best search time (the search times each config only as long as it takes to rank it), at most RETIME_TOP.
 RETIME_TOP = 4
+RETIME_TOP_BRACKETED = 2  # ... or this many where the search started from the configs fastest either side of it
+# (Plan.first: between a sweep's points), whose first timings already ranked them on both neighbours
 RETIME_WINDOW = 0.05
 # Interleaved rounds of that re-time, each 1/RETIME_ROUNDS of a full timing; a config keeps its rounds' median.
 RETIME_ROUNDS = 3
@@ -268,10 +270,11 @@ def _search(t: _Tuning) -> None:
 
 
 def _retime_configs(t: _Tuning) -> list[Config]:
-    """The search's best few (within RETIME_WINDOW of its best, at most RETIME_TOP) and the default, unless the
-    configs were measured before (`Plan.reuse`). A lone finalist that is the default needs no re-time."""
+    """The search's best few (within RETIME_WINDOW of its best, at most RETIME_TOP, or RETIME_TOP_BRACKETED
+    after a bracketed start) and the default, unless the configs were measured before (`Plan.reuse`). A lone
+    finalist that is the default needs no re-time."""
     assert t.search is not None
-    best = t.search.best(RETIME_TOP) if not t.known else []
+    best = t.search.best(RETIME_TOP_BRACKETED if t.plan.first else RETIME_TOP) if not t.known else []
     retime = [c for c, ms in best if ms <= best[0][1] * (1 + RETIME_WINDOW)]
     if t.result.default_ms is not None and t.default not in retime and retime:
         retime.append(t.default)
