@@ -5,7 +5,19 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, DateTime, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    String,
+    Text,
+    UniqueConstraint,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 
@@ -199,3 +211,22 @@ class DevicePeak(Base):
     method: Mapped[str] = mapped_column(Text)
     torch_version: Mapped[str] = mapped_column(String(64))
     measured_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class CompiledFile(Base):
+    """A file of Triton's compile cache (a kernel's cubin, PTX, IR and metadata; a launcher's shared object), kept
+    so that a host that compiles the same kernel version loads it instead (autotuner.engine.shared_compiles).
+    `mac`: HMAC-SHA256 of the cache key, file name and bytes under the operator's secret; a file whose mac does
+    not verify is never loaded, so a database writer without the secret cannot make a host run its code.
+    `signer`: which secret signed it (an HMAC of a constant under it), so hosts under different secrets keep
+    files of their own."""
+
+    __tablename__ = "compiled_files"
+    __table_args__ = (UniqueConstraint("signer", "cache_key", "filename", name="uq_compiled_file"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    signer: Mapped[str] = mapped_column(String(16))
+    cache_key: Mapped[str] = mapped_column(String(128))
+    filename: Mapped[str] = mapped_column(String(400))
+    data: Mapped[bytes] = mapped_column(LargeBinary)
+    mac: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

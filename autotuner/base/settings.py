@@ -54,6 +54,10 @@ class Settings(BaseSettings):
                                                           "process: one that crashes, exits or takes longer than "
                                                           "this fails the job, not the worker")
     trial_timeout_s: float = Field(60.0, gt=0, description="A trial (compile + check + timing) running longer is killed")
+    compile_secret: str | None = Field(None, description="Set on every host that tunes: Triton's compiled files are "
+                                       "kept in the database signed with it, and a host loads what another one "
+                                       "compiled for the same kernel version instead of compiling (a file whose "
+                                       "signature does not verify is never loaded); unset: nothing is shared")
     compile_workers: int = Field(0, ge=0, description="Processes compiling ahead of timing (0: from the CPU count)")
     gpus: str | None = Field(None, description="GPUs of this host that measure one problem's configs at once in "
                                                "`autotuner tune` (e.g. 0,1 or all; the first is the problem's "

@@ -12,20 +12,27 @@ from __future__ import annotations
 
 import os
 
+from autotuner.engine.compile_share import share
 from autotuner.engine.measure import KeptProcesses, prestarted
 
 _kept: KeptProcesses | None = None
 _device: int | None = None
 
 
+def _value(argv: list[str], option: str) -> str | None:
+    """The value of `option` in the arguments (None: not given)."""
+    for i, arg in enumerate(argv):
+        if arg == option and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith(option + "="):
+            return arg.split("=", 1)[1]
+    return None
+
+
 def _gpus(argv: list[str]) -> str:
     """The `--gpus` value in the arguments, else AUTOTUNER_GPUS ("" for neither)."""
-    for i, arg in enumerate(argv):
-        if arg == "--gpus" and i + 1 < len(argv):
-            return argv[i + 1]
-        if arg.startswith("--gpus="):
-            return arg.split("=", 1)[1]
-    return os.environ.get("AUTOTUNER_GPUS", "")
+    given = _value(argv, "--gpus")
+    return given if given is not None else os.environ.get("AUTOTUNER_GPUS", "")
 
 
 def start(argv: list[str]) -> None:
@@ -43,6 +50,7 @@ def start(argv: list[str]) -> None:
         settings = Settings()
     except ValidationError:
         return
+    share(settings.compile_secret, _value(argv, "--db") or settings.db_url)
     if interpreting():
         _kept, _device = prestarted(settings), None
         return

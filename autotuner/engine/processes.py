@@ -47,9 +47,18 @@ def context() -> ForkServerContext:
     return cast(ForkServerContext, mp.get_context("forkserver"))
 
 
+_for_children: dict[str, str] = {}
+
+
+def child_environment(extra: dict[str, str]) -> None:
+    """Variables the children made from now on see besides this process's (autotuner.engine.compile_share)."""
+    _for_children.clear()
+    _for_children.update(extra)
+
+
 def environment() -> dict[str, str]:
-    """The environment a child should see: this process's, now."""
-    return dict(os.environ)
+    """The environment a child should see: this process's, now, and what child_environment added."""
+    return {**os.environ, **_for_children}
 
 
 def adopt(env: dict[str, str]) -> None:

@@ -27,6 +27,7 @@ from autotuner.base.device import DeviceInfo, current_device
 from autotuner.base.registry import Op
 from autotuner.base.roofline import fraction
 from autotuner.base.settings import Settings
+from autotuner.engine.compile_share import share
 from autotuner.engine.fits import check_fits
 from autotuner.engine.measure import (
     KeptProcesses,
@@ -335,6 +336,7 @@ def _prepare(op: Op, problem: ProblemType, *, store: RunStore, settings: Setting
                         rejected=len(cands.rejected))
     n_workers = _compile_workers(settings, device, op, problem, max(1, len(plan.gpus))) if measurer is None else 0
     if measurer is None:
+        share(settings.compile_secret, settings.db_url)  # before the trial worker and the compile pool start
         spec = WorkerSpec(op.name, asdict(problem), (*settings.plugins, *op.imports), device.index,
                           settings.warmup_ms, settings.rep_ms)
         measurer = LiveMeasurer(spec, settings.trial_timeout_s, n_workers, kept,

@@ -31,6 +31,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from autotuner.base.registry import load_plugins
 from autotuner.base.settings import Settings
+from autotuner.engine.compile_share import share
 from autotuner.engine.measure import KeptProcesses
 from autotuner.store.database import Store
 from autotuner.store.job_store import JobLost, JobStore
@@ -72,6 +73,7 @@ class Worker:
         self._down_since: float | None = None  # when claiming started to fail (the database away)
         self.ledger = Ledger(self._store, worker=self.name, retry_s=settings.db_retry_s,
                              max_attempts=settings.max_attempts, on_event=self.on_event, stopping=lambda: self._stopping)
+        share(settings.compile_secret, settings.db_url)  # the compiles of its processes, with other hosts
         self.kept = KeptProcesses()  # one trial worker and one compile pool for every job this worker tunes
         # (started ahead by run())
         self.serve = serve if settings.local_worker else None

@@ -1,0 +1,36 @@
+"""Compiles shared between hosts: with a secret set (`AUTOTUNER_COMPILE_SECRET`), the trial workers and compile
+pools of `autotuner tune` and `autotuner worker` keep Triton's compile-cache files in the database, signed, and load
+what another host compiled for the same kernel version (Triton's own cache key: the kernel's source and
+dependencies, Triton's installation, the target, the options) instead of compiling it.
+
+It rides on Triton's remote cache: the children get `TRITON_CACHE_MANAGER` (Triton's RemoteCacheManager, which
+materialises files into the local cache) and `TRITON_REMOTE_CACHE_BACKEND`
+(autotuner.engine.compile_share_backend, over db.compiled_files). A file is loaded only if its HMAC under the
+secret verifies: the database holds compiled code, and a writer without the secret cannot make a host run its own.
+Where the user set a cache manager of their own, it is left alone.
+
+    share(settings.compile_secret, settings.db_url)     # before the trial worker and compile pool are started
+"""
+
+from __future__ import annotations
+
+import os
+
+from autotuner.engine import processes
+
+MANAGER = "triton.runtime.cache:RemoteCacheManager"
+BACKEND = "autotuner.engine.compile_share_backend:DatabaseBackend"
+SECRET_VAR, URL_VAR = "AUTOTUNER_COMPILE_SECRET", "AUTOTUNER_DB_URL"
+
+
+def share(secret: str | None, db_url: str | None) -> bool:
+    """Give the children started from now on the variables that share their compiles through `db_url` (None: the
+    default database); whether they will. Nothing without a secret, or where TRITON_CACHE_MANAGER is the user's."""
+    if not secret or os.environ.get("TRITON_CACHE_MANAGER", MANAGER) != MANAGER:
+        processes.child_environment({})
+        return False
+    env = {"TRITON_CACHE_MANAGER": MANAGER, "TRITON_REMOTE_CACHE_BACKEND": BACKEND, SECRET_VAR: secret}
+    if db_url:
+        env[URL_VAR] = db_url
+    processes.child_environment(env)
+    return True

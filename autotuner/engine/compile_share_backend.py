@@ -1,0 +1,71 @@
+"""Triton's remote-cache backend over the autotuner database (db.compiled_files), for the processes that
+autotuner.engine.compile_share set it up in. Triton constructs one per cache key, asks `get` before it compiles
+and calls `put` with each file it wrote; a database that cannot be reached, or a file that does not verify, is a
+compile as usual (said once in the log), never a failed one.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from triton.runtime.cache import RemoteCacheBackend
+
+from autotuner.base.settings import Settings
+
+log = logging.getLogger(__name__)
+_engines: dict[str, Any] = {}
+_said: set[str] = set()
+
+
+def _say_once(what: str, message: str) -> None:
+    if what not in _said:
+        _said.add(what)
+        log.warning(message)
+
+
+def _engine(url: str | None) -> Any:
+    from db.basics import default_url
+    from db.engine import make_engine
+
+    url = url or default_url()
+    if url not in _engines:
+        _engines[url] = make_engine(url)
+    return _engines[url]
+
+
+class DatabaseBackend(RemoteCacheBackend):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+        try:
+            settings = Settings()
+            self.secret, self.url = settings.compile_secret or "", settings.db_url
+        except ValueError as exc:  # a bad AUTOTUNER_* variable: compile here, as without the share
+            _say_once("settings", f"compiled files not shared: {exc}")
+            self.secret, self.url = "", None
+
+    def get(self, filenames: list[str]) -> dict[str, bytes]:
+        if not self.secret:
+            return {}
+        from db import compiled_files
+
+        try:
+            found, bad = compiled_files.get(_engine(self.url), self.secret, self.key, list(filenames))
+        except Exception as exc:  # a database away or at an older schema: compile here
+            _say_once("get", f"compiled files not read from the database ({type(exc).__name__}: {exc}); compiling")
+            return {}
+        for name in bad:
+            _say_once(f"bad:{name}", f"compiled file {name} of {self.key} does not verify under this host's "
+                                     "AUTOTUNER_COMPILE_SECRET: not loaded")
+        return found
+
+    def put(self, filename: str, data: bytes) -> None:
+        if not self.secret:
+            return
+        from db import compiled_files
+
+        try:
+            compiled_files.put(_engine(self.url), self.secret, self.key, filename, data)
+        except Exception as exc:
+            _say_once("put", f"compiled files not kept in the database ({type(exc).__name__}: {exc})")
