@@ -6,6 +6,9 @@
 #              with a profile of each warm first launch in $OUT/profiles (DROPIN_ARGS: more arguments)
 #   tune       `autotuner tune matmul --M 4096`, cold Triton cache, with its phases (TUNE_RUNS times, default 1),
 #              after the start-up's parts: import torch, CUDA init, importing the CLI
+#   share      `autotuner tune matmul --M 4096` as three fresh hosts (a Triton cache and kept-binaries folder each):
+#              without AUTOTUNER_COMPILE_SECRET, then with it twice on one database (the second loads the first's
+#              compiles), each with its wall time and phases
 #   tunetime   benchmarks/tune_time.py: that, the same through a running worker, an exhaustive run (a landscape)
 #              and the winners against its best (TUNETIME_ARGS: more arguments, e.g. --no-exhaustive)
 #   kinds      benchmarks/matmul_kinds.py: the matmul kernel's kinds on one tile against cuBLAS
@@ -65,6 +68,18 @@ if [[ $STEPS == *,tune,* ]]; then
     python3 -c "import json; r=json.load(open('$OUT/tune_4096_$i.json')); print('phases', {k: round(v, 2) for k, v in r['phases'].items()}, 'elapsed', round(r['elapsed_s'], 1), 'best', r['best_ms'], r['best_config'])"
   done
   unset TRITON_CACHE_DIR
+fi
+if [[ $STEPS == *,share,* ]]; then
+  step "compiles shared between hosts: autotuner tune matmul --M 4096 on three fresh hosts"
+  for h in alone first second; do
+    secret=""; db=/tmp/share.db; [ "$h" = alone ] && db=/tmp/alone.db || secret=s3cret
+    TRITON_CACHE_DIR=/tmp/tc_share_$h AUTOTUNER_KERNEL_CACHE_DIR=/tmp/kept_share_$h AUTOTUNER_COMPILE_SECRET=$secret \
+        /usr/bin/time -f "wall %e s" python3 -m autotuner tune matmul --M ${SHARE_M:-4096} --db sqlite:///$db --json \
+        > "$OUT/share_$h.json" 2> "$OUT/share_$h.log"
+    echo "$h: $(tail -1 "$OUT/share_$h.log")"
+    python3 -c "import json; r=json.load(open('$OUT/share_$h.json')); print('  phases', {k: round(v, 2) for k, v in r['phases'].items() if v >= 0.05}, 'best', r['best_ms'], r['best_config'])"
+  done
+  python3 -c "import sqlite3; c=sqlite3.connect('/tmp/share.db'); print('compiled files kept:', c.execute('select count(*), sum(length(data)) from compiled_files').fetchone())"
 fi
 if [[ $STEPS == *,tunetime,* ]]; then
   step "tune time, exhaustive landscape, winner against the best"

@@ -1,7 +1,7 @@
 """Compiles one kernel for sm_90 with Triton's own compile in a process of its own (no GPU needed), as a trial
 worker or compile-pool process would under autotuner.engine.compile_share's variables, and prints as JSON how
-many times Triton's NVIDIA backend made a cubin and a digest of the kernel's cubin. tests/test_compile_share.py
-runs it with the environment a child would get.
+many times Triton's NVIDIA backend made a cubin, a digest of the kernel's cubin, its asm's kinds and its shared
+memory. tests/test_compile_share.py runs it with the environment a child would get.
 
     python tests/compile_share_probe.py KERNEL_FILE BLOCK
 """
@@ -33,7 +33,8 @@ def main() -> None:
     src = ASTSource(module.copy, {"x_ptr": "*fp32", "y_ptr": "*fp32", "n": "i32", "BLOCK": "constexpr"},
                     {(3,): int(block)}, {})
     kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
-    print(json.dumps({"made": len(made), "cubin": hashlib.sha256(kernel.asm["cubin"]).hexdigest()}))
+    print(json.dumps({"made": len(made), "cubin": hashlib.sha256(kernel.asm["cubin"]).hexdigest(),
+                      "asm": sorted(kernel.asm), "shared": kernel.metadata.shared}))
 
 
 if __name__ == "__main__":

@@ -5,7 +5,6 @@ compiler: each "host" is a process of its own with a Triton cache folder of its 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -50,7 +49,7 @@ def host(tmp_path: Path, name: str, env: dict[str, str], block: int = 64) -> dic
                          capture_output=True, text=True, timeout=300, cwd=ROOT,
                          env={**env, "TRITON_CACHE_DIR": str(tmp_path / name)})
     assert out.returncode == 0, out.stderr[-3000:]
-    return {**json.loads(out.stdout.strip().splitlines()[-1]), "stderr": out.stderr}
+    return {**json.loads(out.stdout.strip().splitlines()[-1]), "stderr": out.stderr}  # made, cubin, asm
 
 
 def rows(store: Store) -> list[CompiledFile]:
@@ -67,11 +66,13 @@ def test_a_second_host_loads_what_the_first_compiled_and_never_a_file_it_cannot_
     first = host(tmp_path, "a", env)
     assert first["made"] == 1
     kept = rows(store)
-    assert any(r.filename.endswith(".cubin") for r in kept)
+    names = {r.filename.rsplit(".", 1)[-1] for r in kept}
+    assert {"cubin", "json"} <= names and not names & {"ttir", "ttgir", "llir", "ptx"}  # no intermediate IR
     assert all(r.mac == compiled_files.mac("s3cret", r.cache_key, r.filename, r.data) for r in kept)
 
     second = host(tmp_path, "b", env)  # a fresh cache folder: another host, a new container
-    assert second["made"] == 0 and second["cubin"] == first["cubin"]
+    assert second["made"] == 0 and second["cubin"] == first["cubin"] and second["shared"] == first["shared"]
+    assert second["asm"] == ["cubin"] and "ptx" in first["asm"]  # loaded from its binary; the IR stayed home
 
     # a host under another secret loads none of them: it compiles, keeps its own, and the first's stay
     other = host(tmp_path, "c", child_env("another", url))

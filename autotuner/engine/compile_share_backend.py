@@ -2,10 +2,15 @@
 autotuner.engine.compile_share set it up in. Triton constructs one per cache key, asks `get` before it compiles
 and calls `put` with each file it wrote; a database that cannot be reached, or a file that does not verify, is a
 compile as usual (said once in the log), never a failed one.
+
+The intermediate IR a compile leaves (TTIR, TTGIR, LLVM IR, PTX: four fifths of the bytes) is not kept: a kernel
+loads from its binary and metadata (`CompiledKernel` reads `asm[binary_ext]`), and the group file that lists a
+compile's files lists what was kept, so a host that loads it has a kernel whose `asm` holds the binary alone.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
 
@@ -14,6 +19,8 @@ from triton.runtime.cache import RemoteCacheBackend
 from autotuner.base.settings import Settings
 
 log = logging.getLogger(__name__)
+GROUP = "__grp__"  # Triton's prefix for the file listing a compile's files
+NOT_KEPT = frozenset({"source", "ttir", "ttgir", "llir", "ptx", "amdgcn"})  # intermediate IR, by extension
 _engines: dict[str, Any] = {}
 _said: set[str] = set()
 
@@ -22,6 +29,17 @@ def _say_once(what: str, message: str) -> None:
     if what not in _said:
         _said.add(what)
         log.warning(message)
+
+
+def kept(filename: str) -> bool:
+    return filename.rsplit(".", 1)[-1] not in NOT_KEPT
+
+
+def _kept_group(data: bytes) -> bytes:
+    """A group file listing only the files that are kept."""
+    group = json.loads(data)
+    group["child_paths"] = [p for p in group.get("child_paths", []) if kept(p)]
+    return json.dumps(group).encode()
 
 
 def _engine(url: str | None) -> Any:
@@ -61,11 +79,13 @@ class DatabaseBackend(RemoteCacheBackend):
         return found
 
     def put(self, filename: str, data: bytes) -> None:
-        if not self.secret:
+        if not self.secret or not kept(filename):
             return
         from db import compiled_files
 
         try:
+            if filename.startswith(GROUP):
+                data = _kept_group(data)
             compiled_files.put(_engine(self.url), self.secret, self.key, filename, data)
         except Exception as exc:
             _say_once("put", f"compiled files not kept in the database ({type(exc).__name__}: {exc})")
