@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, create_model, field_validator
 
+from autotuner.engine.strategies import check_strategy, strategy_names
 from search_spaces.contract import TunableOp
 from search_spaces.problem import DTYPE_ALIASES
 
@@ -173,7 +174,8 @@ class JobCommon(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    strategy: Literal["tpe", "random", "exhaustive"] = "tpe"
+    strategy: str = Field("tpe", description="The search: a registered strategy (autotuner.engine.strategies)",
+                          json_schema_extra=lambda schema: schema.update(enum=list(strategy_names())))
     trials: Annotated[int, Field(ge=1, le=100_000)] | None = Field(None, description="Configs to measure")
     time_budget_s: Annotated[float, Field(gt=0, le=7 * 86400, allow_inf_nan=False)] | None = Field(
         None, description="Seconds of searching")
@@ -182,6 +184,12 @@ class JobCommon(BaseModel):
         None, description="How many of its worker's GPUs measure the job's configs at once (`autotuner worker "
                           "--gpus 0,1`); default: all the worker has. A worker with fewer uses those it has; the "
                           "winner is chosen on one GPU either way")
+
+    @field_validator("strategy")
+    @classmethod
+    def _registered(cls, value: str) -> str:
+        check_strategy(value)  # ValueError naming the accepted ones: a 422
+        return value
 
     @field_validator("trials", "priority", "gpus", mode="before")
     @classmethod

@@ -32,6 +32,16 @@ def test_every_command_is_documented():
     assert [n for n in names if f"`autotuner {n}" not in text] == []
 
 
+def test_every_strategy_is_documented_where_the_commands_take_one():
+    from autotuner.engine.strategies import strategy_names
+
+    text = (DOCS / "cli.md").read_text()
+    listed = set(re.findall(r"--strategy ([a-z_|\\]+)", text))
+    assert listed, "docs/cli.md names no --strategy choices"
+    for choices in listed:
+        assert set(choices.replace("\\", "").split("|")) == set(strategy_names()), choices
+
+
 def test_every_module_of_a_room_is_named_in_the_design():
     text = (DOCS / "DESIGN.md").read_text()
     unnamed = [str(p.relative_to(ROOT)) for room in (ROOT / "autotuner").iterdir() if (room / "__init__.py").exists()

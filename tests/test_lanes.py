@@ -18,7 +18,7 @@ import pytest
 from autotuner.cli.forward import wanted
 from autotuner.engine.measure import InOrderMeasurer, run_search
 from autotuner.engine.outcome import Outcome
-from autotuner.engine.search import make_search
+from autotuner.engine.strategies import make_search
 from autotuner.engine.timing import Timing
 from search_spaces.space import Config, Param, config_key
 

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from autotuner.engine.replay import load_landscape, replay
-from autotuner.engine.search import make_search
+from autotuner.engine.search import RandomSearch, Search
+from autotuner.engine.strategies import make_search, register_strategy, strategy_label, strategy_names
 from search_spaces.space import Param, config_key
 
 # Real GPU timings of whole spaces (every config measured; H200 matmul, H100 matmul, softmax and layernorm), kept in
@@ -24,7 +25,7 @@ def cost(c):
     return abs(c["A"] - 4) + abs(c["B"] - 2) + 1.0
 
 
-@pytest.mark.parametrize("strategy", ["tpe", "random", "exhaustive"])
+@pytest.mark.parametrize("strategy", strategy_names())
 def test_strategies_measure_first_then_distinct_candidates(strategy):
     first = [{"A": 8, "B": 2, "C": 3}, {"A": 8, "B": 8, "C": 3}, {"A": 1, "B": 1, "C": 3}]  # middle one is invalid
     search = make_search(strategy, CANDIDATES, PARAMS, budget=len(CANDIDATES), seed=3, first=first)
@@ -43,6 +44,57 @@ def test_unknown_strategy_and_empty_space_are_clear():
         make_search("grid", CANDIDATES, PARAMS)
     with pytest.raises(ValueError, match="no valid config"):
         make_search("tpe", [], PARAMS)
+
+
+def test_an_optuna_sampler_or_a_factory_is_a_strategy_and_keeps_the_contract():
+    """Through the Python API a plan may carry an Optuna sampler (it proposes every config of the budget) or a
+    function making a Search; either keeps the contract: first configs first, none twice, only candidates."""
+    import optuna
+
+    first = [{"A": 8, "B": 2, "C": 3}]
+    for strategy in (optuna.samplers.RandomSampler(seed=5), optuna.samplers.TPESampler(seed=5),
+                     lambda c, p, budget, seed, first: RandomSearch(c, p, budget, seed, first)):
+        search = make_search(strategy, CANDIDATES, PARAMS, budget=8, seed=0, first=first)
+        seen = []
+        while (c := search.ask()) is not None:  # past its budget a search goes on with what is left (run_search
+            seen.append(c)                      # stops at the budget)
+            search.tell(c, cost(c))
+        assert seen[0] == first[0] and len({config_key(c) for c in seen}) == len(seen) == len(CANDIDATES)
+        assert all(c in CANDIDATES for c in seen)
+    assert strategy_label(optuna.samplers.CmaEsSampler()) == "sampler:CmaEsSampler"
+    with pytest.raises(ValueError, match="made a list, not a Search"):
+        make_search(lambda *a: [], CANDIDATES, PARAMS)
+    with pytest.raises(ValueError, match="a registered name, an Optuna sampler or a function"):
+        make_search(3, CANDIDATES, PARAMS)
+
+
+def test_a_registered_strategy_is_one_of_every_list(tmp_path):
+    """A plugin's strategy, registered by name, is accepted wherever a name is: make_search, the HTTP schema and
+    its validation; names are words that fit the runs table, and a taken name stays its factory's."""
+    from api.schemas import JobCommon
+
+    class Reversed(Search):
+        def _propose(self):
+            yield from reversed(list(self.candidates.values()))
+
+    register_strategy("reversed_test", Reversed, "every config, last first")
+    try:
+        assert "reversed_test" in strategy_names()
+        search = make_search("reversed_test", CANDIDATES, PARAMS, budget=2)
+        assert search.ask() == CANDIDATES[-1]
+        assert "reversed_test" in JobCommon.model_json_schema()["properties"]["strategy"]["enum"]
+        assert JobCommon(strategy="reversed_test").strategy == "reversed_test"
+        with pytest.raises(ValueError, match="registered already"):
+            register_strategy("reversed_test", RandomSearch, "another")
+    finally:
+        from autotuner.engine import strategies
+
+        strategies._REGISTRY.pop("reversed_test")
+    for bad in ("Grid", "two words", "x" * 33):
+        with pytest.raises(ValueError, match="lowercase identifier"):
+            register_strategy(bad, RandomSearch, "")
+    with pytest.raises(ValueError, match="unknown strategy 'reversed_test'"):
+        JobCommon(strategy="reversed_test")
 
 
 def test_replay_respects_the_budget_and_finds_a_good_config():

@@ -321,3 +321,19 @@ def test_a_search_started_from_a_bracket_re_times_fewer_finalists():
     assert RETIME_TOP_BRACKETED < RETIME_TOP
     assert finalists(()) == [*configs[:RETIME_TOP], default]
     assert finalists((configs[3],)) == [*configs[:RETIME_TOP_BRACKETED], default]
+
+
+def test_a_plan_may_carry_an_optuna_sampler(db_url):
+    """Through the Python API: `Plan(strategy=sampler)` tunes with the user's Optuna sampler; the run stores what
+    it was (`sampler:RandomSampler`), the winner is one of the measured configs."""
+    import optuna
+
+    op = get_op("softmax")
+    problem = op.parse_problem("16x100", "float16")
+    store = Store(db_url)
+    result = tune(op, problem, store=store, settings=Settings(db_url=db_url),
+                  plan=Plan(strategy=optuna.samplers.RandomSampler(seed=2), trials=3))
+    assert result.strategy == "sampler:RandomSampler" and len(result.trials) == 3
+    assert result.best_config in [t.config for t in result.trials]
+    with session_scope(store.engine) as s:
+        assert s.get(TuningRun, result.run_id).strategy == "sampler:RandomSampler"

@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from autotuner.cli.common import JsonOpt, command, console, fail
+from autotuner.engine.strategies import strategies_help
 
 
 @command
@@ -15,7 +16,7 @@ def replay(
     landscape: Path = typer.Argument(..., help="a landscape JSON file (format in docs/DESIGN.md)"),
     budget: int = typer.Option(49, "--budget", min=1, help="distinct configs to measure"),
     seed: int = typer.Option(0, "--seed"),
-    strategy: str = typer.Option("tpe", "--strategy", help="tpe, random or exhaustive"),
+    strategy: str = typer.Option("tpe", "--strategy", help=f"the search: {strategies_help()}"),
     width: int = typer.Option(14, "--width", min=1, help="configs asked ahead, as a tuner with a compile pool this "
                                                           "wide does (14: a one-GPU 16-core host)"),
     as_json: JsonOpt = False,

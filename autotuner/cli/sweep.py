@@ -45,6 +45,8 @@ def queue_sweep(op: Op, probs: list[ProblemType], dim: str, store: Store, plan: 
     sweep_id = store.create_sweep(op=op.name, dtype=probs[0].dtype, dim=dim, shapes=[p.shape for p in probs],
                                   options={k: v for k, v in op.options_of(probs[0]).items() if k in query},
                                   target=refine.target if refine is not None else None, budget=budget)
+    if not isinstance(plan.strategy, str):
+        raise ValueError("a queued sweep names a registered strategy (autotuner.engine.strategies), not an object")
     jobs = [store.queue_job(op=op.name, shape=p.shape, dtype=p.dtype, options=op.options_of(p),
                             strategy=plan.strategy, budget_trials=plan.trials, budget_seconds=plan.time_budget_s,
                             sweep_id=sweep_id, gpus=gpus) for p in probs]

@@ -32,6 +32,7 @@ from autotuner.cli.common import (
 )
 from autotuner.cli.forward import since_process_start
 from autotuner.engine.refine import DEFAULT_TARGET
+from autotuner.engine.strategies import strategies_help
 from autotuner.engine.tune_result import TrialRecord, TuneObserver, TuneResult
 from search_spaces.contract import ProblemType
 
@@ -112,7 +113,7 @@ def tune(
     time_budget: float | None = typer.Option(None, "--time-budget", min=0.1, help="seconds the whole command may take, "
                                              "start-up included: the search gets most of what is left after set-up, "
                                              "the re-time the rest (at least one config is measured)"),
-    strategy: str = typer.Option("tpe", "--strategy", help="tpe, random or exhaustive"),
+    strategy: str = typer.Option("tpe", "--strategy", help=f"the search: {strategies_help()}"),
     seed: int = typer.Option(0, "--seed"),
     margin: float | None = typer.Option(None, "--margin", min=0.0, max=0.99,
                                         help="keep the default config unless another's re-time is faster by more "
@@ -153,13 +154,15 @@ def tune(
     del here, wait  # read from the arguments by autotuner.cli.forward, before this process imports anything heavy
     from autotuner.base.device import parse_gpus
     from autotuner.engine.measure import prestarted
-    from autotuner.engine.search import STRATEGIES
+    from autotuner.engine.strategies import check_strategy
     from autotuner.engine.tuner import DEFAULT_MARGIN, Plan, plan_device
     from autotuner.store.database import Store
     from kernels._backend import interpreting
 
-    if strategy not in STRATEGIES:
-        fail(f"unknown strategy {strategy!r}; accepted: {', '.join(STRATEGIES)}")
+    try:
+        check_strategy(strategy)
+    except ValueError as exc:
+        fail(str(exc))
     by = served.current()  # a worker running this command for a process on its host
     s = settings(db)
     try:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from autotuner.engine.measure import TableMeasurer, run_search
-from autotuner.engine.search import make_search
+from autotuner.engine.strategies import make_search
 from search_spaces.space import Config, Param, config_key
 
 

@@ -39,7 +39,8 @@ from autotuner.engine.measure import (
     run_search,
 )
 from autotuner.engine.refine import DEFAULT_TRIALS
-from autotuner.engine.search import Search, make_search
+from autotuner.engine.search import Search
+from autotuner.engine.strategies import StrategyLike, make_search, strategy_label
 from autotuner.engine.timing import CUDA_EVENTS, WALL_CLOCK, rotation
 from autotuner.engine.trial_process import WorkerSpec
 from autotuner.engine.tune_result import TrialRecord, TuneObserver, TuneResult
@@ -137,7 +138,8 @@ def _retime(measurer: Measurer, configs: list[Config], rounds: int, observer: Tu
 class Plan:
     """How to search one problem."""
 
-    strategy: str = "tpe"  # tpe, random or exhaustive (autotuner.engine.search)
+    strategy: StrategyLike = "tpe"  # a registered name (autotuner.engine.strategies: tpe, random, exhaustive, a
+    # plugin's), or through the Python API an Optuna sampler or a function making a Search
     trials: int | None = None  # configs to measure; default: up to 64 (with no time budget)
     time_budget_s: float | None = None  # seconds of searching, counted from the search phase's start
     deadline: float | None = None  # time.monotonic() by which the whole command ends (`--time-budget`): the search
@@ -227,7 +229,7 @@ def _setup(t: _Tuning) -> None:
     if config_key(t.default) in t.known:
         result.default_ms = t.known[config_key(t.default)][1]
     t.run_id = result.run_id = t.store.start_run(
-        op=op, problem=problem, device=device, strategy=t.plan.strategy, budget_trials=t.budget,
+        op=op, problem=problem, device=device, strategy=strategy_label(t.plan.strategy), budget_trials=t.budget,
         budget_seconds=t.plan.time_budget_s, clock=result.clock, job_id=t.job_id)
     t.store.record_rejections(run_id=t.run_id, rejected=t.cands.rejected)
 
@@ -331,8 +333,8 @@ def _prepare(op: Op, problem: ProblemType, *, store: RunStore, settings: Setting
     budget = min(plan.trials, len(cands.valid)) if plan.trials is not None else \
         (None if plan.time_budget_s else max(1, min(len(cands.valid), DEFAULT_TRIALS)))
     clock = WALL_CLOCK if device.is_interpreter else CUDA_EVENTS
-    result = TuneResult(op=op.name, problem_key=problem.key, device=device.key, clock=clock, strategy=plan.strategy,
-                        default_config=default, budget=budget, candidates=len(cands.valid),
+    result = TuneResult(op=op.name, problem_key=problem.key, device=device.key, clock=clock,
+                        strategy=strategy_label(plan.strategy), default_config=default, budget=budget, candidates=len(cands.valid),
                         rejected=len(cands.rejected))
     n_workers = _compile_workers(settings, device, op, problem, max(1, len(plan.gpus))) if measurer is None else 0
     if measurer is None:

@@ -1,0 +1,109 @@
+"""The search strategies, registered by name in one place: the command line's `--strategy` choices and help, the
+HTTP schema's `strategy`, the docs' list and the search tests are read from here. A plugin (AUTOTUNER_PLUGINS)
+registers its own with `register_strategy`; a queued job or a database row names a registered strategy, never code.
+Through the Python API a plan may also carry an object: an Optuna sampler, or a function making a Search.
+
+    register_strategy("sobol", lambda c, p, budget, seed, first: MySearch(c, p, budget, seed, first), "my own")
+    search = make_search("tpe", candidates, params, budget=49, seed=0, first=[default])
+    search = make_search(optuna.samplers.CmaEsSampler(seed=0), candidates, params, budget=49)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Union, cast
+
+from autotuner.engine.search import Exhaustive, RandomSearch, Search
+from search_spaces.space import Config, Param
+
+if TYPE_CHECKING:
+    import optuna
+
+# (candidates, params, budget, seed, first) -> a Search over them (autotuner.engine.search's contract)
+StrategyFactory = Callable[[Sequence[Config], Sequence[Param], int | None, int, Sequence[Config]], Search]
+StrategyLike = Union[str, "optuna.samplers.BaseSampler", StrategyFactory]  # what Plan.strategy may hold
+
+
+@dataclass(frozen=True)
+class Strategy:
+    name: str
+    make: StrategyFactory
+    help: str
+
+
+_REGISTRY: dict[str, Strategy] = {}
+
+
+def register_strategy(name: str, make: StrategyFactory, help: str) -> None:
+    """Make `name` a strategy (a lowercase word, at most 32 characters: it is stored with each run); a name taken by
+    another factory is refused."""
+    if not (name.isidentifier() and name == name.lower() and len(name) <= 32):
+        raise ValueError(f"a strategy's name is a lowercase identifier of at most 32 characters; got {name!r}")
+    if name in _REGISTRY and _REGISTRY[name].make is not make:
+        raise ValueError(f"strategy {name!r} is registered already")
+    _REGISTRY[name] = Strategy(name, make, help)
+
+
+def strategy_names() -> tuple[str, ...]:
+    return tuple(_REGISTRY)
+
+
+def strategies_help() -> str:
+    """One line naming each strategy and what it does, for help texts."""
+    return "; ".join(f"{s.name}: {s.help}" for s in _REGISTRY.values())
+
+
+def check_strategy(name: str) -> None:
+    """ValueError naming the registered strategies where `name` is not one."""
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown strategy {name!r}; accepted: {', '.join(_REGISTRY)}")
+
+
+def strategy_label(strategy: StrategyLike) -> str:
+    """What a run stores as its strategy: the name, or for an object what it is (`sampler:CmaEsSampler`)."""
+    if isinstance(strategy, str):
+        return strategy
+    kind = "sampler" if _is_sampler(strategy) else "custom"
+    return f"{kind}:{getattr(strategy, '__name__', type(strategy).__name__)}"[:32]
+
+
+def _is_sampler(strategy: Any) -> bool:
+    import sys
+
+    optuna = sys.modules.get("optuna")  # a sampler object means Optuna was imported to make it
+    return optuna is not None and isinstance(strategy, optuna.samplers.BaseSampler)
+
+
+def make_search(strategy: StrategyLike, candidates: Sequence[Config], params: Sequence[Param],
+                budget: int | None = None, seed: int = 0, first: Sequence[Config] = ()) -> Search:
+    """The search a strategy makes over the candidates: a registered name, an Optuna sampler, or a factory."""
+    if isinstance(strategy, str):
+        check_strategy(strategy)
+    elif not (_is_sampler(strategy) or callable(strategy)):
+        raise ValueError(f"a strategy is a registered name, an Optuna sampler or a function making a Search; got "
+                         f"{type(strategy).__name__}")
+    if not candidates:
+        raise ValueError("the space has no valid config for this problem on this device")
+    if isinstance(strategy, str):
+        return _REGISTRY[strategy].make(candidates, params, budget, seed, first)
+    if _is_sampler(strategy):
+        from autotuner.engine.tpe_search import SamplerSearch
+
+        return SamplerSearch(cast("optuna.samplers.BaseSampler", strategy), candidates, params, budget, seed, first)
+    search = cast(StrategyFactory, strategy)(candidates, params, budget, seed, first)
+    if not isinstance(search, Search):
+        raise ValueError(f"strategy {strategy_label(strategy)} made a {type(search).__name__}, not a Search")
+    return search
+
+
+def _tpe(candidates: Sequence[Config], params: Sequence[Param], budget: int | None, seed: int,
+         first: Sequence[Config]) -> Search:
+    from autotuner.engine.tpe_search import TPESearch  # Optuna and NumPy: imported when a TPE search is made
+
+    return TPESearch(candidates, params, budget, seed, first)
+
+
+register_strategy("tpe", _tpe, "Optuna's multivariate TPE, then a local refinement around the best configs")
+register_strategy("random", RandomSearch, "configs in a seeded random order")
+register_strategy("exhaustive", Exhaustive, "every valid config, in the space's order")
