@@ -21,9 +21,9 @@ def test_every_setting_is_documented():
 def test_every_command_is_documented():
     import typer
 
-    from autotuner.cli import app
+    from autotuner.cli.app import build
 
-    group = typer.main.get_command(app)
+    group = typer.main.get_command(build())
     names = []
     for name, command in group.commands.items():  # type: ignore[attr-defined]
         sub = getattr(command, "commands", None)
