@@ -49,6 +49,12 @@ def test_every_module_of_a_room_is_named_in_the_design():
     assert unnamed == []
 
 
+def test_every_line_of_the_docs_is_one_a_person_can_read():
+    long = [f"{p.name}:{i}: {len(line)} characters" for p in [*DOCS.glob("*.md"), ROOT / "README.md"]
+            for i, line in enumerate(p.read_text().splitlines(), 1) if len(line) > 600]
+    assert long == []
+
+
 def test_links_between_the_documents_resolve():
     broken = []
     for doc in [ROOT / "README.md", *DOCS.glob("*.md")]:

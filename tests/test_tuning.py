@@ -303,7 +303,7 @@ def test_a_tune_command_imports_no_torch_in_its_own_process(args, db_url):
 def test_a_search_started_from_a_bracket_re_times_fewer_finalists():
     """Between a sweep's points the search starts from the configs fastest either side (Plan.first), which the
     first timings already ranked on both neighbours: its re-time takes RETIME_TOP_BRACKETED finalists, not
-    RETIME_TOP (the built-in sweep's refinement spent 14 of its 171 s re-timing on an H100), and the default."""
+    RETIME_TOP, and the default."""
     from types import SimpleNamespace
 
     from autotuner.engine.tuner import RETIME_TOP, RETIME_TOP_BRACKETED, _retime_configs
