@@ -339,3 +339,32 @@ def test_a_process_exiting_lets_the_readying_under_way_finish(tmp_path):
                          env={**__import__("os").environ, "AUTOTUNER_DB_URL": f"sqlite:///{tmp_path / 'none.db'}"})
     assert out.returncode == 0, out.stderr
     assert (tmp_path / "done").exists()
+
+
+def test_resolution_is_its_steps_in_order_each_answering_or_passing(db, monkeypatch):
+    """`resolve` is the first of `STEPS` to answer; a new source is a step put in its place. Each answer's source is
+    a `Source`, and whether the answer is final (kept) or asked again later is the source's."""
+    from autotuner.launch import resolution
+    from autotuner.launch.resolution import FINAL, STEPS, Source, resolve
+
+    assert [s.__name__ for s in STEPS] == ["exact", "predicted", "bucket", "service", "give_up", "nearest", "default"]
+    assert FINAL == {Source.EXACT, Source.BUCKET}
+    op, device = get_op("softmax"), current_device()
+    _store_best(db, "16x100", LOOPING)
+    store = Store(db)
+    exact = resolve(op, op.parse_problem("16x100", "float32"), device, store=store)
+    assert exact.source is Source.EXACT and exact.final and exact.config == LOOPING
+    near = resolve(op, op.parse_problem("16x120", "float32"), device, store=store)
+    assert near.source is Source.NEAREST and not near.final and near.from_problem.startswith("16x100")
+    assert str(near.source) == "nearest" and near.trace[-1].startswith("nearest: 16x100")
+
+    def pinned(q):  # a source of one's own, before nearest: answers for one shape, passes for the others
+        if q.problem.shape != "16x120":
+            return None
+        q.trace.append("pinned: by hand")
+        return q.answer(dict(LOOPING, ROWS=1), Source.DEFAULT, "default", "pinned by hand")
+
+    monkeypatch.setattr(resolution, "STEPS", (*STEPS[:5], pinned, *STEPS[5:]))
+    again = resolve(op, op.parse_problem("16x120", "float32"), device, store=store)
+    assert again.config["ROWS"] == 1 and again.trace[-1] == "pinned: by hand" and not again.final
+    assert resolve(op, op.parse_problem("16x100", "float32"), device, store=store).source is Source.EXACT

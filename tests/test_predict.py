@@ -11,7 +11,7 @@ import pytest
 from autotuner.base.device import current_device
 from autotuner.base.registry import get_op
 from autotuner.engine.predict import predict
-from autotuner.launch.lookup import resolve
+from autotuner.launch.resolution import resolve
 from autotuner.launch.serving import answer_config
 from autotuner.store.database import Store
 from autotuner.store.lazy import LazyStore

@@ -28,7 +28,7 @@ from autotuner.cli.common import (
 from search_spaces.contract import ProblemType
 
 if TYPE_CHECKING:
-    pass
+    from autotuner.launch.resolution import Source
 
 
 @problem_options
@@ -46,6 +46,7 @@ def show(
     """The stored config for a problem on this device: the exact tuned result, else the nearest tuned
     problem's (as GET /config answers), else the space default. Exits 1 when nothing tuned applies."""
     from autotuner.base.device import current_device
+    from autotuner.launch.resolution import Source
     from autotuner.launch.serving import answer_config
     from autotuner.store.database import Store
     from db.engine import NoDatabase
@@ -56,7 +57,7 @@ def show(
     op_obj, prob = problem(op, shape, dtype, flags or {}, options or {})
     device = current_device()
     if explain:
-        if _explain(op_obj, prob, device, s, as_json) == "default":
+        if _explain(op_obj, prob, device, s, as_json) == Source.DEFAULT:
             raise typer.Exit(1)  # as without --explain: nothing tuned applies
         return
     try:
@@ -76,21 +77,21 @@ def show(
             "expected_regret": a.expected_regret, "regret_measured_on": list(a.regret_measured_on) or None,
             "regret_basis": a.regret_basis}
     stale = f" (a stale exact result was not used: {a.stale_reason})" if a.stale else ""
-    if a.source == "exact":
+    if a.source == Source.EXACT:
         summary = f"tuned for this problem on {device.key}"
-    elif a.source == "bucket":
+    elif a.source == Source.BUCKET:
         summary = (f"no tuned result for {prob.key} itself{stale}; this is the result tuned for its bucket's "
                    f"representative, {a.from_problem}, and its times below were measured on that problem")
-    elif a.source == "predicted":
+    elif a.source == Source.PREDICTED:
         summary = (f"no tuned result for {prob.key}{stale}; this config was picked by a model of a sweep's trials "
                    f"between its points, served because it beat the nearest point's winner there: {a.regret_basis}")
-    elif a.source == "nearest":
+    elif a.source == Source.NEAREST:
         summary = (f"no tuned result for {prob.key}{stale}; this is the best config of the nearest tuned problem, "
                    f"{a.from_problem}, and its times below were measured on that problem, not this one")
     else:
         summary = f"nothing tuned applies to {prob.key} on {device.key}{stale}; this is the space default"
     _print(info, as_json, summary)
-    if a.source == "default":
+    if a.source == Source.DEFAULT:
         raise typer.Exit(1)
 
 
@@ -135,20 +136,21 @@ def _print(info: dict[str, Any], as_json: bool, summary: str) -> None:
     console.print(summary, soft_wrap=True)
 
 
-def _explain(op: Any, prob: ProblemType, device: Any, s: Any, as_json: bool) -> str:
+def _explain(op: Any, prob: ProblemType, device: Any, s: Any, as_json: bool) -> Source:
     """Print which lookup step answers a launch, and why; returns its source."""
     from autotuner.launch.lookup import Resolver
+    from autotuner.launch.resolution import STEPS
 
     res = Resolver(s).resolve(op, prob, device)
     if as_json:
         console.print_json(json.dumps({"op": op.name, "problem": prob.key, "device": device.key,
                                        "config": res.config, "source": res.source, "step": res.step,
                                        "reason": res.reason, "from_problem": res.from_problem, "trace": res.trace}))
-        return str(res.source)
+        return res.source
     console.print(Text.assemble((f"{op.name} {prob.key}", "bold"), f" on {device.key}: a launch with no config uses"))
     console.print(f"  {json.dumps(res.config)}")
-    console.print(Text.assemble("  source ", (res.source, "bold"), f", answered by the {res.step} step: {res.reason}"))
-    console.print("Steps, in order (cache, database, service, nearest, default):")
+    console.print(Text.assemble("  source ", (str(res.source), "bold"), f", answered by the {res.step} step: {res.reason}"))
+    console.print(f"Steps, in order ({', '.join(step.__name__ for step in STEPS)}):")
     for line in res.trace:
         console.print(f"  - {line}")
-    return str(res.source)
+    return res.source

@@ -58,7 +58,7 @@ def _resolve(op: TunableOp[Any], inputs: dict[str, Any], device: torch.device) -
     info = current_device(device.index if device.type == "cuda" else None)
     problem = op.problem_from_inputs(inputs)
     res = resolver().resolve(op, problem, info)
-    return res.config, (None if res.source in ("exact", "bucket") else pending(op, problem, info))
+    return res.config, (None if res.final else pending(op, problem, info))
 
 
 def _keep(key: tuple[Any, ...], traced: tuple[Any, ...], launch: Callable[..., torch.Tensor], config: dict[str, Any],

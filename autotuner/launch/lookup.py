@@ -1,27 +1,9 @@
-"""Which config a launch uses when the caller gives none: one path for the library calls (autotuner.launch.library),
-`autotuner.autotune` kernels and `GET /config` (autotuner.launch.serving).
-
-`resolve(op, problem, device, store=..., service=..., fallback=...)` tries, in order, and the first that answers
-wins:
-
-1. the database: the stored best for this exact problem, current for the kernel hash and Triton version (the
-   caller's, for a remote caller of the service); else, with `fallback="nearest"`, between the points of a sweep
-   whose model of its trials beat the nearest point's winner on the sweep's own points (autotuner.engine.predict),
-   the model's pick; else, where the problem has a bucket (the built-in ops bucket
-   their leading dimension by powers of two), the stored best of its bucket's representative, if valid here,
-   unless, with `fallback="nearest"`, the problem lies between two points of a refined sweep: then step 3,
-   whose rule between swept points serves it (autotuner.store.regret);
-2. the service (`AUTOTUNER_URL`), for launching processes: `GET /config?...&fallback=none`, with a short
-   timeout; a service that fails is not asked again for `SERVICE_BACKOFF_S`, so launches never keep waiting;
-3. with `fallback="nearest"`: the nearest tuned problem on the same device (autotuner.store.nearest: same op, dtype
-   and options; log-space distance; for matmul the same N and K first, nearest M);
-4. unless `fallback="none"` (then NotFound): the space's default config.
-
-Stale results (another kernel hash or Triton version) are never served as exact. The answer carries the stored
-row whose times come with it (the exact one, or the nearest problem's). Nothing here caches: the callers that
+"""What a launching process keeps between lookups (`Resolver`): its database (opened on first use, never created by
+a lookup), the service (`Service`, with a back-off after a failure) and the tuning jobs it queued on a miss
+(`AUTOTUNER_TUNE_ON_MISS=1`, `AUTOTUNER_ON_MISS=nearest`), raised in priority as the launches meet them. Which
+config answers a lookup is autotuner.launch.resolution's steps; nothing here caches answers: the callers that
 launch keep one cache each, keyed by what they launch (the library per input signature, a decorated kernel per
-key), and `Resolver` holds what a launching process needs between lookups: the lazily opened database, the
-service's back-off, and the tuning jobs it queued on a miss (`AUTOTUNER_TUNE_ON_MISS=1`).
+key).
 """
 
 from __future__ import annotations
@@ -35,19 +17,17 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from autotuner.base.device import DeviceInfo
 from autotuner.base.registry import Op, get_op
 from autotuner.base.settings import Settings
-from autotuner.store.interfaces import ResultReader
+from autotuner.launch.resolution import FINAL, Resolution, Source, resolve
 from autotuner.store.lazy import LaunchReads, LazyStore
 from autotuner.store.regret import (
     PER_SIDE,
     Pick,
     bracket,
-    inside_refined_sweep,
     predicted_pick,
     prefer_measured,
     sweep_points,
@@ -59,36 +39,10 @@ log = logging.getLogger(__name__)
 SERVICE_TIMEOUT_S = 0.25
 SERVICE_BACKOFF_S = 30.0
 BACKGROUND_EXIT_S = 5.0  # at exit, queueing still under way gets this long to finish
-FALLBACKS = ("nearest", "default", "none")
 _now = time.monotonic
 MISS_TRIALS = 2 * PER_SIDE + 2  # a miss between a sweep's points: the default, the model's pick, and the
 # PER_SIDE fastest configs on each point beside it (autotuner.store.regret.bracketing_configs)
 SERVICE_JOB = -1  # a job the service queued for this process: its id is the service's, its priority its own
-
-
-class NotFound(LookupError):
-    def __init__(self, message: str, stale: StoredBest | None = None) -> None:
-        super().__init__(message)
-        self.stale = stale  # an exact result of another kernel hash or Triton version, not served
-
-
-Source = Literal["exact", "bucket", "predicted", "nearest", "default"]
-Step = Literal["database", "service", "nearest", "default"]
-
-
-@dataclass(frozen=True, kw_only=True)
-class Resolution:
-    config: dict[str, Any]
-    source: Source
-    step: Step  # which step answered
-    reason: str
-    trace: tuple[str, ...] = field(default_factory=tuple)
-    row: StoredBest | None = None  # the stored result whose times come with the answer (exact or nearest)
-    from_problem: str | None = None
-    stale: StoredBest | None = None  # an exact result that was not served: another kernel hash or Triton
-    median_ms: float | None = None  # for an exact answer from the service, which sends no row
-    between_points: bool = False  # served by a refined or predicting sweep's rule: its bucket's result would not
-    pick: Pick | None = None  # a predicted answer: the sweep's model's pick, and what it was measured at
 
 
 class Service:
@@ -122,92 +76,15 @@ class Service:
             self._down_until = time.monotonic() + SERVICE_BACKOFF_S
             return None, f"service: HTTP {r.status_code}; not asked again for {SERVICE_BACKOFF_S:.0f} s"
         body = r.json()
-        if body.get("source") not in ("exact", "bucket") or body.get("stale"):
+        if body.get("source") not in {s.value for s in FINAL} or body.get("stale"):
             return None, "service: no exact result"
         try:
             config = op.space.validate(body["config"], problem, device)
         except (ValueError, KeyError) as exc:
             return None, f"service: answered a config this space rejects ({exc})"
-        return Resolution(config=config, source=body["source"], step="service",
+        return Resolution(config=config, source=Source(body["source"]), step="service",
                           reason=f"tuned result from {self.url}", from_problem=body.get("from_problem") or problem.key,
                           median_ms=body.get("median_ms")), f"service: {body['source']}"
-
-
-def resolve(op: Op, problem: ProblemType, device: DeviceInfo, *, store: ResultReader | None,
-            store_error: str | None = None, service: Service | None = None, fallback: str = "nearest",
-            kernel_hash: str | None = None, triton_version: str | None = None) -> Resolution:
-    """The config to launch `problem` with on `device`, and where it came from; NotFound when `fallback` is
-    "none" and nothing exact is known."""
-    if fallback not in FALLBACKS:
-        raise ValueError(f"unknown fallback {fallback!r}; accepted: {', '.join(FALLBACKS)}")
-    trace: list[str] = []
-    stale: StoredBest | None = None
-    inside: tuple[str, str] | None = None
-    if store is not None:
-        best = store.best(op=op, problem=problem, device=device, kernel_hash=kernel_hash,
-                          triton_version=triton_version)
-        # a row this op cannot launch (imported or written by hand) is never served; a decorated kernel's stored
-        # winner is judged by the kernel itself (its list, pruning and constraints: decorator.miss)
-        broken = op.space.outside(best.config) if best is not None and not best.stale and op.kind != "kernel" else []
-        if broken:
-            trace.append(f"database: the stored config is not valid here ({'; '.join(broken)[:200]})")
-            best = None
-        if best is not None and not best.stale:
-            trace.append("database: exact")
-            return Resolution(config=best.config, source="exact", step="database",
-                              reason=f"tuned {problem.key} on {device.key}", trace=tuple(trace), row=best,
-                              from_problem=problem.key)
-        stale = best if best is not None else None
-        trace.append(f"database: stale result ignored ({best.stale_reason})" if best
-                     else "database: no result for this problem")
-        pick = predicted_pick(store, op, problem, device, kernel_hash, triton_version) \
-            if fallback == "nearest" else None
-        if pick is not None and not op.space.violations(pick.config, problem, device):
-            trace.append(f"database: the pick of sweep {pick.sweep_id}'s model ({pick.prediction.why})")
-            return Resolution(config=pick.config, source="predicted", step="database",
-                              reason=f"picked by the model of sweep {pick.sweep_id}'s trials", trace=tuple(trace),
-                              stale=stale, between_points=True, pick=pick)
-        if pick is not None:
-            trace.append(f"database: sweep {pick.sweep_id}'s predicted pick is not valid here")
-        bucket = problem.bucket()
-        inside = inside_refined_sweep(store, op, problem, device, kernel_hash, triton_version) \
-            if bucket != problem and fallback == "nearest" else None
-        if inside is not None:
-            trace.append(f"database: between swept points {inside[0]} and {inside[1]} of a refined sweep: its rule, "
-                         "not the bucket")
-        elif bucket != problem:
-            held = store.best(op=op, problem=bucket, device=device, kernel_hash=kernel_hash,
-                              triton_version=triton_version)
-            if held is not None and not held.stale and not op.space.violations(held.config, problem, device):
-                trace.append(f"database: {bucket.key}, this problem's bucket")
-                return Resolution(config=held.config, source="bucket", step="database",
-                                  reason=f"tuned for {bucket.key}, the representative of this problem's bucket",
-                                  trace=tuple(trace), row=held, from_problem=bucket.key, stale=stale)
-            trace.append(f"database: nothing current for its bucket {bucket.key}")
-    else:
-        trace.append(f"database: unavailable ({store_error})")
-    if service is not None:
-        remote, note = service.ask(op, problem, device)
-        trace.append(note)
-        if remote is not None:
-            return Resolution(config=remote.config, source=remote.source, step="service", reason=remote.reason,
-                              trace=tuple(trace), from_problem=problem.key, stale=stale, median_ms=remote.median_ms)
-    if fallback == "none":
-        why = f"only a stale result ({stale.stale_reason})" if stale else "no tuned result"
-        raise NotFound(f"{why} for {op.name} {problem.key} on {device.key}", stale)
-    if fallback == "nearest" and store is not None:
-        ranked = store.nearest(op=op, problem=problem, device=device, kernel_hash=kernel_hash,
-                               triton_version=triton_version)
-        for other, row in prefer_measured(store, op, problem, device, ranked, kernel_hash, triton_version):
-            if not op.space.violations(row.config, problem, device):
-                trace.append(f"nearest: {other.key}")
-                return Resolution(config=row.config, source="nearest", step="nearest",
-                                  reason=f"best config of the nearest tuned problem {other.key}", trace=tuple(trace),
-                                  row=row, from_problem=other.key, stale=stale, between_points=inside is not None)
-            trace.append(f"nearest: {other.key}'s config is not valid here")
-    trace.append("default: the space's heuristic")
-    return Resolution(config=op.space.default(problem, device), source="default", step="default",
-                      reason="no tuned result to use", trace=tuple(trace), stale=stale)
 
 
 class Resolver:
@@ -233,7 +110,7 @@ class Resolver:
         op = get_op(op) if isinstance(op, str) else op
         store, error = self.store.peek()
         res = resolve(op, problem, device, store=store, store_error=error, service=self.service, fallback=fallback)
-        if res.source not in ("exact", "bucket") and (self.settings.tune_on_miss or self.settings.on_miss == "nearest"):
+        if not res.final and (self.settings.tune_on_miss or self.settings.on_miss == "nearest"):
             # the bucket's representative serves every problem of its bucket, but not one between a refined or
             # predicting sweep's points: that one is queued itself
             self._tune_on_miss(op, problem if res.between_points else problem.bucket(), device)

@@ -16,7 +16,7 @@ from typing import Any
 
 from autotuner.base.device import DeviceInfo
 from autotuner.base.registry import Op, UnknownOpError, get_op
-from autotuner.launch.lookup import FALLBACKS, resolve
+from autotuner.launch.resolution import FALLBACKS, Source, resolve
 from autotuner.store.database import Store
 from autotuner.store.regret import expected_regret
 from autotuner.store.rows import DeviceRow
@@ -54,7 +54,7 @@ class ConfigAnswer:
     problem_key: str
     device: str
     config: dict[str, Any]
-    source: str  # exact, nearest, default
+    source: Source
     median_ms: float | None
     default_ms: float | None
     speedup_vs_default: float | None
@@ -198,7 +198,7 @@ def answer_config(store: Store, op: Op, problem: ProblemType, device: DeviceInfo
     if row is not None and row.default_ms is not None and measured(row.default_ms) and measured(row.median_ms):
         speedup = row.default_ms / row.median_ms  # times that are times (measured: finite and positive)
     regret = expected_regret(store, op, problem, res.from_problem, device, kernel_hash, triton_version) \
-        if res.source in ("bucket", "nearest") and res.from_problem else None
+        if res.source in REGRETTED and res.from_problem else None
     pick = res.pick
     return ConfigAnswer(
         op=op.name, problem=dataclasses.asdict(problem), problem_key=problem.key, device=device.key,
@@ -216,9 +216,12 @@ def answer_config(store: Store, op: Op, problem: ProblemType, device: DeviceInfo
         regret_basis(res.source, res.from_problem, regret))
 
 
-def regret_basis(source: str, from_problem: str | None, regret: Any) -> str | None:
+REGRETTED = frozenset({Source.BUCKET, Source.NEAREST})  # answers served from another problem's winner
+
+
+def regret_basis(source: Source, from_problem: str | None, regret: Any) -> str | None:
     """How a bucket or nearest answer's expected regret was found, or that it was not measured."""
-    if source not in ("bucket", "nearest"):
+    if source not in REGRETTED:
         return None
     if regret is None:
         return "not measured: no sweep's cross timings bracket this problem"

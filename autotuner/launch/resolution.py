@@ -1,0 +1,230 @@
+"""Which config a launch uses when the caller gives none: one path for the library calls (autotuner.launch.library),
+`autotuner.autotune` kernels and `GET /config` (autotuner.launch.serving), as an ordered list of steps (`STEPS`).
+Each step looks at the query and answers a `Resolution`, or passes to the next; the first answer wins, and its
+`source` (a `Source`) says whether it is final (`Resolution.final`: an exact result, or its bucket's
+representative's) or one a launching process asks again for later (a pick, a nearest answer, the default).
+
+1. `exact`: the stored best for this exact problem, current for the kernel hash and Triton version (the caller's,
+   for a remote caller of the service); a stale one is remembered, never served;
+2. `predicted` (with `fallback="nearest"`): between the points of a sweep whose model of its trials beat the
+   nearest point's winner on the sweep's own points (autotuner.engine.predict), the model's pick;
+3. `bucket`: where the problem has a bucket (the built-in ops bucket their leading dimension by powers of two),
+   the stored best of its bucket's representative, if valid here, unless, with `fallback="nearest"`, the problem
+   lies between two points of a refined sweep: then step 6, whose rule between swept points serves it
+   (autotuner.store.regret);
+4. `service` (`AUTOTUNER_URL`), for launching processes: `GET /config?...&fallback=none`, with a short timeout
+   (autotuner.launch.lookup.Service: a service that fails is not asked again for a while);
+5. `give_up`: with `fallback="none"`, NotFound;
+6. `nearest` (with `fallback="nearest"`): the nearest tuned problem on the same device (autotuner.store.nearest:
+   same op, dtype and options; log-space distance; for matmul the same N and K first, nearest M), preferring one
+   whose winner a sweep measured here;
+7. `default`: the space's default config.
+
+A new source is a step function here and its place in `STEPS`, and a `Source` member if it answers with a new
+kind. The answer carries the stored row whose times come with it and a trace of every step's word.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from autotuner.base.device import DeviceInfo
+from autotuner.base.registry import Op
+from autotuner.store.interfaces import ResultReader
+from autotuner.store.regret import Pick, inside_refined_sweep, predicted_pick, prefer_measured
+from autotuner.store.stored_best import StoredBest
+from search_spaces.contract import ProblemType
+
+FALLBACKS = ("nearest", "default", "none")
+
+
+class Source(str, enum.Enum):
+    """Where an answer came from (a str: JSON, the metrics' labels and `show` print its value)."""
+
+    EXACT = "exact"
+    BUCKET = "bucket"
+    PREDICTED = "predicted"
+    NEAREST = "nearest"
+    DEFAULT = "default"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+FINAL = frozenset({Source.EXACT, Source.BUCKET})  # answers a launching process keeps; the others it asks again
+Step = Literal["database", "service", "nearest", "default"]
+
+
+class NotFound(LookupError):
+    def __init__(self, message: str, stale: StoredBest | None = None) -> None:
+        super().__init__(message)
+        self.stale = stale  # an exact result of another kernel hash or Triton version, not served
+
+
+@dataclass(frozen=True, kw_only=True)
+class Resolution:
+    config: dict[str, Any]
+    source: Source
+    step: Step  # which step answered
+    reason: str
+    trace: tuple[str, ...] = field(default_factory=tuple)
+    row: StoredBest | None = None  # the stored result whose times come with the answer (exact or nearest)
+    from_problem: str | None = None
+    stale: StoredBest | None = None  # an exact result that was not served: another kernel hash or Triton
+    median_ms: float | None = None  # for an exact answer from the service, which sends no row
+    between_points: bool = False  # served by a refined or predicting sweep's rule: its bucket's result would not
+    pick: Pick | None = None  # a predicted answer: the sweep's model's pick, and what it was measured at
+
+    @property
+    def final(self) -> bool:
+        """An answer to keep: tuned for this problem (or its bucket's representative), not one to ask again for."""
+        return self.source in FINAL
+
+
+class Asker(Protocol):
+    """The remote service a launching process asks (autotuner.launch.lookup.Service)."""
+
+    def ask(self, op: Op, problem: ProblemType, device: DeviceInfo) -> tuple[Resolution | None, str]: ...
+
+
+@dataclass
+class Query:
+    """One resolution's question, and what its steps learnt on the way (the trace, a stale exact result, the
+    refined sweep the problem lies in)."""
+
+    op: Op
+    problem: ProblemType
+    device: DeviceInfo
+    store: ResultReader | None
+    store_error: str | None
+    service: Asker | None
+    fallback: str
+    kernel_hash: str | None
+    triton_version: str | None
+    trace: list[str] = field(default_factory=list)
+    stale: StoredBest | None = None
+    inside: tuple[str, str] | None = None
+
+    def answer(self, config: dict[str, Any], source: Source, step: Step, reason: str, **more: Any) -> Resolution:
+        return Resolution(config=config, source=source, step=step, reason=reason, trace=tuple(self.trace),
+                          stale=self.stale, **more)
+
+    def valid(self, config: dict[str, Any]) -> bool:
+        return not self.op.space.violations(config, self.problem, self.device)
+
+
+def exact(q: Query) -> Resolution | None:
+    if q.store is None:
+        q.trace.append(f"database: unavailable ({q.store_error})")
+        return None
+    best = q.store.best(op=q.op, problem=q.problem, device=q.device, kernel_hash=q.kernel_hash,
+                        triton_version=q.triton_version)
+    # a row this op cannot launch (imported or written by hand) is never served; a decorated kernel's stored winner
+    # is judged by the kernel itself (its list, pruning and constraints: decorator.miss)
+    broken = q.op.space.outside(best.config) if best is not None and not best.stale and q.op.kind != "kernel" else []
+    if broken:
+        q.trace.append(f"database: the stored config is not valid here ({'; '.join(broken)[:200]})")
+        best = None
+    if best is not None and not best.stale:
+        q.trace.append("database: exact")
+        return q.answer(best.config, Source.EXACT, "database", f"tuned {q.problem.key} on {q.device.key}", row=best,
+                        from_problem=q.problem.key)
+    q.stale = best
+    q.trace.append(f"database: stale result ignored ({best.stale_reason})" if best
+                   else "database: no result for this problem")
+    return None
+
+
+def predicted(q: Query) -> Resolution | None:
+    if q.store is None or q.fallback != "nearest":
+        return None
+    pick = predicted_pick(q.store, q.op, q.problem, q.device, q.kernel_hash, q.triton_version)
+    if pick is None:
+        return None
+    if not q.valid(pick.config):
+        q.trace.append(f"database: sweep {pick.sweep_id}'s predicted pick is not valid here")
+        return None
+    q.trace.append(f"database: the pick of sweep {pick.sweep_id}'s model ({pick.prediction.why})")
+    return q.answer(pick.config, Source.PREDICTED, "database", f"picked by the model of sweep {pick.sweep_id}'s "
+                    "trials", between_points=True, pick=pick)
+
+
+def bucket(q: Query) -> Resolution | None:
+    rep = q.problem.bucket()
+    if q.store is None or rep == q.problem:
+        return None
+    if q.fallback == "nearest":
+        q.inside = inside_refined_sweep(q.store, q.op, q.problem, q.device, q.kernel_hash, q.triton_version)
+    if q.inside is not None:
+        q.trace.append(f"database: between swept points {q.inside[0]} and {q.inside[1]} of a refined sweep: its "
+                       "rule, not the bucket")
+        return None
+    held = q.store.best(op=q.op, problem=rep, device=q.device, kernel_hash=q.kernel_hash,
+                        triton_version=q.triton_version)
+    if held is not None and not held.stale and q.valid(held.config):
+        q.trace.append(f"database: {rep.key}, this problem's bucket")
+        return q.answer(held.config, Source.BUCKET, "database",
+                        f"tuned for {rep.key}, the representative of this problem's bucket", row=held,
+                        from_problem=rep.key)
+    q.trace.append(f"database: nothing current for its bucket {rep.key}")
+    return None
+
+
+def service(q: Query) -> Resolution | None:
+    if q.service is None:
+        return None
+    remote, note = q.service.ask(q.op, q.problem, q.device)
+    q.trace.append(note)
+    if remote is None:
+        return None
+    return q.answer(remote.config, remote.source, "service", remote.reason, from_problem=q.problem.key,
+                    median_ms=remote.median_ms)
+
+
+def give_up(q: Query) -> Resolution | None:
+    if q.fallback == "none":
+        why = f"only a stale result ({q.stale.stale_reason})" if q.stale else "no tuned result"
+        raise NotFound(f"{why} for {q.op.name} {q.problem.key} on {q.device.key}", q.stale)
+    return None
+
+
+def nearest(q: Query) -> Resolution | None:
+    if q.fallback != "nearest" or q.store is None:
+        return None
+    ranked = q.store.nearest(op=q.op, problem=q.problem, device=q.device, kernel_hash=q.kernel_hash,
+                             triton_version=q.triton_version)
+    for other, row in prefer_measured(q.store, q.op, q.problem, q.device, ranked, q.kernel_hash, q.triton_version):
+        if q.valid(row.config):
+            q.trace.append(f"nearest: {other.key}")
+            return q.answer(row.config, Source.NEAREST, "nearest",
+                            f"best config of the nearest tuned problem {other.key}", row=row,
+                            from_problem=other.key, between_points=q.inside is not None)
+        q.trace.append(f"nearest: {other.key}'s config is not valid here")
+    return None
+
+
+def default(q: Query) -> Resolution:
+    q.trace.append("default: the space's heuristic")
+    return q.answer(q.op.space.default(q.problem, q.device), Source.DEFAULT, "default", "no tuned result to use")
+
+
+STEPS: tuple[Callable[[Query], Resolution | None], ...] = (exact, predicted, bucket, service, give_up, nearest,
+                                                           default)
+
+
+def resolve(op: Op, problem: ProblemType, device: DeviceInfo, *, store: ResultReader | None,
+            store_error: str | None = None, service: Asker | None = None, fallback: str = "nearest",
+            kernel_hash: str | None = None, triton_version: str | None = None) -> Resolution:
+    """The config to launch `problem` with on `device`, and where it came from: the first of `STEPS` to answer.
+    NotFound when `fallback` is "none" and nothing exact is known."""
+    if fallback not in FALLBACKS:
+        raise ValueError(f"unknown fallback {fallback!r}; accepted: {', '.join(FALLBACKS)}")
+    q = Query(op, problem, device, store, store_error, service, fallback, kernel_hash, triton_version)
+    for step in STEPS:
+        answer = step(q)
+        if answer is not None:
+            return answer
+    raise AssertionError("the default step always answers")  # pragma: no cover
