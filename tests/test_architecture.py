@@ -162,3 +162,39 @@ def test_the_engine_and_the_launch_path_reach_the_store_through_its_interfaces()
 
 def test_a_circle_would_be_found():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+STORE_CLASSES = {"Store", "LaunchReads", "LazyStore", "JobStore", "SqliteReads"}
+
+
+def _store_class_uses(paths: list[Path]) -> list[str]:
+    """In these files: each `isinstance(x, <a store class>)`, and each `Store(...)` made directly (a database is
+    opened with autotuner.store.open_store)."""
+    found = []
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not isinstance(node, ast.Call):
+                continue
+            name = node.func.id if isinstance(node.func, ast.Name) else None
+            if name == "isinstance" and len(node.args) == 2:
+                kinds = node.args[1].elts if isinstance(node.args[1], ast.Tuple) else [node.args[1]]
+                if any(isinstance(k, ast.Name) and k.id in STORE_CLASSES for k in kinds):
+                    found.append(f"{path.name}:{node.lineno} isinstance on a store class")
+            elif name == "Store":
+                found.append(f"{path.name}:{node.lineno} Store(...) made directly")
+    return found
+
+
+def test_outside_the_store_no_code_asks_which_store_class_answers():
+    """Every room reads the store's interfaces: none asks which class answers (`isinstance` on a store class), and
+    none opens a database but through `open_store`, so a new backend is the store package's business."""
+    outside = [p for pkg in ("autotuner", "api") for p in (ROOT / pkg).rglob("*.py")
+               if _part(_module(p)) != "autotuner.store"]
+    assert len(outside) > 50
+    assert _store_class_uses(outside) == []
+
+
+def test_a_store_class_asked_for_would_be_found(tmp_path):
+    probe = tmp_path / "probe.py"
+    probe.write_text("def f(s):\n    return isinstance(s, (int, LaunchReads)) or Store('sqlite://')\n")
+    assert _store_class_uses([probe]) == ["probe.py:2 isinstance on a store class", "probe.py:2 Store(...) made directly"]

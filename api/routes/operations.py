@@ -10,7 +10,6 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from api.deps import State
 from api.errors import UNAVAILABLE_DETAIL
 from api.schemas import HealthOut
-from autotuner.store.database import Store
 from db.health import cause_of
 
 log = logging.getLogger(__name__)
@@ -24,12 +23,9 @@ def router() -> APIRouter:
         """200 when the database answers and can keep a write; 503 with the cause when it is deleted or replaced
         under the service, read-only, full or corrupt, and when it does not answer."""
         try:
-            store = st.store.get()
-            if isinstance(store, Store):  # a deleted file is seen before a connection could make a new, empty one
-                problem = store.health(st.settings.min_free_bytes)
-                backend = store.engine.dialect.name
-            else:
-                problem, backend = None, store.ping()
+            store = st.store.full()
+            # a deleted file is seen before a connection could make a new, empty one
+            problem, backend = store.health(st.settings.min_free_bytes), store.engine.dialect.name
         except Exception as exc:  # where the database is, and the driver's words, go to the log only
             log.warning("healthz: database unavailable: %s: %s", type(exc).__name__, str(exc).splitlines()[:1])
             response.status_code = 503

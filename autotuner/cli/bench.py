@@ -48,10 +48,10 @@ def bench(
     from autotuner.analysis.bench import DEFAULT, TUNED, compute_bound, profile_table
     from autotuner.analysis.bench import bench as run_bench
     from autotuner.base.device import current_device
-    from autotuner.store.database import Store
+    from autotuner.store import open_store
 
     op_obj, prob = problem(op, shape, dtype, flags or {}, options or {})
-    store = Store(settings(db).db_url)
+    store = open_store(settings(db).db_url)
     device = current_device()
     result = run_bench(op_obj, prob, device, store=store, use_compile=use_compile, rounds=rounds,
                        remeasure_peaks=remeasure_peaks, compile_mode=compile_mode)
@@ -104,7 +104,7 @@ def report(
 ) -> None:
     """Plot, per tuned problem, the tuned config against the default config against torch (a PNG)."""
     from autotuner.analysis.report import plot_results
-    from autotuner.store.database import Store
+    from autotuner.store import open_store
 
-    n = plot_results(Store(settings(db).db_url, create=False), output, op=op, device_key=device)
+    n = plot_results(open_store(settings(db).db_url, create=False), output, op=op, device_key=device)
     console.print(f"wrote {output} ({n} problems)")

@@ -48,12 +48,12 @@ def _refuse_unusable_database(url: str | None, min_free_bytes: int) -> None:
     now is waited for (503 until then), and one that cannot keep a write is served read-only, with a warning."""
     from sqlalchemy.exc import DatabaseError
 
-    from autotuner.store.database import Store
+    from autotuner.store import open_store
     from db.engine import DatabaseUnavailable, NotAutotunerDatabase
     from db.health import cause_of
 
     try:
-        problem = Store(url).health(min_free_bytes)
+        problem = open_store(url).health(min_free_bytes)
     except NotAutotunerDatabase as exc:
         fail(str(exc), DATABASE)
     except (DatabaseUnavailable, DatabaseError) as exc:

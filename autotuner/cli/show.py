@@ -48,7 +48,7 @@ def show(
     from autotuner.base.device import current_device
     from autotuner.launch.resolution import Source
     from autotuner.launch.serving import answer_config
-    from autotuner.store.database import Store
+    from autotuner.store import open_store
     from db.engine import NoDatabase
 
     s = settings(db)
@@ -61,7 +61,7 @@ def show(
             raise typer.Exit(1)  # as without --explain: nothing tuned applies
         return
     try:
-        store = Store(s.db_url, create=False)
+        store = open_store(s.db_url, create=False)
     except NoDatabase as exc:
         info: dict[str, Any] = {"op": op, "problem": prob.key, "device": device.key, "source": "default",
                                 "config": op_obj.space.default(prob, device), "reason": str(exc)}
@@ -101,12 +101,12 @@ def _tuned_dtype(op: str, shape: str | None, flags: dict[str, str | None], optio
     as GET /config takes it); a decorated kernel tuned in several names them in a bad-input error; none leaves
     the op's default."""
     from autotuner.launch.serving import NoSuchProblem, tuned_dtype
-    from autotuner.store.database import Store
+    from autotuner.store import open_store
     from db.engine import NoDatabase
 
     op_obj, prob = problem(op, shape, None, flags, options)
     try:
-        store = Store(s.db_url, create=False)
+        store = open_store(s.db_url, create=False)
     except NoDatabase:
         return None
     try:

@@ -27,7 +27,7 @@ def export(
 ) -> None:
     """Export results: everything, or filtered by op, device and problem. Besides json, triton and landscape, an op
     may export formats of its own (matmul: vllm, vLLM's tuned-config files)."""
-    from autotuner.store.database import Store
+    from autotuner.store import open_store
     from autotuner.store.transfer import export_data, formats, landscape, triton_configs, write_files
 
     own = formats()
@@ -45,7 +45,7 @@ def export(
         if not op:
             fail("--shape needs --op")
         problem_key = common.problem(op, shape, dtype, {}, {})[1].key
-    data = export_data(Store(settings(db).db_url, create=False), op=op, device_key=device, problem_key=problem_key)
+    data = export_data(open_store(settings(db).db_url, create=False), op=op, device_key=device, problem_key=problem_key)
     if op is not None and not data["runs"] and not data["best_configs"] and op not in op_names():
         fail(f"nothing to export for {op!r}: no op of that name is known here or stored in this database "
              "(`autotuner ops` lists the known ones)")
@@ -77,7 +77,7 @@ def import_(file: Path = typer.Argument(..., help="a file written by `autotuner 
     """Import an export; a stored result is never replaced by a slower one, and a bad file writes nothing."""
     from autotuner.base.json_depth import MAX_DEPTH, too_deep
     from autotuner.decorator.kernel_problem import KernelProblem
-    from autotuner.store.database import Store
+    from autotuner.store import open_store
     from autotuner.store.transfer import import_data, parse_export
 
     try:
@@ -96,5 +96,5 @@ def import_(file: Path = typer.Argument(..., help="a file written by `autotuner 
         export = parse_export(data, KernelProblem)
     except ValueError as exc:
         fail(f"{file}: {exc}\nnothing was imported")
-    counts = import_data(Store(settings(db).db_url), export)
+    counts = import_data(open_store(settings(db).db_url), export)
     console.print(", ".join(f"{v} {k} added" for k, v in counts.items()))

@@ -156,7 +156,7 @@ def tune(
     from autotuner.engine.measure import prestarted
     from autotuner.engine.strategies import check_strategy
     from autotuner.engine.tuner import DEFAULT_MARGIN, Plan, plan_device
-    from autotuner.store.database import Store
+    from autotuner.store import open_store
     from kernels._backend import interpreting
 
     try:
@@ -178,7 +178,7 @@ def tune(
     op_obj, probs, dim = problems(op, shape, dtype, flags or {}, options or {})
     if check:
         return
-    store = Store(s.db_url)
+    store = open_store(s.db_url)
     if dtype is None and op_obj.needs_recorded_call:  # a decorated kernel's key: the dtype its calls were recorded in
         recorded = store.recorded_dtypes(op=op_obj.name, shape=probs[0].shape)
         if len(recorded) > 1:

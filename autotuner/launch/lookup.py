@@ -23,7 +23,7 @@ from autotuner.base.device import DeviceInfo
 from autotuner.base.registry import Op, get_op
 from autotuner.base.settings import Settings
 from autotuner.launch.resolution import FINAL, Resolution, Source, resolve
-from autotuner.store.lazy import LaunchReads, LazyStore
+from autotuner.store.lazy import LazyStore
 from autotuner.store.regret import (
     PER_SIDE,
     Pick,
@@ -230,11 +230,9 @@ class Resolver:
             return []
 
     def _writer(self) -> Any:
-        """Where this process's jobs are written: a plain SQLite file at this schema through sqlite3, like the
-        lookups read it (no SQLAlchemy to import); else the full store. Queueing may create the database that a
+        """Where this process's jobs are written (LazyStore.job_writer); queueing may create the database that a
         lookup never would."""
-        store = self.store.peek()[0]
-        return store if isinstance(store, LaunchReads) else self.store.writer()
+        return self.store.job_writer()
 
     def _queue_job(self, op: Op, problem: ProblemType, device: DeviceInfo) -> None:
         options = op.options_of(problem)
@@ -367,11 +365,10 @@ def _prepare_queued() -> None:
                     if _RESOLVER is None:  # else one was set or built meanwhile: it stays
                         _RESOLVER, _AHEAD_ENV = ahead, env
             if _RESOLVER is not None:
-                store = _RESOLVER.store.prefetch()
+                sweeps = _RESOLVER.store.warm(op)
                 _RESOLVER.start_background()  # a miss's queueing then starts no thread on the launching one
-                if op is not None and isinstance(store, LaunchReads):
-                    store.warm(op)
-                    for sweep in store.sweeps(op=op.name):
+                if op is not None:
+                    for sweep in sweeps:
                         sweep_points(op, sweep)  # parsed once per process
             if op is not None and not AST_COUNTER_SHARED:
                 op.kernel_hash  # noqa: B018  (a cached property: computed once, here)

@@ -5,5 +5,25 @@ worker's writes through outages (`job_store.JobStore`). Also: how a stored best 
 (`stored_best`), which tuned problem is nearest (`nearest`), the frozen rows handed to the service and the
 command line (`rows`), and export and import (`transfer`).
 
+Every caller outside this package opens a database with `open_store(url)`, and reads the interfaces, never which
+class answers (tests/test_architecture.py holds them to it; tests/test_store_conformance.py holds every reader to
+the same answers).
+
 May import: `autotuner.base`, `db`, the ground floor.
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from autotuner.store.database import Store
+
+
+def open_store(url: str | None, *, create: bool = True, timeout_s: float | None = None) -> Store:
+    """The database at `url` (None: the default SQLite file in the user's data folder), at the current schema.
+    `create=False` for readers: a missing database raises db.engine.NoDatabase instead of being made. `timeout_s`
+    bounds every wait on it. SQLAlchemy is imported here, on first use, not with the package."""
+    from autotuner.store.database import Store
+
+    return Store(url, create=create, timeout_s=timeout_s)

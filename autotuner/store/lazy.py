@@ -209,6 +209,22 @@ class LazyStore:
         except (DatabaseUnavailable, NotAutotunerDatabase) as exc:
             return None, f"{type(exc).__name__}: {exc}"
 
+    def job_writer(self) -> Store | LaunchReads:
+        """Where a launching process's jobs are written: a plain SQLite file at this schema through sqlite3, as its
+        lookups read it (no SQLAlchemy to import); else the full store (`writer`)."""
+        store = self.peek()[0]
+        return store if isinstance(store, LaunchReads) else self.writer()
+
+    def warm(self, op: Op | None) -> list[SweepRow]:
+        """Open the database if it can be, and ready a launching process's reads of `op` ahead of its first lookup
+        (LaunchReads.warm); the op's sweeps, read now (none without an op, or where the reads are not a launching
+        process's)."""
+        store = self.prefetch()
+        if op is None or not isinstance(store, LaunchReads):
+            return []
+        store.warm(op)
+        return store.sweeps(op=op.name)
+
     def writer(self) -> Store:
         """The store for a write: the one opened, or else the database is created now (and kept for reads)."""
         store = self.peek()[0]
