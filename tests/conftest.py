@@ -55,7 +55,7 @@ def _never_the_users_data(request):
 
 @pytest.fixture(autouse=True)
 def _own_runtime_dir(tmp_path_factory, monkeypatch):
-    """Each test's workers open their doors in a folder of its own: a `tune` in one test is never handed to a
+    """Each test's workers open their command sockets in a folder of its own: a `tune` in one test is never handed to a
     worker of another (or to a worker running on the developer's machine)."""
     monkeypatch.setenv("AUTOTUNER_RUNTIME_DIR", str(tmp_path_factory.mktemp("run")))
 

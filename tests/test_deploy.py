@@ -11,7 +11,7 @@ import yaml
 from typer.main import get_command
 
 from autotuner.base.settings import Settings
-from autotuner.cli import app
+from autotuner.cli.app import build
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -40,7 +40,7 @@ def test_compose_has_postgres_the_api_and_a_gpu_worker():
 
 
 def test_compose_commands_and_variables_are_ones_autotuner_accepts():
-    cli = get_command(app)
+    cli = get_command(build())
     fields = {f"AUTOTUNER_{name.upper()}" for name in Settings.model_fields}
     for name, service in _compose()["services"].items():
         env = service.get("environment", {})

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from autotuner.cli.forward import wanted
+from autotuner.cli.handoff import wanted
 from autotuner.engine.measure import InOrderMeasurer, run_search
 from autotuner.engine.outcome import Outcome
 from autotuner.engine.strategies import make_search

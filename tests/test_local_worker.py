@@ -1,5 +1,5 @@
-"""`autotuner tune` handed to a worker running on the same host (autotuner.worker.door, autotuner.cli.forward and
-autotuner.cli.served): real worker and command processes, real sockets, a real SQLite file, kernels in Triton's
+"""`autotuner tune` handed to a worker running on the same host (autotuner.worker.command_socket, autotuner.cli.handoff and
+autotuner.cli.handed_run): real worker and command processes, real sockets, a real SQLite file, kernels in Triton's
 interpreter."""
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ class LocalWorker:
         try:
             while not set(self.door_dir.glob("*.sock")) - before:
                 assert self.proc.poll() is None, self.text()
-                assert time.monotonic() < deadline, "the worker opened no door in 120 s:\n" + self.text()
+                assert time.monotonic() < deadline, "the worker opened no command socket in 120 s:\n" + self.text()
                 time.sleep(0.1)
         except AssertionError:
             self.proc.kill()
@@ -83,7 +83,7 @@ def test_a_running_worker_takes_the_command_which_imports_no_torch(worker, tmp_p
     assert result["problem_key"] == "32x32x32:float16" and len(result["trials"]) == 3
     assert result["best_config"] is not None and result["run_id"] == 1 and result["worker"] == "w1"
     imported = {line.rsplit("|", 1)[1].strip() for line in out.stderr.splitlines() if line.startswith("import time:")}
-    assert "autotuner.cli.forward" in imported  # the command's own imports, relayed nothing of the worker's
+    assert "autotuner.cli.handoff" in imported  # the command's own imports, relayed nothing of the worker's
     assert "torch" not in imported and "triton" not in imported and "sqlalchemy" not in imported
     assert "tune matmul --M 32 --trials 3 --json" in worker.text()
     assert _runs(db) == [(1, "done")]
@@ -186,7 +186,7 @@ def test_a_door_left_by_a_dead_worker_or_a_stopped_one_is_passed_by(tmp_path):
         assert len(mine) == 1
     finally:
         assert w.stop() == 143  # SIGTERM, as a shell reports it
-    assert not any(p.exists() for p in mine)  # a stopped worker removes its door
+    assert not any(p.exists() for p in mine)  # a stopped worker removes its command socket
 
 
 @pytest.mark.timeout(300)

@@ -268,15 +268,15 @@ def test_prepare_readies_the_resolver_ahead_and_follows_a_later_environment(db, 
     monkeypatch.setenv("AUTOTUNER_ON_MISS", "default")
     set_resolver(None)
     try:
-        lookup.prepare(get_op("softmax"))
-        lookup.prepared()
+        lookup.warm_up(get_op("softmax"))
+        lookup.warmed_up()
         ahead = lookup._RESOLVER
         assert ahead is not None and ahead.store._store is not None  # opened before any launch asked
         assert resolver() is ahead and resolver().settings.on_miss == "default"
 
         set_resolver(None)
-        lookup.prepare()
-        lookup.prepared()
+        lookup.warm_up()
+        lookup.warmed_up()
         monkeypatch.setenv("AUTOTUNER_ON_MISS", "nearest")  # after the resolver was prepared, before first use
         assert resolver().settings.on_miss == "nearest"
     finally:
@@ -292,8 +292,8 @@ def test_a_database_created_after_the_resolver_was_prepared_is_found(tmp_path, m
     monkeypatch.setenv("AUTOTUNER_DB_URL", db)
     set_resolver(None)
     try:
-        lookup.prepare(get_op("softmax"))
-        lookup.prepared()
+        lookup.warm_up(get_op("softmax"))
+        lookup.warmed_up()
         assert lookup._RESOLVER is not None and lookup._RESOLVER.store._store is None
         _store_best(db, "8x64", LOOPING)
         store, error = resolver().store.peek()
@@ -321,7 +321,7 @@ class Slow:  # an op whose source hash takes a second to compute
 
 
 lookup.AST_COUNTER_SHARED = False  # the hash computed ahead whatever the Python (what is tested is the exit)
-lookup.prepare(Slow())
+lookup.warm_up(Slow())
 while not (marks / "started").exists():
     time.sleep(0.01)
 """

@@ -40,7 +40,7 @@ def test_speculative_compiles_take_idle_pool_workers_only_and_count_when_asked()
     configs = sm.space.enumerate(problem, device).valid[:6]
     measurer = LiveMeasurer(WorkerSpec("softmax", asdict(problem), (), None), 120, compile_workers=2)
     try:
-        measurer.prepare(configs[:1])
+        measurer.compile_ahead(configs[:1])
         measurer.speculate(configs[1:])
         in_flight = [k for k, f in measurer._ahead.items() if not f.done()]
         assert len(in_flight) <= 2  # the asked config and one guess: never more than the pool is wide
@@ -50,11 +50,11 @@ def test_speculative_compiles_take_idle_pool_workers_only_and_count_when_asked()
         # a guess the search then asks for is measured with the compile the pool already did
         guessed = next(c for c in configs[1:] if config_key(c) in measurer._ahead)
         assert isinstance(measurer._ahead[config_key(guessed)].result(60), float)  # the pool's first launch
-        measurer.prepare([guessed])
+        measurer.compile_ahead([guessed])
         assert measurer.measure(guessed).status == "ok"
         assert config_key(guessed) not in measurer._ahead  # consumed, not compiled again
         # guesses no longer wanted are dropped unless already started; nothing asked is ever dropped
-        measurer.prepare(configs[5:6])
+        measurer.compile_ahead(configs[5:6])
         measurer.speculate([])
         assert config_key(configs[5]) in measurer._ahead
         assert measurer.measure(configs[5]).status == "ok"
@@ -97,7 +97,7 @@ def test_asked_configs_are_measured_as_their_compiles_finish():
     slow, quick = sm.space.enumerate(problem, current_device()).valid[:2]
     measurer = LiveMeasurer(WorkerSpec("softmax", asdict(problem), (), None), 120, compile_workers=2)
     try:
-        measurer.prepare([quick])
+        measurer.compile_ahead([quick])
         measurer._ahead[config_key(slow)] = Future()  # a compile that has not finished (and will not here)
         assert measurer.first_ready([slow, quick]) == 1
         assert measurer.compile_wait_s > 0

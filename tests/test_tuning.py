@@ -248,21 +248,21 @@ def test_a_slower_result_never_replaces_a_faster_one(db_url):
 
 def test_a_tune_command_starts_its_trial_worker_before_importing_torch(tmp_path):
     """The command line's first step (`start_early`, before it imports the commands) starts `tune`'s trial worker
-    (cli.early) before the command imports torch; the command takes that one rather than starting another. Not for
+    (cli.prestart) before the command imports torch; the command takes that one rather than starting another. Not for
     `--queue`. Importing autotuner.cli alone starts nothing."""
     script = (
         "import sys\n"
         "sys.argv = ['autotuner', 'tune', 'softmax', '--shape', '8x8'] + sys.argv[1:]\n"
         "import autotuner.cli\n"
-        "from autotuner.cli import early\n"
-        "assert early.take(None) is None and 'typer' not in sys.modules  # an import has no effects\n"
+        "from autotuner.cli import prestart\n"
+        "assert prestart.take(None) is None and 'typer' not in sys.modules  # an import has no effects\n"
         "autotuner.cli.start_early(sys.argv)\n"
-        "kept = early.take(None)\n"
+        "kept = prestart.take(None)\n"
         "if kept is None:\n"
         "    print('none')\n"
         "else:\n"
         "    kept._started()\n"
-        "    print('alive' if kept.runner._proc.is_alive() else 'dead', early.take(None) is None)\n"
+        "    print('alive' if kept.runner._proc.is_alive() else 'dead', prestart.take(None) is None)\n"
         "    kept.close()\n"
     )
     env = {**os.environ, "AUTOTUNER_LOCAL_WORKER": "0"}

@@ -29,13 +29,13 @@ from autotuner.engine import processes
 
 def start_early(argv: list[str]) -> None:
     """What a command does before it imports anything heavy: a `tune` that a worker running on this host takes
-    is relayed to it (autotuner.cli.forward), and this process ends with its exit status; commands that tune
+    is relayed to it (autotuner.cli.handoff), and this process ends with its exit status; commands that tune
     start the fork server their trial worker and compile pool come from, and `tune` those processes
-    (autotuner.cli.early), so that their imports run while this process does its own."""
+    (autotuner.cli.prestart), so that their imports run while this process does its own."""
     if argv[1:2] == ["tune"] and processes.is_main_process():
-        from autotuner.cli.forward import forward
+        from autotuner.cli.handoff import hand_off
 
-        code = forward(argv[2:])
+        code = hand_off(argv[2:])
         if code is not None:
             sys.stdout.flush()
             sys.stderr.flush()
@@ -48,9 +48,9 @@ def start_early(argv: list[str]) -> None:
             main_module.__spec__ = importlib.util.find_spec("autotuner.__main__")
         processes.start()
         if argv[1:2] == ["tune"]:
-            from autotuner.cli import early
+            from autotuner.cli import prestart
 
-            early.start(argv[2:])  # its trial worker and compile pool, started before this process imports torch
+            prestart.start(argv[2:])  # its trial worker and compile pool, started before this process imports torch
 
 
 def main() -> None:

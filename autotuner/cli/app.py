@@ -37,7 +37,7 @@ class Command(typer.core.TyperCommand):
 def _covered_op(name: str) -> Any:
     """A covered `@triton.autotune` kernel's op by its `module:qualname` (autotuner.decorator.install.find_op),
     the decorator imported only when such a name is asked for: it imports torch, which `tune` keeps out of this
-    process (autotuner.cli.early)."""
+    process (autotuner.cli.prestart)."""
     from autotuner.decorator.install import find_op
 
     return find_op(name)

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 def _console_args(columns: int | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     """The consoles' settings for sys.stdout and sys.stderr as they are now: piped into a log, rich would wrap
     tables at 80 columns (a log has room for the whole row, and keeps whole lines); `columns`: a terminal's width
-    where the terminal is another process's (autotuner.cli.served)."""
+    where the terminal is another process's (autotuner.cli.handed_run)."""
     out = dict(width=columns if sys.stdout.isatty() else 160, markup=False, highlight=False)
     err = dict(stderr=True, width=columns if sys.stderr.isatty() else None, markup=False, highlight=False,
                soft_wrap=not sys.stderr.isatty())

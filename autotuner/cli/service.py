@@ -103,8 +103,8 @@ def worker(
     (AUTOTUNER_LOCAL_WORKER=0: not).
     """
     from autotuner.base.device import current_device, parse_gpus
-    from autotuner.cli import served
-    from autotuner.worker.door import Request
+    from autotuner.cli import handed_run
+    from autotuner.worker.command_socket import Request
     from autotuner.worker.loop import Worker
     from kernels._backend import interpreting
 
@@ -130,7 +130,7 @@ def worker(
     cli = ctx.find_root().command  # the command line this worker was started with
 
     def serve_command(request: Request, kept: KeptProcesses) -> bool:
-        return served.run(request, cli, kept, s, w.name, gpu)
+        return handed_run.run(request, cli, kept, s, w.name, gpu)
 
     w = Worker(s, gpu=gpu, name=name, on_event=event, serve=serve_command, gpus=lanes)
     event(f"worker {w.name} on {device.key}, polling every {s.poll_s:g} s")

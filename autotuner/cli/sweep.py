@@ -75,11 +75,11 @@ class _PointProgress(TuneObserver):
 def run_sweep_here(op: Op, probs: list[ProblemType], dim: str, s: Settings, store: Store, kept: KeptProcesses,
                    plan: Plan, as_json: bool, quiet: bool, refine: Refine | None = None) -> None:
     from autotuner.base.device import current_device
-    from autotuner.cli import served
+    from autotuner.cli import handed_run
     from autotuner.engine.sweep import run_sweep
     from autotuner.engine.tuner import plan_device
 
-    by = served.current()
+    by = handed_run.current()
     device = current_device(by.gpu if by is not None else plan_device(plan))
     budget = refine.budget(probs) if refine is not None else 0
     counter = iter(range(1, len(probs) + budget + 1))
@@ -89,7 +89,7 @@ def run_sweep_here(op: Op, probs: list[ProblemType], dim: str, s: Settings, stor
         on_point=(lambda p: err.print(f"cross-timing: the winners near {p.key} on it")) if not quiet else None,
         target=refine.target if refine is not None else None, budget=budget,
         make=(lambda shape: store.recorded_problem(op, shape, probs[0].dtype)) if op.needs_recorded_call else None)
-    served.release(kept)  # killed, not waited for: before the output (a worker's are kept)
+    handed_run.release(kept)  # killed, not waited for: before the output (a worker's are kept)
     if as_json:
         console.print_json(json.dumps(sweep_summary(result), default=str))
     else:

@@ -30,7 +30,7 @@ from autotuner.cli.common import (
     times,
     warn,
 )
-from autotuner.cli.forward import since_process_start
+from autotuner.cli.handoff import since_process_start
 from autotuner.engine.refine import DEFAULT_TARGET
 from autotuner.engine.strategies import strategies_help
 from autotuner.engine.tune_result import TrialRecord, TuneObserver, TuneResult
@@ -148,10 +148,10 @@ def tune(
     A worker running on this host (`autotuner worker`, same database) takes the command and tunes in its warm
     processes, so it starts at once; `--here` tunes in this process instead. `--gpus 0,1` measures the configs on
     both GPUs at once (same device type), tuning here."""
-    from autotuner.cli import early, served
+    from autotuner.cli import handed_run, prestart
     from autotuner.cli.sweep import Refine, queue_sweep, run_sweep_here
 
-    del here, wait  # read from the arguments by autotuner.cli.forward, before this process imports anything heavy
+    del here, wait  # read from the arguments by autotuner.cli.handoff, before this process imports anything heavy
     from autotuner.base.device import parse_gpus
     from autotuner.engine.measure import prestarted
     from autotuner.engine.strategies import check_strategy
@@ -163,7 +163,7 @@ def tune(
         check_strategy(strategy)
     except ValueError as exc:
         fail(str(exc))
-    by = served.current()  # a worker running this command for a process on its host
+    by = handed_run.current()  # a worker running this command for a process on its host
     s = settings(db)
     try:
         devices = parse_gpus(gpus if gpus is not None else s.gpus) if by is None and not queue else ()
@@ -206,14 +206,14 @@ def tune(
             console.print(f"queued job {job_id}: {op_obj.name} {one.key} (`autotuner worker` tunes it)")
         return
     # the trial worker and compile pool make their CUDA contexts while this process goes on (or a worker's, ready)
-    kept = by.kept if by is not None else early.take(plan_device(plan)) or prestarted(s, plan_device(plan))
+    kept = by.kept if by is not None else prestart.take(plan_device(plan)) or prestarted(s, plan_device(plan))
     try:
         if dim is not None:
             run_sweep_here(op_obj, probs, dim, s, store, kept, plan, as_json, quiet, Refine(regret, refine_points))
         else:
             _tune(op, op_obj, probs[0], s, store, kept, plan, as_json, quiet)
     finally:
-        served.release(kept)
+        handed_run.release(kept)
 
 
 
@@ -244,11 +244,11 @@ def with_recorded_call(op: Op, prob: ProblemType, store: Store) -> ProblemType:
 def _tune(op: str, op_obj: Op, prob: ProblemType, s: Settings, store: Store, kept: KeptProcesses, plan: Plan,
           as_json: bool, quiet: bool) -> None:
     from autotuner.base.device import current_device
-    from autotuner.cli import served
+    from autotuner.cli import handed_run
     from autotuner.engine.tuner import plan_device
     from autotuner.engine.tuner import tune as run_tune
 
-    by = served.current()
+    by = handed_run.current()
     device = current_device(by.gpu if by is not None else plan_device(plan))
     if device.is_interpreter and not as_json:
         warn("No GPU: kernels run in Triton's interpreter and times are CPU wall-clock, not GPU speed.")
@@ -271,7 +271,7 @@ def _tune(op: str, op_obj: Op, prob: ProblemType, s: Settings, store: Store, kep
             result = run_tune(op_obj, prob, store=store, settings=s, plan=plan, device=device, observer=observer,
                               kept=kept)
     except KeyboardInterrupt as exc:
-        served.release(kept)  # before the message: a trial worker stuck in a kernel goes first
+        handed_run.release(kept)  # before the message: a trial worker stuck in a kernel goes first
         partial: TuneResult | None = getattr(observer, "result", None)
         code = 143 if str(exc) == "SIGTERM" else 130
         if partial is not None and partial.run_id is not None:
@@ -280,7 +280,7 @@ def _tune(op: str, op_obj: Op, prob: ProblemType, s: Settings, store: Store, kep
         fail(f"interrupted ({str(exc) or 'SIGINT'}) before anything was stored", code)
     finally:
         signal.signal(signal.SIGTERM, previous)
-    served.release(kept)  # killed, not waited for: before the output, which the user is waiting for
+    handed_run.release(kept)  # killed, not waited for: before the output, which the user is waiting for
     if startup_s is not None:
         result.phases["startup_s"] = startup_s
     if as_json:

@@ -54,7 +54,7 @@ from autotuner.decorator.keys import Bucket, Keys, bucket_functions
 from autotuner.decorator.miss import Answer, KernelNotTuned, resolve_miss
 from autotuner.decorator.spec import ON_MISS, Hooks, KernelSpec
 from autotuner.launch import binary_cache, specializations
-from autotuner.launch.lookup import Pending, pending, prepare, resolver
+from autotuner.launch.lookup import Pending, pending, resolver, warm_up
 from kernels._direct import Launcher, call_signature
 from search_spaces.space import Space, config_key
 
@@ -167,7 +167,7 @@ class Autotuned(Autotuner):
         self.view = EngineView(spec, ("autotuner.decorator.install",) if mirror is not None else ())
         self.op = self.view.op
         register_op(self.op, replace=True)
-        prepare(self.op)  # the settings, the database and the source hash, before the first launch needs them
+        warm_up(self.op)  # the settings, the database and the source hash, before the first launch needs them
 
     def __getitem__(self, grid: Any) -> Callable[..., Any]:
         return lambda *args, **kwargs: self.run(*args, grid=grid, **kwargs)

@@ -48,7 +48,7 @@ from autotuner.base.registry import add_op_finder
 from autotuner.decorator.autotuned import Autotuned, KernelNotTuned
 from autotuner.decorator.configs import config_dict, module_name
 from autotuner.decorator.kept_timings import KeptTimings
-from autotuner.launch.lookup import prepare
+from autotuner.launch.lookup import warm_up
 
 __all__ = ["KernelReport", "install", "installed", "report", "run_script", "uninstall"]
 
@@ -65,7 +65,7 @@ _lock = threading.Lock()
 log = logging.getLogger(__name__)
 
 
-class Left(str):
+class NotCovered(str):
     """Why an Autotuner is left to Triton."""
 
 
@@ -78,7 +78,7 @@ def triton_key(tr: Autotuner, args: tuple[Any, ...], kwargs: dict[str, Any]) -> 
     return tuple(key)
 
 
-class TritonMirror:
+class TritonStateKeeper:
     """Keeps a covered Autotuner's `cache` and `best_config` as its own `run` would."""
 
     def __init__(self, tr: Autotuner) -> None:
@@ -103,28 +103,28 @@ class TritonMirror:
         self.tr.best_config = config
 
 
-def _left(tr: Autotuner) -> Left | None:
+def _not_covered(tr: Autotuner) -> NotCovered | None:
     cls = type(tr)
     for name in _OWN_WORK:
         if getattr(cls, name) is not getattr(Autotuner, name):
-            return Left(f"{cls.__module__}.{cls.__qualname__} has its own {name}")
+            return NotCovered(f"{cls.__module__}.{cls.__qualname__} has its own {name}")
     if len(tr.configs) <= 1:
-        return Left("one config: nothing to tune")
+        return NotCovered("one config: nothing to tune")
     return None
 
 
-def _adopt(tr: Autotuner) -> Autotuned | Left:
+def _adopt(tr: Autotuner) -> Autotuned | NotCovered:
     """The Autotuned that tunes for `tr`, made at its first launch (or why it is left to Triton)."""
     with _lock:
         adopted = tr.__dict__.get(_ADOPTED)
         if adopted is not None:
             return adopted  # type: ignore[no-any-return]
-        adopted = _left(tr)
+        adopted = _not_covered(tr)
         if adopted is None:
             try:
                 adopted = _autotuned(tr)
             except Exception as exc:  # a kernel autotuner cannot read stays Triton's, and says why
-                adopted = Left(f"not readable by autotuner: {exc}")
+                adopted = NotCovered(f"not readable by autotuner: {exc}")
         tr.__dict__[_ADOPTED] = adopted
         _register(tr)
         return adopted
@@ -152,7 +152,7 @@ def _autotuned(tr: Autotuner) -> Autotuned:
                  "pre_hook_takes_reset_only": not getattr(tr, "user_defined_pre_hook", False)}
     return Autotuned(tr.fn, list(tr.configs), list(tr.keys), prune_configs_by={"early_config_prune": prune},
                      do_bench=(lambda fn, quantiles: tr.do_bench(fn, quantiles=quantiles)) if own_bench else None,
-                     mirror=TritonMirror(tr), **hooks)
+                     mirror=TritonStateKeeper(tr), **hooks)
 
 
 def _run(self: Autotuner, *args: Any, **kwargs: Any) -> Any:
@@ -166,8 +166,8 @@ def _run(self: Autotuner, *args: Any, **kwargs: Any) -> Any:
         self.__dict__.setdefault(_FIRST, time.perf_counter() - t0)
 
 
-def _launch(self: Autotuner, adopted: Autotuned | Left, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    if isinstance(adopted, Left):
+def _launch(self: Autotuner, adopted: Autotuned | NotCovered, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    if isinstance(adopted, NotCovered):
         return _TRITON_RUN(self, *args, **kwargs)
     grid, warmup = kwargs.pop("grid"), kwargs.pop("warmup", False)
     try:
@@ -180,7 +180,7 @@ def _launch(self: Autotuner, adopted: Autotuned | Left, args: tuple[Any, ...], k
         # autotuner could not find this key a config (every config failed its check, a measurement ran out of
         # memory...): never worse than Triton, which tunes the kernel from here on
         log.warning("autotuner: %s: left to Triton's autotuner (%s: %s)", adopted.name, type(exc).__name__, str(exc))
-        self.__dict__[_ADOPTED] = Left(f"autotuner failed to tune it ({type(exc).__name__}: {exc}"[:300] + ")")
+        self.__dict__[_ADOPTED] = NotCovered(f"autotuner failed to tune it ({type(exc).__name__}: {exc}"[:300] + ")")
         return _TRITON_RUN(self, *args, grid=grid, warmup=warmup, **kwargs)
 
 
@@ -267,7 +267,7 @@ def install() -> None:
         if issubclass(type(obj), Autotuner) and not issubclass(type(obj), Autotuned):  # type(): no lazy
             # module attribute is touched
             _register(obj)
-    prepare()  # the settings and the database, before a first launch needs them
+    warm_up()  # the settings and the database, before a first launch needs them
     path = os.environ.get("AUTOTUNER_REPORT")
     if path and not _reporting:
         _reporting.append(path)
@@ -346,7 +346,7 @@ def report() -> list[KernelReport]:
             continue
         if adopted is None and _FIRST in tr.__dict__:  # launched through its own run, which never timed a config
             cls = type(tr)
-            adopted = Left(f"{cls.__module__}.{cls.__qualname__}.run replaces Triton's run and times nothing "
+            adopted = NotCovered(f"{cls.__module__}.{cls.__qualname__}.run replaces Triton's run and times nothing "
                            "through _bench")
         if adopted is None:
             continue  # defined, never launched

@@ -39,7 +39,7 @@ class Measurer(Protocol):
     def close(self) -> None:
         """Release what `start` set up."""
 
-    def prepare(self, configs: list[Config]) -> None:
+    def compile_ahead(self, configs: list[Config]) -> None:
         """Configs about to be measured, in order (a live measurer compiles them ahead)."""
 
     def speculate(self, configs: list[Config]) -> None:
@@ -124,7 +124,7 @@ class LiveMeasurer:
             raise failed[0]
         return base
 
-    def prepare(self, configs: list[Config]) -> None:
+    def compile_ahead(self, configs: list[Config]) -> None:
         if self.pool is not None:
             with self._lock:
                 for c in configs:
@@ -307,7 +307,7 @@ def host_compile_workers(settings: Settings) -> int:
 
 def prestarted(settings: Settings, gpu: int | None = None) -> KeptProcesses:
     """A trial worker and compile pool starting now, on CUDA device `gpu` (default: the current one), before any
-    problem is known (`autotuner tune` first thing, through cli.early, or while it finishes starting; `autotuner
+    problem is known (`autotuner tune` first thing, through cli.prestart, or while it finishes starting; `autotuner
     worker` when it starts)."""
     kept = KeptProcesses()
     if interpreting():
@@ -324,7 +324,7 @@ class InOrderMeasurer:
     def close(self) -> None:
         pass
 
-    def prepare(self, configs: list[Config]) -> None:
+    def compile_ahead(self, configs: list[Config]) -> None:
         pass
 
     def speculate(self, configs: list[Config]) -> None:
@@ -395,7 +395,7 @@ def _ask_ahead(search: Search, measurer: Measurer, ahead: list[Config], batch: i
             break
         asked.append(c)
     if asked:
-        measurer.prepare(asked)
+        measurer.compile_ahead(asked)
         ahead.extend(asked)
     if batch > 1 and speculate:
         measurer.speculate(search.upcoming(batch))

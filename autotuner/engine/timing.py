@@ -56,7 +56,7 @@ def time_cuda(fn: Callable[[], Any], warmup_ms: float = 25.0, rep_ms: float = 10
     timing (PROBE_REPS repetitions: a config clearly out of contention is not timed further). `queue_slack_s`:
     seconds added to the GPU sleep the repetitions queue behind, where other threads of this process may hold
     the GIL meanwhile (a decorated kernel measured on several GPUs)."""
-    import torch  # here: the engine's process-side modules import no torch (cli.early starts them first)
+    import torch  # here: the engine's process-side modules import no torch (cli.prestart starts them first)
 
     from autotuner.engine.l2_flush import (
         l2_flusher,  # here: a @triton.jit module is imported after kernels/ chose the backend

@@ -45,7 +45,7 @@ class TuneResult:
     candidates: int = 0
     rejected: int = 0
     elapsed_s: float = 0.0
-    # Seconds per phase (prepare_s: the space enumerated and the measurer made; setup_s, search_s, retime_s,
+    # Seconds per phase (plan_s: the space enumerated and the measurer made; setup_s, search_s, retime_s,
     # record_s; startup_s from the CLI), the setup's parts (setup_worker_s: the trial process setting the problem up and timing torch, of it setup_inputs_s and
     # setup_reference_s), and the search's: ask_s, measure_s (of it compile_wait_s: waiting on the compile pool),
     # record_trial_s; compile_s is the compile time summed over trials (spent in parallel by the compile pool).
@@ -68,7 +68,7 @@ class TuneResult:
         """One line: where the time went."""
         p = self.phases
         ready = f" (the trial worker ready {p['worker_ready_s']:.1f} s after its start)" if "worker_ready_s" in p else ""
-        parts = [f"prepare {p.get('prepare_s', 0):.1f}", f"setup {p.get('setup_s', 0):.1f}{ready}",
+        parts = [f"plan {p.get('plan_s', 0):.1f}", f"setup {p.get('setup_s', 0):.1f}{ready}",
                  f"search {p.get('search_s', 0):.1f} (waiting on compiles {p.get('compile_wait_s', 0):.1f}, "
                  f"measuring {p.get('measure_s', 0) - p.get('compile_wait_s', 0):.1f},"
                  f" asking {p.get('ask_s', 0):.1f}, storing {p.get('record_trial_s', 0):.1f})",

@@ -320,7 +320,7 @@ def _record(t: _Tuning) -> str:
     return status
 
 
-def _prepare(op: Op, problem: ProblemType, *, store: RunStore, settings: Settings, plan: Plan, device: DeviceInfo,
+def _plan(op: Op, problem: ProblemType, *, store: RunStore, settings: Settings, plan: Plan, device: DeviceInfo,
              observer: TuneObserver, measurer: Measurer | None, kept: KeptProcesses | None,
              job_id: int | None) -> _Tuning:
     """Everything decided before a process starts: the problem fits, the candidates, the budget, the measurer."""
@@ -360,10 +360,10 @@ def tune(op: Op, problem: ProblemType, *, store: RunStore, settings: Settings, p
     `measurer`: how configs are measured (default: an isolated trial worker, autotuner.engine.measure.LiveMeasurer).
     `kept`: the trial worker and compile pool to measure in, kept from one tuning to the next (a worker's)."""
     t_start = time.perf_counter()
-    t = _prepare(op, problem, store=store, settings=settings, plan=plan or Plan(),
+    t = _plan(op, problem, store=store, settings=settings, plan=plan or Plan(),
                  device=device or current_device(), observer=observer or TuneObserver(), measurer=measurer,
                  kept=kept, job_id=job_id)
-    t.result.phases["prepare_s"] = time.perf_counter() - t_start  # the space enumerated, the measurer made
+    t.result.phases["plan_s"] = time.perf_counter() - t_start  # the space enumerated, the measurer made
     try:
         with _phase(t, "setup", None):
             _setup(t)

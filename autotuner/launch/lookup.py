@@ -293,13 +293,13 @@ def pending(op: Op, problem: ProblemType, device: DeviceInfo) -> Pending:
 _RESOLVER: Resolver | None = None
 _AHEAD_ENV: tuple[tuple[str, str], ...] | None = None  # the AUTOTUNER_* variables a resolver built ahead read
 _RESOLVER_LOCK = threading.Lock()
-_PREPARING: queue.Queue[Op | None] = queue.Queue()
-_PREPARER: threading.Thread | None = None
+_WARMING: queue.Queue[Op | None] = queue.Queue()
+_WARMER: threading.Thread | None = None
 # CPython 3.11 before 3.11.8 (and 3.12.0) keeps one AST recursion counter for every thread: a source hash parsed
 # here while the launching thread parses too (pytest rewriting a test module, Triton reading a kernel) can fail
 # that thread's ast.parse with a SystemError (python/cpython#106905). There the hash is left to the first launch.
 AST_COUNTER_SHARED = (3, 11) <= sys.version_info[:3] < (3, 11, 8) or sys.version_info[:3] == (3, 12, 0)
-_EXITING = threading.Event()  # the process is exiting: readying stops (_stop_preparing)
+_EXITING = threading.Event()  # the process is exiting: readying stops (_stop_warming)
 
 
 def _autotuner_env() -> tuple[tuple[str, str], ...]:
@@ -328,35 +328,35 @@ def set_resolver(r: Resolver | None) -> None:
         _RESOLVER, _AHEAD_ENV = r, None
 
 
-def prepare(op: Op | None = None) -> None:
+def warm_up(op: Op | None = None) -> None:
     """Ready, on a background thread, what the first launch of `op` in this process would otherwise pay for on the
     launching thread: the settings, the database opened for reads, the kernel's source hash (a decorated kernel
     calls this when it is decorated, `autotuner.install()` when it installs). Nothing is created or written."""
-    global _PREPARER
-    _PREPARING.put(op)
+    global _WARMER
+    _WARMING.put(op)
     with _RESOLVER_LOCK:
-        if _PREPARER is None:
-            _PREPARER = threading.Thread(target=_prepare_queued, daemon=True, name="autotuner-prepare")
-            _PREPARER.start()
-            atexit.register(_stop_preparing)
+        if _WARMER is None:
+            _WARMER = threading.Thread(target=_warm_queued, daemon=True, name="autotuner-warm-up")
+            _WARMER.start()
+            atexit.register(_stop_warming)
 
 
-def _stop_preparing() -> None:
+def _stop_warming() -> None:
     """At exit, the readying under way finishes (up to BACKGROUND_EXIT_S) and nothing more starts: a daemon thread
     stopped inside native code as the interpreter shuts down can abort the process ("FATAL: exception not
     rethrown")."""
     _EXITING.set()
-    _PREPARING.put(None)  # wakes a waiting thread, which then stops
-    if _PREPARER is not None:
-        _PREPARER.join(BACKGROUND_EXIT_S)
+    _WARMING.put(None)  # wakes a waiting thread, which then stops
+    if _WARMER is not None:
+        _WARMER.join(BACKGROUND_EXIT_S)
 
 
-def _prepare_queued() -> None:
+def _warm_queued() -> None:
     global _RESOLVER, _AHEAD_ENV
     while True:
-        op = _PREPARING.get()
+        op = _WARMING.get()
         if _EXITING.is_set():
-            _PREPARING.task_done()
+            _WARMING.task_done()
             return
         try:
             if _RESOLVER is None:
@@ -375,9 +375,9 @@ def _prepare_queued() -> None:
         except Exception as exc:  # readying is an optimisation: the launch does it itself if this fails
             log.debug("autotuner: could not prepare %s: %s", op.name if op is not None else "the resolver", str(exc))
         finally:
-            _PREPARING.task_done()
+            _WARMING.task_done()
 
 
-def prepared() -> None:
-    """Wait until what `prepare` was handed is ready (for tests and benchmarks)."""
-    _PREPARING.join()
+def warmed_up() -> None:
+    """Wait until what `warm_up` was handed is ready (for tests and benchmarks)."""
+    _WARMING.join()

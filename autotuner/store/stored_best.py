@@ -28,7 +28,7 @@ class StoredBest:
 
 def versions() -> tuple[str, str]:
     """The running Triton's and torch's versions; torch's from its installed metadata where it is not imported
-    (`tune`'s own process imports no torch: autotuner.cli.early)."""
+    (`tune`'s own process imports no torch: autotuner.cli.prestart)."""
     import triton
 
     torch = sys.modules.get("torch")

@@ -1,7 +1,7 @@
 """`autotuner worker`: claim queued jobs from the database and run the engine on them (`loop.Worker`), through
-database outages and lost leases; and take `autotuner tune` commands typed on the same host (`door`).
+database outages and lost leases; and take `autotuner tune` commands typed on the same host (`command_socket`).
 
-May import: `autotuner.engine`, `autotuner.store`, `autotuner.base`, `db`, the ground floor. `door` imports only
+May import: `autotuner.engine`, `autotuner.store`, `autotuner.base`, `db`, the ground floor. `command_socket` imports only
 the standard library (and platformdirs): a command uses it before importing anything heavy, so `Worker` loads on
 first use.
 """

@@ -11,8 +11,8 @@ the database is away), and every write about a job's state is retried for up to 
 exits on a database error. A job taken back while it runs (the worker stalled past its lease) is stopped at
 once, and nothing this worker measured becomes the job's result.
 
-A worker also takes `autotuner tune` commands typed on its host (autotuner.worker.door): given a `serve`
-function (the CLI's), it opens a door and runs each command handed over before the next queued job, in the
+A worker also takes `autotuner tune` commands typed on its host (autotuner.worker.command_socket): given a `serve`
+function (the CLI's), it opens its command socket and runs each command handed over before the next queued job, in the
 processes it keeps.
 """
 
@@ -37,9 +37,9 @@ from autotuner.store.database import Store
 from autotuner.store.job_store import JobLost, JobStore
 from autotuner.store.lazy import LazyStore
 from autotuner.store.rows import JobRow
-from autotuner.worker.door import Door, Request, runtime_dir
-from autotuner.worker.endings import Ledger, StopWorker
+from autotuner.worker.command_socket import CommandSocket, Request, runtime_dir
 from autotuner.worker.heartbeat import LOST_SIGNAL, Heartbeat
+from autotuner.worker.job_endings import EndingWriter, StopWorker
 from autotuner.worker.jobs import job_gpus, work_for
 from db.engine import DatabaseUnavailable
 from db.health import LOST, StorageLost
@@ -48,7 +48,7 @@ from kernels._backend import interpreting
 
 log = logging.getLogger(__name__)
 
-# Runs a command handed over through the door, in the worker's kept processes; True: a signal sent to the worker
+# Runs a command handed over through the command socket, in the worker's kept processes; True: a signal sent to the worker
 # stopped it (the worker stops too).
 Serve = Callable[[Request, KeptProcesses], bool]
 
@@ -67,17 +67,17 @@ class Worker:
         self.store = LazyStore(settings.db_url, create=True, retry_s=0.0, timeout_s=settings.db_timeout_s)
         self._stopping = False
         self.stopped_by: int | None = None  # the signal that stopped it (the command exits 128 + it)
-        self._running: int | None = None  # the job it runs, from its claim to its end (the door says so)
+        self._running: int | None = None  # the job it runs, from its claim to its end (the command socket says so)
         self._busy = False
         self._job: JobStore | None = None
         self._down_since: float | None = None  # when claiming started to fail (the database away)
-        self.ledger = Ledger(self._store, worker=self.name, retry_s=settings.db_retry_s,
+        self.ledger = EndingWriter(self._store, worker=self.name, retry_s=settings.db_retry_s,
                              max_attempts=settings.max_attempts, on_event=self.on_event, stopping=lambda: self._stopping)
         share(settings.compile_secret, settings.db_url)  # the compiles of its processes, with other hosts
         self.kept = KeptProcesses()  # one trial worker and one compile pool for every job this worker tunes
         # (started ahead by run())
         self.serve = serve if settings.local_worker else None
-        self.door: Door | None = None
+        self.socket: CommandSocket | None = None
 
     # -- plumbing ---------------------------------------------------------------------------------------
     def _store(self) -> Store:
@@ -109,7 +109,7 @@ class Worker:
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT, LOST_SIGNAL)}
         handled = 0
         self._down_since = None
-        self._open_door()
+        self._open_socket()
         try:
             while not self._stopping:
                 if self._serve_next(0.0):
@@ -118,7 +118,7 @@ class Worker:
                 if job is None:
                     if counts is not None and (once or (until_empty and not counts["queued"] and not counts["running"])):
                         break
-                    if self.door is not None:
+                    if self.socket is not None:
                         self._serve_next(self.settings.poll_s)  # idle: a command typed here is taken at once
                     else:
                         time.sleep(self.settings.poll_s)
@@ -128,30 +128,30 @@ class Worker:
                 if once:
                     break
         finally:
-            if self.door is not None:
-                self.door.close()
-                self.door = None
+            if self.socket is not None:
+                self.socket.close()
+                self.socket = None
             self.kept.close()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
         return handled
 
     # -- commands typed on this host ----------------------------------------------------------------------
-    def _open_door(self) -> None:
+    def _open_socket(self) -> None:
         if self.serve is None:
             return
-        door = Door(runtime_dir(self.settings.runtime_dir), self.name,
-                    busy=lambda: f"job {self._running}" if self._running is not None else None)
+        sock = CommandSocket(runtime_dir(self.settings.runtime_dir), self.name,
+                             busy=lambda: f"job {self._running}" if self._running is not None else None)
         try:
-            door.open()
+            sock.open()
         except OSError as exc:
-            self.on_event(f"commands on this host cannot hand their problems to this worker: {door.path}: {exc}")
+            self.on_event(f"commands on this host cannot hand their problems to this worker: {sock.path}: {exc}")
             return
-        self.door = door
+        self.socket = sock
 
     def _serve_next(self, wait_s: float) -> bool:
         """Run the next command handed over (waiting up to `wait_s` for one); False if none came."""
-        request = self.door.take(wait_s) if self.door is not None else None
+        request = self.socket.take(wait_s) if self.socket is not None else None
         if request is None or self.serve is None:
             return False
         command = " ".join(["tune", *request.argv])
@@ -197,7 +197,7 @@ class Worker:
 
     def run_job(self, job: JobRow) -> str:
         """Run one claimed job (autotuner.worker.jobs: tune a problem, or cross-time a sweep) and record how it
-        ended; returns the job's new state (or "taken", "unknown"). The door says this worker is busy from here
+        ended; returns the job's new state (or "taken", "unknown"). The command socket says this worker is busy from here
         to the end, so a command typed meanwhile is not held back by the job."""
         self._running = job.id
         try:

@@ -1,7 +1,7 @@
 """How a job ends, apart from the loop that claims and tunes it: `ending` decides what a tuning that raised
 means (the worker writes nothing, as the job was taken back; gives the job back to the queue; or counts a failed
 attempt, for good when no retry can help: a problem too large for the device, inputs that cannot be allocated),
-and a worker's `Ledger` writes each job's end to the queue, retried through outages, and counts them."""
+and a worker's `EndingWriter` writes each job's end to the queue, retried through outages, and counts them."""
 
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ def out_of_memory_reason(message: str) -> str | None:
     return None
 
 
-class Ledger:
+class EndingWriter:
     """A worker's writes about its jobs' ends, each retried while the database is away (for up to `retry_s`;
     after that the lease gives the job back), and its counts: jobs claimed (`attempts`) and how they ended."""
 

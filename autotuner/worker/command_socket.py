@@ -1,12 +1,12 @@
-"""A running worker's door: `autotuner tune` on the same host hands its command to a worker already running, which
+"""A running worker's command socket: `autotuner tune` on the same host hands its command to a worker already running, which
 tunes it in the processes it keeps (torch imported, CUDA contexts made, the compile pool up), so the command pays
 no start-up of its own.
 
-The door is a Unix socket in the user's runtime folder (`AUTOTUNER_RUNTIME_DIR`, default platformdirs'
+The socket is a Unix socket in the user's runtime folder (`AUTOTUNER_RUNTIME_DIR`, default platformdirs'
 user_runtime_dir; the folder is the user's alone), one per worker: `<pid>.sock`. A command connects, writes one
 JSON line (its arguments, folder, environment and terminal), and reads JSON lines back:
 
-    {"worker": NAME, "busy": "job 12" | null}   at once, from the door's thread
+    {"worker": NAME, "busy": "job 12" | null}   at once, from the socket's thread
     {"start": true}                             when the worker begins the command
     {"declined": REASON}                        instead of "start": the command runs where it was typed
     {"out": TEXT} / {"err": TEXT}               the command's standard output and error
@@ -14,7 +14,7 @@ JSON line (its arguments, folder, environment and terminal), and reads JSON line
 
 A command taken is run before any queued job. The command closing its end while it runs (Ctrl-C) interrupts the
 tuning as Ctrl-C would (its run is marked interrupted). This module imports nothing heavy: the command's side
-(autotuner.cli.forward) uses it before importing torch.
+(autotuner.cli.handoff) uses it before importing torch.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ REQUEST_TIMEOUT_S = 5.0  # a connection that sends no request line in this long 
 
 
 def runtime_dir(configured: str | None = None) -> Path:
-    """Where the doors are: `configured` (AUTOTUNER_RUNTIME_DIR), else the user's runtime folder."""
+    """Where the sockets are: `configured` (AUTOTUNER_RUNTIME_DIR), else the user's runtime folder."""
     if configured:
         return Path(configured).expanduser()
     import warnings
@@ -46,8 +46,8 @@ def runtime_dir(configured: str | None = None) -> Path:
         return Path(user_runtime_dir("autotuner", appauthor=False))
 
 
-def door_paths(folder: Path) -> list[Path]:
-    """The doors in `folder`, oldest first (a worker started first is the one a command tries first)."""
+def socket_paths(folder: Path) -> list[Path]:
+    """The command sockets in `folder`, oldest first (a worker started first is the one a command tries first)."""
     try:
         found = [p for p in folder.iterdir() if p.name.endswith(SUFFIX)]
     except OSError:
@@ -140,7 +140,7 @@ class Request:
                     self.gone.set()
                     on_gone()
 
-        thread = threading.Thread(target=run, name="door-watch", daemon=True)
+        thread = threading.Thread(target=run, name="command-socket-watch", daemon=True)
         thread.start()
         return thread
 
@@ -170,7 +170,7 @@ class Request:
         self.conn.close()
 
 
-class Door:
+class CommandSocket:
     """The listening side, owned by a worker: `open()` binds the socket and starts accepting; `take(timeout)`
     hands the worker's loop the next command (or None); `close()` removes the socket."""
 
@@ -191,7 +191,7 @@ class Door:
         os.chmod(self.path, 0o600)
         sock.listen(16)
         self._sock = sock
-        self._thread = threading.Thread(target=self._accept, name="door", daemon=True)
+        self._thread = threading.Thread(target=self._accept, name="command-socket", daemon=True)
         self._thread.start()
 
     def _accept(self) -> None:

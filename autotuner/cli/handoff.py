@@ -1,8 +1,8 @@
-"""`autotuner tune` handed to a worker already running on this host (autotuner.worker.door), before the command
+"""`autotuner tune` handed to a worker already running on this host (autotuner.worker.command_socket), before the command
 imports anything heavy: the worker tunes in the processes it keeps, and this process only relays its output.
 
 Not handed over: `--here`, `--queue`, `--gpus` (a worker measures on its one GPU) and `--help`,
-AUTOTUNER_LOCAL_WORKER=0 or AUTOTUNER_GPUS set, or no worker's door in the runtime folder; nor, without `--wait`,
+AUTOTUNER_LOCAL_WORKER=0 or AUTOTUNER_GPUS set, or no worker's command socket in the runtime folder; nor, without `--wait`,
 to a worker busy with a job (the command runs here at once; with `--wait` its arguments are checked here, in a
 process of their own, before it waits). A worker that declines
 (another database, other plugins or device settings, a decorated kernel's module it may not import) gives the
@@ -17,7 +17,7 @@ import sys
 import time
 from typing import Any
 
-from autotuner.worker.door import Lines, door_paths, runtime_dir, send
+from autotuner.worker.command_socket import Lines, runtime_dir, send, socket_paths
 
 CONNECT_TIMEOUT_S = 1.0
 HELLO_TIMEOUT_S = 5.0
@@ -53,17 +53,17 @@ def wanted(argv: list[str]) -> bool:
     return not any(a in ("--here", "--queue", "--help", "--gpus") or a.startswith("--gpus=") for a in argv)
 
 
-def forward(argv: list[str]) -> int | None:
+def hand_off(argv: list[str]) -> int | None:
     """Run `autotuner tune ARGV` in a local worker: its exit status, or None where no worker took it."""
     if not wanted(argv):
         return None
-    doors = door_paths(runtime_dir(os.environ.get("AUTOTUNER_RUNTIME_DIR")))
+    sockets = socket_paths(runtime_dir(os.environ.get("AUTOTUNER_RUNTIME_DIR")))
     wait = "--wait" in argv
-    for i, path in enumerate(doors):
-        code = _through(str(path), argv, wait_if_busy=wait and i == len(doors) - 1)
+    for i, path in enumerate(sockets):
+        code = _through(str(path), argv, wait_if_busy=wait and i == len(sockets) - 1)
         if code is not None:
             return code
-    if doors:
+    if sockets:
         sys.stderr.write("tuning in this process\n")  # no worker took it (each said why), or none answered
     return None
 
@@ -80,7 +80,7 @@ def _request(argv: list[str]) -> dict[str, Any]:
 
 
 def _through(path: str, argv: list[str], *, wait_if_busy: bool) -> int | None:
-    """One door: the command's exit status, or None where this worker did not take it (gone, busy while another
+    """One command socket: the command's exit status, or None where this worker did not take it (gone, busy while another
     may be idle, declined)."""
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
@@ -91,7 +91,7 @@ def _through(path: str, argv: list[str], *, wait_if_busy: bool) -> int | None:
         lines = Lines(conn)
         hello = lines.read()
         conn.settimeout(None)
-    except (OSError, ValueError):  # a door left by a worker that died, or one not answering
+    except (OSError, ValueError):  # a socket left by a worker that died, or one not answering
         conn.close()
         return None
     if hello is None or "worker" not in hello:

@@ -1,5 +1,5 @@
-"""A worker running `autotuner tune` for a command typed on this host (autotuner.worker.door; the command's side
-is autotuner.cli.forward).
+"""A worker running `autotuner tune` for a command typed on this host (autotuner.worker.command_socket; the command's side
+is autotuner.cli.handoff).
 
 The command runs here as it would have there: the same arguments, in its folder, with its AUTOTUNER_* settings
 and its terminal (output, width, colours), writing the same output and exit status; but in the worker's kept
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import TYPE_CHECKING, Any, Protocol
 
-from autotuner.worker.door import Request
+from autotuner.worker.command_socket import Request
 
 if TYPE_CHECKING:
     from autotuner.base.settings import Settings
@@ -45,7 +45,7 @@ class Declined(Exception):
 
 
 @dataclass
-class Served:
+class HandedRun:
     kept: KeptProcesses  # the worker's trial worker and compile pool
     worker: str
     gpu: int | None  # the worker's --gpu
@@ -66,10 +66,10 @@ class Served:
         return self.startup_s + time.perf_counter() - self.received
 
 
-_current: Served | None = None
+_current: HandedRun | None = None
 
 
-def current() -> Served | None:
+def current() -> HandedRun | None:
     """The command being run for another process, if this is one."""
     return _current
 
@@ -192,7 +192,7 @@ def run(request: Request, cli: Command, kept: KeptProcesses, settings: Settings,
         with _environment(request):
             if not request.send({"start": True}):
                 return False
-            _current = Served(kept, worker, gpu, database, request.startup_s)
+            _current = HandedRun(kept, worker, gpu, database, request.startup_s)
             request.watch(lambda: _thread.interrupt_main(signal.SIGINT))
             with _streams(request) as (out, err):
                 try:
