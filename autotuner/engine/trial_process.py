@@ -6,6 +6,7 @@ starts a fresh one.
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -158,6 +159,7 @@ def warm_up(device_index: int | None, timing: bool = True) -> dict[str, float]:
     the first timing about a second), so that the first problem only builds its inputs. Returns the seconds
     each part took (ops_s, context_s, cublas_s, flush_s, key_s)."""
     marks = [("start", time.perf_counter())]
+    hashing = _hash_triton() if device_index is not None else None  # while the CUDA context is made
     from autotuner.base.registry import load_plugins  # noqa: F401  (imports the registry and the built-in ops)
 
     marks.append(("ops_s", time.perf_counter()))
@@ -173,19 +175,35 @@ def warm_up(device_index: int | None, timing: bool = True) -> dict[str, float]:
                 x @ x
             torch.cuda.synchronize()
             marks.append(("cublas_s", time.perf_counter()))
+        if hashing is not None:
+            hashing.join()  # before the first compile or cache lookup, which would hash it again
+        marks.append(("key_s", time.perf_counter()))
+        if timing:
             from autotuner.engine.l2_flush import l2_flusher
 
             l2_flusher(torch.device("cuda", device_index))()
             torch.cuda.synchronize()
             marks.append(("flush_s", time.perf_counter()))
+    return {name: t - marks[i][1] for i, (name, t) in enumerate(marks[1:])}
+
+
+def _hash_triton() -> threading.Thread:
+    """Triton's installation hash (its cache key's first part: a SHA-256 of its files, libtriton among them),
+    computed on a thread: hashlib lets go of the interpreter while it hashes, so it runs beside the CUDA context's
+    making instead of after it. Triton keeps the result (`triton_key` is cached), so the process's first compile
+    or cache lookup finds it done."""
+
+    def run() -> None:
         try:
             from triton.runtime.cache import triton_key
 
-            triton_key()  # done where the flush compiled; a compile process computes it here, before its first compile
-        except ImportError:  # pragma: no cover - a Triton that keeps it elsewhere: computed at first use
+            triton_key()
+        except Exception:  # noqa: S110 - a Triton that keeps it elsewhere computes it at first use, as before
             pass
-        marks.append(("key_s", time.perf_counter()))
-    return {name: t - marks[i][1] for i, (name, t) in enumerate(marks[1:])}
+
+    thread = threading.Thread(target=run, name="triton-key", daemon=True)
+    thread.start()
+    return thread
 
 
 def worker_main(conn: Connection, spec: WorkerSpec | None, env: dict[str, str],
