@@ -1,6 +1,8 @@
-"""Search strategies over a finite list of valid configs, through Optuna's ask/tell.
+"""The search contract (`Search`) over a finite list of valid configs, ask and tell, and its two simplest
+strategies (random, exhaustive); TPE is autotuner.engine.tpe_search, and the strategies by name are
+autotuner.engine.strategies.
 
-    search = make_search("tpe", candidates, params, budget=49, seed=0, first=[default, *warm_starts])
+    search = make_search("tpe", candidates, params, budget=49, seed=0, first=[default, *warm_starts])  # strategies
     while (config := search.ask()) is not None:
         search.tell(config, measured_ms_or_None)
 
