@@ -110,10 +110,9 @@ def held(x, OPAQUE: tl.constexpr):
     """x through an inline-asm move the compiler cannot see through (OPAQUE: on a GPU; the interpreter runs no
     assembly). With HOLD16=1 a 16-bit tile converted to float32 for one pass over the row and again for the next
     is held in its 16 bits between them, where the compiler would otherwise keep the first conversion alive,
-    twice the registers: on an H200, softmax 1024x32768 fp16 at 16 warps went from 75% to 92% of a copy, its
-    outputs' exponentials computed again from the held row; elsewhere it tied or lost a few percent, and in
-    layernorm it won or lost up to 26% by config (benchmarks/RESULTS.md), so it is a parameter of the space,
-    not a rule. Pairs of 16-bit elements move as one 32-bit register."""
+    twice the registers: for the longest softmax rows it won most, its outputs' exponentials computed again
+    from the held row; elsewhere it tied or lost a little, and in layernorm it won or lost by config
+    (benchmarks/RESULTS.md), so it is a parameter of the space, not a rule. Pairs of 16-bit elements move as one 32-bit register."""
     if OPAQUE:
         return tl.inline_asm_elementwise("mov.b32 $0, $1;", "=r,r", [x], dtype=x.dtype, is_pure=False, pack=2)
     else:

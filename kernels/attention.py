@@ -6,8 +6,8 @@ dimension; seq need not be a multiple of the block. Causal masking is top-left a
 launches run the longest query blocks first over groups of heads that share the L2 (`causal_group`). With
 TMA=1 the launcher makes the tensor descriptors once where the layout allows (`_host_descriptors`); otherwise
 each program makes its own. With PERSIST=k the grid is k programs per SM, each walking the query blocks in the
-same order, the grid apart (one launch's set-up per program rather than per block); on an H200 that ran at
-0.49-0.86x the speed of a program per block, so attention's space does not search it (benchmarks/RESULTS.md).
+same order, the grid apart (one launch's set-up per program rather than per block); it ran slower than a
+program per block, so attention's space does not search it (benchmarks/RESULTS.md).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ TMA (TMA=1, SPLIT_K=1, on Hopper or later GPUs and in the interpreter): tiles of
 tensor memory accelerator and C leaves through it, by descriptors the launcher makes over the whole
 matrices. Out-of-range rows and columns load as zeros and are not stored. Where a matrix's rows are not
 16-byte aligned (or its last dimension is strided), the launcher uses the pointer kernel, with the same result.
-On an H100 the same tiles ran 1-1.5% faster through TMA than through pointers (benchmarks/RESULTS.md).
+The same tiles ran faster through TMA than through pointers (benchmarks/RESULTS.md).
 
 Tail split (TAIL_SPLIT=1, with TMA=2): the tiles of the last, partial wave are computed as twice as many tiles of
 half the columns, so it takes half as long where it is less than half full (on 132 SMs, 576 tiles of 128x256 are
@@ -30,8 +30,8 @@ types) and float32 ones (a WGMMA shape assertion).
 Flattened (FLATTEN=1, with TMA=2): Triton pipelines the persistent kernel's tile loop and K loop as one
 (`tl.range(..., flatten=True)`), so the next tile's first loads are in flight while this tile's epilogue and
 store run; the epilogue finds its tile by a counter of its own (the same tile), as Triton's persistent-matmul
-tutorial does. On an H100 the 128x256x64 tile ran 0.7-2.9% faster flattened where its K loop is short against
-the epilogue (K = 4096 at 64 a step), and alike at 8192^3 (benchmarks/RESULTS.md).
+tutorial does. A tile runs faster flattened where its K loop is short against the epilogue, and alike where it is
+long (benchmarks/RESULTS.md).
 
 Device-side descriptors (DEVICE_DESC=1, with TMA=1, 2 or 3): the kernel makes its TMA descriptors itself
 (`tl.make_tensor_descriptor`, written to scratch memory from Triton's allocator, kernels/_descriptors.py) instead

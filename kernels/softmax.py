@@ -8,8 +8,7 @@ in flight while this one reduces: few long rows keep an SM busy that one block a
 
 A row held whole takes its max in the input's dtype (exact), its exponentials as exp2 of one fused multiply-add,
 and multiplies by the sum's reciprocal; it is held in one tile or two, without masks where a tile lies inside
-the problem (kernels/_rows.py; benchmarks/RESULTS.md: 2048x16384 fp16 on an H200 from 90% to 97% of a copy, the
-fewer instructions letting 8 warps hold the row). With HOLD16=1 a 16-bit row is held as loaded instead of in
+the problem (kernels/_rows.py; the fewer instructions let 8 warps hold a long row: benchmarks/RESULTS.md). With HOLD16=1 a 16-bit row is held as loaded instead of in
 float32, and its outputs are 2^(x log2(e) - (max + log2(sum))), the exponentials computed a second time in place
 of the multiply (kernels/_rows.held; 1024x32768 fp16 on an H200 from 75% to 92% of a copy at a program per row).
 

@@ -153,7 +153,7 @@ def default(p: AttentionProblem, d: DeviceLimits) -> Config:
 
 
 def seeds(p: AttentionProblem, d: DeviceLimits) -> list[Config]:
-    """The winners of hand sweeps on an H100 (benchmarks/RESULTS.md, session 5): one warpgroup of 128 or 64
+    """The winners of hand sweeps (benchmarks/RESULTS.md): one warpgroup of 128 or 64
     query rows with TMA loads, or 8 warps for 128 rows at head_dim 64. A search measures them right after
     the default; the ones a problem rules out (64x128 for causal, TMA before Hopper) are dropped."""
     return [{"BLOCK_M": 128, "BLOCK_N": 64, "TMA": 1, "num_warps": 4, "num_stages": 2},
@@ -167,8 +167,8 @@ SPACE: Space[AttentionProblem] = Space(
         Param("BLOCK_M", (16, 32, 64, 128, 256)),
         Param("BLOCK_N", (16, 32, 64, 128)),
         Param("TMA", (0, 1), implied=0),
-        # a persistent grid (PERSIST=1 or 2 programs per SM) is not searched: on an H200 it ran 0.49-0.86x the
-        # speed of a program per block on the suite's four problems (benchmarks/RESULTS.md)
+        # a persistent grid (PERSIST=1 or 2 programs per SM) is not searched: slower than a program per block on
+        # every problem measured (benchmarks/RESULTS.md)
         Param("PERSIST", (0,), implied=0),
         Param("num_warps", (1, 2, 4, 8)),
         Param("num_stages", (1, 2, 3, 4)),

@@ -111,8 +111,8 @@ def bytes_moved(p: MatmulProblem) -> float:
 def smem_bytes(c: Config, p: MatmulProblem) -> int:
     """Shared memory of the software pipeline: num_stages tiles of A and of B, and with TMA the C tile that the
     store goes out through, half of it stored in halves (with Hopper's 227 KiB, 128x256x64 float16 fits 4 stages
-    through pointers, 3 through TMA, 4 through persistent TMA storing its C tile in halves: on an H100 that ran
-    0.3-0.6% faster than 3 stages unhalved, benchmarks/RESULTS.md)."""
+    through pointers, 3 through TMA, 4 through persistent TMA storing its C tile in halves, which ran faster than
+    3 stages unhalved: benchmarks/RESULTS.md)."""
     pipeline = c["num_stages"] * (c["BLOCK_M"] * c["BLOCK_K"] + c["BLOCK_K"] * c["BLOCK_N"])
     c_tile = c["BLOCK_M"] * c["BLOCK_N"] // (2 if c.get("SUBTILE") else 1) if c.get("TMA") else 0
     return (pipeline + c_tile) * ELEMENT_BYTES[p.dtype]
@@ -186,9 +186,8 @@ def _persistent(c: Config, p: MatmulProblem, d: DeviceLimits) -> str | None:
 
 
 def _skinny_tiles(c: Config, p: MatmulProblem, d: DeviceLimits) -> str | None:
-    """Decode's tiles: 16 rows only where M <= 16, K steps of 256 only where the tiles leave SMs idle (on an H100,
-    64x4096x14336 bf16 ran 1.057x cuBLAS with 64x32x256 tiles against 1.041x at best without them; 16x8192x8192
-    1.008x with 16x64x256 against 1.002x: benchmarks/RESULTS.md)."""
+    """Decode's tiles: 16 rows only where M <= 16, K steps of 256 only where the tiles leave SMs idle (decode's
+    problems ran faster with them than at best without: benchmarks/RESULTS.md)."""
     if c["BLOCK_M"] == 16 and p.M > 16:
         return f"BLOCK_M=16 is for M <= 16 (M={p.M}: 32 rows or more per tile read B fewer times)"
     if c["BLOCK_K"] == 256 and _tiles(c, p) >= d.sm_count:  # (as split-K: few tiles, each a long K)
@@ -260,8 +259,8 @@ SPACE: Space[MatmulProblem] = Space(
         Param("SUBTILE", (0, 1), implied=0, only_with=("TMA", (2, 3))),
         Param("TAIL_SPLIT", (0, 1), implied=0, only_with=("TMA", (2,))),
         Param("FLATTEN", (0, 1), implied=0, only_with=("TMA", (2,))),
-        # TMA descriptors made by the kernel (DEVICE_DESC=1) are not searched: on an H200 the persistent kernels ran
-        # 1.4-2.5% slower with them at K=4096 and alike at 8192^3, for 9 us less CPU per call (benchmarks/RESULTS.md)
+        # TMA descriptors made by the kernel (DEVICE_DESC=1) are not searched: the persistent kernels ran slower with
+        # them or alike, for less CPU per call (benchmarks/RESULTS.md)
         Param("DEVICE_DESC", (0,), implied=0),
         Param("num_warps", (4, 8)),
         Param("num_stages", (2, 3, 4, 5)),

@@ -139,8 +139,8 @@ def _persist_needs_rows(c: Config, p: RowwiseProblem, d: DeviceLimits) -> str | 
 
 
 # HOLD16=1 only where a thread holds at least this many elements of a 16-bit row held whole: it saves registers,
-# and with fewer elements a thread's registers are not what limits the kernel (on an H200, 16 per thread: softmax
-# 65536x256 fp16 0.975x, 16384x1024 0.98-0.99x; benchmarks/RESULTS.md, session 28).
+# and with fewer elements a thread's registers are not what limits the kernel (with 16 per thread it lost a little:
+# benchmarks/RESULTS.md).
 HOLD16_MIN_PER_THREAD = 32
 
 

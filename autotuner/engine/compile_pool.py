@@ -27,8 +27,8 @@ def compile_only() -> None:
     """From now on every Triton launch in this process (a built-in op's, a decorated kernel's) compiles the kernel
     and loads it into the CUDA context, where a config over the device's shared memory or threads fails as at a
     real launch, and does not run it. Running them put this process's kernels on the GPU in the middle of the trial
-    worker's timings: the GPU switches between the processes' contexts, and on an H200 a 20 us softmax config
-    timed at 260 us while the pool compiled ahead (benchmarks/RESULTS.md)."""
+    worker's timings: the GPU switches between the processes' contexts, and a microsecond config timed many times
+    slower while the pool compiled ahead (benchmarks/RESULTS.md)."""
     from triton.runtime.jit import JITFunction
 
     launch = JITFunction.run

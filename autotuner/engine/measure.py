@@ -234,9 +234,8 @@ class KeptProcesses:
         """Start the trial worker and `compile_workers` compile processes before any problem is known (in a
         thread: a fork server still importing torch would hold the caller up). All start at once: their CUDA
         contexts, made together, slow the trial worker's set-up, but the search's first configs are compiled
-        when it starts (`autotuner tune` 13.7-14.6 s against 14.3-17.3 s with the pool started after the trial
-        worker's warm-up, six runs each on two fresh H100 machines; started once the trial worker had its context,
-        17.1-17.4 s against 16.8-17.5 s: benchmarks/RESULTS.md)."""
+        when it starts, which made `autotuner tune` quicker than starting the pool after the trial worker's
+        warm-up or its context (benchmarks/RESULTS.md)."""
         def start() -> None:
             self.runner = TrialRunner(None)
             self.runner.prestart(device_index)

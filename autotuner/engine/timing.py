@@ -76,8 +76,8 @@ def time_cuda(fn: Callable[[], Any], warmup_ms: float = 25.0, rep_ms: float = 10
     # Every timed repetition is queued behind a GPU sleep long enough for the CPU to queue them all, so that the
     # Python launch cost of a candidate (which differs between torch, torch.compile and a Triton launcher), or this
     # process losing its core for a moment to the compile pool, never shows as idle GPU time between the events:
-    # what is measured is the kernel, as a stream of launches would run it. (The brief probe below went without:
-    # on an H200, configs of 42-68 us were given up at 117-234 us while the pool compiled: benchmarks/RESULTS.md.)
+    # what is measured is the kernel, as a stream of launches would run it. (The brief probe below went without,
+    # and gave up configs at two to three times their time while the pool compiled: benchmarks/RESULTS.md.)
     t_cpu = time.perf_counter()
     for _ in range(3):
         flush()
