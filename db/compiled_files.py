@@ -1,5 +1,6 @@
-"""Triton compile-cache files kept in the database for other hosts (autotuner.engine.shared_compiles), each with
-an HMAC-SHA256 under the operator's secret: `get` returns only files whose mac verifies.
+"""Triton compile-cache files kept in the database for other hosts (autotuner.engine.compile_share), each with
+an HMAC-SHA256 under the operator's secret and the signer that secret is: `get` returns only this signer's files
+whose mac verifies.
 
     put(engine, secret, key, "copy.cubin", data)
     files = get(engine, secret, key, ["copy.cubin", "copy.json"])    # {name: bytes}, verified ones only

@@ -149,7 +149,8 @@ def _explain(op: Any, prob: ProblemType, device: Any, s: Any, as_json: bool) -> 
         return res.source
     console.print(Text.assemble((f"{op.name} {prob.key}", "bold"), f" on {device.key}: a launch with no config uses"))
     console.print(f"  {json.dumps(res.config)}")
-    console.print(Text.assemble("  source ", (str(res.source), "bold"), f", answered by the {res.step} step: {res.reason}"))
+    console.print(Text.assemble("  source ", (str(res.source), "bold"),
+                                f", answered by the {res.step} step: {res.reason}"))
     console.print(f"Steps, in order ({', '.join(step.__name__ for step in STEPS)}):")
     for line in res.trace:
         console.print(f"  - {line}")

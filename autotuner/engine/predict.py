@@ -32,7 +32,6 @@ from search_spaces.space import config_key
 
 PER_OCTAVE = 8
 TREES = 64
-JOBS = -1  # threads each fit's trees are grown on (scikit-learn's n_jobs)
 SHORTLIST = 8  # each point's fastest configs: the candidates the model ranks
 Times = Mapping[str, tuple[dict[str, Any], float | None]]  # a point's config_key -> (config, ms; None: failed)
 
@@ -63,7 +62,7 @@ class _Model:
         rows = [(features(d, config, params), math.log(ms)) for d, t in zip(dims, times, strict=True)
                 for config, ms in t.values() if ms is not None and ms > 0]
         self.params = params
-        self.fit = ExtraTreesRegressor(n_estimators=TREES, random_state=0, n_jobs=JOBS).fit(
+        self.fit = ExtraTreesRegressor(n_estimators=TREES, random_state=0, n_jobs=-1).fit(
             [r[0] for r in rows], [r[1] for r in rows])
 
     def picks(self, positions: Sequence[Sequence[float]], configs: Sequence[Mapping[str, Any]]) -> list[int]:

@@ -10,6 +10,8 @@ Through the Python API a plan may also carry an object: an Optuna sampler, or a 
 
 from __future__ import annotations
 
+import functools
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Union, cast
@@ -69,8 +71,6 @@ def strategy_label(strategy: StrategyLike) -> str:
 
 
 def _is_sampler(strategy: Any) -> bool:
-    import sys
-
     optuna = sys.modules.get("optuna")  # a sampler object means Optuna was imported to make it
     return optuna is not None and isinstance(strategy, optuna.samplers.BaseSampler)
 
@@ -78,20 +78,22 @@ def _is_sampler(strategy: Any) -> bool:
 def make_search(strategy: StrategyLike, candidates: Sequence[Config], params: Sequence[Param],
                 budget: int | None = None, seed: int = 0, first: Sequence[Config] = ()) -> Search:
     """The search a strategy makes over the candidates: a registered name, an Optuna sampler, or a factory."""
+    make: StrategyFactory
     if isinstance(strategy, str):
         check_strategy(strategy)
-    elif not (_is_sampler(strategy) or callable(strategy)):
+        make = _REGISTRY[strategy].make
+    elif _is_sampler(strategy):
+        from autotuner.engine.tpe_search import SamplerSearch
+
+        make = functools.partial(SamplerSearch, cast("optuna.samplers.BaseSampler", strategy))
+    elif callable(strategy):
+        make = strategy
+    else:
         raise ValueError(f"a strategy is a registered name, an Optuna sampler or a function making a Search; got "
                          f"{type(strategy).__name__}")
     if not candidates:
         raise ValueError("the space has no valid config for this problem on this device")
-    if isinstance(strategy, str):
-        return _REGISTRY[strategy].make(candidates, params, budget, seed, first)
-    if _is_sampler(strategy):
-        from autotuner.engine.tpe_search import SamplerSearch
-
-        return SamplerSearch(cast("optuna.samplers.BaseSampler", strategy), candidates, params, budget, seed, first)
-    search = cast(StrategyFactory, strategy)(candidates, params, budget, seed, first)
+    search = make(candidates, params, budget, seed, first)
     if not isinstance(search, Search):
         raise ValueError(f"strategy {strategy_label(strategy)} made a {type(search).__name__}, not a Search")
     return search

@@ -334,8 +334,8 @@ def _plan(op: Op, problem: ProblemType, *, store: RunStore, settings: Settings, 
         (None if plan.time_budget_s else max(1, min(len(cands.valid), DEFAULT_TRIALS)))
     clock = WALL_CLOCK if device.is_interpreter else CUDA_EVENTS
     result = TuneResult(op=op.name, problem_key=problem.key, device=device.key, clock=clock,
-                        strategy=strategy_label(plan.strategy), default_config=default, budget=budget, candidates=len(cands.valid),
-                        rejected=len(cands.rejected))
+                        strategy=strategy_label(plan.strategy), default_config=default, budget=budget,
+                        candidates=len(cands.valid), rejected=len(cands.rejected))
     n_workers = _compile_workers(settings, device, op, problem, max(1, len(plan.gpus))) if measurer is None else 0
     if measurer is None:
         share(settings.compile_secret, settings.db_url)  # before the trial worker and the compile pool start

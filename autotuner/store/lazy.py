@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from autotuner.store import open_store
 from autotuner.store.nearest import current_problems, rank
 from autotuner.store.rows import CrossTimingRow, SweepRow, cross_timing_row, sweep_row
 from autotuner.store.stored_best import StoredBest, best_of, versions
@@ -48,9 +49,7 @@ class LaunchReads:
     def full(self) -> Store:
         with self._lock:
             if self._full is None:
-                from autotuner.store.database import Store
-
-                self._full = Store(self.url, create=False, timeout_s=self.timeout_s)
+                self._full = open_store(self.url, create=False, timeout_s=self.timeout_s)
             return self._full
 
     def __getattr__(self, name: str) -> Any:
@@ -165,9 +164,7 @@ class LazyStore:
             reads = SqliteReads.open(self.url)
             if reads is not None:
                 return LaunchReads(reads, self.url, self.timeout_s, self.refresh)
-        from autotuner.store.database import Store
-
-        return Store(self.url, create=self.create, timeout_s=self.timeout_s)
+        return open_store(self.url, create=self.create, timeout_s=self.timeout_s)
 
     def get(self) -> Store | LaunchReads:
         return self._opened(remember=True)
@@ -231,9 +228,7 @@ class LazyStore:
         if isinstance(store, LaunchReads):
             return store.full
         if store is None:
-            from autotuner.store.database import Store
-
-            store = Store(self.url, create=True, timeout_s=self.timeout_s)
+            store = open_store(self.url, create=True, timeout_s=self.timeout_s)
             with self._lock:
                 self._store, self._error = store, None
         return store
