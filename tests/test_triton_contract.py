@@ -101,16 +101,48 @@ def _launches(kernel, n, times, *, keywords):
 def test_a_decorated_kernel_keeps_no_tensor_and_launches_keywords_directly(db):
     axpy.cache.clear()
     assert _launches(axpy, 100, 12, keywords=True) == []
-    launchers = list(axpy._launchers.values())
-    assert len(launchers) == 1 and launchers[0].direct  # keyword and positional calls share one, past Triton's binding
-    assert all(v is None or not isinstance(v, torch.Tensor) for v in launchers[0]._values)
+    launchers = [hit.launcher for hit in axpy._hits.values()]
+    assert len(launchers) == 2  # one per call signature: the positional calls' and the keyword calls'
+    assert all(launcher.direct for launcher in launchers)  # both past Triton's binding
+    assert all(v is None or not isinstance(v, torch.Tensor) for launcher in launchers for v in launcher._values)
 
 
 def test_the_switch_keeps_no_tensor_of_a_keyword_launch(switch):
     assert _launches(axpy_triton, 100, 12, keywords=True) == []
     adopted = axpy_triton.__dict__["_autotuner_adopted"]
-    assert isinstance(adopted, autotuner.decorator.Autotuned) and len(adopted._launchers) == 1
+    assert isinstance(adopted, autotuner.decorator.Autotuned) and len(adopted._hits) == 2
 
+
+
+@triton.jit
+def _write_block(out_ptr, n, BLOCK: tl.constexpr):
+    tl.store(out_ptr + tl.program_id(0), BLOCK)
+
+
+write_block = autotuner.autotune(configs=CONFIGS, key=["n"], name="contract:write_block",
+                                 on_miss="default")(_write_block)
+
+
+def test_a_config_set_in_the_cache_is_the_one_launched_next(db):
+    """Code that sets or clears `kernel.cache` (as it may Triton's) changes what the next launch runs, although
+    each call signature keeps its launcher."""
+    write_block.cache.clear()
+    out = torch.zeros(1, dtype=torch.int32)
+    for _ in range(2):
+        write_block[(1,)](out, 10)
+    (key,) = write_block.cache
+    first = write_block.cache[key].kwargs["BLOCK"]
+    assert out.item() == first and write_block.best_config.kwargs["BLOCK"] == first
+    other = next(c for c in CONFIGS if c.kwargs["BLOCK"] != first)
+    write_block.cache[key] = other
+    write_block[(1,)](out, 10)
+    assert out.item() == other.kwargs["BLOCK"] and write_block.best_config is other
+    write_block.cache.update({key: CONFIGS[0]})
+    write_block[(1,)](out, 10)
+    assert out.item() == CONFIGS[0].kwargs["BLOCK"]
+    write_block.cache.clear()  # resolved again, on its next launch, to what the miss policy gives
+    write_block[(1,)](out, 10)
+    assert out.item() == first and set(write_block.cache) == {key}
 
 def _descriptor_hook(nargs):  # as the Triton tutorial's attention sets its descriptors' block shapes
     for name in ("x_desc", "y_desc"):
@@ -129,7 +161,6 @@ twice = autotuner.autotune(configs=[triton.Config({"BLOCK": b}, pre_hook=_descri
 
 def test_host_tensor_descriptors_launch_directly_and_are_not_kept(db):
     twice.cache.clear()
-    twice._launchers.clear()
     refs = []
     for _ in range(6):
         x = torch.randn(64, 16)
@@ -142,7 +173,7 @@ def test_host_tensor_descriptors_launch_directly_and_are_not_kept(db):
     resolver()._join_background()  # the first launch's recording holds it until written, on its own thread
     gc.collect()
     assert [r for r in refs if r() is not None] == []
-    launchers = list(twice._launchers.values())
+    launchers = [hit.launcher for hit in twice._hits.values()]
     assert len(launchers) == 1 and launchers[0].direct  # one signature: the block shape the hook set, not identity
 
 
@@ -170,7 +201,7 @@ def test_a_tensor_given_by_keyword_after_a_default_is_not_kept(db):
         del x, y, out
     gc.collect()
     assert [r for r in refs if r() is not None] == []
-    assert len(shifted._launchers) == 0  # such a launch goes through Triton's own binding, keeping nothing
+    assert len(shifted._hits) == 0  # such a launch goes through Triton's own binding, keeping nothing
 
 
 def test_library_calls_keep_no_tensor(db):

@@ -30,13 +30,12 @@ import math
 import os
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import torch
 import triton
 from triton.runtime.autotuner import Autotuner
 from triton.runtime.jit import JITFunction
-from triton.tools.tensor_descriptor import TensorDescriptor
 
 from autotuner.base.registry import register_op
 from autotuner.decorator.configs import (
@@ -68,6 +67,16 @@ NO_GPU = ("no CUDA device here, and this kernel was made by Triton's compiler, n
           "import autotuner before triton: it selects the interpreter where there is no GPU)")
 KEEP_SPECIALIZATIONS = 4  # launches with an unhashable argument whose specialization is kept, per kernel
 MAX_LAUNCHERS = 256  # launchers kept per kernel (one per call signature); all dropped when one more is needed
+
+
+class Hit(NamedTuple):
+    """What a call signature launched before needs for its next launch."""
+
+    key: tuple[Any, ...]
+    config: triton.Config
+    meta: dict[str, Any]  # the config's meta-parameters and launch options
+    launcher: Launcher
+    placed: tuple[str, ...]  # keyword arguments launched as positional ones, in order
 
 
 class Mirror(Protocol):
@@ -148,16 +157,21 @@ class Autotuned(Autotuner):
         self._do_bench, self.num_warmups, self.num_reps = do_bench, warmup, rep
         self.use_cuda_graph, self.cache_results = use_cuda_graph, False
         self.nargs: dict[str, Any] | None = None
-        self.cache: dict[tuple[Any, ...], triton.Config] = {}
+        self._hits: dict[tuple[Any, ...], Hit] = {}  # call signature -> what its launch needs
+        self.cache: dict[tuple[Any, ...], triton.Config] = _Cache(self._hits.clear)
         self.best_config: triton.Config | None = None
         # autotuner's own
         self.sources: dict[tuple[Any, ...], str] = {}  # key -> where its config came from: exact, stale, tuned...
         self.resolve_s: dict[tuple[Any, ...], float] = {}  # key -> seconds its first launch spent finding its config
         self.mirror = mirror  # the triton.runtime.autotuner.Autotuner this kernel tunes for (autotuner.install)
-        self._launchers: dict[tuple[Any, ...], Launcher] = {}
         self._recheck: dict[tuple[Any, ...], Pending] = {}  # key -> an unsettled answer: its meets, when asked again
         self._jit = fn if hasattr(fn, "device_caches") else None  # a JITFunction (not the interpreter's, not wrapped)
-        self._fixed = frozenset(i for i, n in enumerate(self.arg_names) if n in constexprs(fn, spec.base_fn))
+        fixed = constexprs(fn, spec.base_fn)
+        self._fixed_names = frozenset(fixed)
+        self._fixed = frozenset(i for i, n in enumerate(self.arg_names) if n in fixed)
+        self._keyed = frozenset(i for i, n in enumerate(self.arg_names) if n in self.keys and n not in fixed)
+        # parameters a call's value is swapped into (not constexprs, not keys): keyed by their specialization
+        self._swapped_names = frozenset(n for n in self.arg_names if n not in fixed and n not in self.keys)
         self._kept_specializations = 0  # launches with unhashable arguments whose specialization was kept
         inner = fn
         while not hasattr(inner, "device_caches") and hasattr(inner, "fn"):
@@ -173,6 +187,13 @@ class Autotuned(Autotuner):
         return lambda *args, **kwargs: self.run(*args, grid=grid, **kwargs)
 
     def run(self, *args: Any, grid: Any, warmup: bool = False, **kwargs: Any) -> Any:
+        if not warmup:  # a call signature launched before: its config and launcher at once
+            try:
+                hit = self._hits.get(self._call_signature(args, kwargs))
+            except TypeError:  # an unhashable argument (or a tensor as a key value): the full path
+                hit = None
+            if hit is not None and not (self._recheck and hit[0] in self._recheck and self._recheck[hit[0]].met()):
+                return self._launch_hit(hit, args, kwargs, grid)
         key = self.spec.keys.key(args, kwargs)
         config = self.cache.get(key)
         if config is None or (self._recheck and key in self._recheck and self._recheck[key].met()):
@@ -185,27 +206,62 @@ class Autotuned(Autotuner):
             config.pre_hook({**dict(zip(self.arg_names, args, strict=False)), **kwargs, **meta})
         if warmup:
             return self.fn.run(*args, grid=grid, warmup=True, **kwargs, **meta)
-        return self._launch(key, args, kwargs, meta, grid)
+        return self._launch(key, config, args, kwargs, meta, grid)
 
-    def _launch(self, key: tuple[Any, ...], args: tuple[Any, ...], kwargs: dict[str, Any], meta: dict[str, Any],
-                grid: Any) -> Any:
-        """One launcher per call signature: the key, each argument's specialization (`call_signature`; a
-        constexpr's value), the launch options. Keyword arguments are placed by the kernel's parameters, so they
-        take the same path as positional ones; no launcher keeps a tensor of any call."""
-        rest: dict[str, Any] = {}
+    def _call_signature(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+        """What a call's key, config and launch depend on, never a tensor's identity: each constexpr's and key
+        argument's value, every other argument's specialization (`call_signature`: a tensor's dtype and
+        alignment), keyword arguments by name. TypeError where an argument has no hash or a key value is not
+        a plain value."""
+        fixed, keyed = self._fixed, self._keyed
+        sig = [(type(a), a) if i in fixed else _value(a) if i in keyed else call_signature(a)
+               for i, a in enumerate(args)]
         if kwargs:
-            args, rest = self._positional(args, kwargs)
-        fixed = self._fixed
+            swapped = self._swapped_names
+            types = tuple(map(type, kwargs.values()))
+            if swapped.isdisjoint(kwargs) and _PLAIN.issuperset(types):  # constexprs, keys, options: by value
+                sig += (tuple(kwargs), tuple(kwargs.values()), types)
+            else:
+                names = self._fixed_names
+                sig.extend((k, call_signature(v)) if k in swapped else (k, type(v), v) if k in names else
+                           (k, *_value(v)) for k, v in kwargs.items())
+        return tuple(sig)
+
+    def _launch_hit(self, hit: Hit, args: tuple[Any, ...], kwargs: dict[str, Any], grid: Any) -> Any:
+        _, config, meta, launcher, placed = hit
+        self.best_config = config
+        if self.mirror is not None:
+            self.mirror.launched(config)
+        if config.pre_hook is not None:
+            config.pre_hook({**dict(zip(self.arg_names, args, strict=False)), **kwargs, **meta})
+        if placed:
+            args = (*args, *[kwargs[n] for n in placed])
+        if callable(grid):
+            grid = grid({**dict(zip(self.arg_names, args, strict=False)), **kwargs, **meta})
+        return launcher.launch(tuple(grid), args)
+
+    def _launch(self, key: tuple[Any, ...], config: triton.Config, args: tuple[Any, ...], kwargs: dict[str, Any], meta: dict[str, Any],
+                grid: Any) -> Any:
+        """One launcher per call signature (`_call_signature`) and config, launched directly after its first call.
+        Keyword arguments are placed by the kernel's parameters, so they take the same path as positional ones;
+        no launcher keeps a tensor of any call. A signature whose every argument was placed or is kept by value is
+        remembered with its config and launcher (`_hits`), so its next calls skip the key and the lookups."""
         try:
-            sig = (key, *[(type(a), a) if i in fixed else call_signature(a) for i, a in enumerate(args)],
-                   *[(k, type(v), _kept(v)) for k, v in rest.items()])
-            launcher = self._launchers.get(sig)
-        except TypeError:  # an unhashable argument, or a tensor given by keyword after a parameter left to its default
-            return self._through_triton(args, rest, meta, grid)
-        if launcher is None:
-            if len(self._launchers) >= MAX_LAUNCHERS:
-                self._launchers.clear()
-            launcher = self._launchers[sig] = Launcher(self.fn, (), {**rest, **meta})
+            sig = self._call_signature(args, kwargs)
+        except TypeError:
+            sig = None
+        rest: dict[str, Any] = {}
+        placed: tuple[str, ...] = ()
+        if kwargs:
+            n = len(args)
+            args, rest = self._positional(args, kwargs)
+            placed = tuple(self.arg_names[n:len(args)])
+        if sig is None or any(k in self._swapped_names for k in rest):  # a tensor after a parameter left to its
+            return self._through_triton(args, rest, meta, grid)  # default, or an unhashable argument
+        if len(self._hits) >= MAX_LAUNCHERS:
+            self._hits.clear()
+        launcher = Launcher(self.fn, (), {**rest, **meta})
+        self._hits[sig] = Hit(key, config, meta, launcher, placed)
         if callable(grid):
             grid = grid({**dict(zip(self.arg_names, args, strict=False)), **rest, **meta})
         return launcher.launch(tuple(grid), args)
@@ -250,8 +306,8 @@ class Autotuned(Autotuner):
             self._recheck.pop(key, None)
         else:
             self._recheck[key] = pending(self.op, miss.problem, miss.device)
-        config = self.cache[key] = self.spec.hooked_config(answer.config) or to_config(answer.config)
-        self._launchers.clear()  # launchers hold their config: a key resolved again starts afresh
+        config = self.cache[key] = self.spec.hooked_config(answer.config) or to_config(answer.config)  # (drops
+        # the launchers: they hold their config)
         tuned = answer.source.startswith("tuned here")
         if tuned:  # as Triton's run leaves them after tuning: its time and each config's timings
             self.bench_time = self.resolve_s[key]
@@ -297,12 +353,54 @@ class Autotuned(Autotuner):
         return self.spec.keys.problem(named, call)
 
 
-def _kept(value: Any) -> Any:
-    """A keyword argument left out of the call's positions, as its launcher's key (and meta) would keep it: never a
-    tensor or descriptor, which would key a launcher per tensor and keep each one (TypeError: through Triton)."""
-    if isinstance(value, torch.Tensor | TensorDescriptor):
-        raise TypeError("a tensor is never part of a launcher's key")
-    return value
+_PLAIN = frozenset({int, float, bool, str, type(None)})
+
+
+def _value(value: Any) -> tuple[type, Any]:
+    """A key argument's or launch option's value as a launcher's key keeps it: a plain value only, never a tensor
+    or descriptor, which would key a launcher per tensor and keep each one (TypeError: the full path)."""
+    t = type(value)
+    if t not in _PLAIN:
+        raise TypeError("only a plain value is part of a launcher's key")
+    return t, value
+
+
+class _Cache(dict):  # type: ignore[type-arg]
+    """Triton's `cache` (key -> triton.Config), which code outside may change: any change drops the launchers
+    remembered with their configs, so the next launch of every key reads it again."""
+
+    def __init__(self, changed: Callable[[], None]) -> None:
+        super().__init__()
+        self._changed = changed
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        super().__setitem__(key, value)
+        self._changed()
+
+    def __delitem__(self, key: Any) -> None:
+        super().__delitem__(key)
+        self._changed()
+
+    def __ior__(self, other: Any) -> _Cache:
+        super().__ior__(other)
+        self._changed()
+        return self
+
+    def _changing(name: str) -> Any:  # noqa: N805 - a helper of the class body
+        def method(self: _Cache, *args: Any, **kwargs: Any) -> Any:
+            try:
+                return getattr(dict, name)(self, *args, **kwargs)
+            finally:
+                self._changed()
+        method.__name__ = name
+        return method
+
+    clear = _changing("clear")
+    pop = _changing("pop")
+    popitem = _changing("popitem")
+    setdefault = _changing("setdefault")
+    update = _changing("update")
+    del _changing
 
 
 def timings(view: EngineView, miss: Any, configs: list[triton.Config]) -> dict[triton.Config, list[float]]:
