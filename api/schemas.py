@@ -182,8 +182,8 @@ class JobCommon(BaseModel):
     priority: int = Field(0, ge=-1000, le=1000, description="Higher runs first")
     gpus: Annotated[int, Field(ge=1, le=64)] | None = Field(
         None, description="How many of its worker's GPUs measure the job's configs at once (`autotuner worker "
-                          "--gpus 0,1`); default: all the worker has. A worker with fewer uses those it has; the "
-                          "winner is chosen on one GPU either way")
+                          "--gpus 0,1`); default: one, a worker with several running a job on each at once. A "
+                          "worker with fewer uses those it has; the winner is chosen on one GPU either way")
 
     @field_validator("strategy")
     @classmethod
@@ -243,7 +243,7 @@ class JobOut(BaseModel):
     trials: int | None
     time_budget_s: float | None
     priority: int
-    gpus: int | None = Field(description="How many of its worker's GPUs measure its configs at once (null: all)")
+    gpus: int | None = Field(description="How many of its worker's GPUs measure its configs at once (null: one)")
     state: Literal["queued", "running", "done", "failed"]
     attempts: int
     worker: str | None

@@ -15,7 +15,8 @@
 #   attkinds   benchmarks/attention_kinds.py: the attention kernel with and without its persistent grid, against SDPA
 #   landscapes exhaustive runs of softmax and layernorm problems (LANDSCAPES: "op shape dtype" items separated by
 #              commas), written as landscapes to $OUT/landscapes, then replayed with the repository's
-#   scale      benchmarks/scale_workers.py: 16 jobs drained by workers on 1 and on every GPU of the host
+#   scale      benchmarks/scale_workers.py: 16 jobs drained by workers on 1 and on every GPU of the host, a worker
+#              per GPU and one worker holding them all (SCALE_ARGS: more arguments)
 #   dynamic    benchmarks/dynamic_shapes.py: library-style kernels swept, then a serving stream with one worker
 #              beside it (regret over time), and triton.autotune on the same stream (DYNAMIC_ARGS: more arguments)
 #   refine     benchmarks/refine_regret.py: three library-style kernels' landscapes over M, and the regret on
@@ -111,7 +112,7 @@ fi
 if [[ $STEPS == *,scale,* ]]; then
   step "scale: workers on 1 and on every GPU"
   n=$(nvidia-smi -L | wc -l); gpus=1; [ "$n" -gt 1 ] && gpus="1,$n"
-  python3 benchmarks/scale_workers.py --gpus "$gpus" --out "$OUT" 2>&1 | tee "$OUT/scale.txt" | tail -12
+  python3 benchmarks/scale_workers.py --gpus "$gpus" --out "$OUT" ${SCALE_ARGS:-} 2>&1 | tee "$OUT/scale.txt" | tail -12
 fi
 if [[ $STEPS == *,dynamic,* ]]; then
   step "a stream of shapes with one worker beside it: benchmarks/dynamic_shapes.py"

@@ -1,9 +1,11 @@
 """Workers on N GPUs of one host draining the same jobs: how much faster than one worker (issue 17). GPU only.
 
-    python benchmarks/scale_workers.py [--gpus 1,2] [--jobs 16] [--trials 24] [--out DIR]
+    python benchmarks/scale_workers.py [--gpus 1,2] [--jobs 16] [--trials 24] [--layouts one,each] [--out DIR]
 
 For each N: a fresh SQLite database with the same 16 matmul jobs (4 shapes x 4 epilogue/dtype variants), a cold
-Triton cache shared by the host's workers, and one `autotuner worker --gpu i` per GPU. Two ways of timing it:
+Triton cache shared by the host's workers, and for N > 1 two layouts: `each`, one `autotuner worker --gpu i` per
+GPU (a compile pool each), and `one`, one `autotuner worker --gpus 0,..,N-1` running a job on each GPU at once
+(one compile pool for all). Two ways of timing it:
 "cold", the workers started with the jobs queued (`--until-empty`), from their start to the last one's exit;
 "running", the workers started and idle first (as a service's workers are), from the jobs' queueing until the
 last is done. Each worker sizes its compile pool per host
@@ -43,12 +45,13 @@ def _states(db: Path) -> dict[str, int]:
         return dict(c.execute("SELECT state, count(*) FROM jobs GROUP BY state").fetchall())
 
 
-def drain(n: int, jobs: int, trials: int, out: Path, running: bool) -> float:
-    """Seconds for n workers to drain the jobs: from the workers' start (cold), or, with `running`, from the
-    moment the jobs are queued to workers that started (and made their processes ready) before."""
+def drain(n: int, jobs: int, trials: int, out: Path, running: bool, layout: str = "each") -> float:
+    """Seconds for n GPUs' workers (`layout`: a worker each, or one worker holding them all) to drain the jobs:
+    from the workers' start (cold), or, with `running`, from the moment the jobs are queued to workers that started
+    (and made their processes ready) before."""
     from autotuner.store.database import Store
 
-    mode = "running" if running else "cold"
+    mode = ("running" if running else "cold") + ("" if layout == "each" or n == 1 else "_one")
     work = Path(tempfile.mkdtemp(prefix=f"scale{n}_{mode}_"))
     db = work / "jobs.db"
     url = f"sqlite:///{db}"
@@ -57,11 +60,14 @@ def drain(n: int, jobs: int, trials: int, out: Path, running: bool) -> float:
     if not running:
         _queue(store, jobs, trials)
     t0 = time.perf_counter()
-    logs = [out / f"scale_n{n}_{mode}_gpu{g}.log" for g in range(n)]
-    procs = [subprocess.Popen([sys.executable, "-m", "autotuner", "worker", "--gpu", str(g), "--name", f"gpu{g}",
-                               "--db", url, *([] if running else ["--until-empty"])], env=env, cwd=ROOT,
-                              stdout=logs[g].open("w"), stderr=subprocess.STDOUT)
-             for g in range(n)]
+    one = layout == "one" and n > 1
+    where = [["--gpus", ",".join(map(str, range(n))), "--name", "gpus"]] if one else \
+        [["--gpu", str(g), "--name", f"gpu{g}"] for g in range(n)]
+    logs = [out / f"scale_n{n}_{mode}_{i}.log" for i in range(len(where))]
+    procs = [subprocess.Popen([sys.executable, "-m", "autotuner", "worker", *w, "--db", url,
+                               *([] if running else ["--until-empty"])], env=env, cwd=ROOT,
+                              stdout=log.open("w"), stderr=subprocess.STDOUT)
+             for w, log in zip(where, logs, strict=True)]
     if running:
         while not all("polling every" in log.read_text() for log in logs):  # started...
             time.sleep(0.2)
@@ -79,7 +85,7 @@ def drain(n: int, jobs: int, trials: int, out: Path, running: bool) -> float:
     states = _states(db)
     with sqlite3.connect(db) as c:
         per_worker = dict(c.execute("SELECT worker, count(*) FROM jobs GROUP BY worker").fetchall())
-    if codes != [0] * n or states.get("done") != jobs:
+    if codes != [0] * len(procs) or states.get("done") != jobs:
         raise SystemExit(f"N={n} ({mode}): exit codes {codes}, jobs {states}; see {out}")
     with sqlite3.connect(db) as src, sqlite3.connect(out / f"scale_n{n}_{mode}.db") as dst:
         src.backup(dst)  # every run and trial, for the timeline (a copy of the file would miss its WAL)
@@ -94,18 +100,23 @@ def main() -> None:
     ap.add_argument("--trials", type=int, default=24)
     ap.add_argument("--modes", default="cold,running", help="cold: timed from the workers' start; running: from "
                     "the jobs' queueing, to workers started before")
+    ap.add_argument("--layouts", default="each,one", help="for N > 1: each (a worker per GPU), one (one worker "
+                    "holding them all)")
     ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp/out")))
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     gpus = [int(n) for n in args.gpus.split(",")]
     table = []
     for mode in args.modes.split(","):
-        walls = {n: drain(n, args.jobs, args.trials, args.out, mode == "running") for n in gpus}
-        base = walls[min(walls)] * min(walls)
-        table += [(mode, n, w, base / w, base / w / n) for n, w in walls.items()]
-    print("\n| workers | GPUs | wall (s) | jobs/min | speedup | of linear |\n|---|---|---|---|---|---|")
-    for mode, n, w, speedup, share in table:
-        print(f"| {mode} | {n} | {w:.1f} | {args.jobs / w * 60:.1f} | {speedup:.2f}x | {share:.2f} |")
+        base = None
+        for n in gpus:
+            for layout in args.layouts.split(",") if n > 1 else ["each"]:
+                w = drain(n, args.jobs, args.trials, args.out, mode == "running", layout)
+                base = base if base is not None else w * n
+                table.append((mode, n, layout if n > 1 else "-", w, base / w, base / w / n))
+    print("\n| workers | GPUs | layout | wall (s) | jobs/min | speedup | of linear |\n|---|---|---|---|---|---|---|")
+    for mode, n, layout, w, speedup, share in table:
+        print(f"| {mode} | {n} | {layout} | {w:.1f} | {args.jobs / w * 60:.1f} | {speedup:.2f}x | {share:.2f} |")
     (args.out / "scale.json").write_text(json.dumps({"table": table, "jobs": args.jobs, "trials": args.trials}))
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -62,33 +63,132 @@ def _overlapping_pids(log: Path, between: tuple[float, float] | None = None) -> 
     return len(spans), overlap
 
 
-def test_a_worker_on_two_gpus_measures_each_job_on_as_many_as_it_asks(tmp_path):
+def _span(job):
+    return tuple(t.replace(tzinfo=t.tzinfo or timezone.utc).timestamp() for t in (job.started_at, job.finished_at))
+
+
+def test_a_worker_on_two_gpus_runs_a_job_on_each_and_a_job_asking_two_on_both(tmp_path):
     from autotuner.store.database import Store
 
     db = f"sqlite:///{tmp_path / 'worker.db'}"
     store = Store(db)
-    # first (priority) a job asking for one GPU, then two without a count: all of the worker's GPUs
-    one = store.queue_job(op="paced_many", shape="32", dtype="float32", options={"approximate": "tanh"},
-                          strategy="exhaustive", budget_trials=10, priority=1, gpus=1)
-    jobs = [store.queue_job(op="paced_many", shape=shape, dtype="float32", options={"approximate": "tanh"},
-                            strategy="exhaustive", budget_trials=10) for shape in ("64", "128")]
+    # first (priority) two jobs without a count: one GPU each, at once; then one asking for two
+    alone = [store.queue_job(op="paced_many", shape=shape, dtype="float32", options={"approximate": "tanh"},
+                             strategy="exhaustive", budget_trials=10, priority=2) for shape in ("32", "64")]
+    both = store.queue_job(op="paced_many", shape="128", dtype="float32", options={"approximate": "tanh"},
+                           strategy="exhaustive", budget_trials=10, priority=1, gpus=2)
     log = tmp_path / "launches.log"
     out = _cli("worker", "--gpus", "0,1", "--until-empty", "--db", db,
                env={"AUTOTUNER_PLUGINS": "tests.paced_op", "PACED_LOG": str(log), "PYTHONPATH": str(ROOT)})
     assert out.returncode == 0, out.stderr
     assert ":gpus0,1" in out.stdout
-    assert f"job {one}: paced_many 32" in out.stdout and "started on 1 GPU (0)" in out.stdout
-    assert "started on 2 GPUs (0,1)" in out.stdout
-    for job_id in (one, *jobs):
+    assert "started on 1 GPU (0)" in out.stdout and "started on 1 GPU (1)" in out.stdout, out.stdout
+    assert f"job {both}: paced_many 128" in out.stdout and "started on 2 GPUs (0,1)" in out.stdout
+    jobs = [store.job(j) for j in (*alone, both)]
+    assert all(j is not None and j.state == "done" and j.attempts == 1 for j in jobs), jobs
+    (s1, e1), (s2, e2), (s3, e3) = (_span(j) for j in jobs)
+    assert s1 < e2 and s2 < e1  # the two one-GPU jobs ran at once
+    assert s3 >= max(e1, e2) - 1.0  # the two-GPU job waited for both GPUs (row times are whole seconds in SQLite)
+    # each one-GPU job's configs measured by one process, and the two jobs' processes launching at once
+    assert _overlapping_pids(log, (min(s1, s2) - 1, max(e1, e2))) == (2, True)
+    # the two-GPU job measured on both GPUs' kept processes
+    assert _overlapping_pids(log, (s3, e3 + 1)) == (2, True)
+
+
+def test_a_worker_on_two_gpus_gives_both_running_jobs_back_when_stopped(tmp_path):
+    from autotuner.store.database import Store
+
+    db = f"sqlite:///{tmp_path / 'stop.db'}"
+    store = Store(db)
+    jobs = [store.queue_job(op="paced_many", shape=shape, dtype="float32", options={"approximate": "tanh"},
+                            strategy="exhaustive", budget_trials=10) for shape in ("32", "64")]
+    log = tmp_path / "launches.log"
+    proc = subprocess.Popen([sys.executable, "-m", "autotuner", "worker", "--gpus", "0,1", "--db", db],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
+                            env={**os.environ, "AUTOTUNER_PLUGINS": "tests.paced_op", "PACED_LOG": str(log),
+                                 "PYTHONPATH": str(ROOT)})
+    try:
+        deadline = time.monotonic() + 120
+        while not (log.exists() and len({line.split()[0] for line in log.read_text().splitlines()}) >= 2):
+            assert time.monotonic() < deadline and proc.poll() is None, "both jobs never measured"
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 143
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    text = proc.stdout.read() if proc.stdout else ""
+    assert "Traceback" not in text, text
+    for job_id in jobs:
         job = store.job(job_id)
-        assert job is not None and job.state == "done", job
-    first = store.job(one)
-    assert first is not None and first.gpus == 1 and first.started_at and first.finished_at
-    # the one-GPU job's configs all measured by one process, one after the other
-    start, end = (t.replace(tzinfo=t.tzinfo or timezone.utc).timestamp() for t in (first.started_at, first.finished_at))
-    assert _overlapping_pids(log, (start, end)) == (1, False)
-    # the later jobs' lanes are kept processes: two processes in all, launching at once
-    assert _overlapping_pids(log) == (2, True)
+        assert job is not None and job.state == "queued" and job.attempts == 0, (job, text)  # given back, uncounted
+        assert f"job {job_id}: given back (worker" in text, text
+
+
+class RecordingLane:
+    """A lane of one's own (as a remote machine's would be): it relays every request to a trial worker it holds,
+    and notes what it was asked."""
+
+    def __init__(self) -> None:
+        from autotuner.engine.runner import TrialRunner
+
+        self.inner = TrialRunner(None)
+        self.asked: list[str] = []
+        self.spec = None
+
+    @property
+    def in_flight(self) -> bool:
+        return self.inner.in_flight
+
+    def use(self, spec, trial_timeout_s):
+        self.spec = spec
+        self.asked.append("use")
+        self.inner.use(spec, trial_timeout_s)
+
+    def setup(self):
+        self.asked.append("setup")
+        self.inner.setup()
+
+    def baseline(self):
+        self.asked.append("baseline")
+        return self.inner.baseline()
+
+    def measure(self, config, scale=1.0, give_up_ms=None):
+        self.asked.append("measure")
+        return self.inner.measure(config, scale, give_up_ms)
+
+    def time(self, config, scale=1.0):
+        self.asked.append("time")
+        return self.inner.time(config, scale)
+
+    def close(self, wait=True):
+        self.asked.append("close")
+        self.inner.close(wait)
+
+
+def test_a_lane_of_ones_own_measures_beside_the_problems_device(tmp_path):
+    import tests.paced_op as paced
+    from autotuner.base.registry import get_op, load_plugins
+    from autotuner.base.settings import Settings
+    from autotuner.engine.lanes import Lane
+    from autotuner.engine.tuner import Plan, tune
+    from autotuner.store.database import Store
+
+    load_plugins(["tests.paced_op"])
+    lane = RecordingLane()
+    assert isinstance(lane, Lane)
+    op = get_op("paced_many")
+    problem = op.parse_problem("64", "float32", approximate="tanh")
+    settings = Settings(db_url=f"sqlite:///{tmp_path / 'own.db'}", plugins=["tests.paced_op"])
+    result = tune(op, problem, store=Store(settings.db_url), settings=settings,
+                  plan=Plan(strategy="exhaustive", trials=10), lanes=[lane])
+    lane.inner.close()
+    assert lane.spec is not None and lane.spec.op == "paced_many" and lane.asked[0] == "use"
+    on_lane = [t for t in result.trials if t.lane == 1]
+    assert on_lane and len(on_lane) == lane.asked.count("measure")  # the search measured some configs there
+    assert {t.lane for t in result.trials} == {0, 1} and len(result.trials) == 10
+    assert "time" not in lane.asked and "baseline" not in lane.asked  # the winner is re-timed on the problem's device
+    assert result.best_config is not None and result.best_config["PAUSE_US"] == paced.MANY_FASTEST_US
 
 
 @pytest.mark.parametrize("gpus, message", [("x", "--gpus takes device indices"), ("0,0", "names a device twice"),

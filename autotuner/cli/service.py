@@ -89,8 +89,8 @@ def _check_port(host: str, port: int) -> None:
 def worker(
     ctx: typer.Context,
     gpu: int | None = typer.Option(None, "--gpu", min=0, help="CUDA device index to tune on (default: the current one)"),
-    gpus: str | None = typer.Option(None, "--gpus", help="several GPUs measuring each job's configs at once, e.g. "
-                                                         "0,1 (the first does the baseline and the re-time)"),
+    gpus: str | None = typer.Option(None, "--gpus", help="several GPUs of one type, e.g. 0,1: a job on each at "
+                                                         "once (a job asking for several measures on several)"),
     once: bool = typer.Option(False, "--once", help="run one job (if any is queued) and exit"),
     until_empty: bool = typer.Option(False, "--until-empty", help="exit when no job is queued or running"),
     name: str | None = typer.Option(None, "--name", help="worker name stored on its jobs (default: host:pid[:gpuN])"),
@@ -120,6 +120,12 @@ def worker(
         fail(f"--gpus names a device twice: {gpus}")
     if lanes and not interpreting():
         gpu = lanes[0]
+        from autotuner.engine.tuner import more_devices
+
+        try:  # each there, and of one type: a job's time must not depend on the GPU that measured it
+            more_devices(current_device(gpu), lanes)
+        except ValueError as exc:
+            fail(str(exc))
     device = current_device(gpu)
     if gpu is not None and device.is_interpreter:
         warn("warning: no CUDA device here; --gpu is ignored and jobs run in Triton's interpreter")

@@ -218,10 +218,12 @@ def tune(
 
 
 def _job_gpus(text: str | None) -> int | None:
-    """`--gpus` with `--queue`: how many of its worker's GPUs measure each job (None, or "all": all the worker
-    has)."""
-    if text is None or text.strip() == "all":
+    """`--gpus` with `--queue`: how many of its worker's GPUs measure each job (None: one, a worker with several
+    running a job on each; "all": all the worker has, up to 64)."""
+    if text is None:
         return None
+    if text.strip() == "all":
+        return 64
     if not text.strip().isdigit() or not 1 <= int(text) <= 64:
         fail(f"with --queue, --gpus is how many of a worker's GPUs measure each job at once (1-64 or all, e.g. 2; the "
              f"worker's own --gpus says which), got {text!r}")

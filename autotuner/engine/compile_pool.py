@@ -8,6 +8,7 @@ out-of-resources config is reported from here and never reaches the trial worker
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -95,10 +96,12 @@ def _started() -> None:
 
 
 class CompilePool:
-    def __init__(self, spec: WorkerSpec | None, workers: int, device_index: int | None = None) -> None:
+    def __init__(self, spec: WorkerSpec | None, workers: int, device_index: int | None = None, *,
+                 shared: bool = False) -> None:
         self.spec = spec  # None until the first problem (`prestart`); each task names its problem anyway
         self.workers = workers
         self.device_index = device_index
+        self.shared = shared  # compiling for the jobs of several GPUs of one type at once, on `device_index`'s
         self._pool: ProcessPoolExecutor | None = None
 
     def _ensure(self) -> ProcessPoolExecutor:
@@ -113,9 +116,14 @@ class CompilePool:
         for _ in range(self.workers):
             pool.submit(_started)
 
-    def submit(self, config: dict[str, Any]) -> Future[Outcome | float]:
-        assert self.spec is not None, "no problem to compile for yet"
-        return self._ensure().submit(_compile, self.spec, config)
+    def submit(self, config: dict[str, Any], spec: WorkerSpec | None = None) -> Future[Outcome | float]:
+        """Compile a config of `spec`'s problem (default: the pool's). A shared pool compiles on its own device
+        whichever GPU (of the same type) will time the config: its processes make their CUDA contexts on one."""
+        spec = spec or self.spec
+        assert spec is not None, "no problem to compile for yet"
+        if self.shared and spec.device_index is not None and spec.device_index != self.device_index:
+            spec = dataclasses.replace(spec, device_index=self.device_index)
+        return self._ensure().submit(_compile, spec, config)
 
     def result(self, fut: Future[Outcome | float], timeout: float) -> Outcome | float | None:
         """The compile result, or None when the pool failed or ran out of time (the trial worker decides)."""

@@ -21,6 +21,7 @@ from autotuner.base.device import current_device
 from autotuner.base.settings import Settings
 from autotuner.engine import processes
 from autotuner.engine.compile_pool import CompilePool
+from autotuner.engine.lanes import Lane
 from autotuner.engine.outcome import COMPILING, NOT_STARTED, READY, Outcome
 from autotuner.engine.runner import TrialRunner
 from autotuner.engine.timing import Timing
@@ -68,9 +69,10 @@ class Measurer(Protocol):
 
 
 class LiveMeasurer:
-    """Real launches: one trial worker process, and a compile pool ahead of it when `compile_workers` > 1. With
-    `more_devices`, one more trial worker on each of those GPUs measures configs at the same time (`lanes`); the
-    problem's own device does the baseline and every re-time, so a winner is chosen on one GPU.
+    """Real launches: one trial worker process, and a compile pool ahead of it when `compile_workers` > 1. Further
+    lanes (`more`: autotuner.engine.lanes; the trial workers of more GPUs of this host, `local_lanes`) measure
+    configs at the same time (`lanes`); the problem's own device does the baseline and every re-time, so a winner
+    is chosen on one GPU.
 
     On a GPU the search times each config briefly (trial_process.QUICK_SCALE of the full warm-up and repetitions:
     ten or more runs, a hundred or more of a kernel that takes a tenth of a millisecond), which ranks it; the
@@ -78,17 +80,19 @@ class LiveMeasurer:
     """
 
     def __init__(self, spec: WorkerSpec, trial_timeout_s: float, compile_workers: int,
-                 kept: KeptProcesses | None = None, more_devices: Sequence[int | None] = ()) -> None:
+                 kept: KeptProcesses | None = None, more: Sequence[Lane] = ()) -> None:
         self.kept = kept
+        self.spec = spec
         if kept is None:
             self.runner = TrialRunner(spec, trial_timeout_s)
             self.pool = CompilePool(spec, compile_workers) if compile_workers > 1 else None
         else:
             self.runner, self.pool = kept.for_problem(spec, trial_timeout_s, compile_workers)
-        # the other GPUs' trial workers load what the pool compiled from Triton's cache (one device type)
-        lane_specs = [dataclasses.replace(spec, device_index=d) for d in more_devices]
-        self.more = [kept.lane_runner(i, s, trial_timeout_s) if kept is not None else TrialRunner(s, trial_timeout_s)
-                     for i, s in enumerate(lane_specs)]
+        # the further lanes load what the pool compiled (a local GPU's from Triton's cache: one device type)
+        self.more = list(more)
+        for lane in self.more:
+            lane.use(spec, trial_timeout_s)
+        self._owns_more = kept is None
         self._lock = threading.Lock()  # the lanes' threads share what is compiling ahead
         self.trial_timeout_s = trial_timeout_s
         self._ahead: dict[str, Future[Outcome | float]] = {}
@@ -130,7 +134,7 @@ class LiveMeasurer:
                 for c in configs:
                     self._speculative.discard(config_key(c))
                     if config_key(c) not in self._ahead:  # handed over twice (the first configs): compiled once
-                        self._ahead[config_key(c)] = self.pool.submit(c)
+                        self._ahead[config_key(c)] = self.pool.submit(c, self.spec)
 
     def speculate(self, configs: list[Config]) -> None:
         """Compile configs the search may ask next, with the pool's idle workers only: what is asked is never
@@ -154,7 +158,7 @@ class LiveMeasurer:
                 break
             key = config_key(c)
             if key not in self._ahead:
-                self._ahead[key] = self.pool.submit(c)
+                self._ahead[key] = self.pool.submit(c, self.spec)
                 self._speculative.add(key)
                 busy += 1
 
@@ -203,9 +207,9 @@ class LiveMeasurer:
         return self.runner.time(config, scale)
 
     def close(self) -> None:
-        for runner in self.more:
-            if self.kept is None or runner.in_flight:
-                runner.close(wait=False)
+        for lane in self.more:
+            if self._owns_more or lane.in_flight:
+                lane.close(wait=False)
         if self.kept is not None:  # the processes outlive this tuning, unless stopped mid-trial
             for fut in self._ahead.values():
                 fut.cancel()
@@ -224,9 +228,12 @@ class KeptProcesses:
     or started ahead of the first (`autotuner tune`): the next problem is set up in processes that have their
     CUDA context already, instead of new ones making it."""
 
-    def __init__(self) -> None:
+    def __init__(self, shared_pool: CompilePool | None = None) -> None:
         self.runner: TrialRunner | None = None
-        self.pool: CompilePool | None = None
+        # `shared_pool`: one compile pool for the kept processes of several GPUs (a worker's, running a job on
+        # each at once), never resized or stopped here
+        self.shared_pool = shared_pool
+        self.pool: CompilePool | None = shared_pool
         self.lanes: list[TrialRunner] = []  # trial workers on the further GPUs of a worker with several
         self._starting: threading.Thread | None = None
 
@@ -239,7 +246,7 @@ class KeptProcesses:
         def start() -> None:
             self.runner = TrialRunner(None)
             self.runner.prestart(device_index)
-            if compile_workers > 1:
+            if compile_workers > 1 and self.shared_pool is None:
                 self.pool = CompilePool(None, compile_workers, device_index)
                 self.pool.prestart()
 
@@ -267,6 +274,8 @@ class KeptProcesses:
         if self.runner is None:
             self.runner = TrialRunner(spec, trial_timeout_s)
         self.runner.use(spec, trial_timeout_s)
+        if self.shared_pool is not None:
+            return self.runner, self.shared_pool if compile_workers > 1 else None
         if compile_workers > 1 and (self.pool is None or self.pool.workers != compile_workers):
             if self.pool is not None:
                 self.pool.reset()
@@ -288,14 +297,23 @@ class KeptProcesses:
 
     def close(self) -> None:
         self._started()
-        if self.pool is not None:
+        if self.pool is not None and self.pool is not self.shared_pool:
             self.pool.reset()
         if self.runner is not None:
             self.runner.close(wait=False)
         for lane in self.lanes:
             lane.close(wait=False)
-        self.runner = self.pool = None
+        self.runner, self.pool = None, self.shared_pool
         self.lanes = []
+
+
+def local_lanes(spec: WorkerSpec, devices: Sequence[int | None], trial_timeout_s: float,
+                kept: KeptProcesses | None = None) -> list[Lane]:
+    """A trial worker on each further GPU of this host (`devices`; None: a CPU process under the interpreter):
+    a worker's kept ones where it keeps processes, else new ones the measurer closes."""
+    specs = [dataclasses.replace(spec, device_index=d) for d in devices]
+    return [kept.lane_runner(i, s, trial_timeout_s) if kept is not None else TrialRunner(s, trial_timeout_s)
+            for i, s in enumerate(specs)]
 
 
 def host_compile_workers(settings: Settings) -> int:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 
@@ -29,6 +29,7 @@ from autotuner.base.roofline import fraction
 from autotuner.base.settings import Settings
 from autotuner.engine.compile_share import share
 from autotuner.engine.fits import check_fits
+from autotuner.engine.lanes import Lane
 from autotuner.engine.measure import (
     KeptProcesses,
     LiveMeasurer,
@@ -36,6 +37,7 @@ from autotuner.engine.measure import (
     Measurer,
     ask_first,
     host_compile_workers,
+    local_lanes,
     run_search,
 )
 from autotuner.engine.refine import DEFAULT_TRIALS
@@ -322,7 +324,7 @@ def _record(t: _Tuning) -> str:
 
 def _plan(op: Op, problem: ProblemType, *, store: RunStore, settings: Settings, plan: Plan, device: DeviceInfo,
              observer: TuneObserver, measurer: Measurer | None, kept: KeptProcesses | None,
-             job_id: int | None) -> _Tuning:
+             job_id: int | None, lanes: Sequence[Lane] | None = None) -> _Tuning:
     """Everything decided before a process starts: the problem fits, the candidates, the budget, the measurer."""
     check_fits(op, problem, device, settings.max_problem_bytes)
     cands = op.space.enumerate(problem, device)
@@ -341,8 +343,9 @@ def _plan(op: Op, problem: ProblemType, *, store: RunStore, settings: Settings, 
         share(settings.compile_secret, settings.db_url)  # before the trial worker and the compile pool start
         spec = WorkerSpec(op.name, asdict(problem), (*settings.plugins, *op.imports), device.index,
                           settings.warmup_ms, settings.rep_ms)
-        measurer = LiveMeasurer(spec, settings.trial_timeout_s, n_workers, kept,
-                                more_devices=more_devices(device, plan.gpus))
+        more = list(lanes) if lanes is not None else \
+            local_lanes(spec, more_devices(device, plan.gpus), settings.trial_timeout_s, kept)
+        measurer = LiveMeasurer(spec, settings.trial_timeout_s, n_workers, kept, more=more)
     known = store.trial_times(op=op, problem=problem, device=device) if plan.reuse else {}
     return _Tuning(op=op, problem=problem, store=store, settings=settings, plan=plan, device=device,
                    observer=observer, measurer=measurer, result=result, cands=cands, default=default, budget=budget,
@@ -351,18 +354,21 @@ def _plan(op: Op, problem: ProblemType, *, store: RunStore, settings: Settings, 
 
 def tune(op: Op, problem: ProblemType, *, store: RunStore, settings: Settings, plan: Plan | None = None,
          device: DeviceInfo | None = None, observer: TuneObserver | None = None, measurer: Measurer | None = None,
-         kept: KeptProcesses | None = None, job_id: int | None = None) -> TuneResult:
+         kept: KeptProcesses | None = None, job_id: int | None = None,
+         lanes: Sequence[Lane] | None = None) -> TuneResult:
     """Tune `problem`; raises ProblemError (too large for the device), WorkerSetupError (the problem cannot be
     set up) before anything is written, and re-raises what stops the run after marking it failed or
     interrupted.
 
     `store`: a Store, or a worker's JobStore (which rides out database outages).
     `measurer`: how configs are measured (default: an isolated trial worker, autotuner.engine.measure.LiveMeasurer).
-    `kept`: the trial worker and compile pool to measure in, kept from one tuning to the next (a worker's)."""
+    `kept`: the trial worker and compile pool to measure in, kept from one tuning to the next (a worker's).
+    `lanes`: further lanes measuring configs at once (autotuner.engine.lanes), instead of trial workers on
+    `plan.gpus[1:]`."""
     t_start = time.perf_counter()
     t = _plan(op, problem, store=store, settings=settings, plan=plan or Plan(),
                  device=device or current_device(), observer=observer or TuneObserver(), measurer=measurer,
-                 kept=kept, job_id=job_id)
+                 kept=kept, job_id=job_id, lanes=lanes)
     t.result.phases["plan_s"] = time.perf_counter() - t_start  # the space enumerated, the measurer made
     try:
         with _phase(t, "setup", None):

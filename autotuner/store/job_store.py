@@ -77,6 +77,7 @@ class JobStore:
         self.retry_s = retry_s
         self.on_event = on_event
         self.lost = threading.Event()
+        self.stopped: BaseException | None = None  # `stop`: raised by every write of the run but its end
         self.pending: list[tuple[int, dict[str, Any]]] = []  # (placeholder id, trial fields) not written yet
         self._real: dict[int, int] = {}  # placeholder id -> the trial's id once written
         self._retimed: list[tuple[int, float]] = []  # re-timings of trials still pending
@@ -85,11 +86,21 @@ class JobStore:
         self.gave_up = False  # DatabaseLost was raised: later writes are not attempted
 
     # -- plumbing -------------------------------------------------------------------------------------
-    def _check(self) -> None:
+    def stop(self, reason: BaseException) -> None:
+        """Stop the tuning from another thread: its next write (a trial, the winner) raises `reason`; the run's end
+        is still written."""
+        self.stopped = reason
+
+    def _check_lost(self) -> None:
         if self.lost.is_set():
             raise JobLost(f"job {self.job_id} was taken back from {self.worker}")
 
-    def _retry(self, what: str, call: Callable[[], T]) -> T:
+    def _check(self) -> None:
+        self._check_lost()
+        if self.stopped is not None:
+            raise self.stopped
+
+    def _retry(self, what: str, call: Callable[[], T], *, ending: bool = False) -> T:
         """`call`, retried while the database is unavailable, for up to retry_s; then DatabaseLost."""
         started = time.monotonic()
 
@@ -99,7 +110,7 @@ class JobStore:
                           f"{self.retry_s:g} s ({_first_line(exc)})")
 
         try:
-            return retried(call, self.retry_s, before=self._check, on_first=first)
+            return retried(call, self.retry_s, before=self._check_lost if ending else self._check, on_first=first)
         except TRANSIENT as exc:
             self.gave_up = True
             raise DatabaseLost(f"the database stayed unavailable for {time.monotonic() - started:.0f} s while "
@@ -164,7 +175,7 @@ class JobStore:
             self.flush()
         try:
             self._retry("the run's end", lambda: self.store.finish_run(
-                run_id=run_id, status=status, error=error, holder=(self.job_id, self.worker)))
+                run_id=run_id, status=status, error=error, holder=(self.job_id, self.worker)), ending=True)
         except NotHeld:
             self.lost.set()
             raise JobLost(f"job {self.job_id} was taken back from {self.worker}") from None

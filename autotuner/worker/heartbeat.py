@@ -20,9 +20,11 @@ LOST_SIGNAL = signal.SIGUSR1  # the heartbeat thread's way to stop the main thre
 
 class Heartbeat:
     def __init__(self, queue: Callable[[], JobQueue], job: JobStore, *, worker: str, every_s: float,
-                 on_event: Callable[[str], None], busy: Callable[[], bool]) -> None:
+                 on_event: Callable[[str], None], busy: Callable[[], bool],
+                 on_lost: Callable[[], None] | None = None) -> None:
+        """`on_lost`: how to stop the job's tuning when it was taken back (default: interrupt the main thread)."""
         self.queue, self.job, self.worker, self.every_s = queue, job, worker, every_s
-        self.on_event, self.busy = on_event, busy
+        self.on_event, self.busy, self.on_lost = on_event, busy, on_lost
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._beat, daemon=True, name=f"heartbeat-{job.job_id}")
 
@@ -45,6 +47,8 @@ class Heartbeat:
             if not mine:
                 self.on_event(f"job {job.job_id} was taken back from this worker; stopping its tuning")
                 job.lost.set()
-                if self.busy():  # interrupt the tuning now, not at its next write
+                if self.on_lost is not None:
+                    self.on_lost()
+                elif self.busy():  # interrupt the tuning now, not at its next write
                     signal.pthread_kill(threading.main_thread().ident or 0, LOST_SIGNAL)
                 return

@@ -5,12 +5,13 @@ work the worker runs under its heartbeat, against the job's store."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from autotuner.base.device import DeviceInfo
 from autotuner.base.registry import import_op
 from autotuner.base.settings import Settings
+from autotuner.engine.lanes import Lane
 from autotuner.engine.measure import KeptProcesses
 from autotuner.engine.tune_result import TrialRecord, TuneObserver, TuneResult
 from autotuner.store.job_store import JobStore
@@ -29,11 +30,13 @@ Work = Callable[[JobStore], Done]
 
 
 def work_for(job: JobRow, settings: Settings, device: DeviceInfo, kept: KeptProcesses,
-             gpus: tuple[int, ...] = (), say: Callable[[str], None] | None = None) -> Work:
+             gpus: tuple[int, ...] = (), say: Callable[[str], None] | None = None,
+             lanes: Sequence[Lane] | None = None) -> Work:
     """The job's work; ValueError for a job that names no problem this worker can run. `gpus`: a worker's several
-    GPUs, which measure a tuning job's configs at once (the first is `device`); `say`: where its progress goes."""
+    GPUs, which measure a tuning job's configs at once (the first is `device`); `lanes`: further lanes that measure
+    them instead (other GPUs' kept trial workers); `say`: where its progress goes."""
     return cross_time_work(job, settings, device, kept) if job.kind == "cross_time" else \
-        tune_work(job, settings, device, kept, gpus, say)
+        tune_work(job, settings, device, kept, gpus, say, lanes)
 
 
 def allowed_modules(settings: Settings) -> list[str]:
@@ -43,9 +46,11 @@ def allowed_modules(settings: Settings) -> list[str]:
 
 
 def job_gpus(job: JobRow, gpus: tuple[int, ...]) -> tuple[int, ...]:
-    """The worker's GPUs that measure a tuning job's configs: the first `job.gpus` of them (all for a job without a
-    count; all it has for a job asking more)."""
-    return gpus[:job.gpus] if job.gpus is not None else gpus
+    """The worker's GPUs that measure a tuning job's configs: the first `job.gpus` of them (one for a job without a
+    count, or a job that is not a tuning; all it has for a job asking more)."""
+    if job.kind != "tune":
+        return gpus[:1]
+    return gpus[:job.gpus] if job.gpus is not None else gpus[:1]
 
 
 class JobProgress(TuneObserver):
@@ -79,7 +84,8 @@ class JobProgress(TuneObserver):
 
 
 def tune_work(job: JobRow, settings: Settings, device: DeviceInfo, kept: KeptProcesses,
-              gpus: tuple[int, ...] = (), say: Callable[[str], None] | None = None) -> Work:
+              gpus: tuple[int, ...] = (), say: Callable[[str], None] | None = None,
+              lanes: Sequence[Lane] | None = None) -> Work:
     from autotuner.engine.tuner import Plan, tune
     from autotuner.store.regret import bracketing_configs
 
@@ -87,13 +93,13 @@ def tune_work(job: JobRow, settings: Settings, device: DeviceInfo, kept: KeptPro
     problem = op.parse_problem(job.shape, job.dtype, **job.options)
     plan = Plan(strategy=job.strategy, trials=job.budget_trials, time_budget_s=job.budget_seconds,
                 deadline=time.monotonic() + job.budget_seconds if job.budget_seconds else None,  # the whole job
-                gpus=job_gpus(job, gpus))
+                gpus=gpus[:1] if lanes is not None else job_gpus(job, gpus))
 
     def run(store: JobStore) -> Done:
         # between a sweep's points: what was fastest either side is measured first (a miss's job, a midpoint's)
         first = tuple(bracketing_configs(store.store, op, problem, device))
         result = tune(op, problem, store=store, settings=settings, plan=replace(plan, first=first), device=device,
-                      job_id=job.id, kept=kept,
+                      job_id=job.id, kept=kept, lanes=lanes,
                       observer=JobProgress(job.id, say) if say is not None else TuneObserver())
         if result.best_config is None:
             return Done(False, f"every measured config failed; see the trials of run {result.run_id}", result.run_id)

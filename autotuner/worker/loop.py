@@ -11,6 +11,9 @@ the database is away), and every write about a job's state is retried for up to 
 exits on a database error. A job taken back while it runs (the worker stalled past its lease) is stopped at
 once, and nothing this worker measured becomes the job's result.
 
+A worker holding several GPUs (`gpus`) runs a job on each at once (autotuner.worker.slots), one compile pool
+shared by them; a job asking for several GPUs waits for them and measures on all.
+
 A worker also takes `autotuner tune` commands typed on its host (autotuner.worker.command_socket): given a `serve`
 function (the CLI's), it opens its command socket and runs each command handed over before the next queued job, in the
 processes it keeps.
@@ -22,6 +25,7 @@ import logging
 import os
 import signal
 import socket
+import threading
 import time
 from collections.abc import Callable
 from datetime import timedelta
@@ -29,10 +33,13 @@ from types import FrameType
 
 from sqlalchemy.exc import SQLAlchemyError
 
+from autotuner.base.device import current_device
 from autotuner.base.registry import load_plugins
 from autotuner.base.settings import Settings
 from autotuner.engine.compile_share import share
+from autotuner.engine.lanes import Lane
 from autotuner.engine.measure import KeptProcesses
+from autotuner.engine.tuner import more_devices
 from autotuner.store.database import Store
 from autotuner.store.job_store import JobLost, JobStore
 from autotuner.store.lazy import LazyStore
@@ -41,6 +48,7 @@ from autotuner.worker.command_socket import CommandSocket, Request, runtime_dir
 from autotuner.worker.heartbeat import LOST_SIGNAL, Heartbeat
 from autotuner.worker.job_endings import EndingWriter, StopWorker
 from autotuner.worker.jobs import job_gpus, work_for
+from autotuner.worker.slots import Slot, Slots
 from db.engine import DatabaseUnavailable
 from db.health import LOST, StorageLost
 from db.models import utcnow
@@ -78,6 +86,8 @@ class Worker:
         # (started ahead by run())
         self.serve = serve if settings.local_worker else None
         self.socket: CommandSocket | None = None
+        self.slots: Slots | None = None  # a worker with several GPUs: a job on each at once (run())
+        self._ending = threading.Lock()  # the slots' threads end their jobs one at a time
 
     # -- plumbing ---------------------------------------------------------------------------------------
     def _store(self) -> Store:
@@ -90,6 +100,11 @@ class Worker:
             return
         self._stopping = True
         self.stopped_by = signum
+        if self.slots is not None:  # the jobs run in threads: each is stopped from here, and this thread goes on
+            self.slots.interrupt_all(StopWorker(f"stopped by signal {signum}"))
+            if self.kept.pool is not None:
+                self.kept.pool.reset()  # a compile a job waits for ends now
+            return
         if self._busy:
             raise StopWorker(f"stopped by signal {signum}")
 
@@ -105,12 +120,18 @@ class Worker:
         from autotuner.engine.measure import prestarted
 
         load_plugins(self.settings.plugins)
-        self.kept = prestarted(self.settings, self.gpu)  # ready when the first job comes
+        several = len(self.gpus) > 1
+        if several:
+            self.slots = self._start_slots()
+        else:
+            self.kept = prestarted(self.settings, self.gpu)  # ready when the first job comes
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT, LOST_SIGNAL)}
         handled = 0
         self._down_since = None
         self._open_socket()
         try:
+            if several:
+                return self._run_slots(once=once, until_empty=until_empty)
             while not self._stopping:
                 if self._serve_next(0.0):
                     continue
@@ -131,23 +152,112 @@ class Worker:
             if self.socket is not None:
                 self.socket.close()
                 self.socket = None
+            if self.slots is not None:
+                self.slots.join()
+                for slot in self.slots.slots:
+                    slot.kept.close()
+                if self.kept.shared_pool is not None:
+                    self.kept.shared_pool.reset()
             self.kept.close()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
         return handled
 
+    # -- several GPUs: a job on each at once --------------------------------------------------------------
+    def _start_slots(self) -> Slots:
+        """A kept trial worker on each GPU, and one compile pool for them all (on the first GPU, sized for the host's
+        share of these GPUs), starting now."""
+        from autotuner.engine.compile_pool import CompilePool
+        from autotuner.engine.measure import host_compile_workers
+
+        devices: tuple[int | None, ...] = tuple(None if interpreting() else g for g in self.gpus)
+        if not interpreting():
+            more_devices(current_device(self.gpus[0]), self.gpus)  # one device type, each GPU there
+            workers = host_compile_workers(self.settings) * len(self.gpus)
+            self.kept = KeptProcesses(CompilePool(None, workers, self.gpus[0], shared=True))
+            threading.Thread(target=self.kept.pool.prestart, name="pool-prestart", daemon=True).start()  # type: ignore[union-attr]
+        kept = [KeptProcesses(self.kept.pool) for _ in devices]
+        for k, device in zip(kept, devices, strict=True):
+            k.prestart(device, 0)
+        return Slots(self.gpus, kept)
+
+    def _run_slots(self, *, once: bool, until_empty: bool) -> int:
+        """Claim a job whenever a GPU is free and run it there; a job asking for several GPUs waits for them (its
+        lease kept meanwhile). `once`: one job, then its end; `until_empty`: until nothing is queued or running."""
+        slots = self.slots
+        assert slots is not None
+        started = 0
+        while not self._stopping:
+            if not slots.busy and self._serve_next(0.0):
+                continue
+            if not slots.free():
+                slots.wait(self.settings.poll_s)
+                continue
+            job, counts = self._claim(give_up=once or until_empty)
+            if job is None:
+                idle = not slots.busy
+                if counts is not None and idle and (once or (until_empty and not counts["queued"]
+                                                              and not counts["running"])):
+                    break
+                if idle and self.socket is not None:
+                    self._serve_next(self.settings.poll_s)
+                else:
+                    slots.wait(self.settings.poll_s)
+                continue
+            chosen = self._slots_for(job)
+            if chosen is None:  # stopping while it waited
+                self.ledger.end(job.id, StopWorker("stopping"), self._where(job))
+                break
+            slots.start(job, chosen, self._run_on_slots)
+            started += 1
+            if once:
+                break
+        slots.join()
+        return started
+
+    def _slots_for(self, job: JobRow) -> list[Slot] | None:
+        """As many free slots as the job asks GPUs (one for a job without a count), waited for while heartbeating
+        the job; None if the worker stops meanwhile."""
+        slots = self.slots
+        assert slots is not None
+        want = max(1, len(job_gpus(job, self.gpus)))
+        last_beat = time.monotonic()
+        while len(slots.free()) < want:
+            if self._stopping:
+                return None
+            slots.wait(self.settings.poll_s)
+            if time.monotonic() - last_beat >= self.settings.heartbeat_s:
+                last_beat = time.monotonic()
+                try:
+                    self._store().heartbeat(job_id=job.id, worker=self.name)
+                except (SQLAlchemyError, DatabaseUnavailable) as exc:
+                    self.on_event(f"heartbeat for job {job.id} failed (will retry): {exc}")
+        return slots.free()[:want]
+
+    def _run_on_slots(self, slot: Slot, others: list[Slot]) -> None:
+        assert slot.job is not None
+        lanes = [o.kept.trial_runner(self.settings.trial_timeout_s) for o in others]
+        self._run_job(slot.job, gpu=None if interpreting() else slot.gpu, kept=slot.kept,
+                      gpus=tuple(s.gpu for s in (slot, *others) if s.gpu is not None), lanes=lanes, slot=slot)
+
     # -- commands typed on this host ----------------------------------------------------------------------
     def _open_socket(self) -> None:
         if self.serve is None:
             return
-        sock = CommandSocket(runtime_dir(self.settings.runtime_dir), self.name,
-                             busy=lambda: f"job {self._running}" if self._running is not None else None)
+        sock = CommandSocket(runtime_dir(self.settings.runtime_dir), self.name, busy=self._busy_with)
         try:
             sock.open()
         except OSError as exc:
             self.on_event(f"commands on this host cannot hand their problems to this worker: {sock.path}: {exc}")
             return
         self.socket = sock
+
+    def _busy_with(self) -> str | None:
+        """The job(s) this worker runs, or None when it is idle."""
+        if self.slots is not None:
+            busy = [s.job.id for s in self.slots.busy if s.job is not None]
+            return f"job{'s' * (len(busy) > 1)} {', '.join(map(str, busy))}" if busy else None
+        return f"job {self._running}" if self._running is not None else None
 
     def _serve_next(self, wait_s: float) -> bool:
         """Run the next command handed over (waiting up to `wait_s` for one); False if none came."""
@@ -186,14 +296,16 @@ class Worker:
         self._down_since = None
         return job, counts
 
-    def _on_gpus(self, job: JobRow) -> str:
-        """Which of this worker's GPUs measure a tuning job, where it has several or the job asks for several."""
-        if job.kind != "tune" or (len(self.gpus) <= 1 and not job.gpus):
+    def _on_gpus(self, job: JobRow, used: tuple[int, ...]) -> str:
+        """Which of this worker's GPUs measure a job, where it has several or the job asks for several."""
+        if len(self.gpus) <= 1 and not job.gpus:
             return ""
-        held = self.gpus or ((self.gpu,) if self.gpu is not None else (0,))
-        used = job_gpus(job, held)
-        short = f", of the {job.gpus} it asks for" if job.gpus is not None and job.gpus > len(held) else ""
+        used = used or ((self.gpu,) if self.gpu is not None else (0,))
+        short = f", of the {job.gpus} it asks for" if job.gpus is not None and job.gpus > len(used) else ""
         return f" on {len(used)} GPU{'s' * (len(used) > 1)} ({','.join(map(str, used))}{short})"
+
+    def _where(self, job: JobRow) -> str:
+        return f"GPU {self.gpu}" if self.gpu is not None else "this device"
 
     def run_job(self, job: JobRow) -> str:
         """Run one claimed job (autotuner.worker.jobs: tune a problem, or cross-time a sweep) and record how it
@@ -201,37 +313,54 @@ class Worker:
         to the end, so a command typed meanwhile is not held back by the job."""
         self._running = job.id
         try:
-            return self._run_job(job)
+            return self._run_job(job, gpu=self.gpu, kept=self.kept, gpus=self.gpus)
         finally:
             self._running = None
 
-    def _run_job(self, job: JobRow) -> str:
-        from autotuner.base.device import current_device
-
-        self.ledger.attempts += 1
+    def _run_job(self, job: JobRow, *, gpu: int | None, kept: KeptProcesses, gpus: tuple[int, ...],
+                 lanes: list[Lane] | None = None, slot: Slot | None = None) -> str:
+        """A job in the main thread, or on a slot's GPUs (`slot`: in the slot's thread, stopped through it)."""
+        with self._ending:
+            self.ledger.attempts += 1
         kind = "" if job.kind == "tune" else f"{job.kind} of sweep {job.sweep_id}: "
+        used = gpus if lanes is not None else job_gpus(job, gpus)
         self.on_event(f"job {job.id}: {kind}{job.op} {job.shape} {job.dtype} {job.options or ''} "
-                      f"(attempt {job.attempts}) started{self._on_gpus(job)}")
+                      f"(attempt {job.attempts}) started{self._on_gpus(job, used)}")
+        where = f"GPU {gpu}" if gpu is not None else "this device"
         try:
-            work = work_for(job, self.settings, current_device(self.gpu), self.kept, self.gpus, self.on_event)
+            work = work_for(job, self.settings, current_device(gpu), kept, gpus, self.on_event, lanes)
         except ValueError as exc:  # an unknown op, shape, dtype or option
-            return self.ledger.fail(job.id, f"bad job: {exc}", permanent=True)
+            with self._ending:
+                return self.ledger.fail(job.id, f"bad job: {exc}", permanent=True)
         store = JobStore(self._store(), job_id=job.id, worker=self.name, retry_s=self.settings.db_retry_s,
                          on_event=self.on_event)
+        on_lost = None
+        if slot is not None:
+            slot.store = store
+            if slot.stop_reason is not None:
+                store.stop(slot.stop_reason)
+            on_lost = lambda: slot.interrupt(JobLost(f"job {job.id} was taken back from {self.name}"))  # noqa: E731
         beat = Heartbeat(self._store, store, worker=self.name, every_s=self.settings.heartbeat_s,
-                         on_event=self.on_event, busy=lambda: self._busy)
-        self._busy, self._job = True, store
+                         on_event=self.on_event, busy=lambda: self._busy, on_lost=on_lost)
+        if slot is None:
+            self._busy, self._job = True, store
         try:
             with beat:
                 if self._stopping:
                     raise StopWorker("stopping")
                 done = work(store)
         except (Exception, StopWorker, JobLost) as exc:
-            self._busy = False
-            return self.ledger.end(job.id, exc, f"GPU {self.gpu}" if self.gpu is not None else "this device")
+            if slot is None:
+                self._busy = False
+            # on a slot: what stopped it, not what its interrupted trial raised
+            reason = slot.stop_reason if slot is not None and slot.stop_reason is not None else exc
+            with self._ending:
+                return self.ledger.end(job.id, reason, where)
         finally:
-            self._busy, self._job = False, None
-        if not done.ok:
-            return self.ledger.fail(job.id, done.summary)
-        return self.ledger.done_with(job.id, done.run_id, done.summary)
+            if slot is None:
+                self._busy, self._job = False, None
+        with self._ending:
+            if not done.ok:
+                return self.ledger.fail(job.id, done.summary)
+            return self.ledger.done_with(job.id, done.run_id, done.summary)
 

@@ -1,0 +1,46 @@
+"""A measurement lane: where one problem's configs are checked and timed, one at a time.
+
+The live measurer (autotuner.engine.measure.LiveMeasurer) measures on its lanes at once, one config each: the first
+lane is the problem's own device, which also times the baseline and every re-time (a winner is chosen on one
+device); further lanes only rank configs. Today a lane is a local GPU's trial worker process
+(autotuner.engine.runner.TrialRunner); anything with these methods can be one (a remote machine's worker, reached
+over the network), passed to `tune(..., lanes=...)`. A lane's device must be of the problem's device type: a
+config's time must not depend on which lane measured it.
+
+A lane is given the problem as a `WorkerSpec` (the op by name, the problem as a dict, the plugins to import: data,
+never code), sets it up, and answers each request with an `Outcome` (autotuner.engine.outcome): a time, or why
+there is none. A lane that cannot answer (died, timed out) says so in the Outcome rather than raising.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+from autotuner.engine.outcome import Outcome
+from autotuner.engine.trial_process import WorkerSpec
+
+
+@runtime_checkable
+class Lane(Protocol):
+    @property
+    def in_flight(self) -> bool:
+        """A request sent and not answered: the lane may be stuck in a kernel (`close` does not wait for it)."""
+
+    def use(self, spec: WorkerSpec, trial_timeout_s: float) -> None:
+        """The problem the next requests are of (set up at `setup` or the first request)."""
+
+    def setup(self) -> None:
+        """Set the problem up now (raises runner.WorkerSetupError when it cannot be)."""
+
+    def baseline(self) -> Outcome:
+        """Time the problem's torch baseline, if the op has one."""
+
+    def measure(self, config: dict[str, Any], scale: float = 1.0, give_up_ms: float | None = None) -> Outcome:
+        """Check a config against the reference and time it (`scale` of a full timing; a few repetitions only
+        where they are slower than `give_up_ms`)."""
+
+    def time(self, config: dict[str, Any], scale: float = 1.0) -> Outcome:
+        """Time a config checked before."""
+
+    def close(self, wait: bool = True) -> None:
+        """Release the lane (`wait`: let it finish cleanly; else stop it at once)."""
