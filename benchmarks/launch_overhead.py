@@ -150,6 +150,8 @@ def decorated() -> list[tuple[str, dict[str, Callable[[], Any]]]]:
 
     rows.append(("tutorial matmul 64^3 (decorated)", {
         "plain launch": lambda: ours_mm.fn[mm_grid(first.kwargs)](*mm_args(), **first.all_kwargs()),
+        "plain launch, keywords": lambda: ours_mm.fn[mm_grid(first.kwargs)](
+            **dict(zip(ours_mm.arg_names, mm_args(), strict=False)), **first.all_kwargs()),
         "triton.autotune hit": lambda: tri_mm[mm_grid](*mm_args()),
         "autotuner.autotune hit": lambda: ours_mm[mm_grid](*mm_args()),
         "triton.autotune hit, keywords": lambda: tri_mm[mm_grid](**dict(zip(ours_mm.arg_names, mm_args(), strict=False))),

@@ -223,8 +223,9 @@ class Autotuned(Autotuner):
                 sig += (tuple(kwargs), tuple(kwargs.values()), types)
             else:
                 names = self._fixed_names
-                sig.extend((k, call_signature(v)) if k in swapped else (k, type(v), v) if k in names else
-                           (k, *_value(v)) for k, v in kwargs.items())
+                sig.append(tuple(kwargs))
+                sig.extend([call_signature(v) if k in swapped else (type(v), v) if k in names else _value(v)
+                            for k, v in kwargs.items()])
         return tuple(sig)
 
     def _launch_hit(self, hit: Hit, args: tuple[Any, ...], kwargs: dict[str, Any], grid: Any) -> Any:
@@ -234,10 +235,10 @@ class Autotuned(Autotuner):
             self.mirror.launched(config)
         if config.pre_hook is not None:
             config.pre_hook({**dict(zip(self.arg_names, args, strict=False)), **kwargs, **meta})
-        if placed:
-            args = (*args, *[kwargs[n] for n in placed])
         if callable(grid):
             grid = grid({**dict(zip(self.arg_names, args, strict=False)), **kwargs, **meta})
+        if placed:
+            args = (*args, *map(kwargs.__getitem__, placed))
         return launcher.launch(tuple(grid), args)
 
     def _launch(self, key: tuple[Any, ...], config: triton.Config, args: tuple[Any, ...], kwargs: dict[str, Any], meta: dict[str, Any],
