@@ -18,7 +18,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from api.config_cache import ConfigCache
 from api.metrics import Metrics
 from autotuner.base.settings import Settings
-from autotuner.store.database import Store
+from autotuner.store.interfaces import Storage
 from autotuner.store.lazy import LazyStore
 
 RECONNECT_S = 1.0  # a database that failed to open is tried again after this long
@@ -75,14 +75,14 @@ def get_state(request: Request) -> ServiceState:
 State = Annotated[ServiceState, Depends(get_state)]
 
 
-def get_store(st: State) -> Store:
+def get_store(st: State) -> Storage:
     return st.store.full()  # DatabaseUnavailable becomes a 503 (api.errors)
 
 
-StoreDep = Annotated[Store, Depends(get_store)]
+StoreDep = Annotated[Storage, Depends(get_store)]
 
 
-def get_writable_store(st: State) -> Store:
+def get_writable_store(st: State) -> Storage:
     """The store of a route that writes: StorageUnusable (503, with its cause) where the database cannot keep the
     write (deleted or replaced under the service, read-only, full, corrupt), so nothing is accepted and lost."""
     store = st.store.full()
@@ -92,7 +92,7 @@ def get_writable_store(st: State) -> Store:
     return store
 
 
-WritableStoreDep = Annotated[Store, Depends(get_writable_store)]
+WritableStoreDep = Annotated[Storage, Depends(get_writable_store)]
 bearer = HTTPBearer(auto_error=False, description="AUTOTUNER_TOKEN of the server")
 
 

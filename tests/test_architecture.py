@@ -194,6 +194,16 @@ def test_outside_the_store_no_code_asks_which_store_class_answers():
     assert _store_class_uses(outside) == []
 
 
+def test_outside_the_store_nothing_imports_a_store_class():
+    """Every room is written against autotuner.store.interfaces (`Storage` for the whole store, narrower ones where
+    less is used): none imports the SQL implementation, for a type or an error, so a second backend changes the
+    store package alone."""
+    graph = _graph()
+    wrong = [f"{m} imports {t}" for m, targets in graph.items() if _part(m) != "autotuner.store"
+             for t in targets if t == "autotuner.store.database"]
+    assert wrong == []
+
+
 def test_a_store_class_asked_for_would_be_found(tmp_path):
     probe = tmp_path / "probe.py"
     probe.write_text("def f(s):\n    return isinstance(s, (int, LaunchReads)) or Store('sqlite://')\n")

@@ -25,7 +25,7 @@ def router() -> APIRouter:
         try:
             store = st.store.full()
             # a deleted file is seen before a connection could make a new, empty one
-            problem, backend = store.health(st.settings.min_free_bytes), store.engine.dialect.name
+            problem, backend = store.health(st.settings.min_free_bytes), store.ping()
         except Exception as exc:  # where the database is, and the driver's words, go to the log only
             log.warning("healthz: database unavailable: %s: %s", type(exc).__name__, str(exc).splitlines()[:1])
             response.status_code = 503

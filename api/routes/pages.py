@@ -33,7 +33,7 @@ from autotuner.base.registry import UnknownOpError, get_op
 from autotuner.base.roofline import fraction
 from autotuner.engine.refine import neighbour_losses, worst_pair
 from autotuner.launch.serving import device_info
-from autotuner.store.database import Store
+from autotuner.store.interfaces import Storage
 from autotuner.store.regret import sweep_points
 from autotuner.store.rows import CrossTimingRow, JobRow, ResultRow, SweepRow
 from db.engine import DatabaseUnavailable, NotAutotunerDatabase
@@ -117,7 +117,7 @@ def varying_part(shapes: Sequence[str]) -> list[str]:
     return list(shapes)
 
 
-def sweep_views(store: Store, device_key: str) -> list[dict[str, Any]]:
+def sweep_views(store: Storage, device_key: str) -> list[dict[str, Any]]:
     """Each sweep cross-timed on this device, as a heat map of its winners' losses on its points (the op's
     current kernel and Triton version where this server knows the op; every measurement otherwise)."""
     out = []
@@ -178,7 +178,7 @@ def router(templates: Jinja2Templates = TEMPLATES) -> APIRouter:
     def render(request: Request, name: str, status: int = 200, **context: Any) -> HTMLResponse:
         return templates.TemplateResponse(request, name, context, status_code=status)
 
-    def open_store(st: Any) -> Store:
+    def open_store(st: Any) -> Storage:
         return st.store.get()  # type: ignore[no-any-return]
 
     def unavailable(request: Request) -> HTMLResponse:

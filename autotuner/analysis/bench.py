@@ -27,7 +27,7 @@ from autotuner.analysis.peaks import Peaks, device_peaks
 from autotuner.base.device import DeviceInfo
 from autotuner.base.registry import Op
 from autotuner.engine.timing import CUDA_EVENTS, WALL_CLOCK, rotation, time_fn
-from autotuner.store.database import Store
+from autotuner.store.interfaces import Storage
 from search_spaces.contract import ProblemType
 
 DEFAULT, TUNED = "triton default", "triton tuned"
@@ -79,7 +79,7 @@ class BenchResult:
         return asdict(self)
 
 
-def candidates(op: Op, problem: ProblemType, device: DeviceInfo, store: Store | None, inputs: dict[str, Any],
+def candidates(op: Op, problem: ProblemType, device: DeviceInfo, store: Storage | None, inputs: dict[str, Any],
                use_compile: bool, compile_mode: str | None = None,
                ) -> tuple[dict[str, Callable[[], Any] | str], dict[str, Any], dict[str, Any] | None]:
     """name -> a callable, or the reason it is left out; plus the default and tuned configs."""
@@ -123,7 +123,7 @@ def same_bytes_copy(op: Op, problem: ProblemType, device: DeviceInfo) -> Callabl
     return lambda: dst.copy_(src)
 
 
-def bench(op: Op, problem: ProblemType, device: DeviceInfo, *, store: Store | None, use_compile: bool = True,
+def bench(op: Op, problem: ProblemType, device: DeviceInfo, *, store: Storage | None, use_compile: bool = True,
           rounds: int = 5, rep_ms: float = 100.0, remeasure_peaks: bool = False,
           compile_mode: str | None = None) -> BenchResult:
     """`compile_mode`: torch.compile's mode (None: its default; "max-autotune" searches Inductor's templates)."""

@@ -17,7 +17,7 @@ import torch
 
 from autotuner.base.device import DeviceInfo
 from autotuner.engine.timing import time_cuda
-from autotuner.store.database import Store
+from autotuner.store.interfaces import PeakStore
 from search_spaces.problem import torch_dtype_of
 
 COPY = "copy_bandwidth"
@@ -66,7 +66,7 @@ def measure_matmul(device: DeviceInfo, dtype: str) -> float:
     return max(rates)
 
 
-def device_peaks(store: Store, device: DeviceInfo, *, remeasure: bool = False) -> Peaks | None:
+def device_peaks(store: PeakStore, device: DeviceInfo, *, remeasure: bool = False) -> Peaks | None:
     """The stored ceilings of `device`, measuring (and storing) the missing ones; None on the interpreter."""
     if device.is_interpreter:
         return None

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autotuner.base.device import INTERPRETER
-from autotuner.store.database import Store
+from autotuner.store.interfaces import ResultBrowser
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,7 @@ class Speedup:
     result_id: int
 
 
-def speedups(store: Store, *, op: str | None = None, device_key: str | None = None) -> tuple[list[Speedup], int]:
+def speedups(store: ResultBrowser, *, op: str | None = None, device_key: str | None = None) -> tuple[list[Speedup], int]:
     """The bars of every GPU-timed result with a torch or default time, and how many interpreter results were
     left out (their CPU wall-clock times say nothing about a GPU)."""
     rows: list[Speedup] = []
@@ -46,7 +46,7 @@ def speedups(store: Store, *, op: str | None = None, device_key: str | None = No
     return sorted(rows, key=lambda s: (s.device, s.label)), skipped
 
 
-def plot_results(store: Store, output: Path, *, op: str | None = None, device_key: str | None = None) -> int:
+def plot_results(store: ResultBrowser, output: Path, *, op: str | None = None, device_key: str | None = None) -> int:
     import matplotlib
 
     matplotlib.use("Agg")

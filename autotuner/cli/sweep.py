@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from autotuner.engine.measure import KeptProcesses
     from autotuner.engine.sweep import SweepResult
     from autotuner.engine.tuner import Plan
-    from autotuner.store.database import Store
+    from autotuner.store.interfaces import Storage
     from search_spaces.contract import ProblemType
 
 
@@ -35,7 +35,7 @@ class Refine:
         return len(probs) if self.points is None else self.points
 
 
-def queue_sweep(op: Op, probs: list[ProblemType], dim: str, store: Store, plan: Plan, as_json: bool,
+def queue_sweep(op: Op, probs: list[ProblemType], dim: str, store: Storage, plan: Plan, as_json: bool,
                 gpus: int | None = None, refine: Refine | None = None) -> None:
     """The sweep stored and one job per point queued (`gpus`: how many of its worker's GPUs measure each); the
     workers' last finished point queues the cross-timing, which queues refinement's points as jobs of the sweep
@@ -72,7 +72,7 @@ class _PointProgress(TuneObserver):
         pass
 
 
-def run_sweep_here(op: Op, probs: list[ProblemType], dim: str, s: Settings, store: Store, kept: KeptProcesses,
+def run_sweep_here(op: Op, probs: list[ProblemType], dim: str, s: Settings, store: Storage, kept: KeptProcesses,
                    plan: Plan, as_json: bool, quiet: bool, refine: Refine | None = None) -> None:
     from autotuner.base.device import current_device
     from autotuner.cli import handed_run

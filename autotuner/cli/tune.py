@@ -41,7 +41,7 @@ if TYPE_CHECKING:  # the engine and the store load when the command runs, not wh
     from autotuner.base.settings import Settings
     from autotuner.engine.measure import KeptProcesses
     from autotuner.engine.tuner import Plan
-    from autotuner.store.database import Store
+    from autotuner.store.interfaces import Storage
 
 PHASE_TEXT = {
     "setup": "setup: starting the trial worker (imports, inputs, reference, torch baseline)",
@@ -230,9 +230,9 @@ def _job_gpus(text: str | None) -> int | None:
     return int(text)
 
 
-def with_recorded_call(op: Op, prob: ProblemType, store: Store) -> ProblemType:
+def with_recorded_call(op: Op, prob: ProblemType, store: Storage) -> ProblemType:
     """A decorated kernel's problem with the call a launching process recorded for its key."""
-    from autotuner.store.database import NoRecordedCall
+    from autotuner.store.interfaces import NoRecordedCall
 
     if op.options_of(prob).get("call") is not None:
         return prob
@@ -243,7 +243,7 @@ def with_recorded_call(op: Op, prob: ProblemType, store: Store) -> ProblemType:
              "AUTOTUNER_ON_MISS=default or nearest) first")
 
 
-def _tune(op: str, op_obj: Op, prob: ProblemType, s: Settings, store: Store, kept: KeptProcesses, plan: Plan,
+def _tune(op: str, op_obj: Op, prob: ProblemType, s: Settings, store: Storage, kept: KeptProcesses, plan: Plan,
           as_json: bool, quiet: bool) -> None:
     from autotuner.base.device import current_device
     from autotuner.cli import handed_run

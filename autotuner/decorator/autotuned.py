@@ -382,26 +382,36 @@ class _Cache(dict):  # type: ignore[type-arg]
         super().__delitem__(key)
         self._changed()
 
-    def __ior__(self, other: Any) -> _Cache:
+    def __ior__(self, other: Any) -> Any:  # type: ignore[misc]
         super().__ior__(other)
         self._changed()
         return self
 
-    def _changing(name: str) -> Any:  # noqa: N805 - a helper of the class body
-        def method(self: _Cache, *args: Any, **kwargs: Any) -> Any:
-            try:
-                return getattr(dict, name)(self, *args, **kwargs)
-            finally:
-                self._changed()
-        method.__name__ = name
-        return method
+    def clear(self) -> None:
+        super().clear()
+        self._changed()
 
-    clear = _changing("clear")
-    pop = _changing("pop")
-    popitem = _changing("popitem")
-    setdefault = _changing("setdefault")
-    update = _changing("update")
-    del _changing
+    def pop(self, *args: Any) -> Any:
+        try:
+            return super().pop(*args)
+        finally:
+            self._changed()
+
+    def popitem(self) -> Any:
+        try:
+            return super().popitem()
+        finally:
+            self._changed()
+
+    def setdefault(self, key: Any, default: Any = None) -> Any:
+        try:
+            return super().setdefault(key, default)
+        finally:
+            self._changed()
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        super().update(*args, **kwargs)
+        self._changed()
 
 
 def timings(view: EngineView, miss: Any, configs: list[triton.Config]) -> dict[triton.Config, list[float]]:

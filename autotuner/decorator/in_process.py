@@ -30,7 +30,7 @@ from kernels._backend import interpreting
 from search_spaces.space import config_key
 
 if TYPE_CHECKING:  # not at run time: a launching process never imports SQLAlchemy
-    from autotuner.store.database import Store
+    from autotuner.store.interfaces import Storage
 
 log = logging.getLogger(__name__)
 REFERENCE_TRIES = 8  # configs of the list tried in turn for the reference output
@@ -207,7 +207,7 @@ def tune_in_memory(view: EngineView, miss: Miss, pruned: list[dict[str, Any]] | 
     return winner
 
 
-def wait_for_winner(view: EngineView, store: Store, miss: Miss) -> tuple[dict[str, Any], str]:
+def wait_for_winner(view: EngineView, store: Storage, miss: Miss) -> tuple[dict[str, Any], str]:
     deadline = time.monotonic() + resolver().settings.tune_wait_s
     while time.monotonic() < deadline:
         best = store.best(op=view.op, problem=miss.problem, device=miss.device)

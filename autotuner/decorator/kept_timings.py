@@ -28,7 +28,7 @@ from search_spaces.space import config_key
 if TYPE_CHECKING:
     from triton.runtime.autotuner import Autotuner
 
-    from autotuner.store.database import Store
+    from autotuner.store.interfaces import Storage
 
 log = logging.getLogger(__name__)
 STRATEGY = "the library's own"  # the run's strategy: the subclass chose which configs to time
@@ -50,7 +50,7 @@ class KeptTimings:
         miss = self.kernel.spec.keys.miss(args, meta, None)
         problem, device = miss.problem, miss.device
         op = self.kernel.op
-        store: Store = resolver().store.writer()
+        store: Storage = resolver().store.writer()
         key, ck = problem.key, config_key(config_dict(config))
         with self.lock:
             if key not in self.known:

@@ -17,7 +17,7 @@ from typing import Any
 from autotuner.base.device import DeviceInfo
 from autotuner.base.registry import Op, UnknownOpError, get_op
 from autotuner.launch.resolution import FALLBACKS, Source, resolve
-from autotuner.store.database import Store
+from autotuner.store.interfaces import Storage
 from autotuner.store.regret import expected_regret
 from autotuner.store.rows import DeviceRow
 from search_spaces.contract import ProblemType
@@ -112,7 +112,7 @@ def parse_request(op_name: str, shape: str, dtype: str, options: dict[str, Any])
         raise NoSuchProblem(field, message) from None
 
 
-def _stored_problems(store: Store, op: Op) -> list[ProblemType]:
+def _stored_problems(store: Storage, op: Op) -> list[ProblemType]:
     out = []
     for row in store.results(op=op.name):
         try:
@@ -122,7 +122,7 @@ def _stored_problems(store: Store, op: Op) -> list[ProblemType]:
     return out
 
 
-def tuned_dtype(store: Store, op: Op, shape: str, options: dict[str, Any],
+def tuned_dtype(store: Storage, op: Op, shape: str, options: dict[str, Any],
                 advice: str = "name one with dtype=", builtin: bool = False) -> str | None:
     """The dtype a decorated kernel's lookup that names none means: the one this shape was tuned in, else the one
     the kernel was tuned in at all; None where nothing is tuned, and for a built-in op (float16, as documented:
@@ -152,7 +152,7 @@ def _kind(value: Any) -> str:
     return "a string" if isinstance(value, str) else "null"
 
 
-def check_key_types(store: Store, op: Op, problem: ProblemType) -> None:
+def check_key_types(store: Storage, op: Op, problem: ProblemType) -> None:
     """A decorated kernel's key values of the kinds its tuned keys hold (a number where every tuned key has a
     number); NoSuchProblem naming the first that is not."""
     if op.kind != "kernel":
@@ -168,7 +168,7 @@ def check_key_types(store: Store, op: Op, problem: ProblemType) -> None:
                                          f"{' or '.join(sorted(seen))} there")
 
 
-def pick_device(store: Store, key: str | None) -> DeviceInfo:
+def pick_device(store: Storage, key: str | None) -> DeviceInfo:
     """The device a request means: the one named, or the only one the database knows."""
     devices = [device_info(d) for d in store.devices()]
     if key is None:
@@ -185,7 +185,7 @@ def pick_device(store: Store, key: str | None) -> DeviceInfo:
     raise NoSuchProblem("device", f"unknown device {key!r}; known: {known}")
 
 
-def answer_config(store: Store, op: Op, problem: ProblemType, device: DeviceInfo, *, fallback: str = "nearest",
+def answer_config(store: Storage, op: Op, problem: ProblemType, device: DeviceInfo, *, fallback: str = "nearest",
                   kernel_hash: str | None = None, triton_version: str | None = None) -> ConfigAnswer:
     """The config to launch `problem` with on `device` (autotuner.launch.lookup.resolve, as a library launch resolves
     it, minus the service step); NotFound when `fallback` is "none" and nothing exact."""

@@ -17,10 +17,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from autotuner.store.database import Store
+    from autotuner.store.interfaces import Storage
 
 
-def open_store(url: str | None, *, create: bool = True, timeout_s: float | None = None) -> Store:
+def open_store(url: str | None, *, create: bool = True, timeout_s: float | None = None) -> Storage:
     """The database at `url` (None: the default SQLite file in the user's data folder), at the current schema.
     `create=False` for readers: a missing database raises db.engine.NoDatabase instead of being made. `timeout_s`
     bounds every wait on it. SQLAlchemy is imported here, on first use, not with the package."""

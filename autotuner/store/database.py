@@ -12,6 +12,7 @@ from typing import Any
 
 from autotuner.base.device import DeviceInfo
 from autotuner.base.registry import Op
+from autotuner.store.interfaces import NoRecordedCall, NotHeld
 from autotuner.store.nearest import nearest_stored
 from autotuner.store.prediction import Prediction
 from autotuner.store.recorded_calls import derived_call
@@ -37,16 +38,7 @@ from db import repository as repo
 from db.engine import open_engine, session_scope
 from db.health import MIN_FREE_BYTES, file_identity, storage_problem
 from search_spaces.contract import ProblemType
-from search_spaces.problem import ProblemError
 from search_spaces.space import Rejection, rejection_counts
-
-
-class NotHeld(RuntimeError):
-    """A write on behalf of a job that is no longer the writer's (it was taken back)."""
-
-
-class NoRecordedCall(ProblemError):
-    """A decorated kernel's key that no launching process recorded a call for: nothing to tune it from."""
 
 
 class Store:

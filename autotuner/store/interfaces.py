@@ -9,18 +9,24 @@ answers it.
     RunStore       both: what `autotuner.engine.tuner.tune` is given.
     SweepStore     a RunStore that also keeps sweeps and their cross timings (`autotuner.engine.sweep`).
     JobQueue       the job queue the service fills and the workers drain (`database.Store`).
+    RecordedCalls, TuningClaims, ResultBrowser, PeakStore, StorageHealth
+                   decorated kernels' recorded calls, in-place tuning claims, what the service and pages browse, a
+                   device's ceilings, whether the storage can keep a write.
+    Storage        all of them: what `open_store` gives (`database.Store` on SQLite and PostgreSQL).
 
 Rows handed out are frozen (autotuner.store.rows), never ORM objects.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from autotuner.store.prediction import Prediction
-from autotuner.store.rows import CrossTimingRow, JobRow, SweepRow
+from autotuner.store.rows import CrossTimingRow, DeviceRow, JobRow, ResultRow, RunRow, SweepRow, TrialRow
 from autotuner.store.stored_best import StoredBest
+from search_spaces.problem import ProblemError
 
 if TYPE_CHECKING:
     from autotuner.base.device import DeviceInfo
@@ -29,6 +35,14 @@ if TYPE_CHECKING:
     from search_spaces.space import Rejection
 
 TrialTimes = dict[str, tuple[dict[str, Any], float | None]]  # config key -> (config, ms; None: it failed)
+
+
+class NotHeld(RuntimeError):
+    """A write on behalf of a job that is no longer the writer's (it was taken back)."""
+
+
+class NoRecordedCall(ProblemError):
+    """A decorated kernel's key that no launching process recorded a call for: nothing to tune it from."""
 
 
 class ResultReader(Protocol):
@@ -96,13 +110,21 @@ class SweepStore(RunStore, Protocol):
     def save_sweep_prediction(self, sweep_id: int, *, device: DeviceInfo, prediction: Prediction) -> None:
         """The sweep's model's picks on `device` (autotuner.engine.predict), replacing one made before."""
 
+    def sweep(self, sweep_id: int) -> SweepRow | None:
+        """One sweep, or None."""
+
+    def refine_queued_sweep(self, sweep_id: int, *, shapes: list[str], added: list[tuple[str, dict[str, Any]]],
+                            trials: Callable[[int | None], int | None] | None = None) -> list[int]:
+        """A queued sweep's refinement: its points now `shapes`, and a job queued for each point `added` (shape,
+        options), its trial budget through `trials` where given; their ids. One transaction."""
+
 
 class JobQueue(Protocol):
     def queue_job(self, *, op: str, shape: str, dtype: str, options: dict[str, Any], strategy: str = "tpe",
                   budget_trials: int | None = None, budget_seconds: float | None = None, priority: int = 0,
-                  gpus: int | None = None) -> int:
-        """A new queued job; its id. `gpus`: how many of its worker's GPUs measure its configs at once (None: all
-        the worker has)."""
+                  sweep_id: int | None = None, gpus: int | None = None) -> int:
+        """A new queued job (a point of sweep `sweep_id`, where given); its id. `gpus`: how many of its worker's
+        GPUs measure its configs at once (None: one)."""
 
     def raise_priority(self, job_id: int, *, by: int) -> bool:
         """A queued job's priority up `by` (its key met that many more times); False where it is no longer
@@ -134,3 +156,89 @@ class JobQueue(Protocol):
 
     def requeue_stale(self, *, older_than: datetime, max_attempts: int) -> list[tuple[int, str]]:
         """Queue again (or fail) the running jobs whose heartbeat is older; (job id, new state) each."""
+
+
+class RecordedCalls(Protocol):
+    """The calls launching processes recorded for decorated kernels' keys (a worker rebuilds a problem from one)."""
+
+    def recorded_problem(self, op: Op, shape: str, dtype: str) -> ProblemType:
+        """The problem with the call recorded for it, or one made from a call recorded at another value of one key
+        argument; NoRecordedCall (a ProblemError) where neither is."""
+
+    def recorded_dtypes(self, *, op: str, shape: str) -> list[str]:
+        """The dtypes calls of this problem were recorded in."""
+
+    def keep_tuned_call(self, *, op: str, shape: str, dtype: str, options: dict[str, Any], worker: str) -> int:
+        """A key `worker` tuned in place, kept as a done tuning job with its options (its recorded call)."""
+
+
+class TuningClaims(Protocol):
+    """Which process tunes a key in place, so that two launching processes never tune the same key at once."""
+
+    def claim_tuning(self, *, op: str, problem_key: str, device_key: str, owner: str, lease_s: float) -> bool:
+        """True when `owner` now holds the key's tuning (for `lease_s`), False when another does."""
+
+    def release_tuning(self, *, op: str, problem_key: str, device_key: str, owner: str) -> None:
+        """Give the key's tuning up."""
+
+
+class ResultBrowser(Protocol):
+    """What the service's answers and pages, `report` and the analysis read: devices, results, runs, trials."""
+
+    def devices(self) -> list[DeviceRow]: ...
+
+    def results(self, *, op: str | None = None, device_key: str | None = None,
+                problem_key: str | None = None) -> list[ResultRow]:
+        """Stored best configs (every kernel hash and Triton version), oldest first, with their device."""
+
+    def results_page(self, *, op: str | None, device_key: str | None, limit: int,
+                     offset: int) -> tuple[list[ResultRow], int]: ...
+
+    def result(self, result_id: int, *, with_trials: bool = True) -> tuple[ResultRow, RunRow | None] | None:
+        """One stored best config and the run that found it (with its trials, unless `with_trials` is off)."""
+
+    def trials_page(self, run_id: int, *, limit: int, offset: int) -> tuple[list[TrialRow], int]:
+        """One page of a run's trials in the order measured, and how many it has."""
+
+    def results_of_runs(self, run_ids: list[int]) -> dict[int, int]:
+        """Run id -> the id of the stored best config it produced."""
+
+    def runs(self, *, op: str | None = None, device_key: str | None = None,
+             problem_key: str | None = None) -> list[RunRow]:
+        """Tuning runs with their trials and device, oldest first."""
+
+
+class PeakStore(Protocol):
+    """A device's measured ceilings (autotuner.analysis.peaks)."""
+
+    def peaks(self, device: DeviceInfo) -> dict[str, float]: ...
+
+    def save_peak(self, device: DeviceInfo, *, name: str, value: float, unit: str, method: str) -> None: ...
+
+
+class StorageHealth(Protocol):
+    def health(self, min_free_bytes: int = ...) -> str | None:
+        """Why the storage cannot keep a write now (deleted, replaced, read-only, full, corrupt), or None;
+        raises when it does not answer."""
+
+    def ping(self) -> str:
+        """The backend's name when it answers; raises when it does not."""
+
+
+class Storage(SweepStore, JobQueue, RecordedCalls, TuningClaims, ResultBrowser, PeakStore, StorageHealth, Protocol):
+    """A whole store: what `autotuner.store.open_store` gives. A second backend answers these (and
+    tests/test_store_conformance.py runs over it); callers ask for the narrowest interface they use."""
+
+    def save_best(self, *, op: Op, problem: ProblemType, device: DeviceInfo, config: dict[str, Any], median_ms: float,
+                  default_ms: float | None, torch_ms: float | None, run_id: int | None,
+                  holder: tuple[int, str] | None = None) -> bool:
+        """RunWriter's; `holder` (job id, worker): only while that worker holds that job, checked in the same
+        transaction (else store.database.NotHeld, and nothing is written)."""
+
+    def finish_run(self, *, run_id: int, status: str, error: str | None = None,
+                   holder: tuple[int, str] | None = None) -> None:
+        """RunWriter's; `holder` (job id, worker): only while that worker holds that job (else NotHeld)."""
+
+    def import_rows(self, *, devices: list[dict[str, Any]], runs: list[tuple[dict[str, Any], list[dict[str, Any]]]],
+                    bests: list[tuple[dict[str, Any], int | None]]) -> dict[str, int]:
+        """Add exported rows in one transaction (autotuner.store.transfer); counts of what was added."""

@@ -23,8 +23,7 @@ from typing import Any, TypeVar
 from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
-from autotuner.store.database import NotHeld, Store
-from autotuner.store.interfaces import TrialTimes
+from autotuner.store.interfaces import NotHeld, Storage, TrialTimes
 from autotuner.store.rows import CrossTimingRow, SweepRow
 from autotuner.store.stored_best import StoredBest
 from db.engine import DatabaseUnavailable
@@ -67,9 +66,9 @@ class DatabaseLost(RuntimeError):
 
 
 class JobStore:
-    """A RunStore (autotuner.store.interfaces) over a Store, for one job of one worker."""
+    """A RunStore (autotuner.store.interfaces) over a whole store, for one job of one worker."""
 
-    def __init__(self, store: Store, *, job_id: int, worker: str, retry_s: float,
+    def __init__(self, store: Storage, *, job_id: int, worker: str, retry_s: float,
                  on_event: Callable[[str], None] = log.info) -> None:
         self.store = store
         self.job_id = job_id

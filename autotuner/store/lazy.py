@@ -22,7 +22,7 @@ from search_spaces.contract import ProblemType
 if TYPE_CHECKING:
     from autotuner.base.device import DeviceInfo
     from autotuner.base.registry import Op
-    from autotuner.store.database import Store
+    from autotuner.store.interfaces import Storage
 
 
 T = TypeVar("T")
@@ -40,13 +40,13 @@ class LaunchReads:
                  refresh: Callable[[Callable[[], None]], None] | None = None) -> None:
         self.reads, self.url, self.timeout_s = reads, url, timeout_s
         self.refresh = refresh  # runs a read of held rows elsewhere (the resolver's background thread); None: here
-        self._full: Store | None = None
+        self._full: Storage | None = None
         self._lock = threading.Lock()
         self._reads_held: dict[tuple[Any, ...], tuple[float, Any]] = {}  # what is read at most once per OP_ROWS_S
         self._refreshing: set[tuple[Any, ...]] = set()
 
     @property
-    def full(self) -> Store:
+    def full(self) -> Storage:
         with self._lock:
             if self._full is None:
                 self._full = open_store(self.url, create=False, timeout_s=self.timeout_s)
@@ -154,22 +154,22 @@ class LazyStore:
         self.create = create
         self.timeout_s = timeout_s
         self.retry_s = retry_s
-        self._store: Store | LaunchReads | None = None
+        self._store: Storage | LaunchReads | None = None
         self._failed_at = float("-inf")
         self._error: DatabaseUnavailable | NotAutotunerDatabase | None = None
         self._lock = threading.Lock()
 
-    def _open(self) -> Store | LaunchReads:
+    def _open(self) -> Storage | LaunchReads:
         if not self.create:
             reads = SqliteReads.open(self.url)
             if reads is not None:
                 return LaunchReads(reads, self.url, self.timeout_s, self.refresh)
         return open_store(self.url, create=self.create, timeout_s=self.timeout_s)
 
-    def get(self) -> Store | LaunchReads:
+    def get(self) -> Storage | LaunchReads:
         return self._opened(remember=True)
 
-    def prefetch(self) -> Store | LaunchReads | None:
+    def prefetch(self) -> Storage | LaunchReads | None:
         """Open the database now if it can be opened (a launching process readying itself ahead of its first
         lookup); a failure is not remembered: the first lookup tries again, and finds a database created since."""
         try:
@@ -177,7 +177,7 @@ class LazyStore:
         except (DatabaseUnavailable, NotAutotunerDatabase):
             return None
 
-    def _opened(self, *, remember: bool) -> Store | LaunchReads:
+    def _opened(self, *, remember: bool) -> Storage | LaunchReads:
         """The store, opened on first use; `remember`: a failure is raised again, without retrying, for retry_s."""
         if self._store is not None:
             return self._store
@@ -194,19 +194,19 @@ class LazyStore:
                     raise
             return self._store
 
-    def full(self) -> Store:
+    def full(self) -> Storage:
         """`get`, as a full Store (the worker's and the service's, opened with create=True, always are)."""
         store = self.get()
         return store.full if isinstance(store, LaunchReads) else store
 
-    def peek(self) -> tuple[Store | LaunchReads | None, str | None]:
+    def peek(self) -> tuple[Storage | LaunchReads | None, str | None]:
         """The store, or None and why it could not be opened."""
         try:
             return self.get(), None
         except (DatabaseUnavailable, NotAutotunerDatabase) as exc:
             return None, f"{type(exc).__name__}: {exc}"
 
-    def job_writer(self) -> Store | LaunchReads:
+    def job_writer(self) -> Storage | LaunchReads:
         """Where a launching process's jobs are written: a plain SQLite file at this schema through sqlite3, as its
         lookups read it (no SQLAlchemy to import); else the full store (`writer`)."""
         store = self.peek()[0]
@@ -222,7 +222,7 @@ class LazyStore:
         store.warm(op)
         return store.sweeps(op=op.name)
 
-    def writer(self) -> Store:
+    def writer(self) -> Storage:
         """The store for a write: the one opened, or else the database is created now (and kept for reads)."""
         store = self.peek()[0]
         if isinstance(store, LaunchReads):

@@ -13,7 +13,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from autotuner.store.database import Store
+from autotuner.store.interfaces import Storage
 from search_spaces.space import counts_from_messages
 
 FORMAT = "autotuner-export"
@@ -44,7 +44,7 @@ def _row(obj: Any, fields: tuple[str, ...]) -> dict[str, Any]:
     return out
 
 
-def export_data(store: Store, *, op: str | None = None, device_key: str | None = None,
+def export_data(store: Storage, *, op: str | None = None, device_key: str | None = None,
                 problem_key: str | None = None) -> dict[str, Any]:
     """Everything (or what the filters select): devices, runs with their trials, best configs. No row ids."""
     runs = store.runs(op=op, device_key=device_key, problem_key=problem_key)
@@ -255,7 +255,7 @@ class RowChecker:
         return []
 
 
-def import_data(store: Store, data: Any | ExportFile) -> dict[str, int]:
+def import_data(store: Storage, data: Any | ExportFile) -> dict[str, int]:
     """Add what `export_data` wrote (or `parse_export` read), in one transaction (a bad file writes nothing). Runs
     already present are skipped; a best config replaces a stored one only when faster. Returns counts of what
     was added."""

@@ -27,7 +27,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from types import FrameType
 
@@ -40,7 +40,7 @@ from autotuner.engine.compile_share import share
 from autotuner.engine.lanes import Lane
 from autotuner.engine.measure import KeptProcesses
 from autotuner.engine.tuner import more_devices
-from autotuner.store.database import Store
+from autotuner.store.interfaces import Storage
 from autotuner.store.job_store import JobLost, JobStore
 from autotuner.store.lazy import LazyStore
 from autotuner.store.rows import JobRow
@@ -90,7 +90,7 @@ class Worker:
         self._ending = threading.Lock()  # the slots' threads end their jobs one at a time
 
     # -- plumbing ---------------------------------------------------------------------------------------
-    def _store(self) -> Store:
+    def _store(self) -> Storage:
         return self.store.full()
 
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
@@ -318,7 +318,7 @@ class Worker:
             self._running = None
 
     def _run_job(self, job: JobRow, *, gpu: int | None, kept: KeptProcesses, gpus: tuple[int, ...],
-                 lanes: list[Lane] | None = None, slot: Slot | None = None) -> str:
+                 lanes: Sequence[Lane] | None = None, slot: Slot | None = None) -> str:
         """A job in the main thread, or on a slot's GPUs (`slot`: in the slot's thread, stopped through it)."""
         with self._ending:
             self.ledger.attempts += 1
