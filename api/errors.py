@@ -22,8 +22,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match, Route
 
 from api.deps import Forbidden, StorageUnusable, Unauthorized
-from autotuner.launch.resolution import NotFound
 from autotuner.launch.serving import AmbiguousDevice, InputError, NoSuchProblem
+from autotuner.store.resolution import NotFound
 from db.engine import DatabaseUnavailable, NotAutotunerDatabase
 from db.health import cause_of
 

@@ -139,11 +139,12 @@ def test_each_floor_imports_only_from_the_floors_below():
 
 def test_the_engine_and_the_launch_path_reach_the_store_through_its_interfaces():
     """The search and the lookups are written against autotuner.store.interfaces (and the frozen rows and judged
-    results and sweep predictions it speaks in, and what a sweep measured, read through those interfaces), never a
+    results and sweep predictions it speaks in, what a sweep measured and the resolution steps, read through those
+    interfaces), never a
     store class: any store that answers the interface will do. Nor does anything the engine may import reach a
     store class."""
     allowed = {"autotuner.store.interfaces", "autotuner.store.rows", "autotuner.store.stored_best",
-               "autotuner.store.prediction", "autotuner.store.regret"}
+               "autotuner.store.prediction", "autotuner.store.regret", "autotuner.store.resolution"}
     graph = _graph()
     wrong = [f"{m} imports {t}" for m, targets in graph.items() if _part(m) == "autotuner.engine"
              for t in targets if _part(t) == "autotuner.store" and t not in allowed]

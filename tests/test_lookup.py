@@ -344,8 +344,8 @@ def test_a_process_exiting_lets_the_readying_under_way_finish(tmp_path):
 def test_resolution_is_its_steps_in_order_each_answering_or_passing(db, monkeypatch):
     """`resolve` is the first of `STEPS` to answer; a new source is a step put in its place. Each answer's source is
     a `Source`, and whether the answer is final (kept) or asked again later is the source's."""
-    from autotuner.launch import resolution
-    from autotuner.launch.resolution import FINAL, STEPS, Source, resolve
+    from autotuner.store import resolution
+    from autotuner.store.resolution import FINAL, STEPS, Source, resolve
 
     assert [s.__name__ for s in STEPS] == ["exact", "predicted", "bucket", "service", "give_up", "nearest", "default"]
     assert FINAL == {Source.EXACT, Source.BUCKET}

@@ -11,11 +11,11 @@ import pytest
 from autotuner.base.device import current_device
 from autotuner.base.registry import get_op
 from autotuner.engine.predict import predict
-from autotuner.launch.resolution import resolve
 from autotuner.launch.serving import answer_config
 from autotuner.store.database import Store
 from autotuner.store.lazy import LazyStore
 from autotuner.store.prediction import MODEL, NEAREST
+from autotuner.store.resolution import resolve
 from autotuner.store.stored_best import versions
 from db import repository as repo
 from db.engine import session_scope

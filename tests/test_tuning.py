@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -200,6 +201,30 @@ def test_warm_start_from_the_nearest_tuned_problem(db_url):
     second = tune(op, target, store=store, settings=settings, plan=Plan(trials=3))
     assert [t.config for t in second.trials[:2]] == [default, warm]
 
+
+
+def test_a_tuning_starts_from_what_the_launch_path_would_serve(db_url):
+    """Its own stale result (the kernel changed since it won) and its bucket's result come right after the
+    default: the resolution steps a launch takes are the tuning's warm start (store.resolution.warm_start)."""
+    from db import repository as repo
+
+    op = get_op("softmax")
+    store = Store(db_url)
+    device = current_device()
+    target, rep = op.parse_problem("12x300"), op.parse_problem("16x300")
+    assert target.bucket() == rep
+    default = op.space.default(target, device)
+    stale, held = [c for c in op.space.candidates(target, device) if c != default][:2]
+    with session_scope(store.engine) as s:
+        repo.save_best(s, op="softmax", problem_key=target.key, problem=dataclasses.asdict(target),
+                       device_id=store.device_id(device), kernel_hash="an older kernel", triton_version="0.1",
+                       config=stale, median_ms=0.5, default_ms=None, torch_ms=None, run_id=None)
+    run_id = store.start_run(op=op, problem=rep, device=device, strategy="random", budget_trials=1,
+                             budget_seconds=None, clock="wall-clock")
+    assert store.save_best(op=op, problem=rep, device=device, config=held, median_ms=1.0, default_ms=2.0,
+                           torch_ms=None, run_id=run_id)
+    result = tune(op, target, store=store, settings=Settings(db_url=db_url), plan=Plan(trials=3))
+    assert [t.config for t in result.trials] == [default, stale, held]
 
 def test_warm_start_from_the_causal_twin(db_url):
     """A problem that differs only in an option (causal) seeds the search, though it never stands in for a

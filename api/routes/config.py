@@ -13,7 +13,7 @@ from fastapi.concurrency import run_in_threadpool
 from api.deps import State
 from api.schemas import PRINTABLE, UNAVAILABLE, ConfigOut, DeviceChoiceOut, ErrorOut, NotFoundOut, dtype_names
 from autotuner.launch import serving
-from autotuner.launch.resolution import FALLBACKS, NotFound
+from autotuner.store.resolution import FALLBACKS, NotFound
 from search_spaces.contract import TunableOp, merge_options
 
 FIXED = ("op", "shape", "dtype", "device", "fallback", "kernel_hash", "triton_version")

@@ -8,7 +8,7 @@ from api.deps import State, StoreDep, WritableStoreDep, Writer
 from api.schemas import UNAVAILABLE, ErrorOut, JobOut, JobPage, job_models
 from autotuner.engine.fits import ProblemTooLarge, check_queueable
 from autotuner.launch import serving
-from autotuner.launch.resolution import NotFound
+from autotuner.store.resolution import NotFound
 from autotuner.store.rows import JobRow
 from search_spaces.contract import TunableOp
 

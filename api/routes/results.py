@@ -20,8 +20,8 @@ from api.schemas import (
 )
 from autotuner.base.device import INTERPRETER
 from autotuner.base.registry import Op, UnknownOpError, get_op, library_of
-from autotuner.launch.resolution import NotFound
 from autotuner.launch.serving import measured
+from autotuner.store.resolution import NotFound
 from autotuner.store.rows import ResultRow
 from autotuner.store.stored_best import StoredBest, stored_best
 

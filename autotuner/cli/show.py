@@ -28,7 +28,7 @@ from autotuner.cli.common import (
 from search_spaces.contract import ProblemType
 
 if TYPE_CHECKING:
-    from autotuner.launch.resolution import Source
+    from autotuner.store.resolution import Source
 
 
 @problem_options
@@ -46,9 +46,9 @@ def show(
     """The stored config for a problem on this device: the exact tuned result, else the nearest tuned
     problem's (as GET /config answers), else the space default. Exits 1 when nothing tuned applies."""
     from autotuner.base.device import current_device
-    from autotuner.launch.resolution import Source
     from autotuner.launch.serving import answer_config
     from autotuner.store import open_store
+    from autotuner.store.resolution import Source
     from db.engine import NoDatabase
 
     s = settings(db)
@@ -139,7 +139,7 @@ def _print(info: dict[str, Any], as_json: bool, summary: str) -> None:
 def _explain(op: Any, prob: ProblemType, device: Any, s: Any, as_json: bool) -> Source:
     """Print which lookup step answers a launch, and why; returns its source."""
     from autotuner.launch.lookup import Resolver
-    from autotuner.launch.resolution import STEPS
+    from autotuner.store.resolution import STEPS
 
     res = Resolver(s).resolve(op, prob, device)
     if as_json:

@@ -30,7 +30,7 @@ from autotuner.decorator.in_process import tune_here, untried
 from autotuner.decorator.kernel_problem import forms, record_call
 from autotuner.decorator.keys import Miss
 from autotuner.launch.lookup import resolver
-from autotuner.launch.resolution import NotFound
+from autotuner.store.resolution import NotFound
 from search_spaces.space import config_key
 
 log = logging.getLogger(__name__)

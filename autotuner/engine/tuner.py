@@ -47,6 +47,7 @@ from autotuner.engine.timing import CUDA_EVENTS, WALL_CLOCK, rotation
 from autotuner.engine.trial_process import WorkerSpec
 from autotuner.engine.tune_result import TrialRecord, TuneObserver, TuneResult
 from autotuner.store.interfaces import RunStore
+from autotuner.store.resolution import warm_start
 from kernels._backend import cuda_device_count, interpreting
 from search_spaces.contract import ProblemType
 from search_spaces.space import Candidates, Config, config_key
@@ -201,7 +202,8 @@ def _phase(t: _Tuning, name: str, steps: int | None) -> Iterator[None]:
 
 def _setup(t: _Tuning) -> None:
     """Start the measurer and the run. Warm starts: the plan's first configs (between a sweep's points: the fastest
-    either side), the nearest tuned problems' winners, the causal twin or another
+    either side), what the launch path's steps would serve it (autotuner.store.resolution.warm_start: its own
+    result, current or stale, a sweep model's pick, its bucket's), the nearest tuned problems' winners, the causal twin or another
     epilogue too (benchmarks/RESULTS.md: a causal winner ran the full problem faster than its own search's best);
     a config stored before a parameter existed means that parameter's implied value. Then the space's seeds
     (configs that won hand sweeps on some GPU), if it names any. The search's first configs (these, then its
@@ -209,8 +211,9 @@ def _setup(t: _Tuning) -> None:
     A problem that cannot be set up leaves nothing behind in the database."""
     op, problem, device, result = t.op, t.problem, t.device, t.result
     near = t.store.nearest(op=op, problem=problem, device=device, any_options=True)
-    first = [t.default, *t.plan.first, *[op.space.complete(r.config) for _, r in near],
-             *op.space.seeds(problem, device)]
+    served = warm_start(op, problem, device, t.store)  # what the launch path's steps would serve it
+    first = [t.default, *t.plan.first, *[op.space.complete(c) for c in served],
+             *[op.space.complete(r.config) for _, r in near], *op.space.seeds(problem, device)]
     valid_keys = {config_key(c) for c in t.cands.valid}
     t.known = {k: v for k, v in t.known.items() if k in valid_keys}
     if t.known:  # measured before: not again; a budget counts new measurements

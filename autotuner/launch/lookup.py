@@ -1,7 +1,7 @@
 """What a launching process keeps between lookups (`Resolver`): its database (opened on first use, never created by
 a lookup), the service (`Service`, with a back-off after a failure) and the tuning jobs it queued on a miss
 (`AUTOTUNER_TUNE_ON_MISS=1`, `AUTOTUNER_ON_MISS=nearest`), raised in priority as the launches meet them. Which
-config answers a lookup is autotuner.launch.resolution's steps; nothing here caches answers: the callers that
+config answers a lookup is autotuner.store.resolution's steps; nothing here caches answers: the callers that
 launch keep one cache each, keyed by what they launch (the library per input signature, a decorated kernel per
 key).
 """
@@ -22,7 +22,6 @@ from typing import Any
 from autotuner.base.device import DeviceInfo
 from autotuner.base.registry import Op, get_op
 from autotuner.base.settings import Settings
-from autotuner.launch.resolution import FINAL, Resolution, Source, resolve
 from autotuner.store.lazy import LazyStore
 from autotuner.store.regret import (
     PER_SIDE,
@@ -32,6 +31,7 @@ from autotuner.store.regret import (
     prefer_measured,
     sweep_points,
 )
+from autotuner.store.resolution import FINAL, Resolution, Source, resolve
 from autotuner.store.stored_best import StoredBest
 from search_spaces.contract import ProblemType
 

@@ -16,9 +16,9 @@ from typing import Any
 
 from autotuner.base.device import DeviceInfo
 from autotuner.base.registry import Op, UnknownOpError, get_op
-from autotuner.launch.resolution import FALLBACKS, Source, resolve
 from autotuner.store.interfaces import Storage
 from autotuner.store.regret import expected_regret
+from autotuner.store.resolution import FALLBACKS, Source, resolve
 from autotuner.store.rows import DeviceRow
 from search_spaces.contract import ProblemType
 from search_spaces.problem import ProblemError, parse_dtype

@@ -2,8 +2,9 @@
 interfaces (`interfaces`) with one SQL implementation (`database.Store`, through `db`), a launching process's
 reads in stdlib sqlite3 (`lazy.LaunchReads`), the database opened on first use (`lazy.LazyStore`) and a
 worker's writes through outages (`job_store.JobStore`). Also: how a stored best is judged current or stale
-(`stored_best`), which tuned problem is nearest (`nearest`), the frozen rows handed to the service and the
-command line (`rows`), and export and import (`transfer`).
+(`stored_best`), which tuned problem is nearest (`nearest`), which config a problem is served, as ordered steps,
+and what its tuning measures first (`resolution`), the frozen rows handed to the service and the command line
+(`rows`), and export and import (`transfer`).
 
 Every caller outside this package opens a database with `open_store(url)`, and reads the interfaces, never which
 class answers (tests/test_architecture.py holds them to it; tests/test_store_conformance.py holds every reader to

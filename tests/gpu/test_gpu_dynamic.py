@@ -21,9 +21,9 @@ from autotuner.base.registry import get_op
 from autotuner.base.settings import Settings
 from autotuner.decorator.configs import config_dict
 from autotuner.launch.lookup import Resolver, resolver, set_resolver
-from autotuner.launch.resolution import Source
 from autotuner.launch.serving import answer_config
 from autotuner.store.database import Store
+from autotuner.store.resolution import Source
 
 pytestmark = [
     pytest.mark.gpu,

@@ -22,6 +22,9 @@ representative's) or one a launching process asks again for later (a pick, a nea
 
 A new source is a step function here and its place in `STEPS`, and a `Source` member if it answers with a new
 kind. The answer carries the stored row whose times come with it and a trace of every step's word.
+
+A tuning starts from the same steps (`warm_start`, autotuner.engine.tuner): what each would answer, a stale exact
+result included (the kernel or Triton changed since it won; it may still be near the best), is measured first.
 """
 
 from __future__ import annotations
@@ -213,6 +216,21 @@ def default(q: Query) -> Resolution:
 
 STEPS: tuple[Callable[[Query], Resolution | None], ...] = (exact, predicted, bucket, service, give_up, nearest,
                                                            default)
+WARM_STEPS = (exact, predicted, bucket, nearest)  # the steps a tuning's warm start asks (no service, no default)
+
+
+def warm_start(op: Op, problem: ProblemType, device: DeviceInfo, store: ResultReader) -> list[dict[str, Any]]:
+    """The configs a tuning of `problem` measures first: each of `WARM_STEPS`' answer (an exact result, else the
+    stale one it remembered; a sweep model's pick; the bucket's result; the nearest problem's winner), in their
+    order, without repeats."""
+    configs: list[dict[str, Any]] = []
+    for step in WARM_STEPS:
+        q = Query(op, problem, device, store, None, None, "nearest", None, None)
+        answer = step(q)
+        for config in (answer.config if answer is not None else None, q.stale.config if q.stale else None):
+            if config is not None and config not in configs:
+                configs.append(dict(config))
+    return configs
 
 
 def resolve(op: Op, problem: ProblemType, device: DeviceInfo, *, store: ResultReader | None,
