@@ -36,8 +36,8 @@ long (benchmarks/RESULTS.md).
 Device-side descriptors (DEVICE_DESC=1, with TMA=1, 2 or 3): the kernel makes its TMA descriptors itself
 (`tl.make_tensor_descriptor`, written to scratch memory from Triton's allocator, kernels/_descriptors.py) instead
 of the launcher encoding them on the host at every launch; the persistent kernels make theirs once per program.
-On an H200 that saved 8-10 us of CPU per call but ran the persistent kernels 1.4-2.5% slower at K = 4096, so
-matmul's space does not search it (benchmarks/RESULTS.md).
+That saved CPU per call but ran the persistent kernels slower, so matmul's space does not search it
+(benchmarks/RESULTS.md).
 """
 
 from __future__ import annotations

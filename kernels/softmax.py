@@ -10,7 +10,7 @@ A row held whole takes its max in the input's dtype (exact), its exponentials as
 and multiplies by the sum's reciprocal; it is held in one tile or two, without masks where a tile lies inside
 the problem (kernels/_rows.py; the fewer instructions let 8 warps hold a long row: benchmarks/RESULTS.md). With HOLD16=1 a 16-bit row is held as loaded instead of in
 float32, and its outputs are 2^(x log2(e) - (max + log2(sum))), the exponentials computed a second time in place
-of the multiply (kernels/_rows.held; 1024x32768 fp16 on an H200 from 75% to 92% of a copy at a program per row).
+of the multiply (kernels/_rows.held; a long 16-bit row then fits a program without spilling: benchmarks/RESULTS.md).
 
 With SPLIT=s > 1 (rows fewer than the SMs, e.g. a batch of a vocabulary's logits), each row is cut into s chunks
 and two launches run over (row, chunk): the first streams each chunk once for its max and sum of exponentials,
@@ -56,16 +56,13 @@ PARAMS = ("BLOCK_N", "ROWS")
 OPTIONAL = {"PERSIST": 0, "SPLIT": 1, "SYNC": 0, "HOLD16": 0}
 LOG2E = tl.constexpr(1.4426950408889634)
 TAIL = tl.constexpr(_TAIL)
-# Polls of a row's counter before a SYNC program reads the rest of its row itself. A poll is an atomic at the L2,
-# about 0.2 us on an H100 (a grid forced past the SMs, 64x151936 fp32 in 1024 programs: 977 us with 512 polls,
-# 593 us with 256, in 8 waves); when the whole grid is on the GPU the row-mates publish within the kernel's own
-# time (11-12 us for 8x151936 fp32; the space keeps SYNC to grids within the SMs, 17 MB at most). Where it is
-# not (SMs held by another stream's kernels, such as a collective's), a wave of programs waits up to this many
-# polls, about 50 us, and the result is the same.
+# Polls of a row's counter before a SYNC program reads the rest of its row itself. A poll is an atomic at the L2;
+# when the whole grid is on the GPU the row-mates publish within the kernel's own time (the space keeps SYNC to
+# grids within the SMs). Where it is not (SMs held by another stream's kernels, such as a collective's), a wave of
+# programs waits up to this many polls, tens of microseconds, and the result is the same (benchmarks/RESULTS.md).
 SPIN_LIMIT = 256
-# How deep the PERSIST row loop is pipelined. Fixed rather than a choice: on an H200 only three stages paid
-# (1024x32768 fp16: 41.7 us, against 54-55 us with one or two), and a best config that needed PERSIST, three stages
-# and the whole row at once was a needle no search found (3 of 10 replays; benchmarks/RESULTS.md).
+# How deep the PERSIST row loop is pipelined. Fixed rather than a choice: only three stages paid, and a best config
+# that needed PERSIST, three stages and the whole row at once was a needle no search found (benchmarks/RESULTS.md).
 PERSIST_STAGES = 3
 SPLITS = (1, 2, 4, 8, 16, 32, 64)  # the programs a row may be cut over (SPLIT)
 

@@ -227,7 +227,7 @@ def seeds(p: MatmulProblem, d: DeviceLimits) -> list[Config]:
     """On Hopper GPUs, the 128x256x64 tiles that won every large problem of the H100 suite, through TMA and
     through pointers (benchmarks/RESULTS.md), and the same tiles persistent (with and without warp
     specialization; flattened, storing C in halves with 4 stages, with and without the last partial wave in
-    half-width tiles: 0.7-2.9% faster than unflattened on an H100), measured right after the default; for
+    half-width tiles, which beat unflattened ones), measured right after the default; for
     M <= 64 first the thin tiles that won decode's problems (split-K, K steps of 256). The ones a problem rules
     out (tiles larger than it, shared memory, too few tiles to persist over, split-K over too short a K) are
     dropped."""

@@ -205,12 +205,11 @@ def default(p: RowwiseProblem, d: DeviceLimits) -> Config:
 
 
 def long_rows_seeds(p: RowwiseProblem, d: DeviceLimits) -> list[Config]:
-    """Rows of 8k elements or more: the whole row per program, walked by one program per SM (PERSIST; on an H200,
-    softmax 1024x32768 fp16 ran at 82% of a same-bytes copy this way, 71% one row per program:
-    benchmarks/RESULTS.md), and before it, for 16-bit rows, a program per row holding its row as loaded (HOLD16,
-    valid from 16384 columns: 1024x32768 fp16 at 93% on the H200, 98% on the H100, session 28); with fewer rows
-    than SMs, first each row cut over programs, in one launch (SYNC) and in two (on an H100, 8x151936 fp32 and
-    32x128256 bf16 ran 2.8x and 1.7x faster than a program per row)."""
+    """Rows of 8k elements or more: the whole row per program, walked by one program per SM (PERSIST, faster than
+    one row per program), and before it, for 16-bit rows, a program per row holding its row as loaded (HOLD16,
+    valid from 16384 columns); with fewer rows than SMs, first each row cut over programs, in one launch (SYNC)
+    and in two, much faster than a program per row. Each was the winner of real landscapes
+    (benchmarks/RESULTS.md)."""
     if p.cols < 8192:
         return []
     whole = {"BLOCK_N": next_pow2(p.cols), "ROWS": 1, "num_warps": 16, "num_stages": 1}
