@@ -65,6 +65,9 @@ SUITE: list[tuple[str, str, str, dict[str, object]]] = [
     ("attention", "4x32x2048x128", "float16", {"causal": False}),
     ("attention", "1x16x8192x64", "bfloat16", {"causal": True}),
     ("attention", "8x16x4096x64", "bfloat16", {"causal": False}),
+    # grouped-query heads (issue 49): Llama-3-8B's (32 query heads over 8 key/value heads, head_dim 128), and 4 to 1
+    ("attention", "4x32x8x2048x128", "bfloat16", {"causal": True}),
+    ("attention", "8x16x4x4096x64", "bfloat16", {"causal": False}),
 ]
 
 

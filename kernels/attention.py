@@ -1,7 +1,8 @@
 """Flash-attention forward: O = softmax(Q K^T * sm_scale [+ causal mask]) V, online softmax in float32.
 
-q, k, v: (batch, heads, seq, head_dim) with head_dim 64 or 128, any strides with a contiguous last
-dimension; seq need not be a multiple of the block. Causal masking is top-left aligned (query i sees keys
+q: (batch, heads, seq, head_dim), k and v: (batch, kv_heads, seq, head_dim), heads a multiple of kv_heads
+(grouped-query attention; each key/value head serves heads / kv_heads query heads), head_dim 64 or 128, any
+strides with a contiguous last dimension; seq need not be a multiple of the block. Causal masking is top-left aligned (query i sees keys
 0..i). Each program computes BLOCK_M query rows of one (batch, head), streaming BLOCK_N keys at a time; causal
 launches run the longest query blocks first over groups of heads that share the L2 (`causal_group`). With
 TMA=1 the launcher makes the tensor descriptors once where the layout allows (`_host_descriptors`); otherwise
@@ -112,7 +113,7 @@ def _attn_block(
     stride_kb, stride_kh, stride_kn,
     stride_vb, stride_vh, stride_vn,
     stride_ob, stride_oh, stride_om,
-    H, S, qk_scale, GROUP_BH,
+    H, KV_GROUP, S, qk_scale, GROUP_BH,
     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     CAUSAL: tl.constexpr, EVEN_N: tl.constexpr, TMA: tl.constexpr, HOST_DESC: tl.constexpr, UPCAST: tl.constexpr,
 ):
@@ -133,9 +134,10 @@ def _attn_block(
         bh = pid // num_m
     b = bh // H
     h = bh % H
+    hk = h // KV_GROUP  # the key/value head of this query head (grouped-query attention; KV_GROUP 1: its own)
     q_base = q_ptr + b.to(tl.int64) * stride_qb + h.to(tl.int64) * stride_qh
-    k_base = k_ptr + b.to(tl.int64) * stride_kb + h.to(tl.int64) * stride_kh
-    v_base = v_ptr + b.to(tl.int64) * stride_vb + h.to(tl.int64) * stride_vh
+    k_base = k_ptr + b.to(tl.int64) * stride_kb + hk.to(tl.int64) * stride_kh
+    v_base = v_ptr + b.to(tl.int64) * stride_vb + hk.to(tl.int64) * stride_vh
     o_base = o_ptr + b.to(tl.int64) * stride_ob + h.to(tl.int64) * stride_oh
 
     offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -145,9 +147,11 @@ def _attn_block(
     v_ptrs = v_base + offs_n[:, None] * stride_vn + offs_d[None, :]
     if TMA and HOST_DESC:  # every tile lies inside its (batch, head): seq is a multiple of both blocks
         row0 = bh * S
+        kv_row0 = (b * (H // KV_GROUP) + hk) * S
         q_desc, k_desc, v_desc, o_desc = q_host, k_host, v_host, o_host
     elif TMA:  # one (seq, head_dim) matrix per (batch, head), made by each program; rows past seq read as
         row0 = 0  # zeros and stores clip
+        kv_row0 = 0
         q_desc = tl.make_tensor_descriptor(q_base, shape=[S, HEAD_DIM], strides=[stride_qm, 1],
                                            block_shape=[BLOCK_M, HEAD_DIM])
         k_desc = tl.make_tensor_descriptor(k_base, shape=[S, HEAD_DIM], strides=[stride_kn, 1],
@@ -158,6 +162,7 @@ def _attn_block(
                                            block_shape=[BLOCK_M, HEAD_DIM])
     else:
         row0 = 0
+        kv_row0 = 0
         q_desc, k_desc, v_desc, o_desc = q_base, k_base, v_base, o_base  # unused
     if TMA:
         q = q_desc.load([row0 + start_m * BLOCK_M, 0])
@@ -173,13 +178,13 @@ def _attn_block(
         # Key blocks wholly left of the diagonal need no mask; the one(s) the diagonal crosses do. With
         # BLOCK_N > BLOCK_M the masked block starts at the key block holding this query block's first row.
         diag_lo = (start_m * BLOCK_M) // BLOCK_N * BLOCK_N
-        acc, l_i, m_i = _attn_inner(acc, l_i, m_i, q, k_ptrs, v_ptrs, k_desc, v_desc, row0, stride_kn, stride_vn,
+        acc, l_i, m_i = _attn_inner(acc, l_i, m_i, q, k_ptrs, v_ptrs, k_desc, v_desc, kv_row0, stride_kn, stride_vn,
                                     start_m, 0, diag_lo, S, qk_scale, BLOCK_M, BLOCK_N, False, True, UPCAST, TMA)
-        acc, l_i, m_i = _attn_inner(acc, l_i, m_i, q, k_ptrs, v_ptrs, k_desc, v_desc, row0, stride_kn, stride_vn,
+        acc, l_i, m_i = _attn_inner(acc, l_i, m_i, q, k_ptrs, v_ptrs, k_desc, v_desc, kv_row0, stride_kn, stride_vn,
                                     start_m, diag_lo, tl.minimum((start_m + 1) * BLOCK_M, S), S, qk_scale,
                                     BLOCK_M, BLOCK_N, True, EVEN_N, UPCAST, TMA)
     else:
-        acc, l_i, m_i = _attn_inner(acc, l_i, m_i, q, k_ptrs, v_ptrs, k_desc, v_desc, row0, stride_kn, stride_vn,
+        acc, l_i, m_i = _attn_inner(acc, l_i, m_i, q, k_ptrs, v_ptrs, k_desc, v_desc, kv_row0, stride_kn, stride_vn,
                                     start_m, 0, S, S, qk_scale, BLOCK_M, BLOCK_N, False, EVEN_N, UPCAST, TMA)
     # Rows past the end of the sequence saw no keys; keep them finite (they are never stored).
     l_i = tl.where(l_i == 0.0, 1.0, l_i)
@@ -198,7 +203,7 @@ def attention_kernel(
     stride_kb, stride_kh, stride_kn,
     stride_vb, stride_vh, stride_vn,
     stride_ob, stride_oh, stride_om,
-    H, S, qk_scale, GROUP_BH, n_blocks,
+    H, KV_GROUP, S, qk_scale, GROUP_BH, n_blocks,
     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     CAUSAL: tl.constexpr, EVEN_N: tl.constexpr,
     TMA: tl.constexpr,  # load tiles with the tensor memory accelerator (Hopper and later)
@@ -211,12 +216,12 @@ def attention_kernel(
             _attn_block(block, n_blocks, q_ptr, k_ptr, v_ptr, o_ptr, q_host, k_host, v_host, o_host,
                         stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn,
                         stride_vb, stride_vh, stride_vn, stride_ob, stride_oh, stride_om,
-                        H, S, qk_scale, GROUP_BH, HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, EVEN_N, TMA, HOST_DESC, UPCAST)
+                        H, KV_GROUP, S, qk_scale, GROUP_BH, HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, EVEN_N, TMA, HOST_DESC, UPCAST)
     else:
         _attn_block(tl.program_id(0), n_blocks, q_ptr, k_ptr, v_ptr, o_ptr, q_host, k_host, v_host, o_host,
                     stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn,
                     stride_vb, stride_vh, stride_vn, stride_ob, stride_oh, stride_om,
-                    H, S, qk_scale, GROUP_BH, HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, EVEN_N, TMA, HOST_DESC, UPCAST)
+                    H, KV_GROUP, S, qk_scale, GROUP_BH, HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, EVEN_N, TMA, HOST_DESC, UPCAST)
 
 
 @functools.cache
@@ -248,17 +253,17 @@ def _tma_ready(*tensors: torch.Tensor) -> bool:
 
 
 def _host_descriptors(cfg: Mapping[str, int], *tensors: torch.Tensor, make: bool = True) -> list[TensorDescriptor] | None:
-    """One descriptor per tensor over its (batch*heads*seq, head_dim) rows, made here instead of by every
-    program, when each tensor's rows stack that way and no tile crosses from one (batch, head) into the next
-    (`make=False`: only whether they can be, as an empty list)."""
+    """One descriptor per tensor over its (batch*heads*seq, head_dim) rows (k's and v's heads may be fewer), made
+    here instead of by every program, when each tensor's rows stack that way and no tile crosses from one (batch,
+    head) into the next (`make=False`: only whether they can be, as an empty list)."""
     B, H, S, D = tensors[0].shape
     if not HOST_DESCRIPTORS or S % cfg["BLOCK_M"] or S % cfg["BLOCK_N"] or B * H * S >= 2**31:
         return None
-    if any(t.stride(1) != S * t.stride(2) or t.stride(0) != H * t.stride(1) for t in tensors):
+    if any(t.stride(1) != S * t.stride(2) or t.stride(0) != t.shape[1] * t.stride(1) for t in tensors):
         return None
     if not make:
         return []
-    return [TensorDescriptor(t, [B * H * S, D], [t.stride(2), 1], [cfg[block], D])
+    return [TensorDescriptor(t, [B * t.shape[1] * S, D], [t.stride(2), 1], [cfg[block], D])
             for t, block in zip(tensors, ("BLOCK_M", "BLOCK_N", "BLOCK_N", "BLOCK_M"), strict=True)]
 
 
@@ -277,10 +282,11 @@ def prepare(
         check_last_dim_contiguous(name, t)
     if not (q.dtype == k.dtype == v.dtype):
         raise TypeError(f"q, k and v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
-    if not (q.shape == k.shape == v.shape):
+    if not (k.shape == v.shape and q.shape[0] == k.shape[0] and q.shape[2:] == k.shape[2:]
+            and k.shape[1] >= 1 and q.shape[1] % k.shape[1] == 0):
         raise ValueError(
-            f"q, k and v must have one shape (batch, heads, seq, head_dim); got {tuple(q.shape)}, "
-            f"{tuple(k.shape)}, {tuple(v.shape)}"
+            f"q must be (batch, heads, seq, head_dim) and k and v (batch, kv_heads, seq, head_dim), heads a multiple "
+            f"of kv_heads; got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
         )
     if q.shape[-1] not in HEAD_DIMS:
         raise ValueError(f"head_dim {q.shape[-1]} is not supported; accepted: {', '.join(map(str, HEAD_DIMS))}")
@@ -305,7 +311,7 @@ def prepare(
         EVEN_N=S % cfg["BLOCK_N"] == 0, TMA=tma, HOST_DESC=host, UPCAST=dot_needs_upcast(dtype),
         PERSISTENT=programs < blocks, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"]))
     scalars = (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o_like.stride()[:3],
-               H, S, scale * 1.4426950408889634, causal_group(q) if causal else 1, blocks)  # log2(e): exp2 in the kernel
+               H, H // k.shape[1], S, scale * 1.4426950408889634, causal_group(q) if causal else 1, blocks)  # log2(e): exp2 in the kernel
 
     def launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         o = new_output(shape, dtype, device)
@@ -333,7 +339,8 @@ def attention(
     causal: bool = False,
     sm_scale: float | None = None,
 ) -> torch.Tensor:
-    """softmax(q k^T * sm_scale) v over (batch, heads, seq, head_dim); sm_scale defaults to 1/sqrt(head_dim)."""
+    """softmax(q k^T * sm_scale) v over (batch, heads, seq, head_dim); sm_scale defaults to 1/sqrt(head_dim); k and
+    v may have fewer heads (grouped-query: query head h reads key/value head h // (heads / kv_heads))."""
     return prepare(q, k, v, config, causal, sm_scale)(q, k, v)
 
 
@@ -341,14 +348,20 @@ def reference(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False, sm_scale: float | None = None
 ) -> torch.Tensor:
     return torch.nn.functional.scaled_dot_product_attention(
-        q.float(), k.float(), v.float(), is_causal=causal, scale=sm_scale
+        q.float(), k.float(), v.float(), is_causal=causal, scale=sm_scale, **_gqa(q, k)
     )
+
+
+def _gqa(q: torch.Tensor, k: torch.Tensor) -> dict[str, bool]:
+    """SDPA's grouped-query switch where k has fewer heads than q (left out otherwise: the backend it picks for
+    plain attention stays the same)."""
+    return {"enable_gqa": True} if k.shape[1] != q.shape[1] else {}
 
 
 def baseline(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
              sm_scale: float | None = None) -> torch.Tensor:
     """torch.nn.functional.scaled_dot_product_attention in the input dtype (flash/cuDNN backends)."""
-    return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=sm_scale)
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=sm_scale, **_gqa(q, k))
 
 
 def baseline_flash(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
@@ -358,4 +371,5 @@ def baseline_flash(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bo
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
-        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=sm_scale)
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=sm_scale,
+                                                                **_gqa(q, k))

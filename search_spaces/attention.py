@@ -42,20 +42,36 @@ class AttentionProblem(ProblemBase):
     head_dim: int
     dtype: str = "float16"
     causal: bool = False
-    layout: ClassVar[str] = "BATCHxHEADSxSEQxHEAD_DIM, e.g. 4x32x2048x128"
-    shape_pattern: ClassVar[str] = dims_pattern((4,), last="(" + "|".join(map(str, HEAD_DIMS)) + ")")
+    kv_heads: int | None = None  # grouped-query heads: the keys' and values' heads (None: as many as the queries')
+    layout: ClassVar[str] = ("BATCHxHEADSxSEQxHEAD_DIM, e.g. 4x32x2048x128, or with grouped-query heads "
+                             "BATCHxHEADSxKV_HEADSxSEQxHEAD_DIM, e.g. 4x32x8x2048x128")
+    shape_pattern: ClassVar[str] = dims_pattern((4, 5), last="(" + "|".join(map(str, HEAD_DIMS)) + ")")
 
     def __post_init__(self) -> None:
         if self.head_dim not in HEAD_DIMS:
             raise ProblemError(f"head_dim {self.head_dim} is not supported; accepted: {', '.join(map(str, HEAD_DIMS))}")
+        if self.kv_heads is not None:
+            if self.kv_heads < 1 or self.heads % self.kv_heads:
+                raise ProblemError(f"{self.heads} query heads cannot share {self.kv_heads} key/value heads: the heads "
+                                   "must be a multiple of the key/value heads")
+            if self.kv_heads == self.heads:  # one problem, one key: as many heads is plain attention
+                object.__setattr__(self, "kv_heads", None)
 
     @classmethod
     def parse(cls, shape: object, dtype: object = "float16", causal: bool = False) -> AttentionProblem:
-        b, h, s, d = parse_dims(shape, (4,), cls.layout)
-        return cls(b, h, s, d, parse_dtype(dtype, DTYPES), bool(causal))
+        dims = parse_dims(shape, (4, 5), cls.layout)
+        b, h, s, d = (dims[0], dims[1], *dims[-2:])
+        return cls(b, h, s, d, parse_dtype(dtype, DTYPES), bool(causal), dims[2] if len(dims) == 5 else None)
+
+    @property
+    def kv(self) -> int:
+        """The keys' and values' heads."""
+        return self.kv_heads or self.heads
 
     @property
     def shape(self) -> str:
+        if self.kv_heads is not None:
+            return dims_str(self.batch, self.heads, self.kv_heads, self.seq, self.head_dim)
         return dims_str(self.batch, self.heads, self.seq, self.head_dim)
 
     @property
@@ -76,14 +92,15 @@ class AttentionProblem(ProblemBase):
 
 def make_inputs(p: AttentionProblem, device: str) -> dict[str, Any]:
     g = seeded(device, 0)
-    q, k, v = (torch.randn(p.batch, p.heads, p.seq, p.head_dim, generator=g, device=device).to(p.torch_dtype)
-               for _ in range(3))
+    q, k, v = (torch.randn(p.batch, heads, p.seq, p.head_dim, generator=g, device=device).to(p.torch_dtype)
+               for heads in (p.heads, p.kv, p.kv))
     return {"q": q, "k": k, "v": v, "causal": p.causal}
 
 
 def problem_from_inputs(inputs: dict[str, Any]) -> AttentionProblem:
     b, h, s, d = inputs["q"].shape
-    return AttentionProblem(b, h, s, d, parse_dtype(inputs["q"].dtype, DTYPES), bool(inputs.get("causal", False)))
+    return AttentionProblem(b, h, s, d, parse_dtype(inputs["q"].dtype, DTYPES), bool(inputs.get("causal", False)),
+                            inputs["k"].shape[1])
 
 
 def flops(p: AttentionProblem) -> float:
@@ -96,7 +113,7 @@ def elements(p: AttentionProblem) -> int:
 
 
 def bytes_moved(p: AttentionProblem) -> float:
-    return 4.0 * p.batch * p.heads * p.seq * p.head_dim * ELEMENT_BYTES[p.dtype]
+    return 2.0 * (p.heads + p.kv) * p.batch * p.seq * p.head_dim * ELEMENT_BYTES[p.dtype]  # q and o, k and v
 
 
 def smem_bytes(c: Config, p: AttentionProblem) -> int:
@@ -185,7 +202,9 @@ def _qkv(inputs: Any) -> tuple[Any, Any, Any]:
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
               sm_scale: float | None = None) -> tuple[Any, ...]:
-    """Flash attention over (batch, heads, seq, head_dim), like F.scaled_dot_product_attention(q, k, v, is_causal=...)."""
+    """Flash attention over (batch, heads, seq, head_dim), like F.scaled_dot_product_attention(q, k, v, is_causal=...);
+    k and v may have fewer heads than q (grouped-query attention: each key/value head serves heads/kv_heads
+    query heads, as SDPA's enable_gqa)."""
     return q, k, v, bool(causal), sm_scale
 
 
@@ -202,7 +221,8 @@ LIBRARY = LibraryCall(
 OP: TunableOp[AttentionProblem] = TunableOp(
     name="attention", problem_type=AttentionProblem, space=SPACE, dtypes=DTYPES,
     call="autotuner.attention(q, k, v, causal=False)",
-    description="flash attention forward over (batch, heads, seq, head_dim), like scaled_dot_product_attention",
+    description="flash attention forward over (batch, heads, seq, head_dim), like scaled_dot_product_attention; "
+                "grouped-query heads as BATCHxHEADSxKV_HEADSxSEQxHEAD_DIM",
     options=(Option("causal", None, False, "causal mask"),),
     launch=lambda inputs, config: k_attention.attention(*_qkv(inputs), config, causal=bool(inputs.get("causal"))),
     make_inputs=make_inputs, problem_from_inputs=problem_from_inputs,
@@ -213,9 +233,11 @@ OP: TunableOp[AttentionProblem] = TunableOp(
                                                                               bool(inputs.get("causal")))},
     library=LIBRARY,
     examples=(Example("1x2x37x64", {"causal": False}), Example("1x2x37x64", {"causal": True}),
-              Example("2x1x70x128", {"causal": True}), Example("1x1x50x128", {"causal": False})),
+              Example("2x1x70x128", {"causal": True}), Example("1x1x50x128", {"causal": False}),
+              Example("1x4x2x40x64", {"causal": True})),
     gpu_examples=(Example("4x32x2048x128", {"causal": True}, "float16"),
                   Example("4x32x2048x128", {"causal": False}, "float16"),
                   Example("1x16x8192x64", {"causal": True}, "bfloat16"),
+                  Example("4x32x8x2048x128", {"causal": True}, "bfloat16"),
                   Example("2x8x1000x64", {"causal": False}, "float16")),
 )

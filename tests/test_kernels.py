@@ -365,7 +365,9 @@ def test_rowwise_ops_take_leading_dimensions(device):
         ("attention", {"q": torch.randn(1, 1, 8, 64).float(), "k": torch.randn(1, 1, 8, 64).float(),
                        "v": torch.randn(1, 1, 8, 64).float()}, None, "accepted: float16, bfloat16"),
         ("attention", {"q": torch.randn(1, 1, 8, 64).half(), "k": torch.randn(1, 1, 9, 64).half(),
-                       "v": torch.randn(1, 1, 9, 64).half()}, None, "one shape"),
+                       "v": torch.randn(1, 1, 9, 64).half()}, None, "k and v \\(batch, kv_heads, seq"),
+        ("attention", {"q": torch.randn(1, 4, 8, 64).half(), "k": torch.randn(1, 3, 8, 64).half(),
+                       "v": torch.randn(1, 3, 8, 64).half()}, None, "heads a multiple of kv_heads"),
     ],
 )
 def test_launchers_reject_bad_input_clearly(name, inputs, config, message):

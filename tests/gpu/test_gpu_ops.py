@@ -157,11 +157,11 @@ def test_matmul_split_k_on_gpu(shape, epilogue, split, tile):
 
 
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("shape", ["2x8x1000x64", "1x4x777x128", "2x4x1024x128"])
+@pytest.mark.parametrize("shape", ["2x8x1000x64", "1x4x777x128", "2x4x1024x128", "2x8x2x1000x64", "2x8x4x1024x128"])
 def test_attention_tma_on_gpu(shape, causal):
     """TMA descriptors: sequence ends inside a block (zero-filled loads, clipped stores), strided heads, and
     (seq 1024) the launcher's descriptors over every head's rows; each tile also with a persistent grid of one and
-    two programs per SM (PERSIST)."""
+    two programs per SM (PERSIST); with grouped-query heads (k and v with fewer heads) too."""
     if torch.cuda.get_device_capability()[0] < 9:
         pytest.skip("TMA needs compute capability 9.0")
     op = get_op("attention")
