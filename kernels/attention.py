@@ -348,20 +348,20 @@ def reference(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False, sm_scale: float | None = None
 ) -> torch.Tensor:
     return torch.nn.functional.scaled_dot_product_attention(
-        q.float(), k.float(), v.float(), is_causal=causal, scale=sm_scale, **_gqa(q, k)
+        q.float(), k.float(), v.float(), is_causal=causal, scale=sm_scale, enable_gqa=_gqa(q, k)
     )
 
 
-def _gqa(q: torch.Tensor, k: torch.Tensor) -> dict[str, bool]:
-    """SDPA's grouped-query switch where k has fewer heads than q (left out otherwise: the backend it picks for
-    plain attention stays the same)."""
-    return {"enable_gqa": True} if k.shape[1] != q.shape[1] else {}
+def _gqa(q: torch.Tensor, k: torch.Tensor) -> bool:
+    """SDPA's grouped-query switch: on where k has fewer heads than q (off, its default, for plain attention)."""
+    return k.shape[1] != q.shape[1]
 
 
 def baseline(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
              sm_scale: float | None = None) -> torch.Tensor:
     """torch.nn.functional.scaled_dot_product_attention in the input dtype (flash/cuDNN backends)."""
-    return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=sm_scale, **_gqa(q, k))
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=sm_scale,
+                                                          enable_gqa=_gqa(q, k))
 
 
 def baseline_flash(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
@@ -372,4 +372,4 @@ def baseline_flash(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bo
 
     with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
         return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=sm_scale,
-                                                                **_gqa(q, k))
+                                                                enable_gqa=_gqa(q, k))
