@@ -235,10 +235,18 @@ class Worker:
         return slots.free()[:want]
 
     def _run_on_slots(self, slot: Slot, others: list[Slot]) -> None:
-        assert slot.job is not None
-        lanes = [o.kept.trial_runner(self.settings.trial_timeout_s) for o in others]
-        self._run_job(slot.job, gpu=None if interpreting() else slot.gpu, kept=slot.kept,
-                      gpus=tuple(s.gpu for s in (slot, *others) if s.gpu is not None), lanes=lanes, slot=slot)
+        """A job in its slot's thread; whatever escapes `_run_job` (it ends the jobs it runs) still ends the job,
+        as a failed attempt, and never the thread silently."""
+        job = slot.job
+        assert job is not None
+        try:
+            lanes = [o.kept.trial_runner(self.settings.trial_timeout_s) for o in others]
+            self._run_job(job, gpu=None if interpreting() else slot.gpu, kept=slot.kept,
+                          gpus=tuple(s.gpu for s in (slot, *others) if s.gpu is not None), lanes=lanes, slot=slot)
+        except Exception as exc:  # noqa: BLE001 - a thread's last word: the job's end, written
+            log.exception("job %s on GPU %s", job.id, slot.gpu)
+            with self._ending:
+                self.ledger.end(job.id, exc, f"GPU {slot.gpu}")
 
     # -- commands typed on this host ----------------------------------------------------------------------
     def _open_socket(self) -> None:
