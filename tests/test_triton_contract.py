@@ -143,6 +143,9 @@ def test_a_config_set_in_the_cache_is_the_one_launched_next(db):
     write_block.cache.clear()  # resolved again, on its next launch, to what the miss policy gives
     write_block[(1,)](out, 10)
     assert out.item() == first and set(write_block.cache) == {key}
+    write_block.cache = {key: other}  # a new dict set in its place
+    write_block[(1,)](out, 10)
+    assert out.item() == other.kwargs["BLOCK"]
 
 def _descriptor_hook(nargs):  # as the Triton tutorial's attention sets its descriptors' block shapes
     for name in ("x_desc", "y_desc"):

@@ -158,7 +158,7 @@ class Autotuned(Autotuner):
         self.use_cuda_graph, self.cache_results = use_cuda_graph, False
         self.nargs: dict[str, Any] | None = None
         self._hits: dict[tuple[Any, ...], Hit] = {}  # call signature -> what its launch needs
-        self.cache: dict[tuple[Any, ...], triton.Config] = _Cache(self._hits.clear)
+        self.cache = {}  # (a _Cache: see the property)
         self.best_config: triton.Config | None = None
         # autotuner's own
         self.sources: dict[tuple[Any, ...], str] = {}  # key -> where its config came from: exact, stale, tuned...
@@ -183,6 +183,17 @@ class Autotuned(Autotuner):
         register_op(self.op, replace=True)
         warm_up(self.op)  # the settings, the database and the source hash, before the first launch needs them
 
+    @property  # type: ignore[override]
+    def cache(self) -> dict[tuple[Any, ...], triton.Config]:
+        """Triton's `cache` (key -> triton.Config). Code outside may change it, or set a new one: either drops the
+        launchers remembered with their configs, so the next launch of every key reads it again."""
+        return self._cache
+
+    @cache.setter
+    def cache(self, value: dict[tuple[Any, ...], triton.Config]) -> None:
+        self._cache = _Cache(self._hits.clear)
+        self._cache.update(value)
+
     def __getitem__(self, grid: Any) -> Callable[..., Any]:
         return lambda *args, **kwargs: self.run(*args, grid=grid, **kwargs)
 
@@ -192,7 +203,7 @@ class Autotuned(Autotuner):
                 hit = self._hits.get(self._call_signature(args, kwargs))
             except TypeError:  # an unhashable argument (or a tensor as a key value): the full path
                 hit = None
-            if hit is not None and not (self._recheck and hit[0] in self._recheck and self._recheck[hit[0]].met()):
+            if hit is not None and not (self._recheck and hit.key in self._recheck and self._recheck[hit.key].met()):
                 return self._launch_hit(hit, args, kwargs, grid)
         key = self.spec.keys.key(args, kwargs)
         config = self.cache.get(key)
@@ -241,8 +252,8 @@ class Autotuned(Autotuner):
             args = (*args, *map(kwargs.__getitem__, placed))
         return launcher.launch(tuple(grid), args)
 
-    def _launch(self, key: tuple[Any, ...], config: triton.Config, args: tuple[Any, ...], kwargs: dict[str, Any], meta: dict[str, Any],
-                grid: Any) -> Any:
+    def _launch(self, key: tuple[Any, ...], config: triton.Config, args: tuple[Any, ...], kwargs: dict[str, Any],
+                meta: dict[str, Any], grid: Any) -> Any:
         """One launcher per call signature (`_call_signature`) and config, launched directly after its first call.
         Keyword arguments are placed by the kernel's parameters, so they take the same path as positional ones;
         no launcher keeps a tensor of any call. A signature whose every argument was placed or is kept by value is
@@ -307,8 +318,8 @@ class Autotuned(Autotuner):
             self._recheck.pop(key, None)
         else:
             self._recheck[key] = pending(self.op, miss.problem, miss.device)
-        config = self.cache[key] = self.spec.hooked_config(answer.config) or to_config(answer.config)  # (drops
-        # the launchers: they hold their config)
+        # (setting it drops the launchers, which hold their configs)
+        config = self.cache[key] = self.spec.hooked_config(answer.config) or to_config(answer.config)
         tuned = answer.source.startswith("tuned here")
         if tuned:  # as Triton's run leaves them after tuning: its time and each config's timings
             self.bench_time = self.resolve_s[key]
@@ -367,8 +378,7 @@ def _value(value: Any) -> tuple[type, Any]:
 
 
 class _Cache(dict):  # type: ignore[type-arg]
-    """Triton's `cache` (key -> triton.Config), which code outside may change: any change drops the launchers
-    remembered with their configs, so the next launch of every key reads it again."""
+    """A dict that tells `changed` of every change (`Autotuned.cache`)."""
 
     def __init__(self, changed: Callable[[], None]) -> None:
         super().__init__()

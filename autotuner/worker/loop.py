@@ -205,8 +205,9 @@ class Worker:
                     slots.wait(self.settings.poll_s)
                 continue
             chosen = self._slots_for(job)
-            if chosen is None:  # stopping while it waited
-                self.ledger.end(job.id, StopWorker("stopping"), self._where(job))
+            if chosen is None:  # stopping while it waited: given back
+                with self._ending:
+                    self.ledger.end(job.id, StopWorker("stopping"), "this worker")
                 break
             slots.start(job, chosen, self._run_on_slots)
             started += 1
@@ -311,9 +312,6 @@ class Worker:
         used = used or ((self.gpu,) if self.gpu is not None else (0,))
         short = f", of the {job.gpus} it asks for" if job.gpus is not None and job.gpus > len(used) else ""
         return f" on {len(used)} GPU{'s' * (len(used) > 1)} ({','.join(map(str, used))}{short})"
-
-    def _where(self, job: JobRow) -> str:
-        return f"GPU {self.gpu}" if self.gpu is not None else "this device"
 
     def run_job(self, job: JobRow) -> str:
         """Run one claimed job (autotuner.worker.jobs: tune a problem, or cross-time a sweep) and record how it
