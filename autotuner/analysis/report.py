@@ -28,7 +28,8 @@ class Speedup:
     result_id: int
 
 
-def speedups(store: ResultBrowser, *, op: str | None = None, device_key: str | None = None) -> tuple[list[Speedup], int]:
+def speedups(store: ResultBrowser, *, op: str | None = None,
+             device_key: str | None = None) -> tuple[list[Speedup], int]:
     """The bars of every GPU-timed result with a torch or default time, and how many interpreter results were
     left out (their CPU wall-clock times say nothing about a GPU)."""
     rows: list[Speedup] = []

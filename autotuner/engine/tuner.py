@@ -203,8 +203,9 @@ def _phase(t: _Tuning, name: str, steps: int | None) -> Iterator[None]:
 def _setup(t: _Tuning) -> None:
     """Start the measurer and the run. Warm starts: the plan's first configs (between a sweep's points: the fastest
     either side), what the launch path's steps would serve it (autotuner.store.resolution.warm_start: its own
-    result, current or stale, a sweep model's pick, its bucket's), the nearest tuned problems' winners, the causal twin or another
-    epilogue too (benchmarks/RESULTS.md: a causal winner ran the full problem faster than its own search's best);
+    result, current or stale, a sweep model's pick, its bucket's), the nearest tuned problems' winners, the causal
+    twin or another epilogue too (benchmarks/RESULTS.md: a causal winner ran the full problem faster than its own
+    search's best);
     a config stored before a parameter existed means that parameter's implied value. Then the space's seeds
     (configs that won hand sweeps on some GPU), if it names any. The search's first configs (these, then its
     exploration, as many as the compile pool has processes) compile while the trial worker starts and times torch.

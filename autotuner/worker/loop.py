@@ -174,8 +174,9 @@ class Worker:
         if not interpreting():
             more_devices(current_device(self.gpus[0]), self.gpus)  # one device type, each GPU there
             workers = host_compile_workers(self.settings) * len(self.gpus)
-            self.kept = KeptProcesses(CompilePool(None, workers, self.gpus[0], shared=True))
-            threading.Thread(target=self.kept.pool.prestart, name="pool-prestart", daemon=True).start()  # type: ignore[union-attr]
+            pool = CompilePool(None, workers, self.gpus[0], shared=True)
+            self.kept = KeptProcesses(pool)
+            threading.Thread(target=pool.prestart, name="pool-prestart", daemon=True).start()
         kept = [KeptProcesses(self.kept.pool) for _ in devices]
         for k, device in zip(kept, devices, strict=True):
             k.prestart(device, 0)
