@@ -69,6 +69,11 @@ def make_engine(url: str | None = None, *, timeout_s: float | None = None) -> En
         raise DatabaseUnavailable(f"bad database URL {url!r}: {exc}; {DB_HINT}") from None
     try:
         if parsed.get_backend_name() == "sqlite":
+            database = parsed.database
+            if database and database != ":memory:" and not database.startswith("file:"):
+                # a relative path names a file in the current folder now, not in whichever folder the process is
+                # in when the pool opens its next connection (a worker enters a handed command's folder)
+                parsed = parsed.set(database=os.path.abspath(os.path.expanduser(database)))
             engine = create_engine(parsed, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
             event.listen(engine, "connect", _sqlite_pragmas)
             return engine
