@@ -198,11 +198,13 @@ class Autotuned(Autotuner):
         return lambda *args, **kwargs: self.run(*args, grid=grid, **kwargs)
 
     def run(self, *args: Any, grid: Any, warmup: bool = False, **kwargs: Any) -> Any:
+        sig: tuple[Any, ...] | None = None
         if not warmup:  # a call signature launched before: its config and launcher at once
             try:
-                hit = self._hits.get(self._call_signature(args, kwargs))
+                sig = self._call_signature(args, kwargs)
             except TypeError:  # an unhashable argument (or a tensor as a key value): the full path
-                hit = None
+                pass
+            hit = self._hits.get(sig) if sig is not None else None
             if hit is not None and not (self._recheck and hit.key in self._recheck and self._recheck[hit.key].met()):
                 return self._launch_hit(hit, args, kwargs, grid)
         key = self.spec.keys.key(args, kwargs)
@@ -217,7 +219,7 @@ class Autotuned(Autotuner):
             config.pre_hook({**dict(zip(self.arg_names, args, strict=False)), **kwargs, **meta})
         if warmup:
             return self.fn.run(*args, grid=grid, warmup=True, **kwargs, **meta)
-        return self._launch(key, config, args, kwargs, meta, grid)
+        return self._launch(sig, key, config, args, kwargs, meta, grid)
 
     def _call_signature(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
         """What a call's key, config and launch depend on, never a tensor's identity: each constexpr's and key
@@ -252,16 +254,13 @@ class Autotuned(Autotuner):
             args = (*args, *map(kwargs.__getitem__, placed))
         return launcher.launch(tuple(grid), args)
 
-    def _launch(self, key: tuple[Any, ...], config: triton.Config, args: tuple[Any, ...], kwargs: dict[str, Any],
-                meta: dict[str, Any], grid: Any) -> Any:
-        """One launcher per call signature (`_call_signature`) and config, launched directly after its first call.
-        Keyword arguments are placed by the kernel's parameters, so they take the same path as positional ones;
-        no launcher keeps a tensor of any call. A signature whose every argument was placed or is kept by value is
-        remembered with its config and launcher (`_hits`), so its next calls skip the key and the lookups."""
-        try:
-            sig = self._call_signature(args, kwargs)
-        except TypeError:
-            sig = None
+    def _launch(self, sig: tuple[Any, ...] | None, key: tuple[Any, ...], config: triton.Config,
+                args: tuple[Any, ...], kwargs: dict[str, Any], meta: dict[str, Any], grid: Any) -> Any:
+        """One launcher per call signature (`sig`, from `_call_signature`; None: it has none) and config, launched
+        directly after its first call. Keyword arguments are placed by the kernel's parameters, so they take the
+        same path as positional ones; no launcher keeps a tensor of any call. A signature whose every argument was
+        placed or is kept by value is remembered with its config and launcher (`_hits`), so its next calls skip
+        the key and the lookups."""
         rest: dict[str, Any] = {}
         placed: tuple[str, ...] = ()
         if kwargs:

@@ -206,10 +206,10 @@ class Worker:
                     slots.wait(self.settings.poll_s)
                 continue
             chosen = self._slots_for(job)
-            if chosen is None:  # stopping while it waited: given back
+            if not isinstance(chosen, list):  # the worker stopping (given back) or the job taken back meanwhile
                 with self._ending:
-                    self.ledger.end(job.id, StopWorker("stopping"), "this worker")
-                break
+                    self.ledger.end(job.id, chosen, "this worker")
+                continue
             slots.start(job, chosen, self._run_on_slots)
             started += 1
             if once:
@@ -217,23 +217,24 @@ class Worker:
         slots.join()
         return started
 
-    def _slots_for(self, job: JobRow) -> list[Slot] | None:
-        """As many free slots as the job asks GPUs (one for a job without a count), waited for while heartbeating
-        the job; None if the worker stops meanwhile."""
+    def _slots_for(self, job: JobRow) -> list[Slot] | BaseException:
+        """As many free slots as the job asks GPUs (one for a job without a count), waited for under the job's
+        heartbeat; else why the wait ended: the worker stopping, or the job taken back."""
         slots = self.slots
         assert slots is not None
         want = max(1, len(job_gpus(job, self.gpus)))
-        last_beat = time.monotonic()
-        while len(slots.free()) < want:
-            if self._stopping:
-                return None
-            slots.wait(self.settings.poll_s)
-            if time.monotonic() - last_beat >= self.settings.heartbeat_s:
-                last_beat = time.monotonic()
-                try:
-                    self._store().heartbeat(job_id=job.id, worker=self.name)
-                except (SQLAlchemyError, DatabaseUnavailable) as exc:
-                    self.on_event(f"heartbeat for job {job.id} failed (will retry): {exc}")
+        if len(slots.free()) >= want:
+            return slots.free()[:want]
+        waiting = JobStore(self._store(), job_id=job.id, worker=self.name, retry_s=self.settings.db_retry_s,
+                           on_event=self.on_event)
+        with Heartbeat(self._store, waiting, worker=self.name, every_s=self.settings.heartbeat_s,
+                       on_event=self.on_event, busy=lambda: False, on_lost=lambda: None):
+            while len(slots.free()) < want:
+                if self._stopping:
+                    return StopWorker("stopping")
+                if waiting.lost.is_set():
+                    return JobLost(f"job {job.id} was taken back from {self.name} while it waited for GPUs")
+                slots.wait(self.settings.poll_s)
         return slots.free()[:want]
 
     def _run_on_slots(self, slot: Slot, others: list[Slot]) -> None:
