@@ -46,11 +46,12 @@ def start_early(argv: list[str]) -> None:
             # The `autotuner` console script: a child would run it again (importing this CLI) before its work;
             # named as the package's __main__, which children skip.
             main_module.__spec__ = importlib.util.find_spec("autotuner.__main__")
-        processes.start()
         if argv[1:2] == ["tune"]:
             from autotuner.cli import prestart
 
             prestart.start(argv[2:])  # its trial worker and compile pool, started before this process imports torch
+        else:
+            processes.start()
 
 
 def main() -> None:

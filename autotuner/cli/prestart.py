@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 
+from autotuner.engine import processes
 from autotuner.engine.compile_share import share
 from autotuner.engine.measure import KeptProcesses, prestarted
 
@@ -50,6 +51,8 @@ def start(argv: list[str]) -> None:
         settings = Settings()
     except ValidationError:
         return
+    if not interpreting():
+        processes.start()  # the compile pool's processes come from it (the trial worker imports for itself)
     share(settings.compile_secret, _value(argv, "--db") or settings.db_url)
     if interpreting():
         _kept, _device = prestarted(settings), None

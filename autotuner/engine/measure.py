@@ -238,23 +238,26 @@ class KeptProcesses:
         self._starting: threading.Thread | None = None
 
     def prestart(self, device_index: int | None, compile_workers: int, background: bool = True) -> None:
-        """Start the trial worker and `compile_workers` compile processes before any problem is known (in a
-        thread: a fork server still importing torch would hold the caller up). All start at once: their CUDA
-        contexts, made together, slow the trial worker's set-up, but the search's first configs are compiled
-        when it starts, which made `autotuner tune` quicker than starting the pool after the trial worker's
-        warm-up or its context (benchmarks/RESULTS.md)."""
-        def start() -> None:
-            self.runner = TrialRunner(None)
-            self.runner.prestart(device_index)
+        """Start the trial worker and `compile_workers` compile processes before any problem is known. The trial
+        worker is a fresh process started from the calling thread (which must outlive it: its death signal
+        follows the thread that made it, trial_process.die_with_parent); the pool's come from the fork server, in
+        a thread (`background`: a server still importing torch would hold the caller up). All start at once:
+        their CUDA contexts, made together, slow the trial worker's set-up, but the search's first configs are
+        compiled when it starts, which made `autotuner tune` quicker than starting the pool after the trial
+        worker's warm-up or its context (benchmarks/RESULTS.md)."""
+        self.runner = TrialRunner(None)
+        self.runner.prestart(device_index)
+
+        def start_pool() -> None:
             if compile_workers > 1 and self.shared_pool is None:
                 self.pool = CompilePool(None, compile_workers, device_index)
                 self.pool.prestart()
 
         if background:
-            self._starting = threading.Thread(target=start, name="prestart", daemon=True)
+            self._starting = threading.Thread(target=start_pool, name="prestart", daemon=True)
             self._starting.start()
         else:
-            start()
+            start_pool()
 
     def _started(self) -> None:
         if self._starting is not None:
