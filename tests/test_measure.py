@@ -129,21 +129,25 @@ def test_a_third_of_a_timing_is_a_third_of_its_repetitions_for_a_short_kernel_to
     assert repetitions(100.0, 50.0) == MIN_REPS and repetitions(1.0, 0.005, 0.01) == MIN_REPS
 
 
-def test_a_trial_worker_started_ahead_outlives_the_thread_that_starts_the_pool():
-    """The trial worker started ahead is a fresh process (importing torch while it makes its CUDA context), and
-    its death signal follows the thread that started it (trial_process.die_with_parent): started on the thread
-    that waits for the fork server to start the pool, it was killed when that thread ended, and the command
-    quietly started another (on a GPU: seconds of the start lost)."""
+def test_processes_started_ahead_live_on_and_measure():
+    """The trial worker and compile pool started ahead are fresh processes (importing torch while they make their
+    CUDA contexts), and a child's death signal follows the thread that started it (trial_process.die_with_parent):
+    the trial worker started on the thread that waited for the fork server to start the pool was killed when that
+    thread ended, and the command quietly started another (on a GPU: seconds of the start lost). Each started
+    ahead is alive later and is the one that works."""
     sm = get_op("softmax")
     problem = sm.parse_problem("8x64")
     spec = WorkerSpec("softmax", asdict(problem), (), None)
     kept = KeptProcesses()
     try:
-        kept.prestart(None, 2)  # a pool of two (CPU processes here), started on a thread from the fork server
-        kept._started()  # that thread has ended
-        time.sleep(1.0)
+        kept.prestart(None, 2)  # a pool of two (CPU processes here)
+        assert kept.pool is not None and kept.runner is not None
+        started = {p.pid for p in kept.pool._pool._processes.values()}
+        time.sleep(2.0)
         runner, pool = kept.for_problem(spec, 60, 2)
-        assert pool is not None
+        assert pool is kept.pool and len(started) == 2
+        assert all(p.is_alive() for p in pool._pool._processes.values())
+        assert {p.pid for p in pool._pool._processes.values()} == started
         assert runner.measure(sm.space.default(problem, current_device())).status == "ok"
         assert runner.restarts == 0 and "ready_s" in runner.take_warm_s()  # the process started ahead measured it
     finally:

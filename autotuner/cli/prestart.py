@@ -1,5 +1,6 @@
 """`autotuner tune`'s trial worker and compile pool, started first thing: before the command imports torch and the
-ops, so that the processes make their CUDA contexts (and the fork server its imports) while it does.
+ops, so that the processes import torch and make their CUDA contexts while it does (fresh processes: not children of
+the fork server, which would wait for its imports first; their restarts come from it).
 
 Started from autotuner.cli's import for a `tune` that will run here (not handed to a worker, not `--queue`
 or `--help`), with what can be known without torch: the device (the first of `--gpus`/AUTOTUNER_GPUS, else
@@ -12,7 +13,6 @@ from __future__ import annotations
 
 import os
 
-from autotuner.engine import processes
 from autotuner.engine.compile_share import share
 from autotuner.engine.measure import KeptProcesses, prestarted
 
@@ -51,8 +51,6 @@ def start(argv: list[str]) -> None:
         settings = Settings()
     except ValidationError:
         return
-    if not interpreting():
-        processes.start()  # the compile pool's processes come from it (the trial worker imports for itself)
     share(settings.compile_secret, _value(argv, "--db") or settings.db_url)
     if interpreting():
         _kept, _device = prestarted(settings), None

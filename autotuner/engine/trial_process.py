@@ -210,7 +210,7 @@ def _hash_triton() -> threading.Thread:
     return thread
 
 
-def _context_while_importing(device_index: int) -> None:
+def context_while_importing(device_index: int) -> None:
     """The device's CUDA context made by the driver on a thread (ctypes lets go of the interpreter), while this
     process imports torch and Triton; torch's first use of the device then finds it made."""
 
@@ -229,7 +229,7 @@ def worker_main(conn: Connection, spec: WorkerSpec | None, env: dict[str, str],
     entered_at = time.time()  # wall clock: the parent compares it with when it asked for this process
     adopt(env)
     if device_index is not None and "torch" not in sys.modules:  # a fresh process (not the fork server's child)
-        _context_while_importing(device_index)
+        context_while_importing(device_index)
     die_with_parent()
     compile_lock.install()  # a binary another process is compiling into the same cache is waited for
     try:
