@@ -71,18 +71,6 @@ def cuda_properties(index: int) -> CudaProperties:
                           values["smem_optin"])
 
 
-def retain_primary_context(index: int) -> bool:
-    """Make CUDA device `index`'s primary context through the driver (the context the CUDA runtime, torch's, then
-    takes as it is), without importing torch: a new process calls it on a thread while torch imports, and the
-    driver's part of a context (most of its second or more) is done by the time torch asks for one. False where
-    the driver cannot."""
-    libcuda = _driver()
-    device, context = ctypes.c_int(0), ctypes.c_void_p()
-    if libcuda is None or libcuda.cuDeviceGet(ctypes.byref(device), index) != 0:
-        return False
-    return bool(libcuda.cuDevicePrimaryCtxRetain(ctypes.byref(context), device) == 0)
-
-
 _SMS: dict[int | None, int] = {}
 
 

@@ -286,6 +286,7 @@ def test_a_tune_command_starts_its_trial_worker_before_importing_torch(tmp_path)
         "if kept is None:\n"
         "    print('none')\n"
         "else:\n"
+        "    kept._started()\n"
         "    print('alive' if kept.runner._proc.is_alive() else 'dead', prestart.take(None) is None)\n"
         "    kept.close()\n"
     )

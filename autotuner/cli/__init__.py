@@ -29,9 +29,9 @@ from autotuner.engine import processes
 
 def start_early(argv: list[str]) -> None:
     """What a command does before it imports anything heavy: a `tune` that a worker running on this host takes
-    is relayed to it (autotuner.cli.handoff), and this process ends with its exit status; `tune` starts its trial
-    worker and compile pool (autotuner.cli.prestart) and `worker` the fork server its processes come from, so
-    that their imports run while this process does its own."""
+    is relayed to it (autotuner.cli.handoff), and this process ends with its exit status; commands that tune
+    start the fork server their trial worker and compile pool come from, and `tune` those processes
+    (autotuner.cli.prestart), so that their imports run while this process does its own."""
     if argv[1:2] == ["tune"] and processes.is_main_process():
         from autotuner.cli.handoff import hand_off
 
@@ -46,14 +46,11 @@ def start_early(argv: list[str]) -> None:
             # The `autotuner` console script: a child would run it again (importing this CLI) before its work;
             # named as the package's __main__, which children skip.
             main_module.__spec__ = importlib.util.find_spec("autotuner.__main__")
+        processes.start()
         if argv[1:2] == ["tune"]:
             from autotuner.cli import prestart
 
-            # its trial worker and compile pool, fresh processes started before this process imports torch (the
-            # fork server, for their restarts, starts when first asked)
-            prestart.start(argv[2:])
-        else:
-            processes.start()
+            prestart.start(argv[2:])  # its trial worker and compile pool, started before this process imports torch
 
 
 def main() -> None:

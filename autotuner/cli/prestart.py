@@ -1,6 +1,5 @@
 """`autotuner tune`'s trial worker and compile pool, started first thing: before the command imports torch and the
-ops, so that the processes import torch and make their CUDA contexts while it does (fresh processes: not children of
-the fork server, which would wait for its imports first; their restarts come from it).
+ops, so that the processes make their CUDA contexts (and the fork server its imports) while it does.
 
 Started from autotuner.cli's import for a `tune` that will run here (not handed to a worker, not `--queue`
 or `--help`), with what can be known without torch: the device (the first of `--gpus`/AUTOTUNER_GPUS, else

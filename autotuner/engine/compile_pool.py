@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import sys
 import time
 from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Any
@@ -18,7 +17,7 @@ from typing import Any
 from autotuner.engine import compile_lock, processes
 from autotuner.engine.outcome import Outcome, classify, short_error
 from autotuner.engine.processes import adopt
-from autotuner.engine.trial_process import WorkerSpec, context_while_importing, die_with_parent, warm_up
+from autotuner.engine.trial_process import WorkerSpec, die_with_parent, warm_up
 
 _STATE: dict[str, Any] = {}
 # Compiling is background work: the trial worker's timing loop and the search must never wait for a core.
@@ -50,9 +49,6 @@ def compile_only() -> None:
 def _init(spec: WorkerSpec | None, env: dict[str, str] | None = None, device_index: int | None = None) -> None:
     if env is not None:  # a new process: the parent's environment first
         adopt(env)
-        device = device_index if device_index is not None else spec.device_index if spec is not None else None
-        if device is not None and "torch" not in sys.modules:  # a fresh process (not the fork server's child)
-            context_while_importing(device)
         die_with_parent()
         try:
             os.nice(NICE)
@@ -101,21 +97,16 @@ def _started() -> None:
 
 class CompilePool:
     def __init__(self, spec: WorkerSpec | None, workers: int, device_index: int | None = None, *,
-                 shared: bool = False, fresh: bool = False) -> None:
+                 shared: bool = False) -> None:
         self.spec = spec  # None until the first problem (`prestart`); each task names its problem anyway
         self.workers = workers
         self.device_index = device_index
         self.shared = shared  # compiling for the jobs of several GPUs of one type at once, on `device_index`'s
-        # `fresh`: the first processes import for themselves, making their CUDA contexts meanwhile
-        # (processes.fresh_context), instead of waiting for the fork server's imports; after a reset they come
-        # from the server
-        self.fresh = fresh
         self._pool: ProcessPoolExecutor | None = None
 
     def _ensure(self) -> ProcessPoolExecutor:
         if self._pool is None:
-            ctx = processes.fresh_context() if self.fresh else processes.context()
-            self._pool = ProcessPoolExecutor(self.workers, mp_context=ctx, initializer=_init,
+            self._pool = ProcessPoolExecutor(self.workers, mp_context=processes.context(), initializer=_init,
                                              initargs=(self.spec, processes.environment(), self.device_index))
         return self._pool
 
@@ -143,7 +134,6 @@ class CompilePool:
             return None
 
     def reset(self) -> None:
-        self.fresh = False
         if self._pool is not None:
             for proc in list(getattr(self._pool, "_processes", {}).values()):
                 proc.kill()

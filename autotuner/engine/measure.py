@@ -235,28 +235,42 @@ class KeptProcesses:
         self.shared_pool = shared_pool
         self.pool: CompilePool | None = shared_pool
         self.lanes: list[TrialRunner] = []  # trial workers on the further GPUs of a worker with several
+        self._starting: threading.Thread | None = None
 
-    def prestart(self, device_index: int | None, compile_workers: int) -> None:
-        """Start the trial worker and `compile_workers` compile processes before any problem is known: fresh
-        processes, importing torch while they make their CUDA contexts (processes.fresh_context), started from
-        the calling thread, which must outlive them (their death signal follows the thread that made them,
-        trial_process.die_with_parent). All start at once: their CUDA contexts, made together, slow the trial
-        worker's set-up, but the search's first configs are compiled when it starts, which made `autotuner tune`
-        quicker than starting the pool after the trial worker's warm-up or its context (benchmarks/RESULTS.md)."""
-        self.runner = TrialRunner(None)
-        self.runner.prestart(device_index)
-        if compile_workers > 1 and self.shared_pool is None:
-            self.pool = CompilePool(None, compile_workers, device_index, fresh=True)
-            self.pool.prestart()
+    def prestart(self, device_index: int | None, compile_workers: int, background: bool = True) -> None:
+        """Start the trial worker and `compile_workers` compile processes before any problem is known (in a
+        thread: a fork server still importing torch would hold the caller up). All start at once: their CUDA
+        contexts, made together, slow the trial worker's set-up, but the search's first configs are compiled
+        when it starts, which made `autotuner tune` quicker than starting the pool after the trial worker's
+        warm-up or its context (benchmarks/RESULTS.md)."""
+        def start() -> None:
+            self.runner = TrialRunner(None)
+            self.runner.prestart(device_index)
+            if compile_workers > 1 and self.shared_pool is None:
+                self.pool = CompilePool(None, compile_workers, device_index)
+                self.pool.prestart()
+
+        if background:
+            self._starting = threading.Thread(target=start, name="prestart", daemon=True)
+            self._starting.start()
+        else:
+            start()
+
+    def _started(self) -> None:
+        if self._starting is not None:
+            self._starting.join()
+            self._starting = None
 
     def trial_runner(self, trial_timeout_s: float) -> TrialRunner:
         """The kept trial worker alone (for timing configs checked elsewhere: cross-timing a sweep)."""
+        self._started()
         if self.runner is None:
             self.runner = TrialRunner(None, trial_timeout_s)
         return self.runner
 
     def for_problem(self, spec: WorkerSpec, trial_timeout_s: float,
                     compile_workers: int) -> tuple[TrialRunner, CompilePool | None]:
+        self._started()
         if self.runner is None:
             self.runner = TrialRunner(spec, trial_timeout_s)
         self.runner.use(spec, trial_timeout_s)
@@ -282,6 +296,7 @@ class KeptProcesses:
         return runner
 
     def close(self) -> None:
+        self._started()
         if self.pool is not None and self.pool is not self.shared_pool:
             self.pool.reset()
         if self.runner is not None:

@@ -47,14 +47,6 @@ def context() -> ForkServerContext:
     return cast(ForkServerContext, mp.get_context("forkserver"))
 
 
-def fresh_context() -> mp.context.SpawnContext:
-    """A process that imports everything itself instead of waiting for the fork server: the trial worker started
-    ahead of a command's first problem, which makes its CUDA context while torch imports
-    (trial_process.worker_main), where a child of the server can only begin after the server's imports and then
-    make it. Its later restarts come from the server."""
-    return mp.get_context("spawn")
-
-
 _for_children: dict[str, str] = {}
 
 

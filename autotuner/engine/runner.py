@@ -59,16 +59,14 @@ class TrialRunner:
         meanwhile, and `use` then sets the problem up in it."""
         if self._proc is None:
             self._asked_at = time.time()
-            self._proc, self._conn = self._spawn(None, device_index, fresh=True)
+            self._proc, self._conn = self._spawn(None, device_index)
             self._warming = True
             self._needs_setup = self.spec is not None
 
     @staticmethod
-    def _spawn(spec: WorkerSpec | None, device_index: int | None = None,
-               fresh: bool = False) -> tuple[Any, Connection]:
-        """A new worker process (from the fork server, or `fresh`: one importing for itself,
-        processes.fresh_context) and this side of its pipe."""
-        ctx = processes.fresh_context() if fresh else processes.context()
+    def _spawn(spec: WorkerSpec | None, device_index: int | None = None) -> tuple[Any, Connection]:
+        """A new worker process (from the fork server) and this side of its pipe."""
+        ctx = processes.context()
         parent, child = ctx.Pipe()
         proc = ctx.Process(target=worker_main, args=(child, spec, processes.environment(), device_index),
                            daemon=True)

@@ -6,7 +6,6 @@ starts a fresh one.
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -137,9 +136,7 @@ def die_with_parent() -> None:
     """Linux: this process gets SIGKILL when its parent dies, however the parent died (a trial worker stuck in a
     hanging kernel would otherwise outlive a killed tuning run). And Ctrl-C is the parent's to handle: the
     terminal's SIGINT reaches the whole process group, and a child would print a traceback of its own
-    ("Process ForkServerProcess-1: ...") while its parent stops it anyway. Linux sends the signal when the
-    thread that started this process ends: a fresh process (processes.fresh_context) is started from a thread
-    that lives as long as the command (a child of the fork server has the server's)."""
+    ("Process ForkServerProcess-1: ...") while its parent stops it anyway."""
     import ctypes
     import signal
     import sys
@@ -160,16 +157,15 @@ def warm_up(device_index: int | None, timing: bool = True) -> dict[str, float]:
     (its handle and workspace, which the first reference or baseline would otherwise pay) and launch the L2 flush
     once (a Triton kernel: with a cold cache its compile, its launcher's and Triton's driver module's builds took
     the first timing about a second), so that the first problem only builds its inputs. Returns the seconds
-    each part took (ops_s, torch_s, context_s, cublas_s, key_s, flush_s)."""
+    each part took (ops_s, context_s, cublas_s, flush_s, key_s)."""
     marks = [("start", time.perf_counter())]
     hashing = _hash_triton() if device_index is not None else None  # while the CUDA context is made
     from autotuner.base.registry import load_plugins  # noqa: F401  (imports the registry and the built-in ops)
 
     marks.append(("ops_s", time.perf_counter()))
-    import torch  # a fresh process's import (a child of the fork server has it)
-
-    marks.append(("torch_s", time.perf_counter()))
     if device_index is not None:
+        import torch
+
         torch.cuda.set_device(device_index)
         xs = [torch.ones(16, 16, device=f"cuda:{device_index}", dtype=dtype) for dtype in (torch.float16, torch.float32)]
         torch.cuda.synchronize()
@@ -210,26 +206,12 @@ def _hash_triton() -> threading.Thread:
     return thread
 
 
-def context_while_importing(device_index: int) -> None:
-    """The device's CUDA context made by the driver on a thread (ctypes lets go of the interpreter), while this
-    process imports torch and Triton; torch's first use of the device then finds it made."""
-
-    def make() -> None:
-        from kernels._backend import retain_primary_context  # (its import initialises the driver: on this thread)
-
-        retain_primary_context(device_index)
-
-    threading.Thread(target=make, name="cuda-context", daemon=True).start()
-
-
 def worker_main(conn: Connection, spec: WorkerSpec | None, env: dict[str, str],
                  device_index: int | None = None) -> None:
     from autotuner.engine.processes import adopt
 
     entered_at = time.time()  # wall clock: the parent compares it with when it asked for this process
     adopt(env)
-    if device_index is not None and "torch" not in sys.modules:  # a fresh process (not the fork server's child)
-        context_while_importing(device_index)
     die_with_parent()
     compile_lock.install()  # a binary another process is compiling into the same cache is waited for
     try:
