@@ -21,7 +21,7 @@ import dataclasses
 import functools
 import hashlib
 import inspect
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, Protocol, TypeVar
@@ -243,6 +243,9 @@ class TunableOp(Generic[P]):
     bytes_moved: Callable[[P], float] | None = None
     elements: Callable[[P], int] | None = None  # its largest tensor's element count (32-bit offsets in the kernels)
     refine: Callable[[P], P] | None = None  # a parsed problem as this op takes it, or ProblemError (check_problem)
+    allowed: Callable[[P], Collection[str] | None] | None = None  # the config keys a problem may be measured with
+    # beyond the space's constraints (a decorated kernel's configs left by its pruning at the recorded launch); None:
+    # every valid config
     checked: Callable[[Inputs, Mapping[str, Any]], Any] | None = None  # a launch whose outputs are compared
     # (default: `launch`); for a kernel writing into its arguments, their copies taken before any restore
     baseline: Callable[[Inputs], Any] | None = None  # torch's own version, for speedups

@@ -64,6 +64,13 @@ def _trials(url, op=None):
         return int(s.scalar(q) or 0)
 
 
+def _blocks(url, op):
+    """The BLOCK of each config measured for `op`."""
+    with session_scope(Store(url).engine) as s:
+        q = select(Trial.config).join(TuningRun, Trial.run_id == TuningRun.id).where(TuningRun.op == op)
+        return [json.loads(c)["BLOCK"] if isinstance(c, str) else c["BLOCK"] for c in s.scalars(q)]
+
+
 def _run_elsewhere(url, n, *launcher):
     out = subprocess.run([sys.executable, "-m", "autotuner", *launcher, "--", "-m", "tests.triton_autotuned", str(n)],
                          capture_output=True, text=True, cwd=ROOT, timeout=300,
@@ -230,6 +237,9 @@ def test_a_recorded_miss_is_tuned_by_a_worker_and_then_reused(url):
     assert worker.returncode == 0, worker.stderr[-3000:]
     assert "6 done, 0 failed" in worker.stderr + worker.stdout
     assert _trials(url, "tests.triton_autotuned:scale") == 3
+    # the worker measured what the kernel's own pruning left for the recorded launch, as triton.autotune would (it
+    # timed BLOCK=64 too, and a launch then found the stored winner one its pruning drops, and re-decided)
+    assert sorted(_blocks(url, "tests.triton_autotuned:accumulate")) == [32, 128]
     report = subprocess.run([sys.executable, "-m", "autotuner", "install", "--json", "--", "-m",
                              "tests.triton_autotuned", "80"], capture_output=True, text=True, cwd=ROOT, timeout=300,
                             env=env)

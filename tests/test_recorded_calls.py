@@ -41,3 +41,19 @@ def test_what_cannot_be_told_for_certain_is_refused():
     assert derived_call(tiny, {"M": 16, "N": 1024, "K": 256}, {"M": 300, "N": 1024, "K": 256}) is None
     odd = _call(64, grid=lambda c: [7 * c["BLOCK_M"] + 1])  # no expression it knows fits
     assert derived_call(odd, keys, {"M": 300, "N": 1024, "K": 256}) is None
+
+
+def test_a_calls_pruned_configs_hold_at_its_own_key_values_only():
+    """A call recorded with the configs its kernel's pruning left (what a worker measures) keeps that list; one made
+    for another value drops it (the pruning there is unknown); a list that is not config keys counts as none (a
+    database row can narrow a worker's search, never add to it)."""
+    from autotuner.decorator.kernel_problem import pruned_keys
+
+    left = [json.dumps(c, separators=(",", ":")) for c in CONFIGS[1:]]
+    call = {**_call(64), "pruned": left}
+    assert pruned_keys(call) == left
+    made = derived_call(call, {"M": 64, "N": 1024, "K": 256}, {"M": 300, "N": 1024, "K": 256})
+    assert made is not None and "pruned" not in made and pruned_keys(made) is None
+    assert pruned_keys({**_call(64), "pruned": "all"}) is None
+    assert pruned_keys({**_call(64), "pruned": [1, 2]}) is None
+    assert pruned_keys(None) is None

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from autotuner.decorator.kernel_problem import KernelProblem, rebuild_args
+from autotuner.decorator.kernel_problem import KernelProblem, pruned_keys, rebuild_args
 from autotuner.decorator.spec import Hooks, KernelSpec
 from kernels._backend import interpreting
 from search_spaces.contract import DOT_TOLERANCE, Option, TunableOp
@@ -132,7 +132,8 @@ class EngineView:
             launch=self.launch, checked=self.checked, make_inputs=self.inputs,
             problem_from_inputs=lambda inputs: spec.keys.problem(inputs["args"]),
             reference=self.reference if spec.reference is not None else None,
-            tolerance=DOT_TOLERANCE, sources=(spec.base_fn,), imports=self.imports, refine=self.refine)
+            tolerance=DOT_TOLERANCE, sources=(spec.base_fn,), imports=self.imports, refine=self.refine,
+            allowed=lambda problem: pruned_keys(problem.call))
 
     def refine(self, problem: KernelProblem) -> KernelProblem:
         """A key parsed from text (GET /config, the command line, an import) as this kernel's launches make

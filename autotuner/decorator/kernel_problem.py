@@ -5,9 +5,10 @@ arguments (as `@triton.autotune` keys its cache), plus, when recorded, what a wo
     dtype  "float16"                   the tensor arguments' dtypes, in argument order (one name when all agree)
     key    "M=4096,N=4096,K=4096:float16"
 
-A recorded call holds each argument (a tensor's shape, strides and dtype; any other value as it was) and the
-grid for each candidate config, so `autotuner worker` can rebuild arguments of the same form (random values, or
-the decorator's `make_inputs`) and launch the kernel as its caller did.
+A recorded call holds each argument (a tensor's shape, strides and dtype; any other value as it was), the grid
+for each candidate config and, for a kernel that prunes its configs, the keys of those its pruning left (`pruned`),
+so `autotuner worker` can rebuild arguments of the same form (random values, or the decorator's `make_inputs`),
+launch the kernel as its caller did, and measure only what `triton.autotune` would have.
 """
 
 from __future__ import annotations
@@ -147,8 +148,10 @@ def forms(named: Mapping[str, Any]) -> dict[str, Any]:
     return {k: TensorForm(v) if isinstance(v, torch.Tensor) else v for k, v in named.items()}
 
 
-def record_call(arg_names: list[str], named: Mapping[str, Any], grids: Mapping[str, tuple[int, ...]]) -> dict[str, Any]:
-    """What a worker needs to replay a launch: each argument's form, and the grid of each candidate config."""
+def record_call(arg_names: list[str], named: Mapping[str, Any], grids: Mapping[str, tuple[int, ...]],
+                pruned: list[str] | None = None) -> dict[str, Any]:
+    """What a worker needs to replay a launch: each argument's form, the grid of each candidate config, and
+    (`pruned`) the keys of the configs the kernel's pruning left for it, which are all a worker measures."""
     args: dict[str, Any] = {}
     for name in arg_names:
         if name not in named:
@@ -161,7 +164,18 @@ def record_call(arg_names: list[str], named: Mapping[str, Any], grids: Mapping[s
         else:
             raise TypeError(f"argument {name} is a {type(v).__name__}, which a recorded call cannot hold (tensors, "
                             "numbers, booleans, strings and None can be recorded)")
-    return {"args": args, "grids": {k: list(g) for k, g in grids.items()}}
+    call: dict[str, Any] = {"args": args, "grids": {k: list(g) for k, g in grids.items()}}
+    if pruned is not None:
+        call["pruned"] = list(pruned)
+    return call
+
+
+def pruned_keys(call: Mapping[str, Any] | None) -> list[str] | None:
+    """The config keys a recorded call's pruning left (None: it records none, or not as a list of keys)."""
+    pruned = call.get("pruned") if call else None
+    if not isinstance(pruned, list) or not all(isinstance(k, str) for k in pruned):
+        return None
+    return pruned
 
 
 def rebuild_args(call: Mapping[str, Any], device: str, seed: int = 0) -> dict[str, Any]:

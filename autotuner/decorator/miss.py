@@ -158,6 +158,7 @@ def record(view: EngineView, miss: Miss, *, background: bool = False, tuned: boo
         return
 
     pause = _let_launches_run if background else _no_pause
+    pruned = view.spec.pruned(miss)  # (on the launching thread, with the launch's own arguments; once per miss)
     if background:  # what waits for the other thread holds the tensors' forms, not the tensors (nor their memory)
         miss = dataclasses.replace(miss, args=(), kwargs=forms(miss.kwargs), named=forms(miss.named), pruned=None)
 
@@ -167,7 +168,8 @@ def record(view: EngineView, miss: Miss, *, background: bool = False, tuned: boo
             pause()
             candidates = spec.space.candidates(miss.problem, miss.device)
             pause()
-            call = record_call(spec.keys.arg_names, miss.named, _grids(miss, candidates, pause))
+            call = record_call(spec.keys.arg_names, miss.named, _grids(miss, candidates, pause),
+                               [config_key(c) for c in pruned] if pruned is not None else None)
             pause()
             problem = spec.keys.problem(miss.named, call)
             pause()

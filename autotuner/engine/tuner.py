@@ -335,6 +335,10 @@ def _plan(op: Op, problem: ProblemType, *, store: RunStore, settings: Settings, 
     if plan.candidates is not None:
         allowed = {config_key(c) for c in plan.candidates}
         cands = Candidates([c for c in cands.valid if config_key(c) in allowed], cands.rejected)
+    left = op.allowed(problem) if op.allowed is not None else None
+    if left is not None:  # (a pruned list that leaves none of these: recorded before the kernel's configs changed)
+        narrowed = [c for c in cands.valid if config_key(c) in set(left)]
+        cands = Candidates(narrowed, cands.rejected) if narrowed else cands
     default = op.space.default(problem, device)
     budget = min(plan.trials, len(cands.valid)) if plan.trials is not None else \
         (None if plan.time_budget_s else max(1, min(len(cands.valid), DEFAULT_TRIALS)))
