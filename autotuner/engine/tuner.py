@@ -337,7 +337,8 @@ def _plan(op: Op, problem: ProblemType, *, store: RunStore, settings: Settings, 
         cands = Candidates([c for c in cands.valid if config_key(c) in allowed], cands.rejected)
     left = op.allowed(problem) if op.allowed is not None else None
     if left is not None:  # (a pruned list that leaves none of these: recorded before the kernel's configs changed)
-        narrowed = [c for c in cands.valid if config_key(c) in set(left)]
+        kept_keys = set(left)
+        narrowed = [c for c in cands.valid if config_key(c) in kept_keys]
         cands = Candidates(narrowed, cands.rejected) if narrowed else cands
     default = op.space.default(problem, device)
     budget = min(plan.trials, len(cands.valid)) if plan.trials is not None else \
