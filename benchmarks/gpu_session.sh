@@ -35,7 +35,7 @@
 #              4.57.1 and its dependencies but numpy (`pip download --only-binary=:all: --python-version 3.12`);
 #              .whl/tutorial/fused_attention.py is python/tutorials/06-fused-attention.py of triton-lang/triton at
 #              003da478, its TMA forward (with configs, keep_tma, _tma_pre_hook) and backward kept as they are
-# Logs and JSON go to $OUT; each step's table is printed at its end.
+# Logs and JSON go to $OUT, packed into $OUT/out.tgz at the end; each step's table is printed at its end.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
@@ -43,6 +43,14 @@ export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/device.txt"
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" | tee -a "$OUT/device.txt"
 STEPS=",${STEPS:-tier,overhead},"
+# What comes back from $OUT is counted in files: at the end (or when stopped by a timeout's SIGTERM) everything but
+# device.txt goes into one archive, out.tgz (a call with several steps lost the files past the count before).
+pack() {
+  trap - EXIT TERM
+  (cd "$OUT" && find . -type f ! -name device.txt ! -name out.tgz -print0 | tar czf out.tgz --null -T - --remove-files)
+}
+trap pack EXIT
+trap 'pack; exit 143' TERM
 step() { echo "== $1"; }
 if [[ $STEPS == *,tier,* ]]; then
   step "GPU tier"
