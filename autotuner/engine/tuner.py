@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 
@@ -326,6 +326,12 @@ def _record(t: _Tuning) -> str:
     return status
 
 
+def _only(cands: Candidates, keys: Iterable[str]) -> Candidates:
+    """The valid candidates whose config keys are among `keys` (the rejected ones as they were)."""
+    wanted = set(keys)
+    return Candidates([c for c in cands.valid if config_key(c) in wanted], cands.rejected)
+
+
 def _plan(op: Op, problem: ProblemType, *, store: RunStore, settings: Settings, plan: Plan, device: DeviceInfo,
              observer: TuneObserver, measurer: Measurer | None, kept: KeptProcesses | None,
              job_id: int | None, lanes: Sequence[Lane] | None = None) -> _Tuning:
@@ -333,13 +339,11 @@ def _plan(op: Op, problem: ProblemType, *, store: RunStore, settings: Settings, 
     check_fits(op, problem, device, settings.max_problem_bytes)
     cands = op.space.enumerate(problem, device)
     if plan.candidates is not None:
-        allowed = {config_key(c) for c in plan.candidates}
-        cands = Candidates([c for c in cands.valid if config_key(c) in allowed], cands.rejected)
+        cands = _only(cands, map(config_key, plan.candidates))
     left = op.allowed(problem) if op.allowed is not None else None
     if left is not None:  # (a pruned list that leaves none of these: recorded before the kernel's configs changed)
-        kept_keys = set(left)
-        narrowed = [c for c in cands.valid if config_key(c) in kept_keys]
-        cands = Candidates(narrowed, cands.rejected) if narrowed else cands
+        narrowed = _only(cands, left)
+        cands = narrowed if narrowed.valid else cands
     default = op.space.default(problem, device)
     budget = min(plan.trials, len(cands.valid)) if plan.trials is not None else \
         (None if plan.time_budget_s else max(1, min(len(cands.valid), DEFAULT_TRIALS)))
