@@ -12,6 +12,10 @@ import os
 import sys
 from typing import Any, NamedTuple
 
+# True in a process whose Triton launches compile and never run (a compile pool's: autotuner.engine.compile_pool):
+# there, kernels take meta tensors (shapes, strides and dtypes without memory) as a GPU's.
+COMPILE_ONLY = False
+
 # cuDeviceGetAttribute's CUdevice_attribute values (cuda.h)
 _SM_COUNT, _CC_MAJOR, _CC_MINOR, _SMEM_OPTIN = 16, 75, 76, 97
 
@@ -71,15 +75,38 @@ def cuda_properties(index: int) -> CudaProperties:
                           values["smem_optin"])
 
 
+_PROPERTIES: dict[int, CudaProperties] = {}
+
+
+def gpu_index(device: Any) -> int | None:
+    """The CUDA device a tensor's torch device stands for: a CUDA tensor's own (the current one where it names
+    none); in a COMPILE_ONLY process a meta tensor's the current CUDA device (what the process compiles for); None
+    otherwise (the CPU: the interpreter)."""
+    if device.type == "cuda" and device.index is not None:
+        return int(device.index)
+    if device.type == "cuda" or (device.type == "meta" and COMPILE_ONLY):
+        return int(sys.modules["torch"].cuda.current_device())
+    return None
+
+
+def gpu_properties(device: Any) -> CudaProperties | None:
+    """`cuda_properties` of a tensor's torch device (`gpu_index`), asked of the driver once per device; None for
+    the CPU."""
+    index = gpu_index(device)
+    if index is None:
+        return None
+    if index not in _PROPERTIES:
+        _PROPERTIES[index] = cuda_properties(index)
+    return _PROPERTIES[index]
+
+
 _SMS: dict[int | None, int] = {}
 
 
 def sm_count(device: Any) -> int:
     """SMs of a tensor's torch device (a persistent kernel's grid), asked of the driver once per device; a CPU
     tensor's (the interpreter's) are the CPU's cores, as autotuner.base.device counts them."""
-    index = None
-    if device.type == "cuda":
-        index = device.index if device.index is not None else int(sys.modules["torch"].cuda.current_device())
+    index = gpu_index(device)
     if index not in _SMS:
         _SMS[index] = (os.cpu_count() or 1) if index is None else cuda_properties(index).sm_count
     return _SMS[index]

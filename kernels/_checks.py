@@ -40,9 +40,10 @@ def check_same_device(**tensors: torch.Tensor | None) -> torch.device:
         if d != first:
             listing = ", ".join(f"{n} on {dv}" for n, dv in devices.items())
             raise ValueError(f"all tensors must be on one device; got {listing}")
+    from kernels import _backend
     from kernels._backend import interpreting
 
-    if not interpreting() and first.type != "cuda":
+    if not interpreting() and first.type != "cuda" and not (first.type == "meta" and _backend.COMPILE_ONLY):
         raise ValueError(f"tensors are on {first}; Triton kernels need CUDA tensors (or TRITON_INTERPRET=1 for CPU)")
     if interpreting() and first.type != "cpu":
         raise ValueError(f"tensors are on {first}; in Triton's interpreter (TRITON_INTERPRET=1) they must be on the CPU")

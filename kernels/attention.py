@@ -22,7 +22,7 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from kernels._backend import dot_needs_upcast, interpreting, sm_count
+from kernels._backend import dot_needs_upcast, gpu_index, gpu_properties, sm_count
 from kernels._checks import (
     check_config,
     check_last_dim_contiguous,
@@ -225,15 +225,16 @@ def attention_kernel(
 
 
 @functools.cache
-def _l2_bytes(device: torch.device) -> int:
-    """The device's L2 size, read once per device (every causal launch asks)."""
-    return int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", DEFAULT_L2_BYTES))
+def _l2_bytes(index: int) -> int:
+    """CUDA device `index`'s L2 size, read once per device (every causal launch asks)."""
+    return int(getattr(torch.cuda.get_device_properties(index), "L2_cache_size", DEFAULT_L2_BYTES))
 
 
 def causal_group(q: torch.Tensor) -> int:
     """How many (batch, head) pairs a causal launch orders together, longest query blocks first: as many
     as have their keys and values in L2_SHARE of the L2 cache (at least 1, at most all)."""
-    l2 = _l2_bytes(q.device) if q.is_cuda else DEFAULT_L2_BYTES
+    index = gpu_index(q.device)  # (a meta tensor's: autotuner.engine.compile_pool's)
+    l2 = _l2_bytes(index) if index is not None else DEFAULT_L2_BYTES
     kv_bytes = 2 * q.shape[2] * q.shape[3] * q.element_size()
     return max(1, min(q.shape[0] * q.shape[1], int(l2 * L2_SHARE) // kv_bytes))
 
@@ -243,7 +244,8 @@ def _tma_ready(*tensors: torch.Tensor) -> bool:
     aligned bases and strides. When not, the kernel loads through pointers (same result). Device-side
     descriptors need scratch memory from an allocator; one is installed unless the caller set their own."""
     t0 = tensors[0]
-    if not interpreting() and torch.cuda.get_device_capability(t0.device)[0] < 9:
+    props = gpu_properties(t0.device)
+    if props is not None and props.capability[0] < 9:
         return False
     for t in tensors:
         if t.data_ptr() % 16 or any((s * t.element_size()) % 16 for s in t.stride()[:3]):

@@ -49,7 +49,7 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from kernels._backend import dot_needs_upcast, interpreting, sm_count
+from kernels._backend import dot_needs_upcast, gpu_properties, sm_count
 from kernels._checks import check_config, check_pow2, check_same_device, check_tensor, new_output
 from kernels._counters import zeroed_counters
 from kernels._descriptors import ensure_allocator
@@ -326,7 +326,8 @@ def persistent_unsupported(config: Mapping[str, Any], float32: bool) -> str | No
 def _tma_ready(*matrices: torch.Tensor) -> bool:
     """Whether TMA descriptors can address these matrices: a Hopper (or later) GPU or the interpreter, the last
     dimension contiguous, 16-byte aligned bases and row strides."""
-    if not interpreting() and torch.cuda.get_device_capability(matrices[0].device)[0] < 9:
+    props = gpu_properties(matrices[0].device)
+    if props is not None and props.capability[0] < 9:
         return False
     return all(t.stride(1) == 1 and t.data_ptr() % 16 == 0 and (t.stride(0) * t.element_size()) % 16 == 0
                for t in matrices)

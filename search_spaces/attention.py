@@ -16,6 +16,7 @@ from search_spaces.problem import (
     ProblemError,
     dims_pattern,
     dims_str,
+    normal,
     parse_dims,
     parse_dtype,
     pow2_bucket,
@@ -92,8 +93,7 @@ class AttentionProblem(ProblemBase):
 
 def make_inputs(p: AttentionProblem, device: str) -> dict[str, Any]:
     g = seeded(device, 0)
-    q, k, v = (torch.randn(p.batch, heads, p.seq, p.head_dim, generator=g, device=device).to(p.torch_dtype)
-               for heads in (p.heads, p.kv, p.kv))
+    q, k, v = (normal((p.batch, heads, p.seq, p.head_dim), g, device, p.torch_dtype) for heads in (p.heads, p.kv, p.kv))
     return {"q": q, "k": k, "v": v, "causal": p.causal}
 
 

@@ -15,6 +15,7 @@ from search_spaces.problem import (
     ProblemBase,
     ProblemError,
     dims_pattern,
+    normal,
     parse_dims,
     parse_dtype,
     pow2_bucket,
@@ -74,7 +75,7 @@ class GeluProblem(ProblemBase):
 
 def make_inputs(p: GeluProblem, device: str) -> dict[str, Any]:
     g = seeded(device, 0)
-    return {"x": (3.0 * torch.randn(p.n, generator=g, device=device)).to(p.torch_dtype), "approximate": p.approximate}
+    return {"x": normal((p.n,), g, device, p.torch_dtype, scale=3.0), "approximate": p.approximate}
 
 
 def problem_from_inputs(inputs: dict[str, Any]) -> GeluProblem:

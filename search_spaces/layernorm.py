@@ -9,7 +9,7 @@ from kernels import _checks
 from kernels import layernorm as k_layernorm
 from kernels._torch import lazy
 from search_spaces.contract import ELEMENTWISE_TOLERANCE, Example, LibraryCall, TunableOp, tensor_signature
-from search_spaces.problem import seeded
+from search_spaces.problem import normal, seeded
 from search_spaces.rowwise import DTYPES, RowwiseProblem, element_bytes, make_space, problem_from_x, random_rows
 from search_spaces.space import Space
 
@@ -28,9 +28,9 @@ class LayerNormProblem(RowwiseProblem):
 
 def make_inputs(p: LayerNormProblem, device: str) -> dict[str, Any]:
     g = seeded(device, 1)
-    weight = (1.0 + 0.5 * torch.randn(p.cols, generator=g, device=device)).to(p.torch_dtype)
-    bias = (0.5 * torch.randn(p.cols, generator=g, device=device)).to(p.torch_dtype)
-    x = random_rows(p, device) + 3.0  # a non-zero mean, so centring is exercised
+    weight = normal((p.cols,), g, device, p.torch_dtype, scale=0.5, shift=1.0)
+    bias = normal((p.cols,), g, device, p.torch_dtype, scale=0.5)
+    x = random_rows(p, device, offset=3.0)  # a non-zero mean, so centring is exercised
     return {"x": x, "weight": weight, "bias": bias, "eps": EPS}
 
 

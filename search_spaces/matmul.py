@@ -17,6 +17,7 @@ from search_spaces.problem import (
     ProblemError,
     dims_pattern,
     dims_str,
+    normal,
     parse_dims,
     parse_dtype,
     pow2_bucket,
@@ -83,10 +84,9 @@ class MatmulProblem(ProblemBase):
 
 def make_inputs(p: MatmulProblem, device: str) -> dict[str, Any]:
     g = seeded(device, 0)
-    a = torch.randn(p.M, p.K, generator=g, device=device).to(p.torch_dtype)
-    b = torch.randn(p.K, p.N, generator=g, device=device).to(p.torch_dtype)
-    bias = None if not p.epilogue.startswith("bias") else \
-        torch.randn(p.N, generator=g, device=device).to(p.torch_dtype)
+    a = normal((p.M, p.K), g, device, p.torch_dtype)
+    b = normal((p.K, p.N), g, device, p.torch_dtype)
+    bias = normal((p.N,), g, device, p.torch_dtype) if p.epilogue.startswith("bias") else None
     return {"a": a, "b": b, "bias": bias, "epilogue": p.epilogue}
 
 

@@ -35,10 +35,29 @@ def torch_dtype_of(name: str) -> torch.dtype:
     return dtype
 
 
-def seeded(device: str, seed: int) -> torch.Generator:
+def seeded(device: str, seed: int) -> torch.Generator | None:
     """A generator on the device the inputs live on: a problem's inputs are drawn there (16M normals on the CPU
-    took 0.2 s, in the trial process and in every compile process), the same in every process of the host."""
+    took 0.2 s, in the trial process and in every compile process), the same in every process of the host. None
+    for meta tensors (a compile pool process's inputs: shapes without values)."""
+    if str(device) == "meta":
+        return None
     return torch.Generator(device=device).manual_seed(seed)
+
+
+def normal(shape: tuple[int, ...], g: torch.Generator | None, device: str, dtype: torch.dtype, scale: float = 1.0,
+           shift: float = 0.0) -> torch.Tensor:
+    """`shift + scale * N(0, 1)` values of `shape` drawn with `g` on `device`, then cast to `dtype`. On meta (a compile
+    pool process's inputs: autotuner.engine.compile_pool) an empty tensor of that shape and dtype: drawing or
+    arithmetic on meta tensors imports torch's Python meta kernels (a second, several with a pool's fifteen
+    processes importing at once), and a compile needs no values."""
+    if str(device) == "meta":
+        return torch.empty(shape, dtype=dtype, device="meta")
+    x = torch.randn(*shape, generator=g, device=device)
+    if scale != 1.0:
+        x = scale * x
+    if shift:
+        x = shift + x
+    return x.to(dtype)
 
 
 def parse_dtype(name: object, accepted: tuple[str, ...]) -> str:

@@ -18,6 +18,7 @@ from search_spaces.problem import (
     ProblemBase,
     dims_pattern,
     dims_str,
+    normal,
     parse_dims,
     parse_dtype,
     pow2_bucket,
@@ -73,9 +74,10 @@ class RowwiseProblem(ProblemBase):
         return torch_dtype_of(self.dtype)
 
 
-def random_rows(p: RowwiseProblem, device: str, scale: float = 2.0) -> torch.Tensor:
-    g = seeded(device, 0)
-    return (scale * torch.randn(p.rows, p.cols, generator=g, device=device)).to(p.torch_dtype)
+def random_rows(p: RowwiseProblem, device: str, scale: float = 2.0, offset: float = 0.0) -> torch.Tensor:
+    """`scale * N(0, 1)` rows in the problem's dtype, then `offset` added in that dtype."""
+    x = normal((p.rows, p.cols), seeded(device, 0), device, p.torch_dtype, scale=scale)
+    return x + offset if offset and str(device) != "meta" else x
 
 
 def element_bytes(p: RowwiseProblem) -> int:

@@ -33,6 +33,36 @@ def test_a_child_sees_the_environment_of_when_it_is_made(monkeypatch):
         proc.join(30)
 
 
+def _report_triton_key(conn, env):
+    processes.adopt(env)
+    import triton.runtime.cache as cache
+
+    conn.send((cache.triton_key(), hasattr(cache.triton_key, "cache_info"), os.environ.get(processes.TRITON_KEY)))
+
+
+def test_a_child_is_handed_tritons_installation_hash_instead_of_hashing_it(monkeypatch):
+    """The command hashes Triton's files once (libtriton's half a GiB among them); every child it makes gets the
+    hash, and none of them computes it again. A value set in the environment by anyone else is never passed on."""
+    processes.start()
+    monkeypatch.setenv(processes.TRITON_KEY, "set by someone else")
+    monkeypatch.setitem(processes._triton_key, "thread", None)
+    monkeypatch.setitem(processes._triton_key, "value", None)
+    processes._hash_triton()  # what start() runs on a thread where kernels compile (not under the interpreter)
+    from triton.runtime.cache import triton_key
+
+    assert processes._triton_key["value"] == triton_key()
+    ctx = processes.context()
+    parent, child = ctx.Pipe()
+    proc = ctx.Process(target=_report_triton_key, args=(child, processes.environment()))
+    proc.start()
+    try:
+        assert parent.poll(120)
+        key, hashed_itself, left_in_env = parent.recv()
+    finally:
+        proc.join(30)
+    assert key == triton_key() and not hashed_itself and left_in_env is None
+
+
 def test_speculative_compiles_take_idle_pool_workers_only_and_count_when_asked():
     sm = get_op("softmax")
     problem = sm.parse_problem("8x64")

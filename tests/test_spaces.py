@@ -322,3 +322,25 @@ def test_unknown_op_lists_the_known_ones():
         get_op("conv")
     assert issubclass(UnknownOpError, ValueError)
     assert isinstance(ProblemError("x"), ValueError)
+
+
+def _layout(value):
+    """What a compiled kernel depends on in an input: a tensor's shape, strides, dtype and offset; else the value."""
+    if isinstance(value, torch.Tensor):
+        return tuple(value.shape), value.stride(), value.dtype, value.storage_offset()
+    return value
+
+
+@pytest.mark.parametrize("op", builtin_ops(), ids=lambda op: op.name)
+def test_inputs_on_meta_have_the_layout_of_real_ones(op):
+    """A compile pool process launches on meta inputs (no CUDA context, no memory: autotuner.engine.compile_pool) what
+    the trial worker then runs on real ones, so both must specialize the kernel alike."""
+    assert op.examples
+    for example in op.examples:
+        problem = op.parse_problem(example.shape, example.dtype or "float16", **example.options)
+        meta, real = op.make_inputs(problem, "meta"), op.make_inputs(problem, "cpu")
+        assert meta.keys() == real.keys()
+        for name in real:
+            assert _layout(meta[name]) == _layout(real[name]), (op.name, example.shape, name)
+            if isinstance(meta[name], torch.Tensor):
+                assert meta[name].device.type == "meta"

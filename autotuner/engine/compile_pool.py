@@ -1,9 +1,18 @@
 """Compile candidates ahead of timing in a process pool (compile is CPU work, timing is GPU work).
 
-Each pool process builds the problem's inputs once and launches each config it is handed once, compiling and
-loading it but not running it (`compile_only`: the trial worker times on the same GPU); Triton writes the compiled
-kernel to its on-disk cache, so the trial worker's first launch only loads it. A compile error or an
-out-of-resources config is reported from here and never reaches the trial worker.
+Each pool process builds the problem's inputs once and launches each config it is handed once, compiling it but
+not running it (`compile_only`: the trial worker times on the same GPU); Triton writes the compiled kernel to its
+on-disk cache, so the trial worker's first launch only loads it. A compile error or a config over the device's
+shared memory is reported from here and never reaches the trial worker.
+
+A pool process makes no CUDA context: compiling needs only the device's type (Triton's target, from the driver),
+and the inputs it launches with are meta tensors (shapes, strides, dtypes and, through their offsets, alignment:
+what Triton specializes a kernel on), so the binary is the one the trial worker's real tensors ask for. Fifteen
+contexts made at once took 1.7-2 s each on an H100 before the first compile could start, slowed the trial worker's
+own, and held half a GiB of device memory each (benchmarks/RESULTS.md, session 38). An op whose launch needs real
+memory (a recorded kernel whose `make_inputs` reads values, say) fails on meta tensors with something other than a
+compile error: that process then makes its context and real inputs, as every pool process did before, and compiles
+and loads there from then on.
 """
 
 from __future__ import annotations
@@ -22,28 +31,60 @@ from autotuner.engine.trial_process import WorkerSpec, die_with_parent, warm_up
 _STATE: dict[str, Any] = {}
 # Compiling is background work: the trial worker's timing loop and the search must never wait for a core.
 NICE = 10
+META = "meta"  # the torch device of a pool process's inputs until an op needs real ones
 
 
 def compile_only() -> None:
     """From now on every Triton launch in this process (a built-in op's, a decorated kernel's) compiles the kernel
-    and loads it into the CUDA context, where a config over the device's shared memory or threads fails as at a
-    real launch, and does not run it. Running them put this process's kernels on the GPU in the middle of the trial
-    worker's timings: the GPU switches between the processes' contexts, and a microsecond config timed many times
-    slower while the pool compiled ahead (benchmarks/RESULTS.md)."""
+    and does not run it: `prepare` (no CUDA context: meta inputs) or, where the process has made its context,
+    loads it into the context, where a config over the device's shared memory or threads fails as at a real
+    launch. Running them put this process's kernels on the GPU in the middle of the trial worker's timings: the GPU
+    switches between the processes' contexts, and a microsecond config timed many times slower while the pool
+    compiled ahead (benchmarks/RESULTS.md)."""
     from triton.runtime.jit import JITFunction
 
+    from kernels import _backend, _direct
+
+    _backend.COMPILE_ONLY = True  # kernels take meta tensors as a GPU's
+    _direct.DIRECT = False  # its first call reads the compiled kernel's loaded function: every call through Triton
     launch = JITFunction.run
     if getattr(launch, "compile_only", False):
         return
+    from triton.runtime.driver import driver
+
+    # Triton's launch asks torch for the current stream first thing, which makes the device's CUDA context (0.13 s
+    # alone, seconds with fifteen processes at once); a launch that never runs needs none.
+    driver.active.get_current_stream = _no_stream
 
     def run(self: Any, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> Any:
         kernel = launch(self, *args, grid=grid, warmup=True, **kwargs)
         if kernel is not None:
-            kernel.run  # noqa: B018  (loads it: Triton's checks of the device's limits happen here)
+            if _STATE.get("device") == META:
+                prepare(kernel)
+            else:
+                kernel.run  # noqa: B018  (loads it: Triton's checks of the device's limits happen here)
         return kernel
 
     run.compile_only = True  # type: ignore[attr-defined]
     JITFunction.run = run  # type: ignore[method-assign]
+
+
+def _no_stream(device: Any = None) -> int:
+    return 0
+
+
+def prepare(kernel: Any) -> None:
+    """What a compiled kernel's first launch does before loading it into a CUDA context (Triton's
+    `CompiledKernel._init_handles`): its launcher is built (a C module Triton keeps in its cache, which the trial
+    worker then loads instead of building) and its shared memory checked against the device's."""
+    from triton.runtime.driver import driver
+    from triton.runtime.errors import OutOfResources
+
+    device = driver.active.get_current_device()
+    driver.active.launcher_cls(kernel.src, kernel.metadata)
+    max_shared = driver.active.utils.get_device_properties(device)["max_shared_mem"]
+    if kernel.metadata.shared > max_shared:
+        raise OutOfResources(kernel.metadata.shared, max_shared, "shared memory")
 
 
 def _init(spec: WorkerSpec | None, env: dict[str, str] | None = None, device_index: int | None = None) -> None:
@@ -55,10 +96,11 @@ def _init(spec: WorkerSpec | None, env: dict[str, str] | None = None, device_ind
         except OSError:  # pragma: no cover - not allowed here
             pass
         if device_index is not None or (spec is not None and spec.device_index is not None):
+            _STATE["device"] = META
             compile_only()
         compile_lock.install()  # another worker's pool compiling the same binary is waited for, not repeated
     if spec is None:  # started ahead of its first problem (CompilePool.prestart)
-        warm_up(device_index, timing=False)
+        warm_up(device_index, timing=False, context=False)
         return
     import torch
 
@@ -66,12 +108,43 @@ def _init(spec: WorkerSpec | None, env: dict[str, str] | None = None, device_ind
     from autotuner.base.registry import import_op, load_plugins
 
     load_plugins(list(spec.plugins))
-    if spec.device_index is not None:
-        torch.cuda.set_device(spec.device_index)
     op = import_op(spec.op, trusted=True)  # the parent holds this op: it imported or allowed it
     problem = op.problem_from_dict(spec.problem)
-    _STATE.update(op=op, inputs=op.make_inputs(problem, current_device(spec.device_index).torch_device), torch=torch,
-                  spec=spec)
+    index = spec.device_index
+    if index is None:  # the interpreter's
+        device = current_device(None).torch_device
+    elif _STATE.get("device", META) != META or not _same_target(index):
+        device = _with_context(index)
+    else:
+        device = META
+    try:
+        inputs = op.make_inputs(problem, device)
+    except Exception:
+        if device != META or index is None:
+            raise
+        device = _with_context(index)  # inputs that need real memory to be made
+        inputs = op.make_inputs(problem, device)
+    _STATE.update(op=op, inputs=inputs, torch=torch, spec=spec)
+
+
+def _same_target(index: int) -> bool:
+    """Whether Triton, compiling for this process's current CUDA device, compiles for device `index`'s type (a
+    host's GPUs are alike as a rule: then no context is made to switch to it)."""
+    import torch
+
+    from kernels._backend import cuda_properties
+
+    return cuda_properties(int(torch.cuda.current_device())).capability == cuda_properties(index).capability
+
+
+def _with_context(index: int) -> str:
+    """This process makes its CUDA context on device `index`, and makes real inputs and loads what it compiles from
+    now on; returns the torch device they live on."""
+    import torch
+
+    torch.cuda.set_device(index)
+    _STATE["device"] = f"cuda:{index}"
+    return _STATE["device"]
 
 
 def _compile(spec: WorkerSpec, config: dict[str, Any]) -> Outcome | float:
@@ -81,14 +154,23 @@ def _compile(spec: WorkerSpec, config: dict[str, Any]) -> Outcome | float:
     t0 = time.perf_counter()
     try:
         _STATE["op"].run(_STATE["inputs"], config)
-        if spec.device_index is not None:  # (the interpreter runs a config without compiling it)
+        if spec.device_index is not None and _STATE["device"] != META:  # (the interpreter runs it without compiling)
             _STATE["torch"].cuda.synchronize()
     except Exception as exc:
         status = classify(exc)
+        if _STATE.get("device") == META and spec.device_index is not None and not _from_triton(exc):
+            _with_context(spec.device_index)  # the op needs real memory: from now on, it has it
+            _init(spec)
+            return _compile(spec, config)
         if status in ("compile_error", "out_of_resources", "invalid"):
             return Outcome(status, error=short_error(exc))
         raise  # a crash here is left to the isolated trial worker to reproduce and record
     return time.perf_counter() - t0
+
+
+def _from_triton(exc: BaseException) -> bool:
+    """A compile error or an out-of-resources verdict of Triton's: the config's, whatever memory the inputs are in."""
+    return classify(exc) in ("compile_error", "out_of_resources") and type(exc).__module__.startswith("triton")
 
 
 def _started() -> None:

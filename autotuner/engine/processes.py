@@ -8,14 +8,22 @@ in the server (nothing it imports touches the device), so each child makes its o
 
 A child of the server starts with the server's environment, which is the command's environment at `start()`;
 `adopt(env)` gives it the parent's environment as it is when the child is made, as spawn would have.
+
+Triton's installation hash (`triton_key`: the first part of every cache key, a SHA-256 of its files, libtriton's
+half a GiB among them) is computed once, in the command, while the server imports; each child is handed it instead
+of hashing the files again (0.4-0.7 s of every process's start with fifteen hashing at once; Triton's own
+compile-warmup pool hands its workers the key the same way). The server itself never computes it: that made every
+child's CUDA initialisation fail on an H100 with Triton 3.6 (benchmarks/RESULTS.md, session 22).
 """
 
 from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import sys
+import threading
 from multiprocessing.context import ForkServerContext
-from typing import cast
+from typing import Any, cast
 
 # Only these: the server must leave CUDA as it found it. Computing Triton's cache-key hash here as well (so that each
 # child would inherit it instead of hashing libtriton itself, 0.7 s), in a thread during torch's import or after it,
@@ -23,6 +31,8 @@ from typing import cast
 PRELOAD = ["torch", "triton", "triton.language"]
 
 _started = False
+TRITON_KEY = "AUTOTUNER_TRITON_KEY"  # how a child is handed the hash (taken out of its environment by `adopt`)
+_triton_key: dict[str, Any] = {}  # "thread": computing it, "value": the hash
 
 
 def is_main_process() -> bool:
@@ -39,6 +49,20 @@ def start() -> None:
     from multiprocessing import forkserver
 
     forkserver.ensure_running()
+    from kernels._backend import interpreting
+
+    if not interpreting():  # (the interpreter compiles nothing)
+        _triton_key["thread"] = threading.Thread(target=_hash_triton, name="triton-key", daemon=True)
+        _triton_key["thread"].start()
+
+
+def _hash_triton() -> None:
+    try:
+        from triton.runtime.cache import triton_key
+
+        _triton_key["value"] = str(triton_key())
+    except Exception:  # noqa: S110 - a Triton without it: each child computes what it needs, as before
+        pass
 
 
 def context() -> ForkServerContext:
@@ -57,15 +81,43 @@ def child_environment(extra: dict[str, str]) -> None:
 
 
 def environment() -> dict[str, str]:
-    """The environment a child should see: this process's, now, and what child_environment added."""
-    return {**os.environ, **_for_children}
+    """The environment a child should see: this process's, now, and what child_environment added; and Triton's
+    installation hash, once this process has it (waited for: the fork server's imports take longer)."""
+    env = {**os.environ, **_for_children}
+    env.pop(TRITON_KEY, None)  # only ever this process's own
+    thread = _triton_key.get("thread")
+    if thread is not None:
+        thread.join()
+    if _triton_key.get("value"):
+        env[TRITON_KEY] = _triton_key["value"]
+    return env
 
 
 def adopt(env: dict[str, str]) -> None:
-    """In a child: take the parent's environment (before importing anything that reads it)."""
+    """In a child: take the parent's environment (before importing anything that reads it), and Triton's
+    installation hash where the parent handed it."""
+    env = dict(env)
+    key = env.pop(TRITON_KEY, None)
     if env != os.environ:
         os.environ.clear()
         os.environ.update(env)
+    if key:
+        use_triton_key(key)
+
+
+def use_triton_key(key: str) -> None:
+    """Triton's `triton_key()` gives `key` in this process from now on, wherever a module bound it by name."""
+    import triton.runtime.cache as cache
+
+    original = cache.triton_key
+
+    def triton_key() -> str:
+        return key
+
+    for module in list(sys.modules.values()):
+        names = getattr(module, "__dict__", None)  # (not getattr on the module: some compute missing names)
+        if isinstance(names, dict) and names.get("triton_key") is original:
+            names["triton_key"] = triton_key
 
 
 def host_share(configured: int, gpus: int) -> int:

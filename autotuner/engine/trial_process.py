@@ -150,20 +150,28 @@ def die_with_parent() -> None:
             pass
 
 
-def warm_up(device_index: int | None, timing: bool = True) -> dict[str, float]:
-    """In a new process with no problem yet: make the CUDA context, import the ops, compute Triton's installation
+def warm_up(device_index: int | None, timing: bool = True, context: bool = True) -> dict[str, float]:
+    """In a new process with no problem yet: make the CUDA context (unless not `context`: a compile process
+    compiles without one; it loads Triton's driver module instead), import the ops, compute Triton's installation
     hash (its cache key's first part, once per process, which each process's first compile or cache lookup would
     otherwise pay), and, in a process that will time (`timing`; a compile process runs nothing), start cuBLAS
     (its handle and workspace, which the first reference or baseline would otherwise pay) and launch the L2 flush
     once (a Triton kernel: with a cold cache its compile, its launcher's and Triton's driver module's builds took
     the first timing about a second), so that the first problem only builds its inputs. Returns the seconds
-    each part took (ops_s, context_s, cublas_s, flush_s, key_s)."""
+    each part took (ops_s, context_s or driver_s, cublas_s, flush_s, key_s)."""
     marks = [("start", time.perf_counter())]
     hashing = _hash_triton() if device_index is not None else None  # while the CUDA context is made
     from autotuner.base.registry import load_plugins  # noqa: F401  (imports the registry and the built-in ops)
 
     marks.append(("ops_s", time.perf_counter()))
-    if device_index is not None:
+    if device_index is None:
+        return _parts(marks)
+    if not context:
+        from triton.runtime.driver import driver
+
+        driver.active.get_current_target()  # (its C module: built into Triton's cache by the first process)
+        marks.append(("driver_s", time.perf_counter()))
+    else:
         import torch
 
         torch.cuda.set_device(device_index)
@@ -175,15 +183,20 @@ def warm_up(device_index: int | None, timing: bool = True) -> dict[str, float]:
                 x @ x
             torch.cuda.synchronize()
             marks.append(("cublas_s", time.perf_counter()))
-        if hashing is not None:
-            hashing.join()  # before the first compile or cache lookup, which would hash it again
-        marks.append(("key_s", time.perf_counter()))
-        if timing:
-            from autotuner.engine.l2_flush import l2_flusher
+    if hashing is not None:
+        hashing.join()  # before the first compile or cache lookup, which would hash it again
+    marks.append(("key_s", time.perf_counter()))
+    if timing and context:
+        from autotuner.engine.l2_flush import l2_flusher
 
-            l2_flusher(torch.device("cuda", device_index))()
-            torch.cuda.synchronize()
-            marks.append(("flush_s", time.perf_counter()))
+        l2_flusher(torch.device("cuda", device_index))()
+        torch.cuda.synchronize()
+        marks.append(("flush_s", time.perf_counter()))
+    return _parts(marks)
+
+
+def _parts(marks: list[tuple[str, float]]) -> dict[str, float]:
+    """The seconds between consecutive marks, by the later mark's name."""
     return {name: t - marks[i][1] for i, (name, t) in enumerate(marks[1:])}
 
 

@@ -73,3 +73,71 @@ def test_a_kernel_first_launched_after_the_lock_is_installed_compiles_under_it(t
                          env={**os.environ, "TRITON_CACHE_DIR": str(tmp_path / "cache")})
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["True", "128.0", "1"], out.stdout
+
+
+POOL = """
+import ctypes, os, pathlib
+from dataclasses import asdict
+import torch
+from autotuner.base.device import current_device
+from autotuner.base.registry import get_op
+from autotuner.engine.compile_pool import CompilePool
+from autotuner.engine.trial_process import WorkerSpec
+
+
+def context_made():  # run in the pool's process: has it made the device's CUDA context?
+    lib = ctypes.CDLL("libcuda.so.1")
+    lib.cuInit(0)
+    flags, active = ctypes.c_uint(), ctypes.c_int()
+    lib.cuDevicePrimaryCtxGetState(0, ctypes.byref(flags), ctypes.byref(active))
+    return bool(active.value)
+
+
+def binaries():
+    return sorted(p.name for p in pathlib.Path(os.environ["TRITON_CACHE_DIR"]).rglob("*.cubin"))
+
+
+def main():  # (the pool's processes import this file as a module: nothing runs on import)
+    op = get_op("softmax")
+    problem = op.parse_problem("256x1000", "float16")
+    config = op.space.default(problem, current_device(0))
+    wide = op.parse_problem("1024x65536", "bfloat16")
+    pool = CompilePool(WorkerSpec("softmax", asdict(problem), (), 0), 1, 0)
+    pool.prestart()
+    print("compiled" if isinstance(pool.submit(config).result(timeout=300), float) else "failed")
+    too_big = {**op.space.default(wide, current_device(0)), "BLOCK_N": 65536, "ROWS": 1, "num_warps": 16,
+               "num_stages": 1, "PERSIST": 1}
+    print(pool.submit(too_big, WorkerSpec("softmax", asdict(wide), (), 0)).result(timeout=300))
+    print("context in the pool:", pool._ensure().submit(context_made).result(timeout=60))
+    before = binaries()
+    x = op.make_inputs(problem, "cuda:0")
+    op.run(x, config)  # this process's first launch of the config: Triton's cache has it from the pool
+    torch.cuda.synchronize()
+    print("new binaries:", len(set(binaries()) - set(before)), "of", len(before))
+    try:
+        op.run({**x, "x": torch.empty(256, 1000, dtype=torch.float16, device="meta")}, config)
+        print("a meta tensor launched")
+    except ValueError as exc:
+        print("meta refused:", "CUDA tensors" in str(exc))
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_the_pool_compiles_on_meta_tensors_without_a_cuda_context(tmp_path):
+    """A pool process makes no CUDA context (fifteen at once took seconds and half a GiB each): it compiles on meta
+    inputs and checks the binary's shared memory against the device's; the trial worker's real tensors then find
+    the same binary in Triton's cache. Outside a pool, a launch on meta tensors is refused."""
+    script = tmp_path / "pool.py"
+    script.write_text(POOL)
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "TRITON_CACHE_DIR": str(tmp_path / "cache")})
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == "compiled", out.stdout
+    assert "out_of_resources" in lines[1] and "shared memory" in lines[1], out.stdout
+    assert lines[2] == "context in the pool: False", out.stdout
+    assert lines[3].startswith("new binaries: 0 of ") and lines[3] != "new binaries: 0 of 0", out.stdout
+    assert lines[4] == "meta refused: True", out.stdout
