@@ -45,15 +45,15 @@ def test_a_child_is_handed_tritons_installation_hash_instead_of_hashing_it(monke
     hash, and none of them computes it again. A value set in the environment by anyone else is never passed on."""
     processes.start()
     monkeypatch.setenv(processes.TRITON_KEY, "set by someone else")
-    monkeypatch.setitem(processes._triton_key, "thread", None)
-    monkeypatch.setitem(processes._triton_key, "value", None)
-    processes._hash_triton()  # what start() runs on a thread where kernels compile (not under the interpreter)
+    monkeypatch.setattr(processes, "_triton_key", {})
+    processes.hash_triton()  # what start() runs where kernels compile (not under the interpreter)
     from triton.runtime.cache import triton_key
 
-    assert processes._triton_key["value"] == triton_key()
+    env = processes.environment()
+    assert env[processes.TRITON_KEY] == triton_key()
     ctx = processes.context()
     parent, child = ctx.Pipe()
-    proc = ctx.Process(target=_report_triton_key, args=(child, processes.environment()))
+    proc = ctx.Process(target=_report_triton_key, args=(child, env))
     proc.start()
     try:
         assert parent.poll(120)

@@ -10,18 +10,20 @@ A child of the server starts with the server's environment, which is the command
 `adopt(env)` gives it the parent's environment as it is when the child is made, as spawn would have.
 
 Triton's installation hash (`triton_key`: the first part of every cache key, a SHA-256 of its files, libtriton's
-half a GiB among them) is computed once, in the command, while the server imports; each child is handed it instead
-of hashing the files again (0.4-0.7 s of every process's start with fifteen hashing at once; Triton's own
+half a GiB among them) is computed once, by a short-lived process started with the server (on a thread of the
+command, importing Triton held up the command's own imports by a second), and each child is handed it instead of
+hashing the files again (0.4-0.7 s of every process's start with fifteen hashing at once; Triton's own
 compile-warmup pool hands its workers the key the same way). The server itself never computes it: that made every
 child's CUDA initialisation fail on an H100 with Triton 3.6 (benchmarks/RESULTS.md, session 22).
 """
 
 from __future__ import annotations
 
+import json
 import multiprocessing as mp
 import os
+import subprocess
 import sys
-import threading
 from multiprocessing.context import ForkServerContext
 from typing import Any, cast
 
@@ -32,7 +34,10 @@ PRELOAD = ["torch", "triton", "triton.language"]
 
 _started = False
 TRITON_KEY = "AUTOTUNER_TRITON_KEY"  # how a child is handed the hash (taken out of its environment by `adopt`)
-_triton_key: dict[str, Any] = {}  # "thread": computing it, "value": the hash
+_triton_key: dict[str, Any] = {}  # "process": computing it, "value": the hash
+# what that process runs: Triton found as this process finds it (its sys.path, as the fork server gets it)
+_HASH = "import json, sys; sys.path[:] = json.loads(sys.argv[1]); from triton.runtime.cache import triton_key; " \
+        "print(triton_key())"
 
 
 def is_main_process() -> bool:
@@ -52,17 +57,30 @@ def start() -> None:
     from kernels._backend import interpreting
 
     if not interpreting():  # (the interpreter compiles nothing)
-        _triton_key["thread"] = threading.Thread(target=_hash_triton, name="triton-key", daemon=True)
-        _triton_key["thread"].start()
+        hash_triton()
 
 
-def _hash_triton() -> None:
+def hash_triton() -> None:
+    """Start the process computing Triton's installation hash (read by `environment`)."""
     try:
-        from triton.runtime.cache import triton_key
+        _triton_key["process"] = subprocess.Popen([sys.executable, "-c", _HASH, json.dumps(sys.path)],
+                                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    except OSError:  # each child computes what it needs, as before
+        _triton_key["process"] = None
 
-        _triton_key["value"] = str(triton_key())
-    except Exception:  # noqa: S110 - a Triton without it: each child computes what it needs, as before
-        pass
+
+def _hashed() -> str | None:
+    """The hash, once its process has answered (waited for: the fork server's imports take longer); None where
+    it could not say (a Triton without it: each child computes what it needs, as before)."""
+    proc = _triton_key.pop("process", None)
+    if proc is not None:
+        try:
+            out, _ = proc.communicate(timeout=120)
+            _triton_key["value"] = out.strip() if proc.returncode == 0 and out.strip() else None
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+    return _triton_key.get("value")
 
 
 def context() -> ForkServerContext:
@@ -85,11 +103,9 @@ def environment() -> dict[str, str]:
     installation hash, once this process has it (waited for: the fork server's imports take longer)."""
     env = {**os.environ, **_for_children}
     env.pop(TRITON_KEY, None)  # only ever this process's own
-    thread = _triton_key.get("thread")
-    if thread is not None:
-        thread.join()
-    if _triton_key.get("value"):
-        env[TRITON_KEY] = _triton_key["value"]
+    key = _hashed()
+    if key:
+        env[TRITON_KEY] = key
     return env
 
 
