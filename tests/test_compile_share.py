@@ -127,3 +127,21 @@ def test_compiled_files_keep_their_bytes_and_signatures_on_postgresql(pg_url):
     assert compiled_files.get(store.engine, "s3cret", "KEY", ["k.cubin"]) == ({}, ["k.cubin"])
     compiled_files.put(store.engine, "s3cret", "KEY", "k.cubin", data)
     assert compiled_files.get(store.engine, "s3cret", "KEY", ["k.cubin"]) == ({"k.cubin": data}, [])
+
+
+def test_a_process_about_to_compile_makes_the_backends_engine_before_its_first_lookup(tmp_path, monkeypatch):
+    """A trial worker or pool process starting up prepares the backend (settings, database modules, engine) beside
+    its CUDA context, so that its first cache lookup does not pay for them; without a secret it prepares nothing."""
+    from autotuner.engine import compile_share_backend as backend
+
+    url = f"sqlite:///{tmp_path / 'shared.db'}"
+    Store(url)
+    monkeypatch.setattr(backend, "_engines", {})
+    monkeypatch.setenv(compile_share.URL_VAR, url)
+    monkeypatch.delenv(compile_share.SECRET_VAR, raising=False)
+    backend.prepare()
+    assert backend._engines == {}
+    monkeypatch.setenv(compile_share.SECRET_VAR, "s3cret")
+    backend.prepare()
+    engine = backend._engines[url]
+    assert backend.DatabaseBackend("KEY").get(["k.cubin"]) == {} and backend._engines == {url: engine}

@@ -52,6 +52,19 @@ def _engine(url: str | None) -> Any:
     return _engines[url]
 
 
+def prepare() -> None:
+    """Make now what this process's first `get` needs (the settings, the database modules, the engine): a process
+    about to compile calls it while it starts. Failing here is left to that `get` to report."""
+    try:
+        backend = DatabaseBackend("")
+        if backend.secret:
+            from db import compiled_files  # noqa: F401
+
+            _engine(backend.url)
+    except Exception:  # noqa: S110 - said by the first get, which meets it again
+        pass
+
+
 class DatabaseBackend(RemoteCacheBackend):
     def __init__(self, key: str) -> None:
         super().__init__(key)

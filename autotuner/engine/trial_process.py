@@ -6,6 +6,7 @@ starts a fresh one.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from dataclasses import dataclass
@@ -160,7 +161,7 @@ def warm_up(device_index: int | None, timing: bool = True, context: bool = True)
     the first timing about a second), so that the first problem only builds its inputs. Returns the seconds
     each part took (ops_s, context_s or driver_s, cublas_s, flush_s, key_s)."""
     marks = [("start", time.perf_counter())]
-    hashing = _hash_triton() if device_index is not None else None  # while the CUDA context is made
+    hashing = _before_first_compile() if device_index is not None else None  # while the CUDA context is made
     from autotuner.base.registry import load_plugins  # noqa: F401  (imports the registry and the built-in ops)
 
     marks.append(("ops_s", time.perf_counter()))
@@ -184,7 +185,7 @@ def warm_up(device_index: int | None, timing: bool = True, context: bool = True)
             torch.cuda.synchronize()
             marks.append(("cublas_s", time.perf_counter()))
     if hashing is not None:
-        hashing.join()  # before the first compile or cache lookup, which would hash it again
+        hashing.join()  # before the first compile or cache lookup, which would do it again
     marks.append(("key_s", time.perf_counter()))
     if timing and context:
         from autotuner.engine.l2_flush import l2_flusher
@@ -200,11 +201,13 @@ def _parts(marks: list[tuple[str, float]]) -> dict[str, float]:
     return {name: t - marks[i][1] for i, (name, t) in enumerate(marks[1:])}
 
 
-def _hash_triton() -> threading.Thread:
-    """Triton's installation hash (its cache key's first part: a SHA-256 of its files, libtriton among them),
-    computed on a thread: hashlib lets go of the interpreter while it hashes, so it runs beside the CUDA context's
-    making instead of after it. Triton keeps the result (`triton_key` is cached), so the process's first compile
-    or cache lookup finds it done."""
+def _before_first_compile() -> threading.Thread:
+    """On a thread, beside the CUDA context's making, what the process's first compile or cache lookup would pay:
+    Triton's installation hash (its cache key's first part, a SHA-256 of its files; hashlib lets go of the
+    interpreter while it hashes) where the parent handed none (autotuner.engine.processes), and, where compiles are
+    shared between hosts (autotuner.engine.compile_share), the database backend's imports and engine, which the
+    first lookup (a trial worker's L2 flush) paid: 2.4 s of a sharing host's trial worker start on an H100
+    (benchmarks/RESULTS.md, session 38)."""
 
     def run() -> None:
         try:
@@ -213,8 +216,14 @@ def _hash_triton() -> threading.Thread:
             triton_key()
         except Exception:  # noqa: S110 - a Triton that keeps it elsewhere computes it at first use, as before
             pass
+        from autotuner.engine.compile_share import BACKEND
 
-    thread = threading.Thread(target=run, name="triton-key", daemon=True)
+        if os.environ.get("TRITON_REMOTE_CACHE_BACKEND") == BACKEND:
+            from autotuner.engine.compile_share_backend import prepare
+
+            prepare()
+
+    thread = threading.Thread(target=run, name="before-first-compile", daemon=True)
     thread.start()
     return thread
 
