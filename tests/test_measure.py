@@ -156,3 +156,11 @@ def test_a_third_of_a_timing_is_a_third_of_its_repetitions_for_a_short_kernel_to
     assert repetitions(100.0, 0.005) == MAX_REPS and repetitions(100.0 / 3, 0.005, 1 / 3) == MAX_REPS // 3
     assert repetitions(100.0, 1.0) == 100 and repetitions(100.0 / 3, 1.0, 1 / 3) == 33
     assert repetitions(100.0, 50.0) == MIN_REPS and repetitions(1.0, 0.005, 0.01) == MIN_REPS
+
+
+def test_a_handed_hash_of_another_triton_version_is_not_used():
+    import triton.runtime.cache as cache
+
+    before = cache.triton_key
+    processes.use_triton_key("0.0.0-" + "0" * 64)  # a parent that found another installation
+    assert cache.triton_key is before and hasattr(cache.triton_key, "cache_info")

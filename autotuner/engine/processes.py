@@ -24,6 +24,7 @@ import multiprocessing as mp
 import os
 import subprocess
 import sys
+import threading
 from multiprocessing.context import ForkServerContext
 from typing import Any, cast
 
@@ -35,6 +36,7 @@ PRELOAD = ["torch", "triton", "triton.language"]
 _started = False
 TRITON_KEY = "AUTOTUNER_TRITON_KEY"  # how a child is handed the hash (taken out of its environment by `adopt`)
 _triton_key: dict[str, Any] = {}  # "process": computing it, "value": the hash
+_key_lock = threading.Lock()  # (children are made from several threads: the first waits, the others find the value)
 # what that process runs: Triton found as this process finds it (its sys.path, as the fork server gets it)
 _HASH = "import json, sys; sys.path[:] = json.loads(sys.argv[1]); from triton.runtime.cache import triton_key; " \
         "print(triton_key())"
@@ -72,15 +74,17 @@ def hash_triton() -> None:
 def _hashed() -> str | None:
     """The hash, once its process has answered (waited for: the fork server's imports take longer); None where
     it could not say (a Triton without it: each child computes what it needs, as before)."""
-    proc = _triton_key.pop("process", None)
-    if proc is not None:
-        try:
-            out, _ = proc.communicate(timeout=120)
-            _triton_key["value"] = out.strip() if proc.returncode == 0 and out.strip() else None
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.communicate()
-    return _triton_key.get("value")
+    with _key_lock:
+        proc = _triton_key.pop("process", None)
+        if proc is not None:
+            try:
+                out, _ = proc.communicate(timeout=120)
+                lines = out.strip().splitlines() if proc.returncode == 0 else []
+                _triton_key["value"] = lines[-1] if lines else None
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.communicate()
+        return _triton_key.get("value")
 
 
 def context() -> ForkServerContext:
@@ -122,9 +126,13 @@ def adopt(env: dict[str, str]) -> None:
 
 
 def use_triton_key(key: str) -> None:
-    """Triton's `triton_key()` gives `key` in this process from now on, wherever a module bound it by name."""
+    """Triton's `triton_key()` gives `key` in this process from now on, wherever a module bound it by name; a key
+    of another Triton version (a parent that found another installation) is not used."""
+    import triton
     import triton.runtime.cache as cache
 
+    if not key.startswith(triton.__version__):
+        return
     original = cache.triton_key
 
     def triton_key() -> str:
