@@ -232,7 +232,8 @@ class TunableOp(Generic[P]):
     space: Space[P]
     dtypes: tuple[str, ...]
     launch: Callable[[Inputs, Mapping[str, Any]], Any]  # (inputs, config) -> output
-    make_inputs: Callable[[P, str], dict[str, Any]]  # (problem, torch device) -> inputs
+    make_inputs: Callable[[P, str], dict[str, Any]]  # (problem, torch device) -> inputs; "meta" in a compile-pool
+    # process: the same shapes, strides and dtypes, values not needed (search_spaces.problem.normal)
     problem_from_inputs: Callable[[Any], P]  # (inputs) -> the problem they are
     reference: Callable[[Inputs], Any] | None  # None: the default config's output is the reference
     tolerance: Mapping[str, float] = field(default_factory=lambda: dict(ELEMENTWISE_TOLERANCE))

@@ -57,3 +57,23 @@ def test_a_calls_pruned_configs_hold_at_its_own_key_values_only():
     assert pruned_keys({**_call(64), "pruned": "all"}) is None
     assert pruned_keys({**_call(64), "pruned": [1, 2]}) is None
     assert pruned_keys(None) is None
+
+
+def test_a_recorded_call_rebuilt_on_meta_has_the_layout_of_the_real_one():
+    """A compile-pool process rebuilds a decorated kernel's arguments on meta tensors (no memory, no values) and
+    compiles the binary the trial worker's real ones ask for: same shapes, strides, dtypes and values."""
+    import torch
+
+    from autotuner.decorator.kernel_problem import rebuild_args
+
+    call = _call(300)
+    call["args"]["idx"] = {"tensor": {"shape": [4, 8], "stride": [1, 4], "dtype": "int32"}}  # a transposed view
+    meta, real = rebuild_args(call, "meta"), rebuild_args(call, "cpu")
+    assert meta.keys() == real.keys()
+    for name, value in real.items():
+        if isinstance(value, torch.Tensor):
+            assert meta[name].device.type == "meta"
+            assert (meta[name].shape, meta[name].stride(), meta[name].dtype) == (value.shape, value.stride(),
+                                                                                value.dtype)
+        else:
+            assert meta[name] == value

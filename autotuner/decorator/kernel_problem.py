@@ -180,7 +180,8 @@ def pruned_keys(call: Mapping[str, Any] | None) -> list[str] | None:
 
 def rebuild_args(call: Mapping[str, Any], device: str, seed: int = 0) -> dict[str, Any]:
     """Arguments of the recorded form: tensors of the same shape, strides and dtype (random normal values for
-    floating point, zeros for integers and booleans), other values as recorded."""
+    floating point, zeros for integers and booleans; none on meta, a compile-pool process's), other values as
+    recorded."""
     g = torch.Generator(device="cpu").manual_seed(seed)
     out: dict[str, Any] = {}
     for name, spec in call["args"].items():
@@ -192,7 +193,9 @@ def rebuild_args(call: Mapping[str, Any], device: str, seed: int = 0) -> dict[st
         if not isinstance(dtype, torch.dtype):
             raise ProblemError(f"argument {name}: unknown dtype {t['dtype']!r}")
         size = 1 + sum((s - 1) * st for s, st in zip(t["shape"], t["stride"], strict=True)) if all(t["shape"]) else 0
-        if dtype.is_floating_point:
+        if str(device) == "meta":
+            flat = torch.empty(size, dtype=dtype, device="meta")
+        elif dtype.is_floating_point:
             flat = torch.randn(size, generator=g).to(dtype)
         else:
             flat = torch.zeros(size, dtype=dtype)
