@@ -13,8 +13,10 @@ import sys
 from typing import Any, NamedTuple
 
 # True in a process whose Triton launches compile and never run (a compile pool's: autotuner.engine.compile_pool):
-# there, kernels take meta tensors (shapes, strides and dtypes without memory) as a GPU's.
+# there, kernels take meta tensors (shapes, strides and dtypes without memory) as those of CUDA device META_DEVICE
+# (None: the current one).
 COMPILE_ONLY = False
+META_DEVICE: int | None = None
 
 # cuDeviceGetAttribute's CUdevice_attribute values (cuda.h)
 _SM_COUNT, _CC_MAJOR, _CC_MINOR, _SMEM_OPTIN = 16, 75, 76, 97
@@ -80,10 +82,12 @@ _PROPERTIES: dict[int, CudaProperties] = {}
 
 def gpu_index(device: Any) -> int | None:
     """The CUDA device a tensor's torch device stands for: a CUDA tensor's own (the current one where it names
-    none); in a COMPILE_ONLY process a meta tensor's the current CUDA device (what the process compiles for); None
-    otherwise (the CPU: the interpreter)."""
+    none); in a COMPILE_ONLY process a meta tensor's META_DEVICE (what the process compiles for); None otherwise
+    (the CPU: the interpreter)."""
     if device.type == "cuda" and device.index is not None:
         return int(device.index)
+    if device.type == "meta" and COMPILE_ONLY and META_DEVICE is not None:
+        return META_DEVICE
     if device.type == "cuda" or (device.type == "meta" and COMPILE_ONLY):
         return int(sys.modules["torch"].cuda.current_device())
     return None

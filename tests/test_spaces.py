@@ -344,3 +344,15 @@ def test_inputs_on_meta_have_the_layout_of_real_ones(op):
             assert _layout(meta[name]) == _layout(real[name]), (op.name, example.shape, name)
             if isinstance(meta[name], torch.Tensor):
                 assert meta[name].device.type == "meta"
+
+
+def test_meta_tensors_stand_for_the_compiled_for_device_in_a_compile_only_process_alone(monkeypatch):
+    """A pool compiling for GPU 1 without a context reads GPU 1's SM count and limits for its meta inputs; anywhere
+    else a meta tensor stands for no device (and the kernels refuse it)."""
+    from kernels import _backend
+
+    meta = torch.device("meta")
+    assert _backend.gpu_index(meta) is None
+    monkeypatch.setattr(_backend, "COMPILE_ONLY", True)
+    monkeypatch.setattr(_backend, "META_DEVICE", 1)
+    assert _backend.gpu_index(meta) == 1 and _backend.gpu_index(torch.device("cpu")) is None

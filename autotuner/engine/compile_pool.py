@@ -117,6 +117,9 @@ def _init(spec: WorkerSpec | None, env: dict[str, str] | None = None, device_ind
         device = _with_context(index)
     else:
         device = META
+        from kernels import _backend
+
+        _backend.META_DEVICE = index  # the SM count and limits the kernels read are this device's
     try:
         inputs = op.make_inputs(problem, device)
     except Exception:
@@ -128,8 +131,8 @@ def _init(spec: WorkerSpec | None, env: dict[str, str] | None = None, device_ind
 
 
 def _same_target(index: int) -> bool:
-    """Whether Triton, compiling for this process's current CUDA device, compiles for device `index`'s type (a
-    host's GPUs are alike as a rule: then no context is made to switch to it)."""
+    """Whether Triton, compiling for this process's current CUDA device (its target: the compute capability),
+    compiles for device `index` (a host's GPUs are alike as a rule: then no context is made to switch to it)."""
     import torch
 
     from kernels._backend import cuda_properties
