@@ -9,6 +9,9 @@
 #   share      `autotuner tune matmul --M 4096` as three fresh hosts (a Triton cache and kept-binaries folder each):
 #              without AUTOTUNER_COMPILE_SECRET, then with it twice on one database (the second loads the first's
 #              compiles), each with its wall time and phases
+#   ab         benchmarks/tune_ab.py: cold `autotuner tune` of an older tree (AB_TREE: an ignored folder holding
+#              `git archive <commit>`'s files, carried) and this one, interleaved (AB_TUNE: the tune's arguments,
+#              default "matmul --M 4096"; AB_ARGS: more options, e.g. --share --drop-caches --rounds 2)
 #   tunetime   benchmarks/tune_time.py: that, the same through a running worker, an exhaustive run (a landscape)
 #              and the winners against its best (TUNETIME_ARGS: more arguments, e.g. --no-exhaustive)
 #   kinds      benchmarks/matmul_kinds.py: the matmul kernel's kinds on one tile against cuBLAS
@@ -89,6 +92,10 @@ if [[ $STEPS == *,share,* ]]; then
     python3 -c "import json; r=json.load(open('$OUT/share_$h.json')); print('  phases', {k: round(v, 2) for k, v in r['phases'].items() if v >= 0.05}, 'best', r['best_ms'], r['best_config'])"
   done
   python3 -c "import sqlite3; c=sqlite3.connect('/tmp/share.db'); print('compiled files kept:', c.execute('select count(*), sum(length(data)) from compiled_files').fetchone())"
+fi
+if [[ $STEPS == *,ab,* ]]; then
+  step "cold tune, $AB_TREE against this tree, interleaved"
+  python3 benchmarks/tune_ab.py "$AB_TREE" . --tune "${AB_TUNE:-matmul --M 4096}" --out "$OUT" ${AB_ARGS:-} 2>&1 | tee "$OUT/tune_ab.txt" | tail -12
 fi
 if [[ $STEPS == *,tunetime,* ]]; then
   step "tune time, exhaustive landscape, winner against the best"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from alembic import command
@@ -146,3 +147,20 @@ def test_a_database_at_the_first_schema_is_migrated_keeping_its_rows(url):
     assert "job_id" in {c["name"] for c in inspect(migrated).get_columns("tuning_runs")}
     with session_scope(migrated) as s:
         assert [j.shape for j in s.scalars(select(Job))] == ["8x8"]
+
+
+def test_the_interleaved_tune_benchmark_runs_each_tree_in_turn(tmp_path):
+    """benchmarks/tune_ab.py (before/after on one host) end to end, on the interpreter: a tiny tune of each tree,
+    and a table of both; a folder that is not a source tree is refused."""
+    root = Path(__file__).resolve().parents[1]
+    script = root / "benchmarks" / "tune_ab.py"
+    out = subprocess.run([sys.executable, str(script), str(root), str(root), "--rounds", "1", "--tune",
+                          "softmax --shape 64x128 --trials 2", "--out", str(tmp_path)],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = [line for line in out.stdout.splitlines() if line.startswith(("| A | alone", "| B | alone"))]
+    assert len(rows) == 2 and sorted(p.name for p in tmp_path.glob("*.log")) == ["tune_ab_A1_alone.log",
+                                                                                 "tune_ab_B1_alone.log"]
+    refused = subprocess.run([sys.executable, str(script), str(tmp_path), str(root)], capture_output=True, text=True,
+                             timeout=120)
+    assert refused.returncode != 0 and "not a source tree" in refused.stderr

@@ -1,0 +1,93 @@
+"""Cold `autotuner tune` of two source trees, interleaved on one host (issue 49; meant for a GPU host).
+
+    git archive <commit> | tar x -C old          # the tree to compare with (any ignored folder, carried to the GPU)
+    python benchmarks/tune_ab.py old . [--rounds 3] [--tune "matmul --M 4096"] [--share] [--drop-caches]
+
+Hosts of one device kind differ by seconds in a cold start (torch's import alone 3.4-7.7 s: benchmarks/RESULTS.md),
+so a before/after is only worth reporting from one host, the trees alternating round by round. Each run is a new
+process with a new Triton cache and a new SQLite database: `autotuner tune <--tune> --json` with the tree first on
+PYTHONPATH and as the working folder. With `--share`, each round is three runs per tree, as three fresh hosts sharing
+compiles would be (alone; the first host of a shared database; a second that loads the first's compiles).
+`--drop-caches` empties the page cache before each run (root only), as on a host that has not loaded torch since it
+booted. Prints one line a run (wall time and the phases that matter for a cold start), then each tree's means.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+PHASES = ("startup_s", "plan_s", "setup_s", "worker_fork_s", "worker_ready_s", "worker_flush_s", "search_s",
+          "compile_wait_s", "retime_s")
+
+
+def drop_caches() -> None:
+    subprocess.run(["sync"], check=True)
+    Path("/proc/sys/vm/drop_caches").write_text("3\n")
+
+
+def run(tree: Path, tune: list[str], work: Path, name: str, secret: str, db: str, drop: bool, log: Path) -> dict:
+    if drop:
+        drop_caches()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tree), os.environ.get("PYTHONPATH", "")]),
+           "TRITON_CACHE_DIR": str(work / f"triton_{name}"), "AUTOTUNER_KERNEL_CACHE_DIR": str(work / f"kept_{name}"),
+           "AUTOTUNER_COMPILE_SECRET": secret, "AUTOTUNER_LOCAL_WORKER": "0"}
+    t0 = time.perf_counter()
+    out = subprocess.run([sys.executable, "-m", "autotuner", "tune", *tune, "--db", db, "--json"], env=env, cwd=tree,
+                         capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    log.write_text(out.stderr)
+    if out.returncode != 0:
+        raise SystemExit(f"{tree}: tune failed ({out.returncode}): {out.stderr[-2000:]}")
+    result = json.loads(out.stdout)
+    return {"wall_s": wall, **{k: result["phases"].get(k, 0.0) for k in PHASES}, "best_ms": result["best_ms"]}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("trees", nargs=2, type=Path, help="the two source trees (before, after)")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--tune", default="matmul --M 4096", help="the tune command's arguments")
+    ap.add_argument("--share", action="store_true", help="alone, first and second host of a shared database")
+    ap.add_argument("--drop-caches", action="store_true", help="empty the page cache before each run (root)")
+    ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp/out")))
+    args = ap.parse_args()
+    trees = [t.resolve() for t in args.trees]
+    for tree in trees:
+        if not (tree / "autotuner" / "__main__.py").is_file():
+            raise SystemExit(f"{tree} is not a source tree of autotuner (no autotuner/__main__.py)")
+    args.out.mkdir(parents=True, exist_ok=True)
+    hosts = ("alone", "first", "second") if args.share else ("alone",)
+    runs: dict[tuple[str, str], list[dict]] = {}
+    for r in range(1, args.rounds + 1):
+        for label, tree in zip("AB", trees, strict=True):
+            work = Path(tempfile.mkdtemp(prefix=f"tune_ab_{label}{r}_"))  # (caches: not under --out)
+            shared = f"sqlite:///{work / 'shared.db'}"
+            for host in hosts:
+                db = f"sqlite:///{work / 'alone.db'}" if host == "alone" else shared
+                done = run(tree, shlex.split(args.tune), work, host, "" if host == "alone" else "s3cret", db,
+                           args.drop_caches, args.out / f"tune_ab_{label}{r}_{host}.log")
+                runs.setdefault((label, host), []).append(done)
+                print(f"{label}{r} {host:6s} wall {done['wall_s']:6.2f}  " +
+                      " ".join(f"{k[:-2]}={done[k]:.2f}" for k in PHASES) + f"  best {done['best_ms']:.4f}", flush=True)
+            shutil.rmtree(work, ignore_errors=True)
+    print(f"\nA = {trees[0]}, B = {trees[1]}; `autotuner tune {args.tune}`, {args.rounds} rounds interleaved")
+    print("| tree | host | walls (s) | mean | setup (mean) | search (mean) |")
+    print("|---|---|---|---|---|---|")
+    for (label, host), done in sorted(runs.items(), key=lambda kv: (hosts.index(kv[0][1]), kv[0][0])):
+        walls = [d["wall_s"] for d in done]
+        print(f"| {label} | {host} | {' / '.join(f'{w:.2f}' for w in walls)} | {statistics.mean(walls):.2f} | "
+              f"{statistics.mean(d['setup_s'] for d in done):.2f} | {statistics.mean(d['search_s'] for d in done):.2f} |")
+
+
+if __name__ == "__main__":
+    main()
