@@ -83,10 +83,10 @@ def main() -> None:
     print(f"\nA = {trees[0]}, B = {trees[1]}; `autotuner tune {args.tune}`, {args.rounds} rounds interleaved")
     print("| tree | host | walls (s) | mean | setup (mean) | search (mean) |")
     print("|---|---|---|---|---|---|")
-    for (label, host), done in sorted(runs.items(), key=lambda kv: (hosts.index(kv[0][1]), kv[0][0])):
-        walls = [d["wall_s"] for d in done]
+    for (label, host), each in sorted(runs.items(), key=lambda kv: (hosts.index(kv[0][1]), kv[0][0])):
+        walls = [d["wall_s"] for d in each]
         print(f"| {label} | {host} | {' / '.join(f'{w:.2f}' for w in walls)} | {statistics.mean(walls):.2f} | "
-              f"{statistics.mean(d['setup_s'] for d in done):.2f} | {statistics.mean(d['search_s'] for d in done):.2f} |")
+              f"{statistics.mean(d['setup_s'] for d in each):.2f} | {statistics.mean(d['search_s'] for d in each):.2f} |")
 
 
 if __name__ == "__main__":

@@ -56,9 +56,9 @@ def start() -> None:
     from multiprocessing import forkserver
 
     forkserver.ensure_running()
-    from kernels._backend import interpreting
+    from kernels._backend import cuda_device_count, interpreting
 
-    if not interpreting():  # (the interpreter compiles nothing)
+    if not interpreting() and cuda_device_count():  # (the interpreter, a host without a GPU, compiles nothing)
         hash_triton()
 
 
