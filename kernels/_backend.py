@@ -97,8 +97,10 @@ def gpu_properties(device: Any) -> CudaProperties | None:
     """`cuda_properties` of a tensor's torch device (`gpu_index`), asked of the driver once per device; None for
     the CPU."""
     index = gpu_index(device)
-    if index is None:
-        return None
+    return None if index is None else _properties(index)
+
+
+def _properties(index: int) -> CudaProperties:
     if index not in _PROPERTIES:
         _PROPERTIES[index] = cuda_properties(index)
     return _PROPERTIES[index]
@@ -112,7 +114,7 @@ def sm_count(device: Any) -> int:
     tensor's (the interpreter's) are the CPU's cores, as autotuner.base.device counts them."""
     index = gpu_index(device)
     if index not in _SMS:
-        _SMS[index] = (os.cpu_count() or 1) if index is None else cuda_properties(index).sm_count
+        _SMS[index] = (os.cpu_count() or 1) if index is None else _properties(index).sm_count
     return _SMS[index]
 
 
