@@ -6,12 +6,12 @@ routes' schema: its name, shape pattern, dtypes and options.
 
 from __future__ import annotations
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 from fastapi.routing import APIRoute
 
 from api import errors
 from api.config_cache import ConfigFastPath
-from api.deps import ServiceState, require_token
+from api.deps import ServiceState, require_token, single_query_values
 from api.guard import Deadline, RequestGuard
 from api.metrics import MetricsMiddleware
 from api.routes import pages, routers
@@ -23,7 +23,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
     load_plugins(settings.plugins)
     app = FastAPI(title="autotuner", version="0.1.0",
-                  description="Tuned Triton kernel configs: look them up, browse results, queue tuning jobs.")
+                  description="Tuned Triton kernel configs: look them up, browse results, queue tuning jobs.",
+                  dependencies=[Depends(single_query_values)])
     app.state.service = service = ServiceState(settings)
     built = routers(ops())
     for router in built:

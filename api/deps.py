@@ -4,7 +4,8 @@
     def devices(store: StoreDep) -> ...
 
 `ServiceState` lives on `app.state.service` (built by `create_app`); `StoreDep` opens the database on first use
-and answers 503 while it cannot be opened; `require_token` guards writes.
+and answers 503 while it cannot be opened; `require_token` guards writes; `single_query_values`, on every route,
+refuses a query parameter given more than once.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import hmac
 from typing import Annotated, Any
 
 from fastapi import Depends, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from api.config_cache import ConfigCache
@@ -101,3 +103,13 @@ def require_token(st: State, credentials: Annotated[HTTPAuthorizationCredentials
 
 
 Writer = Depends(require_token)
+
+
+def single_query_values(request: Request) -> None:
+    """Every query parameter of the service takes one value: one given twice (`?offset=1&offset=2`) is a 422
+    naming it, not the last value taken silently (FastAPI's way, which answered a request the schema refuses)."""
+    names = [name for name, _ in request.query_params.multi_items()]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise RequestValidationError([{"loc": ["query", n], "msg": "given more than once; give it once",
+                                       "type": "repeated_parameter"} for n in repeated])

@@ -139,6 +139,18 @@ def test_bad_lookups_are_4xx_naming_the_field(served):
         assert _field(r)[-1] == field, (params, r.text)
 
 
+def test_a_query_parameter_given_twice_is_refused_naming_it(served):
+    """Every query parameter takes one value: given twice, the service answered with the last one (a request its
+    schema refuses, found by schemathesis); now a 422 names it, on any route."""
+    client, _, _ = served
+    for path, query, name in (("/results", "offset=1&offset=0", "offset"), ("/jobs", "limit=5&state=done&limit=6",
+                                                                             "limit"),
+                              ("/config", "op=softmax&shape=64x128&op=gelu", "op")):
+        r = client.get(f"{path}?{query}")
+        assert r.status_code == 422 and _field(r) == ["query", name], (path, r.text)
+    assert client.get("/results?offset=0&limit=5").status_code == 200
+
+
 def test_results_devices_and_one_result_with_its_trials(served):
     client, seeded, _ = served
     devices = client.get("/devices").json()
