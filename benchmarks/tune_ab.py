@@ -1,15 +1,16 @@
-"""Cold `autotuner tune` of two source trees, interleaved on one host (issue 49; meant for a GPU host).
+"""Cold `autotuner tune` of two or more source trees, interleaved on one host (issue 49; meant for a GPU host).
 
     git archive <commit> | tar x -C old          # the tree to compare with (any ignored folder, carried to the GPU)
-    python benchmarks/tune_ab.py old . [--rounds 3] [--tune "matmul --M 4096"] [--share] [--drop-caches]
+    python benchmarks/tune_ab.py old . [more trees] [--rounds 3] [--tune "matmul --M 4096"] [--share] [--drop-caches]
 
 Hosts of one device kind differ by seconds in a cold start (torch's import alone 3.4-7.7 s: benchmarks/RESULTS.md),
-so a before/after is only worth reporting from one host, the trees alternating round by round. Each run is a new
-process with a new Triton cache and a new SQLite database: `autotuner tune <--tune> --json` with the tree first on
-PYTHONPATH and as the working folder. With `--share`, each round is three runs per tree, as three fresh hosts sharing
-compiles would be (alone; the first host of a shared database; a second that loads the first's compiles).
-`--drop-caches` empties the page cache before each run (root only), as on a host that has not loaded torch since it
-booted. Prints one line a run (wall time and the phases that matter for a cold start), then each tree's means.
+so a before/after is only worth reporting from one host, the trees alternating round by round (A, B, C, ... in the
+order given). Each run is a new process with a new Triton cache and a new SQLite database: `autotuner tune <--tune>
+--json` with the tree first on PYTHONPATH and as the working folder, its stderr and JSON kept in --out. With
+`--share`, each round is three runs per tree, as three fresh hosts sharing compiles would be (alone; the first host
+of a shared database; a second that loads the first's compiles). `--drop-caches` empties the page cache before
+each run (root only), as on a host that has not loaded torch since it booted. Prints one line a run (wall time and
+the phases that matter for a cold start), then each tree's means.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import os
 import shlex
 import shutil
 import statistics
+import string
 import subprocess
 import sys
 import tempfile
@@ -46,6 +48,7 @@ def run(tree: Path, tune: list[str], work: Path, name: str, secret: str, db: str
                          capture_output=True, text=True)
     wall = time.perf_counter() - t0
     log.write_text(out.stderr)
+    log.with_suffix(".json").write_text(out.stdout)
     if out.returncode != 0:
         raise SystemExit(f"{tree}: tune failed ({out.returncode}): {out.stderr[-2000:]}")
     result = json.loads(out.stdout)
@@ -54,7 +57,7 @@ def run(tree: Path, tune: list[str], work: Path, name: str, secret: str, db: str
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("trees", nargs=2, type=Path, help="the two source trees (before, after)")
+    ap.add_argument("trees", nargs="+", type=Path, help="the source trees (before, after, ...): A, B, ...")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--tune", default="matmul --M 4096", help="the tune command's arguments")
     ap.add_argument("--share", action="store_true", help="alone, first and second host of a shared database")
@@ -62,6 +65,8 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp/out")))
     args = ap.parse_args()
     trees = [t.resolve() for t in args.trees]
+    if not 2 <= len(trees) <= len(string.ascii_uppercase):
+        ap.error("give two to 26 source trees")
     for tree in trees:
         if not (tree / "autotuner" / "__main__.py").is_file():
             raise SystemExit(f"{tree} is not a source tree of autotuner (no autotuner/__main__.py)")
@@ -69,7 +74,7 @@ def main() -> None:
     hosts = ("alone", "first", "second") if args.share else ("alone",)
     runs: dict[tuple[str, str], list[dict]] = {}
     for r in range(1, args.rounds + 1):
-        for label, tree in zip("AB", trees, strict=True):
+        for label, tree in zip(string.ascii_uppercase, trees, strict=False):
             work = Path(tempfile.mkdtemp(prefix=f"tune_ab_{label}{r}_"))  # (caches: not under --out)
             shared = f"sqlite:///{work / 'shared.db'}"
             for host in hosts:
@@ -80,7 +85,8 @@ def main() -> None:
                 print(f"{label}{r} {host:6s} wall {done['wall_s']:6.2f}  " +
                       " ".join(f"{k[:-2]}={done[k]:.2f}" for k in PHASES) + f"  best {done['best_ms']:.4f}", flush=True)
             shutil.rmtree(work, ignore_errors=True)
-    print(f"\nA = {trees[0]}, B = {trees[1]}; `autotuner tune {args.tune}`, {args.rounds} rounds interleaved")
+    names = ", ".join(f"{label} = {tree}" for label, tree in zip(string.ascii_uppercase, trees, strict=False))
+    print(f"\n{names}; `autotuner tune {args.tune}`, {args.rounds} rounds interleaved")
     print("| tree | host | walls (s) | mean | setup (mean) | search (mean) |")
     print("|---|---|---|---|---|---|")
     for (label, host), each in sorted(runs.items(), key=lambda kv: (hosts.index(kv[0][1]), kv[0][0])):

@@ -150,17 +150,18 @@ def test_a_database_at_the_first_schema_is_migrated_keeping_its_rows(url):
 
 
 def test_the_interleaved_tune_benchmark_runs_each_tree_in_turn(tmp_path):
-    """benchmarks/tune_ab.py (before/after on one host) end to end, on the interpreter: a tiny tune of each tree,
-    and a table of both; a folder that is not a source tree is refused."""
+    """benchmarks/tune_ab.py (before/after on one host) end to end, on the interpreter: a tiny tune of each of three
+    trees, each run's log and JSON kept, and a table of all; a folder that is not a source tree is refused."""
     root = Path(__file__).resolve().parents[1]
     script = root / "benchmarks" / "tune_ab.py"
-    out = subprocess.run([sys.executable, str(script), str(root), str(root), "--rounds", "1", "--tune",
+    out = subprocess.run([sys.executable, str(script), str(root), str(root), str(root), "--rounds", "1", "--tune",
                           "softmax --shape 64x128 --trials 2", "--out", str(tmp_path)],
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
-    rows = [line for line in out.stdout.splitlines() if line.startswith(("| A | alone", "| B | alone"))]
-    assert len(rows) == 2 and sorted(p.name for p in tmp_path.glob("*.log")) == ["tune_ab_A1_alone.log",
-                                                                                 "tune_ab_B1_alone.log"]
+    rows = [line for line in out.stdout.splitlines() if line.startswith(("| A | alone", "| B | alone", "| C | alone"))]
+    assert len(rows) == 3 and sorted(p.name for p in tmp_path.glob("*.log")) == [f"tune_ab_{t}1_alone.log"
+                                                                                 for t in "ABC"]
+    assert all(json.loads(p.read_text())["trials"] for p in tmp_path.glob("*.json")), "each run's JSON is kept"
     refused = subprocess.run([sys.executable, str(script), str(tmp_path), str(root)], capture_output=True, text=True,
                              timeout=120)
     assert refused.returncode != 0 and "not a source tree" in refused.stderr

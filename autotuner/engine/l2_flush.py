@@ -27,13 +27,33 @@ def _read_evict_last(buf_ptr, sums_ptr, n, BLOCK: tl.constexpr):
     tl.store(sums_ptr + tl.program_id(0), tl.sum(v))  # a use of the loads, so they are not removed
 
 
+def _elements(device: torch.device) -> int:
+    """The flush buffer's int32 elements on `device`: twice the L2, at least 256 MiB."""
+    l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 64 << 20)
+    return max(2 * l2, 256 << 20) // 4
+
+
 def flush_buffer(device: torch.device) -> torch.Tensor:
-    """The buffer a flush goes through: twice the L2, at least 256 MiB (one per device)."""
+    """The buffer a flush goes through (one per device)."""
     key = str(device)
     if key not in _BUFFERS:
-        l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 64 << 20)
-        _BUFFERS[key] = torch.empty(max(2 * l2, 256 << 20) // 4, dtype=torch.int32, device=device)
+        _BUFFERS[key] = torch.empty(_elements(device), dtype=torch.int32, device=device)
     return _BUFFERS[key]
+
+
+def compile_ahead(device: torch.device) -> None:
+    """Compile the flush's kernel for `device` and build its launcher, without running it (on meta tensors of
+    the buffer's layout: what Triton specializes on), so that a process's first flush only loads it: a trial
+    worker does this on a thread while its CUDA context is made (trial_process.warm_up), where it took 0.5-0.7 s
+    after the context with a cold Triton cache (benchmarks/RESULTS.md, session 39)."""
+    from triton.runtime.driver import driver
+
+    n = _elements(device)
+    grid = (triton.cdiv(n, BLOCK),)
+    meta = [torch.empty(size, dtype=torch.int32, device="meta") for size in (n, grid[0])]
+    with torch.cuda.device(device):  # (a thread's current device is its own)
+        kernel = _read_evict_last.warmup(*meta, n, BLOCK=BLOCK, num_warps=8, grid=grid)
+    driver.active.launcher_cls(kernel.src, kernel.metadata)  # (a C module, built into Triton's cache)
 
 
 def l2_flusher(device: torch.device) -> Callable[[], None]:
@@ -42,7 +62,7 @@ def l2_flusher(device: torch.device) -> Callable[[], None]:
     key = str(device)
     if key not in _FLUSHES:
         buf = flush_buffer(device)
-        n = buf.numel()
+        n = buf.numel()  # (compile_ahead's)
         grid = (triton.cdiv(n, BLOCK),)
         sums = torch.empty(grid[0], dtype=torch.int32, device=device)
 

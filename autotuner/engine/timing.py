@@ -65,11 +65,15 @@ def time_cuda(fn: Callable[[], Any], warmup_ms: float = 25.0, rep_ms: float = 10
     flush = l2_flusher(torch.device("cuda", torch.cuda.current_device()))
     fn()
     torch.cuda.synchronize()
+    # Five flushed repetitions give the estimate (GPU time, events) and the CPU's cost of queueing one (the GPU is
+    # idle when they are queued and five never fill the launch queue, so the CPU's clock sees the queueing alone).
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
+    t_cpu = time.perf_counter()
     for _ in range(5):
         flush()
         fn()
+    cpu_per_rep_s = (time.perf_counter() - t_cpu) / 5
     end.record()
     torch.cuda.synchronize()
     estimate = max(start.elapsed_time(end) / 5, 1e-3)
@@ -78,12 +82,6 @@ def time_cuda(fn: Callable[[], Any], warmup_ms: float = 25.0, rep_ms: float = 10
     # process losing its core for a moment to the compile pool, never shows as idle GPU time between the events:
     # what is measured is the kernel, as a stream of launches would run it. (The brief probe below went without,
     # and gave up configs at two to three times their time while the pool compiled: benchmarks/RESULTS.md.)
-    t_cpu = time.perf_counter()
-    for _ in range(3):
-        flush()
-        fn()
-    cpu_per_rep_s = (time.perf_counter() - t_cpu) / 3  # the CPU's cost of queueing one repetition
-    torch.cuda.synchronize()
     if give_up_ms is not None:
         probe = _time_reps(fn, flush, PROBE_REPS, cpu_per_rep_s, queue_slack_s)
         if statistics.median(probe) > give_up_ms:

@@ -18,9 +18,12 @@ from autotuner.engine.outcome import Outcome, classify, short_error
 from autotuner.engine.timing import Timing
 
 # The search's timing of a config (its first look) warms up and repeats for this share of the full timing's
-# milliseconds: enough to rank it; the configs close to the best are then timed again, interleaved, before one is
-# chosen (autotuner.engine.tuner's re-time).
-QUICK_SCALE = 0.2
+# milliseconds: enough to rank it (30 or more repetitions of a kernel under a third of a millisecond, each after an
+# L2 flush); the configs close to the best are then timed again, interleaved, before one is chosen
+# (autotuner.engine.tuner's re-time). A fifth took 41 ms of a trial worker's time for matmul 4096^3 on an H100, a
+# tenth 22 ms: a search that loads its compiles from another host measured 64 configs in 3.4 s instead of 4.4 s,
+# the same winners (benchmarks/RESULTS.md, session 39).
+QUICK_SCALE = 0.1
 
 
 @dataclass(frozen=True)
@@ -158,10 +161,13 @@ def warm_up(device_index: int | None, timing: bool = True, context: bool = True)
     otherwise pay), and, in a process that will time (`timing`; a compile process runs nothing), start cuBLAS
     (its handle and workspace, which the first reference or baseline would otherwise pay) and launch the L2 flush
     once (a Triton kernel: with a cold cache its compile, its launcher's and Triton's driver module's builds took
-    the first timing about a second), so that the first problem only builds its inputs. Returns the seconds
+    the first timing about a second; the kernel is compiled on the thread that hashes, while the context is made),
+    so that the first problem only builds its inputs. Returns the seconds
     each part took (ops_s, context_s or driver_s, cublas_s, flush_s, key_s)."""
     marks = [("start", time.perf_counter())]
-    hashing = _before_first_compile() if device_index is not None else None  # while the CUDA context is made
+    # while the CUDA context is made
+    hashing = _before_first_compile(device_index if timing and context else None) if device_index is not None \
+        else None
     from autotuner.base.registry import load_plugins  # noqa: F401  (imports the registry and the built-in ops)
 
     marks.append(("ops_s", time.perf_counter()))
@@ -201,13 +207,14 @@ def _parts(marks: list[tuple[str, float]]) -> dict[str, float]:
     return {name: t - marks[i][1] for i, (name, t) in enumerate(marks[1:])}
 
 
-def _before_first_compile() -> threading.Thread:
+def _before_first_compile(flush_device: int | None) -> threading.Thread:
     """On a thread, beside the CUDA context's making, what the process's first compile or cache lookup would pay:
     Triton's installation hash (its cache key's first part, a SHA-256 of its files; hashlib lets go of the
     interpreter while it hashes) where the parent handed none (autotuner.engine.processes), and, where compiles are
     shared between hosts (autotuner.engine.compile_share), the database backend's imports and engine, which the
     first lookup (a trial worker's L2 flush) paid: 2.4 s of a sharing host's trial worker start on an H100
-    (benchmarks/RESULTS.md, session 38)."""
+    (benchmarks/RESULTS.md, session 38); then, in a process that will time on `flush_device`, the L2 flush's
+    kernel compiled (or found in the cache) and its launcher built (l2_flush.compile_ahead)."""
 
     def run() -> None:
         try:
@@ -222,6 +229,15 @@ def _before_first_compile() -> threading.Thread:
             from autotuner.engine.compile_share_backend import prepare
 
             prepare()
+        if flush_device is not None:
+            import torch
+
+            from autotuner.engine.l2_flush import compile_ahead
+
+            try:
+                compile_ahead(torch.device("cuda", flush_device))
+            except Exception:  # noqa: S110 - the first flush compiles it, as before, and reports what fails
+                pass
 
     thread = threading.Thread(target=run, name="before-first-compile", daemon=True)
     thread.start()

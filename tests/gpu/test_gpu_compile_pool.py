@@ -141,3 +141,30 @@ def test_the_pool_compiles_on_meta_tensors_without_a_cuda_context(tmp_path):
     assert lines[2] == "context in the pool: False", out.stdout
     assert lines[3].startswith("new binaries: 0 of ") and lines[3] != "new binaries: 0 of 0", out.stdout
     assert lines[4] == "meta refused: True", out.stdout
+
+
+FLUSH = """
+import os, pathlib, threading, torch
+from autotuner.engine import l2_flush
+
+def files():
+    return sorted(str(p) for p in pathlib.Path(os.environ["TRITON_CACHE_DIR"]).rglob("*") if p.is_file())
+
+thread = threading.Thread(target=l2_flush.compile_ahead, args=(torch.device("cuda", 0),))
+thread.start()
+torch.ones(1, device="cuda:0")  # the context, made meanwhile on this thread (as a trial worker's warm-up does)
+thread.join()
+ahead = files()
+l2_flush.l2_flusher(torch.device("cuda", 0))()
+torch.cuda.synchronize()
+print(sum(p.endswith(".cubin") for p in ahead), len(set(files()) - set(ahead)))
+"""
+
+
+def test_the_l2_flush_compiled_ahead_is_the_binary_the_first_flush_launches(tmp_path):
+    """A trial worker compiles its L2 flush's kernel and builds its launcher on a thread while its CUDA context is
+    made: the first flush then finds both in Triton's cache and adds nothing to it."""
+    out = subprocess.run([sys.executable, "-c", FLUSH], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "TRITON_CACHE_DIR": str(tmp_path / "cache")})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["1", "0"], out.stdout
