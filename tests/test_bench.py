@@ -161,7 +161,9 @@ def test_the_interleaved_tune_benchmark_runs_each_tree_in_turn(tmp_path):
     rows = [line for line in out.stdout.splitlines() if line.startswith(("| A | alone", "| B | alone", "| C | alone"))]
     assert len(rows) == 3 and sorted(p.name for p in tmp_path.glob("*.log")) == [f"tune_ab_{t}1_alone.log"
                                                                                  for t in "ABC"]
-    assert all(json.loads(p.read_text())["trials"] for p in tmp_path.glob("*.json")), "each run's JSON is kept"
+    kept = sorted(tmp_path.glob("*.json"))
+    assert [p.name for p in kept] == [f"tune_ab_{t}1_alone.json" for t in "ABC"], kept
+    assert all(json.loads(p.read_text())["trials"] for p in kept), "each run's JSON is the tune's own"
     refused = subprocess.run([sys.executable, str(script), str(tmp_path), str(root)], capture_output=True, text=True,
                              timeout=120)
     assert refused.returncode != 0 and "not a source tree" in refused.stderr

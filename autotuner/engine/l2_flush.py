@@ -44,7 +44,7 @@ def flush_buffer(device: torch.device) -> torch.Tensor:
 def compile_ahead(device: torch.device) -> None:
     """Compile the flush's kernel for `device` and build its launcher, without running it (on meta tensors of
     the buffer's layout: what Triton specializes on), so that a process's first flush only loads it: a trial
-    worker does this on a thread while its CUDA context is made (trial_process.warm_up), where it took 0.5-0.7 s
+    worker does this on a thread while its CUDA context is made (trial_process.warm_up), where it took 0.4-0.7 s
     after the context with a cold Triton cache (benchmarks/RESULTS.md, session 39)."""
     from triton.runtime.driver import driver
 
@@ -62,7 +62,7 @@ def l2_flusher(device: torch.device) -> Callable[[], None]:
     key = str(device)
     if key not in _FLUSHES:
         buf = flush_buffer(device)
-        n = buf.numel()  # (compile_ahead's)
+        n = buf.numel()
         grid = (triton.cdiv(n, BLOCK),)
         sums = torch.empty(grid[0], dtype=torch.int32, device=device)
 

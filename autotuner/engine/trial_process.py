@@ -162,8 +162,8 @@ def warm_up(device_index: int | None, timing: bool = True, context: bool = True)
     (its handle and workspace, which the first reference or baseline would otherwise pay) and launch the L2 flush
     once (a Triton kernel: with a cold cache its compile, its launcher's and Triton's driver module's builds took
     the first timing about a second; the kernel is compiled on the thread that hashes, while the context is made),
-    so that the first problem only builds its inputs. Returns the seconds
-    each part took (ops_s, context_s or driver_s, cublas_s, flush_s, key_s)."""
+    so that the first problem only builds its inputs. Returns the seconds each part took (ops_s, context_s or
+    driver_s, cublas_s, flush_s, key_s)."""
     marks = [("start", time.perf_counter())]
     # while the CUDA context is made
     hashing = _before_first_compile(device_index if timing and context else None) if device_index is not None \

@@ -152,7 +152,7 @@ def files():
 
 thread = threading.Thread(target=l2_flush.compile_ahead, args=(torch.device("cuda", 0),))
 thread.start()
-torch.ones(1, device="cuda:0")  # the context, made meanwhile on this thread (as a trial worker's warm-up does)
+torch.ones(1, device="cuda:0")  # the context, made meanwhile on the main thread (as a trial worker's warm-up does)
 thread.join()
 ahead = files()
 l2_flush.l2_flusher(torch.device("cuda", 0))()
