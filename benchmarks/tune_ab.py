@@ -28,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-PHASES = ("startup_s", "plan_s", "setup_s", "worker_fork_s", "worker_ready_s", "worker_flush_s", "search_s",
+PHASES = ("startup_s", "plan_s", "setup_s", "worker_fork_s", "worker_ready_s", "worker_flush_s", "search_s", "compiles",
           "compile_wait_s", "retime_s")
 
 
@@ -83,7 +83,7 @@ def main() -> None:
                            args.drop_caches, args.out / f"tune_ab_{label}{r}_{host}.log")
                 runs.setdefault((label, host), []).append(done)
                 print(f"{label}{r} {host:6s} wall {done['wall_s']:6.2f}  " +
-                      " ".join(f"{k[:-2]}={done[k]:.2f}" for k in PHASES) + f"  best {done['best_ms']:.4f}", flush=True)
+                      " ".join(f"{k.removesuffix('_s')}={done[k]:.2f}" for k in PHASES) + f"  best {done['best_ms']:.4f}", flush=True)
             shutil.rmtree(work, ignore_errors=True)
     names = ", ".join(f"{label} = {tree}" for label, tree in zip(string.ascii_uppercase, trees, strict=False))
     print(f"\n{names}; `autotuner tune {args.tune}`, {args.rounds} rounds interleaved")

@@ -137,6 +137,26 @@ def test_asked_configs_are_measured_as_their_compiles_finish():
         measurer.close()
 
 
+def test_the_compiles_counted_are_those_the_pool_was_given_and_kept():
+    """`compiles` (the run's phases report it): a config handed to the pool twice counts once, and a guess taken
+    back before a process started it does not count."""
+    sm = get_op("softmax")
+    problem = sm.parse_problem("8x64")
+    a, b, c, d = sm.space.enumerate(problem, current_device()).valid[:4]
+    measurer = LiveMeasurer(WorkerSpec("softmax", asdict(problem), (), None), 120, compile_workers=2)
+    try:
+        measurer.compile_ahead([a])
+        measurer.compile_ahead([a])
+        assert measurer.compiles == 1
+        measurer.speculate([b, c, d])  # guesses, on idle processes only: never more than the pool's width at once
+        assert 2 <= measurer.compiles <= 3
+        measurer.speculate([])  # no longer wanted: the guesses not started are taken back
+        assert measurer.compiles == len(measurer._ahead)
+        assert measurer.measure(a).status == "ok"
+    finally:
+        measurer.close()
+
+
 def test_interleaved_rounds_give_every_candidate_every_place():
     from autotuner.engine.timing import rotation
 

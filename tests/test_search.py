@@ -140,6 +140,28 @@ def test_refinement_waits_for_results_and_offers_its_next_configs():
     assert pending and all(config_key(c) not in search.pending for c in pending)
 
 
+def test_refinement_guesses_its_own_next_moves_not_climbs_from_what_is_being_measured():
+    """What the pool compiles on a guess while refining is the refinement's own order from the best so far: with a
+    config asked and being measured, the guesses are still the best's one-step moves first (climbs from the
+    config being measured, a new best once in many, filled the pool with compiles nobody asked for)."""
+    search = make_search("tpe", CANDIDATES, PARAMS, budget=len(CANDIDATES), seed=0)
+    while search.max_pending(14) > 1:
+        c = search.ask()
+        search.tell(c, cost(c))
+    best = search.best(1)[0][0]
+
+    def steps(c: dict) -> int:
+        return sum(abs(p.values.index(c[p.name]) - p.values.index(best[p.name])) for p in PARAMS)
+
+    asked = search.ask()
+    assert steps(asked) == 1
+    tier = [c for c in search.upcoming(len(CANDIDATES)) if steps(c) == 1]
+    assert len(tier) >= 2, tier
+    guesses = search.upcoming(len(tier))
+    assert [config_key(c) for c in guesses] == [config_key(c) for c in tier]  # the best's moves, in its order
+    assert config_key(asked) not in {config_key(c) for c in guesses}
+
+
 def test_refinement_asks_first_the_equal_move_it_can_measure_soonest():
     """Of the moves one step from the best (held equal), a compiled one is asked before one compiling, and that
     before one not started; with nothing to tell them apart, the order is the refinement's own. Two measuring

@@ -101,6 +101,7 @@ class LiveMeasurer:
         self.compile_wait_s = 0.0  # time the search waited on the compile pool, measure() by measure()
         self._waited: dict[str, float] = {}  # by config key: waited for in first_ready, not yet measured
         self._speculative: set[str] = set()  # keys in _ahead that the search has not asked for (yet)
+        self.compiles = 0  # configs handed to the compile pool and not taken back before it started them
 
     @property
     def lanes(self) -> int:
@@ -135,6 +136,7 @@ class LiveMeasurer:
                     self._speculative.discard(config_key(c))
                     if config_key(c) not in self._ahead:  # handed over twice (the first configs): compiled once
                         self._ahead[config_key(c)] = self.pool.submit(c, self.spec)
+                        self.compiles += 1
 
     def speculate(self, configs: list[Config]) -> None:
         """Compile configs the search may ask next, with the pool's idle workers only: what is asked is never
@@ -152,6 +154,7 @@ class LiveMeasurer:
             if self._ahead[key].cancel():
                 del self._ahead[key]
                 self._speculative.discard(key)
+                self.compiles -= 1
         busy = sum(not f.done() for f in self._ahead.values())
         for c in configs:
             if busy >= self.pool.workers:
@@ -160,6 +163,7 @@ class LiveMeasurer:
             if key not in self._ahead:
                 self._ahead[key] = self.pool.submit(c, self.spec)
                 self._speculative.add(key)
+                self.compiles += 1
                 busy += 1
 
     def readiness(self, config: Config) -> int:

@@ -273,6 +273,7 @@ def _search(t: _Tuning) -> None:
                    batch=max(1, t.compile_workers), on_trial=on_trial, spent=result.phases, ahead=t.ahead)
         if isinstance(t.measurer, LiveMeasurer):
             result.phases["compile_wait_s"] = t.measurer.compile_wait_s
+            result.phases["compiles"] = t.measurer.compiles  # (a count: configs the pool compiled, asked or guessed)
     if t.known and result.best_config is None and search.best(1):
         result.best_config, result.best_ms = search.best(1)[0]
     result.phases["compile_s"] = sum(r.compile_s or 0.0 for r in result.trials)
