@@ -4,13 +4,22 @@ A job is claimed by exactly one worker. PostgreSQL: `SELECT ... FOR UPDATE SKIP 
 transaction, so concurrent workers skip each other's rows instead of waiting on them. SQLite has one writer
 at a time: a conditional `UPDATE ... WHERE id = ? AND state = 'queued'` claims the row only if nobody did first.
 
+Which job a claim takes: the highest priority first, then the oldest, except that among the first AFFINITY_WINDOW
+queued jobs, of jobs of one priority, a claim takes first one of the same kernels as the job this worker ended last
+(the same op, dtype, options and kind: its binaries are compiled, only the shape differs, and Triton specializes
+on divisibility, not sizes), then one of kernels no running job is compiling, then the oldest. Two workers that
+took the next two jobs of one kernel both waited on its compiles (one binary is compiled once on a host: the
+second pool's processes wait for the first's), and each paid every cold start of the queue
+(benchmarks/RESULTS.md, session 40).
+
 Every state change made on a worker's behalf is conditional on that worker still holding the job, so a job
 that was taken back from a worker (its heartbeat stopped) is never finished twice.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import json
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -20,6 +29,8 @@ from sqlalchemy.orm import Session
 from db.models import JOB_STATES, Job, TuningRun, utcnow
 
 _CLAIM_ORDER = (Job.priority.desc(), Job.id)
+AFFINITY_WINDOW = 16  # the queued jobs, in order, among which a claim may take one of the same priority first
+_KERNELS = (Job.kind, Job.op, Job.dtype, Job.options)  # what decides a job's kernel binaries, its shape aside
 
 
 def add_job(session: Session, *, op: str, shape: str, dtype: str, options: dict[str, Any], strategy: str,
@@ -79,20 +90,42 @@ def _take(session: Session, job_id: int, worker: str, now: datetime) -> bool:
     return bool(result.rowcount == 1)
 
 
-def claim_job(session: Session, *, worker: str) -> Job | None:
-    """The highest-priority, oldest queued job, now running for `worker`; None when nothing is queued."""
+def kernels(kind: str, op: str, dtype: str, options: Any) -> str:
+    """A job's kernels, as one comparable value (its kind, op, dtype and options; not its shape)."""
+    return json.dumps([kind, op, dtype, options], sort_keys=True, default=str)
+
+
+def claim_order(window: Sequence[tuple[int, int, str]], last: str | None, running: set[str]) -> list[int]:
+    """The ids of `window` ((id, priority, kernels) in queue order) in the order a claim tries them: by priority,
+    and within one, the kernels of `last` (the job the worker ended last) first, then kernels no running job has,
+    then the rest, each in queue order."""
+    def rank(item: tuple[int, tuple[int, int, str]]) -> tuple[int, int, int]:
+        place, (_, priority, k) = item
+        return (-priority, 0 if k == last else 1 if k not in running else 2, place)
+
+    return [job_id for _, (job_id, _, _) in sorted(enumerate(window), key=rank)]
+
+
+def claim_job(session: Session, *, worker: str, after: int | None = None) -> Job | None:
+    """A queued job, now running for `worker` (the order: the module's text; `after`: the job the worker ended
+    last); None when nothing is queued or every job tried was taken first by another worker."""
     now = utcnow()
-    pending = select(Job.id).where(Job.state == "queued").order_by(*_CLAIM_ORDER)
-    if session.get_bind().dialect.name == "postgresql":
-        job_id = session.scalar(pending.limit(1).with_for_update(skip_locked=True))
-        if job_id is None or not _take(session, job_id, worker, now):
-            return None
+    rows = session.execute(select(Job.id, Job.priority, *_KERNELS).where(Job.state == "queued")
+                           .order_by(*_CLAIM_ORDER).limit(AFFINITY_WINDOW)).all()
+    if not rows:
+        return None
+    window = [(r[0], r[1], kernels(*r[2:])) for r in rows]
+    last = session.execute(select(*_KERNELS).where(Job.id == after)).first() if after is not None else None
+    running = {kernels(*r) for r in session.execute(select(*_KERNELS).where(Job.state == "running"))}
+    postgres = session.get_bind().dialect.name == "postgresql"
+    for job_id in claim_order(window, kernels(*last) if last is not None else None, running):
+        if postgres and session.scalar(select(Job.id).where(Job.id == job_id, Job.state == "queued")
+                                       .with_for_update(skip_locked=True)) is None:
+            continue  # another worker's claim holds it: the next
+        if _take(session, job_id, worker, now):  # (SQLite: unless another worker took it first)
+            break
     else:
-        for job_id in session.scalars(pending.limit(8)):  # another worker may take the first: try the next
-            if _take(session, job_id, worker, now):
-                break
-        else:
-            return None
+        return None
     session.flush()
     return session.get(Job, job_id, populate_existing=True)
 

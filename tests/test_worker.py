@@ -109,6 +109,42 @@ def test_jobs_are_claimed_by_priority_then_age_and_never_twice(url):
         assert queue.claim_job(s, worker="x").id == a
 
 
+def test_a_claim_prefers_the_kernels_its_worker_compiled_and_leaves_those_being_compiled(url):
+    """Of jobs of one priority, a worker takes next one of the kernels of the job it ended last (their binaries are
+    compiled), and otherwise one whose kernels no running job is compiling, before the oldest; a higher priority
+    still comes first."""
+    store = Store(url)
+    f1, f2 = _queue(store, "softmax", "4x8"), _queue(store, "softmax", "4x16")
+    b1, b2 = _queue(store, "softmax", "4x8", dtype="bfloat16"), _queue(store, "softmax", "4x16", dtype="bfloat16")
+    assert store.claim_job("w1")[0].id == f1  # the oldest
+    assert store.claim_job("w2")[0].id == b1  # not f2: w1 is compiling its kernels
+    assert store.finish_job(job_id=f1, worker="w1", run_id=None)
+    urgent = _queue(store, "softmax", "4x32", dtype="bfloat16", priority=3)
+    assert store.claim_job("w1", after=f1)[0].id == urgent  # priority before kernels
+    assert store.claim_job("w3", after=b1)[0].id == b2  # the kernels of the job it names, though others run them
+    assert store.claim_job("w4", after=f1)[0].id == f2
+    assert store.claim_job("w4", after=f1)[0] is None
+
+
+def test_a_worker_takes_next_the_jobs_of_the_kernels_it_just_tuned(tmp_path):
+    """A draining worker runs a job of the kernels it ended last before an older job of other kernels."""
+    url = f"sqlite:///{tmp_path / 'jobs.db'}"
+    store = Store(url)
+    f1, b1, f2 = (_queue(store, "softmax", "4x8"), _queue(store, "softmax", "4x8", dtype="bfloat16"),
+                  _queue(store, "softmax", "4x16"))
+    assert Worker(Settings(db_url=url, **FAST), name="w").run(until_empty=True) == 3
+    started = sorted((_job(store, j).started_at, j) for j in (f1, b1, f2))
+    assert [j for _, j in started] == [f1, f2, b1]
+
+
+def test_the_claim_order_ranks_priority_then_kernels_then_age():
+    window = [(1, 0, "a"), (2, 0, "b"), (3, 0, "c"), (4, 5, "a"), (5, 0, "a")]
+    assert queue.claim_order(window, last=None, running=set()) == [4, 1, 2, 3, 5]
+    assert queue.claim_order(window, last="c", running=set()) == [4, 3, 1, 2, 5]
+    assert queue.claim_order(window, last=None, running={"a"}) == [4, 2, 3, 1, 5]
+    assert queue.claim_order(window, last="a", running={"a", "b"}) == [4, 1, 5, 3, 2]
+
+
 def test_a_queued_jobs_priority_rises_by_its_meets_through_either_writer(url):
     """Store.raise_priority (SQLAlchemy) and the launch path's sqlite3 writer raise a queued job, not one claimed."""
     from autotuner.store.lazy import LazyStore

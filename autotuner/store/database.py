@@ -349,10 +349,11 @@ class Store:
         with session_scope(self.engine) as s:
             return queue.count_jobs_by_state(s)
 
-    def claim_job(self, worker: str) -> tuple[JobRow | None, dict[str, int]]:
-        """The next queued job, now running for `worker`, or None with the count of jobs by state."""
+    def claim_job(self, worker: str, after: int | None = None) -> tuple[JobRow | None, dict[str, int]]:
+        """The next queued job (db.queue: priority, age, and jobs of the kernels of the one `worker` ended last,
+        `after`, first), now running for `worker`, or None with the count of jobs by state."""
         with session_scope(self.engine) as s:
-            job = queue.claim_job(s, worker=worker)
+            job = queue.claim_job(s, worker=worker, after=after)
             return (job_row(job), {}) if job is not None else (None, queue.count_jobs_by_state(s))
 
     def heartbeat(self, *, job_id: int, worker: str) -> bool:

@@ -139,8 +139,9 @@ class JobQueue(Protocol):
     def recorded_options(self, *, op: str, shape: str, dtype: str) -> dict[str, Any] | None:
         """The options (a recorded call) of the newest job queued for this problem."""
 
-    def claim_job(self, worker: str) -> tuple[JobRow | None, dict[str, int]]:
-        """The next queued job, now running for `worker`; else None and the count of jobs by state."""
+    def claim_job(self, worker: str, after: int | None = None) -> tuple[JobRow | None, dict[str, int]]:
+        """The next queued job, now running for `worker` (`after`: the job it ended last, whose kernels it
+        prefers); else None and the count of jobs by state."""
 
     def heartbeat(self, *, job_id: int, worker: str) -> bool:
         """Refresh the job's heartbeat; False when it is no longer the worker's."""

@@ -76,6 +76,7 @@ class Worker:
         self._stopping = False
         self.stopped_by: int | None = None  # the signal that stopped it (the command exits 128 + it)
         self._running: int | None = None  # the job it runs, from its claim to its end (the command socket says so)
+        self._last_job: int | None = None  # the job it ended last: its next claim prefers jobs of the same kernels
         self._busy = False
         self._job: JobStore | None = None
         self._down_since: float | None = None  # when claiming started to fail (the database away)
@@ -295,7 +296,7 @@ class Worker:
             if problem is not None:  # read-only, full or corrupt: nothing is claimed until it is fixed
                 raise DatabaseUnavailable(problem)
             self.requeue_stale()
-            job, counts = self._store().claim_job(self.name)
+            job, counts = self._store().claim_job(self.name, after=self._last_job)
         except (SQLAlchemyError, DatabaseUnavailable) as exc:
             now = time.monotonic()
             self._down_since = self._down_since if self._down_since is not None else now
@@ -328,6 +329,13 @@ class Worker:
     def _run_job(self, job: JobRow, *, gpu: int | None, kept: KeptProcesses, gpus: tuple[int, ...],
                  lanes: Sequence[Lane] | None = None, slot: Slot | None = None) -> str:
         """A job in the main thread, or on a slot's GPUs (`slot`: in the slot's thread, stopped through it)."""
+        try:
+            return self._attempt(job, gpu=gpu, kept=kept, gpus=gpus, lanes=lanes, slot=slot)
+        finally:
+            self._last_job = job.id
+
+    def _attempt(self, job: JobRow, *, gpu: int | None, kept: KeptProcesses, gpus: tuple[int, ...],
+                 lanes: Sequence[Lane] | None, slot: Slot | None) -> str:
         with self._ending:
             self.ledger.attempts += 1
         kind = "" if job.kind == "tune" else f"{job.kind} of sweep {job.sweep_id}: "
