@@ -85,7 +85,8 @@ def drain(n: int, jobs: int, trials: int, out: Path, running: bool, layout: str 
     states = _states(db)
     with sqlite3.connect(db) as c:
         per_worker = dict(c.execute("SELECT worker, count(*) FROM jobs GROUP BY worker").fetchall())
-    if codes != [0] * len(procs) or states.get("done") != jobs:
+    stopped = 128 + signal.SIGTERM if running else 0  # (a worker stopped by SIGTERM exits as a shell reports it)
+    if codes != [stopped] * len(procs) or states.get("done") != jobs:
         raise SystemExit(f"N={n} ({mode}): exit codes {codes}, jobs {states}; see {out}")
     with sqlite3.connect(db) as src, sqlite3.connect(out / f"scale_n{n}_{mode}.db") as dst:
         src.backup(dst)  # every run and trial, for the timeline (a copy of the file would miss its WAL)
