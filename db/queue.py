@@ -6,10 +6,10 @@ at a time: a conditional `UPDATE ... WHERE id = ? AND state = 'queued'` claims t
 
 Which job a claim takes: the highest priority first, then the oldest, except that among the first AFFINITY_WINDOW
 queued jobs, of jobs of one priority, a claim takes first one of the same kernels as the job this worker ended last
-(the same op, dtype, options and kind: its binaries are compiled, only the shape differs, and Triton specializes
-on divisibility, not sizes), then one of kernels no running job is compiling, then the oldest. Two workers that
-took the next two jobs of one kernel both waited on its compiles (one binary is compiled once on a host: the
-second pool's processes wait for the first's), and each paid every cold start of the queue
+(the same op, dtype, options and kind: its binaries are compiled, only the shape differs, and Triton specializes on
+divisibility, not sizes), then one of kernels no running job has (none is compiling them), then the oldest. Two
+workers that took the next two jobs of one kernel both waited on its compiles (one binary is compiled once on a
+host: the second pool's processes wait for the first's), and each paid every cold start of the queue
 (benchmarks/RESULTS.md, session 40).
 
 Every state change made on a worker's behalf is conditional on that worker still holding the job, so a job
