@@ -7,9 +7,10 @@ at a time: a conditional `UPDATE ... WHERE id = ? AND state = 'queued'` claims t
 Which job a claim takes: the highest priority first, then the oldest, except that among the first AFFINITY_WINDOW
 queued jobs, of jobs of one priority, a claim takes first one of the same kernels as the job this worker ended last
 (the same op, dtype, options and kind: its binaries are compiled, only the shape differs, and Triton specializes on
-divisibility, not sizes), then one of kernels no running job has (none is compiling them), then the oldest. Two
-workers that took the next two jobs of one kernel both waited on its compiles (one binary is compiled once on a
-host: the second pool's processes wait for the first's), and each paid every cold start of the queue
+divisibility, not sizes), then one of kernels no running job has (none is compiling them), then the oldest; once
+AFFINITY_WINDOW jobs queued after the oldest have been taken before it, claims follow the queue's order until it is
+taken. Two workers that took the next two jobs of one kernel both waited on its compiles (one binary is compiled
+once on a host: the second pool's processes wait for the first's), and each paid every cold start of the queue
 (benchmarks/RESULTS.md, session 40).
 
 Every state change made on a worker's behalf is conditional on that worker still holding the job, so a job
@@ -115,10 +116,15 @@ def claim_job(session: Session, *, worker: str, after: int | None = None) -> Job
     if not rows:
         return None
     window = [(r[0], r[1], kernels(*r[2:])) for r in rows]
-    last = session.execute(select(*_KERNELS).where(Job.id == after)).first() if after is not None else None
-    running = {kernels(*r) for r in session.execute(select(*_KERNELS).where(Job.state == "running"))}
+    order = [r[0] for r in rows]
+    passed_over = session.scalar(select(func.count(Job.id)).where(Job.id > rows[0][0], Job.state != "queued")) or 0
+    if passed_over < AFFINITY_WINDOW:
+        last = session.execute(select(*_KERNELS).where(Job.id == after)).first() if after is not None else None
+        running = {kernels(*r) for r in session.execute(select(*_KERNELS).where(Job.state == "running"))}
+        order = claim_order(window, kernels(*last) if last is not None else None, running)
+    # (else the oldest job was passed over AFFINITY_WINDOW times: the queue's order, until it is taken)
     postgres = session.get_bind().dialect.name == "postgresql"
-    for job_id in claim_order(window, kernels(*last) if last is not None else None, running):
+    for job_id in order:
         if postgres and session.scalar(select(Job.id).where(Job.id == job_id, Job.state == "queued")
                                        .with_for_update(skip_locked=True)) is None:
             continue  # another worker's claim holds it: the next

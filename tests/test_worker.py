@@ -137,6 +137,27 @@ def test_a_worker_takes_next_the_jobs_of_the_kernels_it_just_tuned(tmp_path):
     assert [j for _, j in started] == [f1, f2, b1]
 
 
+def test_a_job_of_other_kernels_is_passed_over_only_so_often(url):
+    """Jobs of the kernels a worker just tuned, queued one after another, do not hold an older job back for ever:
+    once AFFINITY_WINDOW jobs queued after it were taken first, it is next."""
+    store = Store(url)
+    other = _queue(store, "softmax", "4x8", dtype="bfloat16")
+    last = _queue(store, "softmax", "4x8")
+    assert store.claim_job("w", after=None)[0].id == other
+    assert store.finish_job(job_id=other, worker="w", run_id=None)
+    store.claim_job("w0")  # `last`, ended: the kernels its worker prefers
+    assert store.finish_job(job_id=last, worker="w0", run_id=None)
+    older = _queue(store, "softmax", "4x16", dtype="bfloat16")
+    taken = []
+    for i in range(queue.AFFINITY_WINDOW + 2):
+        _queue(store, "softmax", f"4x{24 + 8 * i}")  # a stream of jobs of the preferred kernels
+        job = store.claim_job("w0", after=last)[0]
+        taken.append(job.id)
+        if job.id == older:
+            break
+    assert taken[-1] == older and len(taken) == queue.AFFINITY_WINDOW + 1, taken
+
+
 def test_the_claim_order_ranks_priority_then_kernels_then_age():
     window = [(1, 0, "a"), (2, 0, "b"), (3, 0, "c"), (4, 5, "a"), (5, 0, "a")]
     assert queue.claim_order(window, last=None, running=set()) == [4, 1, 2, 3, 5]
