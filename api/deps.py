@@ -11,6 +11,7 @@ refuses a query parameter given more than once.
 from __future__ import annotations
 
 import hmac
+from collections import Counter
 from typing import Annotated, Any
 
 from fastapi import Depends, Request
@@ -108,8 +109,8 @@ Writer = Depends(require_token)
 def single_query_values(request: Request) -> None:
     """Every query parameter of the service takes one value: one given twice (`?offset=1&offset=2`) is a 422
     naming it, not the last value taken silently (FastAPI's way, which answered a request the schema refuses)."""
-    names = [name for name, _ in request.query_params.multi_items()]
-    repeated = sorted({n for n in names if names.count(n) > 1})
+    given = Counter(name for name, _ in request.query_params.multi_items())  # (one pass: on every request)
+    repeated = sorted(n for n, times in given.items() if times > 1)
     if repeated:
         raise RequestValidationError([{"loc": ["query", n], "msg": "given more than once; give it once",
                                        "type": "repeated_parameter"} for n in repeated])
