@@ -16,6 +16,7 @@ import triton
 import triton.language as tl
 
 BLOCK = 4096
+NUM_WARPS = 8  # (the flush's launch and its compile ahead: one binary)
 _BUFFERS: dict[str, torch.Tensor] = {}
 _FLUSHES: dict[str, Callable[[], None]] = {}
 
@@ -31,6 +32,10 @@ def _elements(device: torch.device) -> int:
     """The flush buffer's int32 elements on `device`: twice the L2, at least 256 MiB."""
     l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 64 << 20)
     return max(2 * l2, 256 << 20) // 4
+
+
+def _grid(n: int) -> tuple[int]:
+    return (triton.cdiv(n, BLOCK),)
 
 
 def flush_buffer(device: torch.device) -> torch.Tensor:
@@ -49,10 +54,10 @@ def compile_ahead(device: torch.device) -> None:
     from triton.runtime.driver import driver
 
     n = _elements(device)
-    grid = (triton.cdiv(n, BLOCK),)
+    grid = _grid(n)
     meta = [torch.empty(size, dtype=torch.int32, device="meta") for size in (n, grid[0])]
     with torch.cuda.device(device):  # (a thread's current device is its own)
-        kernel = _read_evict_last.warmup(*meta, n, BLOCK=BLOCK, num_warps=8, grid=grid)
+        kernel = _read_evict_last.warmup(*meta, n, BLOCK=BLOCK, num_warps=NUM_WARPS, grid=grid)
     driver.active.launcher_cls(kernel.src, kernel.metadata)  # (a C module, built into Triton's cache)
 
 
@@ -63,11 +68,11 @@ def l2_flusher(device: torch.device) -> Callable[[], None]:
     if key not in _FLUSHES:
         buf = flush_buffer(device)
         n = buf.numel()
-        grid = (triton.cdiv(n, BLOCK),)
+        grid = _grid(n)
         sums = torch.empty(grid[0], dtype=torch.int32, device=device)
 
         def flush() -> None:
-            _read_evict_last[grid](buf, sums, n, BLOCK=BLOCK, num_warps=8)
+            _read_evict_last[grid](buf, sums, n, BLOCK=BLOCK, num_warps=NUM_WARPS)
             buf.zero_()
 
         _FLUSHES[key] = flush
