@@ -102,6 +102,7 @@ class LiveMeasurer:
         self._waited: dict[str, float] = {}  # by config key: waited for in first_ready, not yet measured
         self._speculative: set[str] = set()  # keys in _ahead that the search has not asked for (yet)
         self.compiles = 0  # configs handed to the compile pool and not taken back before it started them
+        self.worker_s = 0.0  # the trial processes' own time answering measure() and time() (Outcome.worker_s)
 
     @property
     def lanes(self) -> int:
@@ -203,12 +204,16 @@ class LiveMeasurer:
             return dataclasses.replace(compiled, wait_s=waited)
         runner = self.runner if lane == 0 else self.more[lane - 1]
         outcome = runner.measure(config, self.scale, give_up_ms)
+        with self._lock:
+            self.worker_s += outcome.worker_s or 0.0
         if isinstance(compiled, float):  # the pool's first launch holds the compile time
             outcome = dataclasses.replace(outcome, compile_s=compiled)
         return dataclasses.replace(outcome, wait_s=waited) if self.pool is not None else outcome
 
     def time(self, config: Config, scale: float = 1.0) -> Outcome:
-        return self.runner.time(config, scale)
+        outcome = self.runner.time(config, scale)
+        self.worker_s += outcome.worker_s or 0.0
+        return outcome
 
     def close(self) -> None:
         for lane in self.more:

@@ -25,6 +25,7 @@ class Outcome:
     compile_s: float | None = None
     error: str | None = None
     wait_s: float | None = None  # how long the search waited for its compile (a measurer with a compile pool)
+    worker_s: float | None = None  # how long the trial process took to answer, from the request's arrival
 
 
 def classify(exc: BaseException) -> Status:

@@ -274,6 +274,7 @@ def _search(t: _Tuning) -> None:
         if isinstance(t.measurer, LiveMeasurer):
             result.phases["compile_wait_s"] = t.measurer.compile_wait_s
             result.phases["compiles"] = t.measurer.compiles  # (a count: configs the pool compiled, asked or guessed)
+            result.phases["search_worker_s"] = t.measurer.worker_s
     if t.known and result.best_config is None and search.best(1):
         result.best_config, result.best_ms = search.best(1)[0]
     result.phases["compile_s"] = sum(r.compile_s or 0.0 for r in result.trials)
@@ -296,7 +297,10 @@ def _retime_and_pick(t: _Tuning, configs: list[Config]) -> None:
     either (benchmarks/RESULTS.md#behind-the-code): the finalists are timed again in interleaved rounds, and the
     default stays unless beaten by more than the plan's margin (DEFAULT_MARGIN)."""
     result = t.result
+    before = t.measurer.worker_s if isinstance(t.measurer, LiveMeasurer) else 0.0
     again = _retime(t.measurer, configs, RETIME_ROUNDS, t.observer, result, t.plan.deadline)
+    if isinstance(t.measurer, LiveMeasurer):
+        result.phases["retime_worker_s"] = t.measurer.worker_s - before
     for key, ms in again.items():
         t.store.set_retimed(trial_id=t.trial_ids[key], retimed_ms=ms)
     if not again:
