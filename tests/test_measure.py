@@ -170,6 +170,42 @@ def test_a_prestarted_trial_worker_dies_with_the_process_that_started_it():
     raise AssertionError("the trial worker outlived the process that started it")
 
 
+def test_each_trial_is_recorded_while_the_trial_process_measures_the_next(tmp_path, monkeypatch):
+    """Writing a trial (and guessing what to compile next) decides nothing about the next config: it is done
+    while the trial process measures that one, not between the two measurements; every trial is recorded, in
+    order, the last one too."""
+    import tests.paced_op  # noqa: F401  (registers the op in this process too)
+    from autotuner.engine.measure import run_search
+    from autotuner.engine.strategies import make_search
+
+    log = tmp_path / "launches.log"
+    monkeypatch.setenv("PACED_LOG", str(log))  # each launch of the trial process: "pid start end"
+    op = get_op("paced")
+    problem = op.parse_problem("1000")
+    configs = op.space.enumerate(problem, current_device()).valid
+    measurer = LiveMeasurer(WorkerSpec("paced", asdict(problem), ("tests.paced_op",), None), 120, compile_workers=0)
+    recorded: list[tuple[int, float]] = []
+
+    def on_trial(m) -> None:  # a slow write: 0.2 s
+        time.sleep(0.2)
+        recorded.append((m.config["PAUSE_US"], time.time()))
+
+    try:
+        measurer.start()
+        search = make_search("exhaustive", configs, op.space.params, len(configs))
+        done = run_search(search, measurer, budget=len(configs), on_trial=on_trial)
+    finally:
+        measurer.close()
+    assert [pause for pause, _ in recorded] == [m.config["PAUSE_US"] for m in done] and len(done) == len(configs)
+    launches = [tuple(map(float, line.split()[1:])) for line in log.read_text().splitlines()]
+    shortest = min(c["PAUSE_US"] for c in configs) / 1e6
+    for (_, written), nxt in zip(recorded, done[1:], strict=False):
+        # the next config's first launch (its checked run) began before this trial's write had ended: written one
+        # after the other, it would have begun 0.2 s after
+        pause = nxt.config["PAUSE_US"] / 1e6
+        assert min(a for a, b in launches if abs((b - a) - pause) < shortest / 2) < written
+
+
 def test_asked_configs_are_measured_as_their_compiles_finish():
     """A config whose compile is still running does not hold up one compiled after it."""
     from concurrent.futures import Future

@@ -9,13 +9,14 @@ a compile pool (autotuner.engine.compile_pool) compiles the next configs while t
 from __future__ import annotations
 
 import dataclasses
+import functools
 import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from autotuner.base.device import current_device
 from autotuner.base.settings import Settings
@@ -477,20 +478,78 @@ def run_search(search: Search, measurer: Measurer, *, budget: int | None, time_b
             return True
         return time_budget_s is not None and bool(done) and time.perf_counter() - t0 >= time_budget_s
 
+    # A trial process measures while this process waits: what does not decide the next config (writing the last
+    # trial, guessing what the pool compiles next) is done meanwhile, the measuring on a thread. Only where the
+    # measuring is another process's (a measurer running kernels in this process keeps them on its thread: CUDA's
+    # current device and torch's current stream are the thread's).
+    overlap = isinstance(measurer, LiveMeasurer)
+    unrecorded: list[Measured] = []
+
+    def record() -> None:
+        t_record = time.perf_counter()
+        for m in unrecorded:
+            if on_trial:
+                on_trial(m)
+        unrecorded.clear()
+        spent["record_trial_s"] += time.perf_counter() - t_record
+
     while not out_of_budget():
         t = time.perf_counter()
         _ask_ahead(search, measurer, ahead, batch, width=batch + 1,
-                   left=budget - len(done) if budget is not None else None)
+                   left=budget - len(done) if budget is not None else None, speculate=not overlap)
         if not ahead:
             break
         t_measure = time.perf_counter()
         spent["ask_s"] += t_measure - t
         config = ahead.pop(measurer.first_ready(ahead))
-        outcome = measurer.measure(config, give_up_ms=_give_up_ms(search))
-        _tell(search, Measured(config, outcome), done, on_trial, spent, t_measure)
+        give_up_ms = _give_up_ms(search)
+        if overlap:
+            answer = _on_a_thread(functools.partial(measurer.measure, config, give_up_ms=give_up_ms))
+            t_own = time.perf_counter()
+            record()
+            t_guess = time.perf_counter()
+            if batch > 1:
+                measurer.speculate(search.upcoming(batch))
+            spent["ask_s"] += time.perf_counter() - t_guess
+            t_measure += time.perf_counter() - t_own  # (measure_s: the time spent waiting for it)
+            outcome = answer()
+        else:
+            outcome = measurer.measure(config, give_up_ms=give_up_ms)
+        t_tell = time.perf_counter()
+        spent["measure_s"] += t_tell - t_measure
+        search.tell(config, outcome.timing.median_ms if outcome.status == "ok" and outcome.timing else None)
+        done.append(Measured(config, outcome))
+        unrecorded.append(done[-1])
+        spent["ask_s"] += time.perf_counter() - t_tell
+        if not overlap:
+            record()
+    record()
     for config in ahead:  # asked, never measured: no longer pending
         search.pending.discard(config_key(config))
     return done
+
+
+def _on_a_thread(fn: Callable[[], Outcome]) -> Callable[[], Outcome]:
+    """`fn` started on a thread of its own; the call returned waits for its answer (raising what it raised)."""
+    box: list[Any] = []
+
+    def run() -> None:
+        try:
+            box.append((True, fn()))
+        except BaseException as exc:  # noqa: BLE001 - raised again in the caller's thread
+            box.append((False, exc))
+
+    thread = threading.Thread(target=run, name="measure", daemon=True)
+    thread.start()
+
+    def answer() -> Outcome:
+        thread.join()
+        ok, value = box[0]
+        if not ok:
+            raise value
+        return cast(Outcome, value)
+
+    return answer
 
 
 def _run_lanes(search: Search, measurer: Measurer, *, budget: int | None, time_budget_s: float | None, batch: int,
