@@ -47,16 +47,6 @@ def cuda_device_count() -> int:
     return count.value
 
 
-def retain_primary_context(index: int) -> bool:
-    """Make CUDA device `index`'s primary context (the one torch's runtime and Triton launch in) through the driver,
-    without torch: a trial worker makes it on a thread while its main thread imports torch, which then finds it
-    made (autotuner.engine.trial_process.fresh_main). True when the driver made or had it."""
-    libcuda = _driver()
-    device, context = ctypes.c_int(0), ctypes.c_void_p()
-    return (libcuda is not None and libcuda.cuDeviceGet(ctypes.byref(device), index) == 0
-            and libcuda.cuDevicePrimaryCtxRetain(ctypes.byref(context), device) == 0)
-
-
 class CudaProperties(NamedTuple):
     name: str
     capability: tuple[int, int]

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
-import threading
 import time
 from dataclasses import asdict
 
@@ -106,10 +104,7 @@ def test_a_trial_worker_started_before_its_problem_sets_it_up_when_told():
     default = sm.space.default(problem, current_device())
     runner, dead = TrialRunner(None), TrialRunner(None)
     try:
-        starter = threading.Thread(target=runner.prestart, args=(None,))  # as `autotuner tune` starts it: from a
-        starter.start()  # thread that ends long before the process (which must not die with that thread)
-        starter.join()
-        time.sleep(0.5)
+        runner.prestart(None)
         pid = runner._proc.pid
         runner.use(spec, 60)
         assert runner.measure(default).status == "ok"
@@ -126,48 +121,34 @@ def test_a_trial_worker_started_before_its_problem_sets_it_up_when_told():
         dead.close()
 
 
+def test_the_fork_server_ends_with_its_command_without_tearing_its_interpreter_down(tmp_path):
+    """Once the command has ended, its fork server (holding the command's standard output and error) ends at once:
+    its interpreter's tear-down of torch and Triton kept a caller reading the command's output waiting after the
+    command had exited. Its atexit handlers past server_exit's never run."""
+    mark = tmp_path / "torn_down"
+    code = ("from autotuner.engine import processes\n"
+            "processes.PRELOAD.insert(0, 'tests.teardown_marker')\n"
+            "processes.context().Process(target=print).start()  # (the server started, its preloads imported)\n"
+            "from multiprocessing import forkserver\n"
+            "print(forkserver._forkserver._forkserver_pid, flush=True)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "TEARDOWN_MARK": str(mark)})
+    assert out.returncode == 0, out.stderr
+    server = int(out.stdout.split()[-1])
+    deadline = time.monotonic() + 30
+    while _running(server) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _running(server), "the fork server outlived its command"
+    assert not mark.exists(), mark.read_text()
+
+
 def _running(pid: int) -> bool:
-    """A process that exists and has not ended (a zombie, not reaped yet, has)."""
+    """A process that exists and has not ended (a zombie, ended and not reaped yet, has)."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except FileNotFoundError:
         return False
-
-
-def test_a_prestarted_trial_worker_dies_with_the_process_that_started_it():
-    """Started as a new interpreter, it is no child of the fork server (which dies with its parent), and a thread
-    that ended started it: its lifeline pipe ends it when the command is killed mid-trial, stuck in a hanging
-    kernel (SIGKILL gives the command no chance to stop it)."""
-    code = ("import sys, threading\n"
-            "from dataclasses import asdict\n"
-            "import tests.faulty_op\n"
-            "from autotuner.base.registry import get_op\n"
-            "from autotuner.engine.runner import TrialRunner\n"
-            "from autotuner.engine.trial_process import WorkerSpec\n"
-            "r = TrialRunner(None)\n"
-            "t = threading.Thread(target=r.prestart, args=(None,)); t.start(); t.join()\n"
-            "problem = asdict(get_op('faulty').parse_problem('1000'))\n"
-            "r.use(WorkerSpec('faulty', problem, ('tests.faulty_op',), None), 3600)\n"
-            "r.setup()\n"
-            "print(r._proc.pid, flush=True)\n"
-            "r.measure({'MODE': tests.faulty_op.HANG, 'BLOCK_SIZE': 128, 'num_warps': 1, 'num_stages': 1})\n")
-    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
-    try:
-        assert parent.stdout is not None
-        child = int(parent.stdout.readline())
-        time.sleep(1.0)  # (the hanging config sent and under way)
-        assert _running(child)  # alive while its parent is
-    finally:
-        parent.kill()
-        parent.wait()
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        if not _running(child):
-            return
-        time.sleep(0.1)
-    os.kill(child, signal.SIGKILL)
-    raise AssertionError("the trial worker outlived the process that started it")
 
 
 def test_each_trial_is_recorded_while_the_trial_process_measures_the_next(tmp_path, monkeypatch):

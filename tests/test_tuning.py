@@ -48,8 +48,9 @@ def test_cli_tune_softmax_then_show(db_url):
     measured = [t for t in trials if t.status == "ok"]
     assert len(measured) == 4 and all(t.median_ms and t.p20_ms <= t.median_ms <= t.p80_ms for t in measured)
     assert all(t.error for t in trials if t.status == "invalid")  # rejections are stored with their reason
-    # The default is timed again with the finalists (the configs within RETIME_WINDOW of the search's best); the
-    # stored speedup compares those re-times. A default alone in that window is not timed again.
+    # The finalists (the configs within RETIME_WINDOW of the search's best, the default among them if it is that
+    # close) are timed again, and the winner stored with its re-time; the default keeps its search time where it
+    # was no finalist. A default alone in that window is not timed again.
     default = next(t for t in measured if t.config == result["default_config"])
     winner = next(t for t in measured if t.config == result["best_config"])
     finalists = [t for t in measured if t.median_ms <= min(m.median_ms for m in measured) * (1 + RETIME_WINDOW)]
@@ -59,8 +60,8 @@ def test_cli_tune_softmax_then_show(db_url):
         assert all(t.retimed_ms is None for t in measured) and winner is default
         assert best.median_ms == pytest.approx(default.median_ms)
     else:
-        assert {t.id for t in measured if t.retimed_ms is not None} == {t.id for t in [*finalists, default]}
-        assert best.default_ms == pytest.approx(default.retimed_ms)
+        assert {t.id for t in measured if t.retimed_ms is not None} == {t.id for t in finalists}
+        assert best.default_ms == pytest.approx(default.retimed_ms if default in finalists else default.median_ms)
         assert best.median_ms == pytest.approx(winner.retimed_ms)
 
 
@@ -94,8 +95,10 @@ def test_a_config_must_beat_the_default_by_more_than_the_margin(db_url):
     with session_scope(store.engine) as s:
         retimed = {t.config["PAUSE_US"]: t.retimed_ms
                    for t in s.scalars(select(Trial).where(Trial.run_id == win.run_id, Trial.status == "ok"))}
-    # the tie is 60% slower than the fast config, far outside the re-time's window: only the winner and the default
-    assert retimed[paced.TIE_US] is None and None not in (retimed[paced.FAST_US], retimed[paced.DEFAULT_US])
+    # the tie is 60% slower than the fast config, far outside the re-time's window, and the default, twice as slow,
+    # could not stay even within a margin of 40% (its search time 100 ms; 60 ms past the margin, the best's window
+    # reaching 52.5): the winner alone is timed again (a full timing to store), the default keeps its search time
+    assert retimed[paced.TIE_US] is None and retimed[paced.DEFAULT_US] is None and retimed[paced.FAST_US] is not None
     with pytest.raises(ValueError, match="fraction of the default"):
         Plan(margin=1.0)
 
@@ -328,10 +331,11 @@ def test_a_tune_command_imports_no_torch_in_its_own_process(args, db_url):
 def test_a_search_started_from_a_bracket_re_times_fewer_finalists():
     """Between a sweep's points the search starts from the configs fastest either side (Plan.first), which the
     first timings already ranked on both neighbours: its re-time takes RETIME_TOP_BRACKETED finalists, not
-    RETIME_TOP, and the default."""
+    RETIME_TOP, and the default where it could stay (its search time within the window, widened by the margin, of
+    the best's); a default further off keeps its search time."""
     from types import SimpleNamespace
 
-    from autotuner.engine.tuner import RETIME_TOP, RETIME_TOP_BRACKETED, _retime_configs
+    from autotuner.engine.tuner import DEFAULT_MARGIN, RETIME_TOP, RETIME_TOP_BRACKETED, RETIME_WINDOW, _retime_configs
 
     configs = [{"B": b} for b in range(8)]
 
@@ -341,14 +345,17 @@ def test_a_search_started_from_a_bracket_re_times_fewer_finalists():
 
     default = {"B": 99}
 
-    def finalists(first):
-        t = SimpleNamespace(search=Ranked(), known={}, result=SimpleNamespace(default_ms=2.0), default=default,
-                            plan=Plan(first=first))
+    def finalists(first, default_ms=1.06, margin=DEFAULT_MARGIN):
+        t = SimpleNamespace(search=Ranked(), known={}, result=SimpleNamespace(default_ms=default_ms), default=default,
+                            plan=Plan(first=first, margin=margin))
         return _retime_configs(t)
 
     assert RETIME_TOP_BRACKETED < RETIME_TOP
+    assert (1.0 + RETIME_WINDOW) / (1 - DEFAULT_MARGIN) > 1.06 > 1.0 + RETIME_WINDOW
     assert finalists(()) == [*configs[:RETIME_TOP], default]
     assert finalists((configs[3],)) == [*configs[:RETIME_TOP_BRACKETED], default]
+    assert finalists((), default_ms=1.2) == configs[:RETIME_TOP]  # 20% slower: it keeps its search time
+    assert finalists((), default_ms=1.2, margin=0.2) == [*configs[:RETIME_TOP], default]  # ... unless it could stay
 
 
 def test_a_plan_may_carry_an_optuna_sampler(db_url):

@@ -22,18 +22,17 @@ from __future__ import annotations
 import json
 import multiprocessing as mp
 import os
-import socket
 import subprocess
 import sys
 import threading
-from multiprocessing.connection import Connection
 from multiprocessing.context import ForkServerContext
 from typing import Any, cast
 
-# Only these: the server must leave CUDA as it found it. Computing Triton's cache-key hash here as well (so that each
-# child would inherit it instead of hashing libtriton itself, 0.7 s), in a thread during torch's import or after it,
-# made every child's CUDA initialisation fail on an H100 with Triton 3.6 (benchmarks/RESULTS.md, session 22).
-PRELOAD = ["torch", "triton", "triton.language"]
+# Only these (and server_exit: the server ends at once when its command has ended): the server must leave CUDA as it
+# found it. Computing Triton's cache-key hash here as well (so that each child would inherit it instead of hashing
+# libtriton itself, 0.7 s), in a thread during torch's import or after it, made every child's CUDA initialisation
+# fail on an H100 with Triton 3.6 (benchmarks/RESULTS.md, session 22).
+PRELOAD = ["torch", "triton", "triton.language", "autotuner.engine.server_exit"]
 
 _started = False
 TRITON_KEY = "AUTOTUNER_TRITON_KEY"  # how a child is handed the hash (taken out of its environment by `adopt`)
@@ -144,79 +143,6 @@ def use_triton_key(key: str) -> None:
         names = getattr(module, "__dict__", None)  # (not getattr on the module: some compute missing names)
         if isinstance(names, dict) and names.get("triton_key") is original:
             names["triton_key"] = triton_key
-
-
-# what a fresh trial worker runs (`start_fresh`): its module found as this process finds it
-_FRESH = "import json, sys; a = json.loads(sys.argv[1]); sys.path[:] = a.pop('path'); " \
-         "from autotuner.engine.trial_process import fresh_main; fresh_main(**a)"
-
-
-class FreshProcess:
-    """A trial worker started as a new interpreter rather than from the fork server (`start_fresh`): what
-    autotuner.engine.runner.TrialRunner asks of a multiprocessing Process. It lives while this object does: it
-    holds the write end of the child's lifeline, whose closing (this object gone, or this process dead however
-    it died) ends the child."""
-
-    def __init__(self, popen: subprocess.Popen[bytes], lifeline: int) -> None:
-        self._popen = popen
-        self._lifeline = lifeline
-
-    @property
-    def pid(self) -> int:
-        return self._popen.pid
-
-    def is_alive(self) -> bool:
-        return self._popen.poll() is None
-
-    def kill(self) -> None:
-        if self._popen.poll() is None:
-            try:
-                self._popen.kill()
-            except ProcessLookupError:  # pragma: no cover - it exited between the poll and the kill
-                pass
-
-    def join(self, timeout: float | None = None) -> None:
-        try:
-            self._popen.wait(timeout)
-        except subprocess.TimeoutExpired:
-            pass
-
-    @property
-    def exitcode(self) -> int | None:
-        """As a Process's: None while it runs, minus the signal's number where one ended it."""
-        return self._popen.poll()
-
-    def __del__(self) -> None:
-        try:
-            os.close(self._lifeline)
-        except OSError:  # pragma: no cover - closed already
-            pass
-
-
-def start_fresh(device_index: int | None) -> tuple[FreshProcess, Connection]:
-    """A trial worker (autotuner.engine.trial_process.fresh_main) started as a new Python process, with this
-    process's environment now (and what child_environment added), and this side of its pipe. Unlike a child of
-    the fork server, it exists before torch is imported: it makes its CUDA context on a thread while its main
-    thread imports torch, where a forked child could make it only after the server's imports (the trial worker's
-    first timing waited for both, one after the other). It is handed no Triton hash (that process may not have
-    answered yet): it computes its own, on a thread, as it would have without one. Not a child of a thread's
-    lifetime (Linux's parent-death signal follows the thread that started a child, and `autotuner tune` starts
-    this one from a short-lived thread): a pipe of which only this process holds the write end tells it that its
-    parent is gone."""
-    ours, theirs = socket.socketpair()
-    lifeline_read, lifeline_write = os.pipe()
-    args = {"path": sys.path, "conn_fd": theirs.fileno(), "lifeline_fd": lifeline_read, "device_index": device_index}
-    try:
-        popen = subprocess.Popen([sys.executable, "-c", _FRESH, json.dumps(args)],
-                                 env={**os.environ, **_for_children}, pass_fds=(theirs.fileno(), lifeline_read))
-    except BaseException:
-        ours.close()
-        os.close(lifeline_write)
-        raise
-    finally:
-        theirs.close()
-        os.close(lifeline_read)
-    return FreshProcess(popen, lifeline_write), Connection(ours.detach())
 
 
 def host_share(configured: int, gpus: int) -> int:

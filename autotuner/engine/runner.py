@@ -37,9 +37,9 @@ class TrialRunner:
         self._in_flight = False
         self.restarts = 0
         self.setup_s: dict[str, float] = {}  # the last problem's set-up in the process, by part (inputs, reference)
-        # a prestarted process's start, by part: fork_s (from asking for it to its first line: the interpreter's
-        # start), then its warm-up's parts (trial_process.warm_up: torch_s its import), early_context_s (the
-        # thread making its CUDA context meanwhile), and ready_s (from asking for it to its warm-up's end)
+        # a prestarted process's start, by part: fork_s (from asking for it to its first line: the fork server's
+        # imports when it had not finished them), then its warm-up's parts (trial_process.warm_up), and ready_s
+        # (from asking for it to its warm-up's end)
         self.warm_s: dict[str, float] = {}
         self._asked_at = 0.0
 
@@ -56,21 +56,20 @@ class TrialRunner:
 
     def prestart(self, device_index: int | None) -> None:
         """Start the process before its first problem is known: it makes its CUDA context and imports the ops
-        meanwhile, and `use` then sets the problem up in it. A new interpreter (processes.start_fresh), not a
-        child of the fork server: it makes its context while it imports torch, where a child of the server
-        would make it after the server's import."""
+        meanwhile, and `use` then sets the problem up in it."""
         if self._proc is None:
             self._asked_at = time.time()
-            self._proc, self._conn = processes.start_fresh(device_index)
+            self._proc, self._conn = self._spawn(None, device_index)
             self._warming = True
             self._needs_setup = self.spec is not None
 
     @staticmethod
-    def _spawn(spec: WorkerSpec) -> tuple[Any, Connection]:
-        """A new worker process for a problem (from the fork server) and this side of its pipe."""
+    def _spawn(spec: WorkerSpec | None, device_index: int | None = None) -> tuple[Any, Connection]:
+        """A new worker process (from the fork server) and this side of its pipe."""
         ctx = processes.context()
         parent, child = ctx.Pipe()
-        proc = ctx.Process(target=worker_main, args=(child, spec, processes.environment()), daemon=True)
+        proc = ctx.Process(target=worker_main, args=(child, spec, processes.environment(), device_index),
+                           daemon=True)
         proc.start()
         child.close()
         return proc, parent
@@ -106,7 +105,6 @@ class TrialRunner:
             except (BrokenPipeError, ConnectionResetError, OSError):  # it died just now: start a new one
                 self._kill()
         if not reused:
-            assert self.spec is not None, "a problem is set up once given (`use`)"
             proc, parent = self._spawn(self.spec)
             self._proc, self._conn, self._in_flight = proc, parent, True  # close() kills it if setup is interrupted
         self._needs_setup = False

@@ -137,26 +137,18 @@ class Bench:
             return Outcome("crash", error=short_error(exc))
 
 
-def die_with_parent(lifeline: int | None = None) -> None:
-    """This process gets SIGKILL when its parent dies, however the parent died (a trial worker stuck in a hanging
-    kernel would otherwise outlive a killed tuning run): on Linux through the parent-death signal, or, given the
-    read end of a `lifeline` pipe whose write end only the parent holds (autotuner.engine.processes.start_fresh),
-    when that pipe closes. And Ctrl-C is the parent's to handle: the terminal's SIGINT reaches the whole process
-    group, and a child would print a traceback of its own ("Process ForkServerProcess-1: ...") while its parent
-    stops it anyway."""
+def die_with_parent() -> None:
+    """Linux: this process gets SIGKILL when its parent dies, however the parent died (a trial worker stuck in a
+    hanging kernel would otherwise outlive a killed tuning run). And Ctrl-C is the parent's to handle: the
+    terminal's SIGINT reaches the whole process group, and a child would print a traceback of its own
+    ("Process ForkServerProcess-1: ...") while its parent stops it anyway."""
     import ctypes
     import signal
     import sys
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    if lifeline is not None:
-        def watch() -> None:
-            while os.read(lifeline, 1):  # (nothing is written: it returns at the pipe's end)
-                pass
-            os.kill(os.getpid(), signal.SIGKILL)
 
-        threading.Thread(target=watch, name="lifeline", daemon=True).start()
-    elif sys.platform.startswith("linux"):
+    if sys.platform.startswith("linux"):
         try:
             ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
         except OSError:  # pragma: no cover - no glibc
@@ -171,8 +163,8 @@ def warm_up(device_index: int | None, timing: bool = True, context: bool = True)
     (its handle and workspace, which the first reference or baseline would otherwise pay) and launch the L2 flush
     once (a Triton kernel: with a cold cache its compile, its launcher's and Triton's driver module's builds took
     the first timing about a second; the kernel is compiled on the thread that hashes, while the context is made),
-    so that the first problem only builds its inputs. Returns the seconds each part took (ops_s, torch_s and
-    context_s or driver_s, cublas_s, flush_s, key_s)."""
+    so that the first problem only builds its inputs. Returns the seconds each part took (ops_s, context_s or
+    driver_s, cublas_s, flush_s, key_s)."""
     marks = [("start", time.perf_counter())]
     flushes = device_index is not None and timing and context  # it times here: its L2 flush is launched below
     # (on a thread, while the CUDA context is made)
@@ -188,9 +180,8 @@ def warm_up(device_index: int | None, timing: bool = True, context: bool = True)
         driver.active.get_current_target()  # (its C module: built into Triton's cache by the first process)
         marks.append(("driver_s", time.perf_counter()))
     else:
-        import torch  # (imported already in a child of the fork server)
+        import torch
 
-        marks.append(("torch_s", time.perf_counter()))
         torch.cuda.set_device(device_index)
         xs = [torch.ones(16, 16, device=f"cuda:{device_index}", dtype=dtype) for dtype in (torch.float16, torch.float32)]
         torch.cuda.synchronize()
@@ -254,57 +245,24 @@ def _before_first_compile(flush_device: int | None) -> threading.Thread:
     return thread
 
 
-def worker_main(conn: Connection, spec: WorkerSpec, env: dict[str, str]) -> None:
-    """A trial worker for a problem, forked from the fork server (autotuner.engine.runner.TrialRunner: a first
-    one, or one after a crash)."""
+def worker_main(conn: Connection, spec: WorkerSpec | None, env: dict[str, str],
+                 device_index: int | None = None) -> None:
     from autotuner.engine.processes import adopt
 
     entered_at = time.time()  # wall clock: the parent compares it with when it asked for this process
     adopt(env)
     die_with_parent()
-    _main(conn, spec, None, entered_at)
-
-
-def fresh_main(conn_fd: int, lifeline_fd: int, device_index: int | None) -> None:
-    """A trial worker started as a new interpreter before torch is imported anywhere
-    (autotuner.engine.processes.start_fresh): its CUDA context is made on a thread through the driver while this
-    thread imports torch, which finds the context made (warm_up's `context_s`; the thread's own time is
-    `early_context_s`)."""
-    entered_at = time.time()
-    context: dict[str, float] = {}
-    context_thread = None
-    if device_index is not None:
-        from kernels._backend import interpreting, retain_primary_context
-
-        if not interpreting():
-            def make() -> None:
-                t0 = time.perf_counter()
-                if retain_primary_context(device_index):
-                    context["early_context_s"] = time.perf_counter() - t0
-
-            context_thread = threading.Thread(target=make, name="cuda-context", daemon=True)
-            context_thread.start()
-    die_with_parent(lifeline_fd)
-    _main(Connection(conn_fd), None, device_index, entered_at, (context_thread, context))
-
-
-def _main(conn: Connection, spec: WorkerSpec | None, device_index: int | None, entered_at: float,
-          early: tuple[threading.Thread | None, dict[str, float]] = (None, {})) -> None:
     compile_lock.install()  # a binary another process is compiling into the same cache is waited for
     try:
-        _serve(conn, spec, device_index, entered_at, early)
+        _serve(conn, spec, device_index, entered_at)
     except (BrokenPipeError, ConnectionResetError):
         return  # the command that started it is gone (one that failed on its arguments): nobody to answer
 
 
-def _serve(conn: Connection, spec: WorkerSpec | None, device_index: int | None, entered_at: float,
-           early: tuple[threading.Thread | None, dict[str, float]]) -> None:
+def _serve(conn: Connection, spec: WorkerSpec | None, device_index: int | None, entered_at: float) -> None:
     if spec is None:  # started ahead of its first problem
         parts = warm_up(device_index)
-        context_thread, context = early
-        if context_thread is not None:  # (done: the context's first use waited for it)
-            context_thread.join()
-        conn.send(("warm", {"entered_at": entered_at, "warm_at": time.time(), **parts, **context}))
+        conn.send(("warm", {"entered_at": entered_at, "warm_at": time.time(), **parts}))
     bench: Bench | None = None
     while True:
         if spec is not None:  # set up a problem: at start, and for each new problem a long-lived worker gets

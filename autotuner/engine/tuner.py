@@ -6,8 +6,8 @@
    context, inputs, reference) and times the torch baseline. Nothing is written before this succeeds.
 2. search: the run is started in the database; the search asks for configs, the measurer checks and times
    them (autotuner.engine.measure), and every trial is written as soon as it is measured.
-3. re-time: the search's best few and the default are timed again in interleaved rounds; the default stays
-   unless another config beats it by more than `DEFAULT_MARGIN`.
+3. re-time: the search's best few (and the default, if its time is as close to the best) are timed again in
+   interleaved rounds; the default stays unless another config beats it by more than `DEFAULT_MARGIN`.
 4. record: the winner is stored, replacing a stored one only if faster.
 
 Each phase is a function over one `_Tuning` (what the phases share), timed by `_phase`; a `TuneObserver` hears
@@ -52,8 +52,9 @@ from kernels._backend import cuda_device_count, interpreting
 from search_spaces.contract import ProblemType
 from search_spaces.space import Candidates, Config, config_key
 
-# The search's best few are timed again, with the default, before one is chosen: those within RETIME_WINDOW of the
-# best search time (the search times each config only as long as it takes to rank it), at most RETIME_TOP.
+# The search's best few are timed again before one is chosen: those within RETIME_WINDOW of the best search time
+# (the search times each config only as long as it takes to rank it), at most RETIME_TOP, and the default if it is
+# within that window too.
 RETIME_TOP = 4
 RETIME_TOP_BRACKETED = 2  # ... or this many where the search started from the configs fastest either side of it
 # (Plan.first: between a sweep's points), whose first timings already ranked them on both neighbours
@@ -282,14 +283,20 @@ def _search(t: _Tuning) -> None:
 
 def _retime_configs(t: _Tuning) -> list[Config]:
     """The search's best few (within RETIME_WINDOW of its best, at most RETIME_TOP, or RETIME_TOP_BRACKETED
-    after a bracketed start) and the default, unless the configs were measured before (`Plan.reuse`). A lone
-    finalist that is the default needs no re-time."""
+    after a bracketed start), unless the configs were measured before (`Plan.reuse`), and the default where it
+    could stay: its search time within the window of the best's, widened by the plan's margin. A default further off
+    would need its search time to be off by more than the window to stay: it keeps its search time, and its timings
+    are saved (a fifth of the re-time of matmul 4096^3, whose default ran 19% slower than the best in every run:
+    benchmarks/RESULTS.md, session 41). A lone finalist that is the default needs no re-time; any other is timed
+    again alone, so that the time stored for it is a full timing's."""
     assert t.search is not None
     best = t.search.best(RETIME_TOP_BRACKETED if t.plan.first else RETIME_TOP) if not t.known else []
     retime = [c for c, ms in best if ms <= best[0][1] * (1 + RETIME_WINDOW)]
-    if t.result.default_ms is not None and t.default not in retime and retime:
+    default_ms = t.result.default_ms
+    if retime and t.default not in retime and default_ms is not None and \
+            default_ms * (1 - t.plan.margin) <= best[0][1] * (1 + RETIME_WINDOW):
         retime.append(t.default)
-    return retime if len(retime) > 1 else []
+    return [] if retime == [t.default] else retime
 
 
 def _retime_and_pick(t: _Tuning, configs: list[Config]) -> None:

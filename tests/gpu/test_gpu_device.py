@@ -38,7 +38,4 @@ def test_a_tune_command_on_the_gpu_imports_no_torch_in_its_own_process(tmp_path)
     result = json.loads(out.stdout)
     assert len(result["trials"]) == 8 and result["best_ms"] > 0 and result["torch_ms"] > 0
     assert result["device"] == current_device(0).key
-    # its trial worker, a new interpreter, made its CUDA context through the driver while it imported torch, and
-    # torch's runtime took that context (its first tensor made after the import, the trials timed in it)
-    assert result["phases"]["worker_early_context_s"] > 0 and result["phases"]["worker_torch_s"] > 0
     assert "torch imported: False" in out.stderr, out.stderr

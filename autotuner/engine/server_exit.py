@@ -1,0 +1,12 @@
+"""Imported by the fork server alone (autotuner.engine.processes.PRELOAD): when the command that started it exits,
+the server ends at once, skipping the interpreter's tear-down of torch and Triton (0.3-0.5 s), during which it held
+the command's standard output and error open: a caller reading the command's output (`$(autotuner tune --json)`,
+a subprocess with pipes) waited that long for their end after the command itself had exited. The server's
+children never run it: a child of the fork server ends with os._exit, which runs no atexit handler."""
+
+from __future__ import annotations
+
+import atexit
+import os
+
+atexit.register(os._exit, 0)
