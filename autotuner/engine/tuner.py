@@ -59,8 +59,13 @@ RETIME_TOP = 4
 RETIME_TOP_BRACKETED = 2  # ... or this many where the search started from the configs fastest either side of it
 # (Plan.first: between a sweep's points), whose first timings already ranked them on both neighbours
 RETIME_WINDOW = 0.05
-# Interleaved rounds of that re-time, each 1/RETIME_ROUNDS of a full timing; a config keeps its rounds' median.
+# Interleaved rounds of that re-time, each RETIME_SCALE of a full timing; a config keeps its rounds' median. A fifth
+# (a third before): twelve re-times of matmul 4096^3's four finalists (0.7-2.3% apart) and of softmax's and
+# layernorm's on an H100 chose the same finalist at a third, a fifth and an eighth, each config's median spread by
+# 0.08-0.15% (relative standard deviation) at every scale, the re-time 0.93 -> 0.55 s (benchmarks/RESULTS.md, session
+# 41): the spread is between timings, not within one, which the interleaved rounds are for.
 RETIME_ROUNDS = 3
+RETIME_SCALE = 0.2
 SEARCH_SHARE = 0.75  # of the time left under a deadline when the search starts; the re-time and the record take the rest
 # A config replaces the default only when its re-time beats the default's by more than this fraction: a single
 # re-time once stored configs a hair ahead of the default that interleaved rounds then found behind it
@@ -114,8 +119,8 @@ def more_devices(device: DeviceInfo, gpus: tuple[int, ...]) -> list[int | None]:
 
 
 def _retime(measurer: Measurer, configs: list[Config], rounds: int, observer: TuneObserver,
-            result: TuneResult, deadline: float | None = None) -> dict[str, float]:
-    """Median time of each config over interleaved rounds (each 1/rounds of a full timing), by config key; a
+            result: TuneResult, deadline: float | None = None, scale: float = RETIME_SCALE) -> dict[str, float]:
+    """Median time of each config over interleaved rounds (each `scale` of a full timing), by config key; a
     config that fails once is left out. Under a `deadline`, no round starts that the last one says would end
     after it (none: an empty answer, and the search's times decide)."""
     times: dict[str, list[float]] = {config_key(c): [] for c in configs}
@@ -128,7 +133,7 @@ def _retime(measurer: Measurer, configs: list[Config], rounds: int, observer: Tu
         for config in rotation(configs, r):
             key = config_key(config)
             if key in times:
-                outcome = measurer.time(config, 1.0 / rounds)
+                outcome = measurer.time(config, scale)
                 if outcome.status == "ok" and outcome.timing:
                     times[key].append(outcome.timing.median_ms)
                 else:
