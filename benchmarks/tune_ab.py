@@ -28,8 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 
-PHASES = ("startup_s", "plan_s", "setup_s", "worker_fork_s", "worker_torch_s", "worker_context_s", "worker_ready_s",
-          "worker_flush_s", "search_s", "search_worker_s", "compiles", "compile_wait_s", "retime_s", "retime_worker_s")
+PHASES = ("startup_s", "plan_s", "setup_s", "worker_fork_s", "worker_context_s", "worker_ready_s", "worker_flush_s",
+          "search_s", "search_worker_s", "compiles", "compile_wait_s", "retime_s", "retime_worker_s")
 
 
 def drop_caches() -> None:

@@ -46,10 +46,11 @@ class TuneResult:
     rejected: int = 0
     elapsed_s: float = 0.0
     # Seconds per phase (plan_s: the space enumerated and the measurer made; setup_s, search_s, retime_s,
-    # record_s; startup_s from the CLI), the setup's parts (setup_worker_s: the trial process setting the problem up and timing torch, of it setup_inputs_s and
-    # setup_reference_s), and the search's: ask_s, measure_s (of it compile_wait_s: waiting on the compile pool,
-    # and search_worker_s: the trial processes' own time answering), record_trial_s; retime_worker_s, the trial
-    # process's own time in the re-time; compile_s is the compile time summed over trials (spent in parallel by the compile pool);
+    # record_s; startup_s from the CLI), the setup's parts (setup_worker_s: the trial process setting the problem up
+    # and timing torch, of it setup_inputs_s and setup_reference_s), and the search's: ask_s, measure_s (of it
+    # compile_wait_s: waiting on the compile pool, and search_worker_s: the trial processes' own time answering),
+    # record_trial_s; retime_worker_s, the trial process's own time in the re-time; compile_s is the compile time
+    # summed over trials (spent in parallel by the compile pool);
     # compiles (a count, not seconds): the configs the compile pool compiled, those the search asked for and those
     # it compiled on a guess of what the search would ask next.
     phases: dict[str, float] = field(default_factory=dict)

@@ -53,8 +53,8 @@ from search_spaces.contract import ProblemType
 from search_spaces.space import Candidates, Config, config_key
 
 # The search's best few are timed again before one is chosen: those within RETIME_WINDOW of the best search time
-# (the search times each config only as long as it takes to rank it), at most RETIME_TOP, and the default if it is
-# within that window too.
+# (the search times each config only as long as it takes to rank it), at most RETIME_TOP, and the default where it
+# could stay (`_retime_configs`).
 RETIME_TOP = 4
 RETIME_TOP_BRACKETED = 2  # ... or this many where the search started from the configs fastest either side of it
 # (Plan.first: between a sweep's points), whose first timings already ranked them on both neighbours
