@@ -5,10 +5,13 @@ compiler: each "host" is a process of its own with a Triton cache folder of its 
 from __future__ import annotations
 
 import json
+import os
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from sqlalchemy import select, update
 
 from autotuner.engine import compile_share, processes
@@ -130,11 +133,12 @@ def test_compiled_files_keep_their_bytes_and_signatures_on_postgresql(pg_url):
 
 
 def test_a_process_about_to_compile_makes_the_backends_engine_before_its_first_lookup(tmp_path, monkeypatch):
-    """A trial worker or pool process starting up prepares the backend (settings, database modules, engine) beside
-    its CUDA context, so that its first cache lookup does not pay for them; without a secret it prepares nothing."""
+    """A trial worker or pool process starting up prepares the backend (the database modules, the engine) beside
+    its CUDA context, so that its first cache lookup does not pay for them; without a secret it prepares nothing.
+    A plain SQLite file needs no engine: it is read through sqlite3, and SQLAlchemy is not imported for it."""
     from autotuner.engine import compile_share_backend as backend
 
-    url = f"sqlite:///{tmp_path / 'shared.db'}"
+    url = f"sqlite:///{tmp_path / 'shared.db'}?timeout=30"  # (options: not a plain file, so an engine)
     Store(url)
     monkeypatch.setattr(backend, "_engines", {})
     monkeypatch.setenv(compile_share.URL_VAR, url)
@@ -145,3 +149,41 @@ def test_a_process_about_to_compile_makes_the_backends_engine_before_its_first_l
     backend.prepare()
     engine = backend._engines[url]
     assert backend.DatabaseBackend("KEY").get(["k.cubin"]) == {} and backend._engines == {url: engine}
+    code = ("import sys\n"
+            "from autotuner.engine import compile_share_backend as backend\n"
+            "backend.prepare()\n"
+            "assert backend.DatabaseBackend('KEY').get(['k.cubin']) == {}\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'sqlalchemy')[:3], backend._engines)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT,
+                         env={**os.environ, compile_share.SECRET_VAR: "s3cret",
+                              compile_share.URL_VAR: f"sqlite:///{tmp_path / 'shared.db'}"})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["[]", "{}"]
+
+
+def test_the_sqlite_path_and_the_engines_read_each_others_files(tmp_path):
+    """A plain SQLite file's files through sqlite3 (the trial workers' and pools' way) and through an engine (any
+    other URL's way) are one table's rows: each reads what the other wrote, bytes as written, a second put keeps the
+    first, another signer's files apart, a row that does not verify reported and then replaced."""
+    path = tmp_path / "shared.db"
+    store = Store(f"sqlite:///{path}")
+    data = bytes(range(256)) * 64
+    compiled_files.put(path, "s3cret", "KEY", "k.cubin", data)
+    compiled_files.put(path, "s3cret", "KEY", "k.cubin", b"a second compile")
+    compiled_files.put(store.engine, "s3cret", "KEY", "k.json", b"{}")
+    compiled_files.put(store.engine, "other", "KEY", "k.cubin", b"theirs")
+    for where in (path, store.engine):
+        assert compiled_files.get(where, "s3cret", "KEY", ["k.cubin", "k.json", "k.ptx"]) == (
+            {"k.cubin": data, "k.json": b"{}"}, [])
+        assert compiled_files.get(where, "other", "KEY", ["k.cubin"]) == ({"k.cubin": b"theirs"}, [])
+    assert all(r.created_at is not None for r in rows(store))
+    with session_scope(store.engine) as s:
+        s.execute(update(CompiledFile).where(CompiledFile.signer == compiled_files.signer("s3cret"),
+                                             CompiledFile.filename == "k.cubin").values(data=b"forged"))
+    assert compiled_files.get(path, "s3cret", "KEY", ["k.cubin"]) == ({}, ["k.cubin"])
+    compiled_files.put(path, "s3cret", "KEY", "k.cubin", data)
+    assert compiled_files.get(store.engine, "s3cret", "KEY", ["k.cubin"]) == ({"k.cubin": data}, [])
+    missing = tmp_path / "missing.db"
+    with pytest.raises(sqlite3.OperationalError):  # a file that is not there is a database away: none is made
+        compiled_files.get(missing, "s3cret", "KEY", ["k.cubin"])
+    assert not missing.exists()

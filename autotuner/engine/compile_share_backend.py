@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from typing import Any
 
 from triton.runtime.cache import RemoteCacheBackend
 
-from autotuner.base.settings import Settings
+from autotuner.engine.compile_share import SECRET_VAR, URL_VAR
 
 log = logging.getLogger(__name__)
 GROUP = "__grp__"  # Triton's prefix for the file listing a compile's files
@@ -43,6 +44,13 @@ def _kept_group(data: bytes) -> bytes:
 
 
 def _engine(url: str | None) -> Any:
+    """Where the files are: a plain SQLite file's path (read and written through sqlite3, no SQLAlchemy imported:
+    db.compiled_files), else an engine, made once per URL."""
+    from db.sqlite_reads import plain_path
+
+    path = plain_path(url)
+    if path is not None:
+        return path
     from db.basics import default_url
     from db.engine import make_engine
 
@@ -53,8 +61,8 @@ def _engine(url: str | None) -> Any:
 
 
 def prepare() -> None:
-    """Make now what this process's first `get` needs (the settings, the database modules, the engine): a process
-    about to compile calls it while it starts. Failing here is left to that `get` to report."""
+    """Make now what this process's first `get` needs (the database modules, the engine where one is used): a
+    process about to compile calls it while it starts. Failing here is left to that `get` to report."""
     try:
         backend = DatabaseBackend("")
         if backend.secret:
@@ -69,12 +77,8 @@ class DatabaseBackend(RemoteCacheBackend):
     def __init__(self, key: str) -> None:
         super().__init__(key)
         self.key = key
-        try:
-            settings = Settings()
-            self.secret, self.url = settings.compile_secret or "", settings.db_url
-        except ValueError as exc:  # a bad AUTOTUNER_* variable: compile here, as without the share
-            _say_once("settings", f"compiled files not shared: {exc}")
-            self.secret, self.url = "", None
+        # as autotuner.engine.compile_share handed them to this process (the command's settings, resolved there)
+        self.secret, self.url = os.environ.get(SECRET_VAR, ""), os.environ.get(URL_VAR) or None
 
     def get(self, filenames: list[str]) -> dict[str, bytes]:
         if not self.secret:
