@@ -24,14 +24,15 @@ DEFAULT_US, TIE_US, FAST_US = 100_000, 80_000, 50_000
 
 def launch(inputs: Any, config: dict[str, Any]) -> torch.Tensor:
     """The kernel, then a pause until PAUSE_US after the start: the kernel's own jittery time is absorbed. With
-    PACED_LOG set, each launch appends "pid start end" (wall-clock seconds) to that file."""
+    PACED_LOG set, each launch appends "pid start end pause" (wall-clock seconds, then the config's PAUSE_US) to that
+    file."""
     started = time.time()
     deadline = time.perf_counter() + config["PAUSE_US"] / 1e6
     out = k_gelu.gelu(inputs["x"], {"BLOCK_SIZE": 32, "num_warps": 1, "num_stages": 1}, inputs["approximate"])
     time.sleep(max(0.0, deadline - time.perf_counter()))
     if os.environ.get("PACED_LOG"):
         with open(os.environ["PACED_LOG"], "a") as f:
-            f.write(f"{os.getpid()} {started} {time.time()}\n")
+            f.write(f"{os.getpid()} {started} {time.time()} {config['PAUSE_US']}\n")
     return out
 
 

@@ -54,7 +54,7 @@ def _overlapping_pids(log: Path, between: tuple[float, float] | None = None) -> 
     seconds), and whether two of them launched at once."""
     spans: dict[str, list[tuple[float, float]]] = {}
     for line in log.read_text().splitlines():
-        pid, start, end = line.split()
+        pid, start, end = line.split()[:3]
         if between is None or between[0] <= float(start) and float(end) <= between[1]:
             spans.setdefault(pid, []).append((float(start), float(end)))
     lists = list(spans.values())

@@ -402,6 +402,7 @@ class Measured:
     config: Config
     outcome: Outcome
     lane: int = 0  # the measurer's lane (GPU) that measured it
+    at: float = dataclasses.field(default_factory=time.perf_counter)  # when its measurement ended (perf_counter)
 
     @property
     def ms(self) -> float | None:

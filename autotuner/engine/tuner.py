@@ -263,7 +263,7 @@ def _search(t: _Tuning) -> None:
         if m.config == t.default:
             result.default_ms = m.ms
         record = TrialRecord(index=len(result.trials) + 1, config=m.config, status=o.status, median_ms=m.ms,
-                             error=o.error, compile_s=o.compile_s, lane=m.lane, at_s=time.perf_counter() - t0,
+                             error=o.error, compile_s=o.compile_s, lane=m.lane, at_s=m.at - t0,
                              wait_s=o.wait_s)
         result.trials.append(record)
         best = search.best(1)
