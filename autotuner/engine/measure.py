@@ -516,12 +516,8 @@ def run_search(search: Search, measurer: Measurer, *, budget: int | None, time_b
             outcome = answer()
         else:
             outcome = measurer.measure(config, give_up_ms=give_up_ms)
-        t_tell = time.perf_counter()
-        spent["measure_s"] += t_tell - t_measure
-        search.tell(config, outcome.timing.median_ms if outcome.status == "ok" and outcome.timing else None)
-        done.append(Measured(config, outcome))
+        _tell(search, Measured(config, outcome), done, None, spent, t_measure)  # (written by record())
         unrecorded.append(done[-1])
-        spent["ask_s"] += time.perf_counter() - t_tell
         if not overlap:
             record()
     record()
