@@ -17,11 +17,11 @@ from __future__ import annotations
 import hashlib
 import hmac
 import sqlite3
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from db.basics import SQLITE_BUSY_TIMEOUT_MS
+from db.sqlite_reads import sqlite_now
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
@@ -107,15 +107,15 @@ def put(engine: Engine | Path, secret: str, key: str, filename: str, data: bytes
 
 def _put_sqlite(path: Path, secret: str, key: str, filename: str, data: bytes, signed: str) -> None:
     """`put` through sqlite3, in one write transaction: the row added, or the one there kept or replaced."""
+    who = signer(secret)
     conn = _sqlite(path)
     try:
         conn.execute("BEGIN IMMEDIATE")
         row = conn.execute(f"SELECT id, data, mac FROM {TABLE} WHERE signer = ? AND cache_key = ? AND filename = ?",
-                           (signer(secret), key, filename)).fetchone()
+                           (who, key, filename)).fetchone()
         if row is None:
             conn.execute(f"INSERT INTO {TABLE} (signer, cache_key, filename, data, mac, created_at) "
-                         "VALUES (?, ?, ?, ?, ?, ?)", (signer(secret), key, filename, data, signed,
-                                                       datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")))
+                         "VALUES (?, ?, ?, ?, ?, ?)", (who, key, filename, data, signed, sqlite_now()))
         elif not hmac.compare_digest(row[2], mac(secret, key, filename, bytes(row[1]))):
             conn.execute(f"UPDATE {TABLE} SET data = ?, mac = ? WHERE id = ?", (data, signed, row[0]))
         conn.execute("COMMIT")

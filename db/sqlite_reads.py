@@ -75,6 +75,11 @@ def _datetime(value: Any) -> Any:
     return datetime.fromisoformat(value) if isinstance(value, str) else value
 
 
+def sqlite_now() -> str:
+    """The time now as SQLAlchemy writes a DATETIME column in SQLite (UTC), for rows written through sqlite3."""
+    return datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")
+
+
 class SqliteReads:
     """One SQLite file, read-only, from one connection per process (a forked child opens its own)."""
 
@@ -150,7 +155,7 @@ class SqliteReads:
     def add_job(self, *, op: str, shape: str, dtype: str, options: dict[str, Any], strategy: str = "tpe",
                 budget_trials: int | None = None, budget_seconds: float | None = None, priority: int = 0) -> int:
         """queue.add_job: a queued tuning job, its columns written as SQLAlchemy writes them; its id."""
-        now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")  # SQLAlchemy's SQLite DATETIME
+        now = sqlite_now()
         with self._write_lock:  # a connection of its own: a launch's lookups never wait behind this write
             cursor = self._writing().execute(ADD_JOB, (op, shape, dtype, json.dumps(options), strategy, budget_trials,
                                                     budget_seconds, priority, now))
