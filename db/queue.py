@@ -115,10 +115,10 @@ def claim_job(session: Session, *, worker: str, after: int | None = None) -> Job
                            .order_by(*_CLAIM_ORDER).limit(AFFINITY_WINDOW)).all()
     if not rows:
         return None
-    window = [(r[0], r[1], kernels(*r[2:])) for r in rows]
     order = [r[0] for r in rows]
     passed_over = session.scalar(select(func.count(Job.id)).where(Job.id > rows[0][0], Job.state != "queued")) or 0
     if passed_over < AFFINITY_WINDOW:
+        window = [(r[0], r[1], kernels(*r[2:])) for r in rows]
         last = session.execute(select(*_KERNELS).where(Job.id == after)).first() if after is not None else None
         running = {kernels(*r) for r in session.execute(select(*_KERNELS).where(Job.state == "running"))}
         order = claim_order(window, kernels(*last) if last is not None else None, running)
