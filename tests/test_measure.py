@@ -8,12 +8,15 @@ import sys
 import time
 from dataclasses import asdict
 
+import pytest
+
 from autotuner.base.device import current_device
 from autotuner.base.registry import get_op
 from autotuner.engine import processes
 from autotuner.engine.measure import LiveMeasurer
 from autotuner.engine.trial_process import WorkerSpec
 from search_spaces.space import config_key
+from tests.test_cli import _alive
 
 
 def _report_env(conn, env):
@@ -121,6 +124,7 @@ def test_a_trial_worker_started_before_its_problem_sets_it_up_when_told():
         dead.close()
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_the_fork_server_ends_with_its_command_without_tearing_its_interpreter_down(tmp_path):
     """Once the command has ended, its fork server (holding the command's standard output and error) ends at once:
     its interpreter's tear-down of torch and Triton kept a caller reading the command's output waiting after the
@@ -136,19 +140,10 @@ def test_the_fork_server_ends_with_its_command_without_tearing_its_interpreter_d
     assert out.returncode == 0, out.stderr
     server = int(out.stdout.split()[-1])
     deadline = time.monotonic() + 30
-    while _running(server) and time.monotonic() < deadline:
+    while _alive(server) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not _running(server), "the fork server outlived its command"
+    assert not _alive(server), "the fork server outlived its command"
     assert not mark.exists(), mark.read_text()
-
-
-def _running(pid: int) -> bool:
-    """A process that exists and has not ended (a zombie, ended and not reaped yet, has)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def test_each_trial_is_recorded_while_the_trial_process_measures_the_next(tmp_path, monkeypatch):
