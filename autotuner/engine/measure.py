@@ -527,7 +527,9 @@ def run_search(search: Search, measurer: Measurer, *, budget: int | None, time_b
 
 
 def _on_a_thread(fn: Callable[[], Outcome]) -> Callable[[], Outcome]:
-    """`fn` started on a thread of its own; the call returned waits for its answer (raising what it raised)."""
+    """`fn` started on a thread of its own; the call returned waits for its answer (raising what it raised). A
+    daemon thread, not an executor's: those are joined at exit, where one stuck on a hung trial process would hold
+    the command's exit."""
     box: list[Any] = []
 
     def run() -> None:
