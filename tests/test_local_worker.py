@@ -13,6 +13,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -69,7 +70,9 @@ def worker(tmp_path):
 
 
 def _runs(db: Path) -> list[tuple[int, str]]:
-    with sqlite3.connect(db) as c:
+    """The runs in the worker's database, read as a bystander: read-only, closed at once (a connection left to
+    the collector, and one that may write, could checkpoint the worker's WAL from under it as it closed)."""
+    with closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as c:
         return c.execute("SELECT id, status FROM tuning_runs ORDER BY id").fetchall()
 
 

@@ -146,6 +146,31 @@ def test_the_fork_server_ends_with_its_command_without_tearing_its_interpreter_d
     assert not mark.exists(), mark.read_text()
 
 
+def test_ctrl_c_while_the_fork_server_imports_leaves_it_serving_without_a_traceback(tmp_path):
+    """A terminal's Ctrl-C reaches the fork server too (one process group): one that came while the server was
+    still importing torch and Triton (a worker stopped as its first job started) killed it with a traceback under
+    the command's. It is ignored there, and the server goes on to make children, which still stop on Ctrl-C."""
+    mark, release = tmp_path / "importing", tmp_path / "release"
+    code = ("import os, signal, time\n"
+            "from pathlib import Path\n"
+            "from multiprocessing import forkserver\n"
+            "from autotuner.engine import processes\n"
+            "processes.PRELOAD.insert(1, 'tests.slow_preload')\n"
+            "processes.start()\n"
+            f"while not Path({str(mark)!r}).exists(): time.sleep(0.02)\n"
+            "os.kill(forkserver._forkserver._forkserver_pid, signal.SIGINT)\n"
+            "time.sleep(0.5)\n"
+            f"Path({str(release)!r}).touch()\n"
+            "child = processes.context().Process(target=signal.raise_signal, args=(signal.SIGINT,))\n"
+            "child.start(); child.join(60)\n"
+            "print('child', child.exitcode, flush=True)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180,
+                         env={**os.environ, "PRELOAD_MARK": str(mark), "PRELOAD_RELEASE": str(release)})
+    server_part = out.stderr.split("Process ForkServerProcess")[0]  # (what precedes the child's own traceback)
+    assert "KeyboardInterrupt" not in server_part, out.stderr
+    assert out.returncode == 0 and out.stdout.split()[-2:] == ["child", "1"], (out.stdout, out.stderr)
+
+
 def test_each_trial_is_recorded_while_the_trial_process_measures_the_next(tmp_path, monkeypatch):
     """Writing a trial (and guessing what to compile next) decides nothing about the next config: it is done
     while the trial process measures that one, not between the two measurements; every trial is recorded, in

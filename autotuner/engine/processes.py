@@ -28,11 +28,11 @@ import threading
 from multiprocessing.context import ForkServerContext
 from typing import Any, cast
 
-# Only these (and server_exit: the server ends at once when its command has ended): the server must leave CUDA as it
-# found it. Computing Triton's cache-key hash here as well (so that each child would inherit it instead of hashing
-# libtriton itself, 0.7 s), in a thread during torch's import or after it, made every child's CUDA initialisation
-# fail on an H100 with Triton 3.6 (benchmarks/RESULTS.md, session 22).
-PRELOAD = ["torch", "triton", "triton.language", "autotuner.engine.server_exit"]
+# Only these (and server_start, server_exit: Ctrl-C ignored while it imports; the server ends at once when its
+# command has ended): the server must leave CUDA as it found it. Computing Triton's cache-key hash here as well (so
+# that each child would inherit it instead of hashing libtriton itself, 0.7 s), in a thread during torch's import or
+# after it, made every child's CUDA initialisation fail on an H100 with Triton 3.6 (benchmarks/RESULTS.md, session 22).
+PRELOAD = ["autotuner.engine.server_start", "torch", "triton", "triton.language", "autotuner.engine.server_exit"]
 
 _started = False
 TRITON_KEY = "AUTOTUNER_TRITON_KEY"  # how a child is handed the hash (taken out of its environment by `adopt`)

@@ -2,11 +2,16 @@
 the server ends at once, skipping the interpreter's tear-down of torch and Triton (0.3-0.5 s), during which it held
 the command's standard output and error open: a caller reading the command's output (`$(autotuner tune --json)`,
 a subprocess with pipes) waited that long for their end after the command itself had exited. The server's
-children never run it: a child of the fork server ends with os._exit, which runs no atexit handler."""
+children never run it: a child of the fork server ends with os._exit, which runs no atexit handler.
+
+Imported last, it also ends what autotuner.engine.server_start began: Ctrl-C ignored during the server's imports
+(Python's fork server then ignores it itself, and gives each child the handler found here: Python's own)."""
 
 from __future__ import annotations
 
 import atexit
 import os
+import signal
 
 atexit.register(os._exit, 0)
+signal.signal(signal.SIGINT, signal.default_int_handler)
