@@ -108,20 +108,39 @@ def bytes_moved(p: MatmulProblem) -> float:
     return float(e * (p.M * p.K + p.K * p.N + p.M * p.N + (p.N if p.epilogue.startswith("bias") else 0)))
 
 
+# The TMA pipeline's barriers: one or two of 8 bytes per stage.
+BARRIER_BYTES_PER_STAGE = 16
+
+
 def smem_bytes(c: Config, p: MatmulProblem) -> int:
     """Shared memory of the software pipeline: num_stages tiles of A and of B, and with TMA the C tile that the
-    store goes out through, half of it stored in halves (with Hopper's 227 KiB, 128x256x64 float16 fits 4 stages
-    through pointers, 3 through TMA, 4 through persistent TMA storing its C tile in halves, which ran faster than
-    3 stages unhalved: benchmarks/RESULTS.md)."""
-    pipeline = c["num_stages"] * (c["BLOCK_M"] * c["BLOCK_K"] + c["BLOCK_K"] * c["BLOCK_N"])
-    c_tile = c["BLOCK_M"] * c["BLOCK_N"] // (2 if c.get("SUBTILE") else 1) if c.get("TMA") else 0
-    return (pipeline + c_tile) * ELEMENT_BYTES[p.dtype]
+    store goes out through, half of it stored in halves, and the stages' barriers (with Hopper's 227 KiB,
+    128x256x64 float16 fits 4 stages through pointers, 3 through TMA, 4 through persistent TMA storing its C tile
+    in halves, which ran faster than 3 stages unhalved: benchmarks/RESULTS.md). Where 8 warps share BLOCK_M=64
+    rows, Hopper's MMA gives each warpgroup half the columns, and splitting the float32 accumulator into its
+    column halves (SUBTILE) moves one half between them through shared memory: a BLOCK_M x BLOCK_N/2 float32
+    scratch, which a flattened loop cannot take from the pipeline's buffers (the next tile's loads hold them).
+    An upper bound: Triton 3.6 and 3.9 compiled no config of the space into more (every config within 100 KiB
+    of an H100's limit, compiled for sm_90: benchmarks/RESULTS.md), and only configs above it failed on the
+    recorded H100 landscapes."""
+    e = ELEMENT_BYTES[p.dtype]
+    pipeline = c["num_stages"] * (c["BLOCK_M"] * c["BLOCK_K"] + c["BLOCK_K"] * c["BLOCK_N"]) * e
+    if not c.get("TMA"):
+        return pipeline
+    c_tile = c["BLOCK_M"] * c["BLOCK_N"] // (2 if c.get("SUBTILE") else 1) * e
+    moved_half = 0
+    if c.get("SUBTILE") and c.get("FLATTEN") and c["num_warps"] // 4 > c["BLOCK_M"] // 64 >= 1:
+        moved_half = c["BLOCK_M"] * c["BLOCK_N"] // 2 * 4
+    return pipeline + c_tile + moved_half + c["num_stages"] * BARRIER_BYTES_PER_STAGE
 
 
 def _fits_smem(c: Config, p: MatmulProblem, d: DeviceLimits) -> str | None:
     need = smem_bytes(c, p)
     if need > d.smem_per_block:
-        what = "num_stages x (A tile + B tile)" + (" + C tile" if c.get("TMA") else "")
+        what = "num_stages x (A tile + B tile)"
+        if c.get("TMA"):
+            moved = c.get("SUBTILE") and smem_bytes({**c, "FLATTEN": 0}, p) < need
+            what += " + C tile" + (" + an accumulator half moved between warpgroups" if moved else "") + " + barriers"
         return f"shared memory {need} B ({what}) exceeds the device's {d.smem_per_block} B per block"
     return None
 

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
 from autotuner.base.device import DeviceInfo
 from autotuner.base.registry import UnknownOpError, builtin_ops, get_op, op_names, register_op, unregister_op
 from search_spaces.problem import ProblemError
-from search_spaces.space import ConfigError, Param
+from search_spaces.space import ConfigError, Param, config_key
 
+LANDSCAPES = Path(__file__).resolve().parent / "data" / "landscapes"
 H100 = DeviceInfo("NVIDIA H100 80GB HBM3", (9, 0), 132, 80 << 30, 232448, "cuda:0")
 PROBLEMS = {op.name: list(dict.fromkeys(e.shape for e in (*op.examples, *op.gpu_examples))) for op in builtin_ops()}
 
@@ -101,6 +104,31 @@ def test_shared_memory_limit_comes_from_the_device(small_smem_device):
     assert full not in op.space.candidates(problem, small_smem_device)
     rejected = {tuple(sorted(r.config.items())): r.reason for r in op.space.enumerate(problem, small_smem_device).rejected}
     assert "shared memory" in rejected[tuple(sorted(full.items()))]
+
+
+def test_matmul_shared_memory_agrees_with_the_hopper_landscapes():
+    """Whole matmul spaces timed on H100s and H200s (tests/data/landscapes): each config that failed there is
+    over the shared memory the space allows now (64x256x64 tiles with 8 warps and 5 stages, flattened, C stored
+    in halves: the accumulator half moved between warpgroups), and none that ran is."""
+    from autotuner.engine.replay import load_landscape
+    from search_spaces.matmul import smem_bytes
+
+    op = get_op("matmul")
+    failed = ran = 0
+    for path in sorted(LANDSCAPES.glob("matmul_*_h[12]00*.json")):
+        landscape = load_landscape(path)
+        fields = landscape.problem
+        problem = op.parse_problem(f"{fields['M']}x{fields['N']}x{fields['K']}", fields["dtype"])
+        for config in landscape.configs:
+            fits = smem_bytes(config, problem) <= H100.smem_per_block
+            if landscape.times[config_key(config)] is None:
+                failed += 1
+                assert not fits, (path.name, config)
+                assert any("shared memory" in r for r in op.space.violations(config, problem, H100))
+            else:
+                ran += 1
+                assert fits, (path.name, config, smem_bytes(config, problem))
+    assert failed == 8 and ran > 20000  # (four configs on each of two 4708-config landscapes)
 
 
 def test_matmul_split_k_only_where_tiles_do_not_fill_the_device():
