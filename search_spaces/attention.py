@@ -116,15 +116,23 @@ def bytes_moved(p: AttentionProblem) -> float:
     return 2.0 * (p.heads + p.kv) * p.batch * p.seq * p.head_dim * ELEMENT_BYTES[p.dtype]  # q and o, k and v
 
 
+# Through TMA: the loads' barriers (one or two of 8 bytes per stage) and, in some configs, a 1 KiB scratch.
+TMA_BYTES_PER_STAGE, TMA_SCRATCH_BYTES = 16, 1024
+
+
 def smem_bytes(c: Config, p: AttentionProblem) -> int:
-    """The Q tile plus num_stages K and V tiles."""
-    return (c["BLOCK_M"] + 2 * c["num_stages"] * c["BLOCK_N"]) * p.head_dim * ELEMENT_BYTES[p.dtype]
+    """The Q tile plus num_stages K and V tiles, and through TMA the barriers and a scratch. An upper bound: every
+    config of the space on four H100 problems (head dims 64 and 128, causal and not), compiled for sm_90 under
+    Triton 3.6, took at most this (benchmarks/RESULTS.md)."""
+    tiles = (c["BLOCK_M"] + 2 * c["num_stages"] * c["BLOCK_N"]) * p.head_dim * ELEMENT_BYTES[p.dtype]
+    return tiles + (c["num_stages"] * TMA_BYTES_PER_STAGE + TMA_SCRATCH_BYTES if c.get("TMA") else 0)
 
 
 def _fits_smem(c: Config, p: AttentionProblem, d: DeviceLimits) -> str | None:
     need = smem_bytes(c, p)
     if need > d.smem_per_block:
-        return f"shared memory {need} B (Q tile + num_stages x (K + V tiles)) exceeds the device's {d.smem_per_block} B per block"
+        what = "Q tile + num_stages x (K + V tiles)" + (" + barriers and scratch" if c.get("TMA") else "")
+        return f"shared memory {need} B ({what}) exceeds the device's {d.smem_per_block} B per block"
     return None
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -204,7 +205,6 @@ def test_options_of_one_kernel_vary_only_with_it():
     """A parameter declared `only_with` another takes its other values only where that one has the named values
     (matmul's SPLIT_K with the pointer kernel, SUBTILE, TAIL_SPLIT and FLATTEN with the persistent ones); the grid
     leaves the rest out, and leaves out no config the constraints would let through."""
-    import dataclasses
 
     op = get_op("matmul")
     grid = list(op.space.grid())
@@ -232,6 +232,13 @@ def test_attention_shared_memory_and_causal_rules(small_smem_device):
     cfg = {"BLOCK_M": 64, "BLOCK_N": 128, "num_warps": 4, "num_stages": 1}
     assert any("BLOCK_N > BLOCK_M" in r for r in op.space.violations(cfg, problem, H100))  # runs, but slower
     assert op.space.violations(cfg, op.parse_problem("1x1x4096x128", "float16"), H100) == []
+    # through TMA the barriers and a scratch come on top of the tiles (up to 1 KiB and 64 B more, compiled for
+    # sm_90): a device whose shared memory the tiles alone fill runs the pointer loads only
+    full = op.parse_problem("1x1x4096x128", "float16")
+    cfg = {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3}
+    tiles_only = dataclasses.replace(H100, smem_per_block=(128 + 2 * 3 * 64) * 128 * 2)
+    assert op.space.violations({**cfg, "TMA": 0}, full, tiles_only) == []
+    assert any("barriers" in r for r in op.space.violations({**cfg, "TMA": 1}, full, tiles_only))
 
 
 def test_variants_measured_slower_are_declared_but_not_searched():
