@@ -112,35 +112,42 @@ def bytes_moved(p: MatmulProblem) -> float:
 BARRIER_BYTES_PER_STAGE = 16
 
 
-def smem_bytes(c: Config, p: MatmulProblem) -> int:
-    """Shared memory of the software pipeline: num_stages tiles of A and of B, and with TMA the C tile that the
-    store goes out through, half of it stored in halves, and the stages' barriers (with Hopper's 227 KiB,
-    128x256x64 float16 fits 4 stages through pointers, 3 through TMA, 4 through persistent TMA storing its C tile
-    in halves, which ran faster than 3 stages unhalved: benchmarks/RESULTS.md). Where 8 warps share BLOCK_M=64
-    rows, Hopper's MMA gives each warpgroup half the columns, and splitting the float32 accumulator into its
-    column halves (SUBTILE) moves one half between them through shared memory: a BLOCK_M x BLOCK_N/2 float32
-    scratch, which a flattened loop cannot take from the pipeline's buffers (the next tile's loads hold them).
-    An upper bound: Triton 3.6 and 3.9 compiled no config of the space into more (every config within 100 KiB
-    of an H100's limit, compiled for sm_90: benchmarks/RESULTS.md), and only configs above it failed on the
-    recorded H100 landscapes."""
+def smem_bytes(c: Config, p: MatmulProblem, capability: tuple[int, int] = (9, 0)) -> int:
+    """An upper bound on the shared memory Triton gives a config on a GPU of this compute capability: the software
+    pipeline's tiles of A and of B, and with TMA the C tile that the store goes out through, half of it stored in
+    halves, and the stages' barriers (with Hopper's 227 KiB, 128x256x64 float16 fits 4 stages through pointers, 3
+    through TMA, 4 through persistent TMA storing its C tile in halves, which ran faster than 3 stages unhalved:
+    benchmarks/RESULTS.md). Hopper holds num_stages stages; Ampere and Ada's pipeliner (the pointer kernel, compute
+    capability 8.x) num_stages - 1, or the float32 accumulator tile where that is more (the epilogue's layout
+    change). Where 8 warps share BLOCK_M=64 rows, Hopper's MMA gives each warpgroup half the columns, and splitting
+    the float32 accumulator into its column halves (SUBTILE) moves one half between them through shared memory: a
+    BLOCK_M x BLOCK_N/2 float32 scratch, which a flattened loop cannot take from the pipeline's buffers (the next
+    tile's loads hold them). Checked against Triton 3.6 and 3.9 compiling every config of the space near the limit
+    for sm_90, and the pointer kernel's for sm_80, sm_86 and sm_89 (benchmarks/RESULTS.md); only configs above it
+    failed on the recorded H100 landscapes."""
     e = ELEMENT_BYTES[p.dtype]
-    pipeline = c["num_stages"] * (c["BLOCK_M"] * c["BLOCK_K"] + c["BLOCK_K"] * c["BLOCK_N"]) * e
+    stage = (c["BLOCK_M"] * c["BLOCK_K"] + c["BLOCK_K"] * c["BLOCK_N"]) * e
     if not c.get("TMA"):
-        return pipeline
+        if capability[0] == 8:
+            return max((c["num_stages"] - 1) * stage, c["BLOCK_M"] * c["BLOCK_N"] * 4)
+        return c["num_stages"] * stage
     c_tile = c["BLOCK_M"] * c["BLOCK_N"] // (2 if c.get("SUBTILE") else 1) * e
     moved_half = 0
     if c.get("SUBTILE") and c.get("FLATTEN") and c["num_warps"] // 4 > c["BLOCK_M"] // 64 >= 1:
         moved_half = c["BLOCK_M"] * c["BLOCK_N"] // 2 * 4
-    return pipeline + c_tile + moved_half + c["num_stages"] * BARRIER_BYTES_PER_STAGE
+    return c["num_stages"] * stage + c_tile + moved_half + c["num_stages"] * BARRIER_BYTES_PER_STAGE
 
 
 def _fits_smem(c: Config, p: MatmulProblem, d: DeviceLimits) -> str | None:
-    need = smem_bytes(c, p)
+    capability = getattr(d, "capability", (9, 0))
+    need = smem_bytes(c, p, capability)
     if need > d.smem_per_block:
-        what = "num_stages x (A tile + B tile)"
-        if c.get("TMA"):
-            moved = c.get("SUBTILE") and smem_bytes({**c, "FLATTEN": 0}, p) < need
-            what += " + C tile" + (" + an accumulator half moved between warpgroups" if moved else "") + " + barriers"
+        if not c.get("TMA"):
+            what = "(num_stages - 1) x (A tile + B tile)" if capability[0] == 8 else "num_stages x (A tile + B tile)"
+        else:
+            moved = c.get("SUBTILE") and smem_bytes({**c, "FLATTEN": 0}, p, capability) < need
+            what = ("num_stages x (A tile + B tile) + C tile"
+                    + (" + an accumulator half moved between warpgroups" if moved else "") + " + barriers")
         return f"shared memory {need} B ({what}) exceeds the device's {d.smem_per_block} B per block"
     return None
 

@@ -132,6 +132,26 @@ def test_matmul_shared_memory_agrees_with_the_hopper_landscapes():
     assert failed == 8 and ran > 20000  # (four configs on each of two 4708-config landscapes)
 
 
+def test_matmul_pointer_stages_on_ampere_and_ada_hold_one_stage_less():
+    """Triton's pipeliner on compute capability 8.x keeps num_stages - 1 stages of the pointer kernel in shared
+    memory (every pointer config near the limit compiled for sm_80, sm_86 and sm_89: benchmarks/RESULTS.md), so a
+    config that fits that way is in the space there, and one that does not is refused saying so."""
+    op = get_op("matmul")
+    problem = op.parse_problem("4096x4096x4096", "float16")
+    a100 = DeviceInfo("NVIDIA A100-SXM4-80GB", (8, 0), 108, 80 << 30, 166912, "cuda:0")
+    ada = DeviceInfo("NVIDIA GeForce RTX 4090", (8, 9), 128, 24 << 30, 101376, "cuda:0")
+    wide = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 4}
+    assert op.space.violations(wide, problem, a100) == []  # 3 x 48 KiB of the A100's 163 KiB
+    square = {**wide, "BLOCK_N": 128}
+    assert op.space.violations(square, problem, ada) == []  # 3 x 32 KiB of 99 KiB
+    assert op.space.default(problem, ada)["num_stages"] == 4
+    reasons = op.space.violations({**square, "num_stages": 5}, problem, ada)
+    assert any("shared memory 131072 B ((num_stages - 1) x (A tile + B tile))" in r for r in reasons), reasons
+    # Hopper holds every stage: the same config needs 4 x 48 KiB there
+    assert any("shared memory 196608 B" in r for r in op.space.violations(wide, problem, dataclasses.replace(
+        H100, smem_per_block=166912)))
+
+
 def test_matmul_split_k_only_where_tiles_do_not_fill_the_device():
     op = get_op("matmul")
     skinny, square = op.parse_problem("32x4096x4096", "float16"), op.parse_problem("4096x4096x4096", "float16")
