@@ -143,7 +143,10 @@ def _fits_smem(c: Config, p: MatmulProblem, d: DeviceLimits) -> str | None:
     need = smem_bytes(c, p, capability)
     if need > d.smem_per_block:
         if not c.get("TMA"):
-            what = "(num_stages - 1) x (A tile + B tile)" if capability[0] == 8 else "num_stages x (A tile + B tile)"
+            what = "num_stages x (A tile + B tile)"
+            if capability[0] == 8:  # (the larger of the two)
+                c_held = c["BLOCK_M"] * c["BLOCK_N"] * 4 == need
+                what = "the float32 C tile" if c_held else "(num_stages - 1) x (A tile + B tile)"
         else:
             moved = c.get("SUBTILE") and smem_bytes({**c, "FLATTEN": 0}, p, capability) < need
             what = ("num_stages x (A tile + B tile) + C tile"
