@@ -114,17 +114,18 @@ BARRIER_BYTES_PER_STAGE = 16
 
 def smem_bytes(c: Config, p: MatmulProblem, capability: tuple[int, int] = (9, 0)) -> int:
     """An upper bound on the shared memory Triton gives a config on a GPU of this compute capability: the software
-    pipeline's tiles of A and of B, and with TMA the C tile that the store goes out through, half of it stored in
-    halves, and the stages' barriers (with Hopper's 227 KiB, 128x256x64 float16 fits 4 stages through pointers, 3
-    through TMA, 4 through persistent TMA storing its C tile in halves, which ran faster than 3 stages unhalved:
-    benchmarks/RESULTS.md). Hopper holds num_stages stages; Ampere and Ada's pipeliner (the pointer kernel, compute
-    capability 8.x) num_stages - 1, or the float32 accumulator tile where that is more (the epilogue's layout
-    change). Where 8 warps share BLOCK_M=64 rows, Hopper's MMA gives each warpgroup half the columns, and splitting
-    the float32 accumulator into its column halves (SUBTILE) moves one half between them through shared memory: a
-    BLOCK_M x BLOCK_N/2 float32 scratch, which a flattened loop cannot take from the pipeline's buffers (the next
-    tile's loads hold them). Checked against Triton 3.6 and 3.9 compiling every config of the space near the limit
-    for sm_90, and the pointer kernel's for sm_80, sm_86 and sm_89 (benchmarks/RESULTS.md); only configs above it
-    failed on the recorded H100 landscapes."""
+    pipeline's tiles of A and of B (Hopper holds num_stages of them; Ampere and Ada's pipeliner, for the pointer
+    kernel of compute capability 8.x, num_stages - 1, or the float32 accumulator tile where that is more: the
+    epilogue's layout change), and with TMA the stages' barriers and the C tile that the store goes out through:
+    half of it stored in halves (SUBTILE); in the pipeline's buffers, once the loop is done, for the one-tile TMA
+    kernel in 16 bits. Where 8 warps share BLOCK_M=64 rows, Hopper's MMA gives each warpgroup half the columns, and
+    splitting the float32 accumulator into its column halves (SUBTILE) moves one half between them through shared
+    memory: a BLOCK_M x BLOCK_N/2 float32 scratch, which a flattened loop cannot take from the pipeline's buffers
+    (the next tile's loads hold them). With Hopper's 227 KiB, 128x256x64 float16 fits 4 stages through pointers,
+    through TMA, and through persistent TMA storing its C tile in halves (which ran faster than 3 stages unhalved).
+    Checked against Triton 3.6 and 3.9 compiling every config of the space near the limit for sm_90, and the
+    pointer kernel's for sm_80, sm_86 and sm_89 (benchmarks/RESULTS.md); only configs above it failed on the
+    recorded H100 landscapes."""
     e = ELEMENT_BYTES[p.dtype]
     stage = (c["BLOCK_M"] * c["BLOCK_K"] + c["BLOCK_K"] * c["BLOCK_N"]) * e
     if not c.get("TMA"):
@@ -132,10 +133,13 @@ def smem_bytes(c: Config, p: MatmulProblem, capability: tuple[int, int] = (9, 0)
             return max((c["num_stages"] - 1) * stage, c["BLOCK_M"] * c["BLOCK_N"] * 4)
         return c["num_stages"] * stage
     c_tile = c["BLOCK_M"] * c["BLOCK_N"] // (2 if c.get("SUBTILE") else 1) * e
+    barriers = c["num_stages"] * BARRIER_BYTES_PER_STAGE
+    if c["TMA"] == 1 and e == 2:  # one tile a program: its 16-bit C tile goes out through the pipeline's buffers
+        return max(c["num_stages"] * stage, c_tile) + barriers
     moved_half = 0
     if c.get("SUBTILE") and c.get("FLATTEN") and c["num_warps"] // 4 > c["BLOCK_M"] // 64 >= 1:
         moved_half = c["BLOCK_M"] * c["BLOCK_N"] // 2 * 4
-    return c["num_stages"] * stage + c_tile + moved_half + c["num_stages"] * BARRIER_BYTES_PER_STAGE
+    return c["num_stages"] * stage + c_tile + moved_half + barriers
 
 
 def _fits_smem(c: Config, p: MatmulProblem, d: DeviceLimits) -> str | None:
@@ -149,7 +153,9 @@ def _fits_smem(c: Config, p: MatmulProblem, d: DeviceLimits) -> str | None:
                 what = "the float32 C tile" if c_held else "(num_stages - 1) x (A tile + B tile)"
         else:
             moved = c.get("SUBTILE") and smem_bytes({**c, "FLATTEN": 0}, p, capability) < need
-            what = ("num_stages x (A tile + B tile) + C tile"
+            shared_c = c["TMA"] == 1 and ELEMENT_BYTES[p.dtype] == 2
+            what = ("the larger of num_stages x (A tile + B tile) and the C tile, + barriers" if shared_c else
+                    "num_stages x (A tile + B tile) + C tile"
                     + (" + an accumulator half moved between warpgroups" if moved else "") + " + barriers")
         return f"shared memory {need} B ({what}) exceeds the device's {d.smem_per_block} B per block"
     return None
