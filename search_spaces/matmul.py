@@ -126,37 +126,35 @@ def smem_bytes(c: Config, p: MatmulProblem, capability: tuple[int, int] = (9, 0)
     Checked against Triton 3.6 and 3.9 compiling every config of the space near the limit for sm_90, and the
     pointer kernel's for sm_80, sm_86 and sm_89 (benchmarks/RESULTS.md); only configs above it failed on the
     recorded H100 landscapes."""
+    return _smem(c, p, capability)[0]
+
+
+def _smem(c: Config, p: MatmulProblem, capability: tuple[int, int]) -> tuple[int, str]:
+    """smem_bytes, and what it counts (the words of a refusal)."""
     e = ELEMENT_BYTES[p.dtype]
     stage = (c["BLOCK_M"] * c["BLOCK_K"] + c["BLOCK_K"] * c["BLOCK_N"]) * e
     if not c.get("TMA"):
         if capability[0] == 8:
-            return max((c["num_stages"] - 1) * stage, c["BLOCK_M"] * c["BLOCK_N"] * 4)
-        return c["num_stages"] * stage
+            held, c_held = (c["num_stages"] - 1) * stage, c["BLOCK_M"] * c["BLOCK_N"] * 4
+            if c_held >= held:
+                return c_held, "the float32 C tile"
+            return held, "(num_stages - 1) x (A tile + B tile)"
+        return c["num_stages"] * stage, "num_stages x (A tile + B tile)"
     c_tile = c["BLOCK_M"] * c["BLOCK_N"] // (2 if c.get("SUBTILE") else 1) * e
     barriers = c["num_stages"] * BARRIER_BYTES_PER_STAGE
     if c["TMA"] == 1 and e == 2:  # one tile a program: its 16-bit C tile goes out through the pipeline's buffers
-        return max(c["num_stages"] * stage, c_tile) + barriers
-    moved_half = 0
+        return (max(c["num_stages"] * stage, c_tile) + barriers,
+                "the larger of num_stages x (A tile + B tile) and the C tile, + barriers")
     if c.get("SUBTILE") and c.get("FLATTEN") and c["num_warps"] // 4 > c["BLOCK_M"] // 64 >= 1:
         moved_half = c["BLOCK_M"] * c["BLOCK_N"] // 2 * 4
-    return c["num_stages"] * stage + c_tile + moved_half + barriers
+        return (c["num_stages"] * stage + c_tile + moved_half + barriers,
+                "num_stages x (A tile + B tile) + C tile + an accumulator half moved between warpgroups + barriers")
+    return c["num_stages"] * stage + c_tile + barriers, "num_stages x (A tile + B tile) + C tile + barriers"
 
 
 def _fits_smem(c: Config, p: MatmulProblem, d: DeviceLimits) -> str | None:
-    capability = getattr(d, "capability", (9, 0))
-    need = smem_bytes(c, p, capability)
+    need, what = _smem(c, p, getattr(d, "capability", (9, 0)))
     if need > d.smem_per_block:
-        if not c.get("TMA"):
-            what = "num_stages x (A tile + B tile)"
-            if capability[0] == 8:  # (the larger of the two)
-                c_held = c["BLOCK_M"] * c["BLOCK_N"] * 4 == need
-                what = "the float32 C tile" if c_held else "(num_stages - 1) x (A tile + B tile)"
-        else:
-            moved = c.get("SUBTILE") and smem_bytes({**c, "FLATTEN": 0}, p, capability) < need
-            shared_c = c["TMA"] == 1 and ELEMENT_BYTES[p.dtype] == 2
-            what = ("the larger of num_stages x (A tile + B tile) and the C tile, + barriers" if shared_c else
-                    "num_stages x (A tile + B tile) + C tile"
-                    + (" + an accumulator half moved between warpgroups" if moved else "") + " + barriers")
         return f"shared memory {need} B ({what}) exceeds the device's {d.smem_per_block} B per block"
     return None
 

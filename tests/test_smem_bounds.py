@@ -14,12 +14,10 @@ from typing import Any
 
 import pytest
 
-from autotuner.base.device import DeviceInfo
 from autotuner.base.registry import get_op
+from tests.test_spaces import A100, H100
 
 ROOT = Path(__file__).resolve().parents[1]
-H100 = DeviceInfo("NVIDIA H100 80GB HBM3", (9, 0), 132, 80 << 30, 232448, "cuda:0")
-A100 = DeviceInfo("NVIDIA A100-SXM4-80GB", (8, 0), 108, 80 << 30, 166912, "cuda:0")
 
 
 def _largest(configs: Iterable[dict[str, Any]], bound: Callable[[dict[str, Any]], int],

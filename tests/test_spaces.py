@@ -15,6 +15,7 @@ from search_spaces.space import ConfigError, Param, config_key
 
 LANDSCAPES = Path(__file__).resolve().parent / "data" / "landscapes"
 H100 = DeviceInfo("NVIDIA H100 80GB HBM3", (9, 0), 132, 80 << 30, 232448, "cuda:0")
+A100 = DeviceInfo("NVIDIA A100-SXM4-80GB", (8, 0), 108, 80 << 30, 166912, "cuda:0")
 PROBLEMS = {op.name: list(dict.fromkeys(e.shape for e in (*op.examples, *op.gpu_examples))) for op in builtin_ops()}
 
 
@@ -138,10 +139,9 @@ def test_matmul_pointer_stages_on_ampere_and_ada_hold_one_stage_less():
     config that fits that way is in the space there, and one that does not is refused saying so."""
     op = get_op("matmul")
     problem = op.parse_problem("4096x4096x4096", "float16")
-    a100 = DeviceInfo("NVIDIA A100-SXM4-80GB", (8, 0), 108, 80 << 30, 166912, "cuda:0")
     ada = DeviceInfo("NVIDIA GeForce RTX 4090", (8, 9), 128, 24 << 30, 101376, "cuda:0")
     wide = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 4}
-    assert op.space.violations(wide, problem, a100) == []  # 3 x 48 KiB of the A100's 163 KiB
+    assert op.space.violations(wide, problem, A100) == []  # 3 x 48 KiB of the A100's 163 KiB
     square = {**wide, "BLOCK_N": 128}
     assert op.space.violations(square, problem, ada) == []  # 3 x 32 KiB of 99 KiB
     assert op.space.default(problem, ada)["num_stages"] == 4
@@ -218,15 +218,14 @@ def test_matmul_tma_rules_and_seeds():
     split = {**cfg, "BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 128, "GROUP_M": 1, "SPLIT_K": 2, "num_warps": 4}
     assert op.space.violations(split, skinny, H100) == ["SPLIT_K=2: TMA=1 works with SPLIT_K=1 only"]
     assert "SPLIT_K=2: TMA=3 works with SPLIT_K=1 only" in op.space.violations({**split, "TMA": 3}, skinny, H100)
-    ampere = DeviceInfo("NVIDIA A100-SXM4-80GB", (8, 0), 108, 80 << 30, 166912, "cuda:0")
-    assert any("Hopper" in r for r in op.space.violations(cfg, square, ampere))
+    assert any("Hopper" in r for r in op.space.violations(cfg, square, A100))
     seeds = op.space.seeds(square, H100)
     assert {c["TMA"] for c in seeds} == {0, 1, 2, 3} and all(c in op.space.candidates(square, H100) for c in seeds)
     # A program per SM needs more tiles than SMs: 4096 x 512 in 128 x 256 tiles is 64 tiles for 132 SMs.
     wide = op.parse_problem("4096x512x4096", "float16")
     assert any("give every program one tile" in r for r in op.space.violations({**cfg, "TMA": 2}, wide, H100))
     assert op.space.violations({**cfg, "TMA": 3}, square, H100) == []
-    assert op.space.seeds(square, ampere) == []
+    assert op.space.seeds(square, A100) == []
     # M=32: the big tiles are too big; decode's thin tiles instead (split-K, K steps of 256), each valid
     thin = op.space.seeds(skinny, H100)
     assert [(c["BLOCK_M"], c["BLOCK_N"], c["BLOCK_K"], c["SPLIT_K"], c["TMA"]) for c in thin] == [
