@@ -1,4 +1,4 @@
-"""Preloaded by a test's fork server after autotuner.engine.server_start: it writes the file named by PRELOAD_MARK
+"""Preloaded first by a test's fork server: it writes the file named by PRELOAD_MARK
 and waits (up to a minute) until the file named by PRELOAD_RELEASE exists: a server held in its imports."""
 
 from __future__ import annotations

@@ -4,7 +4,17 @@ A process of the `spawn` kind imports torch again (seconds each: benchmarks/RESU
 tuning run starts a trial worker and a compile pool of up to 15 processes at once. The fork server imports torch
 and Triton once, and each process is forked from it ready to work. Commands that tune (`autotuner tune`,
 `autotuner worker`) call `start()` first thing, so the server imports while the command does its own imports. CUDA is never initialised
-in the server (nothing it imports touches the device), so each child makes its own context, as with spawn.
+in the server, so each child makes its own context, as with spawn: it imports nothing of autotuner's before torch.
+Importing the `autotuner` package picks Triton's backend (kernels._backend), which asks the CUDA driver itself
+(`cuInit`) where torch is not imported yet, and a server that had made that call made children whose CUDA
+initialisation failed, every compile-pool process and trial worker on a GPU host (benchmarks/RESULTS.md, session
+43). After torch's import, the package asks torch, which counts devices through NVML and leaves CUDA alone.
+
+Ctrl-C: the server shares its command's process group, so a terminal's Ctrl-C reaches it too. Python's fork server
+ignores SIGINT only once its imports are done, and one that came during them (seconds: a worker stopped as it
+started its first job) killed it with a traceback of its own under the command's. `start()` makes the server with
+SIGINT ignored, which it keeps through its exec; autotuner.engine.server_exit, imported last, puts Python's handler
+back, which the server saves and gives each child it makes.
 
 A child of the server starts with the server's environment, which is the command's environment at `start()`;
 `adopt(env)` gives it the parent's environment as it is when the child is made, as spawn would have.
@@ -19,20 +29,24 @@ child's CUDA initialisation fail on an H100 with Triton 3.6 (benchmarks/RESULTS.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing as mp
 import os
+import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 from multiprocessing.context import ForkServerContext
 from typing import Any, cast
 
-# Only these (and server_start, server_exit: Ctrl-C ignored while it imports; the server ends at once when its
+# Only these, torch first (and server_exit, last: Python's Ctrl-C handler back; the server ends at once when its
 # command has ended): the server must leave CUDA as it found it. Computing Triton's cache-key hash here as well (so
 # that each child would inherit it instead of hashing libtriton itself, 0.7 s), in a thread during torch's import or
-# after it, made every child's CUDA initialisation fail on an H100 with Triton 3.6 (benchmarks/RESULTS.md, session 22).
-PRELOAD = ["autotuner.engine.server_start", "torch", "triton", "triton.language", "autotuner.engine.server_exit"]
+# after it, made every child's CUDA initialisation fail on an H100 with Triton 3.6 (benchmarks/RESULTS.md, session 22);
+# so did a module of autotuner's imported before torch (session 43: see the module's docstring).
+PRELOAD = ["torch", "triton", "triton.language", "autotuner.engine.server_exit"]
 
 _started = False
 TRITON_KEY = "AUTOTUNER_TRITON_KEY"  # how a child is handed the hash (taken out of its environment by `adopt`)
@@ -56,11 +70,27 @@ def start() -> None:
     mp.set_forkserver_preload(PRELOAD)
     from multiprocessing import forkserver
 
-    forkserver.ensure_running()
+    with _ctrl_c_ignored():  # (kept by the server through its exec, until server_exit)
+        forkserver.ensure_running()
     from kernels._backend import cuda_device_count, interpreting
 
     if not interpreting() and cuda_device_count():  # (the interpreter, a host without a GPU, compiles nothing)
         hash_triton()
+
+
+@contextlib.contextmanager
+def _ctrl_c_ignored() -> Iterator[None]:
+    """SIGINT ignored in this process meanwhile (a Ctrl-C in these few milliseconds is lost); as it is elsewhere
+    than on the main thread, which alone may change it."""
+    try:
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def hash_triton() -> None:

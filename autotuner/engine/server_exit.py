@@ -4,8 +4,9 @@ the command's standard output and error open: a caller reading the command's out
 a subprocess with pipes) waited that long for their end after the command itself had exited. The server's
 children never run it: a child of the fork server ends with os._exit, which runs no atexit handler.
 
-Imported last, it also ends what autotuner.engine.server_start began: Ctrl-C ignored during the server's imports
-(Python's fork server then ignores it itself, and gives each child the handler found here: Python's own)."""
+Imported last, it also ends Ctrl-C ignored during the server's imports (autotuner.engine.processes.start makes the
+server with SIGINT ignored): Python's fork server then ignores it itself, and gives each child the handler found
+here, Python's own."""
 
 from __future__ import annotations
 
