@@ -26,6 +26,7 @@ SHAPES = ("4096x4096x4096:float16,4000x4000x4000:float16,2048x11008x4096:bfloat1
 BIG = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8}
 KINDS = {
     "TMA=1 s3": {**BIG, "TMA": 1, "num_stages": 3},
+    "TMA=1 s4": {**BIG, "TMA": 1, "num_stages": 4},  # (16 bits: its C tile stored through the stages' buffers)
     "TMA=2 s3": {**BIG, "TMA": 2, "num_stages": 3},
     "TMA=2 flat s3": {**BIG, "TMA": 2, "FLATTEN": 1, "num_stages": 3},
     "TMA=2 sub s4": {**BIG, "TMA": 2, "SUBTILE": 1, "num_stages": 4},
@@ -46,7 +47,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--shapes", default=SHAPES)
+    ap.add_argument("--kinds", default=",".join(KINDS), help="the columns, by name (default: all)")
+    ap.add_argument("--no-cpu", action="store_true", help="leave out the CPU cost per call")
     args = ap.parse_args()
+    kinds = {name: KINDS[name] for name in args.kinds.split(",")}
 
     import torch
 
@@ -58,22 +62,24 @@ def main() -> None:
     device = current_device()
     print(f"{device.name}, {device.sm_count} SMs; medians of {args.rounds} interleaved rounds; tuned/cuBLAS "
           "time ratio as speed (higher is faster)")
-    print("| problem | waves | cuBLAS ms | " + " | ".join(KINDS) + " |")
-    print("|---|---|---|" + "---|" * len(KINDS))
+    print("| problem | waves | cuBLAS ms | " + " | ".join(kinds) + " |")
+    print("|---|---|---|" + "---|" * len(kinds))
     for item in args.shapes.split(","):
         shape, dtype = item.split(":")
         problem = op.parse_problem(shape, dtype)
         inputs = op.make_inputs(problem, device.torch_device)
         assert op.baseline is not None
         # DEVICE_DESC: a kernel option the space does not search
-        med = checked_medians(op, problem, device, inputs, KINDS, {"cuBLAS": functools.partial(op.baseline, inputs)},
+        med = checked_medians(op, problem, device, inputs, kinds, {"cuBLAS": functools.partial(op.baseline, inputs)},
                               args.rounds, unsearched={"DEVICE_DESC": 0})
         tiles = -(-problem.M // 128) * -(-problem.N // 256)
-        cells = [f"{med['cuBLAS'] / med[n]:.3f}x ({med[n]:.4f})" if n in med else "ruled out" for n in KINDS]
+        cells = [f"{med['cuBLAS'] / med[n]:.3f}x ({med[n]:.4f})" if n in med else "ruled out" for n in kinds]
         print(f"| {shape} {dtype} | {tiles / device.sm_count:.2f} | {med['cuBLAS']:.4f} | " + " | ".join(cells) + " |",
               flush=True)
         del inputs
         torch.cuda.empty_cache()
+    if args.no_cpu:
+        return
     from autotuner.engine.timing import cpu_per_call_us
     from kernels import matmul as k_matmul
 
