@@ -8,17 +8,17 @@ import time
 import httpx
 import pytest
 
-from autotuner.base.device import DeviceInfo, current_device
+from autotuner.base.device import current_device
 from autotuner.base.registry import get_op
 from autotuner.base.settings import Settings
 from autotuner.launch.lookup import Resolver
 from autotuner.store.database import Store
 from db import repository as repo
 from db.engine import session_scope
+from tests.devices import H100
 from tests.server import running_server
 
 TOKEN = "test-token-123"
-H100 = DeviceInfo("NVIDIA H100 80GB HBM3", (9, 0), 132, 80 << 30, 232448, "cuda:0")
 
 
 def seed(url: str) -> dict[str, int]:

@@ -14,6 +14,7 @@ from sqlalchemy import inspect, select, text
 from autotuner.analysis.peaks import Peaks
 from db.engine import _alembic_config, make_engine, open_engine, session_scope
 from db.models import Job
+from tests.devices import H100
 
 
 def _cli(*args: str, db: str) -> subprocess.CompletedProcess:
@@ -106,11 +107,10 @@ def test_report_plots_gpu_results_and_leaves_out_the_interpreters(tuned_db, tmp_
     rather than plotting meaningless ratios; GPU results (written here through the Store) are plotted."""
     only_interpreter = _cli("report", "-o", str(tmp_path / "i.png"), db=tuned_db)
     assert only_interpreter.returncode == 2 and "1 interpreter results left out" in only_interpreter.stderr
-    from autotuner.base.device import DeviceInfo
     from autotuner.base.registry import get_op
     from autotuner.store.database import Store
 
-    gpu = DeviceInfo("NVIDIA H100 80GB HBM3", (9, 0), 132, 80 << 30, 232448, "cuda:0")
+    gpu = H100
     op = get_op("softmax")
     problem = op.parse_problem("4096x4096")
     Store(tuned_db).save_best(op=op, problem=problem, device=gpu, config=op.space.default(problem, gpu),

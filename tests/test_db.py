@@ -7,7 +7,6 @@ import sqlite3
 import pytest
 from sqlalchemy import select, text
 
-from autotuner.base.device import DeviceInfo
 from autotuner.base.registry import get_op
 from autotuner.store.database import Store
 from db import repository as repo
@@ -20,8 +19,7 @@ from db.engine import (
     session_scope,
     upgrade,
 )
-
-GPU = DeviceInfo("NVIDIA H100 80GB HBM3", (9, 0), 132, 80 << 30, 232448, "cuda:0")
+from tests.devices import H100 as GPU
 
 
 def test_new_database_is_created_at_the_latest_schema(url):

@@ -14,14 +14,13 @@ import time
 import pytest
 from sqlalchemy import func, select
 
-from autotuner.base.device import DeviceInfo
 from autotuner.base.registry import get_op
 from autotuner.store.database import Store
 from autotuner.store.transfer import export_data, import_data, op_files, triton_configs
 from db.engine import session_scope
 from db.models import BestConfig, Trial, TuningRun
+from tests.devices import H100 as GPU
 
-GPU = DeviceInfo("NVIDIA H100 80GB HBM3", (9, 0), 132, 80 << 30, 232448, "cuda:0")
 WRITERS, TRIALS_EACH = 8, 25
 
 

@@ -28,6 +28,7 @@ from autotuner.store.database import Store
 from db.engine import session_scope
 from db.models import Job, Trial, TuningRun
 from tests import decorated_kernels as dk
+from tests.devices import H100
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -334,9 +335,8 @@ def test_the_service_and_the_report_show_a_decorated_kernel(url, use, tmp_path):
         assert r.json()["source"] == "exact" and r.json()["config"] == tuned
         ops = client.get("/openapi.json").json()["paths"]["/config"]["get"]["parameters"][0]["schema"]["enum"]
         assert "tests.decorated_kernels:scale_kernel" in ops
-    from autotuner.base.device import DeviceInfo
 
-    gpu = DeviceInfo("NVIDIA H100 80GB HBM3", (9, 0), 132, 80 << 30, 232448, "cuda:0")
+    gpu = H100
     store = Store(url)
     problem = dk.scale_kernel.problem({"n": 4096, "x_ptr": torch.zeros(1), "y_ptr": torch.zeros(1)})
     store.save_best(op=dk.scale_kernel.op, problem=problem, device=gpu, config=tuned, median_ms=0.010,

@@ -11,10 +11,10 @@ import pytest
 import torch
 import triton
 
-from autotuner.base.device import DeviceInfo
 from autotuner.base.registry import builtin_ops, get_op
 from kernels._counters import zeroed_counters
 from tests.conftest import pick_configs
+from tests.devices import H100
 
 
 def _params():
@@ -161,7 +161,7 @@ def test_split_softmax_cuts_rows_over_programs(dtype, device):
 
 def test_rows_are_split_only_where_they_are_too_few(device):
     space = get_op("softmax").space
-    limits = DeviceInfo("NVIDIA H100 80GB HBM3", (9, 0), 132, 80 << 30, 232448, "cuda:0")
+    limits = H100
     logits = get_op("softmax").parse_problem("32x128256", "bfloat16")  # a batch of a vocabulary's logits
     one_launch, two = space.seeds(logits, limits)[:2]
     assert (one_launch["SPLIT"], one_launch["SYNC"], one_launch["BLOCK_N"]) == (4, 1, 32768)  # 128 programs
@@ -179,7 +179,7 @@ def test_rows_are_split_only_where_they_are_too_few(device):
 
 def test_the_persistent_row_loop_is_for_whole_rows_and_enough_of_them(device):
     space = get_op("softmax").space
-    limits = DeviceInfo("NVIDIA H100 80GB HBM3", (9, 0), 132, 80 << 30, 232448, "cuda:0")  # as an H100 reads
+    limits = H100  # as an H100 reads
     problem = get_op("softmax").parse_problem("1024x32768", "float16")
     whole = {"BLOCK_N": 32768, "ROWS": 1, "num_warps": 16, "num_stages": 1, "PERSIST": 1}
     assert space.violations(whole, problem, limits) == []

@@ -15,14 +15,14 @@ from pathlib import Path
 import httpx
 import pytest
 
-from autotuner.base.device import DeviceInfo, current_device
+from autotuner.base.device import current_device
 from autotuner.base.registry import get_op
 from autotuner.store.database import Store
 from db import repository as repo
 from db.engine import session_scope
+from tests.devices import H100
 from tests.server import running_server
 
-H100 = DeviceInfo("NVIDIA H100 80GB HBM3", (9, 0), 132, 80 << 30, 232448, "cuda:0")
 EVIL = "<script>window.pwned=1</script>kernel"
 KERNEL = "tests.decorated_kernels:scale_kernel"  # a decorated kernel: its problem is its key values and dtypes
 MEASURED = [  # matmul configs and their times, in the order measured

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from autotuner.base.registry import get_op
-from tests.test_spaces import A100, H100
+from tests.devices import A100, H100
 
 ROOT = Path(__file__).resolve().parents[1]
 

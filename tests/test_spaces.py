@@ -12,10 +12,9 @@ from autotuner.base.device import DeviceInfo
 from autotuner.base.registry import UnknownOpError, builtin_ops, get_op, op_names, register_op, unregister_op
 from search_spaces.problem import ProblemError
 from search_spaces.space import ConfigError, Param, config_key
+from tests.devices import A100, H100
 
 LANDSCAPES = Path(__file__).resolve().parent / "data" / "landscapes"
-H100 = DeviceInfo("NVIDIA H100 80GB HBM3", (9, 0), 132, 80 << 30, 232448, "cuda:0")
-A100 = DeviceInfo("NVIDIA A100-SXM4-80GB", (8, 0), 108, 80 << 30, 166912, "cuda:0")
 PROBLEMS = {op.name: list(dict.fromkeys(e.shape for e in (*op.examples, *op.gpu_examples))) for op in builtin_ops()}
 
 
