@@ -80,8 +80,8 @@ def start() -> None:
 
 @contextlib.contextmanager
 def _ctrl_c_ignored() -> Iterator[None]:
-    """SIGINT ignored in this process meanwhile (a Ctrl-C in these few milliseconds is lost); as it is elsewhere
-    than on the main thread, which alone may change it."""
+    """SIGINT ignored in this process meanwhile (a Ctrl-C in these few milliseconds is lost); left as it is when
+    called off the main thread, which alone may change it."""
     try:
         previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     except ValueError:  # not the main thread
