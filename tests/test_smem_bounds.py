@@ -65,10 +65,20 @@ def test_the_shared_memory_bounds_hold_for_the_configs_nearest_the_limit(tmp_pat
     jobs.append({"op": "matmul", "config": over, "dtype": "float16", "capability": (9, 0), "refused": True})
     env = {**os.environ, "TRITON_INTERPRET": "0", "TRITON_CACHE_DIR": str(tmp_path / "triton"),
            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    out = subprocess.run([sys.executable, str(ROOT / "tests" / "compile_for_target.py")], env=env, cwd=ROOT,
-                         input="".join(json.dumps(j) + "\n" for j in jobs), capture_output=True, text=True, timeout=840)
-    assert out.returncode == 0, out.stderr[-3000:]
-    results = [json.loads(line) for line in out.stdout.splitlines()]
+    # in two processes, half the configs each (the suite's other process is often waiting on a subprocess)
+    errors = [tmp_path / f"compile{i}.err" for i in range(2)]
+    compilers = [subprocess.Popen([sys.executable, str(ROOT / "tests" / "compile_for_target.py")], env=env, cwd=ROOT,
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err.open("w"), text=True)
+                 for err in errors]
+    for i, compiler in enumerate(compilers):  # (each half written at once: a pipe holds its few kilobytes)
+        assert compiler.stdin is not None
+        compiler.stdin.write("".join(json.dumps(j) + "\n" for j in jobs[i::2]))
+        compiler.stdin.close()
+    results = []
+    for compiler, err in zip(compilers, errors, strict=True):
+        assert compiler.stdout is not None
+        results += [json.loads(line) for line in compiler.stdout.read().splitlines()]
+        assert compiler.wait(timeout=840) == 0, err.read_text()[-3000:]
     assert len(results) == len(jobs) > 40
     from search_spaces.matmul import smem_bytes
 
