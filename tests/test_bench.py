@@ -110,10 +110,9 @@ def test_report_plots_gpu_results_and_leaves_out_the_interpreters(tuned_db, tmp_
     from autotuner.base.registry import get_op
     from autotuner.store.database import Store
 
-    gpu = H100
     op = get_op("softmax")
     problem = op.parse_problem("4096x4096")
-    Store(tuned_db).save_best(op=op, problem=problem, device=gpu, config=op.space.default(problem, gpu),
+    Store(tuned_db).save_best(op=op, problem=problem, device=H100, config=op.space.default(problem, H100),
                               median_ms=0.0265, default_ms=0.0265, torch_ms=0.058, run_id=None)
     png = tmp_path / "r.png"
     r = _cli("report", "-o", str(png), db=tuned_db)

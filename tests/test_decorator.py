@@ -335,14 +335,13 @@ def test_the_service_and_the_report_show_a_decorated_kernel(url, use, tmp_path):
         ops = client.get("/openapi.json").json()["paths"]["/config"]["get"]["parameters"][0]["schema"]["enum"]
         assert "tests.decorated_kernels:scale_kernel" in ops
 
-    gpu = H100
     store = Store(url)
     problem = dk.scale_kernel.problem({"n": 4096, "x_ptr": torch.zeros(1), "y_ptr": torch.zeros(1)})
-    store.save_best(op=dk.scale_kernel.op, problem=problem, device=gpu, config=tuned, median_ms=0.010,
+    store.save_best(op=dk.scale_kernel.op, problem=problem, device=H100, config=tuned, median_ms=0.010,
                     default_ms=0.012, torch_ms=None, run_id=None)
     from autotuner.analysis.report import plot_results
 
-    assert plot_results(store, tmp_path / "r.png", device_key=gpu.key) == 1
+    assert plot_results(store, tmp_path / "r.png", device_key=H100.key) == 1
 
 
 def _store_winner(url, kernel, n, config):

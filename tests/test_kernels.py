@@ -161,38 +161,36 @@ def test_split_softmax_cuts_rows_over_programs(dtype, device):
 
 def test_rows_are_split_only_where_they_are_too_few(device):
     space = get_op("softmax").space
-    limits = H100
     logits = get_op("softmax").parse_problem("32x128256", "bfloat16")  # a batch of a vocabulary's logits
-    one_launch, two = space.seeds(logits, limits)[:2]
+    one_launch, two = space.seeds(logits, H100)[:2]
     assert (one_launch["SPLIT"], one_launch["SYNC"], one_launch["BLOCK_N"]) == (4, 1, 32768)  # 128 programs
-    assert (two["SPLIT"], two["SYNC"]) == (16, 0) and all(space.violations(c, logits, limits) == [] for c in (one_launch, two))
+    assert (two["SPLIT"], two["SYNC"]) == (16, 0) and all(space.violations(c, logits, H100) == [] for c in (one_launch, two))
     seed = two
-    assert "all must be on the" in " ".join(space.violations({**one_launch, "SPLIT": 8, "BLOCK_N": 16384}, logits, limits))
-    assert "BLOCK_N=32768" in " ".join(space.violations({**one_launch, "BLOCK_N": 65536}, logits, limits))
+    assert "all must be on the" in " ".join(space.violations({**one_launch, "SPLIT": 8, "BLOCK_N": 16384}, logits, H100))
+    assert "BLOCK_N=32768" in " ".join(space.violations({**one_launch, "BLOCK_N": 65536}, logits, H100))
     many = get_op("softmax").parse_problem("1024x32768", "float16")
-    assert "already give each" in " ".join(space.violations({**seed, "num_stages": 1}, many, limits))
-    assert "shorter than BLOCK_N=4096" in " ".join(space.violations({**seed, "SPLIT": 64}, logits, limits))
+    assert "already give each" in " ".join(space.violations({**seed, "num_stages": 1}, many, H100))
+    assert "shorter than BLOCK_N=4096" in " ".join(space.violations({**seed, "SPLIT": 64}, logits, H100))
     assert "columns per chunk (at least 1024)" in " ".join(
-        space.violations({**seed, "BLOCK_N": 512, "SPLIT": 64}, get_op("softmax").parse_problem("32x32768"), limits))
-    assert not any(c["SPLIT"] > 1 for c in space.candidates(many, limits))
+        space.violations({**seed, "BLOCK_N": 512, "SPLIT": 64}, get_op("softmax").parse_problem("32x32768"), H100))
+    assert not any(c["SPLIT"] > 1 for c in space.candidates(many, H100))
 
 
 def test_the_persistent_row_loop_is_for_whole_rows_and_enough_of_them(device):
     space = get_op("softmax").space
-    limits = H100  # as an H100 reads
     problem = get_op("softmax").parse_problem("1024x32768", "float16")
     whole = {"BLOCK_N": 32768, "ROWS": 1, "num_warps": 16, "num_stages": 1, "PERSIST": 1}
-    assert space.violations(whole, problem, limits) == []
+    assert space.violations(whole, problem, H100) == []
     # first a program per row holding its 16-bit row as loaded (HOLD16), then the persistent loop
-    assert space.seeds(problem, limits) == [{**whole, "PERSIST": 0, "SPLIT": 1, "SYNC": 0, "HOLD16": 1},
+    assert space.seeds(problem, H100) == [{**whole, "PERSIST": 0, "SPLIT": 1, "SYNC": 0, "HOLD16": 1},
                                             {**whole, "SPLIT": 1, "SYNC": 0, "HOLD16": 0}]
-    assert "streams 32768 columns" in " ".join(space.violations({**whole, "BLOCK_N": 8192}, problem, limits))
-    assert "there is none" in " ".join(space.violations({**whole, "num_stages": 2}, problem, limits))
+    assert "streams 32768 columns" in " ".join(space.violations({**whole, "BLOCK_N": 8192}, problem, H100))
+    assert "there is none" in " ".join(space.violations({**whole, "num_stages": 2}, problem, H100))
     few = get_op("softmax").parse_problem("200x32768", "float16")  # 200 rows: one program per SM is enough
-    assert "already gives each program at most one" in " ".join(space.violations({**whole, "PERSIST": 4}, few, limits))
+    assert "already gives each program at most one" in " ".join(space.violations({**whole, "PERSIST": 4}, few, H100))
     # the row loop stages two 2x32768 fp32 tiles ahead: 512 KiB, over the 227 KiB of shared memory
     wide = get_op("softmax").parse_problem("1024x32768", "float32")
-    assert "shared memory" in " ".join(space.violations({**whole, "ROWS": 2}, wide, limits))
+    assert "shared memory" in " ".join(space.violations({**whole, "ROWS": 2}, wide, H100))
 
 
 def test_check_catches_an_unwritten_element(device):

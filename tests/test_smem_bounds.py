@@ -67,13 +67,15 @@ def test_the_shared_memory_bounds_hold_for_the_configs_nearest_the_limit(tmp_pat
            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     # in two processes, half the configs each (the suite's other process is often waiting on a subprocess)
     errors = [tmp_path / f"compile{i}.err" for i in range(2)]
-    compilers = [subprocess.Popen([sys.executable, str(ROOT / "tests" / "compile_for_target.py")], env=env, cwd=ROOT,
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err.open("w"), text=True)
-                 for err in errors]
-    for i, compiler in enumerate(compilers):  # (each half written at once: a pipe holds its few kilobytes)
-        assert compiler.stdin is not None
-        compiler.stdin.write("".join(json.dumps(j) + "\n" for j in jobs[i::2]))
-        compiler.stdin.close()
+    compilers = []
+    for i, err in enumerate(errors):
+        with err.open("w") as stderr:  # (the process holds its own copy)
+            compilers.append(subprocess.Popen([sys.executable, str(ROOT / "tests" / "compile_for_target.py")], env=env,
+                                              cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
+                                              text=True))
+        assert compilers[i].stdin is not None  # (each half written at once: a pipe holds its few kilobytes)
+        compilers[i].stdin.write("".join(json.dumps(j) + "\n" for j in jobs[i::2]))
+        compilers[i].stdin.close()
     results = []
     for compiler, err in zip(compilers, errors, strict=True):
         assert compiler.stdout is not None
