@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import sys
 from typing import Any, NamedTuple
 
@@ -32,19 +33,61 @@ def _driver() -> ctypes.CDLL | None:
 
 
 def cuda_device_count() -> int:
-    """The CUDA devices visible to this process (CUDA_VISIBLE_DEVICES applies). Asked of the driver itself unless
-    torch is imported already, so that importing `autotuner` does not import torch (seconds of imports;
-    `autotuner tune` starts its fork server first)."""
+    """The CUDA devices visible to this process (CUDA_VISIBLE_DEVICES applies). Asked of torch where it is imported
+    already, else of NVML, as torch does, so that importing `autotuner` neither imports torch (seconds) nor
+    initialises CUDA: a process that has called `cuInit` makes forked children that cannot (a fork server's, a
+    library's workers forked after `import autotuner`; benchmarks/RESULTS.md, session 43). Only where NVML cannot
+    say (no libnvidia-ml, a CUDA_VISIBLE_DEVICES of UUIDs) is the driver itself asked."""
     if "torch" in sys.modules:
         try:
             return int(sys.modules["torch"].cuda.device_count())
         except Exception:  # pragma: no cover - broken driver
             return 0
+    host = _nvml_count()
+    visible = _visible(host) if host is not None else None
+    if visible is not None:
+        return visible
     libcuda = _driver()
     count = ctypes.c_int(0)
     if libcuda is None or libcuda.cuDeviceGetCount(ctypes.byref(count)) != 0:
         return 0
     return count.value
+
+
+def _nvml_count() -> int | None:
+    """The GPUs NVML finds on the host, whatever CUDA_VISIBLE_DEVICES says (None: NVML cannot say)."""
+    try:
+        nvml = ctypes.CDLL("libnvidia-ml.so.1")
+    except OSError:
+        return None
+    if nvml.nvmlInit_v2() != 0:
+        return None
+    count = ctypes.c_uint(0)
+    found = nvml.nvmlDeviceGetCount_v2(ctypes.byref(count)) == 0
+    nvml.nvmlShutdown()
+    return count.value if found else None
+
+
+def _visible(host: int) -> int | None:
+    """How many of the host's `host` GPUs CUDA_VISIBLE_DEVICES leaves, read as the CUDA runtime and torch
+    (`torch.cuda._parse_visible_devices`) read it: ordinals up to the first that is not one (each as C's strtoul
+    reads it: "1gpu" is 1), none at all where one repeats, then cut at the first the host does not have. None
+    for a list of UUIDs (GPU-..., MIG-...), which only the driver can match."""
+    var = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if var is None:
+        return host
+    if var.startswith(("GPU-", "MIG-")):
+        return None
+    ordinals: list[int] = []
+    for part in var.split(","):
+        digits = re.match(r"[+-]?\d+", part.strip())
+        ordinal = int(digits.group()) if digits else -1
+        if ordinal in ordinals:
+            return 0
+        if ordinal < 0:
+            break
+        ordinals.append(ordinal)
+    return next((i for i, ordinal in enumerate(ordinals) if ordinal >= host), len(ordinals))
 
 
 class CudaProperties(NamedTuple):

@@ -108,6 +108,18 @@ def test_without_a_secret_or_under_a_cache_manager_of_the_users_nothing_is_share
     assert not compile_share.share("s3cret", url) and "TRITON_REMOTE_CACHE_BACKEND" not in processes.environment()
 
 
+def test_a_host_loads_what_its_own_cache_holds_without_asking_the_database(tmp_path):
+    """Triton's RemoteCacheManager asks the backend for every file even when its file cache holds it, so a host's
+    own compile, with the database gone, was compiled again (and every load of one read the database)."""
+    url = f"sqlite:///{tmp_path / 'shared.db'}"
+    Store(url)
+    assert host(tmp_path, "a", child_env("s3cret", url))["made"] == 1
+    (tmp_path / "shared.db").rename(tmp_path / "gone.db")  # (reading a missing file fails: no such table)
+    again = host(tmp_path, "a", child_env("s3cret", url))
+    assert again["made"] == 0 and "compiled files not" not in again["stderr"]
+    assert host(tmp_path, "b", child_env("s3cret", url))["made"] == 1  # a fresh cache still asks, and compiles
+
+
 def test_a_database_that_cannot_be_reached_is_a_compile_as_usual(tmp_path):
     env = child_env("s3cret", f"sqlite:///{tmp_path / 'missing' / 'nowhere.db'}")
     done = host(tmp_path, "a", env)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -17,6 +16,7 @@ from autotuner.engine import processes
 from autotuner.engine.measure import LiveMeasurer
 from autotuner.engine.trial_process import WorkerSpec
 from search_spaces.space import config_key
+from tests import stand_in_cuda
 from tests.test_cli import _alive
 
 
@@ -147,45 +147,22 @@ def test_the_fork_server_ends_with_its_command_without_tearing_its_interpreter_d
     assert not mark.exists(), mark.read_text()
 
 
-# A CUDA driver standing in for the real one (this machine has none): it finds one device and writes the process
-# id of each process that initialises it.
-_DRIVER = r"""
-#include <stdio.h>
-#include <stdlib.h>
-#include <unistd.h>
-int cuInit(unsigned int flags) {
-    FILE *log = fopen(getenv("CUINIT_LOG"), "a");
-    if (log) { fprintf(log, "%d\n", (int)getpid()); fclose(log); }
-    return 0;
-}
-int cuDeviceGetCount(int *count) { *count = 1; return 0; }
-"""
-
-
 def test_the_fork_server_leaves_cuda_uninitialised_for_its_children(tmp_path):
     """A child of the fork server makes its own CUDA context, which it cannot where the server initialised CUDA
     before forking it: importing anything of autotuner's before torch did (the package picks Triton's backend,
     asking the driver itself), and every compile-pool process and trial worker on a GPU host failed. With a stand-in
     driver that finds a device, the command initialises it and the server never does."""
-    cc = shutil.which("cc") or shutil.which("gcc")
-    assert cc, "building the stand-in CUDA driver needs a C compiler (cc)"
-    (tmp_path / "driver.c").write_text(_DRIVER)
-    subprocess.run([cc, "-shared", "-fPIC", "-o", str(tmp_path / "libcuda.so.1"), str(tmp_path / "driver.c")],
-                   check=True)
-    log = tmp_path / "cuinit.log"
+    env = stand_in_cuda.build(tmp_path, nvml=False)  # (no NVML to ask: the command asks the driver)
     code = ("import os\n"
             "from multiprocessing import forkserver\n"
             "from autotuner.engine import processes\n"
             "child = processes.context().Process(target=print)\n"
             "child.start(); child.join(60)\n"
             "print(os.getpid(), forkserver._forkserver._forkserver_pid, child.exitcode, flush=True)\n")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}  # (as on a GPU host: chosen at import)
-    env.update(LD_LIBRARY_PATH=os.pathsep.join(filter(None, [str(tmp_path), env.get("LD_LIBRARY_PATH")])),
-               CUINIT_LOG=str(log))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180, env=env)
     assert out.returncode == 0, out.stderr
     command, server, exitcode = out.stdout.split()[-3:]
-    callers = log.read_text().split()
+    callers = stand_in_cuda.initialised(tmp_path)
     assert command in callers, "the stand-in driver was not the one loaded"
     assert server not in callers, "the fork server initialised CUDA: its children cannot"
     assert exitcode == "0"

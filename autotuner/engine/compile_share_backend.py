@@ -1,7 +1,13 @@
-"""Triton's remote-cache backend over the autotuner database (db.compiled_files), for the processes that
-autotuner.engine.compile_share set it up in. Triton constructs one per cache key, asks `get` before it compiles
-and calls `put` with each file it wrote; a database that cannot be reached, or a file that does not verify, is a
-compile as usual (said once in the log), never a failed one.
+"""Triton's remote-cache backend over the autotuner database (db.compiled_files), and the cache manager that asks it,
+for the processes that autotuner.engine.compile_share set them up in. Triton constructs one of each per cache key,
+asks `get` before it compiles and calls `put` with each file it wrote; a database that cannot be reached, or a
+file that does not verify, is a compile as usual (said once in the log), never a failed one.
+
+`LocalFirstManager` is Triton's RemoteCacheManager answering from this host's file cache first. Triton's asks the
+backend for every file "even if our internal file-based cache has the item", for a backend that keeps LRU
+accounting (this one keeps none): a trial worker loading what its host's compile pool had just written read every
+binary back from the database, 4 ms a config of a sharing host's search on an H100, and a host whose database was
+away compiled again what its own cache held (benchmarks/RESULTS.md, sessions 43 and 44).
 
 The intermediate IR a compile leaves (TTIR, TTGIR, LLVM IR, PTX: four fifths of the bytes) is not kept: a kernel
 loads from its binary and metadata (`CompiledKernel` reads `asm[binary_ext]`), and the group file that lists a
@@ -15,7 +21,7 @@ import logging
 import os
 from typing import Any
 
-from triton.runtime.cache import RemoteCacheBackend
+from triton.runtime.cache import RemoteCacheBackend, RemoteCacheManager
 
 from autotuner.engine.compile_share import SECRET_VAR, URL_VAR
 
@@ -106,3 +112,37 @@ class DatabaseBackend(RemoteCacheBackend):
             compiled_files.put(_engine(self.url), self.secret, self.key, filename, data)
         except Exception as exc:
             _say_once("put", f"compiled files not kept in the database ({type(exc).__name__}: {exc})")
+
+
+class LocalFirstManager(RemoteCacheManager):
+    """Triton's RemoteCacheManager, looking in this host's file cache before asking the backend (see the module's
+    docstring). A group is served locally only whole: each file it lists in the local cache."""
+
+    def get_file(self, filename: str) -> str | None:
+        local = self._file_cache_manager.get_file(filename)
+        return local if local is not None else super().get_file(filename)
+
+    def get_group(self, filename: str) -> dict[str, str] | None:
+        local = _local_group(self._file_cache_manager, filename)
+        return local if local is not None else super().get_group(filename)
+
+
+def _local_group(files: Any, filename: str) -> dict[str, str] | None:
+    """The files of group `filename` in the file cache `files`, by name (None: its group file or one of its files
+    is not there). RemoteCacheManager's group files list names, FileCacheManager's map names to paths."""
+    path = files.get_file(GROUP + filename)
+    if path is None:
+        return None
+    try:
+        with open(path) as f:
+            listed = json.load(f).get("child_paths")
+    except (OSError, ValueError, AttributeError):  # a torn or foreign file: ask the backend, as Triton would
+        return None
+    if not isinstance(listed, (list, dict)):
+        return None
+    found = {}
+    for name in listed:
+        found[name] = files.get_file(name)
+        if found[name] is None:
+            return None
+    return found

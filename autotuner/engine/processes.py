@@ -5,10 +5,11 @@ tuning run starts a trial worker and a compile pool of up to 15 processes at onc
 and Triton once, and each process is forked from it ready to work. Commands that tune (`autotuner tune`,
 `autotuner worker`) call `start()` first thing, so the server imports while the command does its own imports. CUDA is never initialised
 in the server, so each child makes its own context, as with spawn: it imports nothing of autotuner's before torch.
-Importing the `autotuner` package picks Triton's backend (kernels._backend), which asks the CUDA driver itself
-(`cuInit`) where torch is not imported yet, and a server that had made that call made children whose CUDA
+Importing the `autotuner` package picks Triton's backend (kernels._backend), which asked the CUDA driver itself
+(`cuInit`) where torch was not imported yet, and a server that had made that call made children whose CUDA
 initialisation failed, every compile-pool process and trial worker on a GPU host (benchmarks/RESULTS.md, session
-43). After torch's import, the package asks torch, which counts devices through NVML and leaves CUDA alone.
+43). The package now counts devices through NVML, as torch does, and asks the driver only where NVML cannot say
+(a CUDA_VISIBLE_DEVICES of UUIDs): the order stays, for those hosts.
 
 Ctrl-C: the server shares its command's process group, so a terminal's Ctrl-C reaches it too. Python's fork server
 ignores SIGINT only once its imports are done, and one that came during them (seconds: a worker stopped as it
