@@ -116,29 +116,47 @@ class DatabaseBackend(RemoteCacheBackend):
 
 class LocalFirstManager(RemoteCacheManager):
     """Triton's RemoteCacheManager, looking in this host's file cache before asking the backend (see the module's
-    docstring). A group is served locally only whole: each file it lists in the local cache."""
+    docstring). A group is served only whole: each file it lists from the local cache, or each from the backend
+    (Triton 3.6's own served what the backend gave, and a binary that did not verify made a kernel without one,
+    a failed compile instead of a compile as usual)."""
 
     def get_file(self, filename: str) -> str | None:
         local = self._file_cache_manager.get_file(filename)
         return local if local is not None else super().get_file(filename)
 
     def get_group(self, filename: str) -> dict[str, str] | None:
+        if getattr(self, "_dump", False) or getattr(self, "_override", False):
+            return super().get_group(filename)  # (Triton's: its dump and override folders are local)
         local = _local_group(self._file_cache_manager, filename)
-        return local if local is not None else super().get_group(filename)
+        if local is not None:
+            return local
+        path = self.get_file(GROUP + filename)
+        listed = _listed(path) if path is not None else None
+        if not listed:
+            return None
+        found = self._backend.get(listed)
+        if set(found) != set(listed):  # one missing or not verifying: a compile, as for no group at all
+            return None
+        return {name: self._materialize(name, data) for name, data in found.items()}
+
+
+def _listed(path: str) -> list[str] | None:
+    """The file names a group file lists: RemoteCacheManager's list them, FileCacheManager's map them to paths
+    (None: a torn or foreign file, asked for again or compiled over, as Triton does)."""
+    try:
+        with open(path) as f:
+            listed = json.load(f).get("child_paths")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return list(listed) if isinstance(listed, (list, dict)) else None
 
 
 def _local_group(files: Any, filename: str) -> dict[str, str] | None:
     """The files of group `filename` in the file cache `files`, by name (None: its group file or one of its files
-    is not there). RemoteCacheManager's group files list names, FileCacheManager's map names to paths."""
+    is not there)."""
     path = files.get_file(GROUP + filename)
-    if path is None:
-        return None
-    try:
-        with open(path) as f:
-            listed = json.load(f).get("child_paths")
-    except (OSError, ValueError, AttributeError):  # a torn or foreign file: ask the backend, as Triton would
-        return None
-    if not isinstance(listed, (list, dict)):
+    listed = _listed(path) if path is not None else None
+    if not listed:
         return None
     found = {}
     for name in listed:
