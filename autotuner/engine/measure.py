@@ -76,7 +76,7 @@ class LiveMeasurer:
     is chosen on one GPU.
 
     On a GPU the search times each config briefly (trial_process.QUICK_SCALE of the full warm-up and repetitions:
-    ten or more runs, a hundred or more of a kernel that takes a tenth of a millisecond), which ranks it; the
+    ten or more runs, fifteen of a kernel under a third of a millisecond), which ranks it; the
     configs close to the best are timed again in the re-time's interleaved rounds before one is chosen.
     """
 

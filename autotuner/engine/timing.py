@@ -44,7 +44,7 @@ MIN_REPS, MAX_REPS = 10, 300  # a full timing's repetitions, whatever the kernel
 
 def repetitions(rep_ms: float, estimate_ms: float, scale: float = 1.0) -> int:
     """How many repetitions fill `rep_ms` (already scaled) at `estimate_ms` each, within MIN_REPS and MAX_REPS
-    scaled alike: a fifth of a full timing (one of the re-time's interleaved rounds) is a fifth of its repetitions
+    scaled alike: an eighth of a full timing (one of the re-time's interleaved rounds) is an eighth of its repetitions
     for a kernel of a few microseconds too, where `rep_ms` alone would ask for more than the cap."""
     return max(MIN_REPS, min(max(MIN_REPS, int(MAX_REPS * scale)), int(rep_ms / estimate_ms)))
 

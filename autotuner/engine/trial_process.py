@@ -19,12 +19,14 @@ from autotuner.engine.outcome import Outcome, classify, short_error
 from autotuner.engine.timing import Timing
 
 # The search's timing of a config (its first look) warms up and repeats for this share of the full timing's
-# milliseconds: enough to rank it (30 or more repetitions of a kernel under a third of a millisecond, each after an
-# L2 flush); the configs close to the best are then timed again, interleaved, before one is chosen
+# milliseconds: enough to rank it (ten or more repetitions, each after an L2 flush, fifteen of a kernel under a third
+# of a millisecond); the configs close to the best are then timed again, interleaved, before one is chosen
 # (autotuner.engine.tuner's re-time). A fifth took 41 ms of a trial worker's time for matmul 4096^3 on an H100, a
 # tenth 22 ms: a search that loads its compiles from another host measured 64 configs in 3.4 s instead of 4.4 s,
-# the same winners (benchmarks/RESULTS.md, session 39).
-QUICK_SCALE = 0.1
+# the same winners (benchmarks/RESULTS.md, session 39); then the timing was the largest part of such a search
+# (session 43): at a twentieth a second host's search took 1.85 s against 2.11 s at a tenth, three runs of each on
+# an H100, the winners within the same 0.1837-0.1844 ms (session 44).
+QUICK_SCALE = 0.05
 
 
 @dataclass(frozen=True)

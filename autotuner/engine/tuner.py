@@ -59,13 +59,14 @@ RETIME_TOP = 4
 RETIME_TOP_BRACKETED = 2  # ... or this many where the search started from the configs fastest either side of it
 # (Plan.first: between a sweep's points), whose first timings already ranked them on both neighbours
 RETIME_WINDOW = 0.05
-# Interleaved rounds of that re-time, each RETIME_SCALE of a full timing; a config keeps its rounds' median. A fifth
-# (a third before): twelve re-times of matmul 4096^3's four finalists (0.7-2.3% apart) and of softmax's and
+# Interleaved rounds of that re-time, each RETIME_SCALE of a full timing; a config keeps its rounds' median. An eighth
+# (a third, then a fifth, before): twelve re-times of matmul 4096^3's four finalists (0.7-2.3% apart) and of softmax's and
 # layernorm's on an H100 chose the same finalist at a third, a fifth and an eighth, each config's median spread by
 # 0.08-0.15% (relative standard deviation) at every scale, the re-time 0.93 -> 0.55 s (benchmarks/RESULTS.md, session
-# 41): the spread is between timings, not within one, which the interleaved rounds are for.
+# 41): the spread is between timings, not within one, which the interleaved rounds are for. An eighth since session
+# 44 (0.39 s there).
 RETIME_ROUNDS = 3
-RETIME_SCALE = 0.2
+RETIME_SCALE = 0.125
 SEARCH_SHARE = 0.75  # of the time left under a deadline when the search starts; the re-time and the record take the rest
 # A config replaces the default only when its re-time beats the default's by more than this fraction: a single
 # re-time once stored configs a hair ahead of the default that interleaved rounds then found behind it
