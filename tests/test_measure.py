@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import asdict
 
@@ -123,6 +124,51 @@ def test_a_trial_worker_started_before_its_problem_sets_it_up_when_told():
     finally:
         runner.close()
         dead.close()
+
+
+def test_the_problem_is_set_up_in_the_trial_worker_while_the_compile_pool_still_starts(monkeypatch):
+    """The tuner took its prestarted processes only once every compile-pool process had started (the fork server
+    makes them one by one), and the trial worker set the problem up and timed torch's baseline only after the
+    plan: the problem now goes to the trial worker as soon as that one is asked for, and is set up meanwhile."""
+    from autotuner.engine import compile_pool
+    from autotuner.engine.measure import KeptProcesses
+    from autotuner.engine.runner import WorkerSetupError
+
+    release = threading.Event()
+    prestart = compile_pool.CompilePool.prestart
+
+    def held(self):  # the pool's processes not started until released
+        release.wait(20)
+        prestart(self)
+
+    monkeypatch.setattr(compile_pool.CompilePool, "prestart", held)
+    sm = get_op("softmax")
+    problem = sm.parse_problem("8x64")
+    default = sm.space.default(problem, current_device())
+    kept = KeptProcesses()
+    kept.prestart(None, 2)
+    measurer = None
+    try:
+        measurer = LiveMeasurer(WorkerSpec("softmax", asdict(problem), (), None), 120, 2, kept)
+        base = measurer._base.result(60)  # set up, and the baseline timed, with start() not called yet
+        assert base.status == "ok" and not release.is_set()
+        release.set()
+        assert measurer.start() is base
+        measurer.compile_ahead([default])
+        assert measurer.measure(default).status == "ok" and measurer.compiles == 1
+        measurer.close()
+        # a problem that cannot be set up is still start()'s error, and a measurer never started closes
+        broken = WorkerSpec("softmax", {**asdict(problem), "dtype": "int8"}, (), None)
+        measurer = LiveMeasurer(broken, 120, 2, kept)
+        with pytest.raises(WorkerSetupError, match="could not set up"):
+            measurer.start()
+        measurer.close()
+        measurer = LiveMeasurer(WorkerSpec("softmax", asdict(problem), (), None), 120, 2, kept)
+    finally:
+        release.set()
+        if measurer is not None:
+            measurer.close()
+        kept.close()
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import threading
 import time
 from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Any
@@ -188,12 +189,14 @@ class CompilePool:
         self.device_index = device_index
         self.shared = shared  # compiling for the jobs of several GPUs of one type at once, on `device_index`'s
         self._pool: ProcessPoolExecutor | None = None
+        self._lock = threading.Lock()  # (prestarted on a thread while the tuner submits its first configs)
 
     def _ensure(self) -> ProcessPoolExecutor:
-        if self._pool is None:
-            self._pool = ProcessPoolExecutor(self.workers, mp_context=processes.context(), initializer=_init,
-                                             initargs=(self.spec, processes.environment(), self.device_index))
-        return self._pool
+        with self._lock:
+            if self._pool is None:
+                self._pool = ProcessPoolExecutor(self.workers, mp_context=processes.context(), initializer=_init,
+                                                 initargs=(self.spec, processes.environment(), self.device_index))
+            return self._pool
 
     def prestart(self) -> None:
         """Start every process now (each makes its CUDA context), before the first config to compile."""
@@ -219,13 +222,15 @@ class CompilePool:
             return None
 
     def reset(self) -> None:
-        if self._pool is not None:
-            for proc in list(getattr(self._pool, "_processes", {}).values()):
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            for proc in list(getattr(pool, "_processes", {}).values()):
                 proc.kill()
-            self._pool.shutdown(wait=False, cancel_futures=True)
-            self._pool = None
+            pool.shutdown(wait=False, cancel_futures=True)
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
-            self._pool = None
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)

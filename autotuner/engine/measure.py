@@ -104,6 +104,18 @@ class LiveMeasurer:
         self._speculative: set[str] = set()  # keys in _ahead that the search has not asked for (yet)
         self.compiles = 0  # configs handed to the compile pool and not taken back before it started them
         self.worker_s = 0.0  # the trial processes' own time answering measure() and time() (Outcome.worker_s)
+        # The problem is set up in the trial worker and torch's baseline timed from now on, on a thread, while the
+        # tuner plans the search (`start` takes the result): on an H100 the set-up and the baseline took 0.4-0.5 s
+        # after the plan, which itself waited for the compile pool's processes to start (benchmarks/RESULTS.md,
+        # session 44).
+        self._base: Future[Outcome] = Future()
+        threading.Thread(target=self._set_up, name="trial-setup", daemon=True).start()
+
+    def _set_up(self) -> None:
+        try:
+            self._base.set_result(self.runner.baseline())  # (the problem's set-up first: runner._ask)
+        except BaseException as exc:  # noqa: BLE001 - raised by start(), in the tuner's thread
+            self._base.set_exception(exc)
 
     @property
     def lanes(self) -> int:
@@ -124,9 +136,11 @@ class LiveMeasurer:
         threads = [threading.Thread(target=set_up, args=(r,), name="lane-setup", daemon=True) for r in self.more]
         for th in threads:
             th.start()
-        base = self.runner.baseline()
-        for th in threads:
-            th.join()
+        try:
+            base = self._base.result()
+        finally:
+            for th in threads:
+                th.join()
         if failed:
             raise failed[0]
         return base
@@ -193,6 +207,7 @@ class LiveMeasurer:
         return first
 
     def measure(self, config: Config, lane: int = 0, give_up_ms: float | None = None) -> Outcome:
+        self._base.result()  # (the trial worker is the set-up thread's until it is set up)
         with self._lock:
             fut = self._ahead.pop(config_key(config), None)
             self._speculative.discard(config_key(config))
@@ -212,6 +227,7 @@ class LiveMeasurer:
         return dataclasses.replace(outcome, wait_s=waited) if self.pool is not None else outcome
 
     def time(self, config: Config, scale: float = 1.0) -> Outcome:
+        self._base.result()
         outcome = self.runner.time(config, scale)
         self.worker_s += outcome.worker_s or 0.0
         return outcome
@@ -220,6 +236,9 @@ class LiveMeasurer:
         for lane in self.more:
             if self._owns_more or lane.in_flight:
                 lane.close(wait=False)
+        if not self._base.done():  # stopped before `start` took the set-up: the process is stopped, and the
+            self.runner.close(wait=False)  # thread (which answers as soon as its pipe closes) waited for, so that
+            wait([self._base], timeout=10)  # no request of this problem reaches a worker's next one
         if self.kept is not None:  # the processes outlive this tuning, unless stopped mid-trial
             for fut in self._ahead.values():
                 fut.cancel()
@@ -246,19 +265,29 @@ class KeptProcesses:
         self.pool: CompilePool | None = shared_pool
         self.lanes: list[TrialRunner] = []  # trial workers on the further GPUs of a worker with several
         self._starting: threading.Thread | None = None
+        self._runner_started = threading.Event()  # the trial worker asked for (set: none is being started)
+        self._runner_started.set()
 
     def prestart(self, device_index: int | None, compile_workers: int, background: bool = True) -> None:
         """Start the trial worker and `compile_workers` compile processes before any problem is known (in a
         thread: a fork server still importing torch would hold the caller up). All start at once: their CUDA
         contexts, made together, slow the trial worker's set-up, but the search's first configs are compiled
         when it starts, which made `autotuner tune` quicker than starting the pool after the trial worker's
-        warm-up or its context (benchmarks/RESULTS.md)."""
+        warm-up or its context (benchmarks/RESULTS.md). A problem is given to them (`for_problem`) once the trial
+        worker is asked for, not waiting for the pool's processes, which the fork server makes one by one."""
+        runner = self.runner = TrialRunner(None)
+        pool = None
+        if compile_workers > 1 and self.shared_pool is None:
+            pool = self.pool = CompilePool(None, compile_workers, device_index)
+        self._runner_started.clear()
+
         def start() -> None:
-            self.runner = TrialRunner(None)
-            self.runner.prestart(device_index)
-            if compile_workers > 1 and self.shared_pool is None:
-                self.pool = CompilePool(None, compile_workers, device_index)
-                self.pool.prestart()
+            try:
+                runner.prestart(device_index)
+            finally:
+                self._runner_started.set()
+            if pool is not None:
+                pool.prestart()
 
         if background:
             self._starting = threading.Thread(target=start, name="prestart", daemon=True)
@@ -280,13 +309,14 @@ class KeptProcesses:
 
     def for_problem(self, spec: WorkerSpec, trial_timeout_s: float,
                     compile_workers: int) -> tuple[TrialRunner, CompilePool | None]:
-        self._started()
+        self._runner_started.wait()  # (the pool's processes may still be starting: tasks wait for them)
         if self.runner is None:
             self.runner = TrialRunner(spec, trial_timeout_s)
         self.runner.use(spec, trial_timeout_s)
         if self.shared_pool is not None:
             return self.runner, self.shared_pool if compile_workers > 1 else None
         if compile_workers > 1 and (self.pool is None or self.pool.workers != compile_workers):
+            self._started()
             if self.pool is not None:
                 self.pool.reset()
             self.pool = CompilePool(spec, compile_workers, spec.device_index)
