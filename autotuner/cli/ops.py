@@ -3,11 +3,9 @@ its shape layout, dtypes, options and how a program launches it."""
 
 from __future__ import annotations
 
-import json
-
 from rich.table import Table
 
-from autotuner.cli.common import JsonOpt, command, console
+from autotuner.cli.common import JsonOpt, command, console, print_json
 
 
 @command
@@ -20,7 +18,7 @@ def ops(as_json: JsonOpt = False) -> None:
              "options": {o.name: list(o.choices) if o.choices else "true/false" for o in op.query_options},
              "call": op.call, "description": op.description} for op in registered()]
     if as_json:
-        console.print_json(json.dumps(rows))
+        print_json(rows)
         return
     table = Table(title="ops")
     for column in ("op", "shape", "dtypes", "options", "launched by"):

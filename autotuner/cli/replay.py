@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from autotuner.cli.common import JsonOpt, command, console, fail
+from autotuner.cli.common import JsonOpt, command, console, fail, print_json
 from autotuner.engine.strategies import strategies_help
 
 
@@ -30,7 +30,7 @@ def replay(
     except ValueError as exc:
         fail(str(exc))
     if as_json:
-        console.print_json(json.dumps(result))
+        print_json(result)
     elif result["best_ms"] is None:
         console.print(f"{result['landscape']}: {result['evaluations']} evaluations, every one failed")
     else:

@@ -20,6 +20,7 @@ from autotuner.cli.common import (
     console,
     fail,
     ms,
+    print_json,
     problem,
     problem_options,
     settings,
@@ -120,7 +121,7 @@ def _tuned_dtype(op: str, shape: str | None, flags: dict[str, str | None], optio
 
 def _print(info: dict[str, Any], as_json: bool, summary: str) -> None:
     if as_json:
-        console.print_json(json.dumps(info))
+        print_json(info)
         return
     table = Table(title=f"{info['op']} {info['problem']} on {info['device']}")
     table.add_column("")
@@ -143,9 +144,9 @@ def _explain(op: Any, prob: ProblemType, device: Any, s: Any, as_json: bool) -> 
 
     res = Resolver(s).resolve(op, prob, device)
     if as_json:
-        console.print_json(json.dumps({"op": op.name, "problem": prob.key, "device": device.key,
-                                       "config": res.config, "source": res.source, "step": res.step,
-                                       "reason": res.reason, "from_problem": res.from_problem, "trace": res.trace}))
+        print_json({"op": op.name, "problem": prob.key, "device": device.key, "config": res.config,
+                    "source": res.source, "step": res.step, "reason": res.reason, "from_problem": res.from_problem,
+                    "trace": res.trace})
         return res.source
     console.print(Text.assemble((f"{op.name} {prob.key}", "bold"), f" on {device.key}: a launch with no config uses"))
     console.print(f"  {json.dumps(res.config)}")

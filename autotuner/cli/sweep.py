@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 
-from autotuner.cli.common import console, err, ms
+from autotuner.cli.common import console, err, ms, print_json
 from autotuner.engine.tune_result import TuneObserver
 from autotuner.store.prediction import MODEL, Prediction
 
@@ -51,7 +51,7 @@ def queue_sweep(op: Op, probs: list[ProblemType], dim: str, store: Storage, plan
                             strategy=plan.strategy, budget_trials=plan.trials, budget_seconds=plan.time_budget_s,
                             sweep_id=sweep_id, gpus=gpus) for p in probs]
     if as_json:
-        console.print_json(json.dumps({"sweep_id": sweep_id, "jobs": jobs, "points": [p.key for p in probs]}))
+        print_json({"sweep_id": sweep_id, "jobs": jobs, "points": [p.key for p in probs]})
         return
     console.print(f"sweep {sweep_id}: {len(jobs)} jobs queued ({op.name} {dim} = "
                   f"{', '.join(p.shape for p in probs)}), jobs {jobs[0]}-{jobs[-1]}; `autotuner worker` on each GPU "
@@ -91,7 +91,7 @@ def run_sweep_here(op: Op, probs: list[ProblemType], dim: str, s: Settings, stor
         make=(lambda shape: store.recorded_problem(op, shape, probs[0].dtype)) if op.needs_recorded_call else None)
     handed_run.release(kept)  # killed, not waited for: before the output (a worker's are kept)
     if as_json:
-        console.print_json(json.dumps(sweep_summary(result), default=str))
+        print_json(sweep_summary(result))
     else:
         _print(result, device.key, dim)
 

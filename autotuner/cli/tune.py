@@ -24,6 +24,7 @@ from autotuner.cli.common import (
     err,
     fail,
     ms,
+    print_json,
     problem_options,
     problems,
     settings,
@@ -201,7 +202,7 @@ def tune(
         job_id = store.queue_job(op=op_obj.name, shape=one.shape, dtype=one.dtype, options=op_obj.options_of(one),
                                  strategy=strategy, budget_trials=trials, budget_seconds=time_budget, gpus=job_gpus)
         if as_json:
-            console.print_json(json.dumps({"job": job_id, "op": op_obj.name, "problem": one.key}))
+            print_json({"job": job_id, "op": op_obj.name, "problem": one.key})
         else:
             console.print(f"queued job {job_id}: {op_obj.name} {one.key} (`autotuner worker` tunes it)")
         return
@@ -289,7 +290,7 @@ def _tune(op: str, op_obj: Op, prob: ProblemType, s: Settings, store: Storage, k
         payload = result.to_dict()
         if by is not None:
             payload["worker"] = by.worker  # tuned by a worker running on this host, for this command
-        console.print_json(json.dumps(payload, default=str))
+        print_json(payload)
     else:
         _print(result, device, op)
     if result.best_config is None:
