@@ -370,14 +370,14 @@ def _plan(op: Op, problem: ProblemType, *, store: RunStore, settings: Settings, 
                         strategy=strategy_label(plan.strategy), default_config=default, budget=budget,
                         candidates=len(cands.valid), rejected=len(cands.rejected))
     n_workers = _compile_workers(settings, device, op, problem, max(1, len(plan.gpus))) if measurer is None else 0
-    if measurer is None:
+    known = store.trial_times(op=op, problem=problem, device=device) if plan.reuse else {}
+    if measurer is None:  # (last: a LiveMeasurer starts setting the problem up in the trial worker when made)
         share(settings.compile_secret, settings.db_url)  # before the trial worker and the compile pool start
         spec = WorkerSpec(op.name, asdict(problem), (*settings.plugins, *op.imports), device.index,
                           settings.warmup_ms, settings.rep_ms)
         more = list(lanes) if lanes is not None else \
             local_lanes(spec, more_devices(device, plan.gpus), settings.trial_timeout_s, kept)
         measurer = LiveMeasurer(spec, settings.trial_timeout_s, n_workers, kept, more=more)
-    known = store.trial_times(op=op, problem=problem, device=device) if plan.reuse else {}
     return _Tuning(op=op, problem=problem, store=store, settings=settings, plan=plan, device=device,
                    observer=observer, measurer=measurer, result=result, cands=cands, default=default, budget=budget,
                    compile_workers=n_workers, job_id=job_id, known=known)
