@@ -11,7 +11,7 @@ import pytest
 
 from tests import stand_in_cuda
 
-COUNT = ("import os, autotuner\n"
+COUNT = ("import os, sys, autotuner\n"
          "from kernels._backend import cuda_device_count\n"
          "print(os.getpid(), cuda_device_count(), os.environ.get('TRITON_INTERPRET', '-'), 'torch' in sys.modules)\n")
 
@@ -20,7 +20,7 @@ def count(env: dict[str, str], visible: str | None) -> tuple[str, int, str, str]
     env = dict(env, STANDIN_DEVICES="2")
     if visible is not None:
         env["CUDA_VISIBLE_DEVICES"] = visible
-    out = subprocess.run([sys.executable, "-c", "import sys\n" + COUNT], capture_output=True, text=True, timeout=120,
+    out = subprocess.run([sys.executable, "-c", COUNT], capture_output=True, text=True, timeout=120,
                          env=env)
     assert out.returncode == 0, out.stderr
     pid, n, interpret, torch = out.stdout.split()[-4:]

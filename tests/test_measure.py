@@ -164,6 +164,9 @@ def test_the_problem_is_set_up_in_the_trial_worker_while_the_compile_pool_still_
             measurer.start()
         measurer.close()
         measurer = LiveMeasurer(WorkerSpec("softmax", asdict(problem), (), None), 120, 2, kept)
+        measurer.close()  # never started: its set-up done, or stopped with the process, by the time it returns
+        assert measurer._base.done()
+        measurer = None
     finally:
         release.set()
         if measurer is not None:

@@ -64,7 +64,7 @@ RETIME_WINDOW = 0.05
 # layernorm's on an H100 chose the same finalist at a third, a fifth and an eighth, each config's median spread by
 # 0.08-0.15% (relative standard deviation) at every scale, the re-time 0.93 -> 0.55 s (benchmarks/RESULTS.md, session
 # 41): the spread is between timings, not within one, which the interleaved rounds are for. An eighth since session
-# 44 (0.39 s there).
+# 44 (a second host's re-time 0.65 -> 0.40 s there).
 RETIME_ROUNDS = 3
 RETIME_SCALE = 0.125
 SEARCH_SHARE = 0.75  # of the time left under a deadline when the search starts; the re-time and the record take the rest
