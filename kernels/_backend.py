@@ -8,6 +8,7 @@ by `kernels/__init__.py`.
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import re
 import sys
@@ -54,8 +55,11 @@ def cuda_device_count() -> int:
     return count.value
 
 
+@functools.cache
 def _nvml_count() -> int | None:
-    """The GPUs NVML finds on the host, whatever CUDA_VISIBLE_DEVICES says (None: NVML cannot say)."""
+    """The GPUs NVML finds on the host, whatever CUDA_VISIBLE_DEVICES says (None: NVML cannot say); asked once per
+    process (a `tune` counts at import, when it starts its processes and when it sizes its compile pool, and
+    NVML's start can take tens of milliseconds on a host of many GPUs), CUDA_VISIBLE_DEVICES read at each count."""
     try:
         nvml = ctypes.CDLL("libnvidia-ml.so.1")
     except OSError:
