@@ -276,6 +276,52 @@ def test_each_trial_is_recorded_while_the_trial_process_measures_the_next(tmp_pa
         assert min(float(start) for start, _, pause in launches if int(pause) == nxt.config["PAUSE_US"]) < written
 
 
+def test_the_next_config_is_asked_while_the_trial_process_measures_this_one(tmp_path, monkeypatch):
+    """The strategy's ask (milliseconds of TPE's time each) needs no answer of the trial process: the next config is
+    asked while it measures one, so that it never waits for the search between two measurements."""
+    import tests.paced_op  # noqa: F401  (registers the op in this process too)
+    from autotuner.engine.measure import run_search
+    from autotuner.engine.strategies import make_search
+
+    log = tmp_path / "launches.log"
+    monkeypatch.setenv("PACED_LOG", str(log))  # each launch of the trial process: "pid start end pause"
+    op = get_op("paced")
+    problem = op.parse_problem("1000")
+    configs = op.space.enumerate(problem, current_device()).valid
+    measurer = LiveMeasurer(WorkerSpec("paced", asdict(problem), ("tests.paced_op",), None), 120, compile_workers=0)
+    search = make_search("exhaustive", configs, op.space.params, len(configs))
+    asks: list[tuple[float, float]] = []
+    ask = search.ask
+
+    def slow_ask(*args: Any, **kwargs: Any) -> Any:  # a strategy taking 0.15 s to choose
+        started = time.time()
+        time.sleep(0.15)
+        try:
+            return ask(*args, **kwargs)
+        finally:
+            asks.append((started, time.time()))
+
+    monkeypatch.setattr(search, "ask", slow_ask)
+    try:
+        measurer.start()
+        done = run_search(search, measurer, budget=len(configs))
+    finally:
+        measurer.close()
+    assert len(done) == len(configs) >= 3
+    spans = {}  # each config's launches in the trial process: (first start, last end)
+    for line in log.read_text().splitlines():
+        _, start, end, pause = line.split()
+        first, last = spans.get(int(pause), (float(start), float(end)))
+        spans[int(pause)] = (min(first, float(start)), max(last, float(end)))
+    measuring = [spans[m.config["PAUSE_US"]] for m in done]
+    # the asks after the first two (asked before any measurement: the one measured first and the one after it):
+    # each while a measurement ran (between two, as they were, the trial process would have waited 0.15 s for each)
+    later = asks[2:]
+    assert len(later) == len(configs) - 2
+    for a, b in later:
+        assert any(first < b and a < last for first, last in measuring), (a, b, measuring)
+
+
 def test_asked_configs_are_measured_as_their_compiles_finish():
     """A config whose compile is still running does not hold up one compiled after it."""
     from concurrent.futures import Future
@@ -334,6 +380,35 @@ def test_a_third_of_a_timing_is_a_third_of_its_repetitions_for_a_short_kernel_to
     assert repetitions(100.0, 0.005) == MAX_REPS and repetitions(100.0 / 3, 0.005, 1 / 3) == MAX_REPS // 3
     assert repetitions(100.0, 1.0) == 100 and repetitions(100.0 / 3, 1.0, 1 / 3) == 33
     assert repetitions(100.0, 50.0) == MIN_REPS and repetitions(1.0, 0.005, 0.01) == MIN_REPS
+
+
+@pytest.mark.parametrize("cpu_ms,gpu_ms", [(0.4, 0.35), (0.1, 0.35), (0.4, 0.05), (0.02, 0.002), (2.0, 0.3)])
+@pytest.mark.parametrize("reps", [3, 15, 100])
+def test_the_gpu_sleeps_until_the_cpu_has_queued_each_timed_launch(cpu_ms: float, gpu_ms: float, reps: int):
+    """The sleep before timed repetitions (engine.timing.queue_sleep_s), played out: the CPU queues a repetition
+    (a flush, the start event, the launch, the end event) every `cpu_ms`, the GPU runs one in `gpu_ms` once its
+    sleep ends; the GPU must reach no repetition's start event before the CPU has queued that launch, even with the
+    CPU stalled once for its time of a repetition. And the sleep is not the CPU's time for all of them, twice over,
+    as it was: where the GPU keeps up, a few repetitions' CPU time whatever their number."""
+    from autotuner.engine.timing import MAX_QUEUE_SLEEP_S, MIN_QUEUE_SLEEP_S, Pace, queue_sleep_s
+
+    pace = Pace(gpu_ms=gpu_ms, cpu_s=cpu_ms / 1e3)
+    sleep_ms = queue_sleep_s(reps, pace) * 1e3
+    assert MIN_QUEUE_SLEEP_S * 1e3 <= sleep_ms <= MAX_QUEUE_SLEEP_S * 1e3
+    flush_share = 0.5  # of a repetition's GPU time before its start event (the flush), and of its CPU time
+    for stall_at in [None, *range(reps)]:
+        gpu_free = sleep_ms  # when the GPU is done with what was queued before
+        for i in range(reps):
+            stall = cpu_ms if stall_at is not None and i >= stall_at else 0.0
+            flush_queued = i * cpu_ms + stall
+            launch_queued = flush_queued + cpu_ms  # (after the start event)
+            start_reached = max(gpu_free, flush_queued) + flush_share * gpu_ms
+            if sleep_ms < MAX_QUEUE_SLEEP_S * 1e3:
+                assert start_reached >= launch_queued, (i, stall_at, sleep_ms)
+            gpu_free = max(start_reached, launch_queued) + (1 - flush_share) * gpu_ms
+    if gpu_ms >= cpu_ms:
+        assert sleep_ms <= max(MIN_QUEUE_SLEEP_S * 1e3, 4 * cpu_ms)
+    assert queue_sleep_s(reps, pace, 0.05) == pytest.approx(queue_sleep_s(reps, pace) + 0.05)
 
 
 def test_a_handed_hash_of_another_triton_version_is_not_used():

@@ -509,8 +509,8 @@ def run_search(search: Search, measurer: Measurer, *, budget: int | None, time_b
             return True
         return time_budget_s is not None and bool(done) and time.perf_counter() - t0 >= time_budget_s
 
-    # A trial process measures while this process waits: what does not decide the next config (writing the last
-    # trial, guessing what the pool compiles next) is done meanwhile, the measuring on a thread. Only where the
+    # A trial process measures while this process waits: what does not need its answer (writing the last trial,
+    # asking the next config, guessing what the pool compiles next) is done meanwhile, the measuring on a thread. Only where the
     # measuring is another process's (a measurer running kernels in this process keeps them on its thread: CUDA's
     # current device and torch's current stream are the thread's).
     overlap = isinstance(measurer, LiveMeasurer)
@@ -539,6 +539,10 @@ def run_search(search: Search, measurer: Measurer, *, budget: int | None, time_b
             t_own = time.perf_counter()
             record()
             t_guess = time.perf_counter()
+            # the next config asked meanwhile (this one pending, as the others asked ahead are): the trial worker
+            # waited for each ask, 5 ms of a strategy's time (benchmarks/RESULTS.md, session 45)
+            _ask_ahead(search, measurer, ahead, batch, width=batch + 1,
+                       left=budget - len(done) - 1 if budget is not None else None, speculate=False)
             if batch > 1:
                 measurer.speculate(search.upcoming(batch))
             spent["ask_s"] += time.perf_counter() - t_guess

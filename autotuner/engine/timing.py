@@ -35,7 +35,7 @@ def _summarise(times: list[float], clock: str) -> Timing:
     return Timing(statistics.median(times), _quantile(times, 0.2), _quantile(times, 0.8), len(times), clock)
 
 
-PROBE_REPS = 3  # repetitions timed before giving up on a config clearly out of contention (time_cuda)
+PROBE_REPS = 3  # repetitions timed first: the pace of the rest, and a config clearly out of contention's timing
 SLEEP_CYCLES_PER_S = 2.0e9  # torch.cuda._sleep counts GPU clock cycles; ~2 GHz boost clocks on current GPUs
 
 
@@ -52,10 +52,10 @@ def repetitions(rep_ms: float, estimate_ms: float, scale: float = 1.0) -> int:
 def time_cuda(fn: Callable[[], Any], warmup_ms: float = 25.0, rep_ms: float = 100.0,
               give_up_ms: float | None = None, queue_slack_s: float = 0.0, scale: float = 1.0) -> Timing:
     """Median of per-repetition CUDA-event times; the L2 is emptied before each repetition (l2_flush.py). With
-    `give_up_ms`, three repetitions are timed first, and if their median is slower than that, they are the
-    timing (PROBE_REPS repetitions: a config clearly out of contention is not timed further). `queue_slack_s`:
-    seconds added to the GPU sleep the repetitions queue behind, where other threads of this process may hold
-    the GIL meanwhile (a decorated kernel measured on several GPUs)."""
+    `give_up_ms`, where the first PROBE_REPS repetitions' median is slower than that, they are the timing (a config
+    clearly out of contention is not timed further). `queue_slack_s`: seconds added to the GPU sleep the
+    repetitions queue behind, where other threads of this process may hold the GIL meanwhile (a decorated kernel
+    measured on several GPUs)."""
     import torch  # here: the engine's process-side modules import no torch (cli.prestart starts them first)
 
     from autotuner.engine.l2_flush import (
@@ -65,51 +65,81 @@ def time_cuda(fn: Callable[[], Any], warmup_ms: float = 25.0, rep_ms: float = 10
     flush = l2_flusher(torch.device("cuda", torch.cuda.current_device()))
     fn()
     torch.cuda.synchronize()
-    # Five flushed repetitions give the estimate (GPU time, events) and the CPU's cost of queueing one (the GPU is
-    # idle when they are queued and five never fill the launch queue, so the CPU's clock sees the queueing alone).
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    t_cpu = time.perf_counter()
-    for _ in range(5):
-        flush()
+    probe, pace = _probe(fn, flush, queue_slack_s)
+    if give_up_ms is not None and statistics.median(probe) > give_up_ms:
+        return _summarise(probe, CUDA_EVENTS)
+    for _ in range(max(1, int(warmup_ms / pace.gpu_ms))):
         fn()
-    cpu_per_rep_s = (time.perf_counter() - t_cpu) / 5
-    end.record()
+    reps = repetitions(rep_ms, pace.gpu_ms, scale)
     torch.cuda.synchronize()
-    estimate = max(start.elapsed_time(end) / 5, 1e-3)
-    # Every timed repetition is queued behind a GPU sleep long enough for the CPU to queue them all, so that the
-    # Python launch cost of a candidate (which differs between torch, torch.compile and a Triton launcher), or this
-    # process losing its core for a moment to the compile pool, never shows as idle GPU time between the events:
-    # what is measured is the kernel, as a stream of launches would run it. (The brief probe below went without,
-    # and gave up configs at two to three times their time while the pool compiled: benchmarks/RESULTS.md.)
-    if give_up_ms is not None:
-        probe = _time_reps(fn, flush, PROBE_REPS, cpu_per_rep_s, queue_slack_s)
-        if statistics.median(probe) > give_up_ms:
-            return _summarise(probe, CUDA_EVENTS)
-    for _ in range(max(1, int(warmup_ms / estimate))):
-        fn()
-    reps = repetitions(rep_ms, estimate, scale)
-    torch.cuda.synchronize()
-    return _summarise(_time_reps(fn, flush, reps, cpu_per_rep_s, queue_slack_s), CUDA_EVENTS)
+    return _summarise(_time_reps(fn, flush, reps, queue_sleep_s(reps, pace, queue_slack_s))[0], CUDA_EVENTS)
 
 
-def _time_reps(fn: Callable[[], Any], flush: Callable[[], None], reps: int, cpu_per_rep_s: float,
-               queue_slack_s: float = 0.0) -> list[float]:
+@dataclass(frozen=True)
+class Pace:
+    """One repetition (an L2 flush, then the launch between its events): the GPU's milliseconds running it, the
+    CPU's seconds queueing it."""
+
+    gpu_ms: float
+    cpu_s: float
+
+
+MIN_QUEUE_SLEEP_S, MAX_QUEUE_SLEEP_S = 1e-3, 0.2
+_last_pace = Pace(gpu_ms=0.0, cpu_s=1e-3)  # the pace the last probe in this process found (the next one's guess)
+
+
+def queue_sleep_s(reps: int, pace: Pace, queue_slack_s: float = 0.0) -> float:
+    """How long the GPU sleeps before `reps` timed repetitions at `pace` so that it never waits on the CPU inside
+    one: a repetition's start event is reached only once the CPU has queued its launch. The GPU gains a
+    repetition's GPU time on the CPU at each, and loses the CPU's time; the sleep covers the CPU's first two
+    repetitions and what it falls behind over all of them where it is the slower, twice over (a moment without
+    its core), within MIN_QUEUE_SLEEP_S and MAX_QUEUE_SLEEP_S, plus `queue_slack_s`. (Twice the CPU's time for
+    all of them, as it was, kept the GPU asleep for most of a brief timing where the GPU's time was about the
+    CPU's: benchmarks/RESULTS.md, session 45.)"""
+    behind_s = max(0.0, pace.cpu_s - pace.gpu_ms / 1e3) * reps
+    return min(MAX_QUEUE_SLEEP_S, max(MIN_QUEUE_SLEEP_S, 2 * (2 * pace.cpu_s + behind_s))) + queue_slack_s
+
+
+def _probe(fn: Callable[[], Any], flush: Callable[[], None], queue_slack_s: float) -> tuple[list[float], Pace]:
+    """PROBE_REPS timed repetitions (milliseconds) and the pace they show: the GPU's time from the first flush to the
+    last event, the CPU's time to queue them, each over PROBE_REPS. They queue behind a sleep sized by the last pace
+    this process saw, and are taken again behind a longer one while the CPU took longer to queue them than the GPU
+    slept (the GPU may then have waited on the CPU, which the times would hold)."""
+    global _last_pace
+    import torch
+
+    sleep_s = queue_sleep_s(PROBE_REPS, _last_pace, queue_slack_s)
+    while True:
+        times, cpu_s, span_ms = _time_reps(fn, flush, PROBE_REPS, sleep_s)
+        if cpu_s < sleep_s or sleep_s >= MAX_QUEUE_SLEEP_S or not hasattr(torch.cuda, "_sleep"):
+            break
+        sleep_s = min(MAX_QUEUE_SLEEP_S, 2 * cpu_s + queue_slack_s)
+    _last_pace = Pace(gpu_ms=max(span_ms / PROBE_REPS, 1e-3), cpu_s=cpu_s / PROBE_REPS)
+    return times, _last_pace
+
+
+def _time_reps(fn: Callable[[], Any], flush: Callable[[], None], reps: int,
+               sleep_s: float) -> tuple[list[float], float, float]:
     """`reps` repetitions, each after an L2 flush, timed alone with CUDA events (milliseconds), queued behind a
-    GPU sleep of twice the CPU's time to queue them (at least 1 ms, at most 0.2 s) and `queue_slack_s`."""
+    GPU sleep of `sleep_s`; the CPU's seconds from queueing the sleep to queueing the last event; the GPU's
+    milliseconds from the end of the sleep to the last event."""
     import torch
 
     events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
+    woke = torch.cuda.Event(enable_timing=True)
     sleep = getattr(torch.cuda, "_sleep", None)  # private but long-standing; without it, time as before
+    t_cpu = time.perf_counter()
     if sleep is not None:
-        sleep(int((min(0.2, max(1e-3, 2 * reps * cpu_per_rep_s)) + queue_slack_s) * SLEEP_CYCLES_PER_S))
+        sleep(int(sleep_s * SLEEP_CYCLES_PER_S))
+    woke.record()
     for start, end in events:
         flush()
         start.record()
         fn()
         end.record()
+    cpu_s = time.perf_counter() - t_cpu
     torch.cuda.synchronize()
-    return [start.elapsed_time(end) for start, end in events]
+    return [start.elapsed_time(end) for start, end in events], cpu_s, woke.elapsed_time(events[-1][1])
 
 
 def rotation(items: Sequence[T], round_index: int) -> list[T]:

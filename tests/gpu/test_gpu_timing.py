@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import torch
 
@@ -23,3 +25,28 @@ def test_a_slow_config_is_timed_a_few_repetitions_and_a_fast_one_in_full():
     assert given_up.reps == PROBE_REPS and full.reps >= 10 and kept.reps >= 10
     # the few repetitions time the same kernel: within a third of the full timing
     assert abs(given_up.median_ms - full.median_ms) < full.median_ms / 3
+
+
+def _spin(seconds: float) -> None:
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        pass
+
+
+@pytest.mark.parametrize("cpu_us", [50, 400])
+def test_a_launch_the_cpu_takes_longer_to_queue_than_the_gpu_to_run_is_timed_at_the_gpus_time(cpu_us: int):
+    """The GPU sleeps long enough before the repetitions that it never waits on the CPU inside one: a launch that
+    spends `cpu_us` of Python before a kernel of a few microseconds times at the kernel's time, whether the CPU
+    is faster than the GPU's flush and kernel (50 us) or slower (400 us), and however its pace was guessed."""
+    x = torch.zeros(1024, device="cuda")
+    quick = time_cuda(lambda: x.add_(1), warmup_ms=5, rep_ms=20)
+
+    def slow_launch() -> None:
+        _spin(cpu_us / 1e6)
+        x.add_(1)
+
+    timed = time_cuda(slow_launch, warmup_ms=5, rep_ms=20)
+    again = time_cuda(slow_launch, warmup_ms=5, rep_ms=20, give_up_ms=1e3)  # (a probe first, as the search times)
+    assert timed.reps >= 10 and again.reps >= 10
+    for t in (timed, again):  # the kernel's time, not the CPU's 50 or 400 us between the events
+        assert t.median_ms < quick.median_ms + 0.02, (t, quick)
