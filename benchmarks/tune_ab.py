@@ -2,6 +2,7 @@
 
     git archive <commit> | tar x -C old          # the tree to compare with (any ignored folder, carried to the GPU)
     python benchmarks/tune_ab.py old . [more trees] [--rounds 3] [--tune "matmul --M 4096"] [--share] [--drop-caches]
+                                 [--spy 200]
 
 Hosts of one device kind differ by seconds in a cold start (torch's import alone 3.4-7.7 s: benchmarks/RESULTS.md),
 so a before/after is only worth reporting from one host, the trees alternating round by round (A, B, C, ... in the
@@ -9,7 +10,8 @@ order given). Each run is a new process with a new Triton cache and a new SQLite
 --json` with the tree first on PYTHONPATH and as the working folder, its stderr and JSON kept in --out. With
 `--share`, each round is three runs per tree, as three fresh hosts sharing compiles would be (alone; the first host
 of a shared database; a second that loads the first's compiles). `--drop-caches` empties the page cache before
-each run (root only), as on a host that has not loaded torch since it booted. Prints one line a run (wall time and
+each run (root only), as on a host that has not loaded torch since it booted. `--spy RATE` records each run with
+py-spy (its collapsed stacks, by process and thread, beside the run's log). Prints one line a run (wall time and
 the phases that matter for a cold start), then each tree's means.
 """
 
@@ -37,15 +39,19 @@ def drop_caches() -> None:
     Path("/proc/sys/vm/drop_caches").write_text("3\n")
 
 
-def run(tree: Path, tune: list[str], work: Path, name: str, secret: str, db: str, drop: bool, log: Path) -> dict:
+def run(tree: Path, tune: list[str], work: Path, name: str, secret: str, db: str, drop: bool, log: Path,
+        spy: int = 0) -> dict:
     if drop:
         drop_caches()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tree), os.environ.get("PYTHONPATH", "")]),
            "TRITON_CACHE_DIR": str(work / f"triton_{name}"), "AUTOTUNER_KERNEL_CACHE_DIR": str(work / f"kept_{name}"),
            "AUTOTUNER_COMPILE_SECRET": secret, "AUTOTUNER_LOCAL_WORKER": "0"}
     t0 = time.perf_counter()
-    out = subprocess.run([sys.executable, "-m", "autotuner", "tune", *tune, "--db", db, "--json"], env=env, cwd=tree,
-                         capture_output=True, text=True)
+    command = [sys.executable, "-m", "autotuner", "tune", *tune, "--db", db, "--json"]
+    if spy:  # py-spy's samples of the command and its children, collapsed stacks by thread and process
+        command = ["py-spy", "record", "-r", str(spy), "-f", "raw", "--subprocesses", "--threads", "-o",
+                   str(log.with_suffix(".spy")), "--", *command]
+    out = subprocess.run(command, env=env, cwd=tree, capture_output=True, text=True)
     wall = time.perf_counter() - t0
     log.write_text(out.stderr)
     log.with_suffix(".json").write_text(out.stdout)
@@ -62,6 +68,8 @@ def main() -> None:
     ap.add_argument("--tune", default="matmul --M 4096", help="the tune command's arguments")
     ap.add_argument("--share", action="store_true", help="alone, first and second host of a shared database")
     ap.add_argument("--drop-caches", action="store_true", help="empty the page cache before each run (root)")
+    ap.add_argument("--spy", type=int, default=0, metavar="RATE",
+                    help="record each run with py-spy at RATE samples a second (its walls then count py-spy's cost)")
     ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp/out")))
     args = ap.parse_args()
     trees = [t.resolve() for t in args.trees]
@@ -80,7 +88,7 @@ def main() -> None:
             for host in hosts:
                 db = f"sqlite:///{work / 'alone.db'}" if host == "alone" else shared
                 done = run(tree, shlex.split(args.tune), work, host, "" if host == "alone" else "s3cret", db,
-                           args.drop_caches, args.out / f"tune_ab_{label}{r}_{host}.log")
+                           args.drop_caches, args.out / f"tune_ab_{label}{r}_{host}.log", args.spy)
                 runs.setdefault((label, host), []).append(done)
                 print(f"{label}{r} {host:6s} wall {done['wall_s']:6.2f}  " +
                       " ".join(f"{k.removesuffix('_s')}={done[k]:.2f}" for k in PHASES) + f"  best {done['best_ms']:.4f}", flush=True)
