@@ -57,8 +57,8 @@ def run(tree: Path, tune: list[str], work: Path, name: str, secret: str, db: str
     log.with_suffix(".json").write_text(out.stdout)
     if out.returncode != 0:
         raise SystemExit(f"{tree}: tune failed ({out.returncode}): {out.stderr[-2000:]}")
-    # (py-spy writes its own lines to standard output before the command's JSON)
-    result = json.loads(out.stdout[out.stdout.index("{"):] if spy else out.stdout)
+    # (py-spy writes its own lines to standard output around the command's JSON)
+    result = json.JSONDecoder().raw_decode(out.stdout[out.stdout.index("{"):])[0] if spy else json.loads(out.stdout)
     return {"wall_s": wall, **{k: result["phases"].get(k, 0.0) for k in PHASES}, "best_ms": result["best_ms"]}
 
 

@@ -8,6 +8,7 @@ import sys
 import threading
 import time
 from dataclasses import asdict
+from typing import Any
 
 import pytest
 

@@ -375,3 +375,63 @@ def test_a_plan_may_carry_an_optuna_sampler(db_url):
     assert result.best_config in [t.config for t in result.trials]
     with session_scope(store.engine) as s:
         assert s.get(TuningRun, result.run_id).strategy == "sampler:RandomSampler"
+
+
+def test_the_space_is_enumerated_while_the_trial_worker_is_asked_for(db_url, monkeypatch):
+    """The plan enumerates the space on a thread while it makes the measurer (which waits for the trial worker's
+    start on a GPU host): neither waits for the other. A slow enumeration is still running when the measurer is
+    made; and an enumeration that fails closes the measurer made for it."""
+    import threading
+    import time
+
+    import autotuner.engine.tuner as tuner
+    from autotuner.engine.measure import LiveMeasurer
+    from autotuner.engine.tune_result import TuneObserver
+
+    op = get_op("softmax")
+    problem = op.parse_problem("16x100")
+    space_type = type(op.space)
+    enumerate_space = space_type.enumerate
+    enumerating = threading.Event()
+    marks: dict[str, float] = {}
+
+    def slow_enumerate(space, *args):
+        enumerating.set()
+        time.sleep(0.5)
+        marks["enumerated"] = time.perf_counter()
+        return enumerate_space(space, *args)
+
+    made = LiveMeasurer.__init__
+
+    def making(self, *args, **kwargs):
+        enumerating.wait(10)
+        marks["making"] = time.perf_counter()
+        made(self, *args, **kwargs)
+
+    monkeypatch.setattr(space_type, "enumerate", slow_enumerate)
+    monkeypatch.setattr(LiveMeasurer, "__init__", making)
+    kw = dict(store=Store(db_url), settings=Settings(db_url=db_url), plan=Plan(trials=2), device=current_device(),
+              observer=TuneObserver(), measurer=None, kept=None, job_id=None)
+    t = tuner._plan(op, problem, **kw)
+    try:
+        assert marks["making"] < marks["enumerated"] and t.cands.valid
+    finally:
+        t.measurer.close()
+
+    closed = []
+    close = LiveMeasurer.close
+
+    def closing(self):
+        closed.append(self)
+        close(self)
+
+    monkeypatch.setattr(LiveMeasurer, "close", closing)
+
+    def broken(space, *args):
+        enumerating.set()
+        raise ValueError("a constraint that raises")
+
+    monkeypatch.setattr(space_type, "enumerate", broken)
+    with pytest.raises(ValueError, match="a constraint that raises"):
+        tuner._plan(op, problem, **kw)
+    assert len(closed) == 1

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 from autotuner.base.device import current_device
 from autotuner.base.settings import Settings
@@ -33,6 +33,8 @@ from search_spaces.space import Config, config_key
 if TYPE_CHECKING:  # (not at run time: the decorator imports this module, and the search brings Optuna)
     from autotuner.engine.search import Search
 
+
+T = TypeVar("T")
 
 class Measurer(Protocol):
     def start(self) -> Outcome:
@@ -535,7 +537,7 @@ def run_search(search: Search, measurer: Measurer, *, budget: int | None, time_b
         config = ahead.pop(measurer.first_ready(ahead))
         give_up_ms = _give_up_ms(search)
         if overlap:
-            answer = _on_a_thread(functools.partial(measurer.measure, config, give_up_ms=give_up_ms))
+            answer = on_a_thread(functools.partial(measurer.measure, config, give_up_ms=give_up_ms))
             t_own = time.perf_counter()
             record()
             t_guess = time.perf_counter()
@@ -560,7 +562,7 @@ def run_search(search: Search, measurer: Measurer, *, budget: int | None, time_b
     return done
 
 
-def _on_a_thread(fn: Callable[[], Outcome]) -> Callable[[], Outcome]:
+def on_a_thread(fn: Callable[[], T], name: str = "measure") -> Callable[[], T]:
     """`fn` started on a thread of its own; the call returned waits for its answer (raising what it raised). A
     daemon thread, not an executor's: those are joined at exit, where one stuck on a hung trial process would hold
     the command's exit."""
@@ -572,15 +574,15 @@ def _on_a_thread(fn: Callable[[], Outcome]) -> Callable[[], Outcome]:
         except BaseException as exc:  # noqa: BLE001 - raised again in the caller's thread
             box.append((False, exc))
 
-    thread = threading.Thread(target=run, name="measure", daemon=True)
+    thread = threading.Thread(target=run, name=name, daemon=True)
     thread.start()
 
-    def answer() -> Outcome:
+    def answer() -> T:
         thread.join()
         ok, value = box[0]
         if not ok:
             raise value
-        return cast(Outcome, value)
+        return cast(T, value)
 
     return answer
 

@@ -11,6 +11,7 @@ Through the Python API a plan may also carry an object: an Optuna sampler, or a 
 from __future__ import annotations
 
 import functools
+import importlib
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -32,19 +33,30 @@ class Strategy:
     name: str
     make: StrategyFactory
     help: str
+    imports: tuple[str, ...] = ()  # modules `make` imports (imported ahead by `preload`)
 
 
 _REGISTRY: dict[str, Strategy] = {}
 
 
-def register_strategy(name: str, make: StrategyFactory, help: str) -> None:
+def register_strategy(name: str, make: StrategyFactory, help: str, imports: Sequence[str] = ()) -> None:
     """Make `name` a strategy (a lowercase word, at most 32 characters: it is stored with each run); a name taken by
-    another factory is refused."""
+    another factory is refused. `imports`: modules `make` imports on its first call, which a tuner imports ahead
+    while it waits for its trial worker (`preload`)."""
     if not (name.isidentifier() and name == name.lower() and len(name) <= 32):
         raise ValueError(f"a strategy's name is a lowercase identifier of at most 32 characters; got {name!r}")
     if name in _REGISTRY and _REGISTRY[name].make is not make:
         raise ValueError(f"strategy {name!r} is registered already")
-    _REGISTRY[name] = Strategy(name, make, help)
+    _REGISTRY[name] = Strategy(name, make, help, tuple(imports))
+
+
+def preload(strategy: StrategyLike) -> None:
+    """Import what making a search of `strategy` will import (a registered name's `imports`; nothing for an
+    object): the tuner does this on a thread while its trial worker starts (Optuna and NumPy for TPE, 0.2 s of an
+    H100 host's tune on its critical path: benchmarks/RESULTS.md, session 45)."""
+    if isinstance(strategy, str) and strategy in _REGISTRY:
+        for module in _REGISTRY[strategy].imports:
+            importlib.import_module(module)
 
 
 def strategy_names() -> tuple[str, ...]:
@@ -106,6 +118,7 @@ def _tpe(candidates: Sequence[Config], params: Sequence[Param], budget: int | No
     return TPESearch(candidates, params, budget, seed, first)
 
 
-register_strategy("tpe", _tpe, "Optuna's multivariate TPE, then a local refinement around the best configs")
+register_strategy("tpe", _tpe, "Optuna's multivariate TPE, then a local refinement around the best configs",
+                  imports=("autotuner.engine.tpe_search",))
 register_strategy("random", RandomSearch, "configs in a seeded random order")
 register_strategy("exhaustive", Exhaustive, "every valid config, in the space's order")

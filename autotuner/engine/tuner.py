@@ -38,11 +38,12 @@ from autotuner.engine.measure import (
     ask_first,
     host_compile_workers,
     local_lanes,
+    on_a_thread,
     run_search,
 )
 from autotuner.engine.refine import DEFAULT_TRIALS
 from autotuner.engine.search import Search
-from autotuner.engine.strategies import StrategyLike, make_search, strategy_label
+from autotuner.engine.strategies import StrategyLike, make_search, preload, strategy_label
 from autotuner.engine.timing import CUDA_EVENTS, WALL_CLOCK, rotation
 from autotuner.engine.trial_process import WorkerSpec
 from autotuner.engine.tune_result import TrialRecord, TuneObserver, TuneResult
@@ -355,7 +356,37 @@ def _plan(op: Op, problem: ProblemType, *, store: RunStore, settings: Settings, 
              job_id: int | None, lanes: Sequence[Lane] | None = None) -> _Tuning:
     """Everything decided before a process starts: the problem fits, the candidates, the budget, the measurer."""
     check_fits(op, problem, device, settings.max_problem_bytes)
-    cands = op.space.enumerate(problem, device)
+    # The space is enumerated (and the strategy's modules imported) on a thread, while this one waits for the trial
+    # worker's start below, which the measurer's making does: on an H100 host the enumeration took 0.5-0.7 s of a
+    # tune's critical path before it (benchmarks/RESULTS.md, session 45).
+    def enumerate_space() -> Candidates:
+        preload(plan.strategy)
+        return op.space.enumerate(problem, device)
+
+    enumerated = on_a_thread(enumerate_space, "enumerate")
+    n_workers = _compile_workers(settings, device, op, problem, max(1, len(plan.gpus))) if measurer is None else 0
+    known = store.trial_times(op=op, problem=problem, device=device) if plan.reuse else {}
+    made = measurer is None
+    if measurer is None:  # (a LiveMeasurer starts setting the problem up in the trial worker when made)
+        share(settings.compile_secret, settings.db_url)  # before the trial worker and the compile pool start
+        spec = WorkerSpec(op.name, asdict(problem), (*settings.plugins, *op.imports), device.index,
+                          settings.warmup_ms, settings.rep_ms)
+        more = list(lanes) if lanes is not None else \
+            local_lanes(spec, more_devices(device, plan.gpus), settings.trial_timeout_s, kept)
+        measurer = LiveMeasurer(spec, settings.trial_timeout_s, n_workers, kept, more=more)
+    try:
+        return _planned(op, problem, enumerated(), store=store, settings=settings, plan=plan, device=device,
+                        observer=observer, measurer=measurer, n_workers=n_workers, known=known, job_id=job_id)
+    except BaseException:
+        if made:  # (nothing else will close it)
+            measurer.close()
+        raise
+
+
+def _planned(op: Op, problem: ProblemType, cands: Candidates, *, store: RunStore, settings: Settings, plan: Plan,
+             device: DeviceInfo, observer: TuneObserver, measurer: Measurer, n_workers: int,
+             known: dict[str, tuple[Config, float | None]], job_id: int | None) -> _Tuning:
+    """The rest of the plan, once the space is enumerated: the candidates the plan allows, the budget, the result."""
     if plan.candidates is not None:
         cands = _only(cands, map(config_key, plan.candidates))
     left = op.allowed(problem) if op.allowed is not None else None
@@ -369,15 +400,6 @@ def _plan(op: Op, problem: ProblemType, *, store: RunStore, settings: Settings, 
     result = TuneResult(op=op.name, problem_key=problem.key, device=device.key, clock=clock,
                         strategy=strategy_label(plan.strategy), default_config=default, budget=budget,
                         candidates=len(cands.valid), rejected=len(cands.rejected))
-    n_workers = _compile_workers(settings, device, op, problem, max(1, len(plan.gpus))) if measurer is None else 0
-    known = store.trial_times(op=op, problem=problem, device=device) if plan.reuse else {}
-    if measurer is None:  # (last: a LiveMeasurer starts setting the problem up in the trial worker when made)
-        share(settings.compile_secret, settings.db_url)  # before the trial worker and the compile pool start
-        spec = WorkerSpec(op.name, asdict(problem), (*settings.plugins, *op.imports), device.index,
-                          settings.warmup_ms, settings.rep_ms)
-        more = list(lanes) if lanes is not None else \
-            local_lanes(spec, more_devices(device, plan.gpus), settings.trial_timeout_s, kept)
-        measurer = LiveMeasurer(spec, settings.trial_timeout_s, n_workers, kept, more=more)
     return _Tuning(op=op, problem=problem, store=store, settings=settings, plan=plan, device=device,
                    observer=observer, measurer=measurer, result=result, cands=cands, default=default, budget=budget,
                    compile_workers=n_workers, job_id=job_id, known=known)
