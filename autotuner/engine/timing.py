@@ -102,44 +102,48 @@ def queue_sleep_s(reps: int, pace: Pace, queue_slack_s: float = 0.0) -> float:
 
 def _probe(fn: Callable[[], Any], flush: Callable[[], None], queue_slack_s: float) -> tuple[list[float], Pace]:
     """PROBE_REPS timed repetitions (milliseconds) and the pace they show: the GPU's time from the first flush to the
-    last event, the CPU's time to queue them, each over PROBE_REPS. They queue behind a sleep sized by the last pace
-    this process saw, and are taken again behind a longer one while the CPU took longer to queue them than the GPU
-    slept (the GPU may then have waited on the CPU, which the times would hold)."""
+    last event over PROBE_REPS, the CPU's median time to queue one. They queue behind a sleep sized by the last pace
+    this process saw, and are taken once more behind a longer one where the CPU took longer to queue them than the
+    GPU slept (the GPU may then have waited on the CPU, which the times would hold). Not more than once: a launch
+    that waits for the GPU itself (a `.item()`, a synchronize) takes longer than any sleep, and its CPU time then
+    holds the GPU's, which the median of the three leaves out of the pace but for the GPU's own time."""
     global _last_pace
     import torch
 
     sleep_s = queue_sleep_s(PROBE_REPS, _last_pace, queue_slack_s)
-    while True:
-        times, cpu_s, span_ms = _time_reps(fn, flush, PROBE_REPS, sleep_s)
-        if cpu_s < sleep_s or sleep_s >= MAX_QUEUE_SLEEP_S or not hasattr(torch.cuda, "_sleep"):
-            break
-        sleep_s = min(MAX_QUEUE_SLEEP_S, 2 * cpu_s + queue_slack_s)
-    _last_pace = Pace(gpu_ms=max(span_ms / PROBE_REPS, 1e-3), cpu_s=cpu_s / PROBE_REPS)
+    times, cpu_s, cpu_each, span_ms = _time_reps(fn, flush, PROBE_REPS, sleep_s)
+    if cpu_s >= sleep_s and sleep_s < MAX_QUEUE_SLEEP_S and hasattr(torch.cuda, "_sleep"):
+        times, cpu_s, cpu_each, span_ms = _time_reps(fn, flush, PROBE_REPS,
+                                                     min(MAX_QUEUE_SLEEP_S, 2 * cpu_s + queue_slack_s))
+    _last_pace = Pace(gpu_ms=max(span_ms / PROBE_REPS, 1e-3), cpu_s=statistics.median(cpu_each))
     return times, _last_pace
 
 
 def _time_reps(fn: Callable[[], Any], flush: Callable[[], None], reps: int,
-               sleep_s: float) -> tuple[list[float], float, float]:
+               sleep_s: float) -> tuple[list[float], float, list[float], float]:
     """`reps` repetitions, each after an L2 flush, timed alone with CUDA events (milliseconds), queued behind a
-    GPU sleep of `sleep_s`; the CPU's seconds from queueing the sleep to queueing the last event; the GPU's
-    milliseconds from the end of the sleep to the last event."""
+    GPU sleep of `sleep_s`; the CPU's seconds from queueing the sleep to queueing the last event, and to queue each
+    repetition; the GPU's milliseconds from the end of the sleep to the last event."""
     import torch
 
     events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
     woke = torch.cuda.Event(enable_timing=True)
     sleep = getattr(torch.cuda, "_sleep", None)  # private but long-standing; without it, time as before
-    t_cpu = time.perf_counter()
+    marks = [time.perf_counter()]
     if sleep is not None:
         sleep(int(sleep_s * SLEEP_CYCLES_PER_S))
     woke.record()
+    marks.append(time.perf_counter())
     for start, end in events:
         flush()
         start.record()
         fn()
         end.record()
-    cpu_s = time.perf_counter() - t_cpu
+        marks.append(time.perf_counter())
     torch.cuda.synchronize()
-    return [start.elapsed_time(end) for start, end in events], cpu_s, woke.elapsed_time(events[-1][1])
+    each = [b - a for a, b in zip(marks[1:], marks[2:], strict=False)]
+    return [start.elapsed_time(end) for start, end in events], marks[-1] - marks[0], each, \
+        woke.elapsed_time(events[-1][1])
 
 
 def rotation(items: Sequence[T], round_index: int) -> list[T]:

@@ -50,3 +50,21 @@ def test_a_launch_the_cpu_takes_longer_to_queue_than_the_gpu_to_run_is_timed_at_
     assert timed.reps >= 10 and again.reps >= 10
     for t in (timed, again):  # the kernel's time, not the CPU's 50 or 400 us between the events
         assert t.median_ms < quick.median_ms + 0.02, (t, quick)
+
+
+def test_a_launch_that_waits_for_the_gpu_paces_the_sleep_by_the_gpus_time():
+    """A launch that synchronizes (a `.item()`, a wait on the stream) cannot run ahead of the GPU, so no sleep lets
+    the CPU queue it early: its first repetition after the sleep waits the sleep out. The pace then takes the CPU's
+    median repetition, the GPU's own time, not the sleep's (whose share made each later sleep longer, up to the
+    0.2 s cap), and the probe is taken again once at most."""
+    from autotuner.engine import timing
+
+    x = torch.zeros(1024, device="cuda")
+
+    def waits() -> None:
+        x.add_(1)
+        torch.cuda.synchronize()
+
+    timed = time_cuda(waits, warmup_ms=5, rep_ms=20, give_up_ms=1e3)
+    assert timed.reps >= 10
+    assert timing._last_pace.cpu_s < 1e-3, timing._last_pace  # (the sleep before it: 1 ms at least)
