@@ -36,6 +36,7 @@ if TYPE_CHECKING:  # (not at run time: the decorator imports this module, and th
 
 T = TypeVar("T")
 
+
 class Measurer(Protocol):
     def start(self) -> Outcome:
         """Set up (raising WorkerSetupError when the problem cannot be), and time torch's baseline if any."""
@@ -512,9 +513,9 @@ def run_search(search: Search, measurer: Measurer, *, budget: int | None, time_b
         return time_budget_s is not None and bool(done) and time.perf_counter() - t0 >= time_budget_s
 
     # A trial process measures while this process waits: what does not need its answer (writing the last trial,
-    # asking the next config, guessing what the pool compiles next) is done meanwhile, the measuring on a thread. Only where the
-    # measuring is another process's (a measurer running kernels in this process keeps them on its thread: CUDA's
-    # current device and torch's current stream are the thread's).
+    # asking the next config, guessing what the pool compiles next) is done meanwhile, the measuring on a thread.
+    # Only where the measuring is another process's (a measurer running kernels in this process keeps them on its
+    # thread: CUDA's current device and torch's current stream are the thread's).
     overlap = isinstance(measurer, LiveMeasurer)
     unrecorded: list[Measured] = []
 
