@@ -294,9 +294,9 @@ def test_the_next_config_is_asked_while_the_trial_process_measures_this_one(tmp_
     asks: list[tuple[float, float]] = []
     ask = search.ask
 
-    def slow_ask(*args: Any, **kwargs: Any) -> Any:  # a strategy taking 0.15 s to choose
+    def slow_ask(*args: Any, **kwargs: Any) -> Any:  # a strategy taking 0.3 s to choose
         started = time.time()
-        time.sleep(0.15)
+        time.sleep(0.3)
         try:
             return ask(*args, **kwargs)
         finally:
@@ -316,7 +316,7 @@ def test_the_next_config_is_asked_while_the_trial_process_measures_this_one(tmp_
         spans[int(pause)] = (min(first, float(start)), max(last, float(end)))
     measuring = [spans[m.config["PAUSE_US"]] for m in done]
     # the asks after the first two (asked before any measurement: the one measured first and the one after it):
-    # each while a measurement ran (between two, as they were, the trial process would have waited 0.15 s for each)
+    # each while a measurement ran (between two, as they were, the trial process would have waited 0.3 s for each)
     later = asks[2:]
     assert len(later) == len(configs) - 2
     for a, b in later:
