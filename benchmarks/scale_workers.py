@@ -9,7 +9,8 @@ GPU (a compile pool each), and `one`, one `autotuner worker --gpus 0,..,N-1` run
 "cold", the workers started with the jobs queued (`--until-empty`), from their start to the last one's exit;
 "running", the workers started and idle first (as a service's workers are), from the jobs' queueing until the
 last is done. Each worker sizes its compile pool per host
-(the CPU cores shared among the GPUs: autotuner/tuner.py). Prints N, wall, jobs per minute, speedup over N=1
+(the CPU cores shared among the GPUs: autotuner/tuner.py). Prints, for each drain, where its time went (each
+worker's jobs summed, its first job, when it ended; `account`), then N, wall, jobs per minute, speedup over N=1
 and the share of linear.
 """
 
@@ -43,6 +44,30 @@ def _queue(store: object, jobs: int, trials: int) -> None:
 def _states(db: Path) -> dict[str, int]:
     with sqlite3.connect(db) as c:
         return dict(c.execute("SELECT state, count(*) FROM jobs GROUP BY state").fetchall())
+
+
+def account(db: Path, wall: float) -> str:
+    """Where a drain's time went, from its job rows: each worker's jobs summed, its first job, when its last one
+    ended (from the first job's start), and the wall's time outside the jobs (the workers' start before the first
+    claim, their exit after the last)."""
+    from datetime import datetime
+
+    with sqlite3.connect(db) as c:
+        rows = c.execute("SELECT worker, started_at, finished_at FROM jobs WHERE state = 'done' "
+                         "ORDER BY started_at").fetchall()
+    if not rows:
+        return "no job done"
+    spans = [(w, datetime.fromisoformat(a), datetime.fromisoformat(b)) for w, a, b in rows]
+    t0 = spans[0][1]
+    parts, ends = [], []
+    for worker in sorted({w for w, _, _ in spans}):
+        mine = [(a, b) for w, a, b in spans if w == worker]
+        summed = sum((b - a).total_seconds() for a, b in mine)
+        end = max((b - t0).total_seconds() for _, b in mine)
+        ends.append(end)
+        parts.append(f"{worker}: {len(mine)} jobs {summed:.1f} s, the first {(mine[0][1] - mine[0][0]).total_seconds():.1f} s, "
+                     f"ended at {end:.1f} s")
+    return "; ".join(parts) + f"; ends {max(ends) - min(ends):.1f} s apart; {wall - max(ends):.1f} s outside the jobs"
 
 
 def drain(n: int, jobs: int, trials: int, out: Path, running: bool, layout: str = "each") -> float:
@@ -91,6 +116,7 @@ def drain(n: int, jobs: int, trials: int, out: Path, running: bool, layout: str 
     with sqlite3.connect(db) as src, sqlite3.connect(out / f"scale_n{n}_{mode}.db") as dst:
         src.backup(dst)  # every run and trial, for the timeline (a copy of the file would miss its WAL)
     print(f"N={n} ({mode}): {wall:.1f} s for {jobs} jobs, by worker {per_worker}", flush=True)
+    print(f"  {account(db, wall)}", flush=True)
     return wall
 
 

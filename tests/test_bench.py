@@ -166,3 +166,27 @@ def test_the_interleaved_tune_benchmark_runs_each_tree_in_turn(tmp_path):
     refused = subprocess.run([sys.executable, str(script), str(tmp_path), str(root)], capture_output=True, text=True,
                              timeout=120)
     assert refused.returncode != 0 and "not a source tree" in refused.stderr
+
+
+def test_the_scale_benchmark_accounts_for_each_workers_jobs(tmp_path):
+    """benchmarks/scale_workers.py's account of a drain, from real job rows in SQLite: each worker's jobs summed,
+    its first job, when its last ended, how far apart the workers ended, and the wall outside the jobs."""
+    from autotuner.store.database import Store
+    from benchmarks.scale_workers import account
+
+    db = tmp_path / "jobs.db"
+    store = Store(f"sqlite:///{db}")
+    for shape in ("64x64x64", "128x64x64", "64x128x64"):
+        store.queue_job(op="matmul", shape=shape, dtype="float16", options={})
+    # (worker, start, end) in seconds: gpu0 runs two jobs back to back, gpu1 one that ends a second later
+    plan = [("gpu0", 0.0, 4.0), ("gpu1", 0.5, 7.0), ("gpu0", 4.0, 6.0)]
+    for worker, start, end in plan:
+        job, _ = store.claim_job(worker)
+        assert job is not None and store.finish_job(job_id=job.id, worker=worker, run_id=None)
+        with store.engine.begin() as c:  # (the times the plan says)
+            c.execute(text("UPDATE jobs SET started_at = :a, finished_at = :b WHERE id = :id"),
+                      {"a": f"2026-11-28 10:00:{start:06.3f}", "b": f"2026-11-28 10:00:{end:06.3f}", "id": job.id})
+    said = account(db, wall=9.0)
+    assert "gpu0: 2 jobs 6.0 s, the first 4.0 s, ended at 6.0 s" in said, said
+    assert "gpu1: 1 jobs 6.5 s, the first 6.5 s, ended at 7.0 s" in said, said
+    assert said.endswith("ends 1.0 s apart; 2.0 s outside the jobs"), said
