@@ -243,20 +243,28 @@ def test_ctrl_c_while_the_fork_server_imports_leaves_it_serving_without_a_traceb
     assert out.returncode == 0 and out.stdout.split()[-2:] == ["child", "1"], (out.stdout, out.stderr)
 
 
-def test_each_trial_is_recorded_while_the_trial_process_measures_the_next(tmp_path, monkeypatch):
-    """Writing a trial (and guessing what to compile next) decides nothing about the next config: it is done
-    while the trial process measures that one, not between the two measurements; every trial is recorded, in
-    order, the last one too."""
+def _paced_search(tmp_path, monkeypatch) -> tuple[Any, list[Any], LiveMeasurer, Any]:
+    """The paced op's launch log (each launch of the trial process: "pid start end pause"), its configs, a measurer
+    in a trial process (no compile pool) and an exhaustive search over them."""
     import tests.paced_op  # noqa: F401  (registers the op in this process too)
-    from autotuner.engine.measure import run_search
     from autotuner.engine.strategies import make_search
 
     log = tmp_path / "launches.log"
-    monkeypatch.setenv("PACED_LOG", str(log))  # each launch of the trial process: "pid start end pause"
+    monkeypatch.setenv("PACED_LOG", str(log))
     op = get_op("paced")
     problem = op.parse_problem("1000")
     configs = op.space.enumerate(problem, current_device()).valid
     measurer = LiveMeasurer(WorkerSpec("paced", asdict(problem), ("tests.paced_op",), None), 120, compile_workers=0)
+    return log, configs, measurer, make_search("exhaustive", configs, op.space.params, len(configs))
+
+
+def test_each_trial_is_recorded_while_the_trial_process_measures_the_next(tmp_path, monkeypatch):
+    """Writing a trial (and guessing what to compile next) decides nothing about the next config: it is done
+    while the trial process measures that one, not between the two measurements; every trial is recorded, in
+    order, the last one too."""
+    from autotuner.engine.measure import run_search
+
+    log, configs, measurer, search = _paced_search(tmp_path, monkeypatch)
     recorded: list[tuple[int, float]] = []
 
     def on_trial(m) -> None:  # a slow write: 0.2 s
@@ -265,7 +273,6 @@ def test_each_trial_is_recorded_while_the_trial_process_measures_the_next(tmp_pa
 
     try:
         measurer.start()
-        search = make_search("exhaustive", configs, op.space.params, len(configs))
         done = run_search(search, measurer, budget=len(configs), on_trial=on_trial)
     finally:
         measurer.close()
@@ -280,17 +287,9 @@ def test_each_trial_is_recorded_while_the_trial_process_measures_the_next(tmp_pa
 def test_the_next_config_is_asked_while_the_trial_process_measures_this_one(tmp_path, monkeypatch):
     """The strategy's ask (milliseconds of TPE's time each) needs no answer of the trial process: the next config is
     asked while it measures one, so that it never waits for the search between two measurements."""
-    import tests.paced_op  # noqa: F401  (registers the op in this process too)
     from autotuner.engine.measure import run_search
-    from autotuner.engine.strategies import make_search
 
-    log = tmp_path / "launches.log"
-    monkeypatch.setenv("PACED_LOG", str(log))  # each launch of the trial process: "pid start end pause"
-    op = get_op("paced")
-    problem = op.parse_problem("1000")
-    configs = op.space.enumerate(problem, current_device()).valid
-    measurer = LiveMeasurer(WorkerSpec("paced", asdict(problem), ("tests.paced_op",), None), 120, compile_workers=0)
-    search = make_search("exhaustive", configs, op.space.params, len(configs))
+    log, configs, measurer, search = _paced_search(tmp_path, monkeypatch)
     asks: list[tuple[float, float]] = []
     ask = search.ask
 
