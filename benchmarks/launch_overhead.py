@@ -38,7 +38,7 @@ from autotuner.base.registry import get_op  # noqa: E402
 from autotuner.base.settings import Settings  # noqa: E402
 from autotuner.engine.timing import cpu_per_call_us  # noqa: E402
 from autotuner.engine.tuner import Plan, tune  # noqa: E402
-from autotuner.launch.lookup import Resolver, set_resolver  # noqa: E402
+from autotuner.launch.lookup import Resolver, resolver, set_resolver  # noqa: E402
 from autotuner.store.database import Store  # noqa: E402
 from kernels import _direct  # noqa: E402
 from kernels import gelu as k_gelu  # noqa: E402
@@ -71,6 +71,9 @@ def cases(store: Store, settings: Settings) -> list[tuple[str, dict[str, Callabl
         tune(op, problem, store=store, settings=settings, plan=Plan(trials=8), device=device)
         best = store.best(op=op, problem=problem, device=device)
         assert best is not None
+        if resolver().resolve(op, problem, device).launches_torch:  # the "library" row then times torch's op
+            print(f"{op_name} {problem.key}: its tune timed torch's op faster than the best config, so the library "
+                  "call launches torch's op", file=sys.stderr)
         return best.config
 
     out = []

@@ -224,6 +224,7 @@ LIBRARY = LibraryCall(
     prepare=lambda q, k, v, causal, sm_scale, config: k_attention.prepare(q, k, v, config, causal, sm_scale),
     run=lambda q, k, v, causal, sm_scale, config: k_attention.attention(q, k, v, config, causal=causal,
                                                                          sm_scale=sm_scale),
+    torch_op=lambda q, k, v, causal, sm_scale: k_attention.baseline(q, k, v, causal, sm_scale),
 )
 
 OP: TunableOp[AttentionProblem] = TunableOp(

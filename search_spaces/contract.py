@@ -198,6 +198,9 @@ class LibraryCall:
         inputs     (arguments) -> the op's inputs, whose problem the lookup resolves
         prepare    (arguments, config) -> a launch taking the arguments at `launch_args`, checked once
         run        (arguments, config) -> the output, the inputs checked on this call
+        torch_op   (arguments) -> the same output through torch's own op: the op's `baseline`, which its tunes
+                   time, taking every argument of the call. Where a tuned result's tune timed it faster than the
+                   result's best config (`Resolution.launches_torch`), the call launches it instead
     """
 
     face: Callable[..., tuple[Any, ...]]
@@ -207,6 +210,7 @@ class LibraryCall:
     prepare: Callable[..., Callable[..., Any]]
     run: Callable[..., Any]
     launch_args: tuple[int, ...]
+    torch_op: Callable[..., Any] | None = None
 
     @property
     def name(self) -> str:

@@ -138,6 +138,7 @@ LIBRARY = LibraryCall(
     inputs=lambda x, approximate: {"x": x, "approximate": approximate},
     prepare=lambda x, approximate, config: k_gelu.prepare(x, config, approximate),
     run=lambda x, approximate, config: k_gelu.gelu(x, config, approximate), launch_args=(0,),
+    torch_op=k_gelu.baseline,
 )
 
 OP: TunableOp[GeluProblem] = TunableOp(

@@ -70,6 +70,7 @@ LIBRARY = LibraryCall(
     inputs=lambda x, w, b, eps: {"x": x},
     prepare=lambda x, w, b, eps, config: k_layernorm.prepare(x, w, b, eps, config),
     run=lambda x, w, b, eps, config: k_layernorm.layer_norm(x, w, b, eps, config),
+    torch_op=k_layernorm.baseline,
 )
 
 OP: TunableOp[LayerNormProblem] = TunableOp(

@@ -332,6 +332,7 @@ LIBRARY = LibraryCall(
     inputs=lambda a, b, bias, epilogue: {"a": a, "b": b, "bias": bias, "epilogue": epilogue},
     prepare=lambda a, b, bias, epilogue, config: k_matmul.prepare(a, b, config, bias, epilogue),
     run=lambda a, b, bias, epilogue, config: k_matmul.matmul(a, b, config, bias=bias, epilogue=epilogue),
+    torch_op=k_matmul.baseline,
 )
 
 OP: TunableOp[MatmulProblem] = TunableOp(

@@ -54,7 +54,7 @@ def softmax(x: torch.Tensor) -> tuple[torch.Tensor]:
 LIBRARY = LibraryCall(
     face=softmax, signature=lambda x: (x.shape, x.stride(), x.dtype, x.device), tensors=(0,),
     inputs=lambda x: {"x": x}, prepare=lambda x, config: k_softmax.prepare(x, config),
-    run=lambda x, config: k_softmax.softmax(x, config), launch_args=(0,),
+    run=lambda x, config: k_softmax.softmax(x, config), launch_args=(0,), torch_op=k_softmax.baseline,
 )
 
 OP: TunableOp[SoftmaxProblem] = TunableOp(

@@ -272,3 +272,11 @@ def test_library_lookups_go_through_the_service(served, tmp_path):
     res = Resolver(settings).resolve(sm, sm.parse_problem("64x200"), current_device())
     assert (res.source, res.step) == ("exact", "service"), res.trace
     assert res.config == served_config
+    assert res.torch_ms == 2.0 and not res.launches_torch  # torch's op ran slower there: the config serves
+
+    sm_problem = sm.parse_problem("64x300")  # a result whose tune timed torch's op faster than its best config
+    Store(served[2]).save_best(op=sm, problem=sm_problem, device=current_device(), config=res.config, median_ms=1.0,
+                               default_ms=1.5, torch_ms=0.5, run_id=None)
+    client.get("/config", params={"op": "softmax", "shape": "64x300", "device": current_device().key})
+    res = Resolver(settings).resolve(sm, sm_problem, current_device())
+    assert (res.step, res.torch_ms, res.launches_torch) == ("service", 0.5, True), res.trace

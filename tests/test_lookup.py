@@ -18,6 +18,7 @@ from autotuner.base.registry import get_op
 from autotuner.base.settings import Settings
 from autotuner.launch.lookup import SERVICE_TIMEOUT_S, Resolver, resolver, set_resolver
 from autotuner.store.database import Store
+from autotuner.store.resolution import TORCH_MARGIN
 from db.engine import session_scope
 from db.models import Job
 
@@ -64,11 +65,11 @@ def use(monkeypatch):
     autotuner.clear_cache()
 
 
-def _store_best(db, shape, config, dtype="float32"):
+def _store_best(db, shape, config, dtype="float32", torch_ms=None):
     op = get_op("softmax")
     problem = op.parse_problem(shape, dtype)
     Store(db).save_best(op=op, problem=problem, device=current_device(), config=config, median_ms=1.0,
-                        default_ms=2.0, torch_ms=None, run_id=None)
+                        default_ms=2.0, torch_ms=torch_ms, run_id=None)
 
 
 def test_a_launch_uses_the_tuned_config_from_the_database(db, use):
@@ -91,6 +92,36 @@ def test_explicit_config_wins(db, use):
     cfg = {"BLOCK_N": 128, "ROWS": 1, "num_warps": 1, "num_stages": 1}
     autotuner.softmax(torch.randn(16, 100), config=cfg)
     assert seen == [cfg]
+
+
+def _aten_ops(call):
+    """The ATen operators a call ran, as torch's profiler records them on the CPU."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        out = call()
+    return out, {e.name for e in prof.events()}
+
+
+def test_a_result_whose_tune_timed_torch_faster_launches_torchs_op(db, use):
+    """Where a tuned result's own tune timed torch's op more than the margin faster than its best config, the
+    library call launches torch's op (the kernel never runs); within the margin, or with an explicit config, or
+    for a problem only near it, the kernel serves."""
+    _store_best(db, "16x100", LOOPING, torch_ms=0.5)  # the best config's time is 1.0
+    _store_best(db, "32x100", LOOPING, torch_ms=1.0 - TORCH_MARGIN / 2)  # a tie within the noise
+    seen = use(db_url=db)
+    x = torch.randn(16, 100)
+    for _ in range(2):  # the first call resolves, the second reuses the kept launch
+        y, ran = _aten_ops(lambda: autotuner.softmax(x))
+        torch.testing.assert_close(y, torch.softmax(x, -1))
+        assert "aten::softmax" in ran
+    assert seen == [] and use.prepared == [LOOPING]  # the inputs were checked (prepared), the kernel never launched
+    autotuner.softmax(x, config=LOOPING)
+    assert seen == [LOOPING]
+    _, ran = _aten_ops(lambda: autotuner.softmax(torch.randn(32, 100)))
+    assert seen == [LOOPING, LOOPING] and "aten::softmax" not in ran
+    autotuner.softmax(torch.randn(24, 100))  # served 16x100's config as the nearest: not its torch choice
+    assert seen[-1] == LOOPING and len(seen) == 3
+    with pytest.raises(ValueError, match="must be contiguous in its last dimension"):  # checked as ever
+        autotuner.softmax(torch.randn(100, 16).t())
 
 
 def test_nearest_tuned_problem_then_default(db, use):

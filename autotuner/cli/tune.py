@@ -297,6 +297,15 @@ def _tune(op: str, op_obj: Op, prob: ProblemType, s: Settings, store: Storage, k
         raise typer.Exit(1)
 
 
+def _library_launches_torch(op: str, result: TuneResult) -> bool:
+    """Whether the op's library call will launch torch's op for this result (Resolution.launches_torch)."""
+    from autotuner.base.registry import get_op
+    from autotuner.store.resolution import torch_faster
+
+    library = get_op(op).library
+    return library is not None and library.torch_op is not None and torch_faster(result.torch_ms, result.best_ms)
+
+
 def _print(result: TuneResult, device: Any, op: str) -> None:
     table = Table(title=f"{op} {result.problem_key} on {device.key} ({result.clock})")
     table.add_column("")
@@ -308,6 +317,8 @@ def _print(result: TuneResult, device: Any, op: str) -> None:
     table.add_row("torch", ms(result.torch_ms))
     table.add_row("speedup vs torch", "n/a (interpreter wall-clock is not GPU speed)" if device.is_interpreter
                   else times(result.speedup_vs_torch))
+    if not device.is_interpreter and _library_launches_torch(op, result):
+        table.add_row("library call", "launches torch's op for this problem: it ran faster than the best config")
     table.add_row("roofline fraction", "n/a" if result.roofline_fraction is None
                   else f"{result.roofline_fraction:.1%} (of datasheet peaks)")
     table.add_row("trials", f"{len(result.trials)} measured, {result.failures} failed, "

@@ -335,7 +335,8 @@ def _record(t: _Tuning) -> str:
     if result.best_config is not None and result.best_ms is not None:
         result.stored_as_best = t.store.save_best(
             op=op, problem=problem, device=t.device, config=result.best_config, median_ms=result.best_ms,
-            default_ms=result.default_ms, torch_ms=result.torch_ms, run_id=t.run_id)
+            default_ms=result.default_ms, torch_ms=None if t.device.is_interpreter else result.torch_ms,
+            run_id=t.run_id)  # (an interpreter's wall-clock does not compare with torch's: Resolution.launches_torch)
         if not t.device.is_interpreter and op.flops is not None and op.bytes_moved is not None:
             result.roofline_fraction = fraction(t.device, op.flops(problem), op.bytes_moved(problem), result.best_ms,
                                                 problem.dtype)

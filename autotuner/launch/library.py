@@ -10,7 +10,10 @@ what `autotuner.<name>` gives (autotuner/__init__.py asks `call(name)`).
 
 The first call with a new input signature (dtypes, shapes, strides, devices, 16-byte alignment, and the call's
 own options) checks the inputs in full, resolves the config (autotuner.launch.lookup: local database, service,
-nearest tuned problem, default) and keeps the kernel module's prepared launcher (`prepare`) for that signature.
+nearest tuned problem, default) and keeps the kernel module's prepared launcher (`prepare`) for that signature;
+where the tuned result's own tune timed torch's op (the op's baseline, `LibraryCall.torch_op`) faster than the
+result's best config, by more than the noise (`Resolution.launches_torch`), it keeps a launch of torch's op
+instead, as Inductor's autotuning keeps cuBLAS where it wins.
 Later calls with the same signature look the launcher up and launch: no checks again, and on a GPU no argument
 binding by Triton either (kernels/_direct.py). A config that is not an exact tuned result is looked up again
 after `Settings.recheck_s`, so results tuned meanwhile arrive, and its launches are counted: the tuning job its
@@ -37,46 +40,67 @@ MAX_ENTRIES = 4096  # input signatures kept per process; past that the cache sta
 
 
 class _Hit:
-    __slots__ = ("launch", "pending", "config")
+    __slots__ = ("launch", "pending", "config", "torch")
 
-    def __init__(self, launch: Callable[..., torch.Tensor], pending: Any, config: dict[str, Any]) -> None:
+    def __init__(self, launch: Callable[..., torch.Tensor], pending: Any, config: dict[str, Any],
+                 torch: bool) -> None:
         self.launch, self.pending, self.config = launch, pending, config  # pending: None for an exact result
+        self.torch = torch  # the launch is torch's own op (Resolution.launches_torch), not the kernel at config
 
 
 _HITS: dict[tuple[Any, ...], _Hit] = {}
-_CONFIGS: dict[tuple[Any, ...], dict[str, Any]] = {}  # signature without pointers -> config, for traced calls
+# signature without pointers -> config and whether torch's op serves it, for traced calls
+_CONFIGS: dict[tuple[Any, ...], tuple[dict[str, Any], bool]] = {}
 _CALLS: dict[str, Callable[..., Any]] = {}
 _LOCK = threading.Lock()
 
 
-def _resolve(op: TunableOp[Any], inputs: dict[str, Any], device: torch.device) -> tuple[dict[str, Any], Any]:
-    """The config for these inputs, and None for an exact result, else what its hits count (Pending: when it is
-    asked again, and the meets that raise its queued job)."""
+def _resolve(op: TunableOp[Any], inputs: dict[str, Any], device: torch.device) -> tuple[dict[str, Any], Any, bool]:
+    """The config for these inputs; None for an exact result, else what its hits count (Pending: when it is
+    asked again, and the meets that raise its queued job); and whether torch's op serves them instead
+    (`Resolution.launches_torch`)."""
     from autotuner.base.device import current_device
     from autotuner.launch.lookup import pending, resolver
 
     info = current_device(device.index if device.type == "cuda" else None)
     problem = op.problem_from_inputs(inputs)
     res = resolver().resolve(op, problem, info)
-    return res.config, (None if res.final else pending(op, problem, info))
+    return res.config, (None if res.final else pending(op, problem, info)), res.launches_torch
 
 
 def _keep(key: tuple[Any, ...], traced: tuple[Any, ...], launch: Callable[..., torch.Tensor], config: dict[str, Any],
-          pending: Any) -> None:
+          pending: Any, use_torch: bool) -> None:
     if len(_HITS) >= MAX_ENTRIES:
         _HITS.clear()
         _CONFIGS.clear()
-    _HITS[key] = _Hit(launch, pending, config)
-    _CONFIGS[traced] = config
+    _HITS[key] = _Hit(launch, pending, config, use_torch)
+    _CONFIGS[traced] = (config, use_torch)
 
 
-def _traced_config(name: str, traced: tuple[Any, ...]) -> dict[str, Any]:
-    """Inside torch.compile's tracing: the config an eager call resolved (tensors there have no data pointers)."""
-    config = _CONFIGS.get(traced)
-    if config is None:
+def _torch_launch(torch_op: Callable[..., Any], a: tuple[Any, ...], positions: tuple[int, ...]) -> Callable[..., Any]:
+    """A launch taking the arguments at `positions` (every tensor of the call) that gives torch's op them and the
+    call's other arguments, kept from `a` without its tensors."""
+    kept = list(a)
+    for i in positions:
+        kept[i] = None
+
+    def launch(*args: Any) -> Any:
+        call = kept.copy()
+        for i, value in zip(positions, args, strict=True):
+            call[i] = value
+        return torch_op(*call)
+
+    return launch
+
+
+def _traced_config(name: str, traced: tuple[Any, ...]) -> tuple[dict[str, Any], bool]:
+    """Inside torch.compile's tracing: the config an eager call resolved, and whether torch's op serves it
+    (tensors there have no data pointers)."""
+    found = _CONFIGS.get(traced)
+    if found is None:
         raise RuntimeError(f"autotuner.{name}: no config resolved for these inputs yet; call it once outside "
                            "torch.compile (eagerly) before compiling, so the lookup runs outside the graph")
-    return config
+    return found
 
 
 def clear_cache() -> None:
@@ -125,7 +149,10 @@ def build(op: TunableOp[Any]) -> Callable[..., Any]:
     if lib is None:
         raise ValueError(f"{op.name} declares no library call")
     _keep_binaries(op)
-    face, signature, prepare, run, inputs = lib.face, lib.signature, lib.prepare, lib.run, lib.inputs
+    face, signature, prepare, run, inputs, torch_op = lib.face, lib.signature, lib.prepare, lib.run, lib.inputs, \
+        lib.torch_op
+    if torch_op is not None and set(lib.tensors) - set(lib.launch_args):
+        raise ValueError(f"{op.name}: a library call with a torch_op launches with every tensor (launch_args)")
     name, tag = lib.name, op.name
     tensors, aligned, launch_args = _picker(lib.tensors), _aligner(lib.tensors), _picker(lib.launch_args)
     params = list(inspect.signature(face).parameters.values())
@@ -136,7 +163,8 @@ def build(op: TunableOp[Any]) -> Callable[..., Any]:
         if config is not None:
             return run(*a, config)
         if torch.compiler.is_compiling():
-            return run(*a, _traced_config(name, (tag, signature(*a))))
+            traced_config, use_torch = _traced_config(name, (tag, signature(*a)))
+            return torch_op(*a) if use_torch and torch_op is not None else run(*a, traced_config)
         try:
             key = (tag, signature(*a), aligned(a))
         except AttributeError:
@@ -147,9 +175,13 @@ def build(op: TunableOp[Any]) -> Callable[..., Any]:
         hit = _HITS.get(key)
         if hit is not None and (hit.pending is None or not hit.pending.met()):
             return hit.launch(*launch_args(a))
-        cfg, waiting = _resolve(op, inputs(*a), tensors(a)[0].device)
-        launch = prepare(*a, cfg)
-        _keep(key, key[:-1], launch, cfg, waiting)
+        cfg, waiting, use_torch = _resolve(op, inputs(*a), tensors(a)[0].device)
+        launch = prepare(*a, cfg)  # the inputs checked in full, whichever launches them
+        if use_torch and torch_op is not None:
+            launch = _torch_launch(torch_op, a, lib.launch_args)
+        else:
+            use_torch = False
+        _keep(key, key[:-1], launch, cfg, waiting, use_torch)
         return launch(*launch_args(a))
 
     functools.update_wrapper(call, face)

@@ -84,7 +84,13 @@ class Service:
             return None, f"service: answered a config this space rejects ({exc})"
         return Resolution(config=config, source=Source(body["source"]), step="service",
                           reason=f"tuned result from {self.url}", from_problem=body.get("from_problem") or problem.key,
-                          median_ms=body.get("median_ms")), f"service: {body['source']}"
+                          median_ms=_number(body.get("median_ms")), torch_ms=_number(body.get("torch_ms"))), \
+            f"service: {body['source']}"
+
+
+def _number(value: Any) -> float | None:
+    """A time from the service's answer, or None where it sent none or something else."""
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 class Resolver:

@@ -30,6 +30,7 @@ result included (the kernel or Triton changed since it won; it may still be near
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
@@ -58,6 +59,16 @@ class Source(str, enum.Enum):
 
 
 FINAL = frozenset({Source.EXACT, Source.BUCKET})  # answers a launching process keeps; the others it asks again
+TORCH_MARGIN = 0.02  # torch's op serves a library call only where its tune timed it this much faster or more:
+# within it the two are a tie of run-to-run noise (about 1%), and the tuned kernel serves
+
+
+def torch_faster(torch_ms: float | None, best_ms: float | None) -> bool:
+    """Whether torch's op ran more than TORCH_MARGIN faster than the best config, both times being times (finite
+    and positive: a row written by hand may hold anything)."""
+    if torch_ms is None or best_ms is None or not (math.isfinite(torch_ms) and math.isfinite(best_ms)):
+        return False
+    return 0 < torch_ms < best_ms * (1 - TORCH_MARGIN)
 Step = Literal["database", "service", "nearest", "default"]
 
 
@@ -78,6 +89,7 @@ class Resolution:
     from_problem: str | None = None
     stale: StoredBest | None = None  # an exact result that was not served: another kernel hash or Triton
     median_ms: float | None = None  # for an exact answer from the service, which sends no row
+    torch_ms: float | None = None  # the same answer's torch time, from the service
     between_points: bool = False  # served by a refined or predicting sweep's rule: its bucket's result would not
     pick: Pick | None = None  # a predicted answer: the sweep's model's pick, and what it was measured at
 
@@ -85,6 +97,17 @@ class Resolution:
     def final(self) -> bool:
         """An answer to keep: tuned for this problem (or its bucket's representative), not one to ask again for."""
         return self.source in FINAL
+
+    @property
+    def launches_torch(self) -> bool:
+        """Whether a library call launches torch's own op (the op's baseline) instead of `config`: a final answer
+        whose tune timed torch's op more than TORCH_MARGIN faster than its best config. Times a GPU measured only:
+        an interpreter's tune stores no torch time (its wall-clock is no GPU's speed)."""
+        if not self.final:
+            return False
+        if self.row is not None:
+            return torch_faster(self.row.torch_ms, self.row.median_ms)
+        return torch_faster(self.torch_ms, self.median_ms)
 
 
 class Asker(Protocol):
@@ -184,7 +207,7 @@ def service(q: Query) -> Resolution | None:
     if remote is None:
         return None
     return q.answer(remote.config, remote.source, "service", remote.reason, from_problem=q.problem.key,
-                    median_ms=remote.median_ms)
+                    median_ms=remote.median_ms, torch_ms=remote.torch_ms)
 
 
 def give_up(q: Query) -> Resolution | None:
