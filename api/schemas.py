@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, create_model, field_validator
 
 from autotuner.engine.strategies import check_strategy, strategy_names
+from autotuner.store.resolution import TORCH_MARGIN
 from search_spaces.contract import TunableOp
 from search_spaces.problem import DTYPE_ALIASES
 
@@ -85,6 +86,10 @@ class ConfigOut(BaseModel):
     regret_measured_on: list[str] = Field(default_factory=list, description="The problems expected_regret was "
                                                                             "measured on")
     regret_basis: str | None = Field(None, description="How expected_regret was found, or that it was not measured")
+    launches_torch: bool = Field(False, description="The op's library call (autotuner.<name>) launches torch's own "
+                                                    "op for this problem instead of `config`: the tune that stored "
+                                                    f"this result timed torch's op more than {TORCH_MARGIN:.0%} "
+                                                    "faster than it")
 
 
 class DeviceOut(BaseModel):

@@ -83,6 +83,8 @@ def test_config_answers_exact_nearest_default_and_404(served):
     # the H100 result is answered for the H100, with its limits read from the database
     mm = client.get("/config", params={"op": "matmul", "shape": "4096x4096x4096", "device": H100.key}).json()
     assert mm["source"] == "exact" and mm["device"] == H100.key
+    # its tune timed cuBLAS at 0.20 ms against the config's 0.21: the library call launches torch's op there
+    assert mm["launches_torch"] is True and body["launches_torch"] is False and near["launches_torch"] is False
 
 
 def test_a_stale_result_is_never_served_as_exact(served):

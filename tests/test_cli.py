@@ -158,6 +158,20 @@ def test_show_answers_from_the_nearest_tuned_problem_and_says_whose_times(tuned_
     assert "nearest tuned problem" in text.stdout and "measured on that problem" in text.stdout
 
 
+def test_show_says_when_the_library_call_launches_torchs_op(tuned_db):
+    store, op, device = Store(f"sqlite:///{tuned_db}"), get_op("softmax"), current_device()
+    problem = op.parse_problem("128x1000")  # a result whose tune timed torch's op faster than its best config
+    store.save_best(op=op, problem=problem, device=device, config=op.space.default(problem, device), median_ms=1.5,
+                    default_ms=1.5, torch_ms=1.0, run_id=None)
+    store.engine.dispose()
+    info = json.loads(cli("show", "softmax", "--shape", "128x1000", "--db", f"sqlite:///{tuned_db}", "--json").stdout)
+    assert info["source"] == "exact" and info["launches_torch"] is True
+    text = cli("show", "softmax", "--shape", "128x1000", "--db", f"sqlite:///{tuned_db}").stdout
+    assert "launches torch's op instead" in " ".join(text.split())
+    other = json.loads(cli("show", "softmax", "--shape", "64x1000", "--db", f"sqlite:///{tuned_db}", "--json").stdout)
+    assert other["launches_torch"] is False  # no torch time stored there
+
+
 def test_progress_in_a_log_names_the_budget_and_every_phase(tmp_path):
     out = cli("tune", "softmax", "--shape", "8x64", "--trials", "3", "--db", f"sqlite:///{tmp_path / 'p.db'}")
     assert out.returncode == 0, out.stderr

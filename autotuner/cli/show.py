@@ -49,7 +49,7 @@ def show(
     from autotuner.base.device import current_device
     from autotuner.launch.serving import answer_config
     from autotuner.store import open_store
-    from autotuner.store.resolution import Source
+    from autotuner.store.resolution import TORCH_MARGIN, Source
     from db.engine import NoDatabase
 
     s = settings(db)
@@ -76,7 +76,7 @@ def show(
             "stale": a.stale, "stale_reason": a.stale_reason,
             "tuned_at": str(a.tuned_at) if a.tuned_at else None, "result_id": a.result_id,
             "expected_regret": a.expected_regret, "regret_measured_on": list(a.regret_measured_on) or None,
-            "regret_basis": a.regret_basis}
+            "regret_basis": a.regret_basis, "launches_torch": a.launches_torch}
     stale = f" (a stale exact result was not used: {a.stale_reason})" if a.stale else ""
     if a.source == Source.EXACT:
         summary = f"tuned for this problem on {device.key}"
@@ -91,6 +91,9 @@ def show(
                    f"{a.from_problem}, and its times below were measured on that problem, not this one")
     else:
         summary = f"nothing tuned applies to {prob.key} on {device.key}{stale}; this is the space default"
+    if a.launches_torch:
+        summary += (f"; its tune timed torch's op more than {TORCH_MARGIN:.0%} faster than this config, so the "
+                    "library call launches torch's op instead")
     _print(info, as_json, summary)
     if a.source == Source.DEFAULT:
         raise typer.Exit(1)

@@ -69,6 +69,8 @@ class ConfigAnswer:
     # measured by a sweep's cross timings on `regret_measured_on` (autotuner.store.regret)
     regret_measured_on: tuple[str, ...] = ()
     regret_basis: str | None = None  # how expected_regret was found, or that it was not measured
+    launches_torch: bool = False  # the op's library call launches torch's op for this answer, not the config
+    # (Resolution.launches_torch: its tune timed torch's op faster)
 
 
 def device_info(row: DeviceRow) -> DeviceInfo:
@@ -213,7 +215,8 @@ def answer_config(store: Storage, op: Op, problem: ProblemType, device: DeviceIn
         round(pick.prediction.model_loss, 4) if pick is not None and pick.prediction.model_loss is not None else None,
         regret_measured_on=regret.measured_on if regret else (),
         regret_basis=pick.prediction.basis(pick.sweep_id) if pick is not None else
-        regret_basis(res.source, res.from_problem, regret))
+        regret_basis(res.source, res.from_problem, regret),
+        launches_torch=res.launches_torch and op.library is not None and op.library.torch_op is not None)
 
 
 REGRETTED = frozenset({Source.BUCKET, Source.NEAREST})  # answers served from another problem's winner
