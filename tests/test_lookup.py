@@ -103,10 +103,12 @@ def _aten_ops(call):
 
 def test_a_result_whose_tune_timed_torch_faster_launches_torchs_op(db, use):
     """Where a tuned result's own tune timed torch's op more than the margin faster than its best config, the
-    library call launches torch's op (the kernel never runs); within the margin, or with an explicit config, or
-    for a problem only near it, the kernel serves."""
+    library call launches torch's op (the kernel never runs), for its problem and the rest of its bucket; within
+    the margin, with an explicit config, for a problem only near it, or where the row's torch time is no time,
+    the kernel serves."""
     _store_best(db, "16x100", LOOPING, torch_ms=0.5)  # the best config's time is 1.0
     _store_best(db, "32x100", LOOPING, torch_ms=1.0 - TORCH_MARGIN / 2)  # a tie within the noise
+    _store_best(db, "64x100", LOOPING, torch_ms=-1.0)  # a row written by hand: not a time
     seen = use(db_url=db)
     x = torch.randn(16, 100)
     for _ in range(2):  # the first call resolves, the second reuses the kept launch
@@ -118,8 +120,12 @@ def test_a_result_whose_tune_timed_torch_faster_launches_torchs_op(db, use):
     assert seen == [LOOPING]
     _, ran = _aten_ops(lambda: autotuner.softmax(torch.randn(32, 100)))
     assert seen == [LOOPING, LOOPING] and "aten::softmax" not in ran
-    autotuner.softmax(torch.randn(24, 100))  # served 16x100's config as the nearest: not its torch choice
+    autotuner.softmax(torch.randn(16, 120))  # 16x100's config as the nearest tuned problem's: not its torch choice
     assert seen[-1] == LOOPING and len(seen) == 3
+    autotuner.softmax(torch.randn(64, 100))
+    assert len(seen) == 4
+    _, ran = _aten_ops(lambda: autotuner.softmax(torch.randn(12, 100)))  # 16x100 is its bucket's representative
+    assert len(seen) == 4 and "aten::softmax" in ran
     with pytest.raises(ValueError, match="must be contiguous in its last dimension"):  # checked as ever
         autotuner.softmax(torch.randn(100, 16).t())
 

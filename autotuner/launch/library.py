@@ -40,12 +40,10 @@ MAX_ENTRIES = 4096  # input signatures kept per process; past that the cache sta
 
 
 class _Hit:
-    __slots__ = ("launch", "pending", "config", "torch")
+    __slots__ = ("launch", "pending", "config")
 
-    def __init__(self, launch: Callable[..., torch.Tensor], pending: Any, config: dict[str, Any],
-                 torch: bool) -> None:
+    def __init__(self, launch: Callable[..., torch.Tensor], pending: Any, config: dict[str, Any]) -> None:
         self.launch, self.pending, self.config = launch, pending, config  # pending: None for an exact result
-        self.torch = torch  # the launch is torch's own op (Resolution.launches_torch), not the kernel at config
 
 
 _HITS: dict[tuple[Any, ...], _Hit] = {}
@@ -73,7 +71,7 @@ def _keep(key: tuple[Any, ...], traced: tuple[Any, ...], launch: Callable[..., t
     if len(_HITS) >= MAX_ENTRIES:
         _HITS.clear()
         _CONFIGS.clear()
-    _HITS[key] = _Hit(launch, pending, config, use_torch)
+    _HITS[key] = _Hit(launch, pending, config)
     _CONFIGS[traced] = (config, use_torch)
 
 

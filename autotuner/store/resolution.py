@@ -69,6 +69,8 @@ def torch_faster(torch_ms: float | None, best_ms: float | None) -> bool:
     if torch_ms is None or best_ms is None or not (math.isfinite(torch_ms) and math.isfinite(best_ms)):
         return False
     return 0 < torch_ms < best_ms * (1 - TORCH_MARGIN)
+
+
 Step = Literal["database", "service", "nearest", "default"]
 
 
