@@ -1,7 +1,8 @@
 """CPU cost per call of each library call and of a decorated kernel, at shapes where launching dominates.
 
 For each op (tuned first, briefly, into a scratch database), per call, in microseconds: the CPU time of rounds
-of back-to-back calls queued behind a sleeping kernel (so the GPU never holds the CPU up), median of rounds:
+of back-to-back calls queued behind a sleeping kernel (so the GPU never holds the CPU up), median of rounds
+(each round takes every row of a problem in turn, its order rotated):
 
     library          autotuner.<op>(...) on a cache hit: a dict lookup, then the prepared launcher (direct launch)
     library/triton   the same with direct launch off: the prepared launcher through `kernel[grid]`
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import tempfile
 from collections.abc import Callable
@@ -36,7 +38,7 @@ import triton  # noqa: E402
 from autotuner.base.device import current_device  # noqa: E402
 from autotuner.base.registry import get_op  # noqa: E402
 from autotuner.base.settings import Settings  # noqa: E402
-from autotuner.engine.timing import cpu_per_call_us  # noqa: E402
+from autotuner.engine.timing import cpu_per_call_us, rotation  # noqa: E402
 from autotuner.engine.tuner import Plan, tune  # noqa: E402
 from autotuner.launch.lookup import Resolver, resolver, set_resolver  # noqa: E402
 from autotuner.store.database import Store  # noqa: E402
@@ -176,7 +178,13 @@ def main() -> None:
         store = Store(url)
         results: dict[str, dict[str, float]] = {}
         for problem, rows in [*cases(store, settings), *(decorated() if DEV == "cuda" else [])]:  # triton.autotune times on a GPU only
-            results[problem] = {name: cpu_per_call_us(fn, args.calls, args.rounds, gpu=DEV == "cuda") for name, fn in rows.items()}
+            # rows interleaved round by round (each round's order rotated), so that a slow spell of the host's CPU
+            # falls on every row alike rather than on the one measured through it
+            samples: dict[str, list[float]] = {name: [] for name in rows}
+            for turn in range(args.rounds):
+                for name in rotation(list(rows), turn):
+                    samples[name].append(cpu_per_call_us(rows[name], args.calls, 1, gpu=DEV == "cuda"))
+            results[problem] = {name: statistics.median(s) for name, s in samples.items()}
             print(f"{problem}: " + ", ".join(f"{k} {v:.1f} us" for k, v in results[problem].items()), flush=True)
     print(f"\n{current_device().key}, torch {torch.__version__}, triton {triton.__version__}; CPU us per call, median "
           f"of {args.rounds} rounds of {args.calls} calls queued behind a sleeping kernel\n")
