@@ -32,6 +32,8 @@ class Settings(BaseSettings):
                             "problem")
     record: bool = Field(False, description="autotuner.autotune kernels: queue a job with the recorded call for "
                                             "every new key")
+    torch_op: bool = Field(True, description="Library calls launch torch's own op for a problem whose tune timed it "
+                                             "faster than the best config (false: always the tuned kernel)")
     recheck_s: float = Field(60.0, gt=0, description="A launching process asks again this long after an answer "
                              "that is not an exact tuned result (nearest, bucket of a sweep, default), so results "
                              "tuned meanwhile arrive")

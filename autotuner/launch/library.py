@@ -62,8 +62,10 @@ def _resolve(op: TunableOp[Any], inputs: dict[str, Any], device: torch.device) -
 
     info = current_device(device.index if device.type == "cuda" else None)
     problem = op.problem_from_inputs(inputs)
-    res = resolver().resolve(op, problem, info)
-    return res.config, (None if res.final else pending(op, problem, info)), res.launches_torch
+    resolving = resolver()
+    res = resolving.resolve(op, problem, info)
+    return (res.config, None if res.final else pending(op, problem, info),
+            res.launches_torch and resolving.settings.torch_op)
 
 
 def _keep(key: tuple[Any, ...], traced: tuple[Any, ...], launch: Callable[..., torch.Tensor], config: dict[str, Any],
