@@ -313,6 +313,18 @@ def test_pages_answer_plainly_for_missing_things_and_write_nothing(site):
     assert not any(p == "/" or p.startswith("/ui") for p in paths)  # pages are not part of the API
 
 
+def test_a_result_page_says_when_the_library_call_launches_torchs_op(site):
+    """The seeded matmul's tune timed cuBLAS at 0.20 ms against its config's 0.21: its library call launches
+    torch's op, and its page says so; a softmax result that beat torch says nothing of it."""
+    base, _, _ = site
+    client = httpx.Client(base_url=base, timeout=10)
+    ids = {r["problem_key"]: r["id"] for r in client.get("/results", params={"limit": 200}).json()["items"]}
+    matmul = client.get(f"/ui/results/{ids['4096x4096x4096:float16']}").text
+    assert 'id="launches-torch"' in matmul and "0.2 ms against 0.21 ms" in matmul
+    softmax = client.get(f"/ui/results/{ids['8192x8192:float16']}").text
+    assert "How to launch with it" in softmax and 'id="launches-torch"' not in softmax
+
+
 def test_pages_say_when_the_database_is_down(tmp_path):
     dead = "postgresql+psycopg://postgres@127.0.0.1:1/none?connect_timeout=1"
     with running_server(dead) as client:

@@ -35,6 +35,7 @@ from autotuner.engine.refine import neighbour_losses, worst_pair
 from autotuner.launch.serving import device_info
 from autotuner.store.interfaces import Storage
 from autotuner.store.regret import sweep_points
+from autotuner.store.resolution import torch_faster
 from autotuner.store.rows import CrossTimingRow, JobRow, ResultRow, SweepRow
 from db.engine import DatabaseUnavailable, NotAutotunerDatabase
 from db.models import JOB_STATES
@@ -89,12 +90,15 @@ def result_view(row: ResultRow) -> dict[str, Any]:
     op, best = judge(row)
     view = result_fields(row, (op, best))
     view.update(shape=row.problem.get("shape", row.problem_key), dtype=row.problem.get("dtype", ""),
-                config_text=charts.config_text(row.config), roofline=None, stale_reason=None, call="", known=True)
+                config_text=charts.config_text(row.config), roofline=None, stale_reason=None, call="", known=True,
+                launches_torch=False)
     if op is None:
         view.update(known=False, stale_reason="this server does not load this kernel, so cannot vouch for it")
         return view
     view["stale_reason"] = best.stale_reason
     view["call"] = op.call
+    view["launches_torch"] = (op.library is not None and op.library.torch_op is not None
+                              and torch_faster(row.torch_ms, row.median_ms))
     try:
         problem = op.problem_from_dict(row.problem)
     except (TypeError, ValueError):  # a problem stored by another version of the op
