@@ -89,14 +89,16 @@ def main() -> None:
         check = op.check(library(), op.reference(inputs), problem)
         if not check.ok:
             raise SystemExit(f"{op_name} {problem.key}: the library call's output: {check.message}")
-        runs: dict[str, Callable[[], Any]] = {"torch": functools.partial(op.baseline, inputs),
-                "kernel": functools.partial(op.run, inputs, result.best_config), "library": library}
+        runs: dict[str, Callable[[], Any]] = {
+            "torch": functools.partial(op.baseline, inputs),
+            "kernel": functools.partial(op.run, inputs, result.best_config), "library": library}
         times: dict[str, list[float]] = {name: [] for name in runs}
         for r in range(args.rounds):
             for name in rotation(list(runs), r):
                 times[name].append(time_cuda(runs[name]).median_ms)
         ms = {name: statistics.median(t) for name, t in times.items()}
-        torch_serves = resolver().resolve(op, problem, device).launches_torch  # what the library call decided
+        # what the library call decided (as autotuner.launch.library does)
+        torch_serves = resolver().resolve(op, problem, device).launches_torch and settings.torch_op
         rows.append((f"{op_name} {problem.key}", ms, "torch's op" if torch_serves else "kernel", result))
         print(f"{op_name} {problem.key}: {ms}", file=sys.stderr, flush=True)
 
