@@ -126,11 +126,11 @@ def test_a_result_whose_tune_timed_torch_faster_launches_torchs_op(db, use):
     assert len(seen) == 4
     _, ran = _aten_ops(lambda: autotuner.softmax(torch.randn(12, 100)))  # 16x100 is its bucket's representative
     assert len(seen) == 4 and "aten::softmax" in ran
+    with pytest.raises(ValueError, match="must be contiguous in its last dimension"):  # checked as for the kernel
+        autotuner.softmax(torch.randn(100, 16).t())  # (16x100: torch's op would serve it)
     seen = use(db_url=db, torch_op=False)  # the user's switch: the tuned kernel, always
     autotuner.softmax(x)
     assert seen == [LOOPING]
-    with pytest.raises(ValueError, match="must be contiguous in its last dimension"):  # checked as ever
-        autotuner.softmax(torch.randn(100, 16).t())
 
 
 def test_nearest_tuned_problem_then_default(db, use):
