@@ -7,14 +7,13 @@ Each problem is tuned into the database (a temporary SQLite file unless --db). T
 events, L2 flushed): torch's op (the op's baseline), the tuned kernel at its best config, and the library call
 as a user makes it, which resolves through the same database and launches the tuned kernel, or torch's op where
 the tune timed that faster by more than the margin (autotuner.store.resolution.Resolution.launches_torch). The
-library call's output is checked against the op's reference first.
+library call's output and the tuned kernel's are checked against the op's reference first (analysis.kinds).
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
-import statistics
 import sys
 import tempfile
 from collections.abc import Callable
@@ -64,10 +63,10 @@ def main() -> None:
     ap.add_argument("--db", default=None)
     args = ap.parse_args()
 
+    from autotuner.analysis.kinds import checked_medians
     from autotuner.base.device import current_device
     from autotuner.base.registry import get_op
     from autotuner.base.settings import Settings
-    from autotuner.engine.timing import rotation, time_cuda
     from autotuner.engine.tuner import Plan, tune
     from autotuner.launch.lookup import Resolver, resolver, set_resolver
     from autotuner.store.database import Store
@@ -89,14 +88,8 @@ def main() -> None:
         check = op.check(library(), op.reference(inputs), problem)
         if not check.ok:
             raise SystemExit(f"{op_name} {problem.key}: the library call's output: {check.message}")
-        runs: dict[str, Callable[[], Any]] = {
-            "torch": functools.partial(op.baseline, inputs),
-            "kernel": functools.partial(op.run, inputs, result.best_config), "library": library}
-        times: dict[str, list[float]] = {name: [] for name in runs}
-        for r in range(args.rounds):
-            for name in rotation(list(runs), r):
-                times[name].append(time_cuda(runs[name]).median_ms)
-        ms = {name: statistics.median(t) for name, t in times.items()}
+        ms = checked_medians(op, problem, device, inputs, {"kernel": result.best_config},
+                             {"torch": functools.partial(op.baseline, inputs), "library": library}, args.rounds)
         # what the library call decided (as autotuner.launch.library does)
         torch_serves = resolver().resolve(op, problem, device).launches_torch and settings.torch_op
         rows.append((f"{op_name} {problem.key}", ms, "torch's op" if torch_serves else "kernel", result))

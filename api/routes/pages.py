@@ -35,7 +35,7 @@ from autotuner.engine.refine import neighbour_losses, worst_pair
 from autotuner.launch.serving import device_info
 from autotuner.store.interfaces import Storage
 from autotuner.store.regret import sweep_points
-from autotuner.store.resolution import torch_faster
+from autotuner.store.resolution import has_torch_op, torch_faster
 from autotuner.store.rows import CrossTimingRow, JobRow, ResultRow, SweepRow
 from db.engine import DatabaseUnavailable, NotAutotunerDatabase
 from db.models import JOB_STATES
@@ -97,8 +97,7 @@ def result_view(row: ResultRow) -> dict[str, Any]:
         return view
     view["stale_reason"] = best.stale_reason
     view["call"] = op.call
-    view["launches_torch"] = (op.library is not None and op.library.torch_op is not None
-                              and torch_faster(row.torch_ms, row.median_ms))
+    view["launches_torch"] = has_torch_op(op) and torch_faster(row.torch_ms, row.median_ms)
     try:
         problem = op.problem_from_dict(row.problem)
     except (TypeError, ValueError):  # a problem stored by another version of the op

@@ -300,10 +300,9 @@ def _tune(op: str, op_obj: Op, prob: ProblemType, s: Settings, store: Storage, k
 def _library_launches_torch(op: str, result: TuneResult) -> bool:
     """Whether the op's library call will launch torch's op for this result (Resolution.launches_torch)."""
     from autotuner.base.registry import get_op
-    from autotuner.store.resolution import torch_faster
+    from autotuner.store.resolution import has_torch_op, torch_faster
 
-    library = get_op(op).library
-    return library is not None and library.torch_op is not None and torch_faster(result.torch_ms, result.best_ms)
+    return has_torch_op(get_op(op)) and torch_faster(result.torch_ms, result.best_ms)
 
 
 def _print(result: TuneResult, device: Any, op: str) -> None:

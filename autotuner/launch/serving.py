@@ -18,7 +18,7 @@ from autotuner.base.device import DeviceInfo
 from autotuner.base.registry import Op, UnknownOpError, get_op
 from autotuner.store.interfaces import Storage
 from autotuner.store.regret import expected_regret
-from autotuner.store.resolution import FALLBACKS, Source, resolve
+from autotuner.store.resolution import FALLBACKS, Source, has_torch_op, resolve
 from autotuner.store.rows import DeviceRow
 from search_spaces.contract import ProblemType
 from search_spaces.problem import ProblemError, parse_dtype
@@ -216,7 +216,7 @@ def answer_config(store: Storage, op: Op, problem: ProblemType, device: DeviceIn
         regret_measured_on=regret.measured_on if regret else (),
         regret_basis=pick.prediction.basis(pick.sweep_id) if pick is not None else
         regret_basis(res.source, res.from_problem, regret),
-        launches_torch=res.launches_torch and op.library is not None and op.library.torch_op is not None)
+        launches_torch=res.launches_torch and has_torch_op(op))
 
 
 REGRETTED = frozenset({Source.BUCKET, Source.NEAREST})  # answers served from another problem's winner

@@ -71,6 +71,11 @@ def torch_faster(torch_ms: float | None, best_ms: float | None) -> bool:
     return 0 < torch_ms < best_ms * (1 - TORCH_MARGIN)
 
 
+def has_torch_op(op: Op) -> bool:
+    """Whether `op`'s library call can launch torch's op instead of a config (`LibraryCall.torch_op`)."""
+    return op.library is not None and op.library.torch_op is not None
+
+
 Step = Literal["database", "service", "nearest", "default"]
 
 
