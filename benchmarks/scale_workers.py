@@ -1,6 +1,6 @@
 """Workers on N GPUs of one host draining the same jobs: how much faster than one worker (issue 17). GPU only.
 
-    python benchmarks/scale_workers.py [--gpus 1,2] [--jobs 16] [--trials 24] [--layouts one,each] [--out DIR]
+    python benchmarks/scale_workers.py [--gpus 1,2] [--jobs 16] [--trials 24] [--layouts one,each] [--rounds R] [--out DIR]
 
 For each N: a fresh SQLite database with the same 16 matmul jobs (4 shapes x 4 epilogue/dtype variants), a cold
 Triton cache shared by the host's workers, and for N > 1 two layouts: `each`, one `autotuner worker --gpu i` per
@@ -11,7 +11,12 @@ GPU (a compile pool each), and `one`, one `autotuner worker --gpus 0,..,N-1` run
 last is done. Each worker sizes its compile pool per host
 (the CPU cores shared among the GPUs: autotuner/tuner.py). Prints, for each drain, where its time went (each
 worker's jobs summed, its first job, when it ended; `account`), then N, wall, jobs per minute, speedup over N=1
-and the share of linear.
+and the share of linear. With `--rounds R` every drain runs R times, the drains of a round in rotated order
+(`engine.timing.rotation`), so that a slow spell of the host lands on no one drain: the table gives each round's
+wall, the medians, and the share of linear from the medians and from each round against its own N=1.
+`--warmup` runs one drain first and counts it nowhere: on a freshly started machine the first drain, whichever
+it is, also pays the disk's first reads of torch and Triton (round 1's N=1 took 51.3 s there against 43.6 and
+48.0 s in rounds 2 and 3: benchmarks/RESULTS.md, session 47).
 """
 
 from __future__ import annotations
@@ -21,11 +26,13 @@ import json
 import os
 import signal
 import sqlite3
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -120,7 +127,24 @@ def drain(n: int, jobs: int, trials: int, out: Path, running: bool, layout: str 
     return wall
 
 
+def shares(walls: dict[tuple[str, int, str], list[float]]) -> list[dict[str, Any]]:
+    """Each drain's walls, their median, and its share of linear against the same mode's smallest N: from the
+    medians, and round by round (each round's drain against that round's smallest N)."""
+    table = []
+    for (mode, n, layout), ws in walls.items():
+        base_n = min(k[1] for k in walls if k[0] == mode)
+        base = walls[(mode, base_n, "each")]
+        wall = statistics.median(ws)
+        speedup = statistics.median(base) / wall
+        table.append({"mode": mode, "n": n, "layout": layout, "walls": ws, "wall": wall, "speedup": speedup,
+                      "share": speedup * base_n / n,
+                      "shares": [b / w * base_n / n for b, w in zip(base, ws, strict=True)]})
+    return table
+
+
 def main() -> None:
+    from autotuner.engine.timing import rotation
+
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--gpus", default="1,2")
     ap.add_argument("--jobs", type=int, default=16)
@@ -129,21 +153,34 @@ def main() -> None:
                     "the jobs' queueing, to workers started before")
     ap.add_argument("--layouts", default="each,one", help="for N > 1: each (a worker per GPU), one (one worker "
                     "holding them all)")
+    ap.add_argument("--rounds", type=int, default=1, help="times each drain runs, interleaved round by round")
+    ap.add_argument("--warmup", action="store_true", help="one drain of the largest N first, not counted: the "
+                    "first drain on a fresh machine also pays its disk's first reads of torch and Triton")
     ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp/out")))
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     gpus = [int(n) for n in args.gpus.split(",")]
-    table = []
-    for mode in args.modes.split(","):
-        base = None
-        for n in gpus:
-            for layout in args.layouts.split(",") if n > 1 else ["each"]:
-                w = drain(n, args.jobs, args.trials, args.out, mode == "running", layout)
-                base = base if base is not None else w * n
-                table.append((mode, n, layout if n > 1 else "-", w, base / w, base / w / n))
-    print("\n| workers | GPUs | layout | wall (s) | jobs/min | speedup | of linear |\n|---|---|---|---|---|---|---|")
-    for mode, n, layout, w, speedup, share in table:
-        print(f"| {mode} | {n} | {layout} | {w:.1f} | {args.jobs / w * 60:.1f} | {speedup:.2f}x | {share:.2f} |")
+    drains = [(mode, n, layout) for mode in args.modes.split(",") for n in gpus
+              for layout in (args.layouts.split(",") if n > 1 else ["each"])]
+    walls: dict[tuple[str, int, str], list[float]] = {d: [] for d in drains}
+    if args.warmup:
+        (args.out / "warmup").mkdir(exist_ok=True)
+        print("warm-up, not counted:", flush=True)
+        mode, n, layout = drains[-1]
+        drain(n, args.jobs, args.trials, args.out / "warmup", mode == "running", layout)
+    for r in range(args.rounds):
+        out = args.out / f"round{r + 1}" if args.rounds > 1 else args.out
+        out.mkdir(parents=True, exist_ok=True)
+        for mode, n, layout in rotation(drains, r):
+            walls[(mode, n, layout)].append(drain(n, args.jobs, args.trials, out, mode == "running", layout))
+    table = shares(walls)
+    print("\n| workers | GPUs | layout | wall, each round (s) | median wall | jobs/min | speedup | of linear | "
+          "of linear, each round |\n|---|---|---|---|---|---|---|---|---|")
+    for row in table:
+        print(f"| {row['mode']} | {row['n']} | {row['layout'] if row['n'] > 1 else '-'} | "
+              f"{' / '.join(f'{w:.1f}' for w in row['walls'])} | {row['wall']:.1f} | "
+              f"{args.jobs / row['wall'] * 60:.1f} | {row['speedup']:.2f}x | {row['share']:.2f} | "
+              f"{' / '.join(f'{s:.2f}' for s in row['shares'])} |")
     (args.out / "scale.json").write_text(json.dumps({"table": table, "jobs": args.jobs, "trials": args.trials}))
 
 

@@ -190,3 +190,25 @@ def test_the_scale_benchmark_accounts_for_each_workers_jobs(tmp_path):
     assert "gpu0: 2 jobs 6.0 s, the first 4.0 s, ended at 6.0 s" in said, said
     assert "gpu1: 1 jobs 6.5 s, the first 6.5 s, ended at 7.0 s" in said, said
     assert said.endswith("ends 1.0 s apart; 2.0 s outside the jobs"), said
+
+
+def test_the_scale_benchmark_takes_shares_of_linear_from_medians_and_round_by_round():
+    """benchmarks/scale_workers.py --rounds: a drain's share of linear from the median walls, and each round's
+    against that round's own N=1 (a slow round of N=1 does not flatter another round's N=2)."""
+    from benchmarks.scale_workers import shares
+
+    table = {(r["mode"], r["n"], r["layout"]): r for r in shares({
+        ("cold", 1, "each"): [40.0, 48.0, 44.0],
+        ("cold", 2, "each"): [25.0, 24.0, 20.0],
+        ("cold", 2, "one"): [22.0, 30.0, 23.0],
+        ("running", 2, "each"): [10.0, 12.0, 11.0],  # a mode's smallest N is its base: here N=2 against itself
+    })}
+    base = table[("cold", 1, "each")]
+    assert base["wall"] == 44.0 and base["share"] == 1.0 and base["shares"] == [1.0, 1.0, 1.0]
+    each = table[("cold", 2, "each")]
+    assert each["wall"] == 24.0 and each["speedup"] == pytest.approx(44 / 24) and each["share"] == pytest.approx(44 / 48)
+    assert each["shares"] == pytest.approx([40 / 50, 48 / 48, 44 / 40])
+    one = table[("cold", 2, "one")]
+    assert one["wall"] == 23.0 and one["shares"] == pytest.approx([40 / 44, 48 / 60, 44 / 46])
+    running = table[("running", 2, "each")]
+    assert running["share"] == 1.0 and running["walls"] == [10.0, 12.0, 11.0]

@@ -360,8 +360,8 @@ def local_lanes(spec: WorkerSpec, devices: Sequence[int | None], trial_timeout_s
 
 
 def host_compile_workers(settings: Settings) -> int:
-    """Processes compiling ahead of timing, sized per host (`processes.host_share`: one worker per GPU being how a
-    host is run)."""
+    """Processes compiling ahead of timing for one GPU: its share of the host's cores (`processes.host_share`); a
+    worker holding several GPUs takes a share for each."""
     return processes.host_share(settings.compile_workers, cuda_device_count())
 
 
