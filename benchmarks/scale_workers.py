@@ -1,6 +1,7 @@
 """Workers on N GPUs of one host draining the same jobs: how much faster than one worker (issue 17). GPU only.
 
-    python benchmarks/scale_workers.py [--gpus 1,2] [--jobs 16] [--trials 24] [--layouts one,each] [--rounds R] [--out DIR]
+    python benchmarks/scale_workers.py [--gpus 1,2] [--jobs 16] [--trials 24] [--layouts one,each]
+        [--rounds R] [--warmup] [--out DIR]
 
 For each N: a fresh SQLite database with the same 16 matmul jobs (4 shapes x 4 epilogue/dtype variants), a cold
 Triton cache shared by the host's workers, and for N > 1 two layouts: `each`, one `autotuner worker --gpu i` per
@@ -154,8 +155,9 @@ def main() -> None:
     ap.add_argument("--layouts", default="each,one", help="for N > 1: each (a worker per GPU), one (one worker "
                     "holding them all)")
     ap.add_argument("--rounds", type=int, default=1, help="times each drain runs, interleaved round by round")
-    ap.add_argument("--warmup", action="store_true", help="one drain of the largest N first, not counted: the "
-                    "first drain on a fresh machine also pays its disk's first reads of torch and Triton")
+    ap.add_argument("--warmup", action="store_true", help="the last drain listed (the largest N's last layout) "
+                    "once first, not counted: the first drain on a fresh machine also pays its disk's first reads "
+                    "of torch and Triton")
     ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp/out")))
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)

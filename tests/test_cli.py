@@ -89,6 +89,19 @@ def test_read_commands_never_create_a_database(tmp_path):
     assert not typo.parent.exists()
 
 
+@pytest.mark.parametrize("args", [("worker", "--gpus", "all", "--until-empty"), ("worker", "--gpu", "0", "--once"),
+                                  ("tune", "softmax", "--shape", "64x64")])
+def test_no_cuda_device_and_no_interpreter_is_one_clear_line(args, tmp_path):
+    """A process that sees no CUDA device with Triton's interpreter off (a container started without its GPU) says
+    so in one line and exits with the set-up code, as every other set-up error does, not with a traceback."""
+    db = tmp_path / "none.db"
+    out = cli(*args, "--db", f"sqlite:///{db}", env={"TRITON_INTERPRET": "0", "CUDA_VISIBLE_DEVICES": ""},
+              timeout=120)
+    assert out.returncode == 4, (out.returncode, out.stderr)
+    assert out.stderr.startswith("error: TRITON_INTERPRET is off but no CUDA device is visible"), out.stderr
+    assert "Traceback" not in out.stderr and "Traceback" not in out.stdout
+
+
 def test_a_read_only_database_refuses_writes_clearly_and_loses_nothing(tuned_db, tmp_path):
     ro = f"sqlite:///file:{tuned_db}?mode=ro&uri=true"
     before = (rows(tuned_db, "tuning_runs"), rows(tuned_db, "trials"))

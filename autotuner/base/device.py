@@ -52,6 +52,10 @@ class DeviceInfo:
         return d
 
 
+class NoDevice(RuntimeError):
+    """No CUDA device is visible and Triton's interpreter is off: nothing can run kernels here."""
+
+
 def parse_gpus(text: str | None) -> tuple[int, ...]:
     """`--gpus` / AUTOTUNER_GPUS: device indices separated by commas ("0,1"), or "all" (every visible GPU; on
     the interpreter, two processes). Empty: ()."""
@@ -86,7 +90,7 @@ def _device(index: int | None) -> DeviceInfo:
     if interpreting():
         return DeviceInfo(INTERPRETER, (0, 0), os.cpu_count() or 1, 0, INTERPRETER_SMEM, "cpu")
     if not cuda_device_count():
-        raise RuntimeError("TRITON_INTERPRET is off but no CUDA device is visible; set TRITON_INTERPRET=1 to run on the CPU")
+        raise NoDevice("TRITON_INTERPRET is off but no CUDA device is visible; set TRITON_INTERPRET=1 to run on the CPU")
     assert index is not None
     props = cuda_properties(index)
     return DeviceInfo(props.name, props.capability, props.sm_count, props.total_memory, props.smem_per_block,

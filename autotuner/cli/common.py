@@ -111,6 +111,7 @@ def clear_errors() -> Iterator[None]:
     from pydantic import ValidationError
     from sqlalchemy.exc import SQLAlchemyError
 
+    from autotuner.base.device import NoDevice
     from autotuner.base.settings import settings_error
     from autotuner.engine.runner import WorkerSetupError
     from db.engine import DatabaseUnavailable, NotAutotunerDatabase
@@ -131,7 +132,7 @@ def clear_errors() -> Iterator[None]:
         fail(str(exc), DATABASE)
     except SQLAlchemyError as exc:
         fail(database_message(exc), DATABASE)
-    except WorkerSetupError as exc:
+    except (WorkerSetupError, NoDevice) as exc:
         fail(str(exc), SETUP)
     except ValueError as exc:  # ProblemError, ConfigError, UnknownOpError: bad input
         fail(str(exc), BAD_INPUT)
