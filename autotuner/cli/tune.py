@@ -292,20 +292,14 @@ def _tune(op: str, op_obj: Op, prob: ProblemType, s: Settings, store: Storage, k
             payload["worker"] = by.worker  # tuned by a worker running on this host, for this command
         print_json(payload)
     else:
-        _print(result, device, op)
+        _print(result, device, op, op_obj)
     if result.best_config is None:
         raise typer.Exit(1)
 
 
-def _library_launches_torch(op: str, result: TuneResult) -> bool:
-    """Whether the op's library call will launch torch's op for this result (Resolution.launches_torch)."""
-    from autotuner.base.registry import get_op
+def _print(result: TuneResult, device: Any, op: str, op_obj: Op) -> None:
     from autotuner.store.resolution import has_torch_op, torch_faster
 
-    return has_torch_op(get_op(op)) and torch_faster(result.torch_ms, result.best_ms)
-
-
-def _print(result: TuneResult, device: Any, op: str) -> None:
     table = Table(title=f"{op} {result.problem_key} on {device.key} ({result.clock})")
     table.add_column("")
     table.add_column("value")
@@ -316,7 +310,8 @@ def _print(result: TuneResult, device: Any, op: str) -> None:
     table.add_row("torch", ms(result.torch_ms))
     table.add_row("speedup vs torch", "n/a (interpreter wall-clock is not GPU speed)" if device.is_interpreter
                   else times(result.speedup_vs_torch))
-    if not device.is_interpreter and _library_launches_torch(op, result):
+    if not device.is_interpreter and has_torch_op(op_obj) and torch_faster(result.torch_ms, result.best_ms):
+        # (as the library call decides: Resolution.launches_torch)
         table.add_row("library call", "launches torch's op for this problem: it ran faster than the best config")
     table.add_row("roofline fraction", "n/a" if result.roofline_fraction is None
                   else f"{result.roofline_fraction:.1%} (of datasheet peaks)")
