@@ -3,8 +3,14 @@
 A running service or worker keeps its engine for hours: its SQLite file may meanwhile be deleted (SQLite goes on
 writing to the unlinked file, and everything is lost), replaced by another file, made read-only, or fill its
 disk; a file may be corrupt from the start or overwritten. `storage_problem` looks (a stat, the disk's free
-space, the file's header, a write of page 1 that changes nothing: the same `user_version`) and names the first problem found; `cause_of` names the problem a driver error reports. Neither
-says where the database is: that stays in the operator's log.
+space, and through SQLite a write of page 1 that changes nothing: the same `user_version`) and names the first
+problem found; `cause_of` names the problem a driver error reports. Neither says where the database is: that
+stays in the operator's log.
+
+Nothing here opens the database file itself. POSIX drops every fcntl lock a process holds on a file when any
+descriptor of that file in the process is closed, SQLite's own included; another process closing its connection
+then takes itself for the last one and deletes the write-ahead log this process goes on writing to. SQLite reads
+the header itself (a file that is not a database fails the `user_version` write).
 """
 
 from __future__ import annotations
@@ -19,7 +25,6 @@ from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from db.engine import DatabaseUnavailable, sqlite_path
 
 MIN_FREE_BYTES = 16 * 2**20  # a disk with less free space than this is full for a database writer
-SQLITE_HEADER = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite database file
 CORRUPT = "the database file is corrupt (not a database SQLite can read)"
 DELETED = ("the database file was deleted while this process had it open: nothing written now would be kept "
            "(restart on a database that exists)")
@@ -71,13 +76,6 @@ def storage_problem(engine: Engine, opened: FileIdentity | None, *,
         free = shutil.disk_usage(path.parent).free
         if free < min_free_bytes:
             return f"the disk holding the database is full ({free // 2**20} MiB free)"
-        try:
-            with open(path, "rb") as f:
-                header = f.read(16)
-        except OSError as exc:
-            return f"the database file cannot be read ({exc.strerror})"
-        if header and header != SQLITE_HEADER:  # a page cache would go on serving a file overwritten under it
-            return CORRUPT
     try:
         with engine.connect() as conn:
             if engine.dialect.name == "sqlite":

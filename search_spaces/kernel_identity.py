@@ -7,7 +7,9 @@ cache key reads it, and nothing else.
 
 A config added to or removed from the decorator's list, a changed `key`, a comment above the `def` or a line moved
 leave it unchanged, so stored timings stay current; a change to the kernel's body, to a JIT function it calls
-(named directly or through a module, `helpers.fn`), or to a constant global it reads changes it. The same
+(named directly or through a module, `helpers.fn`), or to a constant global it reads changes it. A module global
+that shares a name with one of the kernel's parameters or locals is not read by the kernel and is not hashed (a
+script's loop variable `n` beside a kernel parameter `n`). The same
 function hashes the same under Triton's interpreter and on a GPU.
 """
 
@@ -63,7 +65,10 @@ def _visit(func: Any, h: Any, seen: set[int]) -> None:
     if tree is None:
         return
     scope = {**getattr(func, "__globals__", {}), **_nonlocals(func)}
+    local = _locals(tree)
     for path in sorted(_names(tree)):
+        if path[0] in local:  # a parameter or a local: its value is the call's, not the binary's
+            continue
         value = _resolve(scope, path)
         callee = python_function(value)
         if callee is not None:
@@ -108,6 +113,20 @@ def _names(tree: ast.AST) -> set[tuple[str, ...]]:
         if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
             path = (node.id, *reversed(parts))
             out.update(path[:i] for i in range(1, len(path) + 1))
+    return out
+
+
+def _locals(tree: ast.AST) -> set[str]:
+    """The names the function binds itself: its parameters and every name it assigns (as Triton's dependency
+    finder skips them). A global that shares such a name is not read by the kernel, whatever its value."""
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.arg):
+            out.add(node.arg)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            out.add(node.id)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            out.update((a.asname or a.name).split(".")[0] for a in node.names)
     return out
 
 

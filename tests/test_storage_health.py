@@ -159,3 +159,29 @@ def test_a_postgresql_database_that_takes_no_writes_is_seen(pg_url):
             c.execute(text(f"DROP OWNED BY {role}"))
             c.execute(text(f"DROP ROLE {role}"))
         admin.dispose()
+
+
+def test_a_health_check_keeps_sqlites_locks_so_another_readers_close_loses_nothing(db):
+    """POSIX drops every fcntl lock a process holds on a file when any descriptor of it closes: a health check that
+    opened the file itself let another process's closing connection take itself for the last one, fold and delete
+    the write-ahead log this process went on writing to, and every later write here was lost."""
+    from sqlalchemy import text
+
+    from autotuner.store.database import Store
+    from db.health import file_identity, storage_problem
+
+    store = Store(f"sqlite:///{db}")
+    store.queue_job(op="softmax", shape="4x8", dtype="float16", options={})
+    held = store.engine.connect()  # a pooled connection, as a service holds one
+    held.execute(text("select count(*) from jobs")).scalar()
+    held.commit()
+    assert storage_problem(store.engine, file_identity(store.engine)) is None
+    reader = "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute('select count(*) from jobs'); c.close()"
+    subprocess.run([sys.executable, "-c", reader, str(db)], check=True, timeout=60)
+    assert os.path.exists(f"{db}-wal")  # this process's connection still counts
+    store.queue_job(op="softmax", shape="4x16", dtype="float16", options={})
+    held.close()
+    counted = subprocess.run([sys.executable, "-c", f"import sqlite3; print(sqlite3.connect({str(db)!r})"
+                              ".execute('select count(*) from jobs').fetchone()[0])"],
+                             capture_output=True, text=True, check=True, timeout=60)
+    assert counted.stdout.strip() == "2"

@@ -443,3 +443,50 @@ def test_the_switch_leaves_a_decorated_kernel_alone(switch):
     covered._register(axpy)
     assert "_autotuner_name" not in axpy.__dict__ and axpy not in set(covered._seen)
     assert type(axpy).run is autotuner.decorator.Autotuned.run
+
+
+SCRIPT = '''
+import sys
+
+import triton
+import triton.language as tl
+
+from search_spaces.kernel_identity import kernel_identity
+
+STEP: tl.constexpr = 1
+
+
+@triton.jit
+def kernel(x_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    for i in range(2):
+        tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) + STEP * i, mask=offs < n)
+
+
+if __name__ == "__main__":
+    for n in map(int, sys.argv[1:]):  # module globals named like the kernel's parameter and locals
+        offs, i, BLOCK = n, n + 1, n * 2
+    print(kernel_identity(kernel))
+'''
+
+
+def test_globals_named_like_a_kernels_parameters_or_locals_are_not_its_identity(tmp_path):
+    import subprocess
+
+    (tmp_path / "mykern.py").write_text(SCRIPT)
+    env = {**__import__("os").environ, "PYTHONPATH": f"{tmp_path}:{__import__('os').getcwd()}"}
+
+    def run(*argv: str) -> str:
+        done = subprocess.run([sys.executable, str(tmp_path / "mykern.py"), *argv], capture_output=True,
+                              text=True, env=env, timeout=120)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+    as_script = {run("1024"), run("512", "1024"), run("4096", "1000"), run("1000", "4096")}
+    imported = subprocess.run([sys.executable, "-c", "import mykern; print(mykern.kernel_identity(mykern.kernel))"],
+                              capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    assert imported.returncode == 0, imported.stderr
+    assert as_script == {imported.stdout.strip()}  # argument order, and a script against an import
+    # a global the kernel reads as a global still counts
+    (tmp_path / "mykern.py").write_text(SCRIPT.replace("STEP: tl.constexpr = 1", "STEP: tl.constexpr = 2"))
+    assert run("1024") not in as_script
