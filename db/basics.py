@@ -27,6 +27,22 @@ class NoDatabase(DatabaseUnavailable):
     """A read found no database where it looked (it never creates one)."""
 
 
+class NotJSON(str):
+    """A JSON column's stored text that does not parse (a writer's own tools can store any text in SQLite): handed
+    on as this marker instead of raising inside the driver, so the store's row checks (autotuner.store.row_checks)
+    name the row and skip it instead of one row failing every read of its table."""
+
+
+def loads(text: str | bytes) -> object:
+    """A JSON column's value: the parsed JSON, or NotJSON holding the text that does not parse."""
+    import json
+
+    try:
+        return json.loads(text)
+    except ValueError:
+        return NotJSON(text.decode(errors="replace") if isinstance(text, bytes) else text)
+
+
 def default_url() -> str:
     path = Path(user_data_dir("autotuner", appauthor=False)) / "autotuner.db"
     return f"sqlite:///{path}"

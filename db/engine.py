@@ -27,6 +27,7 @@ from db.basics import (  # noqa: F401  (re-exported: the errors and constants of
     NoDatabase,
     NotAutotunerDatabase,
     default_url,
+    loads,
 )
 
 MIGRATIONS = Path(__file__).parent / "migrations"
@@ -74,7 +75,8 @@ def make_engine(url: str | None = None, *, timeout_s: float | None = None) -> En
                 # a relative path names a file in the current folder now, not in whichever folder the process is
                 # in when the pool opens its next connection (a worker enters a handed command's folder)
                 parsed = parsed.set(database=os.path.abspath(os.path.expanduser(database)))
-            engine = create_engine(parsed, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
+            engine = create_engine(parsed, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000},
+                                   json_deserializer=loads)
             event.listen(engine, "connect", _sqlite_pragmas)
             return engine
         if parsed.get_backend_name() != "postgresql":

@@ -259,11 +259,12 @@ def requeue_stale(session: Session, *, older_than: datetime, max_attempts: int) 
     return changed
 
 
-def recorded_options(session: Session, *, op: str, shape: str, dtype: str) -> dict[str, Any] | None:
-    """The options of the newest tuning job of this problem (a decorated kernel's recorded call rides in them)."""
+def newest_tuning_job(session: Session, *, op: str, shape: str, dtype: str) -> Job | None:
+    """The newest tuning job of this problem (a decorated kernel's recorded call rides in its options; the store
+    checks the row)."""
     job = session.scalar(select(Job).where(Job.op == op, Job.shape == shape, Job.dtype == dtype, Job.kind == "tune")
                          .order_by(Job.id.desc()).limit(1))
-    return dict(job.options) if job is not None else None
+    return job if job is not None else None
 
 
 def recorded_calls(session: Session, *, op: str, dtype: str, limit: int = 64) -> list[tuple[str, dict[str, Any]]]:

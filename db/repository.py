@@ -252,18 +252,18 @@ def save_peak(session: Session, *, device_id: int, name: str, value: float, unit
 
 
 def trial_times(session: Session, *, op: str, problem_key: str, device_key: str, kernel_hash: str,
-                triton_version: str) -> dict[str, tuple[dict[str, Any], float | None]]:
-    """config_key -> (config, median ms, or None when it failed) of every trial of this problem at this kernel hash
-    and Triton version that was measured or failed; the latest of each config (its re-time when it has one).
-    Through SQLAlchemy Core, as find_best_rows: a launching process asks it before its first launch."""
+                triton_version: str) -> list[Any]:
+    """Every trial of this problem at this kernel hash and Triton version that was measured or failed, in the order
+    measured, as plain rows (config_key, config, status, median_ms, retimed_ms; the store checks and folds them:
+    autotuner.store.row_checks.trial_times). Through SQLAlchemy Core, as find_best_rows: a launching process asks it
+    before its first launch."""
     trial, run, device = Trial.__table__, TuningRun.__table__, Device.__table__
     q = (select(trial.c.config_key, trial.c.config, trial.c.status, trial.c.median_ms, trial.c.retimed_ms)
          .join(run, trial.c.run_id == run.c.id).join(device, run.c.device_id == device.c.id)
          .where(run.c.op == op, run.c.problem_key == problem_key, device.c.key == device_key,
                 run.c.kernel_hash == kernel_hash, run.c.triton_version == triton_version, trial.c.status != "invalid")
          .order_by(trial.c.id))
-    return {t.config_key: (dict(t.config), (t.retimed_ms or t.median_ms) if t.status == "ok" else None)
-            for t in session.execute(q)}
+    return list(session.execute(q))
 
 
 def claim_tuning(session: Session, *, op: str, problem_key: str, device_key: str, owner: str,
@@ -343,3 +343,22 @@ def cross_timings(session: Session, *, sweep_id: int, device_key: str | None = N
     if device_key is not None:
         q = q.where(Device.key == device_key)
     return list(session.scalars(q))
+
+
+CHECKED_TABLES = ("best_configs", "tuning_runs", "trials", "jobs", "cross_timings")
+
+
+def table_rows(session: Session, table: str, *, after: int = 0, limit: int = 1000) -> list[Any]:
+    """One batch of a table's rows by id (columns by name, JSON decoded as every read decodes it), for the row
+    audit (`autotuner db check`)."""
+    from db.models import Base
+
+    t = Base.metadata.tables[table]
+    return list(session.execute(select(t).where(t.c.id > after).order_by(t.c.id).limit(limit)))
+
+
+def delete_rows(session: Session, table: str, ids: list[int]) -> None:
+    from db.models import Base
+
+    t = Base.metadata.tables[table]
+    session.execute(delete(t).where(t.c.id.in_(ids)))

@@ -22,7 +22,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from db.basics import HEAD, SQLITE_BUSY_TIMEOUT_MS, default_url
+from db.basics import HEAD, SQLITE_BUSY_TIMEOUT_MS, default_url, loads
 
 PREFIX = "sqlite:///"
 BEST_ROWS = """
@@ -68,7 +68,7 @@ def plain_path(url: str | None) -> Path | None:
 
 
 def _json(value: Any) -> Any:
-    return json.loads(value) if isinstance(value, str) else value
+    return loads(value) if isinstance(value, str) else value
 
 
 def _datetime(value: Any) -> Any:
@@ -167,8 +167,8 @@ class SqliteReads:
             return self._writing().execute(RAISE_PRIORITY, (by, job_id)).rowcount == 1
 
     def trial_times(self, *, op: str, problem_key: str, device_key: str, kernel_hash: str,
-                    triton_version: str) -> dict[str, tuple[dict[str, Any], float | None]]:
-        """repository.trial_times: config_key -> (config, median ms or None when it failed), the latest of each."""
+                    triton_version: str) -> list[SimpleNamespace]:
+        """repository.trial_times: the trials measured or failed, in order, columns by name."""
         rows = self._query(TRIAL_TIMES, (op, problem_key, device_key, kernel_hash, triton_version))
-        return {key: (dict(_json(config)), (retimed or median) if status == "ok" else None)
-                for key, config, status, median, retimed in rows}
+        return [SimpleNamespace(config_key=key, config=_json(config), status=status, median_ms=median,
+                                retimed_ms=retimed) for key, config, status, median, retimed in rows]

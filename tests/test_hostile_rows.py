@@ -157,3 +157,81 @@ def test_a_bad_shape_is_answered_with_the_forms_not_a_regular_expression(tmp_pat
         msg = answer.json()["detail"][0]["msg"]
         assert "(?:" not in msg and "^" not in msg and "e.g." in msg, msg
     assert "not a shape of matmul, whose form is MxNxK" in posted.json()["detail"][0]["msg"]
+
+
+BAD_BESTS = {  # problem shape -> (config text, median) a writer with the database's own tools left
+    "8x128": ("not json", 1.0), "8x256": ("[1, 2]", 1.0), "16x64": ("null", 1.0), "16x128": (None, "fast"),
+    "32x64": (None, float("-inf")), "32x128": (None, -2.0), "64x64": (None, 0.0)}
+
+
+def _bad_rows_db(tmp_path):
+    """A database with one good softmax result (8x64 float32) and a bad row for each of BAD_BESTS' problems."""
+    path = tmp_path / "bad.db"
+    store, op, device = Store(f"sqlite:///{path}"), get_op("softmax"), current_device()
+    good = op.parse_problem("8x64", "float32")
+    config = op.space.default(good, device)
+    store.save_best(op=op, problem=good, device=device, config=config, median_ms=0.5, default_ms=None,
+                    torch_ms=None, run_id=None)
+    with sqlite3.connect(path) as c:
+        for shape, (text, median) in BAD_BESTS.items():
+            problem = op.parse_problem(shape, "float32")
+            c.execute("INSERT INTO best_configs (op, problem_key, problem, device_id, kernel_hash, triton_version, "
+                      "config, median_ms, default_ms, torch_ms, run_id, updated_at) SELECT op, ?, ?, device_id, "
+                      "kernel_hash, triton_version, ?, ?, NULL, NULL, NULL, updated_at FROM best_configs WHERE id = 1",
+                      (problem.key, json.dumps(dataclasses.asdict(problem)),
+                       text if text is not None else json.dumps(config), median))
+    return path, op
+
+
+def test_rows_a_writer_left_are_never_served_and_db_check_lists_and_quarantines_them(tmp_path):
+    path, op = _bad_rows_db(tmp_path)
+    url = f"sqlite:///{path}"
+    set_resolver(Resolver(Settings(db_url=url, on_miss="nearest")))
+    try:  # the user's own process: every shape launches, with a row of its own or none
+        for shape in ["8x64", *BAD_BESTS, "8x512", "128x64"]:
+            rows, cols = map(int, shape.split("x"))
+            x = torch.randn(rows, cols)
+            torch.testing.assert_close(autotuner.softmax(x), torch.softmax(x, -1))
+    finally:
+        set_resolver(None)
+    with running_server(url, AUTOTUNER_TOKEN=TOKEN) as client:
+        for shape in ["8x64", *BAD_BESTS, "8x512"]:
+            answer = client.get("/config", params={"op": "softmax", "shape": shape, "dtype": "float32"})
+            assert answer.status_code in (200, 404), (shape, answer.text)
+            if shape in BAD_BESTS and answer.status_code == 200:
+                assert answer.json()["source"] != "exact" and answer.json()["median_ms"] in (None, 0.5), answer.text
+        results = client.get("/results")
+        assert results.status_code == 200 and [r["id"] for r in results.json()["items"]] == [1], results.text
+        assert client.get("/").status_code == 200
+        assert client.get("/results/2").status_code == 404 and client.get("/results/1").status_code == 200
+    shown = cli("show", "softmax", "--shape", "16x128", "--dtype", "float32", "--db", url, "--json")
+    assert "Traceback" not in shown.stderr and json.loads(shown.stdout)["source"] != "exact", shown.stderr
+
+    checked = cli("db", "check", "--db", url)
+    assert checked.returncode == 1, checked.stderr
+    listed = [line for line in checked.stdout.splitlines() if line.startswith("best_configs ")]
+    assert [int(line.split()[1].rstrip(":")) for line in listed] == list(range(2, 2 + len(BAD_BESTS))), checked.stdout
+    assert "not a JSON object" in checked.stdout and "not a finite positive number" in checked.stdout
+    moved = cli("db", "check", "--db", url, "--quarantine", str(tmp_path / "q.json"))
+    assert moved.returncode == 0, moved.stderr
+    kept = json.loads((tmp_path / "q.json").read_text())
+    assert sorted(r["id"] for r in kept) == list(range(2, 2 + len(BAD_BESTS))) and kept[0]["row"]["config"] == "not json"
+    again = cli("db", "check", "--db", url)
+    assert again.returncode == 0 and "every row reads back" in again.stdout, again.stdout
+
+
+def test_a_job_row_no_worker_can_run_fails_once_and_the_worker_goes_on(tmp_path):
+    path = tmp_path / "jobs.db"
+    store = Store(f"sqlite:///{path}")
+    bad = [store.queue_job(op="softmax", shape="4x8", dtype="float32", options={}, budget_trials=1) for _ in range(2)]
+    good = store.queue_job(op="softmax", shape="4x16", dtype="float32", options={}, budget_trials=2)
+    with sqlite3.connect(path) as c:
+        c.execute("UPDATE jobs SET options = 'not json' WHERE id = ?", (bad[0],))
+        c.execute("UPDATE jobs SET options = '[1, 2]' WHERE id = ?", (bad[1],))
+    done = cli("worker", "--until-empty", "--db", f"sqlite:///{path}", timeout=600)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    with sqlite3.connect(path) as c:
+        states = dict(c.execute("SELECT id, state || ': ' || coalesce(error, '') FROM jobs").fetchall())
+    assert states[good].startswith("done"), states
+    for job_id in bad:
+        assert states[job_id].startswith("failed: unreadable job row: options is"), states

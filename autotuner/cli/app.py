@@ -65,5 +65,6 @@ def build() -> typer.Typer:
     app.command("worker", cls=Command)(service.worker)
     db_app = typer.Typer(no_args_is_help=True, help="Manage the result database.")
     db_app.command("upgrade", cls=Command)(database.upgrade)
+    db_app.command("check", cls=Command)(database.check)
     app.add_typer(db_app, name="db")
     return app

@@ -16,6 +16,16 @@ from autotuner.store.interfaces import NoRecordedCall, NotHeld
 from autotuner.store.nearest import nearest_stored
 from autotuner.store.prediction import Prediction
 from autotuner.store.recorded_calls import derived_call
+from autotuner.store.row_checks import (
+    best_fault,
+    checked,
+    cross_timing_fault,
+    job_fault,
+    run_fault,
+    trial_fault,
+    trial_times,
+    warn_once,
+)
 from autotuner.store.rows import (
     CrossTimingRow,
     DeviceRow,
@@ -114,7 +124,7 @@ class Store:
         """
         with session_scope(self.engine) as s:
             rows = repo.find_best_rows(s, op=op.name, device_key=device.key, problem_key=problem.key)
-        return best_of(rows, kernel_hash or op.kernel_hash, triton_version)
+        return best_of(rows, kernel_hash or op.kernel_hash, triton_version, op.space)
 
     def queue_job(self, *, op: str, shape: str, dtype: str, options: dict[str, Any], strategy: str = "tpe",
                   budget_trials: int | None = None, budget_seconds: float | None = None, priority: int = 0,
@@ -175,7 +185,8 @@ class Store:
 
     def cross_timings(self, sweep_id: int, *, device_key: str | None = None) -> list[CrossTimingRow]:
         with session_scope(self.engine) as s:
-            return [cross_timing_row(c) for c in repo.cross_timings(s, sweep_id=sweep_id, device_key=device_key)]
+            return [cross_timing_row(c) for c in checked("cross_timings", repo.cross_timings(
+                s, sweep_id=sweep_id, device_key=device_key), cross_timing_fault)]
 
     # -- reading results (the service, export, report) ----------------------------------------------------
     def health(self, min_free_bytes: int = MIN_FREE_BYTES) -> str | None:
@@ -197,28 +208,30 @@ class Store:
                 problem_key: str | None = None) -> list[ResultRow]:
         """Stored best configs (every kernel hash and Triton version), oldest first, with their device."""
         with session_scope(self.engine) as s:
-            return [result_row(r) for r in repo.find_best(s, op=op, device_key=device_key, problem_key=problem_key)]
+            return [result_row(r) for r in _bests(repo.find_best(s, op=op, device_key=device_key,
+                                                                  problem_key=problem_key))]
 
     def results_page(self, *, op: str | None, device_key: str | None, limit: int,
                      offset: int) -> tuple[list[ResultRow], int]:
         with session_scope(self.engine) as s:
             rows, total = repo.page_best(s, op=op, device_key=device_key, limit=limit, offset=offset)
-            return [result_row(r) for r in rows], total
+            return [result_row(r) for r in _bests(rows)], total
 
     def result(self, result_id: int, *, with_trials: bool = True) -> tuple[ResultRow, RunRow | None] | None:
         """One stored best config and the run that found it (with its trials, unless `with_trials` is off)."""
         with session_scope(self.engine) as s:
             row = repo.get_best(s, best_id=result_id)
-            if row is None:
+            if row is None or not _bests([row]):
                 return None
             run = repo.get_run(s, run_id=row.run_id, with_trials=with_trials) if row.run_id is not None else None
-            return result_row(row), run_row(run, with_trials=with_trials) if run is not None else None
+            runs = _runs([run], with_trials) if run is not None else []
+            return result_row(row), runs[0] if runs else None
 
     def trials_page(self, run_id: int, *, limit: int, offset: int) -> tuple[list[TrialRow], int]:
         """One page of a run's trials in the order measured, and how many it has."""
         with session_scope(self.engine) as s:
             trials, total = repo.page_trials(s, run_id=run_id, limit=limit, offset=offset)
-            return [trial_row(t) for t in trials], total
+            return [trial_row(t) for t in checked("trials", trials, trial_fault)], total
 
     def results_of_runs(self, run_ids: list[int]) -> dict[int, int]:
         """Run id -> the id of the stored best config it produced."""
@@ -229,7 +242,7 @@ class Store:
              problem_key: str | None = None) -> list[RunRow]:
         """Tuning runs with their trials and device, oldest first."""
         with session_scope(self.engine) as s:
-            return [run_row(r) for r in repo.list_runs(s, op=op, device_key=device_key, problem_key=problem_key)]
+            return _runs(repo.list_runs(s, op=op, device_key=device_key, problem_key=problem_key), True)
 
     def import_rows(self, *, devices: list[dict[str, Any]], runs: list[tuple[dict[str, Any], list[dict[str, Any]]]],
                     bests: list[tuple[dict[str, Any], int | None]]) -> dict[str, int]:
@@ -284,8 +297,8 @@ class Store:
         """Configs measured (or failed: None) for this problem before, at the running kernel hash and Triton
         version."""
         with session_scope(self.engine) as s:
-            return repo.trial_times(s, op=op.name, problem_key=problem.key, device_key=device.key,
-                                    kernel_hash=op.kernel_hash, triton_version=versions()[0])
+            return trial_times(repo.trial_times(s, op=op.name, problem_key=problem.key, device_key=device.key,
+                                                kernel_hash=op.kernel_hash, triton_version=versions()[0]))
 
     def claim_tuning(self, *, op: str, problem_key: str, device_key: str, owner: str, lease_s: float) -> bool:
         from datetime import timedelta
@@ -304,17 +317,18 @@ class Store:
     def job(self, job_id: int) -> JobRow | None:
         with session_scope(self.engine) as s:
             job = queue.get_job(s, job_id=job_id)
-            return job_row(job) if job is not None else None
+            return job_row(job) if job is not None and _jobs([job]) else None
 
     def jobs_page(self, *, state: str | None, limit: int, offset: int) -> tuple[list[JobRow], int]:
         with session_scope(self.engine) as s:
             jobs, total = queue.list_jobs(s, state=state, limit=limit, offset=offset)
-            return [job_row(j) for j in jobs], total
+            return [job_row(j) for j in _jobs(jobs)], total
 
     def recorded_options(self, *, op: str, shape: str, dtype: str) -> dict[str, Any] | None:
         """The options (a recorded call) of the newest job queued for this problem, if any."""
         with session_scope(self.engine) as s:
-            return queue.recorded_options(s, op=op, shape=shape, dtype=dtype)
+            job = queue.newest_tuning_job(s, op=op, shape=shape, dtype=dtype)
+            return dict(job.options) if job is not None and _jobs([job]) else None
 
     def recorded_problem(self, op: Op, shape: str, dtype: str) -> ProblemType:
         """A decorated kernel's problem with the call a launching process recorded for it (the newest job's), else
@@ -352,9 +366,18 @@ class Store:
     def claim_job(self, worker: str, after: int | None = None) -> tuple[JobRow | None, dict[str, int]]:
         """The next queued job (db.queue: priority, age, and jobs of the kernels of the one `worker` ended last,
         `after`, first), now running for `worker`, or None with the count of jobs by state."""
-        with session_scope(self.engine) as s:
-            job = queue.claim_job(s, worker=worker, after=after)
-            return (job_row(job), {}) if job is not None else (None, queue.count_jobs_by_state(s))
+        while True:
+            with session_scope(self.engine) as s:
+                job = queue.claim_job(s, worker=worker, after=after)
+                if job is None:
+                    return None, queue.count_jobs_by_state(s)
+                fault = job_fault(job)
+                if fault is None:
+                    return job_row(job), {}
+                # a row no worker can run: failed once with its reason, and the next job claimed
+                warn_once("jobs", job.id, fault)
+                queue.fail_attempt(s, job_id=job.id, worker=worker, error=f"unreadable job row: {fault}",
+                                   max_attempts=1, permanent=True)
 
     def heartbeat(self, *, job_id: int, worker: str) -> bool:
         with session_scope(self.engine) as s:
@@ -386,3 +409,20 @@ class Store:
             rows = repo.find_best_rows(s, op=op.name, device_key=device.key)
         return nearest_stored(op, problem, rows, kernel_hash=kernel_hash, triton_version=triton_version, limit=limit,
                               any_options=any_options)
+
+
+def _bests(rows: Any) -> list[Any]:
+    return checked("best_configs", rows, best_fault)
+
+
+def _jobs(rows: Any) -> list[Any]:
+    return checked("jobs", rows, job_fault)
+
+
+def _runs(rows: Any, with_trials: bool) -> list[RunRow]:
+    """The runs that pass the row checks, each with the trials that do."""
+    out = []
+    for run in checked("tuning_runs", rows, run_fault):
+        trials = tuple(trial_row(t) for t in checked("trials", run.trials, trial_fault)) if with_trials else ()
+        out.append(dataclasses.replace(run_row(run, with_trials=False), trials=trials))
+    return out

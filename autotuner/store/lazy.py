@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from autotuner.store import open_store
 from autotuner.store.nearest import current_problems, rank
+from autotuner.store.row_checks import trial_times
 from autotuner.store.rows import CrossTimingRow, SweepRow, cross_timing_row, sweep_row
 from autotuner.store.stored_best import StoredBest, best_of, versions
 from db.basics import DatabaseUnavailable, NotAutotunerDatabase
@@ -59,7 +60,7 @@ class LaunchReads:
              triton_version: str | None = None) -> StoredBest | None:
         """Store.best: the fastest current stored best of this exact problem, else the newest stale one."""
         rows = self.reads.best_rows(op=op.name, device_key=device.key, problem_key=problem.key)
-        return best_of(rows, kernel_hash or op.kernel_hash, triton_version)
+        return best_of(rows, kernel_hash or op.kernel_hash, triton_version, op.space)
 
     def nearest(self, *, op: Op, problem: ProblemType, device: DeviceInfo, limit: int = 3,
                 kernel_hash: str | None = None, triton_version: str | None = None,
@@ -138,8 +139,8 @@ class LaunchReads:
 
     def trial_times(self, *, op: Op, problem: ProblemType, device: DeviceInfo) -> dict[str, tuple[dict[str, Any], float | None]]:
         """Store.trial_times: configs measured (or failed: None) before, at the running kernel hash and Triton."""
-        return self.reads.trial_times(op=op.name, problem_key=problem.key, device_key=device.key,
-                                      kernel_hash=op.kernel_hash, triton_version=versions()[0])
+        return trial_times(self.reads.trial_times(op=op.name, problem_key=problem.key, device_key=device.key,
+                                                  kernel_hash=op.kernel_hash, triton_version=versions()[0]))
 
 
 class LazyStore:

@@ -14,6 +14,7 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from autotuner.store.row_checks import best_fault, checked
 from autotuner.store.stored_best import StoredBest, stored_best
 from search_spaces.contract import ProblemType
 
@@ -48,7 +49,7 @@ def current_problems(op: Op, rows: Iterable[Any], *, kernel_hash: str | None = N
                      triton_version: str | None = None) -> list[tuple[ProblemType, StoredBest]]:
     """The current stored bests among `rows` (one op's, on one device), each with its problem."""
     others = []
-    for row in rows:
+    for row in checked("best_configs", rows, lambda r: best_fault(r, op.space)):
         judged = stored_best(row, kernel_hash or op.kernel_hash, triton_version)
         if judged.stale:
             continue

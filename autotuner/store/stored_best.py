@@ -10,6 +10,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from autotuner.store.row_checks import best_fault, checked
+
 
 @dataclass(frozen=True)
 class StoredBest:
@@ -60,10 +62,12 @@ def stored_best(row: Any, kernel_hash: str, triton_version: str | None = None) -
                       row.problem_key, bool(reasons), "; ".join(reasons) or None, row.updated_at, row.run_id, row.id)
 
 
-def best_of(rows: Iterable[Any], kernel_hash: str, triton_version: str | None = None) -> StoredBest | None:
-    """The best of one problem's stored rows, each judged by `stored_best`: the fastest current one if any, else
-    the newest stale one."""
-    judged = [stored_best(r, kernel_hash, triton_version) for r in rows]
+def best_of(rows: Iterable[Any], kernel_hash: str, triton_version: str | None = None,
+            space: Any = None) -> StoredBest | None:
+    """The best of one problem's stored rows that pass the row checks (against the op's `space` where given), each
+    judged by `stored_best`: the fastest current one if any, else the newest stale one."""
+    judged = [stored_best(r, kernel_hash, triton_version)
+              for r in checked("best_configs", rows, lambda r: best_fault(r, space))]
     if not judged:
         return None
     fresh = [r for r in judged if not r.stale]
