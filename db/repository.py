@@ -254,11 +254,12 @@ def save_peak(session: Session, *, device_id: int, name: str, value: float, unit
 def trial_times(session: Session, *, op: str, problem_key: str, device_key: str, kernel_hash: str,
                 triton_version: str) -> list[Any]:
     """Every trial of this problem at this kernel hash and Triton version that was measured or failed, in the order
-    measured, as plain rows (config_key, config, status, median_ms, retimed_ms; the store checks and folds them:
+    measured, as plain rows (config_key, config, status, median_ms, retimed_ms, error, created_at; the store checks and folds them:
     autotuner.store.row_checks.trial_times). Through SQLAlchemy Core, as find_best_rows: a launching process asks it
     before its first launch."""
     trial, run, device = Trial.__table__, TuningRun.__table__, Device.__table__
-    q = (select(trial.c.config_key, trial.c.config, trial.c.status, trial.c.median_ms, trial.c.retimed_ms)
+    q = (select(trial.c.config_key, trial.c.config, trial.c.status, trial.c.median_ms, trial.c.retimed_ms,
+                trial.c.error, trial.c.created_at)
          .join(run, trial.c.run_id == run.c.id).join(device, run.c.device_id == device.c.id)
          .where(run.c.op == op, run.c.problem_key == problem_key, device.c.key == device_key,
                 run.c.kernel_hash == kernel_hash, run.c.triton_version == triton_version, trial.c.status != "invalid")

@@ -35,7 +35,7 @@ BEST_ROWS_OF_OP = BEST_ROWS.replace(" AND b.problem_key = ?", "")
 DEVICE_KEYS = """
 SELECT DISTINCT d.key FROM best_configs AS b JOIN devices AS d ON b.device_id = d.id WHERE b.op = ? ORDER BY d.key"""
 TRIAL_TIMES = """
-SELECT t.config_key, t.config, t.status, t.median_ms, t.retimed_ms
+SELECT t.config_key, t.config, t.status, t.median_ms, t.retimed_ms, t.error, t.created_at
 FROM trials AS t JOIN tuning_runs AS r ON t.run_id = r.id JOIN devices AS d ON r.device_id = d.id
 WHERE r.op = ? AND r.problem_key = ? AND d.key = ? AND r.kernel_hash = ? AND r.triton_version = ?
       AND t.status != 'invalid'
@@ -171,4 +171,5 @@ class SqliteReads:
         """repository.trial_times: the trials measured or failed, in order, columns by name."""
         rows = self._query(TRIAL_TIMES, (op, problem_key, device_key, kernel_hash, triton_version))
         return [SimpleNamespace(config_key=key, config=_json(config), status=status, median_ms=median,
-                                retimed_ms=retimed) for key, config, status, median, retimed in rows]
+                                retimed_ms=retimed, error=error, created_at=_datetime(created))
+                for key, config, status, median, retimed, error, created in rows]

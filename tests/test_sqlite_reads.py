@@ -55,6 +55,7 @@ def filled(tmp_path):
     again = store.start_run(op=op, problem=problem, device=device, strategy="tpe", budget_trials=1,
                             budget_seconds=None, clock="wall")
     store.record_trial(run_id=again, config={"BLOCK_N": 32}, config_key="k0", status="ok", median_ms=0.95)
+    store.record_trial(run_id=again, config={"BLOCK_N": 64}, config_key="k1", status="wrong_result")  # failed again
     with session_scope(store.engine) as s:  # a run at another kernel hash: not this code's trials
         old = repo.start_run(s, op=op.name, problem_key=problem.key, problem=dataclasses.asdict(problem),
                              device_id=device_id, kernel_hash="old-hash", triton_version=store_triton(),

@@ -23,6 +23,7 @@ READERS = ["store-sqlite", pytest.param("store-postgresql", marks=pytest.mark.po
            "job-store"]
 FAST = {"BLOCK_N": 128, "ROWS": 1, "num_warps": 4, "num_stages": 1}
 SLOW = {"BLOCK_N": 128, "ROWS": 2, "num_warps": 2, "num_stages": 1}
+ONCE = {"BLOCK_N": 256, "ROWS": 2, "num_warps": 2, "num_stages": 1}
 
 
 @pytest.fixture(params=READERS)
@@ -42,7 +43,12 @@ def written(request, tmp_path):
                           budget_seconds=None, clock="wall")
     store.record_trial(run_id=run, config=FAST, config_key=config_key(FAST), status="ok", median_ms=1.5)
     store.record_trial(run_id=run, config=SLOW, config_key=config_key(SLOW), status="crash", error="boom")
+    store.record_trial(run_id=run, config=ONCE, config_key=config_key(ONCE), status="crash", error="driver error 700")
     store.finish_run(run_id=run, status="done")
+    again = store.start_run(op=op, problem=p["16x100"], device=device, strategy="tpe", budget_trials=2,
+                            budget_seconds=None, clock="wall")  # SLOW fails again with the same cause; ONCE is not tried
+    store.record_trial(run_id=again, config=SLOW, config_key=config_key(SLOW), status="crash", error="boom")
+    store.finish_run(run_id=again, status="done")
     store.save_best(op=op, problem=p["16x100"], device=device, config=FAST, median_ms=1.5, default_ms=3.0,
                     torch_ms=2.0, run_id=run)
     store.save_best(op=op, problem=p["16x100"], device=device, config=SLOW, median_ms=9.0, default_ms=3.0,
@@ -92,7 +98,9 @@ def test_nearest_ranks_current_results_of_the_same_dtype_and_leaves_stale_ones_o
     assert reader.nearest(op=op, problem=op.parse_problem("16x180", "float16"), device=device) == []
 
 
-def test_trial_times_hold_every_measured_config_and_the_failed_as_none(written):
+def test_trial_times_hold_every_measured_config_and_only_a_repeated_failure_as_none(written):
+    """A config that failed once (ONCE: a transient error) is no answer, and is measured again; one that failed twice
+    with the same cause (SLOW) is kept as failed."""
     reader, _, op, device, p, _ = written
     times = reader.trial_times(op=op, problem=p["16x100"], device=device)
     assert times == {config_key(FAST): (FAST, 1.5), config_key(SLOW): (SLOW, None)}
@@ -112,3 +120,25 @@ def test_sweeps_and_their_cross_timings_read_back_as_written(written):
     assert [dataclasses.asdict(c) for c in cells] == [
         dataclasses.asdict(c) for c in sorted(store.cross_timings(sweep, device_key=device.key),
                                               key=lambda c: c.winner_key)]
+
+
+def test_a_failure_is_kept_only_while_it_repeats_with_the_same_cause():
+    from datetime import datetime, timedelta, timezone
+    from types import SimpleNamespace
+
+    from autotuner.store.row_checks import FAILURE_KEPT_S, trial_times
+
+    now = datetime.now(timezone.utc)
+
+    def trial(status, error=None, ago_s=0.0, ms=None):
+        return SimpleNamespace(id=1, config_key="k", config={"BLOCK": 1}, status=status, median_ms=ms,
+                               retimed_ms=None, error=error, created_at=now - timedelta(seconds=ago_s))
+
+    timeout, crash = trial("timeout", "no answer in 10.0 s"), trial("timeout", "no answer in 12.5 s")
+    assert trial_times([timeout], now) == {}  # once: measured again
+    assert trial_times([timeout, crash], now) == {"k": ({"BLOCK": 1}, None)}  # the same cause, its numbers aside
+    assert trial_times([timeout, trial("crash", "exit 11")], now) == {}  # another cause
+    late = trial("timeout", "no answer in 10.0 s", ago_s=FAILURE_KEPT_S + 60)
+    assert trial_times([timeout, late], now) == {}  # kept for a bounded time
+    assert trial_times([timeout, crash, trial("ok", ms=2.0)], now) == {"k": ({"BLOCK": 1}, 2.0)}
+    assert trial_times([trial("ok", ms=2.0), timeout], now) == {}  # a time, then a failure: measured again

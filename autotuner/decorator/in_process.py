@@ -167,8 +167,13 @@ def tune_here(view: EngineView, miss: Miss) -> tuple[dict[str, Any], str]:
         store.release_tuning(op=spec.name, problem_key=problem.key, device_key=device.key, owner=owner)
         l2_flush.release()  # the launching process keeps no flush buffer between tunings
     if result.best_config is None:
-        raise RuntimeError(f"{spec.name} {problem.key}: every config failed; see run {result.run_id}: "
-                           f"{result.trials[0].error if result.trials else ''}")
+        cause = next((t.error for t in result.trials if t.error), None)
+        if cause is None:  # nothing measured: every config failed twice before with one cause, kept for a while
+            from autotuner.store.row_checks import FAILURE_KEPT_S
+
+            cause = (f"every config failed twice with the same cause in earlier runs (their trials say which), kept "
+                     f"as its answer for {FAILURE_KEPT_S / 3600:g} h")
+        raise RuntimeError(f"{spec.name} {problem.key}: every config failed; see run {result.run_id}: {cause}")
     winner = dict(result.best_config)
     spec.hooks.pre_hook({**miss.named, **miss.kwargs, **winner}, reset_only=True)  # as triton.autotune does
     on_gpus = f" on {measurer.lanes} GPUs" if measurer.lanes > 1 else ""

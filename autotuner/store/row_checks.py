@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 from collections.abc import Callable, Iterable
+from datetime import datetime, timezone
 from typing import Any, TypeVar
 
 log = logging.getLogger("autotuner.store")
@@ -135,10 +137,38 @@ def cross_timing_fault(row: Any) -> str | None:
             or time_fault("ms", row.ms, optional=True) or time_fault("own_ms", row.own_ms, optional=True))
 
 
-def trial_times(rows: Iterable[Any]) -> dict[str, tuple[dict[str, Any], float | None]]:
-    """config_key -> (config, median ms, or None when it failed) of trial rows (config_key, config, status, median_ms,
-    retimed_ms; in the order measured: the latest of each config wins), each that passes the row checks."""
-    out: dict[str, tuple[dict[str, Any], float | None]] = {}
+def trial_times(rows: Iterable[Any], now: datetime | None = None) -> dict[str, tuple[dict[str, Any], float | None]]:
+    """config_key -> (config, median ms, or None for a kept failure) of trial rows (config_key, config, status,
+    median_ms, retimed_ms, error, created_at; in the order measured), each that passes the row checks. A config's
+    latest row answers: a time where it ran; a failure only where it repeats the one before it with the same cause
+    within FAILURE_KEPT_S. A failure seen once (a transient driver error, a `do_bench` that raised) is no answer:
+    the config is left out, and so measured again, as Triton measures every config again in a new process."""
+    now = now or datetime.now(timezone.utc)
+    latest: dict[str, tuple[Any, Any]] = {}  # config key -> (its latest row, the one before)
     for row in checked("trials", rows, trial_fault):
-        out[row.config_key] = (dict(row.config), (row.retimed_ms or row.median_ms) if row.status == "ok" else None)
+        latest[row.config_key] = (row, latest.get(row.config_key, (None, None))[0])
+    out: dict[str, tuple[dict[str, Any], float | None]] = {}
+    for key, (row, before) in latest.items():
+        if row.status == "ok":
+            out[key] = (dict(row.config), row.retimed_ms or row.median_ms)
+        elif before is not None and before.status != "ok" and failure_cause(before) == failure_cause(row) \
+                and _within(getattr(row, "created_at", None), now, FAILURE_KEPT_S):
+            out[key] = (dict(row.config), None)
     return out
+
+
+FAILURE_KEPT_S = 6 * 3600.0  # how long a failure that repeated with the same cause is kept as the config's answer
+
+
+def failure_cause(row: Any) -> tuple[str, str]:
+    """A failed trial's cause: its status and its error with the numbers taken out (a timeout's seconds, an
+    address), so that the same failure twice compares equal."""
+    return row.status, re.sub(r"\d+(\.\d+)?", "#", str(getattr(row, "error", None) or ""))
+
+
+def _within(when: Any, now: datetime, seconds: float) -> bool:
+    if not isinstance(when, datetime):
+        return False
+    if when.tzinfo is None:  # SQLite keeps UTC without its zone
+        when = when.replace(tzinfo=timezone.utc)
+    return (now - when).total_seconds() <= seconds
