@@ -84,7 +84,7 @@ fi
 if [[ $STEPS == *,share,* ]]; then
   step "compiles shared between hosts: autotuner tune matmul --M 4096 on three fresh hosts"
   for h in alone first second; do
-    secret=""; db=/tmp/share.db; [ "$h" = alone ] && db=/tmp/alone.db || secret=s3cret
+    secret=""; db=/tmp/share.db; [ "$h" = alone ] && db=/tmp/alone.db || secret=s3cret-of-16-bytes
     TRITON_CACHE_DIR=/tmp/tc_share_$h AUTOTUNER_KERNEL_CACHE_DIR=/tmp/kept_share_$h AUTOTUNER_COMPILE_SECRET=$secret \
         /usr/bin/time -f "wall %e s" python3 -m autotuner tune matmul --M ${SHARE_M:-4096} --db sqlite:///$db --json \
         > "$OUT/share_$h.json" 2> "$OUT/share_$h.log"

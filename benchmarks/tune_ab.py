@@ -88,7 +88,7 @@ def main() -> None:
             shared = f"sqlite:///{work / 'shared.db'}"
             for host in hosts:
                 db = f"sqlite:///{work / 'alone.db'}" if host == "alone" else shared
-                done = run(tree, shlex.split(args.tune), work, host, "" if host == "alone" else "s3cret", db,
+                done = run(tree, shlex.split(args.tune), work, host, "" if host == "alone" else "s3cret-of-16-bytes", db,
                            args.drop_caches, args.out / f"tune_ab_{label}{r}_{host}.log", args.spy)
                 runs.setdefault((label, host), []).append(done)
                 print(f"{label}{r} {host:6s} wall {done['wall_s']:6.2f}  " +

@@ -63,15 +63,15 @@ def rows(store: Store) -> list[CompiledFile]:
 def test_a_second_host_loads_what_the_first_compiled_and_never_a_file_it_cannot_verify(tmp_path):
     url = f"sqlite:///{tmp_path / 'shared.db'}"
     store = Store(url)
-    env = child_env("s3cret", url)
-    assert env["TRITON_CACHE_MANAGER"] == compile_share.MANAGER and env["AUTOTUNER_COMPILE_SECRET"] == "s3cret"
+    env = child_env("s3cret-of-16-bytes", url)
+    assert env["TRITON_CACHE_MANAGER"] == compile_share.MANAGER and env["AUTOTUNER_COMPILE_SECRET"] == "s3cret-of-16-bytes"
 
     first = host(tmp_path, "a", env)
     assert first["made"] == 1
     kept = rows(store)
     names = {r.filename.rsplit(".", 1)[-1] for r in kept}
     assert {"cubin", "json"} <= names and not names & {"ttir", "ttgir", "llir", "ptx"}  # no intermediate IR
-    assert all(r.mac == compiled_files.mac("s3cret", r.cache_key, r.filename, r.data) for r in kept)
+    assert all(r.mac == compiled_files.mac("s3cret-of-16-bytes", r.cache_key, r.filename, r.data) for r in kept)
 
     second = host(tmp_path, "b", env)  # a fresh cache folder: another host, a new container
     assert second["made"] == 0 and second["cubin"] == first["cubin"] and second["shared"] == first["shared"]
@@ -80,7 +80,7 @@ def test_a_second_host_loads_what_the_first_compiled_and_never_a_file_it_cannot_
     # a host under another secret loads none of them: it compiles, keeps its own, and the first's stay
     other = host(tmp_path, "c", child_env("another", url))
     assert other["made"] == 1 and other["cubin"] == first["cubin"]
-    mine = compiled_files.signer("s3cret")
+    mine = compiled_files.signer("s3cret-of-16-bytes")
     assert {(r.filename, r.mac) for r in rows(store) if r.signer == mine} == {(r.filename, r.mac) for r in kept}
     assert len(rows(store)) == 2 * len(kept)
     assert host(tmp_path, "c2", child_env("another", url))["made"] == 0
@@ -105,7 +105,7 @@ def test_without_a_secret_or_under_a_cache_manager_of_the_users_nothing_is_share
     assert host(tmp_path, "a", env)["made"] == 1 and host(tmp_path, "b", env)["made"] == 1
     assert rows(store) == []
     monkeypatch.setenv("TRITON_CACHE_MANAGER", "triton.runtime.cache:FileCacheManager")
-    assert not compile_share.share("s3cret", url) and "TRITON_REMOTE_CACHE_BACKEND" not in processes.environment()
+    assert not compile_share.share("s3cret-of-16-bytes", url) and "TRITON_REMOTE_CACHE_BACKEND" not in processes.environment()
 
 
 def test_a_host_loads_what_its_own_cache_holds_without_asking_the_database(tmp_path):
@@ -113,15 +113,15 @@ def test_a_host_loads_what_its_own_cache_holds_without_asking_the_database(tmp_p
     own compile, with the database gone, was compiled again (and every load of one read the database)."""
     url = f"sqlite:///{tmp_path / 'shared.db'}"
     Store(url)
-    assert host(tmp_path, "a", child_env("s3cret", url))["made"] == 1
+    assert host(tmp_path, "a", child_env("s3cret-of-16-bytes", url))["made"] == 1
     (tmp_path / "shared.db").rename(tmp_path / "gone.db")  # (reading a missing file fails: no such table)
-    again = host(tmp_path, "a", child_env("s3cret", url))
+    again = host(tmp_path, "a", child_env("s3cret-of-16-bytes", url))
     assert again["made"] == 0 and "compiled files not" not in again["stderr"]
-    assert host(tmp_path, "b", child_env("s3cret", url))["made"] == 1  # a fresh cache still asks, and compiles
+    assert host(tmp_path, "b", child_env("s3cret-of-16-bytes", url))["made"] == 1  # a fresh cache still asks, and compiles
 
 
 def test_a_database_that_cannot_be_reached_is_a_compile_as_usual(tmp_path):
-    env = child_env("s3cret", f"sqlite:///{tmp_path / 'missing' / 'nowhere.db'}")
+    env = child_env("s3cret-of-16-bytes", f"sqlite:///{tmp_path / 'missing' / 'nowhere.db'}")
     done = host(tmp_path, "a", env)
     assert done["made"] == 1 and "compiled files not" in done["stderr"]
 
@@ -131,17 +131,17 @@ def test_compiled_files_keep_their_bytes_and_signatures_on_postgresql(pg_url):
     written, a second put of the same file keeps the first, another signer's files are apart, a bad row is replaced."""
     store = Store(pg_url)
     data = bytes(range(256)) * 64
-    compiled_files.put(store.engine, "s3cret", "KEY", "k.cubin", data)
-    compiled_files.put(store.engine, "s3cret", "KEY", "k.cubin", data)
+    compiled_files.put(store.engine, "s3cret-of-16-bytes", "KEY", "k.cubin", data)
+    compiled_files.put(store.engine, "s3cret-of-16-bytes", "KEY", "k.cubin", data)
     compiled_files.put(store.engine, "other", "KEY", "k.cubin", b"theirs")
-    assert compiled_files.get(store.engine, "s3cret", "KEY", ["k.cubin", "k.json"]) == ({"k.cubin": data}, [])
+    assert compiled_files.get(store.engine, "s3cret-of-16-bytes", "KEY", ["k.cubin", "k.json"]) == ({"k.cubin": data}, [])
     assert compiled_files.get(store.engine, "other", "KEY", ["k.cubin"]) == ({"k.cubin": b"theirs"}, [])
     with session_scope(store.engine) as s:
-        s.execute(update(CompiledFile).where(CompiledFile.signer == compiled_files.signer("s3cret"))
+        s.execute(update(CompiledFile).where(CompiledFile.signer == compiled_files.signer("s3cret-of-16-bytes"))
                   .values(data=b"forged"))
-    assert compiled_files.get(store.engine, "s3cret", "KEY", ["k.cubin"]) == ({}, ["k.cubin"])
-    compiled_files.put(store.engine, "s3cret", "KEY", "k.cubin", data)
-    assert compiled_files.get(store.engine, "s3cret", "KEY", ["k.cubin"]) == ({"k.cubin": data}, [])
+    assert compiled_files.get(store.engine, "s3cret-of-16-bytes", "KEY", ["k.cubin"]) == ({}, ["k.cubin"])
+    compiled_files.put(store.engine, "s3cret-of-16-bytes", "KEY", "k.cubin", data)
+    assert compiled_files.get(store.engine, "s3cret-of-16-bytes", "KEY", ["k.cubin"]) == ({"k.cubin": data}, [])
 
 
 def test_a_process_about_to_compile_makes_the_backends_engine_before_its_first_lookup(tmp_path, monkeypatch):
@@ -157,7 +157,7 @@ def test_a_process_about_to_compile_makes_the_backends_engine_before_its_first_l
     monkeypatch.delenv(compile_share.SECRET_VAR, raising=False)
     backend.prepare()
     assert backend._engines == {}
-    monkeypatch.setenv(compile_share.SECRET_VAR, "s3cret")
+    monkeypatch.setenv(compile_share.SECRET_VAR, "s3cret-of-16-bytes")
     backend.prepare()
     engine = backend._engines[url]
     assert backend.DatabaseBackend("KEY").get(["k.cubin"]) == {} and backend._engines == {url: engine}
@@ -167,7 +167,7 @@ def test_a_process_about_to_compile_makes_the_backends_engine_before_its_first_l
             "assert backend.DatabaseBackend('KEY').get(['k.cubin']) == {}\n"
             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'sqlalchemy')[:3], backend._engines)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT,
-                         env={**os.environ, compile_share.SECRET_VAR: "s3cret",
+                         env={**os.environ, compile_share.SECRET_VAR: "s3cret-of-16-bytes",
                               compile_share.URL_VAR: f"sqlite:///{tmp_path / 'shared.db'}"})
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["[]", "{}"]
@@ -180,22 +180,22 @@ def test_the_sqlite_path_and_the_engines_read_each_others_files(tmp_path):
     path = tmp_path / "shared.db"
     store = Store(f"sqlite:///{path}")
     data = bytes(range(256)) * 64
-    compiled_files.put(path, "s3cret", "KEY", "k.cubin", data)
-    compiled_files.put(path, "s3cret", "KEY", "k.cubin", b"a second compile")
-    compiled_files.put(store.engine, "s3cret", "KEY", "k.json", b"{}")
+    compiled_files.put(path, "s3cret-of-16-bytes", "KEY", "k.cubin", data)
+    compiled_files.put(path, "s3cret-of-16-bytes", "KEY", "k.cubin", b"a second compile")
+    compiled_files.put(store.engine, "s3cret-of-16-bytes", "KEY", "k.json", b"{}")
     compiled_files.put(store.engine, "other", "KEY", "k.cubin", b"theirs")
     for where in (path, store.engine):
-        assert compiled_files.get(where, "s3cret", "KEY", ["k.cubin", "k.json", "k.ptx"]) == (
+        assert compiled_files.get(where, "s3cret-of-16-bytes", "KEY", ["k.cubin", "k.json", "k.ptx"]) == (
             {"k.cubin": data, "k.json": b"{}"}, [])
         assert compiled_files.get(where, "other", "KEY", ["k.cubin"]) == ({"k.cubin": b"theirs"}, [])
     assert all(r.created_at is not None for r in rows(store))
     with session_scope(store.engine) as s:
-        s.execute(update(CompiledFile).where(CompiledFile.signer == compiled_files.signer("s3cret"),
+        s.execute(update(CompiledFile).where(CompiledFile.signer == compiled_files.signer("s3cret-of-16-bytes"),
                                              CompiledFile.filename == "k.cubin").values(data=b"forged"))
-    assert compiled_files.get(path, "s3cret", "KEY", ["k.cubin"]) == ({}, ["k.cubin"])
-    compiled_files.put(path, "s3cret", "KEY", "k.cubin", data)
-    assert compiled_files.get(store.engine, "s3cret", "KEY", ["k.cubin"]) == ({"k.cubin": data}, [])
+    assert compiled_files.get(path, "s3cret-of-16-bytes", "KEY", ["k.cubin"]) == ({}, ["k.cubin"])
+    compiled_files.put(path, "s3cret-of-16-bytes", "KEY", "k.cubin", data)
+    assert compiled_files.get(store.engine, "s3cret-of-16-bytes", "KEY", ["k.cubin"]) == ({"k.cubin": data}, [])
     missing = tmp_path / "missing.db"
     with pytest.raises(sqlite3.OperationalError):  # a file that is not there is a database away: none is made
-        compiled_files.get(missing, "s3cret", "KEY", ["k.cubin"])
+        compiled_files.get(missing, "s3cret-of-16-bytes", "KEY", ["k.cubin"])
     assert not missing.exists()

@@ -372,3 +372,21 @@ def test_config_on_a_database_with_no_device_says_so(tmp_path):
     with running_server(f"sqlite:///{tmp_path / 'empty.db'}") as client:
         r = client.get("/config", params={"op": "softmax", "shape": "64x64"})
     assert r.status_code == 404 and "knows no device yet" in r.json()["detail"][0]["msg"]
+
+
+@pytest.mark.parametrize("name", ["AUTOTUNER_TRIAL_TIMEOUT_S", "AUTOTUNER_DB_TIMEOUT_S"])
+@pytest.mark.parametrize("value", ["inf", "1e400", "nan", "-Infinity", "1e300"])
+def test_an_endless_or_overflowing_wait_is_refused_in_one_line(name, value, tmp_path):
+    out = subprocess.run([sys.executable, "-m", "autotuner", "tune", "softmax", "--shape", "4x8", "--trials", "1",
+                          "--db", f"sqlite:///{tmp_path / 'w.db'}"], capture_output=True, text=True,
+                         env={**os.environ, name: value}, timeout=120)
+    assert out.returncode == 4 and name in out.stderr and "Traceback" not in out.stderr, out.stderr[-2000:]
+    assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+
+
+def test_a_short_compile_secret_is_refused():
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="shorter than 16"):
+        Settings(compile_secret="x")
+    assert Settings(compile_secret="0123456789abcdef").compile_secret == "0123456789abcdef"

@@ -11,6 +11,8 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+MIN_SECRET_BYTES = 16  # a shorter compile secret is guessed, and with it any host could sign what others load
+MAX_SECONDS = 1e9  # a duration setting past this (about 30 years) would overflow the waits it bounds
 MIN_BEATS_PER_LEASE = 3  # a lease shorter than this many heartbeats takes jobs from healthy workers
 # AUTOTUNER_* variables that are not settings of a running autotuner: the test suite's and docker-compose's
 NOT_SETTINGS = ("TEST_PG_URL", "REQUIRE_BROWSER", "CHROMIUM", "SCREENSHOTS", "PROBE", "PORT", "GPU")
@@ -19,7 +21,8 @@ _warned: set[str] = set()
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="AUTOTUNER_", extra="ignore")
+    # inf, nan and a number past a float's range (1e400 reads as inf) are refused, as no wait or size is endless
+    model_config = SettingsConfigDict(env_prefix="AUTOTUNER_", extra="ignore", allow_inf_nan=False)
 
     db_url: str | None = Field(None, description="SQLAlchemy URL; default: a SQLite file in the user's data dir")
     url: str | None = Field(None, description="Base URL of a remote autotuner service for lookups")
@@ -141,6 +144,23 @@ class Settings(BaseSettings):
         if any(c.isspace() for c in value):
             raise ValueError("holds whitespace, which a bearer token cannot carry")
         return value
+
+    @field_validator("compile_secret")
+    @classmethod
+    def _secret(cls, value: str | None) -> str | None:
+        if value is not None and len(value.encode()) < MIN_SECRET_BYTES:
+            raise ValueError(f"{len(value.encode())} bytes, shorter than {MIN_SECRET_BYTES}: use a long random "
+                             "value (python -c 'import secrets; print(secrets.token_hex(32))')")
+        return value
+
+    @model_validator(mode="after")
+    def _durations(self) -> Settings:
+        for name in type(self).model_fields:
+            value = getattr(self, name)
+            if name.endswith(("_s", "_ms")) and isinstance(value, float) and value > MAX_SECONDS:
+                raise ValueError(f"AUTOTUNER_{name.upper()}={value:g} is longer than any wait can be; give at most "
+                                 f"{MAX_SECONDS:g}")
+        return self
 
     @model_validator(mode="after")
     def _lease_vs_heartbeat(self) -> Settings:
