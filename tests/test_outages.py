@@ -390,3 +390,28 @@ def test_a_short_compile_secret_is_refused():
     with pytest.raises(ValidationError, match="shorter than 16"):
         Settings(compile_secret="x")
     assert Settings(compile_secret="0123456789abcdef").compile_secret == "0123456789abcdef"
+
+
+LIBRARY_CALLS = """
+import torch, autotuner
+x = torch.randn(4, 8)
+for _ in range(3):
+    torch.testing.assert_close(autotuner.softmax(x), torch.softmax(x, -1))
+print("launched")
+"""
+
+
+@pytest.mark.parametrize("setting, words", [
+    ("AUTOTUNER_ON_MISS=bogus", "AUTOTUNER_ON_MISS"),
+    ("AUTOTUNER_DB_URL=nonsense://x", "unknown database scheme 'nonsense'"),
+    ("AUTOTUNER_DB_URL=sqlite:///{notes}", "not a database")])
+def test_a_library_call_says_once_in_one_line_what_it_cannot_use(setting, words, tmp_path):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes, not a database\n" * 100)
+    name, value = setting.split("=", 1)
+    out = subprocess.run([sys.executable, "-c", LIBRARY_CALLS], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, name: value.format(notes=notes)})
+    assert out.returncode == 0 and "launched" in out.stdout, out.stderr[-2000:]
+    said = [line for line in out.stderr.splitlines() if line.strip()]
+    assert len(said) == 1 and words in said[0] and "Traceback" not in out.stderr, out.stderr
+    assert notes.read_text().startswith("my notes")

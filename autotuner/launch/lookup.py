@@ -33,6 +33,7 @@ from autotuner.store.regret import (
 )
 from autotuner.store.resolution import FINAL, Resolution, Source, resolve
 from autotuner.store.stored_best import StoredBest
+from db.basics import NoDatabase
 from search_spaces.contract import ProblemType
 
 log = logging.getLogger(__name__)
@@ -109,12 +110,18 @@ class Resolver:
         self._lock = threading.Lock()
         self._pending: queue.Queue[Callable[[], None]] = queue.Queue()
         self._worker: threading.Thread | None = None
+        self._warned_db = False  # a database that cannot be opened is said once, not at every launch
 
     def resolve(self, op: Op | str, problem: ProblemType, device: DeviceInfo, fallback: str = "nearest") -> Resolution:
         """`resolve` with this process's database and service; NotFound under `fallback="none"` with nothing
         exact."""
         op = get_op(op) if isinstance(op, str) else op
         store, error = self.store.peek()
+        if error is not None and not error.startswith(f"{NoDatabase.__name__}:") and not self._warned_db:
+            # (no database yet is a new user's normal state: nothing is tuned, and nothing to say)
+            self._warned_db = True
+            log.warning("autotuner: the database cannot be opened, so launches use default configs until it can "
+                        "(%s)", error.splitlines()[0])
         res = resolve(op, problem, device, store=store, store_error=error, service=self.service, fallback=fallback)
         if not res.final and (self.settings.tune_on_miss or self.settings.on_miss == "nearest"):
             # the bucket's representative serves every problem of its bucket, but not one between a refined or
@@ -324,8 +331,28 @@ def resolver() -> Resolver:
     if _RESOLVER is None:
         with _RESOLVER_LOCK:
             if _RESOLVER is None:
-                _RESOLVER = Resolver()
+                _RESOLVER = Resolver(launch_settings())
     return _RESOLVER
+
+
+def launch_settings() -> Settings:
+    """The AUTOTUNER_* settings of a launching process. A bad one is the user's process's business only in one
+    warning line: its default stands in (an unknown miss policy, a number that is not one), never a traceback out
+    of a library call or a kernel's launch."""
+    from pydantic import ValidationError
+
+    from autotuner.base.settings import settings_error
+
+    try:
+        return Settings()
+    except ValidationError as exc:
+        bad = {str(e["loc"][0]) for e in exc.errors() if e["loc"]}
+        log.warning("autotuner: %s; the defaults stand in for them", settings_error(exc))
+        fields = Settings.model_fields
+        try:
+            return Settings(**{n: fields[n].get_default(call_default_factory=True) for n in bad if n in fields})
+        except ValidationError:
+            return Settings.model_construct()  # (settings that are bad only together): every default
 
 
 def set_resolver(r: Resolver | None) -> None:
