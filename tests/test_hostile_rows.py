@@ -235,3 +235,21 @@ def test_a_job_row_no_worker_can_run_fails_once_and_the_worker_goes_on(tmp_path)
     assert states[good].startswith("done"), states
     for job_id in bad:
         assert states[job_id].startswith("failed: unreadable job row: options is"), states
+
+
+def test_an_import_too_large_to_parse_is_refused_before_it_is_read(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    huge = tmp_path / "huge.json"
+    with open(huge, "wb") as f:  # 100 MB as the file system sees it (sparse: no disk spent)
+        f.truncate(100 * 2**20)
+    target = tmp_path / "target.db"
+    child = subprocess.Popen([sys.executable, "-m", "autotuner", "import", str(huge), "--db", f"sqlite:///{target}"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _, status, usage = os.wait4(child.pid, 0)
+    said = child.stderr.read()
+    assert os.waitstatus_to_exitcode(status) == 2 and "more than --max-mb" in said and "Traceback" not in said, said
+    assert usage.ru_maxrss < 500 * 1024, usage.ru_maxrss  # KiB: the file was never read into memory
+    assert not target.exists()

@@ -72,26 +72,39 @@ def export(
         err.print(f"wrote {what} to {output}")
 
 
+MAX_IMPORT_MB = 32.0  # an export of a thousand runs of 64 trials; its parse holds over ten times its size in memory
+
+
 @command
-def import_(file: Path = typer.Argument(..., help="a file written by `autotuner export`"), db: DbOpt = None) -> None:
+def import_(file: Path = typer.Argument(..., help="a file written by `autotuner export`"), db: DbOpt = None,
+            max_mb: float = typer.Option(MAX_IMPORT_MB, "--max-mb", min=0.001,
+                                         help="refuse a larger file before reading it")) -> None:
     """Import an export; a stored result is never replaced by a slower one, and a bad file writes nothing."""
-    from autotuner.base.json_depth import MAX_DEPTH, too_deep
+    from autotuner.base.json_depth import MAX_DEPTH, nesting
     from autotuner.decorator.kernel_problem import KernelProblem
     from autotuner.store import open_store
     from autotuner.store.transfer import import_data, parse_export
 
     try:
+        size = file.stat().st_size
+        if size > max_mb * 2**20:  # its parse holds several times its size: refused before it is read
+            fail(f"{file} is {size / 2**20:.0f} MiB, more than --max-mb {max_mb:g}; export one op at a time "
+                 "(autotuner export --op NAME), or raise --max-mb where the memory is there; nothing was imported")
         text = file.read_text()
     except FileNotFoundError:
         fail(f"no file at {file}")
     except (OSError, UnicodeDecodeError) as exc:
         fail(f"cannot read {file}: {exc}")
-    if too_deep(text):
-        fail(f"{file}: JSON nested more than {MAX_DEPTH} levels deep; not an autotuner export, nothing was imported")
+    deep = f"{file}: JSON nested more than {MAX_DEPTH} levels deep; not an autotuner export, nothing was imported"
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         fail(f"{file} is not JSON: {exc}")
+    except RecursionError:
+        fail(deep)
+    del text
+    if nesting(data) > MAX_DEPTH:
+        fail(deep)
     try:  # the whole file is checked before the database is opened: a bad file creates and writes nothing
         export = parse_export(data, KernelProblem)
     except ValueError as exc:
