@@ -400,3 +400,43 @@ def test_a_triton_export_lists_each_config_once(tmp_path):
     assert out.returncode == 0, out.stderr
     lines = [line for line in out.stdout.splitlines() if "triton.Config(" in line]
     assert len(lines) == 1 and "(and 2 more)" in lines[0], out.stdout
+
+
+HERE_KERNEL = '''
+import triton, triton.language as tl
+import autotuner
+
+
+@autotuner.autotune(configs=[triton.Config({"BLOCK": 32}), triton.Config({"BLOCK": 64})], key=["n"])
+@triton.jit
+def scale(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, 2 * tl.load(x_ptr + offs, mask=offs < n), mask=offs < n)
+'''
+RECORD_ONCE = '''
+import torch, triton
+import herekern
+x = torch.randn(100)
+herekern.scale[lambda m: (triton.cdiv(100, m["BLOCK"]),)](x, torch.empty(100), 100)
+'''
+
+
+def test_the_console_script_tunes_a_kernel_of_the_current_folder_in_its_trial_worker(tmp_path):
+    """The installed `autotuner` script (whose sys.path holds its own folder, not the current one): the trial worker
+    imports the module of the current folder as the command itself does."""
+    import shutil
+
+    script = Path(sys.executable).with_name("autotuner")
+    script = str(script) if script.exists() else shutil.which("autotuner")
+    assert script is not None, "the autotuner console script is installed with the package"
+    (tmp_path / "herekern.py").write_text(HERE_KERNEL)
+    (tmp_path / "record.py").write_text(RECORD_ONCE)
+    env = {**os.environ, "AUTOTUNER_DB_URL": f"sqlite:///{tmp_path / 'h.db'}", "AUTOTUNER_RECORD": "1",
+           "AUTOTUNER_ON_MISS": "default"}
+    env.pop("PYTHONPATH", None)
+    recorded = subprocess.run([sys.executable, "record.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                              timeout=300)
+    assert recorded.returncode == 0, recorded.stderr[-2000:]
+    tuned = subprocess.run([script, "tune", "herekern:scale", "--shape", "n=100", "--dtype", "float32", "--trials",
+                            "2"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert tuned.returncode == 0 and "ModuleNotFoundError" not in tuned.stderr, tuned.stderr[-2000:]

@@ -54,11 +54,12 @@ def start_early(argv: list[str]) -> None:
 
 
 def main() -> None:
-    start_early(sys.argv)
     if "" not in sys.path and os.getcwd() not in sys.path:
         # as under `python -m autotuner`: a decorated kernel's module in the current folder imports (for the
-        # commands that name one; a worker imports a job's only where AUTOTUNER_KERNEL_MODULES allows it)
+        # commands that name one; a worker imports a job's only where AUTOTUNER_KERNEL_MODULES allows it); before
+        # the fork server starts, which hands its children the sys.path it was started with
         sys.path.insert(0, os.getcwd())
+    start_early(sys.argv)
     from pydantic import ValidationError
 
     from autotuner.base.registry import PluginError
