@@ -29,6 +29,8 @@ CORRUPT = "the database file is corrupt (not a database SQLite can read)"
 DELETED = ("the database file was deleted while this process had it open: nothing written now would be kept "
            "(restart on a database that exists)")
 REPLACED = "the database file was replaced while this process had it open (restart to use the new one)"
+NO_PRIVILEGE = "the database role may not write its tables: nothing can be written (grant it INSERT and UPDATE)"
+WRITTEN = ("jobs", "tuning_runs", "trials", "best_configs")  # the tables the service and the workers write
 LOST = (DELETED, REPLACED)  # a long-running process stops on these; it waits out the others
 
 
@@ -86,6 +88,11 @@ def storage_problem(engine: Engine, opened: FileIdentity | None, *,
             elif engine.dialect.name == "postgresql":
                 if conn.exec_driver_sql("SHOW transaction_read_only").scalar() == "on":
                     return "the database accepts no writes (a standby, or transactions are read-only)"
+                denied = [f"{privilege} on {table}" for table in WRITTEN for privilege in ("INSERT", "UPDATE")
+                          if not conn.exec_driver_sql("SELECT has_table_privilege(current_user, %s, %s)",
+                                                      (table, privilege)).scalar()]
+                if denied:
+                    return f"{NO_PRIVILEGE} ({', '.join(denied[:4])}{', ...' if len(denied) > 4 else ''})"
             else:
                 conn.exec_driver_sql("SELECT 1")
     except DBAPIError as exc:
@@ -107,4 +114,6 @@ def cause_of(exc: BaseException) -> str | None:
         return "the disk holding the database is full"
     if "not a database" in text or "malformed" in text or "disk image" in text:
         return CORRUPT
+    if "permission denied" in text or "insufficient privilege" in text or "insufficientprivilege" in text:
+        return NO_PRIVILEGE
     return None

@@ -185,3 +185,26 @@ def test_a_health_check_keeps_sqlites_locks_so_another_readers_close_loses_nothi
                               ".execute('select count(*) from jobs').fetchone()[0])"],
                              capture_output=True, text=True, check=True, timeout=60)
     assert counted.stdout.strip() == "2"
+
+
+@pytest.mark.postgres
+def test_a_postgresql_role_that_cannot_write_fails_health_and_writes_with_503(pg_url):
+    import uuid
+
+    from sqlalchemy import create_engine, text
+
+    Store(pg_url)  # the schema, made by its owner
+    role = f"autotuner_ro_{uuid.uuid4().hex[:8]}"
+    admin = create_engine(pg_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE ROLE "{role}" LOGIN'))
+        conn.execute(text(f'GRANT USAGE ON SCHEMA public TO "{role}"'))
+        conn.execute(text(f'GRANT SELECT ON ALL TABLES IN SCHEMA public TO "{role}"'))
+    try:
+        with running_server(pg_url.replace("postgres@", f"{role}@"), AUTOTUNER_TOKEN=TOKEN) as client:
+            _unusable(client, "may not write")
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP OWNED BY "{role}"'))
+            conn.execute(text(f'DROP ROLE "{role}"'))
+        admin.dispose()
