@@ -148,7 +148,9 @@ class Settings(BaseSettings):
     @field_validator("compile_secret")
     @classmethod
     def _secret(cls, value: str | None) -> str | None:
-        if value is not None and len(value.encode()) < MIN_SECRET_BYTES:
+        if not value:  # set empty: unset (a compose file's `${SECRET:-}`)
+            return None
+        if len(value.encode()) < MIN_SECRET_BYTES:
             raise ValueError(f"{len(value.encode())} bytes, shorter than {MIN_SECRET_BYTES}: use a long random "
                              "value (python -c 'import secrets; print(secrets.token_hex(32))')")
         return value

@@ -33,12 +33,10 @@ def check(db: DbOpt = None, quarantine: QuarantineOpt = None) -> None:
     """List the rows no read will serve (a config that is not an object or outside its op's space, a time that is
     not a finite positive number, options that are not an object...): table, id and why. Exits 1 when there are any
     and they were not quarantined."""
-    from autotuner.store.database import Store
-    from autotuner.store.row_audit import faulty_rows
-    from autotuner.store.row_audit import quarantine as move_out
+    from autotuner.store import open_store
 
-    store = Store(settings(db).db_url, create=False)
-    found = list(faulty_rows(store))
+    store = open_store(settings(db).db_url, create=False)
+    found = store.faulty_rows()
     for row in found:
         console.print(f"{row.table} {row.id}: {row.reason}")
     if not found:
@@ -47,5 +45,5 @@ def check(db: DbOpt = None, quarantine: QuarantineOpt = None) -> None:
     if quarantine is None:
         console.print(f"{len(found)} row(s) skipped by every read; --quarantine FILE moves them out")
         raise typer.Exit(1)
-    move_out(store, found, quarantine)
+    store.quarantine(found, quarantine)
     console.print(f"{len(found)} row(s) written to {quarantine} and deleted from the database")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from autotuner.base.device import DeviceInfo
@@ -29,6 +30,7 @@ from autotuner.store.row_checks import (
 from autotuner.store.rows import (
     CrossTimingRow,
     DeviceRow,
+    FaultyRow,
     JobRow,
     ResultRow,
     RunRow,
@@ -193,6 +195,16 @@ class Store:
         """Why this database cannot keep a write now (deleted, replaced, read-only, full, corrupt), or None;
         raises when it does not answer."""
         return storage_problem(self.engine, self.identity, min_free_bytes=min_free_bytes)
+
+    def faulty_rows(self) -> list[FaultyRow]:
+        from autotuner.store.row_audit import faulty_rows
+
+        return list(faulty_rows(self))
+
+    def quarantine(self, rows: list[FaultyRow], path: Path) -> None:
+        from autotuner.store.row_audit import quarantine
+
+        quarantine(self, rows, path)
 
     def ping(self) -> str:
         """The backend's name when the database answers; raises when it does not."""

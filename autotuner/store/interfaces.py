@@ -24,11 +24,13 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from autotuner.store.prediction import Prediction
-from autotuner.store.rows import CrossTimingRow, DeviceRow, JobRow, ResultRow, RunRow, SweepRow, TrialRow
+from autotuner.store.rows import CrossTimingRow, DeviceRow, FaultyRow, JobRow, ResultRow, RunRow, SweepRow, TrialRow
 from autotuner.store.stored_best import StoredBest
 from search_spaces.problem import ProblemError
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from autotuner.base.device import DeviceInfo
     from autotuner.base.registry import Op
     from search_spaces.contract import ProblemType
@@ -226,7 +228,18 @@ class StorageHealth(Protocol):
         """The backend's name when it answers; raises when it does not."""
 
 
-class Storage(SweepStore, JobQueue, RecordedCalls, TuningClaims, ResultBrowser, PeakStore, StorageHealth, Protocol):
+class RowAudit(Protocol):
+    """The rows every read skips (autotuner.store.row_checks), for `autotuner db check`."""
+
+    def faulty_rows(self) -> list[FaultyRow]:
+        """Every stored row that fails its row check: table, id, why, and the row as stored."""
+
+    def quarantine(self, rows: list[FaultyRow], path: Path) -> None:
+        """Write `rows` to a JSON file at `path`, then delete them from the database."""
+
+
+class Storage(SweepStore, JobQueue, RecordedCalls, TuningClaims, ResultBrowser, PeakStore, StorageHealth, RowAudit,
+              Protocol):
     """A whole store: what `autotuner.store.open_store` gives. A second backend answers these (and
     tests/test_store_conformance.py runs over it); callers ask for the narrowest interface they use."""
 

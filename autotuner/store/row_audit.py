@@ -6,21 +6,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from autotuner.store.row_checks import best_fault, cross_timing_fault, job_fault, run_fault, trial_fault
+from autotuner.store.rows import FaultyRow
 from db import repository as repo
 from db.engine import session_scope
-
-
-@dataclass(frozen=True)
-class FaultyRow:
-    table: str
-    id: int
-    reason: str
-    row: dict[str, Any]
 
 
 def _best(row: Any) -> str | None:
@@ -50,7 +42,7 @@ def faulty_rows(store: Any) -> Iterator[FaultyRow]:
             for row in rows:
                 reason = FAULTS[table](row)
                 if reason is not None:
-                    yield FaultyRow(table, row.id, reason, dict(row._mapping))
+                    yield FaultyRow(table=table, id=row.id, reason=reason, row=dict(row._mapping))
             after = rows[-1].id
 
 

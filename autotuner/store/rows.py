@@ -150,6 +150,16 @@ class CrossTimingRow:
         return self.ms / self.own_ms - 1.0 if self.ms and self.own_ms else None
 
 
+@dataclass(frozen=True, kw_only=True)
+class FaultyRow:
+    """A stored row that fails its row check (autotuner.store.row_checks): every read skips it."""
+
+    table: str
+    id: int
+    reason: str
+    row: dict[str, Any]  # its columns as stored
+
+
 def _read(cls: type[R], obj: Any, **given: Any) -> R:
     """A frozen row of `cls` from an ORM object's attributes of the same names (`given` ones excepted)."""
     names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
