@@ -82,3 +82,15 @@ CROSSING: Space[Any] = Space(
 if "paced_crossing" not in op_names():
     register_op(dataclasses.replace(s_gelu.OP, name="paced_crossing", space=CROSSING, launch=crossing_launch,
                                     sources=(launch, crossing_launch)))
+
+
+# One config whose every launch pauses two seconds: a trial (a check, warm-up, repetitions) runs well past a time
+# budget of a few seconds.
+SLOW: Space[Any] = Space(
+    params=(Param("PAUSE_US", (2_000_000,)), Param("num_warps", (1,)), Param("num_stages", (1,))),
+    constraints=(),
+    default_fn=lambda p, d: {"PAUSE_US": 2_000_000, "num_warps": 1, "num_stages": 1},
+)
+
+if "paced_slow" not in op_names():
+    register_op(dataclasses.replace(s_gelu.OP, name="paced_slow", space=SLOW, launch=launch, sources=(launch,)))

@@ -440,3 +440,19 @@ def test_the_console_script_tunes_a_kernel_of_the_current_folder_in_its_trial_wo
     tuned = subprocess.run([script, "tune", "herekern:scale", "--shape", "n=100", "--dtype", "float32", "--trials",
                             "2"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert tuned.returncode == 0 and "ModuleNotFoundError" not in tuned.stderr, tuned.stderr[-2000:]
+
+
+def test_a_trial_still_running_when_the_time_budget_ends_is_cut(tmp_path):
+    """A trial that would outlast the whole command's budget (each launch of paced_slow pauses 2 s) is cut at the
+    deadline, and the command says nothing was measured in time, instead of running the trial to its end."""
+    import time
+
+    t0 = time.monotonic()
+    out = cli("tune", "paced_slow", "--shape", "64", "--time-budget", "6", "--here", "--db",
+              f"sqlite:///{tmp_path / 'cut.db'}", env={"AUTOTUNER_PLUGINS": "tests.paced_op"})
+    wall = time.monotonic() - t0
+    assert "Traceback" not in out.stderr, out.stderr[-2000:]
+    assert wall < 6 + 4, (wall, out.stdout[-2000:], out.stderr[-2000:])  # the budget, and the process's exit
+    assert out.returncode == 1 and "no config was measured in time" in out.stdout, out.stdout[-2000:]
+    with sqlite3.connect(tmp_path / "cut.db") as c:  # a cut trial says nothing about its config: not stored
+        assert c.execute("SELECT count(*) FROM trials").fetchone()[0] == 0

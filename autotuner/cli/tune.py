@@ -317,8 +317,9 @@ def _print(result: TuneResult, device: Any, op: str, op_obj: Op) -> None:
                   else f"{result.roofline_fraction:.1%} (of datasheet peaks)")
     table.add_row("trials", f"{len(result.trials)} measured, {result.failures} failed, "
                             f"{result.rejected} rejected by constraints (of {result.candidates + result.rejected})")
-    table.add_row("stored", f"run {result.run_id}; " + ("new best" if result.stored_as_best
-                                                        else "a faster one was already stored"))
+    table.add_row("stored", f"run {result.run_id}; " + (
+        "new best" if result.stored_as_best else "a faster one was already stored" if result.best_config is not None
+        else "every config failed, nothing stored" if result.trials else "no config was measured in time, nothing stored"))
     table.add_row("wall time", result.phase_summary() + f"; compiling {result.phases.get('compile_s', 0):.1f} s "
                                "summed over the compile pool")
     console.print(table)

@@ -124,6 +124,12 @@ class LiveMeasurer:
     def lanes(self) -> int:
         return 1 + len(self.more)
 
+    def set_deadline(self, deadline: float | None) -> None:
+        """Every trial process answers by `deadline` (time.monotonic()) or its request is cut (`Outcome.cut`)."""
+        for runner in (self.runner, *self.more):
+            if isinstance(runner, TrialRunner):
+                runner.deadline = deadline
+
     def start(self) -> Outcome:
         """Start the trial worker (imports, CUDA context, inputs, reference) and time the torch baseline, the
         other lanes' workers setting up meanwhile; raises runner.WorkerSetupError when the problem cannot be set

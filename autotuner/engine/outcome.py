@@ -26,6 +26,7 @@ class Outcome:
     error: str | None = None
     wait_s: float | None = None  # how long the search waited for its compile (a measurer with a compile pool)
     worker_s: float | None = None  # how long the trial process took to answer, from the request's arrival
+    cut: bool = False  # ended by the command's time budget, not by the config: no answer about it, never stored
 
 
 def classify(exc: BaseException) -> Status:

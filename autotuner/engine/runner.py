@@ -31,6 +31,7 @@ class TrialRunner:
         self._needs_setup = False
         self.trial_timeout_s = trial_timeout_s
         self.setup_timeout_s = setup_timeout_s
+        self.deadline: float | None = None  # time.monotonic() by which a request is answered or cut (a time budget)
         self._proc: Any = None
         self._conn: Connection | None = None
         self._warming = False  # prestarted, its "warm" message not read yet
@@ -152,8 +153,12 @@ class TrialRunner:
         try:
             self._in_flight = True  # until the answer is read: close() kills a worker caught mid-trial
             self._conn.send((kind, payload))
-            if not self._conn.poll(self.trial_timeout_s):
+            wait_s = self.trial_timeout_s
+            left = self.deadline - time.monotonic() if self.deadline is not None else wait_s
+            if not self._conn.poll(max(0.0, min(wait_s, left))):
                 self._kill()
+                if left < wait_s:
+                    return Outcome("timeout", error="the command's time budget ran out first", cut=True)
                 return Outcome("timeout", error=f"no answer within {self.trial_timeout_s:g} s; the worker was killed")
             _, outcome = self._conn.recv()
             self._in_flight = False

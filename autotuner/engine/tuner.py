@@ -257,6 +257,8 @@ def _search(t: _Tuning) -> None:
 
     def on_trial(m: Measured) -> None:
         o, timing = m.outcome, m.outcome.timing
+        if o.cut:  # the budget ran out mid-trial: nothing learnt about the config, nothing stored
+            return
         key = config_key(m.config)
         t.trial_ids[key] = t.store.record_trial(
             run_id=t.run_id, config=m.config, config_key=key, status=o.status,
@@ -424,6 +426,8 @@ def tune(op: Op, problem: ProblemType, *, store: RunStore, settings: Settings, p
                  device=device or current_device(), observer=observer or TuneObserver(), measurer=measurer,
                  kept=kept, job_id=job_id, lanes=lanes)
     t.result.phases["plan_s"] = time.perf_counter() - t_start  # the space enumerated, the measurer made
+    if isinstance(t.measurer, LiveMeasurer):  # a trial still running when the whole command's budget ends is cut
+        t.measurer.set_deadline(t.plan.deadline)
     try:
         with _phase(t, "setup", None):
             _setup(t)
@@ -440,6 +444,8 @@ def tune(op: Op, problem: ProblemType, *, store: RunStore, settings: Settings, p
             store.finish_run(run_id=t.run_id, status=status, error=f"{type(exc).__name__}: {exc}"[:2000])
         raise
     finally:
+        if isinstance(t.measurer, LiveMeasurer):
+            t.measurer.set_deadline(None)  # (kept processes serve the next tuning)
         t.measurer.close()
         t.result.elapsed_s = time.perf_counter() - t_start
     return t.result
