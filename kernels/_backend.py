@@ -169,9 +169,17 @@ def _cuda_available() -> bool:
     return cuda_device_count() > 0
 
 
+# Set where this module turned the interpreter on after Triton was imported: Triton's interpreter patches its
+# language when it is imported with TRITON_INTERPRET set, so kernels then fail in ways that name nothing the user
+# did (a script that imports triton before autotuner, on a machine without a GPU).
+INTERPRETER_TOO_LATE = False
+
+
 def select_backend() -> None:
+    global INTERPRETER_TOO_LATE
     if "TRITON_INTERPRET" not in os.environ and not _cuda_available():
         os.environ["TRITON_INTERPRET"] = "1"
+        INTERPRETER_TOO_LATE = "triton" in sys.modules
 
 
 def interpreting() -> bool:

@@ -456,3 +456,15 @@ def test_a_trial_still_running_when_the_time_budget_ends_is_cut(tmp_path):
     assert out.returncode == 1 and "no config was measured in time" in out.stdout, out.stdout[-2000:]
     with sqlite3.connect(tmp_path / "cut.db") as c:  # a cut trial says nothing about its config: not stored
         assert c.execute("SELECT count(*) FROM trials").fetchone()[0] == 0
+
+
+def test_the_tutorial_without_a_gpu_or_the_interpreter_says_what_to_set(tmp_path):
+    """The tutorial imports Triton before autotuner: on a machine without a GPU, the interpreter that autotuner turns on
+    then is turned on too late for Triton, and its kernels failed with an error naming nothing the user did."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env.update(CUDA_VISIBLE_DEVICES="", AUTOTUNER_DB_URL=f"sqlite:///{tmp_path / 't.db'}")
+    out = subprocess.run([sys.executable, str(ROOT / "examples" / "tutorial_matmul.py"), "--M", "64"],
+                         capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+    assert out.returncode != 0
+    last = out.stderr.strip().splitlines()[-1]
+    assert "no CUDA device" in last and "TRITON_INTERPRET=1" in last, out.stderr[-3000:]

@@ -87,6 +87,12 @@ def current_device(index: int | None = None) -> DeviceInfo:
 
 @functools.cache
 def _device(index: int | None) -> DeviceInfo:
+    from kernels import _backend
+
+    if _backend.INTERPRETER_TOO_LATE:
+        raise NoDevice("no CUDA device is visible, and Triton was imported before TRITON_INTERPRET was set; run with "
+                       "TRITON_INTERPRET=1 in the environment to run kernels on the CPU (a small shape: the "
+                       "interpreter is slow)")
     if interpreting():
         return DeviceInfo(INTERPRETER, (0, 0), os.cpu_count() or 1, 0, INTERPRETER_SMEM, "cpu")
     if not cuda_device_count():
