@@ -98,12 +98,11 @@ def test_nearest_ranks_current_results_of_the_same_dtype_and_leaves_stale_ones_o
     assert reader.nearest(op=op, problem=op.parse_problem("16x180", "float16"), device=device) == []
 
 
-def test_trial_times_hold_every_measured_config_and_only_a_repeated_failure_as_none(written):
-    """A config that failed once (ONCE: a transient error) is no answer, and is measured again; one that failed twice
-    with the same cause (SLOW) is kept as failed."""
+def test_trial_times_hold_every_measured_config_and_the_failed_as_none(written):
+    """Where a config ran, the failed ones are answers: SLOW (failed twice) and ONCE (failed once) are None."""
     reader, _, op, device, p, _ = written
     times = reader.trial_times(op=op, problem=p["16x100"], device=device)
-    assert times == {config_key(FAST): (FAST, 1.5), config_key(SLOW): (SLOW, None)}
+    assert times == {config_key(FAST): (FAST, 1.5), config_key(SLOW): (SLOW, None), config_key(ONCE): (ONCE, None)}
     assert reader.trial_times(op=op, problem=p["16x400"], device=device) == {}
 
 
@@ -122,7 +121,7 @@ def test_sweeps_and_their_cross_timings_read_back_as_written(written):
                                               key=lambda c: c.winner_key)]
 
 
-def test_a_failure_is_kept_only_while_it_repeats_with_the_same_cause():
+def test_where_every_config_failed_a_failure_is_kept_only_while_it_repeats_with_the_same_cause():
     from datetime import datetime, timedelta, timezone
     from types import SimpleNamespace
 
@@ -142,3 +141,5 @@ def test_a_failure_is_kept_only_while_it_repeats_with_the_same_cause():
     assert trial_times([timeout, late], now) == {}  # kept for a bounded time
     assert trial_times([timeout, crash, trial("ok", ms=2.0)], now) == {"k": ({"BLOCK": 1}, 2.0)}
     assert trial_times([trial("ok", ms=2.0), timeout], now) == {}  # a time, then a failure: measured again
+    other = SimpleNamespace(**{**vars(trial("ok", ms=1.0)), "config_key": "j", "config": {"BLOCK": 2}})
+    assert trial_times([timeout, other], now) == {"k": ({"BLOCK": 1}, None), "j": ({"BLOCK": 2}, 1.0)}  # another ran

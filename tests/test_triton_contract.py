@@ -490,3 +490,48 @@ def test_globals_named_like_a_kernels_parameters_or_locals_are_not_its_identity(
     # a global the kernel reads as a global still counts
     (tmp_path / "mykern.py").write_text(SCRIPT.replace("STEP: tl.constexpr = 1", "STEP: tl.constexpr = 2"))
     assert run("1024") not in as_script
+
+
+def test_the_decorator_takes_what_triton_autotune_takes(db):
+    """Every Config field and autotune argument Triton's own tests use: ir_override (as a Config argument and as a
+    kwargs entry, which Triton's launch takes as a compile option), the deprecated warmup/rep/use_cuda_graph with
+    Triton's DeprecationWarning, an early_config_prune leaving nothing raising Triton's AutotunerError, and hooks
+    called with what Triton hands them (grid, warmup and every launch option)."""
+    import warnings
+
+    from triton.runtime.errors import AutotunerError
+
+    given = autotuner.autotune(configs=[triton.Config({"BLOCK": 32}, ir_override="/tmp/never.ttgir")], key=["n"],
+                               name="contract:ir_given")(_axpy)
+    in_kwargs = autotuner.autotune(configs=[triton.Config({"BLOCK": 32, "ir_override": "/tmp/never.ttgir"})],
+                                   key=["n"], name="contract:ir_kwargs")(_axpy)
+    assert config_dict(given.configs[0])["ir_override"] == config_dict(in_kwargs.configs[0])["ir_override"]
+    for deprecated in ({"warmup": 5}, {"rep": 10}, {"use_cuda_graph": True}):
+        with pytest.warns(DeprecationWarning, match="deprecated"):
+            autotuner.autotune(configs=CONFIGS, key=["n"], name="contract:old", **deprecated)(_axpy)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        autotuner.autotune(configs=CONFIGS, key=["n"], name="contract:new")(_axpy)
+
+    def nothing(configs, nargs, **kwargs):
+        return []
+
+    pruned = autotuner.autotune(configs=CONFIGS, key=["n"], name="contract:none", on_miss="tune",
+                                prune_configs_by={"early_config_prune": nothing})(_axpy)
+    x = torch.randn(64)
+    with pytest.raises(AutotunerError, match="No valid autotuner configs after pruning"):
+        pruned[grid](x, x, torch.empty(64), 64, 1.0)
+
+    seen: dict[str, set[str]] = {"autotuner": set(), "triton": set()}
+
+    def hooked(side):
+        def hook(nargs):
+            seen[side] |= {k for k, v in nargs.items() if not isinstance(v, torch.Tensor)}
+        return [triton.Config({"BLOCK": 32}, pre_hook=hook), triton.Config({"BLOCK": 64}, pre_hook=hook)]
+
+    ours = autotuner.autotune(configs=hooked("autotuner"), key=["n"], name="contract:hooks", on_miss="tune",
+                              do_bench=wall_bench)(_axpy)
+    theirs = triton.autotune(configs=hooked("triton"), key=["n"], do_bench=wall_bench)(_axpy)
+    for kernel in (ours, theirs, ours):  # a tuning launch, and a launch of a config tuned before
+        kernel[grid](x, x, torch.empty(64), 64, 1.0)
+    assert seen["autotuner"] == seen["triton"] and {"grid", "warmup", "num_ctas"} <= seen["triton"], seen

@@ -29,6 +29,7 @@ import logging
 import math
 import os
 import time
+import warnings
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple, Protocol
 
@@ -42,6 +43,7 @@ from autotuner.decorator.configs import (
     LAUNCH_OPTIONS,
     base_fn,
     check_names,
+    compile_options,
     config_dict,
     constexprs,
     module_name,
@@ -111,7 +113,8 @@ def _spec(fn: Any, configs: list[triton.Config] | None, key: list[str], *, space
     listed = list(configs) if configs else ([] if space is not None else [triton.Config({}, num_warps=4,
                                                                                           num_stages=3, num_ctas=1)])
     for i, c in enumerate(listed):
-        check_names(name, f"config {i} sets", c.kwargs, params, "a tl.constexpr parameter")
+        check_names(name, f"config {i} sets", c.kwargs, [*params, *compile_options()],
+                    "a tl.constexpr parameter or compile option")
     if space is not None:
         check_names(name, "the space's parameters", space.names, [*params, *LAUNCH_OPTIONS],
                     "a tl.constexpr parameter or launch option")
@@ -215,8 +218,9 @@ class Autotuned(Autotuner):
         if self.mirror is not None:
             self.mirror.launched(config)
         meta = config.all_kwargs()
-        if config.pre_hook is not None:
-            config.pre_hook({**dict(zip(self.arg_names, args, strict=False)), **kwargs, **meta})
+        if config.pre_hook is not None:  # as Triton's Autotuner.run calls it
+            config.pre_hook({**dict(zip(self.arg_names, args, strict=False)), **kwargs, "grid": grid,
+                             "warmup": warmup, **meta})
         if warmup:
             return self.fn.run(*args, grid=grid, warmup=True, **kwargs, **meta)
         return self._launch(sig, key, config, args, kwargs, meta, grid)
@@ -247,7 +251,8 @@ class Autotuned(Autotuner):
         if self.mirror is not None:
             self.mirror.launched(config)
         if config.pre_hook is not None:
-            config.pre_hook({**dict(zip(self.arg_names, args, strict=False)), **kwargs, **meta})
+            config.pre_hook({**dict(zip(self.arg_names, args, strict=False)), **kwargs, "grid": grid,
+                             "warmup": False, **meta})
         if callable(grid):
             grid = grid({**dict(zip(self.arg_names, args, strict=False)), **kwargs, **meta})
         if placed:
@@ -471,6 +476,10 @@ def autotune(configs: list[triton.Config] | None = None, key: list[str] | None =
     `buckets` maps key arguments to how their values group ("pow2", or a function from a value to its bucket's
     representative): results are resolved, stored and served per bucket. `use_cuda_graph` and `cache_results` are
     accepted for compatibility: results always persist, in the database."""
+
+    if warmup is not None or rep is not None or use_cuda_graph:  # Triton's own warning, from the user's line
+        warnings.warn("warmup, rep, and use_cuda_graph parameters are deprecated. See "
+                      "https://github.com/triton-lang/triton/pull/4496 for details.", DeprecationWarning, stacklevel=2)
 
     def decorator(fn: Any) -> Autotuned:
         return Autotuned(fn, configs, list(key or []), prune_configs_by=prune_configs_by, reset_to_zero=reset_to_zero,

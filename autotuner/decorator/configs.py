@@ -3,6 +3,8 @@ constexpr parameters, its importable name, and `triton.Config`s as the database 
 
 from __future__ import annotations
 
+import functools
+import importlib
 import inspect
 import os
 import sys
@@ -13,7 +15,13 @@ import triton
 
 from search_spaces.kernel_identity import python_function
 
-LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
+try:  # what Triton's Autotuner raises when no config is left (a Triton before it raised a RuntimeError)
+    from triton.runtime.errors import AutotunerError
+except ImportError:  # pragma: no cover - an older Triton
+    class AutotunerError(RuntimeError):  # type: ignore[no-redef]
+        """No config is left to launch."""
+
+LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg", "ir_override")
 
 
 def base_fn(fn: Any) -> Any:
@@ -56,12 +64,37 @@ def config_dict(c: triton.Config) -> dict[str, Any]:
         out["num_ctas"] = c.num_ctas
     if getattr(c, "maxnreg", None) is not None:
         out["maxnreg"] = c.maxnreg
+    if getattr(c, "ir_override", None) is not None:  # (a file of IR the compile takes instead: a config's own)
+        out["ir_override"] = c.ir_override
     return out
+
+
+@functools.cache
+def compile_options() -> tuple[str, ...]:
+    """The names a config's kwargs may give besides the kernel's constexprs: the launch options and every compile
+    option of Triton's backends (`ir_override`, `enable_fp_fusion`...), which Triton's launch takes as keywords."""
+    import dataclasses
+
+    names = list(LAUNCH_OPTIONS)
+    for module, cls in (("triton.backends.nvidia.compiler", "CUDAOptions"), ("triton.backends.amd.compiler", "HIPOptions")):
+        try:
+            options = getattr(importlib.import_module(module), cls)
+        except (ImportError, AttributeError):  # a Triton without that backend
+            continue
+        names += [f.name for f in dataclasses.fields(options) if f.name not in names]
+    return tuple(names)
+
+
+def hook_args(named: Mapping[str, Any], config: Mapping[str, Any], grid: Any, warmup: bool = False) -> dict[str, Any]:
+    """What Triton's Autotuner hands a hook: the launch's arguments by name, `grid` and `warmup`, and the config's
+    meta-parameters and every launch option (`triton.Config.all_kwargs()`: num_ctas included)."""
+    return {**named, "grid": grid, "warmup": warmup, **to_config(config).all_kwargs()}
 
 
 def to_config(d: Mapping[str, Any]) -> triton.Config:
     kwargs = {k: v for k, v in d.items() if k not in LAUNCH_OPTIONS}
-    return triton.Config(kwargs, **{k: d[k] for k in LAUNCH_OPTIONS if k in d})
+    options = {k: d[k] for k in LAUNCH_OPTIONS if k in d and (k != "ir_override" or d[k] is not None)}
+    return triton.Config(kwargs, **options)
 
 
 def check_names(kernel: str, what: str, names: Iterable[str], accepted: Iterable[str], noun: str) -> None:

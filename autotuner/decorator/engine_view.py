@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from autotuner.decorator.configs import hook_args
 from autotuner.decorator.kernel_problem import KernelProblem, pruned_keys, rebuild_args
 from autotuner.decorator.spec import Hooks, KernelSpec
 from kernels._backend import interpreting
@@ -35,7 +36,7 @@ class EngineView:
         argument taken after the kernel, before the post-hook restores any."""
         spec = self.spec
         hooks = hooks or spec.hooks
-        full = self._config_hooked(named, config)
+        full = self._config_hooked(named, config, grid)
         hooks.pre_hook(full)
         g = grid(full) if callable(grid) else grid
         try:
@@ -49,10 +50,11 @@ class EngineView:
         hooks.post_hook(full, exception=None)
         return out
 
-    def _config_hooked(self, named: dict[str, Any], config: Mapping[str, Any]) -> dict[str, Any]:
-        """The launch's arguments and the config's, after the config's own pre_hook has run on them (it may set
-        what the binary depends on: a tensor descriptor's block shape, say)."""
-        full = {**named, **config}
+    def _config_hooked(self, named: dict[str, Any], config: Mapping[str, Any], grid: Any) -> dict[str, Any]:
+        """The launch's arguments and the config's as Triton's Autotuner hands them to hooks (configs.hook_args),
+        after the config's own pre_hook has run on them (it may set what the binary depends on: a tensor
+        descriptor's block shape, say)."""
+        full = hook_args(named, config, grid)
         original = self.spec.hooked_config(config)
         if original is not None and original.pre_hook:
             original.pre_hook(full)
@@ -76,7 +78,7 @@ class EngineView:
                 AsyncCompileMode(pool, ignore_errors=True):
             for config in configs:
                 try:
-                    full = self._config_hooked(named, config)
+                    full = self._config_hooked(named, config, grid)
                     g = grid(full) if callable(grid) else grid
                     self.spec.fn.run(grid=g, warmup=True, **named, **config)
                     submitted += 1

@@ -10,7 +10,7 @@ from typing import Any
 
 import triton
 
-from autotuner.decorator.configs import config_dict
+from autotuner.decorator.configs import AutotunerError, config_dict
 from autotuner.decorator.kernel_problem import KernelProblem
 from autotuner.decorator.keys import Keys, Miss
 from search_spaces.space import Space, config_key
@@ -81,7 +81,8 @@ class KernelSpec:
         if early:
             pruned = early(pruned, nargs, **kwargs)
             if not pruned:
-                raise ValueError(f"{self.name}: early_config_prune returned no config; it must return at least one")
+                raise AutotunerError("No valid autotuner configs after pruning. `early_config_prune` should return "
+                                     "at least one config.")  # (Triton's words: its users match them)
         if perf_model:
             top_k = self.prune_configs_by.get("top_k", 1.0)
             if isinstance(top_k, float) and top_k <= 1.0:

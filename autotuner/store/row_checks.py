@@ -140,19 +140,21 @@ def cross_timing_fault(row: Any) -> str | None:
 def trial_times(rows: Iterable[Any], now: datetime | None = None) -> dict[str, tuple[dict[str, Any], float | None]]:
     """config_key -> (config, median ms, or None for a kept failure) of trial rows (config_key, config, status,
     median_ms, retimed_ms, error, created_at; in the order measured), each that passes the row checks. A config's
-    latest row answers: a time where it ran; a failure only where it repeats the one before it with the same cause
-    within FAILURE_KEPT_S. A failure seen once (a transient driver error, a `do_bench` that raised) is no answer:
-    the config is left out, and so measured again, as Triton measures every config again in a new process."""
+    latest row answers: a time where it ran, a failure where another config ran. Where every config's latest row is a
+    failure (a transient driver error, a `do_bench` that raised), a failure is no answer unless it repeats the one
+    before it with the same cause within FAILURE_KEPT_S: the config is left out, and so measured again, as Triton
+    measures every config again in a new process."""
     now = now or datetime.now(timezone.utc)
     latest: dict[str, tuple[Any, Any]] = {}  # config key -> (its latest row, the one before)
     for row in checked("trials", rows, trial_fault):
         latest[row.config_key] = (row, latest.get(row.config_key, (None, None))[0])
+    ran = any(row.status == "ok" for row, _ in latest.values())
     out: dict[str, tuple[dict[str, Any], float | None]] = {}
     for key, (row, before) in latest.items():
         if row.status == "ok":
             out[key] = (dict(row.config), row.retimed_ms or row.median_ms)
-        elif before is not None and before.status != "ok" and failure_cause(before) == failure_cause(row) \
-                and _within(getattr(row, "created_at", None), now, FAILURE_KEPT_S):
+        elif ran or (before is not None and before.status != "ok" and failure_cause(before) == failure_cause(row)
+                     and _within(getattr(row, "created_at", None), now, FAILURE_KEPT_S)):
             out[key] = (dict(row.config), None)
     return out
 
