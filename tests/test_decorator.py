@@ -642,3 +642,59 @@ def test_a_problem_every_config_of_which_failed_once_is_tuned_again_by_the_next_
     second = run("0")
     assert second.returncode == 0 and "source: tuned here" in second.stdout, second.stdout + second.stderr[-2000:]
     assert run("1").returncode == 0  # a tuned key launches its winner: no timing, nothing to fail
+
+
+FLAKY_SWITCH = '''
+import os, sys
+import torch, triton, triton.language as tl
+import autotuner
+
+timed = []
+
+
+def bench(fn, quantiles=None):
+    if os.environ["FLAKY"] == "1":
+        raise RuntimeError("CUDA error: unspecified launch failure (a transient driver error)")
+    fn()
+    timed.append(1)
+    return [1.0, 1.0, 1.0]
+
+
+@triton.autotune(configs=[triton.Config({"BLOCK": 32}), triton.Config({"BLOCK": 64})], key=["n"], do_bench=bench)
+@triton.jit
+def copy(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n), mask=offs < n)
+
+
+autotuner.install()
+x = torch.randn(100)
+y = torch.empty(100)
+try:
+    copy[lambda m: (triton.cdiv(100, m["BLOCK"]),)](x, y, 100)
+except RuntimeError as exc:
+    print("raised:", exc)
+    sys.exit(1)
+assert torch.equal(x, y)
+print("timed:", len(timed))
+'''
+
+
+def test_under_the_switch_a_key_every_config_of_which_failed_once_is_timed_again(tmp_path):
+    """The switch's side of a failure that is not an answer: after a process in which every config failed, the
+    next process times the configs again (through autotuner, or Triton's own tuning it hands back to), instead of
+    launching the first config untimed."""
+    import subprocess
+
+    (tmp_path / "flaky_switch.py").write_text(FLAKY_SWITCH)
+    env = {**os.environ, "AUTOTUNER_DB_URL": f"sqlite:///{tmp_path / 's.db'}", "PYTHONPATH": os.getcwd(),
+           "AUTOTUNER_ON_MISS": "tune"}
+
+    def run(flaky: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, str(tmp_path / "flaky_switch.py")], capture_output=True, text=True,
+                              timeout=300, env={**env, "FLAKY": flaky})
+
+    assert run("1").returncode == 1
+    second = run("0")
+    assert second.returncode == 0 and "timed:" in second.stdout, second.stdout + second.stderr[-2000:]
+    assert int(second.stdout.split("timed:")[1]) >= 2, second.stdout  # each config timed at least once
