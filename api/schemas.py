@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, create_model, field_validator
 
 from autotuner.engine.strategies import check_strategy, strategy_names
-from autotuner.store.resolution import TORCH_MARGIN
+from autotuner.store.resolution import TORCH_MARGIN, Source
 from search_spaces.contract import TunableOp
 from search_spaces.problem import DTYPE_ALIASES
 
@@ -20,7 +20,6 @@ def _utc(value: datetime) -> datetime:
 
 UtcDatetime = Annotated[datetime, AfterValidator(_utc)]
 
-Source = Literal["exact", "bucket", "predicted", "nearest", "default"]
 PRINTABLE = r"^[^\x00-\x1f\x7f]*$"  # no control characters
 OptionValue = str | bool | int | float
 

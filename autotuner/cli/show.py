@@ -77,20 +77,8 @@ def show(
             "tuned_at": str(a.tuned_at) if a.tuned_at else None, "result_id": a.result_id,
             "expected_regret": a.expected_regret, "regret_measured_on": list(a.regret_measured_on) or None,
             "regret_basis": a.regret_basis, "launches_torch": a.launches_torch}
-    stale = f" (a stale exact result was not used: {a.stale_reason})" if a.stale else ""
-    if a.source == Source.EXACT:
-        summary = f"tuned for this problem on {device.key}"
-    elif a.source == Source.BUCKET:
-        summary = (f"no tuned result for {prob.key} itself{stale}; this is the result tuned for its bucket's "
-                   f"representative, {a.from_problem}, and its times below were measured on that problem")
-    elif a.source == Source.PREDICTED:
-        summary = (f"no tuned result for {prob.key}{stale}; this config was picked by a model of a sweep's trials "
-                   f"between its points, served because it beat the nearest point's winner there: {a.regret_basis}")
-    elif a.source == Source.NEAREST:
-        summary = (f"no tuned result for {prob.key}{stale}; this is the best config of the nearest tuned problem, "
-                   f"{a.from_problem}, and its times below were measured on that problem, not this one")
-    else:
-        summary = f"nothing tuned applies to {prob.key} on {device.key}{stale}; this is the space default"
+    summary = Source(a.source).summary(prob.key, device.key, a.from_problem, a.stale_reason if a.stale else None,
+                                       a.regret_basis)
     if a.launches_torch:
         summary += (f"; its tune timed torch's op more than {TORCH_MARGIN:.0%} faster than this config, so the "
                     "library call launches torch's op instead")

@@ -200,7 +200,7 @@ def answer_config(store: Storage, op: Op, problem: ProblemType, device: DeviceIn
     if row is not None and row.default_ms is not None and measured(row.default_ms) and measured(row.median_ms):
         speedup = row.default_ms / row.median_ms  # times that are times (measured: finite and positive)
     regret = expected_regret(store, op, problem, res.from_problem, device, kernel_hash, triton_version) \
-        if res.source in REGRETTED and res.from_problem else None
+        if res.source.regretted and res.from_problem else None
     pick = res.pick
     return ConfigAnswer(
         op=op.name, problem=dataclasses.asdict(problem), problem_key=problem.key, device=device.key,
@@ -219,12 +219,9 @@ def answer_config(store: Storage, op: Op, problem: ProblemType, device: DeviceIn
         launches_torch=res.launches_torch and has_torch_op(op))
 
 
-REGRETTED = frozenset({Source.BUCKET, Source.NEAREST})  # answers served from another problem's winner
-
-
 def regret_basis(source: Source, from_problem: str | None, regret: Any) -> str | None:
     """How a bucket or nearest answer's expected regret was found, or that it was not measured."""
-    if source not in REGRETTED:
+    if not source.regretted:
         return None
     if regret is None:
         return "not measured: no sweep's cross timings bracket this problem"

@@ -46,7 +46,9 @@ FALLBACKS = ("nearest", "default", "none")
 
 
 class Source(str, enum.Enum):
-    """Where an answer came from (a str: JSON, the metrics' labels and `show` print its value)."""
+    """Where an answer came from (a str: JSON, the metrics' labels and `show` print its value), declared once: the
+    HTTP schema's choices, whether a launching process keeps the answer (`final`), whether it is another problem's
+    winner served here with an expected regret (`regretted`), and the words `show` says it in (`summary`)."""
 
     EXACT = "exact"
     BUCKET = "bucket"
@@ -57,8 +59,35 @@ class Source(str, enum.Enum):
     def __str__(self) -> str:
         return self.value
 
+    @property
+    def final(self) -> bool:
+        """An answer a launching process keeps; it asks again after the others."""
+        return self in (Source.EXACT, Source.BUCKET)
 
-FINAL = frozenset({Source.EXACT, Source.BUCKET})  # answers a launching process keeps; the others it asks again
+    @property
+    def regretted(self) -> bool:
+        """Another problem's winner: served with what it is expected to lose here."""
+        return self in (Source.BUCKET, Source.NEAREST)
+
+    def summary(self, problem: str, device: str, from_problem: str | None, stale_reason: str | None,
+                basis: str | None) -> str:
+        """The answer in a sentence: where its config comes from, and whose times it carries."""
+        stale = f" (a stale exact result was not used: {stale_reason})" if stale_reason else ""
+        return {
+            Source.EXACT: f"tuned for this problem on {device}",
+            Source.BUCKET: f"no tuned result for {problem} itself{stale}; this is the result tuned for its bucket's "
+                           f"representative, {from_problem}, and its times below were measured on that problem",
+            Source.PREDICTED: f"no tuned result for {problem}{stale}; this config was picked by a model of a sweep's "
+                              f"trials between its points, served because it beat the nearest point's winner there: "
+                              f"{basis}",
+            Source.NEAREST: f"no tuned result for {problem}{stale}; this is the best config of the nearest tuned "
+                            f"problem, {from_problem}, and its times below were measured on that problem, not this "
+                            "one",
+            Source.DEFAULT: f"nothing tuned applies to {problem} on {device}{stale}; this is the space default",
+        }[self]
+
+
+FINAL = frozenset(s for s in Source if s.final)  # answers a launching process keeps; the others it asks again
 TORCH_MARGIN = 0.02  # torch's op serves a library call only where its tune timed it this much faster or more:
 # within it the two are a tie of run-to-run noise (about 1%), and the tuned kernel serves
 
