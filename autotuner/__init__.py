@@ -20,13 +20,13 @@ name not listed below is looked up there, which imports the registry and torch.
 from __future__ import annotations
 
 import importlib
-import os
 import time
 from typing import Any
 
 IMPORTED_AT = time.monotonic()  # the package's first import: a start-up measure that no earlier program shares
 
 from kernels import _backend  # noqa: F401, E402  (before any @triton.jit in the importing module)
+from kernels._environment import env_flag  # noqa: E402
 
 __version__ = "0.1.0"
 
@@ -67,5 +67,5 @@ def __dir__() -> list[str]:
     return sorted(_names())
 
 
-if os.environ.get("AUTOTUNER_INSTALL", "").strip().lower() in ("1", "true", "yes", "on"):
+if env_flag("AUTOTUNER_INSTALL"):
     importlib.import_module("autotuner.decorator.install").install()

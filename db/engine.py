@@ -29,6 +29,7 @@ from db.basics import (  # noqa: F401  (re-exported: the errors and constants of
     default_url,
     loads,
 )
+from kernels._environment import env_flag
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 MIGRATION_LOCK = 0x6175746F  # pg_advisory_xact_lock key held while migrating
@@ -299,9 +300,10 @@ def open_engine(url: str | None = None, *, create: bool = True, timeout_s: float
                              "AUTOTUNER_DB_URL, or run `autotuner tune` first)")
         make_folder(engine)
     key = str(engine.url)
-    if key not in _READY and not os.environ.get("AUTOTUNER_RECHECK_SCHEMA") and _at_head(engine):
+    recheck = env_flag("AUTOTUNER_RECHECK_SCHEMA")
+    if key not in _READY and not recheck and _at_head(engine):
         _READY.add(key)
-    if key not in _READY or os.environ.get("AUTOTUNER_RECHECK_SCHEMA"):
+    if key not in _READY or recheck:
         with _MIGRATING:  # Alembic's context is process-global: one thread of a process migrates at a time
             if not create and schema_state(engine) == "empty":
                 raise NoDatabase(f"{engine.url.render_as_string(hide_password=True)} holds no autotuner tables "

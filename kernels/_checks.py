@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from kernels._environment import env_flag
 from kernels._torch import lazy
 
 if TYPE_CHECKING:
@@ -96,7 +96,7 @@ def check_pow2(kernel: str, cfg: Mapping[str, Any], names: Iterable[str]) -> Non
             raise ValueError(f"{kernel}: config[{n!r}] must be a power of two, got {cfg[n]}")
 
 
-_POISON = os.environ.get("AUTOTUNER_POISON_OUTPUTS", "0") == "1"
+_POISON = env_flag("AUTOTUNER_POISON_OUTPUTS")
 
 
 def poison_outputs(enabled: bool) -> bool:

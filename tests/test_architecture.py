@@ -19,6 +19,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("kernels", "search_spaces", "db", "autotuner", "api")
 FLOOR = {"kernels": 0, "search_spaces": 0, "db": 1, "autotuner.base": 2, "autotuner.store": 3,
@@ -209,3 +211,55 @@ def test_a_store_class_asked_for_would_be_found(tmp_path):
     probe = tmp_path / "probe.py"
     probe.write_text("def f(s):\n    return isinstance(s, (int, LaunchReads)) or Store('sqlite://')\n")
     assert _store_class_uses([probe]) == ["probe.py:2 isinstance on a store class", "probe.py:2 Store(...) made directly"]
+
+
+def _raw_setting_reads(paths: list[Path]) -> list[str]:
+    """Each read of an AUTOTUNER_* variable straight from the environment (`os.environ.get("AUTOTUNER_X")`,
+    `os.environ["AUTOTUNER_X"]` read, `os.getenv("AUTOTUNER_X")`)."""
+    found = []
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            key = None
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("get", "getenv") \
+                    and node.args and isinstance(node.args[0], ast.Constant):
+                key = node.args[0].value
+            elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load) \
+                    and isinstance(node.slice, ast.Constant):
+                key = node.slice.value
+            if isinstance(key, str) and key.startswith("AUTOTUNER_"):
+                found.append(f"{path}:{node.lineno} {key}")
+    return found
+
+
+def test_autotuner_variables_are_read_by_the_settings_or_the_one_environment_reader():
+    """Every AUTOTUNER_* variable is read through autotuner.base.settings, or before the settings exist through
+    kernels._environment, with the same rules for a flag; none straight from os.environ, each with rules of its
+    own."""
+    product = [p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")
+               if p.name != "_environment.py" and p.parent.name != "migrations"]
+    assert len(product) > 100
+    assert _raw_setting_reads(product) == []
+
+
+def test_a_raw_setting_read_would_be_found(tmp_path):
+    probe = tmp_path / "probe.py"
+    probe.write_text("import os\na = os.environ.get('AUTOTUNER_X')\nb = os.environ['AUTOTUNER_Y']\n"
+                     "c = os.getenv('AUTOTUNER_Z')\nos.environ['AUTOTUNER_W'] = '1'\n")
+    assert [r.rsplit(" ", 1)[1] for r in _raw_setting_reads([probe])] == ["AUTOTUNER_X", "AUTOTUNER_Y", "AUTOTUNER_Z"]
+
+
+def test_a_flag_means_what_it_means_to_the_settings(monkeypatch):
+    from pydantic import TypeAdapter, ValidationError
+
+    from kernels._environment import env_flag
+
+    as_settings = TypeAdapter(bool)
+    for text in ("1", "true", "True", "YES", "on", "t", "y", "0", "false", "No", "OFF", "f", "n", " 1 "):
+        monkeypatch.setenv("AUTOTUNER_PROBE", text)
+        assert env_flag("AUTOTUNER_PROBE") is as_settings.validate_python(text.strip()), text
+    for text, default in (("", True), ("", False), ("maybe", True), ("2", False)):
+        monkeypatch.setenv("AUTOTUNER_PROBE", text)
+        if text:
+            with pytest.raises(ValidationError):
+                as_settings.validate_python(text)
+        assert env_flag("AUTOTUNER_PROBE", default) is default, text

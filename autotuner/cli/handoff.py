@@ -18,10 +18,10 @@ import time
 from typing import Any
 
 from autotuner.worker.command_socket import Lines, runtime_dir, send, socket_paths
+from kernels._environment import env_flag, env_text
 
 CONNECT_TIMEOUT_S = 1.0
 HELLO_TIMEOUT_S = 5.0
-OFF = ("0", "false", "no", "off")
 
 
 EXEC_GAP_S = 2.0  # more than this between the process's start and autotuner's first import: it ran something else
@@ -46,9 +46,9 @@ def since_process_start() -> float | None:
 
 
 def wanted(argv: list[str]) -> bool:
-    if os.environ.get("AUTOTUNER_LOCAL_WORKER", "").strip().lower() in OFF:
+    if not env_flag("AUTOTUNER_LOCAL_WORKER", default=True):
         return False
-    if os.environ.get("AUTOTUNER_GPUS", "").strip():  # several GPUs: tuned here (a worker measures on one)
+    if env_text("AUTOTUNER_GPUS"):  # several GPUs: tuned here (a worker measures on one)
         return False
     return not any(a in ("--here", "--queue", "--help", "--gpus") or a.startswith("--gpus=") for a in argv)
 
@@ -57,7 +57,7 @@ def hand_off(argv: list[str]) -> int | None:
     """Run `autotuner tune ARGV` in a local worker: its exit status, or None where no worker took it."""
     if not wanted(argv):
         return None
-    sockets = socket_paths(runtime_dir(os.environ.get("AUTOTUNER_RUNTIME_DIR")))
+    sockets = socket_paths(runtime_dir(env_text("AUTOTUNER_RUNTIME_DIR")))
     wait = "--wait" in argv
     for i, path in enumerate(sockets):
         code = _through(str(path), argv, wait_if_busy=wait and i == len(sockets) - 1)

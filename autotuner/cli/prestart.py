@@ -10,10 +10,9 @@ Only modules that import no torch are imported here (the engine's measure, kerne
 
 from __future__ import annotations
 
-import os
-
 from autotuner.engine.compile_share import share
 from autotuner.engine.measure import KeptProcesses, prestarted
+from kernels._environment import env_text
 
 _kept: KeptProcesses | None = None
 _device: int | None = None
@@ -32,7 +31,7 @@ def _value(argv: list[str], option: str) -> str | None:
 def _gpus(argv: list[str]) -> str:
     """The `--gpus` value in the arguments, else AUTOTUNER_GPUS ("" for neither)."""
     given = _value(argv, "--gpus")
-    return given if given is not None else os.environ.get("AUTOTUNER_GPUS", "")
+    return given if given is not None else env_text("AUTOTUNER_GPUS") or ""
 
 
 def start(argv: list[str]) -> None:

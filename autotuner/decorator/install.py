@@ -49,6 +49,7 @@ from autotuner.decorator.autotuned import Autotuned, KernelNotTuned
 from autotuner.decorator.configs import config_dict, module_name
 from autotuner.decorator.kept_timings import KeptTimings
 from autotuner.launch.lookup import warm_up
+from kernels._environment import env_text
 
 __all__ = ["KernelReport", "install", "installed", "report", "run_script", "uninstall"]
 
@@ -268,7 +269,7 @@ def install() -> None:
             # module attribute is touched
             _register(obj)
     warm_up()  # the settings and the database, before a first launch needs them
-    path = os.environ.get("AUTOTUNER_REPORT")
+    path = env_text("AUTOTUNER_REPORT")
     if path and not _reporting:
         _reporting.append(path)
         atexit.register(write_report, path)
