@@ -23,6 +23,7 @@ import importlib.util
 import multiprocessing.util as mp_util
 import os
 import sys
+from typing import NoReturn
 
 from autotuner.engine import processes
 
@@ -77,9 +78,6 @@ def main() -> None:
     if sys.argv[1:2] != ["tune"]:
         app()
         return
-    # `tune` is over once its output is out and the exit handlers (logging, multiprocessing) have run: the
-    # interpreter's own teardown after them (torch's and CUDA's destructors, every module's) is skipped.
-    # Everything it wrote is committed by then, and the output flushed here.
     try:
         app()
         code: int = 0
@@ -87,14 +85,21 @@ def main() -> None:
         if isinstance(exc.code, str):
             sys.stderr.write(exc.code + "\n")
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    exit_fast(code)
+
+
+def exit_fast(code: int) -> NoReturn:
+    """End a `tune` once its output is out and the exit handlers (logging, multiprocessing's finalizers) have run,
+    skipping the interpreter's own teardown after them (torch's and CUDA's destructors, every module's): everything
+    it wrote is committed by then, and the output is flushed here. multiprocessing's exit handler would join the
+    trial worker and compile pool, killed by now, and so wait while the driver tears their CUDA contexts down: its
+    finalizers (the fork server's folder) run, the join is left out (the killed processes are reaped by init; the
+    fork server exits when this process does)."""
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except OSError:  # a reader that went away (a closed pipe): nothing more to say to it
             pass
-    # multiprocessing's exit handler would join the trial worker and compile pool, killed by now, and so wait
-    # while the driver tears their CUDA contexts down: its finalizers (the fork server's folder) run, the join is
-    # left out (the killed processes are reaped by init; the fork server exits when this process does).
     exit_function, run_finalizers = getattr(mp_util, "_exit_function", None), getattr(mp_util, "_run_finalizers", None)
     if exit_function is not None and run_finalizers is not None:
         atexit.unregister(exit_function)
@@ -104,4 +109,4 @@ def main() -> None:
     os._exit(code)
 
 
-__all__ = ["main", "start_early"]
+__all__ = ["exit_fast", "main", "start_early"]
