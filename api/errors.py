@@ -23,9 +23,10 @@ from starlette.routing import Match, Route
 
 from api.deps import Forbidden, StorageUnusable, Unauthorized
 from autotuner.launch.serving import AmbiguousDevice, InputError, NoSuchProblem
+from autotuner.store.errors import NotAStore as NotAutotunerDatabase
+from autotuner.store.errors import StoreUnavailable as DatabaseUnavailable
+from autotuner.store.errors import cause_of
 from autotuner.store.resolution import NotFound
-from db.engine import DatabaseUnavailable, NotAutotunerDatabase
-from db.health import cause_of
 
 log = logging.getLogger(__name__)
 UNAVAILABLE_DETAIL = "the result database is unavailable; try again shortly"

@@ -263,3 +263,19 @@ def test_a_flag_means_what_it_means_to_the_settings(monkeypatch):
             with pytest.raises(ValidationError):
                 as_settings.validate_python(text)
         assert env_flag("AUTOTUNER_PROBE", default) is default, text
+
+
+# Outside the store only these reach the database layer itself: the migration command, and the compiled files'
+# backend, which Triton's compile processes load by name (it goes behind a store interface next).
+DB_OUTSIDE_THE_STORE = {"autotuner.cli.database", "autotuner.engine.compile_share_backend"}
+
+
+def test_only_the_store_imports_the_database_layer():
+    """Every room names the store's errors and states through autotuner.store (autotuner.store.errors), so a second
+    backend, or a change of the SQL layer, is the store's business."""
+    graph = _graph()
+    wrong = sorted(f"{m} imports {t}" for m, targets in graph.items()
+                   if _part(m) in ("api",) or (m.startswith("autotuner") and _part(m) != "autotuner.store")
+                   for t in targets if t == "db" or t.startswith("db.")
+                   if m not in DB_OUTSIDE_THE_STORE)
+    assert wrong == []

@@ -10,7 +10,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from api.deps import State
 from api.errors import UNAVAILABLE_DETAIL
 from api.schemas import HealthOut
-from db.health import cause_of
+from autotuner.store.errors import cause_of
 
 log = logging.getLogger(__name__)
 

@@ -33,12 +33,13 @@ from autotuner.base.registry import UnknownOpError, get_op
 from autotuner.base.roofline import fraction
 from autotuner.engine.refine import neighbour_losses, worst_pair
 from autotuner.launch.serving import device_info
+from autotuner.store.errors import JOB_STATES
+from autotuner.store.errors import NotAStore as NotAutotunerDatabase
+from autotuner.store.errors import StoreUnavailable as DatabaseUnavailable
 from autotuner.store.interfaces import Storage
 from autotuner.store.regret import sweep_points
 from autotuner.store.resolution import has_torch_op, torch_faster
 from autotuner.store.rows import CrossTimingRow, JobRow, ResultRow, SweepRow
-from db.engine import DatabaseUnavailable, NotAutotunerDatabase
-from db.models import JOB_STATES
 from search_spaces.contract import ProblemType
 
 HERE = Path(__file__).resolve().parent.parent

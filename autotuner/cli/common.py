@@ -114,7 +114,8 @@ def clear_errors() -> Iterator[None]:
     from autotuner.base.device import NoDevice
     from autotuner.base.settings import settings_error
     from autotuner.engine.runner import WorkerSetupError
-    from db.engine import DatabaseUnavailable, NotAutotunerDatabase
+    from autotuner.store.errors import NotAStore as NotAutotunerDatabase
+    from autotuner.store.errors import StoreUnavailable as DatabaseUnavailable
 
     try:
         yield

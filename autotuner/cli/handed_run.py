@@ -54,7 +54,7 @@ class HandedRun:
     received: float = field(default_factory=time.perf_counter)
 
     def check_database(self, url: str | None) -> None:
-        from db.engine import identity
+        from autotuner.store.errors import same_store as identity
 
         if identity(url) != self.database:
             raise Declined("it names another database than the worker's")
@@ -170,7 +170,7 @@ def run(request: Request, cli: Command, kept: KeptProcesses, settings: Settings,
     """Run the command handed over (`cli`: the command line's root command, as the worker was started with), and
     close its connection; True if a signal sent to this worker stopped it (the worker should stop too)."""
     global _current
-    from db.engine import identity
+    from autotuner.store.errors import same_store as identity
 
     reason = refusal(request)
     if reason is not None:

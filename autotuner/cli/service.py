@@ -31,10 +31,10 @@ def serve(
     import uvicorn
 
     from api.app import create_app
-    from db.engine import make_engine
+    from autotuner.store.errors import describe
 
     s = settings(db)
-    url = make_engine(s.db_url).url.render_as_string(hide_password=True)
+    url = describe(s.db_url)
     _refuse_unusable_database(s.db_url, s.min_free_bytes)
     _check_port(host, port)
     application = create_app(s)
@@ -49,8 +49,9 @@ def _refuse_unusable_database(url: str | None, min_free_bytes: int) -> None:
     from sqlalchemy.exc import DatabaseError
 
     from autotuner.store import open_store
-    from db.engine import DatabaseUnavailable, NotAutotunerDatabase
-    from db.health import cause_of
+    from autotuner.store.errors import NotAStore as NotAutotunerDatabase
+    from autotuner.store.errors import StoreUnavailable as DatabaseUnavailable
+    from autotuner.store.errors import cause_of
 
     try:
         problem = open_store(url).health(min_free_bytes)
@@ -140,8 +141,9 @@ def worker(
 
     w = Worker(s, gpu=gpu, name=name, on_event=event, serve=serve_command, gpus=lanes)
     event(f"worker {w.name} on {device.key}, polling every {s.poll_s:g} s")
-    from db.engine import DatabaseUnavailable, NotAutotunerDatabase
-    from db.health import StorageLost
+    from autotuner.store.errors import NotAStore as NotAutotunerDatabase
+    from autotuner.store.errors import StoreLost as StorageLost
+    from autotuner.store.errors import StoreUnavailable as DatabaseUnavailable
 
     try:
         w.run(once=once, until_empty=until_empty)

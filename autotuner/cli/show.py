@@ -49,8 +49,8 @@ def show(
     from autotuner.base.device import current_device
     from autotuner.launch.serving import answer_config
     from autotuner.store import open_store
+    from autotuner.store.errors import NoStore as NoDatabase
     from autotuner.store.resolution import TORCH_MARGIN, Source
-    from db.engine import NoDatabase
 
     s = settings(db)
     if dtype is None:
@@ -94,7 +94,7 @@ def _tuned_dtype(op: str, shape: str | None, flags: dict[str, str | None], optio
     the op's default."""
     from autotuner.launch.serving import NoSuchProblem, tuned_dtype
     from autotuner.store import open_store
-    from db.engine import NoDatabase
+    from autotuner.store.errors import NoStore as NoDatabase
 
     op_obj, prob = problem(op, shape, None, flags, options)
     try:

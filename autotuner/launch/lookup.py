@@ -22,6 +22,7 @@ from typing import Any
 from autotuner.base.device import DeviceInfo
 from autotuner.base.registry import Op, get_op
 from autotuner.base.settings import Settings
+from autotuner.store.errors import NoStore
 from autotuner.store.lazy import LazyStore
 from autotuner.store.regret import (
     PER_SIDE,
@@ -33,7 +34,6 @@ from autotuner.store.regret import (
 )
 from autotuner.store.resolution import FINAL, Resolution, Source, resolve
 from autotuner.store.stored_best import StoredBest
-from db.basics import NoDatabase
 from search_spaces.contract import ProblemType
 
 log = logging.getLogger(__name__)
@@ -117,7 +117,7 @@ class Resolver:
         exact."""
         op = get_op(op) if isinstance(op, str) else op
         store, error = self.store.peek()
-        if error is not None and not error.startswith(f"{NoDatabase.__name__}:") and not self._warned_db:
+        if error is not None and not error.startswith(f"{NoStore.__name__}:") and not self._warned_db:
             # (no database yet is a new user's normal state: nothing is tuned, and nothing to say)
             self._warned_db = True
             log.warning("autotuner: the database cannot be opened, so launches use default configs until it can "

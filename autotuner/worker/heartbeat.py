@@ -11,9 +11,9 @@ from types import TracebackType
 
 from sqlalchemy.exc import SQLAlchemyError
 
+from autotuner.store.errors import StoreUnavailable as DatabaseUnavailable
 from autotuner.store.interfaces import JobQueue
 from autotuner.store.job_store import JobStore
-from db.engine import DatabaseUnavailable
 
 LOST_SIGNAL = signal.SIGUSR1  # the heartbeat thread's way to stop the main thread's tuning of a lost job
 

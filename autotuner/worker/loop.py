@@ -40,6 +40,9 @@ from autotuner.engine.compile_share import share
 from autotuner.engine.lanes import Lane
 from autotuner.engine.measure import KeptProcesses
 from autotuner.engine.tuner import more_devices
+from autotuner.store.errors import LOST, utcnow
+from autotuner.store.errors import StoreLost as StorageLost
+from autotuner.store.errors import StoreUnavailable as DatabaseUnavailable
 from autotuner.store.interfaces import Storage
 from autotuner.store.job_store import JobLost, JobStore
 from autotuner.store.lazy import LazyStore
@@ -49,9 +52,6 @@ from autotuner.worker.heartbeat import LOST_SIGNAL, Heartbeat
 from autotuner.worker.job_endings import EndingWriter, StopWorker
 from autotuner.worker.jobs import job_gpus, work_for
 from autotuner.worker.slots import Slot, Slots
-from db.engine import DatabaseUnavailable
-from db.health import LOST, StorageLost
-from db.models import utcnow
 from kernels._backend import interpreting
 
 log = logging.getLogger(__name__)

@@ -1,0 +1,45 @@
+"""The store's errors and the words for its storage's state, as every room above it names them: the database is
+unavailable (away, or a bad URL), not an autotuner database, not there for a reader, lost under a running process
+(deleted or replaced), or cannot keep a write (`cause_of` names why, in words a client can be given). They are the
+database layer's own classes under the store's names, so a caller catches them without importing `db`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from db.basics import DatabaseUnavailable as StoreUnavailable
+from db.basics import NoDatabase as NoStore
+from db.basics import NotAutotunerDatabase as NotAStore
+from db.health import LOST
+from db.health import StorageLost as StoreLost
+from db.health import cause_of as _cause_of
+from db.models import JOB_STATES
+
+__all__ = ["JOB_STATES", "LOST", "NoStore", "NotAStore", "StoreLost", "StoreUnavailable", "cause_of", "describe",
+           "same_store", "utcnow"]
+
+
+def cause_of(exc: BaseException) -> str | None:
+    """The storage problem a database error reports (read-only, full, corrupt, no privilege), or None."""
+    return _cause_of(exc)
+
+
+def describe(url: str | None) -> str:
+    """The database's URL as an operator is told it: the password hidden."""
+    from db.engine import make_engine
+
+    return str(make_engine(url).url.render_as_string(hide_password=True))
+
+
+def same_store(url: str | None) -> str:
+    """What names one database, whichever way its URL is written (two URLs of one SQLite file are the same)."""
+    from db.engine import identity
+
+    return identity(url)
+
+
+def utcnow() -> Any:
+    """The time now, as the store writes it."""
+    from db.models import utcnow as now
+
+    return now()
