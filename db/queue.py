@@ -264,7 +264,7 @@ def newest_tuning_job(session: Session, *, op: str, shape: str, dtype: str) -> J
     checks the row)."""
     job = session.scalar(select(Job).where(Job.op == op, Job.shape == shape, Job.dtype == dtype, Job.kind == "tune")
                          .order_by(Job.id.desc()).limit(1))
-    return job if job is not None else None
+    return job
 
 
 def recorded_calls(session: Session, *, op: str, dtype: str, limit: int = 64) -> list[tuple[str, dict[str, Any]]]:

@@ -143,3 +143,18 @@ def test_where_every_config_failed_a_failure_is_kept_only_while_it_repeats_with_
     assert trial_times([trial("ok", ms=2.0), timeout], now) == {}  # a time, then a failure: measured again
     other = SimpleNamespace(**{**vars(trial("ok", ms=1.0)), "config_key": "j", "config": {"BLOCK": 2}})
     assert trial_times([timeout, other], now) == {"k": ({"BLOCK": 1}, None), "j": ({"BLOCK": 2}, 1.0)}  # another ran
+
+
+def test_a_stored_config_holds_what_a_launch_takes():
+    """A row's config is read back as a launch takes it: numbers, strings, bools, None and lists of them (a tuple
+    constexpr as JSON keeps it); not a NaN, not an object, and for a built-in op only its own parameters and values."""
+    from autotuner.store.row_checks import config_fault
+
+    softmax = get_op("softmax").space
+    assert config_fault({"BLOCK": 32, "ACT": None, "SHAPE": [16, 16], "FAST": True, "MODE": "x"}) is None
+    assert "not a value" in config_fault({"BLOCK": float("nan")})
+    assert "not a value" in config_fault({"BLOCK": {"nested": 1}})
+    assert "not a JSON object" in config_fault([1, 2])
+    assert config_fault(FAST, softmax) is None
+    assert "unknown parameter" in config_fault({**FAST, "BOGUS": 1}, softmax)
+    assert "outside the space" in config_fault({**FAST, "BLOCK_N": 3}, softmax)

@@ -41,9 +41,8 @@ def config_fault(config: Any, space: Any = None) -> str | None:
     if not isinstance(config, dict):
         return f"config is {_shown(config)}, not a JSON object"
     for key, value in config.items():
-        if not isinstance(key, str) or not isinstance(value, _SCALARS) or (
-                isinstance(value, float) and not math.isfinite(value)):
-            return f"config holds {key!r}: {_shown(value)}, not a finite number, string or bool"
+        if not isinstance(key, str) or not _launch_value(value):
+            return f"config holds {key!r}: {_shown(value)}, not a value a kernel is launched with"
     if space is not None and not getattr(space, "listed", None):  # a grid: every parameter named is one of its own,
         # at one of its values (a parameter left out is the op's to fill in)
         values = {p.name: p.values for p in space.params}
@@ -54,6 +53,14 @@ def config_fault(config: Any, space: Any = None) -> str | None:
         if outside is not None:
             return f"config: {outside}={config[outside]!r} is outside the space"
     return None
+
+
+def _launch_value(value: Any) -> bool:
+    """A config's value as a launch takes it: a finite number, a string, a bool, None, or a list of these (a
+    tuple-valued constexpr, as JSON keeps it)."""
+    if isinstance(value, list):
+        return all(_launch_value(v) for v in value)
+    return value is None or isinstance(value, _SCALARS) and not (isinstance(value, float) and not math.isfinite(value))
 
 
 def _text_fault(row: Any, *names: str) -> str | None:
