@@ -33,6 +33,24 @@ class NotJSON(str):
     name the row and skip it instead of one row failing every read of its table."""
 
 
+# What a storage check finds (db.health), in words a client can be given; here, without SQLAlchemy, for every room
+# that names them (autotuner.store.errors).
+CORRUPT = "the database file is corrupt (not a database SQLite can read)"
+DELETED = ("the database file was deleted while this process had it open: nothing written now would be kept "
+           "(restart on a database that exists)")
+REPLACED = "the database file was replaced while this process had it open (restart to use the new one)"
+NO_PRIVILEGE = "the database role may not write its tables: nothing can be written (grant it INSERT and UPDATE)"
+LOST = (DELETED, REPLACED)  # a long-running process stops on these; it waits out the others
+
+
+class StorageLost(RuntimeError):
+    """A database file deleted or replaced under a long-running process: what it would write is lost, or goes
+    elsewhere than what it read (a worker stops)."""
+
+
+JOB_STATES = ("queued", "running", "done", "failed")
+
+
 def loads(text: str | bytes) -> object:
     """A JSON column's value: the parsed JSON, or NotJSON holding the text that does not parse."""
     import json

@@ -22,21 +22,11 @@ from dataclasses import dataclass
 from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
+from db.basics import CORRUPT, DELETED, LOST, NO_PRIVILEGE, REPLACED, StorageLost  # noqa: F401  (re-exported)
 from db.engine import DatabaseUnavailable, sqlite_path
 
 MIN_FREE_BYTES = 16 * 2**20  # a disk with less free space than this is full for a database writer
-CORRUPT = "the database file is corrupt (not a database SQLite can read)"
-DELETED = ("the database file was deleted while this process had it open: nothing written now would be kept "
-           "(restart on a database that exists)")
-REPLACED = "the database file was replaced while this process had it open (restart to use the new one)"
-NO_PRIVILEGE = "the database role may not write its tables: nothing can be written (grant it INSERT and UPDATE)"
 WRITTEN = ("jobs", "tuning_runs", "trials", "best_configs")  # the tables the service and the workers write
-LOST = (DELETED, REPLACED)  # a long-running process stops on these; it waits out the others
-
-
-class StorageLost(RuntimeError):
-    """A database file deleted or replaced under a long-running process: what it would write is lost, or goes
-    elsewhere than what it read (a worker stops)."""
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
+from db.basics import JOB_STATES  # noqa: F401  (re-exported: db.queue and the migrations read it here)
+
 
 def utcnow() -> datetime:
     return datetime.now(timezone.utc)
@@ -31,7 +33,6 @@ class Base(DeclarativeBase):
 
 TRIAL_STATUSES = ("ok", "invalid", "compile_error", "out_of_resources", "wrong_result", "crash", "timeout")
 RUN_STATUSES = ("running", "done", "failed", "interrupted")
-JOB_STATES = ("queued", "running", "done", "failed")
 
 
 class Device(Base):

@@ -1,19 +1,18 @@
 """The store's errors and the words for its storage's state, as every room above it names them: the database is
 unavailable (away, or a bad URL), not an autotuner database, not there for a reader, lost under a running process
 (deleted or replaced), or cannot keep a write (`cause_of` names why, in words a client can be given). They are the
-database layer's own classes under the store's names, so a caller catches them without importing `db`."""
+database layer's own classes under the store's names, so a caller catches them without importing `db`. Importing
+this module imports no SQLAlchemy (a launching process reads it: db.sqlite_reads says why)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from db.basics import JOB_STATES, LOST
 from db.basics import DatabaseUnavailable as StoreUnavailable
 from db.basics import NoDatabase as NoStore
 from db.basics import NotAutotunerDatabase as NotAStore
-from db.health import LOST
-from db.health import StorageLost as StoreLost
-from db.health import cause_of as _cause_of
-from db.models import JOB_STATES
+from db.basics import StorageLost as StoreLost
 
 __all__ = ["JOB_STATES", "LOST", "NoStore", "NotAStore", "StoreLost", "StoreUnavailable", "cause_of", "describe",
            "same_store", "utcnow"]
@@ -21,7 +20,9 @@ __all__ = ["JOB_STATES", "LOST", "NoStore", "NotAStore", "StoreLost", "StoreUnav
 
 def cause_of(exc: BaseException) -> str | None:
     """The storage problem a database error reports (read-only, full, corrupt, no privilege), or None."""
-    return _cause_of(exc)
+    from db.health import cause_of as cause
+
+    return cause(exc)
 
 
 def describe(url: str | None) -> str:
