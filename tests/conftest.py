@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import random
 import shutil
 import tempfile
-import uuid
 from pathlib import Path
 
 import pytest
@@ -96,23 +94,11 @@ def pytest_report_header(config: pytest.Config) -> str:
     return f"autotuner: TRITON_INTERPRET={os.environ.get('TRITON_INTERPRET', '0')}, device={current_device().key}"
 
 
-PG_URL = os.environ.get("AUTOTUNER_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+from benchmarks.fault_soak import PG_URL, fresh_pg_database  # noqa: F401, E402  (PG_URL: AUTOTUNER_TEST_PG_URL)
 
 
-@contextlib.contextmanager
 def _fresh_pg_database():
-    from sqlalchemy import create_engine, text
-
-    name = f"autotuner_test_{uuid.uuid4().hex[:10]}"
-    admin = create_engine(PG_URL, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    try:
-        yield PG_URL.rsplit("/", 1)[0] + "/" + name
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
+    return fresh_pg_database("autotuner_test")
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])

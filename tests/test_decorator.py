@@ -591,60 +591,9 @@ def test_a_kernel_compiled_for_a_gpu_on_a_machine_without_one_says_how_to_run_it
     assert "Cannot call @triton.jit'd outside of the scope of a kernel" not in done.stderr
 
 
+# A copy kernel whose do_bench raises while FLAKY=1 (a transient driver error), under `{decorator}`; `{after}` runs
+# once it is defined; the launch prints `{report}` or, when it raises, its error (exit 1).
 FLAKY = '''
-import os, sys
-import torch, triton, triton.language as tl
-import autotuner
-
-
-def bench(fn, quantiles=None):
-    if os.environ["FLAKY"] == "1":
-        raise RuntimeError("CUDA error: unspecified launch failure (a transient driver error)")
-    fn()
-    return [1.0, 1.0, 1.0]
-
-
-@autotuner.autotune(configs=[triton.Config({"BLOCK": 32}), triton.Config({"BLOCK": 64})], key=["n"],
-                    do_bench=bench, name="flaky:copy", on_miss="tune")
-@triton.jit
-def copy(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n), mask=offs < n)
-
-
-x = torch.randn(100)
-y = torch.empty(100)
-try:
-    copy[lambda m: (triton.cdiv(100, m["BLOCK"]),)](x, y, 100)
-except RuntimeError as exc:
-    print("raised:", exc)
-    sys.exit(1)
-assert torch.equal(x, y)
-print("source:", copy.sources[next(iter(copy.cache))])
-'''
-
-
-def test_a_problem_every_config_of_which_failed_once_is_tuned_again_by_the_next_process(tmp_path):
-    """Every trial failed in one process (a do_bench that raised): the next process tunes again, as Triton would;
-    only a failure that repeats with the same cause is kept as the answer."""
-    import subprocess
-
-    (tmp_path / "flaky.py").write_text(FLAKY)
-    env = {**os.environ, "AUTOTUNER_DB_URL": f"sqlite:///{tmp_path / 'f.db'}", "PYTHONPATH": os.getcwd()}
-
-    def run(flaky: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, str(tmp_path / "flaky.py")], capture_output=True, text=True,
-                              timeout=300, env={**env, "FLAKY": flaky})
-
-    first = run("1")
-    assert first.returncode == 1 and "every config failed" in first.stdout, first.stdout + first.stderr
-    assert "transient driver error" in first.stdout  # with its cause
-    second = run("0")
-    assert second.returncode == 0 and "source: tuned here" in second.stdout, second.stdout + second.stderr[-2000:]
-    assert run("1").returncode == 0  # a tuned key launches its winner: no timing, nothing to fail
-
-
-FLAKY_SWITCH = '''
 import os, sys
 import torch, triton, triton.language as tl
 import autotuner
@@ -660,14 +609,14 @@ def bench(fn, quantiles=None):
     return [1.0, 1.0, 1.0]
 
 
-@triton.autotune(configs=[triton.Config({"BLOCK": 32}), triton.Config({"BLOCK": 64})], key=["n"], do_bench=bench)
+{decorator}
 @triton.jit
 def copy(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n), mask=offs < n)
 
 
-autotuner.install()
+{after}
 x = torch.randn(100)
 y = torch.empty(100)
 try:
@@ -676,24 +625,45 @@ except RuntimeError as exc:
     print("raised:", exc)
     sys.exit(1)
 assert torch.equal(x, y)
-print("timed:", len(timed))
+print({report})
 '''
+CONFIGS_32_64 = 'configs=[triton.Config({"BLOCK": 32}), triton.Config({"BLOCK": 64})], key=["n"], do_bench=bench'
+
+
+def _flaky_runs(tmp_path, **script: str):
+    """Run FLAKY (filled with `script`) as a new process each call, on one database: run("1") has do_bench raise."""
+    import subprocess
+
+    (tmp_path / "flaky.py").write_text(FLAKY.format(**script))
+    env = {**os.environ, "AUTOTUNER_DB_URL": f"sqlite:///{tmp_path / 'f.db'}", "PYTHONPATH": os.getcwd(),
+           "AUTOTUNER_ON_MISS": "tune"}
+
+    def run(flaky: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, str(tmp_path / "flaky.py")], capture_output=True, text=True,
+                              timeout=300, env={**env, "FLAKY": flaky})
+
+    return run
+
+
+def test_a_problem_every_config_of_which_failed_once_is_tuned_again_by_the_next_process(tmp_path):
+    """Every trial failed in one process (a do_bench that raised): the next process tunes again, as Triton would;
+    only a failure that repeats with the same cause is kept as the answer."""
+    run = _flaky_runs(tmp_path, decorator=f'@autotuner.autotune({CONFIGS_32_64}, name="flaky:copy", on_miss="tune")',
+                      after="", report='"source:", copy.sources[next(iter(copy.cache))]')
+    first = run("1")
+    assert first.returncode == 1 and "every config failed" in first.stdout, first.stdout + first.stderr
+    assert "transient driver error" in first.stdout  # with its cause
+    second = run("0")
+    assert second.returncode == 0 and "source: tuned here" in second.stdout, second.stdout + second.stderr[-2000:]
+    assert run("1").returncode == 0  # a tuned key launches its winner: no timing, nothing to fail
 
 
 def test_under_the_switch_a_key_every_config_of_which_failed_once_is_timed_again(tmp_path):
     """The switch's side of a failure that is not an answer: after a process in which every config failed, the
     next process times the configs again (through autotuner, or Triton's own tuning it hands back to), instead of
     launching the first config untimed."""
-    import subprocess
-
-    (tmp_path / "flaky_switch.py").write_text(FLAKY_SWITCH)
-    env = {**os.environ, "AUTOTUNER_DB_URL": f"sqlite:///{tmp_path / 's.db'}", "PYTHONPATH": os.getcwd(),
-           "AUTOTUNER_ON_MISS": "tune"}
-
-    def run(flaky: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, str(tmp_path / "flaky_switch.py")], capture_output=True, text=True,
-                              timeout=300, env={**env, "FLAKY": flaky})
-
+    run = _flaky_runs(tmp_path, decorator=f"@triton.autotune({CONFIGS_32_64})", after="autotuner.install()",
+                      report='"timed:", len(timed)')
     assert run("1").returncode == 1
     second = run("0")
     assert second.returncode == 0 and "timed:" in second.stdout, second.stdout + second.stderr[-2000:]

@@ -4,6 +4,7 @@ not a database, a port in use and a missing extra with one line each. Real serve
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
@@ -134,31 +135,39 @@ def test_a_worker_stops_when_its_database_is_deleted(db, tmp_path):
     assert not db.exists()
 
 
-def test_a_postgresql_database_that_takes_no_writes_is_seen(pg_url):
+@contextlib.contextmanager
+def _pg_role(pg_url: str, *grants: str):
+    """The database at `pg_url` (its schema made by its owner) as a new login role that holds only `grants` (SQL
+    with {role} for the role's name): that role's URL, the role dropped afterwards."""
     import uuid
 
     from sqlalchemy import create_engine, text
     from sqlalchemy.engine import make_url
 
-    Store(pg_url)  # the schema, as its owner made it
+    Store(pg_url)
     role = f"ro_{uuid.uuid4().hex[:8]}"
     admin = create_engine(pg_url, isolation_level="AUTOCOMMIT")
     with admin.connect() as c:
         c.execute(text(f"CREATE ROLE {role} LOGIN"))
-        c.execute(text(f"ALTER ROLE {role} SET default_transaction_read_only = on"))
-        c.execute(text(f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO {role}"))
+        for grant in grants:
+            c.execute(text(grant.format(role=role)))
     try:
-        reader = make_url(pg_url).set(username=role).render_as_string(hide_password=False)
-        assert Store(pg_url).health() is None
-        assert "accepts no writes" in (Store(reader).health() or "")
-        with running_server(reader, AUTOTUNER_TOKEN=TOKEN) as client:
-            _unusable(client, "accepts no writes")
+        yield make_url(pg_url).set(username=role).render_as_string(hide_password=False)
     finally:
         with admin.connect() as c:
             c.execute(text(f"REVOKE ALL ON ALL TABLES IN SCHEMA public FROM {role}"))
             c.execute(text(f"DROP OWNED BY {role}"))
             c.execute(text(f"DROP ROLE {role}"))
         admin.dispose()
+
+
+def test_a_postgresql_database_that_takes_no_writes_is_seen(pg_url):
+    with _pg_role(pg_url, "ALTER ROLE {role} SET default_transaction_read_only = on",
+                  "GRANT SELECT ON ALL TABLES IN SCHEMA public TO {role}") as reader:
+        assert Store(pg_url).health() is None
+        assert "accepts no writes" in (Store(reader).health() or "")
+        with running_server(reader, AUTOTUNER_TOKEN=TOKEN) as client:
+            _unusable(client, "accepts no writes")
 
 
 def test_a_health_check_keeps_sqlites_locks_so_another_readers_close_loses_nothing(db):
@@ -189,22 +198,7 @@ def test_a_health_check_keeps_sqlites_locks_so_another_readers_close_loses_nothi
 
 @pytest.mark.postgres
 def test_a_postgresql_role_that_cannot_write_fails_health_and_writes_with_503(pg_url):
-    import uuid
-
-    from sqlalchemy import create_engine, text
-
-    Store(pg_url)  # the schema, made by its owner
-    role = f"autotuner_ro_{uuid.uuid4().hex[:8]}"
-    admin = create_engine(pg_url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE ROLE "{role}" LOGIN'))
-        conn.execute(text(f'GRANT USAGE ON SCHEMA public TO "{role}"'))
-        conn.execute(text(f'GRANT SELECT ON ALL TABLES IN SCHEMA public TO "{role}"'))
-    try:
-        with running_server(pg_url.replace("postgres@", f"{role}@"), AUTOTUNER_TOKEN=TOKEN) as client:
+    with _pg_role(pg_url, "GRANT USAGE ON SCHEMA public TO {role}",
+                  "GRANT SELECT ON ALL TABLES IN SCHEMA public TO {role}") as reader:
+        with running_server(reader, AUTOTUNER_TOKEN=TOKEN) as client:
             _unusable(client, "may not write")
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP OWNED BY "{role}"'))
-            conn.execute(text(f'DROP ROLE "{role}"'))
-        admin.dispose()
