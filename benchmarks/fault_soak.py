@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import httpx
-from sqlalchemy import create_engine, text
+from sqlalchemy import Engine, create_engine, text
 
 ROOT = Path(__file__).resolve().parent.parent
 PG_URL = os.environ.get("AUTOTUNER_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
@@ -182,16 +182,12 @@ class Readers:
         self.thread.join(300)
 
 
-def _holding(url: str, worker: str) -> bool:
+def _holding(engine: Engine, worker: str) -> bool:
     """Whether `worker` holds a running job whose tuning run has started (its search under way)."""
-    engine = create_engine(url)
-    try:
-        with engine.connect() as conn:
-            return bool(conn.execute(text(
-                "SELECT count(*) FROM jobs j JOIN tuning_runs r ON r.job_id = j.id "
-                "WHERE j.worker = :w AND j.state = 'running' AND r.status = 'running'"), {"w": worker}).scalar())
-    finally:
-        engine.dispose()
+    with engine.connect() as conn:
+        return bool(conn.execute(text(
+            "SELECT count(*) FROM jobs j JOIN tuning_runs r ON r.job_id = j.id "
+            "WHERE j.worker = :w AND j.state = 'running' AND r.status = 'running'"), {"w": worker}).scalar())
 
 
 def soak(url: str, folder: Path, *, rounds: int, jobs_per_round: int, drain_s: float) -> Tally:
@@ -199,6 +195,7 @@ def soak(url: str, folder: Path, *, rounds: int, jobs_per_round: int, drain_s: f
     restarted; then the queue drained and every acknowledged job checked."""
     tally = Tally(backend=url.split(":", 1)[0].split("+", 1)[0])
     fleet = Fleet(url, folder)
+    engine = create_engine(url)  # the harness's own reads: one more reader of the database
     acknowledged: list[int] = []
     t0 = time.monotonic()
     fleet.serve()
@@ -212,7 +209,7 @@ def soak(url: str, folder: Path, *, rounds: int, jobs_per_round: int, drain_s: f
                     if job is not None:
                         acknowledged.append(job)
                 until = time.monotonic() + 60
-                while not _holding(url, "w1") and time.monotonic() < until:
+                while not _holding(engine, "w1") and time.monotonic() < until:
                     time.sleep(0.05)
                 fleet.kill("w1")
                 tally.kills += 1
@@ -222,9 +219,10 @@ def soak(url: str, folder: Path, *, rounds: int, jobs_per_round: int, drain_s: f
             until = time.monotonic() + drain_s
             while time.monotonic() < until and not all(_state(fleet, j) == "done" for j in acknowledged):
                 time.sleep(0.5)
-        _check(fleet, acknowledged, tally)
+        _check(fleet, engine, acknowledged, tally)
     finally:
         fleet.stop()
+        engine.dispose()
     tally.acknowledged = len(acknowledged)
     tally.seconds = time.monotonic() - t0
     return tally
@@ -235,20 +233,16 @@ def _state(fleet: Fleet, job: int) -> str | None:
     return str(answer.json()["state"]) if answer.status_code == 200 else None
 
 
-def _check(fleet: Fleet, acknowledged: list[int], tally: Tally) -> None:
+def _check(fleet: Fleet, engine: Engine, acknowledged: list[int], tally: Tally) -> None:
     """Every acknowledged job done once, as the service, this process and a new process see it; every stored run
     and result reads back (export, GET /results/{id})."""
-    engine = create_engine(fleet.url)
-    try:
-        with engine.connect() as conn:
-            done_runs = {int(j): int(n) for j, n in conn.execute(text(
-                "SELECT job_id, count(*) FROM tuning_runs WHERE status = 'done' AND job_id IS NOT NULL "
-                "GROUP BY job_id"))}
-            states = {int(i): s for i, s in conn.execute(text("SELECT id, state FROM jobs"))}
-            runs = int(conn.execute(text("SELECT count(*) FROM tuning_runs")).scalar() or 0)
-            bests = [int(i) for (i,) in conn.execute(text("SELECT id FROM best_configs"))]
-    finally:
-        engine.dispose()
+    with engine.connect() as conn:
+        done_runs = {int(j): int(n) for j, n in conn.execute(text(
+            "SELECT job_id, count(*) FROM tuning_runs WHERE status = 'done' AND job_id IS NOT NULL "
+            "GROUP BY job_id"))}
+        states = {int(i): s for i, s in conn.execute(text("SELECT id, state FROM jobs"))}
+        runs = int(conn.execute(text("SELECT count(*) FROM tuning_runs")).scalar() or 0)
+        bests = [int(i) for (i,) in conn.execute(text("SELECT id FROM best_configs"))]
     seen_elsewhere = subprocess.run(
         [sys.executable, "-c", "import json, sys; from autotuner.store import open_store; s = open_store(sys.argv[1], "
          "create=False); print(json.dumps({j: (r.state if (r := s.job(j)) else None) for j in json.loads(sys.argv[2])}))",
@@ -276,7 +270,14 @@ def database(backend: str, folder: Path) -> Iterator[str]:
     if backend == "sqlite":
         yield f"sqlite:///{folder / 'soak.db'}"
         return
-    name = f"autotuner_soak_{uuid.uuid4().hex[:10]}"
+    with fresh_pg_database("autotuner_soak") as url:
+        yield url
+
+
+@contextlib.contextmanager
+def fresh_pg_database(prefix: str) -> Iterator[str]:
+    """A new database on the PostgreSQL server at PG_URL, dropped afterwards (the test suite's too)."""
+    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
     admin = create_engine(PG_URL, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
         conn.execute(text(f'CREATE DATABASE "{name}"'))
