@@ -1,6 +1,7 @@
 """How errors become responses: every bad input a 4xx whose detail names the field, a dead database a 503.
 
     422  a value the schema does not accept (FastAPI's validation, and InputError)
+    409  a request the schema admits naming a problem this service cannot run (too large, heads that do not group)
     404  no such thing: a result, a job, a device, or a problem (an op has no problem of this shape or option)
     300  the request names no device and the database knows several: the body lists them
     401/403  a write without the server's token, or to a server started without one
@@ -22,7 +23,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match, Route
 
 from api.deps import Forbidden, StorageUnusable, Unauthorized
-from autotuner.launch.serving import AmbiguousDevice, InputError, NoSuchProblem
+from autotuner.launch.serving import AmbiguousDevice, CannotRun, InputError, NoSuchProblem
 from autotuner.store.errors import NotAStore as NotAutotunerDatabase
 from autotuner.store.errors import StoreUnavailable as DatabaseUnavailable
 from autotuner.store.errors import cause_of
@@ -82,6 +83,10 @@ def install(app: FastAPI, layouts: dict[str, str] | None = None) -> None:
     @app.exception_handler(NoSuchProblem)
     async def no_such_problem(_: Request, exc: NoSuchProblem) -> JSONResponse:
         return error(404, field_detail(exc, "no_such_problem"))
+
+    @app.exception_handler(CannotRun)
+    async def cannot_run(_: Request, exc: CannotRun) -> JSONResponse:
+        return error(409, field_detail(exc, "cannot_run"))
 
     @app.exception_handler(AmbiguousDevice)
     async def ambiguous_device(_: Request, exc: AmbiguousDevice) -> JSONResponse:

@@ -35,8 +35,8 @@ class FieldError(BaseModel):
 
 
 class FieldErrorOut(BaseModel):
-    """A request whose values name nothing (404): an op's problem of another shape, another op's option, an
-    unknown device. `detail` names the field."""
+    """A request whose values name nothing (404: an op's problem of another shape, another op's option, an
+    unknown device) or a job this service cannot run (409). `detail` names the field."""
 
     detail: list[FieldError]
 

@@ -288,14 +288,19 @@ def test_a_large_body_is_refused_before_it_is_read_and_the_token_comes_first(ser
 # -- 5. impossible problems ------------------------------------------------------------------------------------
 
 def test_problems_no_device_could_hold_are_refused_naming_the_limit(server):
+    """The schema admits them (it bounds each dimension, not their product): a 409 naming the limit, not the 422
+    of a request the schema refuses."""
     for body, named in (({"op": "softmax", "shape": "999999999x999999999"}, "32-bit offsets"),
+                        ({"op": "gelu", "shape": "65536x65536"}, "32-bit offsets"),
                         ({"op": "attention", "shape": "1x1x99999999x64"}, "32-bit offsets"),
                         ({"op": "matmul", "shape": "44000x44000x44000", "dtype": "float32"},
                          "largest device this service knows")):
         r = server.post("/jobs", json=body, headers=AUTH)
-        assert r.status_code == 422, r.text
+        assert r.status_code == 409, r.text
         detail = r.json()["detail"][0]
         assert detail["loc"] == ["body", "shape"] and named in detail["msg"] and "smaller shape" in detail["msg"]
+    heads = server.post("/jobs", json={"op": "attention", "shape": "1x6x4x1024x64"}, headers=AUTH)
+    assert heads.status_code == 409 and "multiple of the key/value heads" in heads.json()["detail"][0]["msg"]
     # what an 80 GB H100 holds (the seeded device) is accepted
     assert server.post("/jobs", json={"op": "softmax", "shape": "60000x30000"}, headers=AUTH).status_code == 202
 

@@ -5,7 +5,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Body, Path, Query, Response
 
 from api.deps import State, StoreDep, WritableStoreDep, Writer
-from api.schemas import UNAVAILABLE, ErrorOut, JobOut, JobPage, job_models
+from api.schemas import UNAVAILABLE, ErrorOut, FieldErrorOut, JobOut, JobPage, job_models
 from autotuner.engine.fits import ProblemTooLarge, check_queueable
 from autotuner.launch import serving
 from autotuner.store.resolution import NotFound
@@ -32,21 +32,23 @@ def router(ops: list[TunableOp[Any]]) -> APIRouter:
         401: {"model": ErrorOut, "description": "No or wrong bearer token"},
         403: {"model": ErrorOut, "description": "The server accepts no writes (no token set)"},
         413: {"model": ErrorOut, "description": "The body is larger than AUTOTUNER_MAX_BODY_BYTES"},
-        422: {"description": "A value the schema refuses, a number that is not finite, or a problem too large for "
-                             "the memory of every device this service knows (or AUTOTUNER_MAX_PROBLEM_BYTES) or "
-                             "for the kernels' 32-bit offsets"}, **UNAVAILABLE})
+        409: {"model": FieldErrorOut, "description": "A problem the schema admits that this service cannot run: too "
+                                                "large for the memory of every device it knows (or "
+                                                "AUTOTUNER_MAX_PROBLEM_BYTES) or for the kernels' 32-bit offsets, "
+                                                "or query heads that are not a multiple of the key/value heads"},
+        422: {"description": "A value the schema refuses, or a number that is not finite"}, **UNAVAILABLE})
     def post_job(st: State, store: WritableStoreDep, body: Annotated[JobIn, Body()], response: Response) -> JobOut:  # type: ignore[valid-type]
         """Queue a tuning job; a worker (`autotuner worker`) picks it up. Needs the server's bearer token."""
         options = body.options.model_dump()  # type: ignore[attr-defined]
         try:
             op, problem = serving.parse_request(body.op, body.shape, body.dtype, options)  # type: ignore[attr-defined]
-        except serving.InputError as exc:  # the schema admits only parseable problems; kept as a guard
+        except serving.InputError as exc:  # each value is the schema's; together they name nothing this op runs
             field = exc.field if exc.field in ("op", "shape", "dtype") else f"options.{exc.field}"
-            raise serving.InputError(field, exc.message, location="body") from None
+            raise serving.CannotRun(field, exc.message, location="body") from None
         try:  # a problem no device here could hold, or beyond the kernels' index range, is refused now
             check_queueable(op, problem, [d.total_memory for d in store.devices()], st.settings.max_problem_bytes)
         except ProblemTooLarge as exc:
-            raise serving.InputError("shape", str(exc), location="body") from None
+            raise serving.CannotRun("shape", str(exc), location="body") from None
         b: Any = body  # (a model built from the registry: its fields are JobCommon's)
         job_id = store.queue_job(op=op.name, shape=problem.shape, dtype=problem.dtype, options=op.options_of(problem),
                                  strategy=b.strategy, budget_trials=b.trials, budget_seconds=b.time_budget_s,

@@ -39,6 +39,12 @@ class NoSuchProblem(InputError):
     or a device the database does not know (a 404)."""
 
 
+class CannotRun(InputError):
+    """A problem the request's schema admits that this service cannot run: beyond the kernels' 32-bit offsets,
+    more than every known device's memory or the configured cap, or heads that do not group (a 409). A schema
+    bounds each dimension, not their product or how two values divide, so these are refused after it."""
+
+
 class AmbiguousDevice(InputError):
     """No device named, and the database knows several (a 300 listing them)."""
 
