@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, create_model, field_validator
 
-from autotuner.engine.strategies import check_strategy, strategy_names
+from autotuner.engine.search.strategies import check_strategy, strategy_names
 from autotuner.store.resolution import TORCH_MARGIN, Source
 from search_spaces.contract import TunableOp
 from search_spaces.problem import DTYPE_ALIASES
@@ -178,7 +178,7 @@ class JobCommon(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    strategy: str = Field("tpe", description="The search: a registered strategy (autotuner.engine.strategies)",
+    strategy: str = Field("tpe", description="The search: a registered strategy (autotuner.engine.search.strategies)",
                           json_schema_extra=lambda schema: schema.update(enum=list(strategy_names())))
     trials: Annotated[int, Field(ge=1, le=100_000)] | None = Field(None, description="Configs to measure")
     time_budget_s: Annotated[float, Field(gt=0, le=7 * 86400, allow_inf_nan=False)] | None = Field(

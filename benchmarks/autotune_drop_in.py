@@ -189,7 +189,7 @@ def kernel_times(tmp: str) -> dict[str, Any]:
 
     import autotuner
     from autotuner.base.settings import Settings
-    from autotuner.engine.timing import rotation, time_cuda
+    from autotuner.engine.measure.timing import rotation, time_cuda
     from autotuner.launch.lookup import Resolver, set_resolver
     from examples.rmsnorm import WARPS
     from examples.rmsnorm import rms_norm_forward as ours_rms

@@ -148,7 +148,7 @@ def step_triton(spec: dict[str, Any], seconds: float) -> dict[str, Any]:
     key = ["M", "N", "K"] if spec["kind"] == "matmul" else ["M", "N"]
     bench = {}
     if DEVICE == "cpu":  # the interpreter has no driver to time with: the wall clock, as Triton's quantiles
-        from autotuner.engine.timing import time_wall
+        from autotuner.engine.measure.timing import time_wall
 
         bench["do_bench"] = lambda fn, quantiles=None: [time_wall(fn).median_ms] * 3
     theirs = triton.autotune(configs=triton_configs(spec["configs"]), key=key, **bench)(spec["plain"])
@@ -172,7 +172,7 @@ def step_landscape(spec: dict[str, Any], keys: list[int], served_at: dict[int, l
     (indices into the list) again in ROUNDS interleaved rounds: their medians."""
     import statistics
 
-    from autotuner.engine.timing import rotation
+    from autotuner.engine.measure.timing import rotation
     from benchmarks.shape_kernels import Launcher
 
     launch, configs = Launcher(spec), spec["configs"]

@@ -38,7 +38,7 @@ import triton  # noqa: E402
 from autotuner.base.device import current_device  # noqa: E402
 from autotuner.base.registry import get_op  # noqa: E402
 from autotuner.base.settings import Settings  # noqa: E402
-from autotuner.engine.timing import cpu_per_call_us, rotation  # noqa: E402
+from autotuner.engine.measure.timing import cpu_per_call_us, rotation  # noqa: E402
 from autotuner.engine.tuner import Plan, tune  # noqa: E402
 from autotuner.launch.lookup import Resolver, resolver, set_resolver  # noqa: E402
 from autotuner.store.database import Store  # noqa: E402

@@ -80,7 +80,7 @@ def main() -> None:
         torch.cuda.empty_cache()
     if args.no_cpu:
         return
-    from autotuner.engine.timing import cpu_per_call_us
+    from autotuner.engine.measure.timing import cpu_per_call_us
     from kernels import matmul as k_matmul
 
     a = torch.randn(4096, 4096, device="cuda", dtype=torch.float16)

@@ -1,6 +1,6 @@
 """Refined sweeps and the serving rule, measured on held-back keys of kernels written as libraries write them (not
 ours, and their spaces not tuned for this): what serving an M nobody tuned costs after a power-of-two sweep, and
-after the sweep refined itself (autotuner.engine.refine) to a 2% target.
+after the sweep refined itself (autotuner.engine.sweeps.refine) to a 2% target.
 
 One GPU pass per kernel times every config of its list (CUDA-graph replays: shape_kernels.Launcher.time) on every M of a grid: the
 power-of-two points, every log-midpoint refinement could ask for (three levels deep: seven per octave), and keys
@@ -38,9 +38,9 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from autotuner.engine.cross_time import Cell  # noqa: E402
-from autotuner.engine.predict import predict  # noqa: E402
-from autotuner.engine.refine import (  # noqa: E402
+from autotuner.engine.sweeps.cross_time import Cell  # noqa: E402
+from autotuner.engine.sweeps.predict import predict  # noqa: E402
+from autotuner.engine.sweeps.refine import (  # noqa: E402
     DEFAULT_TARGET,
     insert_points,
     midpoint_shape,
@@ -209,7 +209,7 @@ def analyse(name: str, spec: dict[str, Any], times: dict[int, list[float]], land
                  for j in range(len(pts)) for i in range(max(0, j - 1), min(len(pts), j + 2))]
         worst = worst_pair(neighbour_losses(pts, wins, cells))
         result[label]["worst_pair"] = [worst.low, worst.high, worst.loss] if worst is not None else None
-        # the sweep's model of its points' trials (autotuner.engine.predict), measured leaving each point out
+        # the sweep's model of its points' trials (autotuner.engine.sweeps.predict), measured leaving each point out
         model = predict([Point(m) for m in points],
                         [{config_key(c): (c, times[m][i]) for i, c in enumerate(configs)} for m in points],
                         kernel_hash="-", triton_version="-")
@@ -275,7 +275,7 @@ def main() -> None:
             print(f"| {r['kernel']} | {label} | {len(s['points'])} ({len(s['added'])}: "
                   f"{', '.join(map(str, s['added'])) or '-'}) | {pair_text} | {bucket} | {cells[0]} | {cells[1]} | "
                   f"{w['geomean']:+.2%} / {w['worst']:+.1%} ({w['configs']} configs) |")
-    print("\nthe sweep's model (autotuner.engine.predict) against nearest: measured on the sweep's own points (leaving "
+    print("\nthe sweep's model (autotuner.engine.sweeps.predict) against nearest: measured on the sweep's own points (leaving "
           "each out), the rule it chose, and both on the held-back keys\n")
     print("| kernel | sweep | left out: model / nearest | chosen | held back: model | held back: nearest | "
           "held back: served |")

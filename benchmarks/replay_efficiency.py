@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from autotuner.engine.replay import TUNER_WIDTH, load_landscape, replay  # noqa: E402
+from autotuner.engine.search.replay import TUNER_WIDTH, load_landscape, replay  # noqa: E402
 
 
 def main() -> None:

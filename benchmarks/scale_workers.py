@@ -144,7 +144,7 @@ def shares(walls: dict[tuple[str, int, str], list[float]]) -> list[dict[str, Any
 
 
 def main() -> None:
-    from autotuner.engine.timing import rotation
+    from autotuner.engine.measure.timing import rotation
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--gpus", default="1,2")

@@ -142,7 +142,7 @@ class Launcher:
         swing 2x between neighbouring M); the wall clock in the interpreter."""
         fn = functools.partial(self, self.spec["plain"], m, **config)
         if DEVICE == "cpu":
-            from autotuner.engine.timing import time_wall
+            from autotuner.engine.measure.timing import time_wall
 
             return time_wall(fn).median_ms
         self.tensors(m)  # made before the graph is captured

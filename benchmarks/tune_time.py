@@ -45,7 +45,7 @@ def interleaved(op_name: str, shape: str, dtype: str, configs: list[dict], round
     import torch
 
     from autotuner.base.registry import get_op
-    from autotuner.engine.timing import rotation, time_cuda
+    from autotuner.engine.measure.timing import rotation, time_cuda
 
     op = get_op(op_name)
     problem = op.parse_problem(shape, dtype)

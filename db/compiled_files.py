@@ -1,4 +1,4 @@
-"""Triton compile-cache files kept in the database for other hosts (autotuner.engine.compile_share), each with
+"""Triton compile-cache files kept in the database for other hosts (autotuner.engine.measure.compile_share), each with
 an HMAC-SHA256 under the operator's secret and the signer that secret is: `get` returns only this signer's files
 whose mac verifies.
 

@@ -163,7 +163,7 @@ def finish_job(session: Session, *, job_id: int, worker: str, run_id: int | None
 def _sweep_settled(session: Session, job_id: int) -> None:
     """When a sweep's last tuning job ends (done or failed for good) and at least two of its points were tuned,
     queue the job that cross-times its winners: once, and once more after each round of points its refinement
-    queued (autotuner.engine.refine)."""
+    queued (autotuner.engine.sweeps.refine)."""
     job = session.get(Job, job_id)
     if job is None or job.sweep_id is None or job.kind != "tune":
         return

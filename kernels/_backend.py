@@ -14,7 +14,7 @@ import re
 import sys
 from typing import Any, NamedTuple
 
-# True in a process whose Triton launches compile and never run (a compile pool's: autotuner.engine.compile_pool):
+# True in a process whose Triton launches compile and never run (a compile pool's: autotuner.engine.measure.compile_pool):
 # there, kernels take meta tensors (shapes, strides and dtypes without memory) as those of CUDA device META_DEVICE
 # (None: the current one).
 COMPILE_ONLY = False

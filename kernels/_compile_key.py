@@ -3,7 +3,7 @@ reads its 500 MB library and runs `ptxas --version`): Triton's version and a sta
 sources, the target, `src.hash()` (the kernel's source and every JIT function it calls, signature,
 specialization, constexprs), the compile options, and Triton's cache-invalidating environment variables with every
 other `TRITON_*` one but the cache locations. Used by the kept binaries (autotuner.launch.binary_cache) and by
-the host-wide compile lock (autotuner.engine.compile_lock)."""
+the host-wide compile lock (autotuner.engine.measure.compile_lock)."""
 
 from __future__ import annotations
 

@@ -233,7 +233,7 @@ def _l2_bytes(index: int) -> int:
 def causal_group(q: torch.Tensor) -> int:
     """How many (batch, head) pairs a causal launch orders together, longest query blocks first: as many
     as have their keys and values in L2_SHARE of the L2 cache (at least 1, at most all)."""
-    index = gpu_index(q.device)  # (a meta tensor's: autotuner.engine.compile_pool's)
+    index = gpu_index(q.device)  # (a meta tensor's: autotuner.engine.measure.compile_pool's)
     l2 = _l2_bytes(index) if index is not None else DEFAULT_L2_BYTES
     kv_bytes = 2 * q.shape[2] * q.shape[3] * q.element_size()
     return max(1, min(q.shape[0] * q.shape[1], int(l2 * L2_SHARE) // kv_bytes))

@@ -47,7 +47,7 @@ def seeded(device: str, seed: int) -> torch.Generator | None:
 def normal(shape: tuple[int, ...], g: torch.Generator | None, device: str, dtype: torch.dtype, scale: float = 1.0,
            shift: float = 0.0) -> torch.Tensor:
     """`shift + scale * N(0, 1)` values of `shape` drawn with `g` on `device`, then cast to `dtype`. On meta (a compile
-    pool process's inputs: autotuner.engine.compile_pool) an empty tensor of that shape and dtype: drawing or
+    pool process's inputs: autotuner.engine.measure.compile_pool) an empty tensor of that shape and dtype: drawing or
     arithmetic on meta tensors imports torch's Python meta kernels (a second, several with a pool's fifteen
     processes importing at once), and a compile needs no values."""
     if str(device) == "meta":

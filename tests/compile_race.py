@@ -28,7 +28,7 @@ def _raced(x_ptr, n, BLOCK: tl.constexpr):
 
 
 def main(start_at: float, lock: bool) -> None:
-    from autotuner.engine import compile_lock
+    from autotuner.engine.measure import compile_lock
 
     if lock:
         compile_lock.install()

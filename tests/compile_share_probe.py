@@ -1,5 +1,5 @@
 """Compiles one kernel for sm_90 with Triton's own compile in a process of its own (no GPU needed), as a trial
-worker or compile-pool process would under autotuner.engine.compile_share's variables, and prints as JSON how
+worker or compile-pool process would under autotuner.engine.measure.compile_share's variables, and prints as JSON how
 many times Triton's NVIDIA backend made a cubin, a digest of the kernel's cubin, its asm's kinds and its shared
 memory. tests/test_compile_share.py runs it with the environment a child would get.
 

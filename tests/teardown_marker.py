@@ -1,4 +1,4 @@
-"""Preloaded by a test's fork server before autotuner.engine.server_exit: at the server's interpreter tear-down it
+"""Preloaded by a test's fork server before autotuner.engine.measure.server_exit: at the server's interpreter tear-down it
 writes the file named by TEARDOWN_MARK. Registered first, it would run last (atexit's order is the reverse): the
 server ending at once (server_exit) never gets to it."""
 

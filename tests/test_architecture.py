@@ -5,8 +5,12 @@ and each room imports only from the floors below it (and, within a floor, only w
     floor 1  db/                            SQL: models, engine, repository, queue, migrations
     floor 2  autotuner.base                 the device, the ops by name, the settings
     floor 3  autotuner.store                the engine's view of the database, behind small interfaces
-    floor 4  autotuner.engine               the search: tuner, strategies, measurement, trial processes
-             autotuner.launch               lookups, library calls, kept binaries and specializations
+    floor 4  autotuner.launch               lookups, library calls, kept binaries and specializations
+             autotuner.engine, in its rooms:
+      4.1    autotuner.engine.measure       how a config is timed: measurers, trial processes, compiles, timing
+      4.2    autotuner.engine.search        what to try: the search contract, each strategy, the loop, replay
+      4.3    autotuner.engine               the tuner over them, what a run reports, whether a problem fits
+      4.4    autotuner.engine.sweeps        problems differing in one dimension: sweep, cross-time, refine, predict
     floor 5  autotuner.decorator            autotuner.autotune (tunes in process: engine and launch both)
              autotuner.worker               the job loop (engine over the store)
              autotuner.analysis             bench, peaks, report
@@ -24,7 +28,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("kernels", "search_spaces", "db", "autotuner", "api")
 FLOOR = {"kernels": 0, "search_spaces": 0, "db": 1, "autotuner.base": 2, "autotuner.store": 3,
-         "autotuner.engine": 4, "autotuner.launch": 4,
+         "autotuner.launch": 4, "autotuner.engine.measure": 4.1, "autotuner.engine.search": 4.2,
+         "autotuner.engine": 4.3, "autotuner.engine.sweeps": 4.4,
          "autotuner.decorator": 5, "autotuner.worker": 5, "autotuner.analysis": 5,
          "api": 6, "autotuner.cli": 6, "autotuner": 7}
 ROOMS = tuple(sorted((r for r in FLOOR if r.startswith("autotuner.")), key=len, reverse=True))
@@ -111,6 +116,7 @@ def test_the_graph_is_read():
     graph = _graph()
     assert "autotuner.engine.tuner" in graph and "search_spaces.contract" in graph["search_spaces.softmax"]
     assert "autotuner.launch.lookup" in graph["autotuner.launch.library"]  # an import inside a function counts too
+    assert _part("autotuner.engine.sweeps.sweep") == "autotuner.engine.sweeps"
     assert _part("autotuner.engine.tuner") == "autotuner.engine" and _part("autotuner.__main__") == "autotuner.cli"
 
 
@@ -123,7 +129,8 @@ def test_every_module_lives_in_a_room():
     loose = [m for m in _graph() if m.startswith("autotuner.") and _part(m) == "autotuner" and m != "autotuner"]
     assert loose == []
     rooms = {p.name for p in (ROOT / "autotuner").iterdir() if (p / "__init__.py").exists()}
-    assert {f"autotuner.{r}" for r in rooms} == set(ROOMS)
+    engine_rooms = {p.name for p in (ROOT / "autotuner/engine").iterdir() if (p / "__init__.py").exists()}
+    assert {f"autotuner.{r}" for r in rooms} | {f"autotuner.engine.{r}" for r in engine_rooms} == set(ROOMS)
 
 
 def test_each_room_says_what_it_owns_and_may_import():
@@ -148,7 +155,7 @@ def test_the_engine_and_the_launch_path_reach_the_store_through_its_interfaces()
     allowed = {"autotuner.store.interfaces", "autotuner.store.rows", "autotuner.store.stored_best",
                "autotuner.store.prediction", "autotuner.store.regret", "autotuner.store.resolution"}
     graph = _graph()
-    wrong = [f"{m} imports {t}" for m, targets in graph.items() if _part(m) == "autotuner.engine"
+    wrong = [f"{m} imports {t}" for m, targets in graph.items() if _part(m).startswith("autotuner.engine")
              for t in targets if _part(t) == "autotuner.store" and t not in allowed]
     assert wrong == []
     reached, todo = set(), list(allowed)
@@ -267,7 +274,7 @@ def test_a_flag_means_what_it_means_to_the_settings(monkeypatch):
 
 # Outside the store only these reach the database layer itself: the migration command, and the compiled files'
 # backend, which Triton's compile processes load by name (it goes behind a store interface next).
-DB_OUTSIDE_THE_STORE = {"autotuner.cli.database", "autotuner.engine.compile_share_backend"}
+DB_OUTSIDE_THE_STORE = {"autotuner.cli.database", "autotuner.engine.measure.compile_share_backend"}
 
 
 def test_only_the_store_imports_the_database_layer():

@@ -1,5 +1,5 @@
 """Processes compiling the same binary into one Triton cache at once (workers on one host): with
-autotuner.engine.compile_lock, one compiles and the others wait and load it. Real Triton compiles for sm_90, which
+autotuner.engine.measure.compile_lock, one compiles and the others wait and load it. Real Triton compiles for sm_90, which
 Triton makes without a GPU."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from autotuner.engine.compile_lock import held
+from autotuner.engine.measure.compile_lock import held
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -1,4 +1,4 @@
-"""Compiles shared between hosts through the database (autotuner.engine.compile_share), with Triton's real
+"""Compiles shared between hosts through the database (autotuner.engine.measure.compile_share), with Triton's real
 compiler: each "host" is a process of its own with a Triton cache folder of its own, compiling for sm_90 on the CPU
 (tests/compile_share_probe.py) under the environment a trial worker or compile-pool process gets."""
 
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select, update
 
-from autotuner.engine import compile_share, processes
+from autotuner.engine.measure import compile_share, processes
 from autotuner.store.database import Store
 from db import compiled_files
 from db.engine import session_scope
@@ -148,7 +148,7 @@ def test_a_process_about_to_compile_makes_the_backends_engine_before_its_first_l
     """A trial worker or pool process starting up prepares the backend (the database modules, the engine) beside
     its CUDA context, so that its first cache lookup does not pay for them; without a secret it prepares nothing.
     A plain SQLite file needs no engine: it is read through sqlite3, and SQLAlchemy is not imported for it."""
-    from autotuner.engine import compile_share_backend as backend
+    from autotuner.engine.measure import compile_share_backend as backend
 
     url = f"sqlite:///{tmp_path / 'shared.db'}?timeout=30"  # (options: not a plain file, so an engine)
     Store(url)
@@ -162,7 +162,7 @@ def test_a_process_about_to_compile_makes_the_backends_engine_before_its_first_l
     engine = backend._engines[url]
     assert backend.DatabaseBackend("KEY").get(["k.cubin"]) == {} and backend._engines == {url: engine}
     code = ("import sys\n"
-            "from autotuner.engine import compile_share_backend as backend\n"
+            "from autotuner.engine.measure import compile_share_backend as backend\n"
             "backend.prepare()\n"
             "assert backend.DatabaseBackend('KEY').get(['k.cubin']) == {}\n"
             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'sqlalchemy')[:3], backend._engines)\n")

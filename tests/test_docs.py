@@ -33,7 +33,7 @@ def test_every_command_is_documented():
 
 
 def test_every_strategy_is_documented_where_the_commands_take_one():
-    from autotuner.engine.strategies import strategy_names
+    from autotuner.engine.search.strategies import strategy_names
 
     text = (DOCS / "cli.md").read_text()
     listed = set(re.findall(r"--strategy ([a-z_|\\]+)", text))

@@ -1,4 +1,4 @@
-"""One problem's configs measured on several GPUs at once (`autotuner tune --gpus`, engine.measure._run_lanes):
+"""One problem's configs measured on several GPUs at once (`autotuner tune --gpus`, engine.search.loop._run_lanes):
 on the interpreter each lane is a CPU trial process, so the lanes' mechanics run here; their speed on GPUs is a
 benchmark's (benchmarks/tune_time.py)."""
 
@@ -17,10 +17,11 @@ from pathlib import Path
 import pytest
 
 from autotuner.cli.handoff import wanted
-from autotuner.engine.measure import InOrderMeasurer, run_search
-from autotuner.engine.outcome import Outcome
-from autotuner.engine.strategies import make_search
-from autotuner.engine.timing import Timing
+from autotuner.engine.measure.outcome import Outcome
+from autotuner.engine.measure.table import InOrderMeasurer
+from autotuner.engine.measure.timing import Timing
+from autotuner.engine.search.loop import run_search
+from autotuner.engine.search.strategies import make_search
 from search_spaces.space import Config, Param, config_key
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -130,7 +131,7 @@ class RecordingLane:
     and notes what it was asked."""
 
     def __init__(self) -> None:
-        from autotuner.engine.runner import TrialRunner
+        from autotuner.engine.measure.runner import TrialRunner
 
         self.inner = TrialRunner(None)
         self.asked: list[str] = []
@@ -170,7 +171,7 @@ def test_a_lane_of_ones_own_measures_beside_the_problems_device(tmp_path):
     import tests.paced_op as paced
     from autotuner.base.registry import get_op, load_plugins
     from autotuner.base.settings import Settings
-    from autotuner.engine.lanes import Lane
+    from autotuner.engine.measure.lanes import Lane
     from autotuner.engine.tuner import Plan, tune
     from autotuner.store.database import Store
 

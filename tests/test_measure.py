@@ -14,9 +14,9 @@ import pytest
 
 from autotuner.base.device import current_device
 from autotuner.base.registry import get_op
-from autotuner.engine import processes
-from autotuner.engine.measure import LiveMeasurer
-from autotuner.engine.trial_process import WorkerSpec
+from autotuner.engine.measure import processes
+from autotuner.engine.measure.live import LiveMeasurer
+from autotuner.engine.measure.trial_process import WorkerSpec
 from search_spaces.space import config_key
 from tests import stand_in_cuda
 from tests.test_cli import _alive
@@ -102,7 +102,7 @@ def test_speculative_compiles_take_idle_pool_workers_only_and_count_when_asked()
 
 
 def test_a_trial_worker_started_before_its_problem_sets_it_up_when_told():
-    from autotuner.engine.runner import TrialRunner
+    from autotuner.engine.measure.runner import TrialRunner
 
     sm = get_op("softmax")
     problem = sm.parse_problem("8x64")
@@ -131,9 +131,9 @@ def test_the_problem_is_set_up_in_the_trial_worker_while_the_compile_pool_still_
     """The tuner took its prestarted processes only once every compile-pool process had started (the fork server
     makes them one by one), and the trial worker set the problem up and timed torch's baseline only after the
     plan: the problem now goes to the trial worker as soon as that one is asked for, and is set up meanwhile."""
-    from autotuner.engine import compile_pool
-    from autotuner.engine.measure import KeptProcesses
-    from autotuner.engine.runner import WorkerSetupError
+    from autotuner.engine.measure import compile_pool
+    from autotuner.engine.measure.live import KeptProcesses
+    from autotuner.engine.measure.runner import WorkerSetupError
 
     release = threading.Event()
     prestart = compile_pool.CompilePool.prestart
@@ -181,7 +181,7 @@ def test_the_fork_server_ends_with_its_command_without_tearing_its_interpreter_d
     its interpreter's tear-down of torch and Triton kept a caller reading the command's output waiting after the
     command had exited. Its atexit handlers past server_exit's never run."""
     mark = tmp_path / "torn_down"
-    code = ("from autotuner.engine import processes\n"
+    code = ("from autotuner.engine.measure import processes\n"
             "processes.PRELOAD.insert(0, 'tests.teardown_marker')\n"
             "processes.context().Process(target=print).start()  # (the server started, its preloads imported)\n"
             "from multiprocessing import forkserver\n"
@@ -205,7 +205,7 @@ def test_the_fork_server_leaves_cuda_uninitialised_for_its_children(tmp_path):
     env = stand_in_cuda.build(tmp_path, nvml=False)  # (no NVML to ask: the command asks the driver)
     code = ("import os\n"
             "from multiprocessing import forkserver\n"
-            "from autotuner.engine import processes\n"
+            "from autotuner.engine.measure import processes\n"
             "child = processes.context().Process(target=print)\n"
             "child.start(); child.join(60)\n"
             "print(os.getpid(), forkserver._forkserver._forkserver_pid, child.exitcode, flush=True)\n")
@@ -226,7 +226,7 @@ def test_ctrl_c_while_the_fork_server_imports_leaves_it_serving_without_a_traceb
     code = ("import os, signal, time\n"
             "from pathlib import Path\n"
             "from multiprocessing import forkserver\n"
-            "from autotuner.engine import processes\n"
+            "from autotuner.engine.measure import processes\n"
             "processes.PRELOAD.insert(0, 'tests.slow_preload')\n"
             "processes.start()\n"
             f"while not Path({str(mark)!r}).exists(): time.sleep(0.02)\n"
@@ -247,7 +247,7 @@ def _paced_search(tmp_path, monkeypatch) -> tuple[Any, list[Any], LiveMeasurer, 
     """The paced op's launch log (each launch of the trial process: "pid start end pause"), its configs, a measurer
     in a trial process (no compile pool) and an exhaustive search over them."""
     import tests.paced_op  # noqa: F401  (registers the op in this process too)
-    from autotuner.engine.strategies import make_search
+    from autotuner.engine.search.strategies import make_search
 
     log = tmp_path / "launches.log"
     monkeypatch.setenv("PACED_LOG", str(log))
@@ -262,7 +262,7 @@ def test_each_trial_is_recorded_while_the_trial_process_measures_the_next(tmp_pa
     """Writing a trial (and guessing what to compile next) decides nothing about the next config: it is done
     while the trial process measures that one, not between the two measurements; every trial is recorded, in
     order, the last one too."""
-    from autotuner.engine.measure import run_search
+    from autotuner.engine.search.loop import run_search
 
     log, configs, measurer, search = _paced_search(tmp_path, monkeypatch)
     recorded: list[tuple[int, float]] = []
@@ -287,7 +287,7 @@ def test_each_trial_is_recorded_while_the_trial_process_measures_the_next(tmp_pa
 def test_the_next_config_is_asked_while_the_trial_process_measures_this_one(tmp_path, monkeypatch):
     """The strategy's ask (milliseconds of TPE's time each) needs no answer of the trial process: the next config is
     asked while it measures one, so that it never waits for the search between two measurements."""
-    from autotuner.engine.measure import run_search
+    from autotuner.engine.search.loop import run_search
 
     log, configs, measurer, search = _paced_search(tmp_path, monkeypatch)
     asks: list[tuple[float, float]] = []
@@ -362,7 +362,7 @@ def test_the_compiles_counted_are_those_the_pool_was_given_and_kept():
 
 
 def test_interleaved_rounds_give_every_candidate_every_place():
-    from autotuner.engine.timing import rotation
+    from autotuner.engine.measure.timing import rotation
 
     items = ["a", "b", "c", "d"]
     orders = [rotation(items, r) for r in range(len(items))]
@@ -375,7 +375,7 @@ def test_interleaved_rounds_give_every_candidate_every_place():
 def test_a_third_of_a_timing_is_a_third_of_its_repetitions_for_a_short_kernel_too():
     """A round of three interleaved rounds asks for a third of the repetitions: for a kernel of a few
     microseconds (the cap binds) as for a slow one (the milliseconds do)."""
-    from autotuner.engine.timing import MAX_REPS, MIN_REPS, repetitions
+    from autotuner.engine.measure.timing import MAX_REPS, MIN_REPS, repetitions
 
     assert repetitions(100.0, 0.005) == MAX_REPS and repetitions(100.0 / 3, 0.005, 1 / 3) == MAX_REPS // 3
     assert repetitions(100.0, 1.0) == 100 and repetitions(100.0 / 3, 1.0, 1 / 3) == 33
@@ -390,7 +390,7 @@ def test_the_gpu_sleeps_until_the_cpu_has_queued_each_timed_launch(cpu_ms: float
     sleep ends; the GPU must reach no repetition's start event before the CPU has queued that launch, even with the
     CPU stalled once for its time of a repetition. And the sleep is not the CPU's time for all of them, twice over,
     as it was: where the GPU keeps up, a few repetitions' CPU time whatever their number."""
-    from autotuner.engine.timing import MAX_QUEUE_SLEEP_S, MIN_QUEUE_SLEEP_S, Pace, queue_sleep_s
+    from autotuner.engine.measure.timing import MAX_QUEUE_SLEEP_S, MIN_QUEUE_SLEEP_S, Pace, queue_sleep_s
 
     pace = Pace(gpu_ms=gpu_ms, cpu_s=cpu_ms / 1e3)
     sleep_ms = queue_sleep_s(reps, pace) * 1e3

@@ -1,4 +1,4 @@
-"""A sweep's model of its trials (autotuner.engine.predict), measured against nearest by leaving each point out,
+"""A sweep's model of its trials (autotuner.engine.sweeps.predict), measured against nearest by leaving each point out,
 and served between the points only where it won (autotuner.store.regret.predicted_pick): synthetic landscapes
 whose answers are known, a real SQLite file, and a row written by hand that is never trusted."""
 
@@ -10,7 +10,7 @@ import pytest
 
 from autotuner.base.device import current_device
 from autotuner.base.registry import get_op
-from autotuner.engine.predict import predict
+from autotuner.engine.sweeps.predict import predict
 from autotuner.launch.serving import answer_config
 from autotuner.store.database import Store
 from autotuner.store.lazy import LazyStore

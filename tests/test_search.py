@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from autotuner.engine.replay import load_landscape, replay
-from autotuner.engine.search import RandomSearch, Search
-from autotuner.engine.strategies import make_search, register_strategy, strategy_label, strategy_names
+from autotuner.engine.search.contract import Search
+from autotuner.engine.search.random_search import RandomSearch
+from autotuner.engine.search.replay import load_landscape, replay
+from autotuner.engine.search.strategies import make_search, register_strategy, strategy_label, strategy_names
 from search_spaces.space import Param, config_key
 
 # Real GPU timings of whole spaces (every config measured; H200 matmul, H100 matmul, softmax and layernorm), kept in
@@ -87,7 +88,7 @@ def test_a_registered_strategy_is_one_of_every_list(tmp_path):
         with pytest.raises(ValueError, match="registered already"):
             register_strategy("reversed_test", RandomSearch, "another")
     finally:
-        from autotuner.engine import strategies
+        from autotuner.engine.search import strategies
 
         strategies._REGISTRY.pop("reversed_test")
     for bad in ("Grid", "two words", "x" * 33):
@@ -166,7 +167,7 @@ def test_refinement_asks_first_the_equal_move_it_can_measure_soonest():
     """Of the moves one step from the best (held equal), a compiled one is asked before one compiling, and that
     before one not started; with nothing to tell them apart, the order is the refinement's own. Two measuring
     lanes take two configs at once."""
-    from autotuner.engine.outcome import COMPILING, NOT_STARTED, READY
+    from autotuner.engine.measure.outcome import COMPILING, NOT_STARTED, READY
 
     search = make_search("tpe", CANDIDATES, PARAMS, budget=len(CANDIDATES), seed=0)
     while search.max_pending(14) > 1:

@@ -111,7 +111,7 @@ def test_matmul_shared_memory_agrees_with_the_hopper_landscapes():
     """Whole matmul spaces timed on H100s and H200s (tests/data/landscapes): each config that failed there is
     over the shared memory the space allows now (64x256x64 tiles with 8 warps and 5 stages, flattened, C stored
     in halves: the accumulator half moved between warpgroups), and none that ran is."""
-    from autotuner.engine.replay import load_landscape
+    from autotuner.engine.search.replay import load_landscape
     from search_spaces.matmul import smem_bytes
 
     op = get_op("matmul")
@@ -404,7 +404,7 @@ def _layout(value):
 
 @pytest.mark.parametrize("op", builtin_ops(), ids=lambda op: op.name)
 def test_inputs_on_meta_have_the_layout_of_real_ones(op):
-    """A compile pool process launches on meta inputs (no CUDA context, no memory: autotuner.engine.compile_pool) what
+    """A compile pool process launches on meta inputs (no CUDA context, no memory: autotuner.engine.measure.compile_pool) what
     the trial worker then runs on real ones, so both must specialize the kernel alike."""
     assert op.examples
     for example in op.examples:

@@ -16,8 +16,8 @@ import pytest
 from autotuner.base.device import current_device
 from autotuner.base.registry import get_op
 from autotuner.cli.common import problems
-from autotuner.engine.cross_time import Cell
-from autotuner.engine.refine import (
+from autotuner.engine.sweeps.cross_time import Cell
+from autotuner.engine.sweeps.refine import (
     insert_points,
     midpoint_shape,
     neighbour_losses,
@@ -25,7 +25,7 @@ from autotuner.engine.refine import (
     stale_points,
     worst_pair,
 )
-from autotuner.engine.sweep import points
+from autotuner.engine.sweeps.sweep import points
 from autotuner.launch.serving import answer_config
 from autotuner.store.database import Store
 from search_spaces.contract import ProblemType
@@ -352,6 +352,6 @@ def test_between_the_points_of_a_refined_sweep_its_rule_serves_not_the_bucket(tm
 
 
 def test_a_midpoint_measures_a_share_of_a_points_trials():
-    from autotuner.engine.refine import point_trials
+    from autotuner.engine.sweeps.refine import point_trials
 
     assert [point_trials(t) for t in (None, 64, 200, 20, 8)] == [16, 16, 50, 16, 8]

@@ -388,7 +388,7 @@ def test_the_space_is_enumerated_while_the_trial_worker_is_asked_for(db_url, mon
     import time
 
     import autotuner.engine.tuner as tuner
-    from autotuner.engine.measure import LiveMeasurer
+    from autotuner.engine.measure.live import LiveMeasurer
     from autotuner.engine.tune_result import TuneObserver
 
     op = get_op("softmax")

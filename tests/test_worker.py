@@ -342,8 +342,8 @@ def test_a_trial_worker_is_kept_from_one_problem_to_the_next():
     from dataclasses import asdict
 
     from autotuner.base.device import current_device
-    from autotuner.engine.runner import TrialRunner, WorkerSetupError
-    from autotuner.engine.trial_process import WorkerSpec
+    from autotuner.engine.measure.runner import TrialRunner, WorkerSetupError
+    from autotuner.engine.measure.trial_process import WorkerSpec
 
     sm = get_op("softmax")
     first, second = sm.parse_problem("8x64"), sm.parse_problem("16x128")

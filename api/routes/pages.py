@@ -31,7 +31,7 @@ from api.routes.results import Id, judge, result_fields
 from autotuner.analysis.report import speedups
 from autotuner.base.registry import UnknownOpError, get_op
 from autotuner.base.roofline import fraction
-from autotuner.engine.refine import neighbour_losses, worst_pair
+from autotuner.engine.sweeps.refine import neighbour_losses, worst_pair
 from autotuner.launch.serving import device_info
 from autotuner.store.errors import JOB_STATES
 from autotuner.store.errors import NotAStore as NotAutotunerDatabase
@@ -146,7 +146,7 @@ def sweep_views(store: Storage, device_key: str) -> list[dict[str, Any]]:
 
 
 def _worst(sweep: SweepRow, points: list[ProblemType], timings: list[CrossTimingRow]) -> dict[str, Any] | None:
-    """The sweep's worst neighbouring pair as the page says it (autotuner.engine.refine), or None if none was
+    """The sweep's worst neighbouring pair as the page says it (autotuner.engine.sweeps.refine), or None if none was
     measured."""
     own = {t.on_key: t.config for t in timings if t.winner_key == t.on_key}
     worst = worst_pair(neighbour_losses(points, [own.get(p.key) for p in points], timings))

@@ -26,7 +26,7 @@ import torch
 from autotuner.analysis.peaks import Peaks, device_peaks
 from autotuner.base.device import DeviceInfo
 from autotuner.base.registry import Op
-from autotuner.engine.timing import CUDA_EVENTS, WALL_CLOCK, rotation, time_fn
+from autotuner.engine.measure.timing import CUDA_EVENTS, WALL_CLOCK, rotation, time_fn
 from autotuner.store.interfaces import Storage
 from search_spaces.contract import ProblemType
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from autotuner.base.device import DeviceInfo
 from autotuner.base.registry import Op
-from autotuner.engine.timing import rotation, time_cuda
+from autotuner.engine.measure.timing import rotation, time_cuda
 from search_spaces.contract import ProblemType
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from autotuner.base.device import DeviceInfo
-from autotuner.engine.timing import time_cuda
+from autotuner.engine.measure.timing import time_cuda
 from autotuner.store.interfaces import PeakStore
 from search_spaces.problem import torch_dtype_of
 

@@ -25,7 +25,7 @@ import os
 import sys
 from typing import NoReturn
 
-from autotuner.engine import processes
+from autotuner.engine.measure import processes
 
 
 def start_early(argv: list[str]) -> None:

@@ -113,7 +113,7 @@ def clear_errors() -> Iterator[None]:
 
     from autotuner.base.device import NoDevice
     from autotuner.base.settings import settings_error
-    from autotuner.engine.runner import WorkerSetupError
+    from autotuner.engine.measure.runner import WorkerSetupError
     from autotuner.store.errors import NotAStore as NotAutotunerDatabase
     from autotuner.store.errors import StoreUnavailable as DatabaseUnavailable
 
@@ -146,7 +146,7 @@ def problems(op_name: str, shape: str | None, dtype: str | None, flags: dict[str
     """The op and the problems the problem options name, and the dimension that varies: one problem, or a sweep
     where one dimension names several values (a flag `--M 1-8192:pow2` or `--M 16,64,256`, or a range `A-B:pow2`
     in one place of `--shape`). ValueError naming what is wrong."""
-    from autotuner.engine.sweep import is_sweep, points
+    from autotuner.engine.sweeps.sweep import is_sweep, points
 
     swept = [k for k, v in flags.items() if v is not None and is_sweep(v)]
     in_shape = re.findall(r"\d+\s*-\s*\d+\s*:\s*pow2", shape or "")

@@ -26,7 +26,7 @@ from autotuner.worker.command_socket import Request
 
 if TYPE_CHECKING:
     from autotuner.base.settings import Settings
-    from autotuner.engine.measure import KeptProcesses
+    from autotuner.engine.measure.live import KeptProcesses
 
 # The command's environment applied while it runs here: its settings, and what its terminal rendering reads.
 RENDERING = ("TERM", "COLORTERM", "NO_COLOR", "FORCE_COLOR", "COLUMNS", "LINES")

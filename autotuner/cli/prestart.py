@@ -10,8 +10,8 @@ Only modules that import no torch are imported here (the engine's measure, kerne
 
 from __future__ import annotations
 
-from autotuner.engine.compile_share import share
-from autotuner.engine.measure import KeptProcesses, prestarted
+from autotuner.engine.measure.compile_share import share
+from autotuner.engine.measure.live import KeptProcesses, prestarted
 from kernels._environment import env_text
 
 _kept: KeptProcesses | None = None

@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 
 from autotuner.cli.common import JsonOpt, command, console, fail, print_json
-from autotuner.engine.strategies import strategies_help
+from autotuner.engine.search.strategies import strategies_help
 
 
 @command
@@ -22,8 +22,8 @@ def replay(
     as_json: JsonOpt = False,
 ) -> None:
     """Run the search engine against a recorded landscape (a measurement is a table look-up)."""
-    from autotuner.engine.replay import load_landscape
-    from autotuner.engine.replay import replay as run_replay
+    from autotuner.engine.search.replay import load_landscape
+    from autotuner.engine.search.replay import replay as run_replay
 
     try:
         result = run_replay(load_landscape(landscape), budget, seed, strategy, width)

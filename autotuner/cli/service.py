@@ -13,7 +13,7 @@ from rich.text import Text
 from autotuner.cli.common import BAD_INPUT, DATABASE, DbOpt, command, console, err, fail, settings, warn
 
 if TYPE_CHECKING:
-    from autotuner.engine.measure import KeptProcesses
+    from autotuner.engine.measure.live import KeptProcesses
 
 
 @command

@@ -16,8 +16,8 @@ from autotuner.store.prediction import MODEL, Prediction
 if TYPE_CHECKING:
     from autotuner.base.registry import Op
     from autotuner.base.settings import Settings
-    from autotuner.engine.measure import KeptProcesses
-    from autotuner.engine.sweep import SweepResult
+    from autotuner.engine.measure.live import KeptProcesses
+    from autotuner.engine.sweeps.sweep import SweepResult
     from autotuner.engine.tuner import Plan
     from autotuner.store.interfaces import Storage
     from search_spaces.contract import ProblemType
@@ -46,7 +46,7 @@ def queue_sweep(op: Op, probs: list[ProblemType], dim: str, store: Storage, plan
                                   options={k: v for k, v in op.options_of(probs[0]).items() if k in query},
                                   target=refine.target if refine is not None else None, budget=budget)
     if not isinstance(plan.strategy, str):
-        raise ValueError("a queued sweep names a registered strategy (autotuner.engine.strategies), not an object")
+        raise ValueError("a queued sweep names a registered strategy (autotuner.engine.search.strategies), not an object")
     jobs = [store.queue_job(op=op.name, shape=p.shape, dtype=p.dtype, options=op.options_of(p),
                             strategy=plan.strategy, budget_trials=plan.trials, budget_seconds=plan.time_budget_s,
                             sweep_id=sweep_id, gpus=gpus) for p in probs]
@@ -76,7 +76,7 @@ def run_sweep_here(op: Op, probs: list[ProblemType], dim: str, s: Settings, stor
                    plan: Plan, as_json: bool, quiet: bool, refine: Refine | None = None) -> None:
     from autotuner.base.device import current_device
     from autotuner.cli import handed_run
-    from autotuner.engine.sweep import run_sweep
+    from autotuner.engine.sweeps.sweep import run_sweep
     from autotuner.engine.tuner import plan_device
 
     by = handed_run.current()

@@ -32,15 +32,15 @@ from autotuner.cli.common import (
     warn,
 )
 from autotuner.cli.handoff import since_process_start
-from autotuner.engine.refine import DEFAULT_TARGET
-from autotuner.engine.strategies import strategies_help
+from autotuner.engine.search.strategies import strategies_help
+from autotuner.engine.sweeps.refine import DEFAULT_TARGET
 from autotuner.engine.tune_result import TrialRecord, TuneObserver, TuneResult
 from search_spaces.contract import ProblemType
 
 if TYPE_CHECKING:  # the engine and the store load when the command runs, not when the CLI starts
     from autotuner.base.registry import Op
     from autotuner.base.settings import Settings
-    from autotuner.engine.measure import KeptProcesses
+    from autotuner.engine.measure.live import KeptProcesses
     from autotuner.engine.tuner import Plan
     from autotuner.store.interfaces import Storage
 
@@ -154,8 +154,8 @@ def tune(
 
     del here, wait  # read from the arguments by autotuner.cli.handoff, before this process imports anything heavy
     from autotuner.base.device import parse_gpus
-    from autotuner.engine.measure import prestarted
-    from autotuner.engine.strategies import check_strategy
+    from autotuner.engine.measure.live import prestarted
+    from autotuner.engine.search.strategies import check_strategy
     from autotuner.engine.tuner import DEFAULT_MARGIN, Plan, plan_device
     from autotuner.store import open_store
     from kernels._backend import interpreting

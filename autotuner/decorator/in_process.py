@@ -20,11 +20,11 @@ import torch
 from autotuner.decorator.engine_view import EngineView
 from autotuner.decorator.keys import Miss
 from autotuner.decorator.lanes import QUEUE_SLACK_S, Lane, lane_devices, on, set_up
-from autotuner.engine import l2_flush
-from autotuner.engine.measure import InOrderMeasurer
-from autotuner.engine.outcome import Outcome, classify, short_error
-from autotuner.engine.timing import Timing, time_fn
-from autotuner.engine.trial_process import QUICK_SCALE
+from autotuner.engine.measure import l2_flush
+from autotuner.engine.measure.outcome import Outcome, classify, short_error
+from autotuner.engine.measure.table import InOrderMeasurer
+from autotuner.engine.measure.timing import Timing, time_fn
+from autotuner.engine.measure.trial_process import QUICK_SCALE
 from autotuner.launch.lookup import resolver
 from kernels._backend import interpreting
 from search_spaces.space import config_key

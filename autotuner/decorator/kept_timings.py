@@ -21,7 +21,7 @@ import triton
 
 from autotuner.decorator.autotuned import Autotuned
 from autotuner.decorator.configs import config_dict
-from autotuner.engine.timing import CUDA_EVENTS, WALL_CLOCK
+from autotuner.engine.measure.timing import CUDA_EVENTS, WALL_CLOCK
 from autotuner.launch.lookup import resolver
 from search_spaces.space import config_key
 

@@ -1,7 +1,12 @@
-"""The search engine: tuning one problem in phases (`tuner`), the strategies (`search`), the measurement boundary
-(`measure`: live trials or a recorded landscape), trials in isolated processes (`runner`, `compile_pool`,
-`processes`' fork server; `compile_lock`: a binary compiled once on a host), CUDA-event timing with an L2 flush (`timing`, `l2_flush`), whether a problem fits
-the device (`fits`), what a run reports (`tune_result`) and replaying a landscape (`replay`).
+"""The search engine, in three rooms and the tuner over them:
 
-May import: `autotuner.store` (through its interfaces), `autotuner.base`, `db` errors, the ground floor.
+- `measure`: how a config's time is measured: the `Measurer` protocol, real launches (`live`: a trial process,
+  `runner`, `trial_process`, `processes`' fork server, lanes on more GPUs, compile pools and a binary compiled
+  once per host and shared between hosts) and a recorded table (`table`); CUDA-event timing with the L2 flushed.
+- `search`: what to try: the `Search` contract, each strategy a module, the strategies by name, the search loop
+  over a measurer, and replaying a recorded landscape.
+- `sweeps`: problems that differ in one dimension: the sweep driver, cross-timing, refinement and prediction.
+- `tuner` (one problem in phases), `tune_result` (what a run reports), `fits` (whether a problem fits a device).
+
+May import: `autotuner.store` (through its interfaces), `autotuner.base`, the ground floor.
 """

@@ -17,7 +17,7 @@ PHASES = ("setup", "search", "retime", "record")
 class TrialRecord:
     index: int
     config: Config
-    status: str  # autotuner.engine.outcome.Status
+    status: str  # autotuner.engine.measure.outcome.Status
     median_ms: float | None
     error: str | None = None
     compile_s: float | None = None

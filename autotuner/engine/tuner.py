@@ -27,25 +27,16 @@ from autotuner.base.device import DeviceInfo, current_device
 from autotuner.base.registry import Op
 from autotuner.base.roofline import fraction
 from autotuner.base.settings import Settings
-from autotuner.engine.compile_share import share
 from autotuner.engine.fits import check_fits
-from autotuner.engine.lanes import Lane
-from autotuner.engine.measure import (
-    KeptProcesses,
-    LiveMeasurer,
-    Measured,
-    Measurer,
-    ask_first,
-    host_compile_workers,
-    local_lanes,
-    on_a_thread,
-    run_search,
-)
-from autotuner.engine.refine import DEFAULT_TRIALS
-from autotuner.engine.search import Search
-from autotuner.engine.strategies import StrategyLike, make_search, preload, strategy_label
-from autotuner.engine.timing import CUDA_EVENTS, WALL_CLOCK, rotation
-from autotuner.engine.trial_process import WorkerSpec
+from autotuner.engine.measure.compile_share import share
+from autotuner.engine.measure.lanes import Lane
+from autotuner.engine.measure.live import KeptProcesses, LiveMeasurer, host_compile_workers, local_lanes
+from autotuner.engine.measure.protocol import Measurer
+from autotuner.engine.measure.timing import CUDA_EVENTS, WALL_CLOCK, rotation
+from autotuner.engine.measure.trial_process import WorkerSpec
+from autotuner.engine.search.contract import DEFAULT_TRIALS, Search
+from autotuner.engine.search.loop import Measured, ask_first, on_a_thread, run_search
+from autotuner.engine.search.strategies import StrategyLike, make_search, preload, strategy_label
 from autotuner.engine.tune_result import TrialRecord, TuneObserver, TuneResult
 from autotuner.store.interfaces import RunStore
 from autotuner.store.resolution import warm_start
@@ -149,7 +140,7 @@ def _retime(measurer: Measurer, configs: list[Config], rounds: int, observer: Tu
 class Plan:
     """How to search one problem."""
 
-    strategy: StrategyLike = "tpe"  # a registered name (autotuner.engine.strategies: tpe, random, exhaustive, a
+    strategy: StrategyLike = "tpe"  # a registered name (autotuner.engine.search.strategies: tpe, random, exhaustive, a
     # plugin's), or through the Python API an Optuna sampler or a function making a Search
     trials: int | None = None  # configs to measure; default: up to 64 (with no time budget)
     time_budget_s: float | None = None  # seconds of searching, counted from the search phase's start
@@ -417,9 +408,9 @@ def tune(op: Op, problem: ProblemType, *, store: RunStore, settings: Settings, p
     interrupted.
 
     `store`: a Store, or a worker's JobStore (which rides out database outages).
-    `measurer`: how configs are measured (default: an isolated trial worker, autotuner.engine.measure.LiveMeasurer).
+    `measurer`: how configs are measured (default: an isolated trial worker, autotuner.engine.measure.live.LiveMeasurer).
     `kept`: the trial worker and compile pool to measure in, kept from one tuning to the next (a worker's).
-    `lanes`: further lanes measuring configs at once (autotuner.engine.lanes), instead of trial workers on
+    `lanes`: further lanes measuring configs at once (autotuner.engine.measure.lanes), instead of trial workers on
     `plan.gpus[1:]`."""
     t_start = time.perf_counter()
     t = _plan(op, problem, store=store, settings=settings, plan=plan or Plan(),

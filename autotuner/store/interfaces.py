@@ -7,7 +7,7 @@ answers it.
     RunWriter      what writes one tuning run as it goes, each call its own transaction (`database.Store`, and a
                    worker's `job_store.JobStore`, which rides out outages).
     RunStore       both: what `autotuner.engine.tuner.tune` is given.
-    SweepStore     a RunStore that also keeps sweeps and their cross timings (`autotuner.engine.sweep`).
+    SweepStore     a RunStore that also keeps sweeps and their cross timings (`autotuner.engine.sweeps.sweep`).
     JobQueue       the job queue the service fills and the workers drain (`database.Store`).
     RecordedCalls, TuningClaims, ResultBrowser, PeakStore, StorageHealth
                    decorated kernels' recorded calls, in-place tuning claims, what the service and pages browse, a
@@ -110,7 +110,7 @@ class SweepStore(RunStore, Protocol):
         """Each cell (winner_key, on_key, config, ms, own_ms), replacing one measured before for the same pair."""
 
     def save_sweep_prediction(self, sweep_id: int, *, device: DeviceInfo, prediction: Prediction) -> None:
-        """The sweep's model's picks on `device` (autotuner.engine.predict), replacing one made before."""
+        """The sweep's model's picks on `device` (autotuner.engine.sweeps.predict), replacing one made before."""
 
     def sweep(self, sweep_id: int) -> SweepRow | None:
         """One sweep, or None."""

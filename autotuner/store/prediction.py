@@ -1,5 +1,5 @@
 """A sweep's prediction, as stored: for positions along the sweep between its first and last point, the config a
-model of the sweep's trials ranks first (autotuner.engine.predict fits it and measures it), and whether it beat the
+model of the sweep's trials ranks first (autotuner.engine.sweeps.predict fits it and measures it), and whether it beat the
 nearest point's winner on the sweep's own points. Stored as data in the sweep's `points` JSON, per device:
 serving (autotuner.store.regret.predicted_pick) reads configs from it, never a model.
 """

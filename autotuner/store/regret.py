@@ -7,7 +7,7 @@ is taken to grow with the distance on the nearest scale (log of the dimensions):
 (1 - t) * loss(b on a): the smaller is served, and reported with its expected loss, interpolated from what was
 measured at the two ends. A problem outside the swept points has no measured regret (None, said so).
 
-Where a sweep's prediction on the device chose its model (autotuner.engine.predict: it beat the nearest point's
+Where a sweep's prediction on the device chose its model (autotuner.engine.sweeps.predict: it beat the nearest point's
 winner on the sweep's own points), the model's pick is served between the points instead, with the loss it was
 measured at.
 
@@ -125,7 +125,7 @@ def prefer_measured(store: SweepReader, op: Op, problem: ProblemType, device: De
 def inside_refined_sweep(store: SweepReader, op: Op, problem: ProblemType, device: DeviceInfo,
                          kernel_hash: str | None = None, triton_version: str | None = None) -> tuple[str, str] | None:
     """The two neighbouring points of the newest refining sweep (one run to a regret target: its points placed
-    where its winners lose least on each other, autotuner.engine.refine) that `problem` lies strictly between,
+    where its winners lose least on each other, autotuner.engine.sweeps.refine) that `problem` lies strictly between,
     where that sweep holds current cross timings on `device`; None where no such sweep holds it. Between them a
     built-in op's bucket (the power of two above) is not served: the sweep's rule is (prefer_measured)."""
     kernel_hash, triton_version = _current(op, kernel_hash, triton_version)

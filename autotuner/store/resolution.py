@@ -7,7 +7,7 @@ representative's) or one a launching process asks again for later (a pick, a nea
 1. `exact`: the stored best for this exact problem, current for the kernel hash and Triton version (the caller's,
    for a remote caller of the service); a stale one is remembered, never served;
 2. `predicted` (with `fallback="nearest"`): between the points of a sweep whose model of its trials beat the
-   nearest point's winner on the sweep's own points (autotuner.engine.predict), the model's pick;
+   nearest point's winner on the sweep's own points (autotuner.engine.sweeps.predict), the model's pick;
 3. `bucket`: where the problem has a bucket (the built-in ops bucket their leading dimension by powers of two),
    the stored best of its bucket's representative, if valid here, unless, with `fallback="nearest"`, the problem
    lies between two points of a refined sweep: then step 6, whose rule between swept points serves it

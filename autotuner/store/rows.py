@@ -125,7 +125,7 @@ class SweepRow:
     dim: str
     shapes: tuple[str, ...]
     created_at: datetime
-    refined: tuple[str, ...] = ()  # the shapes refinement added (autotuner.engine.refine)
+    refined: tuple[str, ...] = ()  # the shapes refinement added (autotuner.engine.sweeps.refine)
     target: float | None = None  # the loss neighbouring winners may have on each other (None: not refined)
     budget: int = 0  # how many points refinement may add
     predictions: dict[str, Prediction] = field(default_factory=dict)  # device key -> its model's picks

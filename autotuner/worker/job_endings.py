@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from autotuner.base.registry import UnknownOpError
 from autotuner.engine.fits import ProblemTooLarge
-from autotuner.engine.runner import WorkerSetupError
+from autotuner.engine.measure.runner import WorkerSetupError
 from autotuner.store.interfaces import JobQueue
 from autotuner.store.job_store import TRANSIENT, DatabaseLost, JobLost, retried
 

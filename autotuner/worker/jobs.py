@@ -11,8 +11,8 @@ from dataclasses import dataclass, replace
 from autotuner.base.device import DeviceInfo
 from autotuner.base.registry import import_op
 from autotuner.base.settings import Settings
-from autotuner.engine.lanes import Lane
-from autotuner.engine.measure import KeptProcesses
+from autotuner.engine.measure.lanes import Lane
+from autotuner.engine.measure.live import KeptProcesses
 from autotuner.engine.tune_result import TrialRecord, TuneObserver, TuneResult
 from autotuner.store.job_store import JobStore
 from autotuner.store.rows import JobRow
@@ -113,9 +113,9 @@ def cross_time_work(job: JobRow, settings: Settings, device: DeviceInfo, kept: K
     """Time the sweep's winners on the points next to them, where not timed yet (each winner as it now is); then,
     where the sweep refines, queue the midpoints of the pairs above its target as jobs of the sweep (whose last
     one to finish queues this job again)."""
-    from autotuner.engine.cross_time import cross_time
-    from autotuner.engine.predict import predict_sweep
-    from autotuner.engine.refine import (
+    from autotuner.engine.sweeps.cross_time import cross_time
+    from autotuner.engine.sweeps.predict import predict_sweep
+    from autotuner.engine.sweeps.refine import (
         insert_points,
         neighbour_losses,
         point_trials,

@@ -36,9 +36,9 @@ from sqlalchemy.exc import SQLAlchemyError
 from autotuner.base.device import current_device
 from autotuner.base.registry import load_plugins
 from autotuner.base.settings import Settings
-from autotuner.engine.compile_share import share
-from autotuner.engine.lanes import Lane
-from autotuner.engine.measure import KeptProcesses
+from autotuner.engine.measure.compile_share import share
+from autotuner.engine.measure.lanes import Lane
+from autotuner.engine.measure.live import KeptProcesses
 from autotuner.engine.tuner import more_devices
 from autotuner.store.errors import LOST, utcnow
 from autotuner.store.errors import StoreLost as StorageLost
@@ -118,7 +118,7 @@ class Worker:
     def run(self, *, once: bool = False, until_empty: bool = False) -> int:
         """Work until stopped; `once`: one job then return; `until_empty`: return when nothing is queued or
         running. Returns the number of jobs this worker finished (done or failed)."""
-        from autotuner.engine.measure import prestarted
+        from autotuner.engine.measure.live import prestarted
 
         load_plugins(self.settings.plugins)
         several = len(self.gpus) > 1
@@ -168,8 +168,8 @@ class Worker:
     def _start_slots(self) -> Slots:
         """A kept trial worker on each GPU, and one compile pool for them all (on the first GPU, sized for the host's
         share of these GPUs), starting now."""
-        from autotuner.engine.compile_pool import CompilePool
-        from autotuner.engine.measure import host_compile_workers
+        from autotuner.engine.measure.compile_pool import CompilePool
+        from autotuner.engine.measure.live import host_compile_workers
 
         devices: tuple[int | None, ...] = tuple(None if interpreting() else g for g in self.gpus)
         if not interpreting():

@@ -19,7 +19,7 @@ pytestmark = [
 SCRIPT = """
 import torch
 import triton
-from autotuner.engine.compile_pool import compile_only
+from autotuner.engine.measure.compile_pool import compile_only
 from kernels import softmax as k
 from kernels._checks import poison_outputs
 
@@ -48,7 +48,7 @@ def test_the_compile_pool_loads_kernels_without_running_them():
 
 LOCKED = """
 import os, torch, triton, triton.language as tl
-from autotuner.engine import compile_lock
+from autotuner.engine.measure import compile_lock
 
 compile_lock.install()
 
@@ -81,8 +81,8 @@ from dataclasses import asdict
 import torch
 from autotuner.base.device import current_device
 from autotuner.base.registry import get_op
-from autotuner.engine.compile_pool import CompilePool
-from autotuner.engine.trial_process import WorkerSpec
+from autotuner.engine.measure.compile_pool import CompilePool
+from autotuner.engine.measure.trial_process import WorkerSpec
 
 
 def context_made():  # run in the pool's process: has it made the device's CUDA context?
@@ -145,7 +145,7 @@ def test_the_pool_compiles_on_meta_tensors_without_a_cuda_context(tmp_path):
 
 FLUSH = """
 import os, pathlib, threading, torch
-from autotuner.engine import l2_flush
+from autotuner.engine.measure import l2_flush
 
 def files():
     return sorted(str(p) for p in pathlib.Path(os.environ["TRITON_CACHE_DIR"]).rglob("*") if p.is_file())

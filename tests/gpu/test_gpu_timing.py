@@ -7,7 +7,7 @@ import time
 import pytest
 import torch
 
-from autotuner.engine.timing import PROBE_REPS, time_cuda
+from autotuner.engine.measure.timing import PROBE_REPS, time_cuda
 
 pytestmark = [
     pytest.mark.gpu,
@@ -57,7 +57,7 @@ def test_a_launch_that_waits_for_the_gpu_paces_the_sleep_by_the_gpus_time():
     the CPU queue it early: its first repetition after the sleep waits the sleep out. The pace then takes the CPU's
     median repetition, the GPU's own time, not the sleep's (whose share made each later sleep longer, up to the
     0.2 s cap), and the probe is taken again once at most."""
-    from autotuner.engine import timing
+    from autotuner.engine.measure import timing
 
     x = torch.zeros(1024, device="cuda")
 

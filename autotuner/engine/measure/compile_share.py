@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import os
 
-from autotuner.engine import processes
+from autotuner.engine.measure import processes
 
-MANAGER = "autotuner.engine.compile_share_backend:LocalFirstManager"
-BACKEND = "autotuner.engine.compile_share_backend:DatabaseBackend"
+MANAGER = "autotuner.engine.measure.compile_share_backend:LocalFirstManager"
+BACKEND = "autotuner.engine.measure.compile_share_backend:DatabaseBackend"
 SECRET_VAR, URL_VAR = "AUTOTUNER_COMPILE_SECRET", "AUTOTUNER_DB_URL"
 
 

@@ -17,10 +17,10 @@ from typing import Any
 from autotuner.base.device import DeviceInfo
 from autotuner.base.registry import Op
 from autotuner.base.settings import Settings
-from autotuner.engine.refine import REACH
-from autotuner.engine.runner import TrialRunner
-from autotuner.engine.timing import rotation
-from autotuner.engine.trial_process import QUICK_SCALE, WorkerSpec
+from autotuner.engine.measure.runner import TrialRunner
+from autotuner.engine.measure.timing import rotation
+from autotuner.engine.measure.trial_process import QUICK_SCALE, WorkerSpec
+from autotuner.engine.sweeps.refine import REACH
 from search_spaces.contract import ProblemType
 from search_spaces.space import Config, config_key
 

@@ -1,5 +1,5 @@
 """Triton's remote-cache backend over the autotuner database (db.compiled_files), and the cache manager that asks it,
-for the processes that autotuner.engine.compile_share set them up in. Triton constructs one of each per cache key,
+for the processes that autotuner.engine.measure.compile_share set them up in. Triton constructs one of each per cache key,
 asks `get` before it compiles and calls `put` with each file it wrote; a database that cannot be reached, or a
 file that does not verify, is a compile as usual (said once in the log), never a failed one.
 
@@ -23,7 +23,7 @@ from typing import Any
 
 from triton.runtime.cache import RemoteCacheBackend, RemoteCacheManager
 
-from autotuner.engine.compile_share import SECRET_VAR, URL_VAR
+from autotuner.engine.measure.compile_share import SECRET_VAR, URL_VAR
 
 log = logging.getLogger(__name__)
 GROUP = "__grp__"  # Triton's prefix for the file listing a compile's files
@@ -83,7 +83,7 @@ class DatabaseBackend(RemoteCacheBackend):
     def __init__(self, key: str) -> None:
         super().__init__(key)
         self.key = key
-        # as autotuner.engine.compile_share handed them to this process (the command's settings, resolved there)
+        # as autotuner.engine.measure.compile_share handed them to this process (the command's settings, resolved there)
         self.secret, self.url = os.environ.get(SECRET_VAR, ""), os.environ.get(URL_VAR) or None
 
     def get(self, filenames: list[str]) -> dict[str, bytes]:

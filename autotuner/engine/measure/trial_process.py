@@ -1,5 +1,5 @@
 """The trial process's side: it builds the op, the problem's inputs and the reference once (`Bench`), then
-answers the parent's requests (autotuner.engine.runner.TrialRunner): check and time a config, time it again,
+answers the parent's requests (autotuner.engine.measure.runner.TrialRunner): check and time a config, time it again,
 time torch's baseline. A CUDA error leaves its context unusable, so after a `crash` it exits and the parent
 starts a fresh one.
 """
@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-from autotuner.engine import compile_lock
-from autotuner.engine.outcome import Outcome, classify, short_error
-from autotuner.engine.timing import Timing
+from autotuner.engine.measure import compile_lock
+from autotuner.engine.measure.outcome import Outcome, classify, short_error
+from autotuner.engine.measure.timing import Timing
 
 # The search's timing of a config (its first look) warms up and repeats for this share of the full timing's
 # milliseconds: enough to rank it (ten or more repetitions, each after an L2 flush, fifteen of a kernel under a third
@@ -100,7 +100,7 @@ class Bench:
             self.torch.cuda.synchronize()
 
     def _time(self, fn: Any, scale: float = 1.0, give_up_ms: float | None = None) -> Timing:
-        from autotuner.engine.timing import time_fn
+        from autotuner.engine.measure.timing import time_fn
 
         return time_fn(fn, self.device.is_interpreter, self.spec.warmup_ms, self.spec.rep_ms, give_up_ms,
                        scale=scale)
@@ -202,7 +202,7 @@ def warm_up(device_index: int | None, timing: bool = True, context: bool = True)
         hashing.join()  # before the first compile or cache lookup, which would do it again
     marks.append(("key_s", time.perf_counter()))
     if flushes:
-        from autotuner.engine.l2_flush import l2_flusher
+        from autotuner.engine.measure.l2_flush import l2_flusher
 
         l2_flusher(torch.device("cuda", device_index))()
         torch.cuda.synchronize()
@@ -218,8 +218,8 @@ def _parts(marks: list[tuple[str, float]]) -> dict[str, float]:
 def _before_first_compile(flush_device: int | None) -> threading.Thread:
     """On a thread, beside the CUDA context's making, what the process's first compile or cache lookup would pay:
     Triton's installation hash (its cache key's first part, a SHA-256 of its files; hashlib lets go of the
-    interpreter while it hashes) where the parent handed none (autotuner.engine.processes), and, where compiles are
-    shared between hosts (autotuner.engine.compile_share), the database backend's imports and engine, which the
+    interpreter while it hashes) where the parent handed none (autotuner.engine.measure.processes), and, where compiles are
+    shared between hosts (autotuner.engine.measure.compile_share), the database backend's imports and engine, which the
     first lookup (a trial worker's L2 flush) paid: 2.4 s of a sharing host's trial worker start on an H100
     (benchmarks/RESULTS.md, session 38); then, in a process that will time on `flush_device`, the L2 flush's
     kernel compiled (or found in the cache) and its launcher built (l2_flush.compile_ahead)."""
@@ -231,16 +231,16 @@ def _before_first_compile(flush_device: int | None) -> threading.Thread:
             triton_key()
         except Exception:  # noqa: S110 - a Triton that keeps it elsewhere computes it at first use, as before
             pass
-        from autotuner.engine.compile_share import BACKEND
+        from autotuner.engine.measure.compile_share import BACKEND
 
         if os.environ.get("TRITON_REMOTE_CACHE_BACKEND") == BACKEND:
-            from autotuner.engine.compile_share_backend import prepare
+            from autotuner.engine.measure.compile_share_backend import prepare
 
             prepare()
         if flush_device is not None:
             import torch
 
-            from autotuner.engine.l2_flush import compile_ahead
+            from autotuner.engine.measure.l2_flush import compile_ahead
 
             try:
                 compile_ahead(torch.device("cuda", flush_device))
@@ -254,7 +254,7 @@ def _before_first_compile(flush_device: int | None) -> threading.Thread:
 
 def worker_main(conn: Connection, spec: WorkerSpec | None, env: dict[str, str],
                  device_index: int | None = None) -> None:
-    from autotuner.engine.processes import adopt
+    from autotuner.engine.measure.processes import adopt
 
     entered_at = time.time()  # wall clock: the parent compares it with when it asked for this process
     adopt(env)

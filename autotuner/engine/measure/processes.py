@@ -14,7 +14,7 @@ initialisation failed, every compile-pool process and trial worker on a GPU host
 Ctrl-C: the server shares its command's process group, so a terminal's Ctrl-C reaches it too. Python's fork server
 ignores SIGINT only once its imports are done, and one that came during them (seconds: a worker stopped as it
 started its first job) killed it with a traceback of its own under the command's. `start()` makes the server with
-SIGINT ignored, which it keeps through its exec; autotuner.engine.server_exit, imported last, puts Python's handler
+SIGINT ignored, which it keeps through its exec; autotuner.engine.measure.server_exit, imported last, puts Python's handler
 back, which the server saves and gives each child it makes.
 
 A child of the server starts with the server's environment, which is the command's environment at `start()`;
@@ -47,7 +47,7 @@ from typing import Any, cast
 # that each child would inherit it instead of hashing libtriton itself, 0.7 s), in a thread during torch's import or
 # after it, made every child's CUDA initialisation fail on an H100 with Triton 3.6 (benchmarks/RESULTS.md, session 22);
 # so did a module of autotuner's imported before torch (session 43: see the module's docstring).
-PRELOAD = ["torch", "triton", "triton.language", "autotuner.engine.server_exit"]
+PRELOAD = ["torch", "triton", "triton.language", "autotuner.engine.measure.server_exit"]
 
 _started = False
 TRITON_KEY = "AUTOTUNER_TRITON_KEY"  # how a child is handed the hash (taken out of its environment by `adopt`)
@@ -129,7 +129,7 @@ _for_children: dict[str, str] = {}
 
 
 def child_environment(extra: dict[str, str]) -> None:
-    """Variables the children made from now on see besides this process's (autotuner.engine.compile_share)."""
+    """Variables the children made from now on see besides this process's (autotuner.engine.measure.compile_share)."""
     _for_children.clear()
     _for_children.update(extra)
 

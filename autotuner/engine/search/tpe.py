@@ -1,7 +1,7 @@
 """Optuna's multivariate TPE over the parameters as ordinal indices, then a local refinement around the best configs
 found (autotuner.engine.search's contract: the `first` configs, never a config twice, only candidates); and a
 user's own Optuna sampler driving the whole budget the same way (`SamplerSearch`). Registered by name in
-autotuner.engine.strategies; this module imports Optuna and NumPy, which the rest of the search does not.
+autotuner.engine.search.strategies; this module imports Optuna and NumPy, which the rest of the search does not.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import optuna
 
-from autotuner.engine.search import Search
+from autotuner.engine.search.contract import Search
 from search_spaces.space import Config, config_key
 
 

@@ -7,7 +7,7 @@ import traceback
 from dataclasses import KW_ONLY, dataclass
 from typing import Literal
 
-from autotuner.engine.timing import Timing
+from autotuner.engine.measure.timing import Timing
 
 Status = Literal["ok", "invalid", "compile_error", "out_of_resources", "wrong_result", "crash", "timeout"]
 # How soon a measurer could measure a config, before it has (`Measurer.readiness`, `Search.ask`'s `ready`): its

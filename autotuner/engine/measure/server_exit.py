@@ -1,10 +1,10 @@
-"""Imported by the fork server alone (autotuner.engine.processes.PRELOAD): when the command that started it exits,
+"""Imported by the fork server alone (autotuner.engine.measure.processes.PRELOAD): when the command that started it exits,
 the server ends at once, skipping the interpreter's tear-down of torch and Triton (0.3-0.5 s), during which it held
 the command's standard output and error open: a caller reading the command's output (`$(autotuner tune --json)`,
 a subprocess with pipes) waited that long for their end after the command itself had exited. The server's
 children never run it: a child of the fork server ends with os._exit, which runs no atexit handler.
 
-Imported last, it also ends Ctrl-C ignored during the server's imports (autotuner.engine.processes.start makes the
+Imported last, it also ends Ctrl-C ignored during the server's imports (autotuner.engine.measure.processes.start makes the
 server with SIGINT ignored): Python's fork server then ignores it itself, and gives each child the handler found
 here, Python's own."""
 

@@ -1,7 +1,7 @@
 """A sweep: problems of one op, dtype and options that differ in one dimension (`autotuner tune matmul --M
 1-8192:pow2 --N 4096 --K 4096`), tuned ahead of the workload that will meet them. Run here, the points are tuned
-one after the other in the same trial process and compile pool, and then cross-timed (autotuner.engine.cross_time),
-and refined where neighbouring winners lose more than a target on each other (autotuner.engine.refine); queued,
+one after the other in the same trial process and compile pool, and then cross-timed (autotuner.engine.sweeps.cross_time),
+and refined where neighbouring winners lose more than a target on each other (autotuner.engine.sweeps.refine); queued,
 each point is a job for the workers, the cross-timing a job queued when the last point is done, and refinement's
 points jobs that job queues.
 
@@ -19,10 +19,10 @@ from dataclasses import dataclass, field, replace
 from autotuner.base.device import DeviceInfo
 from autotuner.base.registry import Op
 from autotuner.base.settings import Settings
-from autotuner.engine.cross_time import Cell, cross_time
-from autotuner.engine.measure import KeptProcesses
-from autotuner.engine.predict import predict_sweep, warm_up
-from autotuner.engine.refine import (
+from autotuner.engine.measure.live import KeptProcesses
+from autotuner.engine.sweeps.cross_time import Cell, cross_time
+from autotuner.engine.sweeps.predict import predict_sweep, warm_up
+from autotuner.engine.sweeps.refine import (
     DEFAULT_TARGET,
     Pair,
     insert_points,
@@ -96,7 +96,7 @@ def run_sweep(op: Op, problems: list[ProblemType], *, dim: str, store: SweepStor
               budget: int | None = None, make: Callable[[str], ProblemType] | None = None) -> SweepResult:
     """Tune every point here, then cross-time the winners; the sweep and its cross timings are stored. A point
     that cannot be set up (too large for the device, say) is left out with its error; the others go on. Then,
-    with a `target`, refine (autotuner.engine.refine): tune the midpoint of each neighbouring pair whose winners
+    with a `target`, refine (autotuner.engine.sweeps.refine): tune the midpoint of each neighbouring pair whose winners
     lose more than the target on each other (measuring first the configs fastest on the pair, and a share of a
     point's trials: `point_trials`), cross-time what changed, and again, until no pair is above it or
     `budget` points (default: as many as given) were added. `make`: a midpoint's shape as a problem (default: the

@@ -16,7 +16,7 @@ cannot be refined.
 A midpoint's search measures first the configs fastest on the points either side of it
 (autotuner.store.regret.bracketing_configs), so it needs a quarter of the points' budget (POINT_SHARE).
 
-Used by `autotuner.engine.sweep` (a sweep run here) and by the worker's cross-timing job (a queued sweep: its
+Used by `autotuner.engine.sweeps.sweep` (a sweep run here) and by the worker's cross-timing job (a queued sweep: its
 midpoints are queued as jobs of the same sweep, and cross-timed when they are done).
 """
 
@@ -28,13 +28,13 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
+from autotuner.engine.search.contract import DEFAULT_TRIALS
 from search_spaces.space import Config, config_key
 
 DEFAULT_TARGET = 0.02  # a neighbouring pair's winners may each lose this much on the other's point
-REACH = 1  # a winner is timed on the points this many steps away on either side (autotuner.engine.cross_time)
+REACH = 1  # a winner is timed on the points this many steps away on either side (autotuner.engine.sweeps.cross_time)
 POINT_SHARE = 4  # a midpoint's search measures this fraction (1 / POINT_SHARE) of a point's budget ...
 MIN_POINT_TRIALS = 16  # ... and at least this many configs
-DEFAULT_TRIALS = 64  # a point's budget when none is given (autotuner.engine.tuner.Plan)
 
 
 def point_trials(trials: int | None) -> int:
@@ -58,7 +58,7 @@ P = TypeVar("P", bound=Point)
 
 
 class Timed(Protocol):
-    """A cross timing (autotuner.engine.cross_time.Cell, or a stored CrossTimingRow)."""
+    """A cross timing (autotuner.engine.sweeps.cross_time.Cell, or a stored CrossTimingRow)."""
 
     @property
     def winner_key(self) -> str: ...

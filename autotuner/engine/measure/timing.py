@@ -58,7 +58,7 @@ def time_cuda(fn: Callable[[], Any], warmup_ms: float = 25.0, rep_ms: float = 10
     measured on several GPUs)."""
     import torch  # here: the engine's process-side modules import no torch (cli.prestart starts them first)
 
-    from autotuner.engine.l2_flush import (
+    from autotuner.engine.measure.l2_flush import (
         l2_flusher,  # here: a @triton.jit module is imported after kernels/ chose the backend
     )
 

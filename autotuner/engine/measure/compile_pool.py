@@ -24,10 +24,10 @@ import time
 from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Any
 
-from autotuner.engine import compile_lock, processes
-from autotuner.engine.outcome import Outcome, classify, short_error
-from autotuner.engine.processes import adopt
-from autotuner.engine.trial_process import WorkerSpec, die_with_parent, warm_up
+from autotuner.engine.measure import compile_lock, processes
+from autotuner.engine.measure.outcome import Outcome, classify, short_error
+from autotuner.engine.measure.processes import adopt
+from autotuner.engine.measure.trial_process import WorkerSpec, die_with_parent, warm_up
 
 _STATE: dict[str, Any] = {}
 # Compiling is background work: the trial worker's timing loop and the search must never wait for a core.

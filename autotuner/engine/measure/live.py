@@ -1,80 +1,31 @@
-"""The measurement boundary of a tuning run: what the search loop asks a config's time of.
-
-`LiveMeasurer` runs real kernels: an isolated trial worker (autotuner.engine.runner) times each config, and on a GPU
-a compile pool (autotuner.engine.compile_pool) compiles the next configs while the current one is timed.
-`TableMeasurer` looks times up in a recorded landscape, so `autotuner replay` runs the same search loop
-(`run_search`) without a GPU, as Kernel Tuner's simulation runner does.
+"""Real launches: an isolated trial worker (autotuner.engine.measure.runner) times each config, and on a GPU a
+compile pool (autotuner.engine.measure.compile_pool) compiles the next configs while the current one is timed;
+the processes a worker or a command keeps between problems (`KeptProcesses`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
-import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 from autotuner.base.device import current_device
 from autotuner.base.settings import Settings
-from autotuner.engine import processes
-from autotuner.engine.compile_pool import CompilePool
-from autotuner.engine.lanes import Lane
-from autotuner.engine.outcome import COMPILING, NOT_STARTED, READY, Outcome
-from autotuner.engine.runner import TrialRunner
-from autotuner.engine.timing import Timing
-from autotuner.engine.trial_process import QUICK_SCALE, WorkerSpec
+from autotuner.engine.measure import processes
+from autotuner.engine.measure.compile_pool import CompilePool
+from autotuner.engine.measure.lanes import Lane
+from autotuner.engine.measure.outcome import COMPILING, NOT_STARTED, READY, Outcome
+from autotuner.engine.measure.runner import TrialRunner
+from autotuner.engine.measure.trial_process import QUICK_SCALE, WorkerSpec
 from kernels._backend import cuda_device_count, interpreting
 from search_spaces.space import Config, config_key
-
-if TYPE_CHECKING:  # (not at run time: the decorator imports this module, and the search brings Optuna)
-    from autotuner.engine.search import Search
-
-
-T = TypeVar("T")
-
-
-class Measurer(Protocol):
-    def start(self) -> Outcome:
-        """Set up (raising WorkerSetupError when the problem cannot be), and time torch's baseline if any."""
-
-    def close(self) -> None:
-        """Release what `start` set up."""
-
-    def compile_ahead(self, configs: list[Config]) -> None:
-        """Configs about to be measured, in order (a live measurer compiles them ahead)."""
-
-    def speculate(self, configs: list[Config]) -> None:
-        """Configs the search may ask next (a live measurer compiles them if it has idle workers; the last call's
-        list replaces the one before)."""
-
-    @property
-    def lanes(self) -> int:
-        """How many configs it measures at once (`measure` is called from that many threads)."""
-
-    def readiness(self, config: Config) -> int:
-        """How soon it could measure a config: READY (compiled, or nothing to compile ahead), COMPILING or
-        NOT_STARTED (autotuner.engine.outcome)."""
-
-    def first_ready(self, configs: list[Config], wait_for_one: bool = True) -> int:
-        """The index of the config to measure first among those asked (a live measurer: the first whose compile
-        is done, waiting for one if none is and `wait_for_one`; one slow compile does not hold up the others)."""
-
-    def measure(self, config: Config, lane: int = 0, give_up_ms: float | None = None) -> Outcome:
-        """Check one config and time it as long as it takes to rank it (a brief timing on a GPU; a few repetitions
-        only where they are slower than `give_up_ms`); `lane`: which of the measurer's `lanes` (trial workers
-        measuring at once, one per GPU) measures it."""
-
-    def time(self, config: Config, scale: float = 1.0) -> Outcome:
-        """Time a config measured before again, for `scale` of a full timing (a round of the re-time)."""
 
 
 class LiveMeasurer:
     """Real launches: one trial worker process, and a compile pool ahead of it when `compile_workers` > 1. Further
-    lanes (`more`: autotuner.engine.lanes; the trial workers of more GPUs of this host, `local_lanes`) measure
+    lanes (`more`: autotuner.engine.measure.lanes; the trial workers of more GPUs of this host, `local_lanes`) measure
     configs at the same time (`lanes`); the problem's own device does the baseline and every re-time, so a winner
     is chosen on one GPU.
 
@@ -82,6 +33,8 @@ class LiveMeasurer:
     ten or more runs, fifteen of a kernel under a third of a millisecond), which ranks it; the
     configs close to the best are timed again in the re-time's interleaved rounds before one is chosen.
     """
+
+    measures_elsewhere = True
 
     def __init__(self, spec: WorkerSpec, trial_timeout_s: float, compile_workers: int,
                  kept: KeptProcesses | None = None, more: Sequence[Lane] = ()) -> None:
@@ -383,290 +336,3 @@ def prestarted(settings: Settings, gpu: int | None = None) -> KeptProcesses:
     return kept
 
 
-class InOrderMeasurer:
-    """A measurer that compiles nothing ahead: configs are measured in the order asked, and it holds nothing to
-    release. Subclasses give `start`, `measure` and `time`."""
-
-    def close(self) -> None:
-        pass
-
-    def compile_ahead(self, configs: list[Config]) -> None:
-        pass
-
-    def speculate(self, configs: list[Config]) -> None:
-        pass
-
-    @property
-    def lanes(self) -> int:
-        return 1
-
-    def readiness(self, config: Config) -> int:
-        return READY
-
-    def first_ready(self, configs: list[Config], wait_for_one: bool = True) -> int:
-        return 0
-
-
-class TableMeasurer(InOrderMeasurer):
-    """A recorded landscape: a config's time is a look-up (None: it failed when recorded)."""
-
-    def __init__(self, times: Mapping[str, float | None]) -> None:
-        self.times = times
-
-    def start(self) -> Outcome:
-        return Outcome("invalid", error="a landscape holds no baseline")
-
-    def measure(self, config: Config, lane: int = 0, give_up_ms: float | None = None) -> Outcome:
-        ms = self.times[config_key(config)]
-        if ms is None:
-            return Outcome("crash", error="failed when the landscape was recorded")
-        return Outcome("ok", timing=Timing(ms, ms, ms, 1, "landscape"))
-
-    def time(self, config: Config, scale: float = 1.0) -> Outcome:
-        return self.measure(config)
-
-
-# A config whose first few repetitions run this many times the best so far is out of contention: it is timed no
-# further (engine.timing.time_cuda's give_up_ms), saving most of its timing.
-GIVE_UP = 1.3
-
-
-def _give_up_ms(search: Search) -> float | None:
-    best = search.best(1)
-    return best[0][1] * GIVE_UP if best else None
-
-
-@dataclass
-class Measured:
-    config: Config
-    outcome: Outcome
-    lane: int = 0  # the measurer's lane (GPU) that measured it
-    at: float = dataclasses.field(default_factory=time.perf_counter)  # when its measurement ended (perf_counter)
-
-    @property
-    def ms(self) -> float | None:
-        t = self.outcome.timing
-        return t.median_ms if self.outcome.status == "ok" and t else None
-
-
-def _ask_ahead(search: Search, measurer: Measurer, ahead: list[Config], batch: int, *, width: int,
-               left: int | None, speculate: bool = True) -> list[Config]:
-    """Ask the search for configs until `ahead` holds `width` (as far as `search.max_pending` allows) or `left`
-    (what the trial budget leaves, None: no budget), handing them to `measurer.prepare`; then, with a compile pool
-    (`batch` > 1), its idle workers compile what the search is likely to ask next. Returns `ahead`."""
-    asked: list[Config] = []
-    while len(ahead) + len(asked) < search.max_pending(max(1, width), measurer.lanes) and (
-            left is None or len(ahead) + len(asked) < left):
-        c = search.ask(measurer.readiness)
-        if c is None:
-            break
-        asked.append(c)
-    if asked:
-        measurer.compile_ahead(asked)
-        ahead.extend(asked)
-    if batch > 1 and speculate:
-        measurer.speculate(search.upcoming(batch))
-    return ahead
-
-
-def _tell(search: Search, m: Measured, done: list[Measured], on_trial: Callable[[Measured], None] | None,
-          spent: dict[str, float], t_measure: float) -> None:
-    """A measured config told to the search and recorded (`on_trial`), each part's seconds added to `spent`."""
-    t_tell = time.perf_counter()
-    spent["measure_s"] += t_tell - t_measure
-    search.tell(m.config, m.ms)
-    done.append(m)
-    t_trial = time.perf_counter()
-    spent["ask_s"] += t_trial - t_tell
-    if on_trial:
-        on_trial(m)
-    spent["record_trial_s"] += time.perf_counter() - t_trial
-
-
-def ask_first(search: Search, measurer: Measurer, n: int) -> list[Config]:
-    """Before the measurer has started: up to `n` configs whose choice depends on no result (the first configs,
-    exploration), handed to `measurer.prepare`, so that they compile while the trial worker sets up; give them
-    to `run_search` as its `ahead`."""
-    return _ask_ahead(search, measurer, [], n, width=n, left=n, speculate=False)
-
-
-def run_search(search: Search, measurer: Measurer, *, budget: int | None, time_budget_s: float | None = None,
-               batch: int = 1, on_trial: Callable[[Measured], None] | None = None,
-               spent: dict[str, float] | None = None, ahead: list[Config] | None = None) -> list[Measured]:
-    """Ask, measure, tell until the budget (trials, or seconds of searching) or the space runs out.
-
-    Up to `batch` configs (a compile pool's width, as far as `search.max_pending` allows) are kept asked ahead of
-    the one being measured and handed to `measurer.prepare`, so compiling the next configs overlaps timing this
-    one; they are measured as their compiles finish (`measurer.first_ready`), and the configs the search is
-    likely to ask next are compiled on idle workers (`measurer.speculate`). At least one config is always
-    measured. `spent` gets the seconds of the loop's parts added: `ask_s` (the strategy proposing and learning),
-    `measure_s` (the measurer, compile waits included) and `record_trial_s` (`on_trial`). `ahead`: configs asked
-    before (`ask_first`).
-    """
-    spent = spent if spent is not None else {}
-    for part in ("ask_s", "measure_s", "record_trial_s"):
-        spent.setdefault(part, 0.0)
-    ahead = list(ahead or [])
-    if measurer.lanes > 1:
-        return _run_lanes(search, measurer, budget=budget, time_budget_s=time_budget_s, batch=batch,
-                          on_trial=on_trial, spent=spent, ahead=ahead)
-    t0 = time.perf_counter()
-    done: list[Measured] = []
-
-    def out_of_budget() -> bool:
-        if budget is not None and len(done) >= budget:
-            return True
-        return time_budget_s is not None and bool(done) and time.perf_counter() - t0 >= time_budget_s
-
-    # A trial process measures while this process waits: what does not need its answer (writing the last trial,
-    # asking the next config, guessing what the pool compiles next) is done meanwhile, the measuring on a thread.
-    # Only where the measuring is another process's (a measurer running kernels in this process keeps them on its
-    # thread: CUDA's current device and torch's current stream are the thread's).
-    overlap = isinstance(measurer, LiveMeasurer)
-    unrecorded: list[Measured] = []
-
-    def record() -> None:
-        t_record = time.perf_counter()
-        for m in unrecorded:
-            if on_trial:
-                on_trial(m)
-        unrecorded.clear()
-        spent["record_trial_s"] += time.perf_counter() - t_record
-
-    while not out_of_budget():
-        t = time.perf_counter()
-        _ask_ahead(search, measurer, ahead, batch, width=batch + 1,
-                   left=budget - len(done) if budget is not None else None, speculate=not overlap)
-        if not ahead:
-            break
-        t_measure = time.perf_counter()
-        spent["ask_s"] += t_measure - t
-        config = ahead.pop(measurer.first_ready(ahead))
-        give_up_ms = _give_up_ms(search)
-        if overlap:
-            answer = on_a_thread(functools.partial(measurer.measure, config, give_up_ms=give_up_ms))
-            t_own = time.perf_counter()
-            record()
-            t_guess = time.perf_counter()
-            # the next config asked meanwhile (this one pending, as the others asked ahead are): the trial worker
-            # waited for each ask, 5 ms of a strategy's time (benchmarks/RESULTS.md, session 45)
-            _ask_ahead(search, measurer, ahead, batch, width=batch + 1,
-                       left=budget - len(done) - 1 if budget is not None else None, speculate=False)
-            if batch > 1:
-                measurer.speculate(search.upcoming(batch))
-            spent["ask_s"] += time.perf_counter() - t_guess
-            t_measure += time.perf_counter() - t_own  # (measure_s: the time spent waiting for it)
-            outcome = answer()
-        else:
-            outcome = measurer.measure(config, give_up_ms=give_up_ms)
-        _tell(search, Measured(config, outcome), done, None, spent, t_measure)  # (written by record())
-        unrecorded.append(done[-1])
-        if not overlap:
-            record()
-    record()
-    for config in ahead:  # asked, never measured: no longer pending
-        search.pending.discard(config_key(config))
-    return done
-
-
-def on_a_thread(fn: Callable[[], T], name: str = "measure") -> Callable[[], T]:
-    """`fn` started on a thread of its own; the call returned waits for its answer (raising what it raised). A
-    daemon thread, not an executor's: those are joined at exit, where one stuck on a hung trial process would hold
-    the command's exit."""
-    box: list[Any] = []
-
-    def run() -> None:
-        try:
-            box.append((True, fn()))
-        except BaseException as exc:  # noqa: BLE001 - raised again in the caller's thread
-            box.append((False, exc))
-
-    thread = threading.Thread(target=run, name=name, daemon=True)
-    thread.start()
-
-    def answer() -> T:
-        thread.join()
-        ok, value = box[0]
-        if not ok:
-            raise value
-        return cast(T, value)
-
-    return answer
-
-
-def _run_lanes(search: Search, measurer: Measurer, *, budget: int | None, time_budget_s: float | None, batch: int,
-               on_trial: Callable[[Measured], None] | None, spent: dict[str, float],
-               ahead: list[Config]) -> list[Measured]:
-    """`run_search` with several configs measured at once, one per lane (a trial worker on each GPU): each lane
-    takes the next config (one whose compile is done, if any), measures it, and tells the search. The search, the
-    budget and `on_trial` are used under one lock; the measuring is not. Lane 0 runs in the calling thread, so
-    that an interrupt there stops the run (the other lanes then stop after their config, telling nothing)."""
-    t0 = time.perf_counter()
-    done: list[Measured] = []
-    state = {"in_flight": 0, "stop": False}
-    failed: list[BaseException] = []
-    changed = threading.Condition()
-
-    def out_of_budget() -> bool:
-        if budget is not None and len(done) + state["in_flight"] >= budget:
-            return True
-        return time_budget_s is not None and bool(done) and time.perf_counter() - t0 >= time_budget_s
-
-    def next_config() -> Config | None:
-        """Under the lock: the lane's next config, waiting while none can be asked but other lanes may still
-        tell (a search that holds few pending asks); None when the run is over."""
-        while not state["stop"] and not out_of_budget():
-            t = time.perf_counter()
-            _ask_ahead(search, measurer, ahead, batch, width=batch + measurer.lanes,
-                       left=budget - len(done) - state["in_flight"] if budget is not None else None)
-            spent["ask_s"] += time.perf_counter() - t
-            if ahead:
-                state["in_flight"] += 1
-                return ahead.pop(measurer.first_ready(ahead, wait_for_one=False))
-            if not state["in_flight"]:
-                return None  # nothing left to ask, and no lane will tell anything more
-            changed.wait()
-        return None
-
-    def lane(index: int) -> None:
-        try:
-            while True:
-                with changed:
-                    config = next_config()
-                    give_up_ms = _give_up_ms(search)
-                if config is None:
-                    return
-                t_measure = time.perf_counter()
-                outcome = measurer.measure(config, lane=index, give_up_ms=give_up_ms)
-                with changed:
-                    state["in_flight"] -= 1
-                    changed.notify_all()
-                    if state["stop"]:
-                        return
-                    _tell(search, Measured(config, outcome, index), done, on_trial, spent, t_measure)
-        except BaseException as exc:
-            with changed:
-                failed.append(exc)
-                state["stop"] = True
-                changed.notify_all()
-            if index == 0:
-                raise
-
-    threads = [threading.Thread(target=lane, args=(i,), name=f"lane-{i}", daemon=True)
-               for i in range(1, measurer.lanes)]
-    for th in threads:
-        th.start()
-    try:
-        lane(0)
-    finally:
-        with changed:
-            if failed or sys.exc_info()[0] is not None:
-                state["stop"] = True
-            changed.notify_all()
-    for th in threads:
-        th.join()
-    if failed:
-        raise failed[0]
-    for config in ahead:  # asked, never measured: no longer pending
-        search.pending.discard(config_key(config))
-    return done

@@ -1,6 +1,6 @@
 """The search contract (`Search`) over a finite list of valid configs, ask and tell, and its two simplest
-strategies (random, exhaustive); TPE is autotuner.engine.tpe_search, and the strategies by name are
-autotuner.engine.strategies.
+strategies (random, exhaustive); TPE is autotuner.engine.search.tpe, and the strategies by name are
+autotuner.engine.search.strategies.
 
     search = make_search("tpe", candidates, params, budget=49, seed=0, first=[default, *warm_starts])  # strategies
     while (config := search.ask()) is not None:
@@ -28,8 +28,10 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Iterator, Sequence
 
-from autotuner.engine.outcome import READY
+from autotuner.engine.measure.outcome import READY
 from search_spaces.space import Config, Param, config_key
+
+DEFAULT_TRIALS = 64  # a search's budget when none is given (a tune's, a sweep point's)
 
 
 def _all_ready(config: Config) -> int:
@@ -110,15 +112,3 @@ class Search:
 
     def _unmeasured(self) -> list[Config]:
         return [c for k, c in self.candidates.items() if k not in self.results and k not in self.pending]
-
-
-class Exhaustive(Search):
-    def _propose(self) -> Iterator[Config]:
-        yield from list(self.candidates.values())
-
-
-class RandomSearch(Search):
-    def _propose(self) -> Iterator[Config]:
-        order = list(self.candidates.values())
-        self.rng.shuffle(order)
-        yield from order

@@ -17,7 +17,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Union, cast
 
-from autotuner.engine.search import Exhaustive, RandomSearch, Search
+from autotuner.engine.search.contract import Search
+from autotuner.engine.search.exhaustive import Exhaustive
+from autotuner.engine.search.random_search import RandomSearch
 from search_spaces.space import Config, Param
 
 if TYPE_CHECKING:
@@ -95,7 +97,7 @@ def make_search(strategy: StrategyLike, candidates: Sequence[Config], params: Se
         check_strategy(strategy)
         make = _REGISTRY[strategy].make
     elif _is_sampler(strategy):
-        from autotuner.engine.tpe_search import SamplerSearch
+        from autotuner.engine.search.tpe import SamplerSearch
 
         make = functools.partial(SamplerSearch, cast("optuna.samplers.BaseSampler", strategy))
     elif callable(strategy):
@@ -113,12 +115,12 @@ def make_search(strategy: StrategyLike, candidates: Sequence[Config], params: Se
 
 def _tpe(candidates: Sequence[Config], params: Sequence[Param], budget: int | None, seed: int,
          first: Sequence[Config]) -> Search:
-    from autotuner.engine.tpe_search import TPESearch  # Optuna and NumPy: imported when a TPE search is made
+    from autotuner.engine.search.tpe import TPESearch  # Optuna and NumPy: imported when a TPE search is made
 
     return TPESearch(candidates, params, budget, seed, first)
 
 
 register_strategy("tpe", _tpe, "Optuna's multivariate TPE, then a local refinement around the best configs",
-                  imports=("autotuner.engine.tpe_search",))
+                  imports=("autotuner.engine.search.tpe",))
 register_strategy("random", RandomSearch, "configs in a seeded random order")
 register_strategy("exhaustive", Exhaustive, "every valid config, in the space's order")

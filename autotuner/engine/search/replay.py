@@ -12,8 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from autotuner.engine.measure import TableMeasurer, run_search
-from autotuner.engine.strategies import make_search
+from autotuner.engine.measure.table import TableMeasurer
+from autotuner.engine.search.loop import run_search
+from autotuner.engine.search.strategies import make_search
 from search_spaces.space import Config, Param, config_key
 
 
@@ -77,7 +78,7 @@ TUNER_WIDTH = 14
 
 def replay(landscape: Landscape, budget: int, seed: int, strategy: str = "tpe",
            width: int = TUNER_WIDTH) -> dict[str, Any]:
-    """The tuner's search loop (autotuner.engine.measure.run_search) with the landscape as the measurement, asking
+    """The tuner's search loop (autotuner.engine.search.loop.run_search) with the landscape as the measurement, asking
     ahead as a tuner with a compile pool of `width` does."""
     search = make_search(strategy, landscape.configs, landscape.params, budget, seed, first=[default_for(landscape)])
     measured = run_search(search, TableMeasurer(landscape.times), budget=budget, batch=width)

@@ -1,6 +1,6 @@
 """Trials in a worker subprocess: a crash, an illegal memory access or a hang kills and restarts it.
 
-The parent sends a config; the worker (autotuner.engine.trial_process) launches it (compiling on first use),
+The parent sends a config; the worker (autotuner.engine.measure.trial_process) launches it (compiling on first use),
 checks the output against the reference, times it, and answers. No answer within the per-trial timeout: the
 worker is killed and the trial is a `timeout`. The worker dying: a `crash`. A CUDA error poisons the context, so
 the worker answers `crash` and exits, and the next trial gets a fresh one.
@@ -12,9 +12,9 @@ import time
 from multiprocessing.connection import Connection
 from typing import Any
 
-from autotuner.engine import processes
-from autotuner.engine.outcome import Outcome
-from autotuner.engine.trial_process import WorkerSpec, worker_main
+from autotuner.engine.measure import processes
+from autotuner.engine.measure.outcome import Outcome
+from autotuner.engine.measure.trial_process import WorkerSpec, worker_main
 
 
 class WorkerSetupError(RuntimeError):
