@@ -1,43 +1,6 @@
-"""Matrix product C[M, N] = A[M, K] @ B[K, N] (+ bias[N]) (+ activation), fp32 accumulation.
-
-Tiles of BLOCK_M x BLOCK_N are visited in grouped order (GROUP_M rows of tiles at a time) so that tiles
-sharing rows of A and columns of B run close together and hit in L2. The output has the input dtype.
-
-Split-K (SPLIT_K > 1, for problems with too few output tiles to fill the GPU, e.g. M=32): SPLIT_K programs
-share one output tile, each summing a slice of K. Each writes its float32 partial to a workspace and bumps the
-tile's counter; the program that arrives last adds the others' partials, applies the epilogue, writes C and
-resets the counter to zero. One launch, no memset: the counters (kernels/_counters.py) are kept per device and
-stream and are always left at zero.
-
-TMA (TMA=1, SPLIT_K=1, on Hopper or later GPUs and in the interpreter): tiles of A and B come through the
-tensor memory accelerator and C leaves through it, by descriptors the launcher makes over the whole
-matrices. Out-of-range rows and columns load as zeros and are not stored. Where a matrix's rows are not
-16-byte aligned (or its last dimension is strided), the launcher uses the pointer kernel, with the same result.
-The same tiles ran faster through TMA than through pointers (benchmarks/RESULTS.md).
-
-Tail split (TAIL_SPLIT=1, with TMA=2): the tiles of the last, partial wave are computed as twice as many tiles of
-half the columns, so it takes half as long where it is less than half full (on 132 SMs, 576 tiles of 128x256 are
-4.4 waves: the fifth, a third full, would take a whole tile's time).
-
-Persistent TMA (TMA=2): a program per SM (at most one per tile) walks the tiles NUM_SMS apart in the same
-grouped order, so the launch and each program's set-up are paid once per SM rather than once per tile, and
-one tile's epilogue overlaps the next one's loads. With SUBTILE=1 their C tile leaves in two halves, so the
-store needs half the shared memory (the 128x256x64 tile keeps 4 stages through TMA). TMA=3 is the same loop
-warp-specialized by Triton (`tl.range(..., warp_specialize=True)`: producer warps issue the TMA loads, consumer
-warps run the MMAs), with 8 warps and 16-bit operands only: on an H100, Triton 3.6 failed to compile 4-warp tiles (a descriptor store's
-types) and float32 ones (a WGMMA shape assertion).
-
-Flattened (FLATTEN=1, with TMA=2): Triton pipelines the persistent kernel's tile loop and K loop as one
-(`tl.range(..., flatten=True)`), so the next tile's first loads are in flight while this tile's epilogue and
-store run; the epilogue finds its tile by a counter of its own (the same tile), as Triton's persistent-matmul
-tutorial does. A tile runs faster flattened where its K loop is short against the epilogue, and alike where it is
-long (benchmarks/RESULTS.md).
-
-Device-side descriptors (DEVICE_DESC=1, with TMA=1, 2 or 3): the kernel makes its TMA descriptors itself
-(`tl.make_tensor_descriptor`, written to scratch memory from Triton's allocator, kernels/_descriptors.py) instead
-of the launcher encoding them on the host at every launch; the persistent kernels make theirs once per program.
-That saved CPU per call but ran the persistent kernels slower, so matmul's space does not search it
-(benchmarks/RESULTS.md).
+"""Matrix product C[M, N] = A[M, K] @ B[K, N] (+ bias[N]) (+ activation), fp32 accumulation, in three kinds of
+program: pointers (with split-K), TMA a tile per program, and persistent TMA (kernels/matmul_tma.py). How each
+works and why it is in the space: docs/design/kernels.md.
 """
 
 from __future__ import annotations
@@ -55,6 +18,8 @@ from kernels._counters import zeroed_counters
 from kernels._descriptors import ensure_allocator
 from kernels._direct import Launcher
 from kernels._torch import lazy
+from kernels.matmul_tiles import _epilogue, _grouped_tile
+from kernels.matmul_tma import matmul_tma_kernel, matmul_tma_persistent_kernel
 
 if TYPE_CHECKING:
     import torch
@@ -67,32 +32,6 @@ PARAMS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M")
 # tunable, with the value a config that leaves it out means
 OPTIONAL = {"SPLIT_K": 1, "TMA": 0, "SUBTILE": 0, "TAIL_SPLIT": 0, "FLATTEN": 0, "DEVICE_DESC": 0}
 TMA_KINDS = (0, 1, 2, 3)  # pointers; TMA, a tile per program; TMA, a program per SM; that, warp-specialized
-
-
-@triton.jit
-def _grouped_tile(pid, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
-    """This program's (row, column) of output tiles, visited GROUP_M rows of tiles at a time."""
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    num_pid_in_group = GROUP_M * num_pid_n
-    first_pid_m = (pid // num_pid_in_group) * GROUP_M
-    group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
-    return first_pid_m + ((pid % num_pid_in_group) % group_size_m), (pid % num_pid_in_group) // group_size_m
-
-
-@triton.jit
-def _epilogue(acc, bias_ptr, offs_n, N, EPILOGUE: tl.constexpr):
-    """0 none, 1 bias, 2 bias+relu, 3 bias+gelu(tanh), 4 relu, 5 gelu(tanh), on the float32 accumulator."""
-    if EPILOGUE == 1 or EPILOGUE == 2 or EPILOGUE == 3:
-        bias = tl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)
-        acc = acc + bias[None, :]
-    if EPILOGUE == 2 or EPILOGUE == 4:
-        acc = tl.maximum(acc, 0.0)
-    if EPILOGUE == 3 or EPILOGUE == 5:
-        # gelu(x) = 0.5 x (1 + tanh(u)) = x * sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3)
-        u = 0.7978845608028654 * (acc + 0.044715 * acc * acc * acc)
-        acc = acc / (1.0 + tl.exp(-2.0 * u))
-    return acc
 
 
 @triton.jit
@@ -166,134 +105,6 @@ def matmul_kernel(
     c = acc.to(c_ptr.dtype.element_ty)
     c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
     tl.store(c_ptrs, c, mask=c_mask)
-
-
-@triton.jit
-def _tma_k_product(a_desc, b_desc, off_m, off_n, k_first, k_last, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                   BLOCK_K: tl.constexpr, UPCAST: tl.constexpr):
-    """The float32 product of the A rows at off_m and the B columns at off_n over the K steps [k_first, k_last)
-    (all of K: 0 to cdiv(K, BLOCK_K)), tiles loaded through TMA descriptors."""
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k in range(k_first, k_last):
-        a = a_desc.load([off_m, k * BLOCK_K])
-        b = b_desc.load([k * BLOCK_K, off_n])
-        if UPCAST:
-            a = a.to(tl.float32)
-            b = b.to(tl.float32)
-        acc = tl.dot(a, b, acc)
-    return acc
-
-
-@triton.jit
-def _store_tile(c_desc, acc, off_m, off_n, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SUBTILE: tl.constexpr):
-    """The C tile out through its descriptor; with SUBTILE, in two halves of BLOCK_N / 2 columns (half the shared
-    memory)."""
-    if SUBTILE:
-        halves = tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))
-        left, right = tl.split(halves)
-        c_desc.store([off_m, off_n], left.to(c_desc.dtype))
-        c_desc.store([off_m, off_n + BLOCK_N // 2], right.to(c_desc.dtype))
-    else:
-        c_desc.store([off_m, off_n], acc.to(c_desc.dtype))
-
-
-@triton.jit
-def _matrix_descriptor(ptr, rows, cols, stride, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
-    """DEVICE_DESC: a descriptor made by the program itself over a whole row-major matrix, in BLOCK_R x BLOCK_C
-    boxes."""
-    return tl.make_tensor_descriptor(ptr, shape=[rows, cols], strides=[stride, 1], block_shape=[BLOCK_R, BLOCK_C])
-
-
-@triton.jit
-def _device_descriptors(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_bk, stride_cm, BLOCK_M: tl.constexpr,
-                        BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, C_BLOCK_N: tl.constexpr):
-    """DEVICE_DESC: the descriptors of A, B and C, C's box C_BLOCK_N columns wide."""
-    return (_matrix_descriptor(a_ptr, M, K, stride_am, BLOCK_M, BLOCK_K),
-            _matrix_descriptor(b_ptr, K, N, stride_bk, BLOCK_K, BLOCK_N),
-            _matrix_descriptor(c_ptr, M, N, stride_cm, BLOCK_M, C_BLOCK_N))
-
-
-@triton.jit
-def matmul_tma_kernel(
-    a_desc, b_desc, c_desc, bias_ptr,  # DEVICE_DESC: A, B and C themselves; else the launcher's descriptors
-    M, N, K,
-    stride_am, stride_bk, stride_cm,  # DEVICE_DESC only
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    EPILOGUE: tl.constexpr,
-    UPCAST: tl.constexpr,
-    DEVICE_DESC: tl.constexpr,
-):
-    """One output tile per program, A and B tiles loaded and C stored through TMA descriptors."""
-    if DEVICE_DESC:
-        a_desc, b_desc, c_desc = _device_descriptors(a_desc, b_desc, c_desc, M, N, K, stride_am, stride_bk,
-                                                     stride_cm, BLOCK_M, BLOCK_N, BLOCK_K, BLOCK_N)
-    pid_m, pid_n = _grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
-    acc = _tma_k_product(a_desc, b_desc, pid_m * BLOCK_M, pid_n * BLOCK_N, 0, tl.cdiv(K, BLOCK_K), BLOCK_M, BLOCK_N,
-                         BLOCK_K, UPCAST)
-    acc = _epilogue(acc, bias_ptr, pid_n * BLOCK_N + tl.arange(0, BLOCK_N), N, EPILOGUE)
-    c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], acc.to(c_desc.dtype))
-
-
-@triton.jit
-def matmul_tma_persistent_kernel(
-    a_desc, b_desc, c_desc, bias_ptr, b_half_desc, c_half_desc,  # DEVICE_DESC: A, B, C, bias, and unused twice
-    M, N, K,
-    stride_am, stride_bk, stride_cm,  # DEVICE_DESC only
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    EPILOGUE: tl.constexpr,
-    UPCAST: tl.constexpr,
-    NUM_SMS: tl.constexpr,
-    WARP_SPECIALIZE: tl.constexpr,
-    SUBTILE: tl.constexpr,
-    TAIL_SPLIT: tl.constexpr,
-    FLATTEN: tl.constexpr,
-    DEVICE_DESC: tl.constexpr,
-):
-    """One program per SM, each walking the output tiles in grouped order, NUM_SMS apart; A and B tiles come
-    through TMA descriptors and C leaves through one. With WARP_SPECIALIZE, Triton splits the tile loop into
-    warps that load and warps that multiply (Hopper and later).
-
-    With TAIL_SPLIT, the tiles that would make a last, partial wave (num_tiles % NUM_SMS of them) are computed as
-    twice as many tiles of half the columns (through the half-width descriptors): where that wave is less than
-    half full it takes half as long, and where it is more, more SMs share it.
-
-    With DEVICE_DESC each program makes its descriptors once, before its first tile."""
-    pid = tl.program_id(0)
-    if DEVICE_DESC:
-        a_ptr, b_ptr, c_ptr = a_desc, b_desc, c_desc
-        C_BLOCK_N: tl.constexpr = BLOCK_N // 2 if SUBTILE else BLOCK_N
-        a_desc, b_desc, c_desc = _device_descriptors(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_bk, stride_cm,
-                                                     BLOCK_M, BLOCK_N, BLOCK_K, C_BLOCK_N)
-        if TAIL_SPLIT:  # the last wave's half-width boxes of B and C
-            b_half_desc = _matrix_descriptor(b_ptr, K, N, stride_bk, BLOCK_K, BLOCK_N // 2)
-            c_half_desc = _matrix_descriptor(c_ptr, M, N, stride_cm, BLOCK_M, BLOCK_N // 2)
-    num_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
-    whole_tiles = num_tiles
-    if TAIL_SPLIT:
-        whole_tiles = num_tiles - num_tiles % NUM_SMS
-    k_iters = tl.cdiv(K, BLOCK_K)
-    # The epilogue's tile is counted apart from the loads' (the same tile), so that with FLATTEN the software
-    # pipeline can run the next tile's first loads while this one's epilogue and store finish.
-    tile_c = pid - NUM_SMS
-    for tile in tl.range(pid, whole_tiles, NUM_SMS, flatten=FLATTEN, warp_specialize=WARP_SPECIALIZE):
-        pid_m, pid_n = _grouped_tile(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
-        acc = _tma_k_product(a_desc, b_desc, pid_m * BLOCK_M, pid_n * BLOCK_N, 0, k_iters, BLOCK_M, BLOCK_N, BLOCK_K,
-                             UPCAST)
-        tile_c += NUM_SMS
-        pid_m, pid_n = _grouped_tile(tile_c, M, N, BLOCK_M, BLOCK_N, GROUP_M)
-        off_m = pid_m * BLOCK_M
-        off_n = pid_n * BLOCK_N
-        acc = _epilogue(acc, bias_ptr, off_n + tl.arange(0, BLOCK_N), N, EPILOGUE)
-        _store_tile(c_desc, acc, off_m, off_n, BLOCK_M, BLOCK_N, SUBTILE)
-    if TAIL_SPLIT:
-        HALF_N: tl.constexpr = BLOCK_N // 2
-        for half in range(pid, 2 * (num_tiles - whole_tiles), NUM_SMS):
-            pid_m, pid_n = _grouped_tile(whole_tiles + half // 2, M, N, BLOCK_M, BLOCK_N, GROUP_M)
-            off_m = pid_m * BLOCK_M
-            off_n = pid_n * BLOCK_N + (half % 2) * HALF_N
-            acc = _tma_k_product(a_desc, b_half_desc, off_m, off_n, 0, k_iters, BLOCK_M, HALF_N, BLOCK_K, UPCAST)
-            acc = _epilogue(acc, bias_ptr, off_n + tl.arange(0, HALF_N), N, EPILOGUE)
-            c_half_desc.store([off_m, off_n], acc.to(c_half_desc.dtype))
 
 
 def persistent_unsupported(config: Mapping[str, Any], float32: bool) -> str | None:

@@ -20,14 +20,13 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
-import inspect
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, Protocol, TypeVar
 
 from kernels._torch import lazy
-from search_spaces.kernel_identity import kernel_identity
+from search_spaces.kernel_identity import kernel_identity, module_identity
 from search_spaces.problem import ProblemError
 from search_spaces.space import Space
 
@@ -349,16 +348,15 @@ class TunableOp(Generic[P]):
 
     @functools.cached_property
     def kernel_hash(self) -> str:
-        """Hash of the kernel's sources: a stored result is exact only while it matches. A module is hashed by its
-        whole text; a function by its kernel identity (search_spaces.kernel_identity: its source from the `def`
-        on, its JIT callees and the constants it reads, never the decorator's arguments)."""
+        """Hash of the kernel's sources: a stored result is exact only while it matches. Modules are hashed piece
+        by piece (search_spaces.kernel_identity.module_identity: their functions, JIT callees and constants, not
+        their docstrings, imports or which module holds what); a function by its kernel identity (its source from
+        the `def` on, its JIT callees and the constants it reads, never the decorator's arguments)."""
         h = hashlib.sha256()
+        modules = [src for src in self.sources if isinstance(src, ModuleType)]
+        if modules:
+            h.update(module_identity(*modules).encode())
         for src in self.sources:
             if not isinstance(src, ModuleType):
                 h.update(kernel_identity(src).encode())
-                continue
-            try:
-                h.update(inspect.getsource(src).encode())
-            except (OSError, TypeError):  # no source on disk: fall back to its name
-                h.update(getattr(src, "__qualname__", repr(src)).encode())
         return h.hexdigest()[:16]

@@ -10,7 +10,8 @@ leave it unchanged, so stored timings stay current; a change to the kernel's bod
 (named directly or through a module, `helpers.fn`), or to a constant global it reads changes it. A module global
 that shares a name with one of the kernel's parameters or locals is not read by the kernel and is not hashed (a
 script's loop variable `n` beside a kernel parameter `n`). The same
-function hashes the same under Triton's interpreter and on a GPU.
+function hashes the same under Triton's interpreter and on a GPU. A built-in op's modules hash the same way, piece
+by piece (`module_identity`).
 """
 
 from __future__ import annotations
@@ -43,6 +44,41 @@ def kernel_identity(fn: Any) -> str:
     """The kernel's identity: a hex digest (see the module's text). `fn` is the Python function or what wraps it."""
     h = hashlib.sha256()
     _visit(python_function(fn) or fn, h, set())
+    return h.hexdigest()
+
+
+def module_identity(*modules: ModuleType) -> str:
+    """What in these modules decides a built-in op's binaries and launches, as a hex digest, wherever each piece
+    lives: each JIT function's kernel identity (its callees followed into any module) with its decorators, each
+    other top-level function's and class's source without its docstring, each top-level constant's assignment,
+    sorted by name. A module's docstring, its imports, comments between definitions, and which of these modules
+    holds a definition leave it unchanged, so moving a kernel or a comment does not make its results stale."""
+    parts: dict[str, str] = {}
+    for module in modules:
+        try:
+            src = inspect.getsource(module)
+        except (OSError, TypeError):  # no source on disk: its name stands for it
+            parts[module.__name__] = module.__name__
+            continue
+        for node in ast.parse(src).body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                decorators = "".join(f"@{ast.get_source_segment(src, d)}\n" for d in node.decorator_list)
+                value = getattr(module, node.name, None)
+                if python_function(value) is not None:
+                    parts[node.name] = decorators + kernel_identity(value)
+                else:
+                    text = ast.get_source_segment(src, node) or ""
+                    doc = node.body[0] if node.body and isinstance(node.body[0], ast.Expr) and \
+                        isinstance(getattr(node.body[0], "value", None), ast.Constant) else None
+                    if doc is not None:
+                        text = text.replace(ast.get_source_segment(src, doc) or "", "", 1)
+                    parts[node.name] = decorators + text
+            elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+                segment = ast.get_source_segment(src, node) or ""
+                parts[segment.split("=", 1)[0].strip()] = segment
+    h = hashlib.sha256()
+    for name in sorted(parts):
+        h.update(f"\0{name}\0{parts[name]}".encode())
     return h.hexdigest()
 
 

@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from kernels import _checks
 from kernels import matmul as k_matmul
+from kernels import matmul_tiles as k_matmul_tiles
+from kernels import matmul_tma as k_matmul_tma
 from kernels._torch import lazy
 from search_spaces import matmul_vllm
 from search_spaces.contract import DOT_TOLERANCE, Example, LibraryCall, Option, TunableOp, tensor_signature
@@ -343,7 +345,7 @@ OP: TunableOp[MatmulProblem] = TunableOp(
     launch=_launch,
     make_inputs=make_inputs, problem_from_inputs=problem_from_inputs,
     reference=lambda inputs: k_matmul.reference(*_mm(inputs)), tolerance=DOT_TOLERANCE,
-    sources=(k_matmul, _checks), flops=flops, bytes_moved=bytes_moved, elements=elements,
+    sources=(k_matmul, k_matmul_tiles, k_matmul_tma, _checks), flops=flops, bytes_moved=bytes_moved, elements=elements,
     baseline=lambda inputs: k_matmul.baseline(*_mm(inputs)),
     library=LIBRARY,
     exports={"vllm": matmul_vllm.vllm_files},

@@ -20,7 +20,7 @@ from triton.runtime.autotuner import Autotuner
 import autotuner
 from autotuner.base.settings import Settings
 from autotuner.decorator import install as covered
-from autotuner.engine.tuner import DEFAULT_MARGIN
+from autotuner.engine.plan import DEFAULT_MARGIN
 from autotuner.launch.lookup import Resolver, set_resolver
 from autotuner.store.database import Store
 from db.engine import session_scope

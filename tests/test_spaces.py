@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import sys
 from pathlib import Path
 
 import pytest
@@ -427,3 +428,65 @@ def test_meta_tensors_stand_for_the_compiled_for_device_in_a_compile_only_proces
     monkeypatch.setattr(_backend, "COMPILE_ONLY", True)
     monkeypatch.setattr(_backend, "META_DEVICE", 1)
     assert _backend.gpu_index(meta) == 1 and _backend.gpu_index(torch.device("cpu")) is None
+
+
+_KERNELS = '''"""{doc}"""
+import triton
+import triton.language as tl
+{imports}
+STEP = {step}
+
+{helper}
+@triton.jit
+def kern(x_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(x_ptr + offs, _h(tl.load(x_ptr + offs)) + STEP)
+
+
+def launch(x):
+    """{doc}"""
+    kern[(1,)](x, BLOCK=16)
+'''
+_HELPER = '''
+@triton.jit
+def _h(x):
+    return x * {factor}
+
+'''
+
+
+def _modules(tmp_path, name, *, doc="one", split=False, step=1, factor=2):
+    """A built-in op's kernel modules written out and imported: the helper in the kernel's module, or beside it."""
+    import importlib.util
+
+    folder = tmp_path / name
+    folder.mkdir()
+    files = {"k": _KERNELS.format(doc=doc, step=step, imports=f"from {name}_h import _h" if split else "",
+                                  helper="" if split else _HELPER.format(factor=factor))}
+    if split:
+        files["h"] = "import triton\n" + _HELPER.format(factor=factor)
+    modules = []
+    for mod in sorted(files):  # h before k, which imports it
+        (folder / f"{mod}.py").write_text(files[mod])
+        spec = importlib.util.spec_from_file_location(f"{name}_{mod}", folder / f"{mod}.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
+        spec.loader.exec_module(module)
+        modules.append(module)
+    return modules
+
+
+def test_a_built_in_ops_hash_follows_its_code_not_where_it_lives_or_its_docstrings(tmp_path):
+    """Moving a JIT helper into a module of its own, or rewording a docstring, keeps every stored result current;
+    a change to a kernel's helper, its host code's constants or code makes them stale."""
+    from search_spaces.kernel_identity import module_identity
+
+    try:
+        base = module_identity(*_modules(tmp_path, "base"))
+        assert module_identity(*_modules(tmp_path, "moved", split=True, doc="reworded")) == base
+        assert module_identity(*_modules(tmp_path, "helper", factor=3)) != base
+        assert module_identity(*_modules(tmp_path, "helper_moved", split=True, factor=3)) != base
+        assert module_identity(*_modules(tmp_path, "constant", step=2)) != base
+    finally:
+        for name in [n for n in sys.modules if n.rsplit("_", 1)[0] in ("base", "moved", "helper", "helper_moved", "constant")]:
+            del sys.modules[name]

@@ -14,7 +14,8 @@ from sqlalchemy import select
 from autotuner.base.device import INTERPRETER, DeviceInfo, current_device
 from autotuner.base.registry import get_op
 from autotuner.base.settings import Settings
-from autotuner.engine.tuner import DEFAULT_MARGIN, RETIME_WINDOW, Plan, tune
+from autotuner.engine.plan import DEFAULT_MARGIN
+from autotuner.engine.tuner import RETIME_WINDOW, Plan, tune
 from autotuner.store.database import Store
 from db.engine import session_scope
 from db.models import BestConfig, Trial, TuningRun
@@ -76,7 +77,7 @@ def test_a_config_must_beat_the_default_by_more_than_the_margin(db_url):
     default stays; 50% faster wins. Each is chosen on its re-time, the median of interleaved rounds. (The margin
     is wide here, and the gaps, so that a loaded machine's wandering wall clock cannot reorder them.)"""
     import tests.paced_op as paced
-    from autotuner.engine.tuner import DEFAULT_MARGIN
+    from autotuner.engine.plan import DEFAULT_MARGIN
 
     margin = 0.4
     assert (paced.DEFAULT_US - paced.TIE_US) / paced.DEFAULT_US < margin < (paced.DEFAULT_US - paced.FAST_US) / \
@@ -341,7 +342,8 @@ def test_a_search_started_from_a_bracket_re_times_fewer_finalists():
     the best's); a default further off keeps its search time."""
     from types import SimpleNamespace
 
-    from autotuner.engine.tuner import DEFAULT_MARGIN, RETIME_TOP, RETIME_TOP_BRACKETED, RETIME_WINDOW, _retime_configs
+    from autotuner.engine.plan import DEFAULT_MARGIN
+    from autotuner.engine.tuner import RETIME_TOP, RETIME_TOP_BRACKETED, RETIME_WINDOW, _retime_configs
 
     configs = [{"B": b} for b in range(8)]
 

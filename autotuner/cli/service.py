@@ -121,7 +121,7 @@ def worker(
         fail(f"--gpus names a device twice: {gpus}")
     if lanes and not interpreting():
         gpu = lanes[0]
-        from autotuner.engine.tuner import more_devices
+        from autotuner.engine.plan import more_devices
 
         try:  # each there, and of one type: a job's time must not depend on the GPU that measured it
             more_devices(current_device(gpu), lanes)

@@ -76,8 +76,8 @@ def run_sweep_here(op: Op, probs: list[ProblemType], dim: str, s: Settings, stor
                    plan: Plan, as_json: bool, quiet: bool, refine: Refine | None = None) -> None:
     from autotuner.base.device import current_device
     from autotuner.cli import handed_run
+    from autotuner.engine.plan import plan_device
     from autotuner.engine.sweeps.sweep import run_sweep
-    from autotuner.engine.tuner import plan_device
 
     by = handed_run.current()
     device = current_device(by.gpu if by is not None else plan_device(plan))

@@ -155,8 +155,8 @@ def tune(
     del here, wait  # read from the arguments by autotuner.cli.handoff, before this process imports anything heavy
     from autotuner.base.device import parse_gpus
     from autotuner.engine.measure.live import prestarted
+    from autotuner.engine.plan import DEFAULT_MARGIN, Plan, plan_device
     from autotuner.engine.search.strategies import check_strategy
-    from autotuner.engine.tuner import DEFAULT_MARGIN, Plan, plan_device
     from autotuner.store import open_store
     from kernels._backend import interpreting
 
@@ -248,7 +248,7 @@ def _tune(op: str, op_obj: Op, prob: ProblemType, s: Settings, store: Storage, k
           as_json: bool, quiet: bool) -> None:
     from autotuner.base.device import current_device
     from autotuner.cli import handed_run
-    from autotuner.engine.tuner import plan_device
+    from autotuner.engine.plan import plan_device
     from autotuner.engine.tuner import tune as run_tune
 
     by = handed_run.current()

@@ -16,18 +16,11 @@ A launch with a key not seen in this process goes to the miss policy's module (a
 database, the service, then `tune` (autotuner.decorator.in_process), `default` or `error`. Later launches of
 the key find its config in `cache` and launch through one direct launcher per call signature (each argument's
 specialization, never a tensor's identity: kernels._direct.Launcher), skipping Triton's argument binding.
-
-The rest of the package: `spec` (the kernel, its configs or space, hooks and pruning), `keys` (keys, problems
-and the launch that met a key), `engine_view` (the kernel as a TunableOp for the engine), `configs` (what is
-read of Triton's objects).
 """
 
 from __future__ import annotations
 
-import inspect
 import logging
-import math
-import os
 import time
 import warnings
 from collections.abc import Callable, Mapping
@@ -36,7 +29,6 @@ from typing import Any, NamedTuple, Protocol
 import torch
 import triton
 from triton.runtime.autotuner import Autotuner
-from triton.runtime.jit import JITFunction
 
 from autotuner.base.registry import register_op
 from autotuner.decorator.configs import (
@@ -54,8 +46,9 @@ from autotuner.decorator.kernel_problem import KernelProblem
 from autotuner.decorator.keys import Bucket, Keys, bucket_functions
 from autotuner.decorator.miss import Answer, KernelNotTuned, resolve_miss
 from autotuner.decorator.spec import ON_MISS, Hooks, KernelSpec
+from autotuner.decorator.triton_views import NotifyingDict, print_autotuning, tell_listener, timings
 from autotuner.launch import binary_cache, specializations
-from autotuner.launch.lookup import Pending, pending, resolver, warm_up
+from autotuner.launch.lookup import Pending, pending, warm_up
 from kernels._direct import Launcher, call_signature
 from search_spaces.space import Space, config_key
 
@@ -161,7 +154,7 @@ class Autotuned(Autotuner):
         self.use_cuda_graph, self.cache_results = use_cuda_graph, False
         self.nargs: dict[str, Any] | None = None
         self._hits: dict[tuple[Any, ...], Hit] = {}  # call signature -> what its launch needs
-        self.cache = {}  # (a _Cache: see the property)
+        self.cache = {}  # (a NotifyingDict: see the property)
         self.best_config: triton.Config | None = None
         # autotuner's own
         self.sources: dict[tuple[Any, ...], str] = {}  # key -> where its config came from: exact, stale, tuned...
@@ -194,7 +187,7 @@ class Autotuned(Autotuner):
 
     @cache.setter
     def cache(self, value: dict[tuple[Any, ...], triton.Config]) -> None:
-        self._cache = _Cache(self._hits.clear)
+        self._cache = NotifyingDict(self._hits.clear)
         self._cache.update(value)
 
     def __getitem__(self, grid: Any) -> Callable[..., Any]:
@@ -328,12 +321,12 @@ class Autotuned(Autotuner):
         if tuned:  # as Triton's run leaves them after tuning: its time and each config's timings
             self.bench_time = self.resolve_s[key]
             self.configs_timings = timings(self.view, miss, self.configs)
-            if _print_autotuning():
+            if print_autotuning():
                 print(f"Triton autotuning for function {self.base_fn.__name__},\nwith key as {key},\n"
                       f"finished after {self.bench_time:.2f}s,\nbest config selected: {config}; "
                       f"(autotuner: {answer.source})")
         if prior is None and (not self.configs or len(self.spec.pruned(miss) or ()) > 1):
-            _tell_listener(self, key, config, tuned)
+            tell_listener(self, key, config, tuned)
         if self.mirror is not None:
             self.mirror.resolved(self, key, args, kwargs, config)
         return config
@@ -379,89 +372,6 @@ def _value(value: Any) -> tuple[type, Any]:
     if t not in _PLAIN:
         raise TypeError("only a plain value is part of a launcher's key")
     return t, value
-
-
-class _Cache(dict):  # type: ignore[type-arg]
-    """A dict that tells `changed` of every change (`Autotuned.cache`)."""
-
-    def __init__(self, changed: Callable[[], None]) -> None:
-        super().__init__()
-        self._changed = changed
-
-    def __setitem__(self, key: Any, value: Any) -> None:
-        super().__setitem__(key, value)
-        self._changed()
-
-    def __delitem__(self, key: Any) -> None:
-        super().__delitem__(key)
-        self._changed()
-
-    def __ior__(self, other: Any) -> Any:  # type: ignore[misc]
-        super().__ior__(other)
-        self._changed()
-        return self
-
-    def clear(self) -> None:
-        super().clear()
-        self._changed()
-
-    def pop(self, *args: Any) -> Any:
-        try:
-            return super().pop(*args)
-        finally:
-            self._changed()
-
-    def popitem(self) -> Any:
-        try:
-            return super().popitem()
-        finally:
-            self._changed()
-
-    def setdefault(self, key: Any, default: Any = None) -> Any:
-        try:
-            return super().setdefault(key, default)
-        finally:
-            self._changed()
-
-    def update(self, *args: Any, **kwargs: Any) -> None:
-        super().update(*args, **kwargs)
-        self._changed()
-
-
-def timings(view: EngineView, miss: Any, configs: list[triton.Config]) -> dict[triton.Config, list[float]]:
-    """Each listed config's stored time for this key, as Triton's `configs_timings` holds it (median, p20, p80:
-    the median three times; a config that failed: inf)."""
-    try:
-        store = resolver().store.peek()[0]
-        times = store.trial_times(op=view.op, problem=miss.problem, device=miss.device) if store else {}
-    except Exception as exc:  # what is only told is never worth a failed launch
-        log.info("autotuner: %s: no timings for configs_timings: %s", view.spec.name, str(exc))
-        times = {}
-    by_key = {config_key(config_dict(c)): c for c in configs}
-    return {by_key[k]: [ms] * 3 if ms is not None else [math.inf] * 3 for k, (_, ms) in times.items() if k in by_key}
-
-
-def _print_autotuning() -> bool:
-    """TRITON_PRINT_AUTOTUNING, as this Triton reads it."""
-    knobs = getattr(triton, "knobs", None)
-    if knobs is not None and hasattr(knobs, "autotuning"):
-        return bool(knobs.autotuning.print)
-    return os.environ.get("TRITON_PRINT_AUTOTUNING") == "1"
-
-
-def _tell_listener(kernel: Autotuned, key: tuple[Any, ...], config: triton.Config, tuned: bool) -> None:
-    """Triton's autotuning listener (`triton.knobs.autotuning.listener`, where this Triton has it), told of a key
-    resolved as Triton's run tells it of a key tuned or read from its disk cache."""
-    knobs = getattr(triton, "knobs", None)
-    listener = getattr(getattr(knobs, "autotuning", None), "listener", None)
-    if listener is None:
-        return
-    jit_fn = kernel.fn
-    while not isinstance(jit_fn, JITFunction) and hasattr(jit_fn, "fn") and not inspect.isfunction(jit_fn):
-        jit_fn = jit_fn.fn
-    listener(fn=jit_fn if isinstance(jit_fn, JITFunction) else kernel.fn, key=key, best_config=config,
-             configs_timings=getattr(kernel, "configs_timings", {}) if tuned else {},
-             duration=kernel.bench_time if tuned else None, cache_hit=not tuned)
 
 
 def autotune(configs: list[triton.Config] | None = None, key: list[str] | None = None,

@@ -30,17 +30,17 @@ from autotuner.base.settings import Settings
 from autotuner.engine.fits import check_fits
 from autotuner.engine.measure.compile_share import share
 from autotuner.engine.measure.lanes import Lane
-from autotuner.engine.measure.live import KeptProcesses, LiveMeasurer, host_compile_workers, local_lanes
+from autotuner.engine.measure.live import KeptProcesses, LiveMeasurer, local_lanes
 from autotuner.engine.measure.protocol import Measurer
 from autotuner.engine.measure.timing import CUDA_EVENTS, WALL_CLOCK, rotation
 from autotuner.engine.measure.trial_process import WorkerSpec
+from autotuner.engine.plan import SEARCH_SHARE, Plan, compile_workers, more_devices
 from autotuner.engine.search.contract import DEFAULT_TRIALS, Search
 from autotuner.engine.search.loop import Measured, ask_first, on_a_thread, run_search
-from autotuner.engine.search.strategies import StrategyLike, make_search, preload, strategy_label
+from autotuner.engine.search.strategies import make_search, preload, strategy_label
 from autotuner.engine.tune_result import TrialRecord, TuneObserver, TuneResult
 from autotuner.store.interfaces import RunStore
 from autotuner.store.resolution import warm_start
-from kernels._backend import cuda_device_count, interpreting
 from search_spaces.contract import ProblemType
 from search_spaces.space import Candidates, Config, config_key
 
@@ -51,66 +51,11 @@ RETIME_TOP = 4
 RETIME_TOP_BRACKETED = 2  # ... or this many where the search started from the configs fastest either side of it
 # (Plan.first: between a sweep's points), whose first timings already ranked them on both neighbours
 RETIME_WINDOW = 0.05
-# Interleaved rounds of that re-time, each RETIME_SCALE of a full timing; a config keeps its rounds' median. An eighth
-# (a third, then a fifth, before): twelve re-times of matmul 4096^3's four finalists (0.7-2.3% apart) and of softmax's and
-# layernorm's on an H100 chose the same finalist at a third, a fifth and an eighth, each config's median spread by
-# 0.08-0.15% (relative standard deviation) at every scale, the re-time 0.93 -> 0.55 s (benchmarks/RESULTS.md, session
-# 41): the spread is between timings, not within one, which the interleaved rounds are for. An eighth since session
-# 44 (a second host's re-time 0.65 -> 0.40 s there).
+# Interleaved rounds of that re-time, each RETIME_SCALE of a full timing; a config keeps its rounds' median: the
+# spread between timings, not within one, is what decides among finalists a few percent apart, and interleaving is
+# what evens it out (benchmarks/tune_ab.py compares such settings on a GPU).
 RETIME_ROUNDS = 3
 RETIME_SCALE = 0.125
-SEARCH_SHARE = 0.75  # of the time left under a deadline when the search starts; the re-time and the record take the rest
-# A config replaces the default only when its re-time beats the default's by more than this fraction: a single
-# re-time once stored configs a hair ahead of the default that interleaved rounds then found behind it
-# (benchmarks/RESULTS.md#behind-the-code).
-DEFAULT_MARGIN = 0.01
-
-
-def _compile_workers(settings: Settings, device: DeviceInfo, op: Op, problem: ProblemType, gpus: int = 1) -> int:
-    """The host's share (`host_compile_workers`; for a problem measured on `gpus` GPUs, their shares, and the
-    core each further GPU's worker process would have had: one command drives them all), and no more than half
-    the device's memory holds copies of the inputs (each process launches the kernel on its own)."""
-    if device.is_interpreter:
-        return 0  # the interpreter has nothing to compile
-    n = host_compile_workers(settings)
-    if not settings.compile_workers:
-        n = n * gpus + (gpus - 1)
-    if not settings.compile_workers and op.bytes_moved is not None and device.total_memory > 0:
-        n = min(n, max(1, int(device.total_memory / 2 // max(1.0, op.bytes_moved(problem)))))
-    return n
-
-
-def plan_device(plan: Plan) -> int | None:
-    """The problem's CUDA device under `plan.gpus` (its first), or None: the current one (or the interpreter)."""
-    return plan.gpus[0] if plan.gpus and not interpreting() else None
-
-
-def more_devices(device: DeviceInfo, gpus: tuple[int, ...]) -> list[int | None]:
-    """The devices of `gpus` other than the problem's `device` (which must be the first), each checked to be of
-    the same type (a config's time must not depend on which GPU measured it); on the interpreter, one more CPU
-    process per further entry."""
-    if len(gpus) <= 1:
-        return []
-    if len(set(gpus)) != len(gpus):
-        raise ValueError(f"--gpus names a device twice: {','.join(map(str, gpus))}")
-    if device.is_interpreter:
-        return [None] * (len(gpus) - 1)
-    count = cuda_device_count()
-    missing = [g for g in gpus if not 0 <= g < count]
-    if missing:
-        raise ValueError(f"--gpus: no CUDA device {missing[0]} here (this host shows {count}: 0-{count - 1})")
-    if gpus[0] != device.index:
-        raise ValueError(f"the problem's device {device.torch_device} must come first in --gpus, got {','.join(map(str, gpus))}")
-    others: list[int | None] = []
-    for g in gpus[1:]:
-        other = current_device(g)
-        if other.key != device.key:
-            raise ValueError(f"--gpus: cuda:{g} is {other.key}, the problem's device is {device.key}; every config's "
-                             "time must come from one device type")
-        others.append(g)
-    return others
-
-
 def _retime(measurer: Measurer, configs: list[Config], rounds: int, observer: TuneObserver,
             result: TuneResult, deadline: float | None = None, scale: float = RETIME_SCALE) -> dict[str, float]:
     """Median time of each config over interleaved rounds (each `scale` of a full timing), by config key; a
@@ -134,33 +79,6 @@ def _retime(measurer: Measurer, configs: list[Config], rounds: int, observer: Tu
             observer.step(result)
         round_s = time.monotonic() - started
     return {key: statistics.median(ts) for key, ts in times.items()}
-
-
-@dataclass(frozen=True, kw_only=True)
-class Plan:
-    """How to search one problem."""
-
-    strategy: StrategyLike = "tpe"  # a registered name (autotuner.engine.search.strategies: tpe, random, exhaustive, a
-    # plugin's), or through the Python API an Optuna sampler or a function making a Search
-    trials: int | None = None  # configs to measure; default: up to 64 (with no time budget)
-    time_budget_s: float | None = None  # seconds of searching, counted from the search phase's start
-    deadline: float | None = None  # time.monotonic() by which the whole command ends (`--time-budget`): the search
-    # gets SEARCH_SHARE of what is left when it starts, the re-time the rest, in whole rounds
-    seed: int = 0
-    candidates: tuple[Config, ...] | None = None  # only these of the space's valid configs (a pruned config list)
-    first: tuple[Config, ...] = ()  # measured right after the default, before the nearest winners and the search's
-    # own: the configs fastest on a sweep's points either side (autotuner.store.regret.bracketing_configs)
-    reuse: bool = False  # configs measured before (same kernel hash and Triton version) count as measured: only
-    # the others are timed, the winner is chosen among all, and there is no re-time (autotuner.autotune kernels,
-    # so that adding a config to a list times only that one)
-    margin: float = DEFAULT_MARGIN  # a config replaces the default only when its re-time is faster by more than
-    # this fraction of the default's
-    gpus: tuple[int, ...] = ()  # CUDA devices measuring this problem's configs at once, the first being the
-    # problem's device (baseline and re-time); empty: the device alone. On the interpreter: that many processes
-
-    def __post_init__(self) -> None:
-        if not 0.0 <= self.margin < 1.0:
-            raise ValueError(f"the margin is a fraction of the default's time, 0 or more and below 1; got {self.margin}")
 
 
 @dataclass(kw_only=True)
@@ -358,7 +276,7 @@ def _plan(op: Op, problem: ProblemType, *, store: RunStore, settings: Settings, 
         return op.space.enumerate(problem, device)
 
     enumerated = on_a_thread(enumerate_space, "enumerate")
-    n_workers = _compile_workers(settings, device, op, problem, max(1, len(plan.gpus))) if measurer is None else 0
+    n_workers = compile_workers(settings, device, op, problem, max(1, len(plan.gpus))) if measurer is None else 0
     known = store.trial_times(op=op, problem=problem, device=device) if plan.reuse else {}
     made = measurer is None
     if measurer is None:  # (a LiveMeasurer starts setting the problem up in the trial worker when made)

@@ -1,5 +1,5 @@
 """What a launching process keeps between lookups (`Resolver`): its database (opened on first use, never created by
-a lookup), the service (`Service`, with a back-off after a failure) and the tuning jobs it queued on a miss
+a lookup), the service (autotuner.launch.service_client, with a back-off after a failure) and the tuning jobs it queued on a miss
 (`AUTOTUNER_TUNE_ON_MISS=1`, `AUTOTUNER_ON_MISS=nearest`), raised in priority as the launches meet them. Which
 config answers a lookup is autotuner.store.resolution's steps; nothing here caches answers: the callers that
 launch keep one cache each, keyed by what they launch (the library per input signature, a decorated kernel per
@@ -22,6 +22,7 @@ from typing import Any
 from autotuner.base.device import DeviceInfo
 from autotuner.base.registry import Op, get_op
 from autotuner.base.settings import Settings
+from autotuner.launch.service_client import Service
 from autotuner.store.errors import NoStore
 from autotuner.store.lazy import LazyStore
 from autotuner.store.regret import (
@@ -32,66 +33,16 @@ from autotuner.store.regret import (
     prefer_measured,
     sweep_points,
 )
-from autotuner.store.resolution import FINAL, Resolution, Source, resolve
+from autotuner.store.resolution import Resolution, resolve
 from autotuner.store.stored_best import StoredBest
 from search_spaces.contract import ProblemType
 
 log = logging.getLogger(__name__)
-SERVICE_TIMEOUT_S = 0.25
-SERVICE_BACKOFF_S = 30.0
 BACKGROUND_EXIT_S = 5.0  # at exit, queueing still under way gets this long to finish
 _now = time.monotonic
 MISS_TRIALS = 2 * PER_SIDE + 2  # a miss between a sweep's points: the default, the model's pick, and the
 # PER_SIDE fastest configs on each point beside it (autotuner.store.regret.bracketing_configs)
 SERVICE_JOB = -1  # a job the service queued for this process: its id is the service's, its priority its own
-
-
-class Service:
-    """The remote service a launching process asks on a miss, with a back-off after a failure."""
-
-    def __init__(self, url: str | None) -> None:
-        self.url = url
-        self._down_until = 0.0
-
-    def ask(self, op: Op, problem: ProblemType, device: DeviceInfo) -> tuple[Resolution | None, str]:
-        if not self.url:
-            return None, "service: AUTOTUNER_URL is not set"
-        now = time.monotonic()
-        if now < self._down_until:
-            return None, f"service: skipped, it failed {SERVICE_BACKOFF_S - (self._down_until - now):.0f} s ago"
-        import httpx
-        import triton
-
-        values = op.options_of(problem)
-        params = {"op": op.name, "shape": problem.shape, "dtype": problem.dtype, "device": device.key,
-                  "fallback": "none", "kernel_hash": op.kernel_hash, "triton_version": triton.__version__,
-                  **{o.name: str(values[o.name]).lower() for o in op.query_options}}
-        try:
-            r = httpx.get(self.url.rstrip("/") + "/config", params=params, timeout=SERVICE_TIMEOUT_S)
-        except httpx.HTTPError as exc:
-            self._down_until = time.monotonic() + SERVICE_BACKOFF_S
-            return None, f"service: {type(exc).__name__} at {self.url}; not asked again for {SERVICE_BACKOFF_S:.0f} s"
-        if r.status_code == 404:
-            return None, "service: no exact result"
-        if r.status_code != 200:
-            self._down_until = time.monotonic() + SERVICE_BACKOFF_S
-            return None, f"service: HTTP {r.status_code}; not asked again for {SERVICE_BACKOFF_S:.0f} s"
-        body = r.json()
-        if body.get("source") not in {s.value for s in FINAL} or body.get("stale"):
-            return None, "service: no exact result"
-        try:
-            config = op.space.validate(body["config"], problem, device)
-        except (ValueError, KeyError) as exc:
-            return None, f"service: answered a config this space rejects ({exc})"
-        return Resolution(config=config, source=Source(body["source"]), step="service",
-                          reason=f"tuned result from {self.url}", from_problem=body.get("from_problem") or problem.key,
-                          median_ms=_number(body.get("median_ms")), torch_ms=_number(body.get("torch_ms"))), \
-            f"service: {body['source']}"
-
-
-def _number(value: Any) -> float | None:
-    """A time from the service's answer, or None where it sent none or something else."""
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 class Resolver:

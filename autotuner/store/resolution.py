@@ -13,7 +13,7 @@ representative's) or one a launching process asks again for later (a pick, a nea
    lies between two points of a refined sweep: then step 6, whose rule between swept points serves it
    (autotuner.store.regret);
 4. `service` (`AUTOTUNER_URL`), for launching processes: `GET /config?...&fallback=none`, with a short timeout
-   (autotuner.launch.lookup.Service: a service that fails is not asked again for a while);
+   (autotuner.launch.service_client.Service: a service that fails is not asked again for a while);
 5. `give_up`: with `fallback="none"`, NotFound;
 6. `nearest` (with `fallback="nearest"`): the nearest tuned problem on the same device (autotuner.store.nearest:
    same op, dtype and options; log-space distance; for matmul the same N and K first, nearest M), preferring one
@@ -147,7 +147,7 @@ class Resolution:
 
 
 class Asker(Protocol):
-    """The remote service a launching process asks (autotuner.launch.lookup.Service)."""
+    """The remote service a launching process asks (autotuner.launch.service_client.Service)."""
 
     def ask(self, op: Op, problem: ProblemType, device: DeviceInfo) -> tuple[Resolution | None, str]: ...
 

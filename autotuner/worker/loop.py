@@ -39,7 +39,7 @@ from autotuner.base.settings import Settings
 from autotuner.engine.measure.compile_share import share
 from autotuner.engine.measure.lanes import Lane
 from autotuner.engine.measure.live import KeptProcesses
-from autotuner.engine.tuner import more_devices
+from autotuner.engine.plan import more_devices
 from autotuner.store.errors import LOST, utcnow
 from autotuner.store.errors import StoreLost as StorageLost
 from autotuner.store.errors import StoreUnavailable as DatabaseUnavailable

@@ -71,7 +71,7 @@ def default_for(landscape: Landscape) -> Config:
     return min(landscape.configs, key=distance)
 
 
-# The tuner asks as far ahead as its compile pool is wide (autotuner.engine.tuner._compile_workers): 14 on a one-GPU,
+# The tuner asks as far ahead as its compile pool is wide (autotuner.engine.plan.compile_workers): 14 on a one-GPU,
 # 16-core host. Replays ask ahead the same way, since how far ahead a search asks changes what it finds.
 TUNER_WIDTH = 14
 
