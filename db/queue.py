@@ -11,7 +11,7 @@ divisibility, not sizes), then one of kernels no running job has (none is compil
 AFFINITY_WINDOW jobs queued after the oldest have been taken before it, claims follow the queue's order until it is
 taken. Two workers that took the next two jobs of one kernel both waited on its compiles (one binary is compiled
 once on a host: the second pool's processes wait for the first's), and each paid every cold start of the queue
-(benchmarks/RESULTS.md, session 40).
+(benchmarks/scale_workers.py).
 
 Every state change made on a worker's behalf is conditional on that worker still holding the job, so a job
 that was taken back from a worker (its heartbeat stopped) is never finished twice.

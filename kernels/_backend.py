@@ -37,7 +37,7 @@ def cuda_device_count() -> int:
     """The CUDA devices visible to this process (CUDA_VISIBLE_DEVICES applies). Asked of torch where it is imported
     already, else of NVML, as torch does, so that importing `autotuner` neither imports torch (seconds) nor
     initialises CUDA: a process that has called `cuInit` makes forked children that cannot (a fork server's, a
-    library's workers forked after `import autotuner`; benchmarks/RESULTS.md, session 43). Only where NVML cannot
+    library's workers forked after `import autotuner`; benchmarks/tune_time.py). Only where NVML cannot
     say (no libnvidia-ml, a CUDA_VISIBLE_DEVICES of UUIDs) is the driver itself asked."""
     if "torch" in sys.modules:
         try:

@@ -37,7 +37,7 @@ def row_tiles(block: int, n_cols: int, n_body: int, n_rows: int, rows: int) -> d
     """The single-pass kernels' tile constants for BLOCK_N=block: BLOCK_A and BLOCK_B (0: no tile B), whether
     tile A's columns all lie in the row's body (A_COLS_IN), and whether every program's rows exist (ROWS_IN).
     At most two tiles: each is reduced across the block on its own, and a third (A, B and the tail) cost more
-    than the columns it saved (benchmarks/RESULTS.md)."""
+    than the columns it saved (benchmarks/suite.py)."""
     block_a, block_b = block, 0
     half = block // 2
     if block >= n_cols and half >= TAIL and n_body >= half:
@@ -111,7 +111,7 @@ def held(x, OPAQUE: tl.constexpr):
     is held in its 16 bits between them, where the compiler would otherwise keep the first conversion alive,
     twice the registers: for the longest softmax rows it won most, its outputs' exponentials computed again
     from the held row; elsewhere it tied or lost a little, and in layernorm it won or lost by config
-    (benchmarks/RESULTS.md), so it is a parameter of the space, not a rule. Pairs of 16-bit elements move as one 32-bit register."""
+    (benchmarks/suite.py), so it is a parameter of the space, not a rule. Pairs of 16-bit elements move as one 32-bit register."""
     if OPAQUE:
         return tl.inline_asm_elementwise("mov.b32 $0, $1;", "=r,r", [x], dtype=x.dtype, is_pure=False, pack=2)
     else:

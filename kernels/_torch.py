@@ -3,8 +3,7 @@
 The ops' modules (kernels, search_spaces) use torch in what they run (inputs, references, launches), not in what
 they declare (spaces, constraints, problem shapes). `autotuner tune`'s own process only declares: it enumerates the
 space and asks for configs while its trial worker and compile pool, forked from a server that imports torch, do the
-running. Importing torch there cost the command seconds before its first config (benchmarks/RESULTS.md, "Tuning
-time"). A module writes
+running. Importing torch there cost the command seconds before its first config (benchmarks/tune_time.py). A module writes
 
     if TYPE_CHECKING:
         import torch

@@ -8,7 +8,7 @@ keys at a time; causal launches run the longest query blocks first over groups o
 (`causal_group`). With TMA=1 the launcher makes the tensor descriptors once where the layout allows
 (`_host_descriptors`); otherwise each program makes its own. With PERSIST=k the grid is k programs per SM, each
 walking the query blocks in the same order, the grid apart (one launch's set-up per program rather than per block);
-it ran slower than a program per block, so attention's space does not search it (benchmarks/RESULTS.md).
+it ran slower than a program per block, so attention's space does not search it (benchmarks/attention_kinds.py).
 """
 
 from __future__ import annotations

@@ -8,9 +8,9 @@ in flight while this one reduces: few long rows keep an SM busy that one block a
 
 A row held whole takes its max in the input's dtype (exact), its exponentials as exp2 of one fused multiply-add,
 and multiplies by the sum's reciprocal; it is held in one tile or two, without masks where a tile lies inside
-the problem (kernels/_rows.py; the fewer instructions let 8 warps hold a long row: benchmarks/RESULTS.md). With HOLD16=1 a 16-bit row is held as loaded instead of in
+the problem (kernels/_rows.py; the fewer instructions let 8 warps hold a long row: benchmarks/suite.py). With HOLD16=1 a 16-bit row is held as loaded instead of in
 float32, and its outputs are 2^(x log2(e) - (max + log2(sum))), the exponentials computed a second time in place
-of the multiply (kernels/_rows.held; a long 16-bit row then fits a program without spilling: benchmarks/RESULTS.md).
+of the multiply (kernels/_rows.held; a long 16-bit row then fits a program without spilling: benchmarks/suite.py).
 
 With SPLIT=s > 1 (rows fewer than the SMs, e.g. a batch of a vocabulary's logits), each row is cut into s chunks
 and two launches run over (row, chunk): the first streams each chunk once for its max and sum of exponentials,
@@ -59,10 +59,10 @@ TAIL = tl.constexpr(_TAIL)
 # Polls of a row's counter before a SYNC program reads the rest of its row itself. A poll is an atomic at the L2;
 # when the whole grid is on the GPU the row-mates publish within the kernel's own time (the space keeps SYNC to
 # grids within the SMs). Where it is not (SMs held by another stream's kernels, such as a collective's), a wave of
-# programs waits up to this many polls, tens of microseconds, and the result is the same (benchmarks/RESULTS.md).
+# programs waits up to this many polls, tens of microseconds, and the result is the same (benchmarks/suite.py).
 SPIN_LIMIT = 256
 # How deep the PERSIST row loop is pipelined. Fixed rather than a choice: only three stages paid, and a best config
-# that needed PERSIST, three stages and the whole row at once was a needle no search found (benchmarks/RESULTS.md).
+# that needed PERSIST, three stages and the whole row at once was a needle no search found (benchmarks/suite.py).
 PERSIST_STAGES = 3
 SPLITS = (1, 2, 4, 8, 16, 32, 64)  # the programs a row may be cut over (SPLIT)
 

@@ -123,7 +123,7 @@ TMA_BYTES_PER_STAGE, TMA_SCRATCH_BYTES = 16, 1024
 def smem_bytes(c: Config, p: AttentionProblem) -> int:
     """The Q tile plus num_stages K and V tiles, and through TMA the barriers and a scratch. An upper bound: every
     config of the space on four H100 problems (head dims 64 and 128, causal and not), compiled for sm_90 under
-    Triton 3.6, took at most this (benchmarks/RESULTS.md)."""
+    Triton 3.6, took at most this (benchmarks/attention_kinds.py)."""
     tiles = (c["BLOCK_M"] + 2 * c["num_stages"] * c["BLOCK_N"]) * p.head_dim * ELEMENT_BYTES[p.dtype]
     return tiles + (c["num_stages"] * TMA_BYTES_PER_STAGE + TMA_SCRATCH_BYTES if c.get("TMA") else 0)
 
@@ -139,7 +139,7 @@ def _fits_smem(c: Config, p: AttentionProblem, d: DeviceLimits) -> str | None:
 def _causal_wide_keys(c: Config, p: AttentionProblem, d: DeviceLimits) -> str | None:
     # The kernel runs these correctly, but the diagonal key block then reaches up to BLOCK_N - BLOCK_M keys
     # past the last query row, and the best such config ran well behind 128x64 / 64x64
-    # (benchmarks/RESULTS.md#behind-the-code).
+    # (benchmarks/attention_kinds.py).
     if p.causal and c["BLOCK_N"] > c["BLOCK_M"]:
         return f"causal: BLOCK_N > BLOCK_M computes a masked-out strip on the diagonal (got {c['BLOCK_N']} > {c['BLOCK_M']})"
     return None
@@ -164,7 +164,7 @@ def _warps_vs_tile(c: Config, p: AttentionProblem, d: DeviceLimits) -> str | Non
 
 def default(p: AttentionProblem, d: DeviceLimits) -> Config:
     """128x64 tiles (smaller for short sequences); on Hopper GPUs TMA loads, and at head_dim 128 one warpgroup
-    with two stages, faster than the 8-warp pointer config there (benchmarks/RESULTS.md#behind-the-code)."""
+    with two stages, faster than the 8-warp pointer config there (benchmarks/attention_kinds.py)."""
     bm = clamp(next_pow2(p.seq), 16, 128)
     bn = clamp(next_pow2(p.seq), 16, 64)
     warps = 8 if bm >= 128 else 4 if bm >= 64 else 2 if bm >= 32 else 1
@@ -178,7 +178,7 @@ def default(p: AttentionProblem, d: DeviceLimits) -> Config:
 
 
 def seeds(p: AttentionProblem, d: DeviceLimits) -> list[Config]:
-    """The winners of hand sweeps (benchmarks/RESULTS.md): one warpgroup of 128 or 64
+    """The winners of hand sweeps (benchmarks/attention_kinds.py): one warpgroup of 128 or 64
     query rows with TMA loads, or 8 warps for 128 rows at head_dim 64. A search measures them right after
     the default; the ones a problem rules out (64x128 for causal, TMA before Hopper) are dropped."""
     return [{"BLOCK_M": 128, "BLOCK_N": 64, "TMA": 1, "num_warps": 4, "num_stages": 2},
@@ -193,7 +193,7 @@ SPACE: Space[AttentionProblem] = Space(
         Param("BLOCK_N", (16, 32, 64, 128)),
         Param("TMA", (0, 1), implied=0),
         # a persistent grid (PERSIST=1 or 2 programs per SM) is not searched: slower than a program per block on
-        # every problem measured (benchmarks/RESULTS.md)
+        # every problem measured (benchmarks/attention_kinds.py)
         Param("PERSIST", (0,), implied=0),
         Param("num_warps", (1, 2, 4, 8)),
         Param("num_stages", (1, 2, 3, 4)),

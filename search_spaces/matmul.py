@@ -35,7 +35,7 @@ else:
 
 DTYPES = ("float16", "bfloat16", "float32")
 EPILOGUES = ("none", "bias", "bias_relu", "bias_gelu", "relu", "gelu")
-# Below this many of K per split, its partial sums cost more than the split saves (benchmarks/RESULTS.md#behind-the-code).
+# Below this many of K per split, its partial sums cost more than the split saves (benchmarks/matmul_kinds.py).
 MIN_K_PER_SPLIT = 1024
 
 
@@ -126,7 +126,7 @@ def smem_bytes(c: Config, p: MatmulProblem, capability: tuple[int, int] = (9, 0)
     (the next tile's loads hold them). With Hopper's 227 KiB, 128x256x64 float16 fits 4 stages through pointers,
     through TMA, and through persistent TMA storing its C tile in halves (which ran faster than 3 stages unhalved).
     Checked against Triton 3.6 and 3.9 compiling every config of the space near the limit for sm_90, and the
-    pointer kernel's for sm_80, sm_86 and sm_89 (benchmarks/RESULTS.md); only configs above it failed on the
+    pointer kernel's for sm_80, sm_86 and sm_89 (benchmarks/matmul_kinds.py); only configs above it failed on the
     recorded H100 landscapes."""
     return _smem(c, p, capability)[0]
 
@@ -178,7 +178,7 @@ def _warps_vs_tile(c: Config, p: MatmulProblem, d: DeviceLimits) -> str | None:
 
 # The float32 accumulator tile spread over the block's threads: more than this many values per thread leaves
 # too few of the 255 registers for the operands, and the kernel spills: on every recorded matmul landscape the
-# best such config ran several times slower than the best (benchmarks/RESULTS.md#behind-the-code).
+# best such config ran several times slower than the best (benchmarks/matmul_kinds.py).
 MAX_ACCUMULATORS_PER_THREAD = 128
 
 
@@ -222,7 +222,7 @@ def _persistent(c: Config, p: MatmulProblem, d: DeviceLimits) -> str | None:
 
 def _skinny_tiles(c: Config, p: MatmulProblem, d: DeviceLimits) -> str | None:
     """Decode's tiles: 16 rows only where M <= 16, K steps of 256 only where the tiles leave SMs idle (decode's
-    problems ran faster with them than at best without: benchmarks/RESULTS.md)."""
+    problems ran faster with them than at best without: benchmarks/matmul_kinds.py)."""
     if c["BLOCK_M"] == 16 and p.M > 16:
         return f"BLOCK_M=16 is for M <= 16 (M={p.M}: 32 rows or more per tile read B fewer times)"
     if c["BLOCK_K"] == 256 and _tiles(c, p) >= d.sm_count:  # (as split-K: few tiles, each a long K)
@@ -260,7 +260,7 @@ def default(p: MatmulProblem, d: DeviceLimits) -> Config:
 
 def seeds(p: MatmulProblem, d: DeviceLimits) -> list[Config]:
     """On Hopper GPUs, the 128x256x64 tiles that won every large problem of the H100 suite, through TMA and
-    through pointers (benchmarks/RESULTS.md), and the same tiles persistent (with and without warp
+    through pointers (benchmarks/matmul_kinds.py), and the same tiles persistent (with and without warp
     specialization; flattened, storing C in halves with 4 stages, with and without the last partial wave in
     half-width tiles, which beat unflattened ones), measured right after the default; for
     M <= 64 first the thin tiles that won decode's problems (split-K, K steps of 256). The ones a problem rules
@@ -295,7 +295,7 @@ SPACE: Space[MatmulProblem] = Space(
         Param("TAIL_SPLIT", (0, 1), implied=0, only_with=("TMA", (2,))),
         Param("FLATTEN", (0, 1), implied=0, only_with=("TMA", (2,))),
         # TMA descriptors made by the kernel (DEVICE_DESC=1) are not searched: the persistent kernels ran slower with
-        # them or alike, for less CPU per call (benchmarks/RESULTS.md)
+        # them or alike, for less CPU per call (benchmarks/matmul_kinds.py)
         Param("DEVICE_DESC", (0,), implied=0),
         Param("num_warps", (4, 8)),
         Param("num_stages", (2, 3, 4, 5)),

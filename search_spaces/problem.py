@@ -36,8 +36,8 @@ def torch_dtype_of(name: str) -> torch.dtype:
 
 
 def seeded(device: str, seed: int) -> torch.Generator | None:
-    """A generator on the device the inputs live on: a problem's inputs are drawn there (16M normals on the CPU
-    took 0.2 s, in the trial process and in every compile process), the same in every process of the host. None
+    """A generator on the device the inputs live on: a problem's inputs are drawn there (millions of normals on the
+    CPU are slow, in the trial process and in every compile process), the same in every process of the host. None
     for meta tensors (a compile pool process's inputs: shapes without values)."""
     if str(device) == "meta":
         return None

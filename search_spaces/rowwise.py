@@ -142,7 +142,7 @@ def _persist_needs_rows(c: Config, p: RowwiseProblem, d: DeviceLimits) -> str | 
 
 # HOLD16=1 only where a thread holds at least this many elements of a 16-bit row held whole: it saves registers,
 # and with fewer elements a thread's registers are not what limits the kernel (with 16 per thread it lost a little:
-# benchmarks/RESULTS.md).
+# benchmarks/suite.py).
 HOLD16_MIN_PER_THREAD = 32
 
 
@@ -211,7 +211,7 @@ def long_rows_seeds(p: RowwiseProblem, d: DeviceLimits) -> list[Config]:
     one row per program), and before it, for 16-bit rows, a program per row holding its row as loaded (HOLD16,
     valid from 16384 columns); with fewer rows than SMs, first each row cut over programs, in one launch (SYNC)
     and in two, much faster than a program per row. Each was the winner of real landscapes
-    (benchmarks/RESULTS.md)."""
+    (benchmarks/suite.py)."""
     if p.cols < 8192:
         return []
     whole = {"BLOCK_N": next_pow2(p.cols), "ROWS": 1, "num_warps": 16, "num_stages": 1}

@@ -9,7 +9,7 @@ repetition, so drift hits all alike; a candidate's time is the median of its rou
 `rounds_faster` counts the rounds it beat torch eager in. A memory-bound problem on a GPU is also set against a
 copy of as many bytes, timed in the same rounds (the rate a transfer of its size reaches). Where the
 tuner kept the default config, that kernel is timed once and both rows show it (timing one kernel twice
-would show the bench's own noise as a difference; benchmarks/RESULTS.md#behind-the-code). On the interpreter the
+would show the bench's own noise as a difference; benchmarks/suite.py). On the interpreter the
 clock is the CPU wall clock (and says so).
 """
 

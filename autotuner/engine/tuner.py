@@ -121,8 +121,7 @@ def _setup(t: _Tuning) -> None:
     """Start the measurer and the run. Warm starts: the plan's first configs (between a sweep's points: the fastest
     either side), what the launch path's steps would serve it (autotuner.store.resolution.warm_start: its own
     result, current or stale, a sweep model's pick, its bucket's), the nearest tuned problems' winners, the causal
-    twin or another epilogue too (benchmarks/RESULTS.md: a causal winner ran the full problem faster than its own
-    search's best);
+    twin or another epilogue too (a winner of the causal problem can beat the full problem's own search);
     a config stored before a parameter existed means that parameter's implied value. Then the space's seeds
     (configs that won hand sweeps on some GPU), if it names any. The search's first configs (these, then its
     exploration, as many as the compile pool has processes) compile while the trial worker starts and times torch.
@@ -204,8 +203,7 @@ def _retime_configs(t: _Tuning) -> list[Config]:
     after a bracketed start), unless the configs were measured before (`Plan.reuse`), and the default where it
     could stay: its search time within the window of the best's, widened by the plan's margin. A default further off
     would need its search time to be off by more than the window to stay: it keeps its search time, and its timings
-    are saved (a fifth of the re-time of matmul 4096^3, whose default ran 19% slower than the best in every run:
-    benchmarks/RESULTS.md, session 41). A lone finalist that is the default needs no re-time; any other is timed
+    are saved (benchmarks/tune_time.py times the re-time). A lone finalist that is the default needs no re-time; any other is timed
     again alone, so that the time stored for it is a full timing's."""
     assert t.search is not None
     best = t.search.best(RETIME_TOP_BRACKETED if t.plan.first else RETIME_TOP) if not t.known else []
@@ -219,7 +217,7 @@ def _retime_configs(t: _Tuning) -> list[Config]:
 
 def _retime_and_pick(t: _Tuning, configs: list[Config]) -> None:
     """The search's first times favour whichever configs were lucky, and one slow measurement must not decide
-    either (benchmarks/RESULTS.md#behind-the-code): the finalists are timed again in interleaved rounds, and the
+    either (benchmarks/tune_time.py): the finalists are timed again in interleaved rounds, and the
     default stays unless beaten by more than the plan's margin (DEFAULT_MARGIN)."""
     result = t.result
     before = t.measurer.worker_s if isinstance(t.measurer, LiveMeasurer) else 0.0
@@ -269,8 +267,8 @@ def _plan(op: Op, problem: ProblemType, *, store: RunStore, settings: Settings, 
     """Everything decided before a process starts: the problem fits, the candidates, the budget, the measurer."""
     check_fits(op, problem, device, settings.max_problem_bytes)
     # The space is enumerated (and the strategy's modules imported) on a thread, while this one waits for the trial
-    # worker's start below, which the measurer's making does: on an H100 host the enumeration took 0.5-0.7 s of a
-    # tune's critical path before it (benchmarks/RESULTS.md, session 45).
+    # worker's start below, which the measurer's making does, and is off the tune's critical path
+    # (benchmarks/tune_time.py's phases).
     def enumerate_space() -> Candidates:
         preload(plan.strategy)
         return op.space.enumerate(problem, device)

@@ -3,7 +3,7 @@ Installed on decorated kernels (autotuner.decorator) and on the library calls' k
 
 A process's first launch of a Triton kernel goes through `triton.compile`, which, even when the kernel is in
 Triton's on-disk cache, first computes the cache key: a SHA-256 of Triton's whole installation, its 500 MB
-`libtriton.so` among it, and `ptxas --version` in a subprocess (benchmarks/RESULTS.md#behind-the-code). The first
+`libtriton.so` among it, and `ptxas --version` in a subprocess (benchmarks/autotune_drop_in.py). The first
 launch of a tuned kernel in a new process then costs more than the lookup of its config.
 
 `install(jit_fn, directory)` wraps the JITFunction's compile call (through its per-device cache factory, so

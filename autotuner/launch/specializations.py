@@ -5,7 +5,7 @@ Every launch of a `@triton.jit` kernel binds its arguments and specializes each 
 tensor by its dtype and whether its data pointer is 16-byte aligned, an integer by its width and whether it is
 1 or divisible by 16, and so on. Triton does this in C++ (`native_specialize_impl`), and that code's first call
 in a process imports `triton.experimental.gluon` for gluon's tensor-descriptor type, the largest cost left in
-the first launch of a kept binary (benchmarks/RESULTS.md#behind-the-code).
+the first launch of a kept binary (benchmarks/launch_overhead.py).
 
 `wrap(jit_fn, binder, identity, directory)` returns a binder for the JITFunction's per-device cache that, until
 Triton's own binder has run once in this process, answers a call from a kept specialization when one matches:
@@ -47,7 +47,7 @@ VERSION = "1"
 _SCALARS = (int, float, bool, str, type(None))
 _native_used = False  # Triton's binder has run in this process: its specialization is loaded
 # A replay binds in Python, an order of magnitude slower than Triton's binder once loaded
-# (benchmarks/RESULTS.md#behind-the-code): a process replays at most this many calls, its first launches (two binder calls per launcher), and then loads
+# (benchmarks/launch_overhead.py): a process replays at most this many calls, its first launches (two binder calls per launcher), and then loads
 # Triton's.
 REPLAYS = 64
 _replays_left = REPLAYS

@@ -8,8 +8,8 @@ shared memory is reported from here and never reaches the trial worker.
 A pool process makes no CUDA context: compiling needs only the device's type (Triton's target, from the driver),
 and the inputs it launches with are meta tensors (shapes, strides, dtypes and, through their offsets, alignment:
 what Triton specializes a kernel on), so the binary is the one the trial worker's real tensors ask for. Fifteen
-contexts made at once took 1.7-2 s each on an H100 before the first compile could start, slowed the trial worker's
-own, and held half a GiB of device memory each (benchmarks/RESULTS.md, session 38). An op whose launch needs real
+contexts made at once each took seconds before the first compile could start, slowed the trial worker's own, and
+held device memory each (benchmarks/tune_time.py's setup phase). An op whose launch needs real
 memory (a recorded kernel whose `make_inputs` reads values, say) fails on meta tensors with something other than a
 compile error: that process then makes its context and real inputs, as every pool process did before, and compiles
 and loads there from then on.
@@ -41,7 +41,7 @@ def compile_only() -> None:
     loads it into the context, where a config over the device's shared memory or threads fails as at a real
     launch. Running them put this process's kernels on the GPU in the middle of the trial worker's timings: the GPU
     switches between the processes' contexts, and a microsecond config timed many times slower while the pool
-    compiled ahead (benchmarks/RESULTS.md)."""
+    compiled ahead (benchmarks/tune_time.py)."""
     from triton.runtime.jit import JITFunction
 
     from kernels import _backend, _direct
@@ -53,8 +53,8 @@ def compile_only() -> None:
         return
     from triton.runtime.driver import driver
 
-    # Triton's launch asks torch for the current stream first thing, which makes the device's CUDA context (0.13 s
-    # alone, seconds with fifteen processes at once); a launch that never runs needs none.
+    # Triton's launch asks torch for the current stream first thing, which makes the device's CUDA context (slow
+    # alone, slower with fifteen processes at once); a launch that never runs needs none.
     driver.active.get_current_stream = _no_stream
 
     def run(self: Any, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> Any:

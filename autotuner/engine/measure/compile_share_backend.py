@@ -6,8 +6,8 @@ file that does not verify, is a compile as usual (said once in the log), never a
 `LocalFirstManager` is Triton's RemoteCacheManager answering from this host's file cache first. Triton's asks the
 backend for every file "even if our internal file-based cache has the item", for a backend that keeps LRU
 accounting (this one keeps none): a trial worker loading what its host's compile pool had just written read every
-binary back from the database, 4 ms a config of a sharing host's search on an H100, and a host whose database was
-away compiled again what its own cache held (benchmarks/RESULTS.md, sessions 43 and 44).
+binary back from the database, milliseconds a config of a sharing host's search, and a host whose database was
+away compiled again what its own cache held (benchmarks/tune_time.py with a compile secret).
 
 The intermediate IR a compile leaves (TTIR, TTGIR, LLVM IR, PTX: four fifths of the bytes) is not kept: a kernel
 loads from its binary and metadata (`CompiledKernel` reads `asm[binary_ext]`), and the group file that lists a

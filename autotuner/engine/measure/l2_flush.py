@@ -4,7 +4,7 @@ The usual flush (as in `triton.testing.do_bench`) writes a buffer twice the L2, 
 kernel's input in the L2 after some histories and not after others: lines held with the persisting
 (evict_last) priority outlive writes with the normal one, and torch.compile's kernels load with evict_last
 hints. Reading the buffer with evict_last first displaces such lines; the zero-fill then leaves the L2 full of
-the buffer's dirty lines, as the usual flush intends. (The measurements: benchmarks/RESULTS.md#behind-the-code.)
+the buffer's dirty lines, as the usual flush intends. (The measurements: tests/gpu/test_gpu_timing.py.)
 """
 
 from __future__ import annotations
@@ -49,8 +49,8 @@ def flush_buffer(device: torch.device) -> torch.Tensor:
 def compile_ahead(device: torch.device) -> None:
     """Compile the flush's kernel for `device` and build its launcher, without running it (on meta tensors of
     the buffer's layout: what Triton specializes on), so that a process's first flush only loads it: a trial
-    worker does this on a thread while its CUDA context is made (trial_process.warm_up), where it took 0.4-0.7 s
-    after the context with a cold Triton cache (benchmarks/RESULTS.md, session 39)."""
+    worker does this on a thread while its CUDA context is made (trial_process.warm_up), not after the context
+    with a cold Triton cache, on the tune's critical path (benchmarks/tune_time.py's setup phase)."""
     from triton.runtime.driver import driver
 
     n = _elements(device)

@@ -61,9 +61,8 @@ class LiveMeasurer:
         self.compiles = 0  # configs handed to the compile pool and not taken back before it started them
         self.worker_s = 0.0  # the trial processes' own time answering measure() and time() (Outcome.worker_s)
         # The problem is set up in the trial worker and torch's baseline timed from now on, on a thread, while the
-        # tuner plans the search (`start` takes the result): on an H100 the set-up and the baseline took 0.4-0.5 s
-        # after the plan, which itself waited for the compile pool's processes to start (benchmarks/RESULTS.md,
-        # session 44).
+        # tuner plans the search (`start` takes the result), instead of after the plan, which itself waits for the
+        # compile pool's processes to start (benchmarks/tune_time.py's setup phase).
         self._base: Future[Outcome] = Future()
         threading.Thread(target=self._set_up, name="trial-setup", daemon=True).start()
 
@@ -235,7 +234,7 @@ class KeptProcesses:
         thread: a fork server still importing torch would hold the caller up). All start at once: their CUDA
         contexts, made together, slow the trial worker's set-up, but the search's first configs are compiled
         when it starts, which made `autotuner tune` quicker than starting the pool after the trial worker's
-        warm-up or its context (benchmarks/RESULTS.md). A problem is given to them (`for_problem`) once the trial
+        warm-up or its context (benchmarks/tune_time.py). A problem is given to them (`for_problem`) once the trial
         worker is asked for, not waiting for the pool's processes, which the fork server makes one by one."""
         runner = self.runner = TrialRunner(None)
         pool = None

@@ -1,14 +1,14 @@
 """Where trial workers and compile-pool processes come from: a fork server that imported torch and Triton once.
 
-A process of the `spawn` kind imports torch again (seconds each: benchmarks/RESULTS.md#behind-the-code), and a
+A process of the `spawn` kind imports torch again (seconds each: benchmarks/tune_time.py), and a
 tuning run starts a trial worker and a compile pool of up to 15 processes at once. The fork server imports torch
 and Triton once, and each process is forked from it ready to work. Commands that tune (`autotuner tune`,
 `autotuner worker`) call `start()` first thing, so the server imports while the command does its own imports. CUDA is never initialised
 in the server, so each child makes its own context, as with spawn: it imports nothing of autotuner's before torch.
 Importing the `autotuner` package picks Triton's backend (kernels._backend), which asked the CUDA driver itself
 (`cuInit`) where torch was not imported yet, and a server that had made that call made children whose CUDA
-initialisation failed, every compile-pool process and trial worker on a GPU host (benchmarks/RESULTS.md, session
-43). The package now counts devices through NVML, as torch does, and asks the driver only where NVML cannot say
+initialisation failed, every compile-pool process and trial worker on a GPU host (tests/gpu checks a tune
+there). The package now counts devices through NVML, as torch does, and asks the driver only where NVML cannot say
 (a CUDA_VISIBLE_DEVICES of UUIDs): the order stays, for those hosts.
 
 Ctrl-C: the server shares its command's process group, so a terminal's Ctrl-C reaches it too. Python's fork server
@@ -23,9 +23,9 @@ A child of the server starts with the server's environment, which is the command
 Triton's installation hash (`triton_key`: the first part of every cache key, a SHA-256 of its files, libtriton's
 half a GiB among them) is computed once, by a short-lived process started with the server (on a thread of the
 command, importing Triton held up the command's own imports by a second), and each child is handed it instead of
-hashing the files again (0.4-0.7 s of every process's start with fifteen hashing at once; Triton's own
+hashing the files again (a part of every process's start with fifteen hashing at once; Triton's own
 compile-warmup pool hands its workers the key the same way). The server itself never computes it: that made every
-child's CUDA initialisation fail on an H100 with Triton 3.6 (benchmarks/RESULTS.md, session 22).
+child's CUDA initialisation fail on a GPU host with Triton 3.6 (tests/gpu checks a tune there).
 """
 
 from __future__ import annotations
@@ -44,9 +44,9 @@ from typing import Any, cast
 
 # Only these, torch first (and server_exit, last: Python's Ctrl-C handler back; the server ends at once when its
 # command has ended): the server must leave CUDA as it found it. Computing Triton's cache-key hash here as well (so
-# that each child would inherit it instead of hashing libtriton itself, 0.7 s), in a thread during torch's import or
-# after it, made every child's CUDA initialisation fail on an H100 with Triton 3.6 (benchmarks/RESULTS.md, session 22);
-# so did a module of autotuner's imported before torch (session 43: see the module's docstring).
+# that each child would inherit it instead of hashing libtriton itself), in a thread during torch's import or
+# after it, made every child's CUDA initialisation fail on a GPU host with Triton 3.6; so did a module of
+# autotuner's imported before torch (see the module's docstring).
 PRELOAD = ["torch", "triton", "triton.language", "autotuner.engine.measure.server_exit"]
 
 _started = False
@@ -179,7 +179,7 @@ def use_triton_key(key: str) -> None:
 def host_share(configured: int, gpus: int) -> int:
     """Processes compiling ahead of timing for one GPU's worker: `configured` if set, else the CPU cores shared
     among the host's `gpus`, less two for each worker's own process and its trial worker: more compiling
-    processes than cores slowed every worker's timing (benchmarks/RESULTS.md#behind-the-code)."""
+    processes than cores slowed every worker's timing (benchmarks/tune_time.py)."""
     if configured:
         return configured
     return max(1, (os.cpu_count() or 2) // max(1, gpus) - 2)

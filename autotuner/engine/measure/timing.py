@@ -95,7 +95,7 @@ def queue_sleep_s(reps: int, pace: Pace, queue_slack_s: float = 0.0) -> float:
     repetitions and what it falls behind over all of them where it is the slower, twice over (a moment without
     its core), within MIN_QUEUE_SLEEP_S and MAX_QUEUE_SLEEP_S, plus `queue_slack_s`. (Twice the CPU's time for
     all of them, as it was, kept the GPU asleep for most of a brief timing where the GPU's time was about the
-    CPU's: benchmarks/RESULTS.md, session 45.)"""
+    CPU's: benchmarks/suite.py.)"""
     behind_s = max(0.0, pace.cpu_s - pace.gpu_ms / 1e3) * reps
     return min(MAX_QUEUE_SLEEP_S, max(MIN_QUEUE_SLEEP_S, 2 * (2 * pace.cpu_s + behind_s))) + queue_slack_s
 
@@ -150,7 +150,7 @@ def rotation(items: Sequence[T], round_index: int) -> list[T]:
     """The order to time `items` in on round `round_index` of interleaved rounds: each round starts one further
     along, so that across rounds every candidate takes every place, and no place in a round (after which
     candidate, how far into the round's heat) can favour one (a probe found no such bias yet:
-    benchmarks/RESULTS.md#behind-the-code)."""
+    benchmarks/suite.py)."""
     k = round_index % len(items) if items else 0
     return [*items[k:], *items[:k]]
 

@@ -21,16 +21,12 @@ from autotuner.engine.measure.timing import Timing
 # The search's timing of a config (its first look) warms up and repeats for this share of the full timing's
 # milliseconds: enough to rank it (ten or more repetitions, each after an L2 flush, fifteen of a kernel under a third
 # of a millisecond); the configs close to the best are then timed again, interleaved, before one is chosen
-# (autotuner.engine.tuner's re-time). A fifth took 41 ms of a trial worker's time for matmul 4096^3 on an H100, a
-# tenth 22 ms: a search that loads its compiles from another host measured 64 configs in 3.4 s instead of 4.4 s,
-# the same winners (benchmarks/RESULTS.md, session 39); then the timing was the largest part of such a search
-# (session 43): at a twentieth a second host's search took 1.85 s against 2.11 s at a tenth, three runs of each on
-# an H100, the winners within the same 0.1837-0.1844 ms (session 44).
+# (autotuner.engine.tuner's re-time). Where compiles are loaded, the timing is most of a search, and a shorter
+# first look chose the same winners; benchmarks/tune_time.py checks both the time and the winner against cuBLAS.
 QUICK_SCALE = 0.05
 # Torch's baseline (a tune's "torch" column) is timed once, in the set-up, for as many repetitions as a finalist
-# gets over the re-time's three rounds of an eighth: a full timing took 280 ms of the trial worker's set-up for
-# matmul 4096^3 on an H100 (the op's Python launch and the L2 flush, three times over with the GPU sleep the
-# repetitions queue behind), this 60 ms (benchmarks/RESULTS.md, session 44).
+# gets over the re-time's three rounds of an eighth, not a full timing, which sat in the trial worker's set-up
+# (the op's Python launch and the L2 flush, three times over; benchmarks/tune_time.py's setup phase).
 BASELINE_SCALE = 0.375
 
 
@@ -220,8 +216,8 @@ def _before_first_compile(flush_device: int | None) -> threading.Thread:
     Triton's installation hash (its cache key's first part, a SHA-256 of its files; hashlib lets go of the
     interpreter while it hashes) where the parent handed none (autotuner.engine.measure.processes), and, where compiles are
     shared between hosts (autotuner.engine.measure.compile_share), the database backend's imports and engine, which the
-    first lookup (a trial worker's L2 flush) paid: 2.4 s of a sharing host's trial worker start on an H100
-    (benchmarks/RESULTS.md, session 38); then, in a process that will time on `flush_device`, the L2 flush's
+    first lookup (a trial worker's L2 flush) paid, seconds of a sharing host's trial worker start
+    (benchmarks/tune_time.py); then, in a process that will time on `flush_device`, the L2 flush's
     kernel compiled (or found in the cache) and its launcher built (l2_flush.compile_ahead)."""
 
     def run() -> None:

@@ -140,7 +140,7 @@ def run_search(search: Search, measurer: Measurer, *, budget: int | None, time_b
             record()
             t_guess = time.perf_counter()
             # the next config asked meanwhile (this one pending, as the others asked ahead are): the trial worker
-            # waited for each ask, 5 ms of a strategy's time (benchmarks/RESULTS.md, session 45)
+            # waited for each ask otherwise (benchmarks/tune_time.py's phases)
             _ask_ahead(search, measurer, ahead, batch, width=batch + 1,
                        left=budget - len(done) - 1 if budget is not None else None, speculate=False)
             if batch > 1:

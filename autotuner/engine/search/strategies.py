@@ -54,8 +54,8 @@ def register_strategy(name: str, make: StrategyFactory, help: str, imports: Sequ
 
 def preload(strategy: StrategyLike) -> None:
     """Import what making a search of `strategy` will import (a registered name's `imports`; nothing for an
-    object): the tuner does this on a thread while its trial worker starts (Optuna and NumPy for TPE, 0.2 s of an
-    H100 host's tune on its critical path: benchmarks/RESULTS.md, session 45)."""
+    object): the tuner does this on a thread while its trial worker starts (Optuna and NumPy for TPE), off the
+    tune's critical path (benchmarks/tune_time.py's phases)."""
     if isinstance(strategy, str) and strategy in _REGISTRY:
         for module in _REGISTRY[strategy].imports:
             importlib.import_module(module)

@@ -55,8 +55,8 @@ class TPESearch(Search):
 
     def _explore(self) -> Iterator[Config]:
         """TPE's proposals, each snapped to the nearest valid config not yet asked (a proposal that breaks a
-        constraint is not a measurement: it was asked of TPE again and again, nine in ten proposals on matmul's
-        space, at 9 ms each)."""
+        constraint is not a measurement: asked of TPE again and again, it was most of matmul's proposals, each
+        costing a TPE step)."""
         while self.measured + len(self.pending) < self.EXPLORE_FRACTION * self.budget:
             trial = self.study.ask(self.dists)
             self.study.tell(trial, state=optuna.trial.TrialState.FAIL)  # the real result arrives via _learn
@@ -113,9 +113,9 @@ class TPESearch(Search):
     def upcoming(self, n: int) -> list[Config]:
         """Refinement's next configs from the best so far, in the order it would ask them. Not the climbs from the
         configs being measured now as well: each of those is the best once in many, a new guess every few dozen
-        milliseconds, and the pool compiled the guesses it had started whatever came next: on matmul 4096^3 (H100)
-        the search compiled 146-161 configs to measure 64 and waited 2.7-3.2 s on compiles; with the best's order
-        alone, 78-84 and 0.4-0.9 s (benchmarks/RESULTS.md, session 40)."""
+        milliseconds, and the pool compiled the guesses it had started whatever came next: about twice as many
+        compiles as measurements, and the search waiting on them (benchmarks/tune_time.py shows compiles and
+        waits)."""
         if self._exploring():
             return super().upcoming(n)
         out: dict[str, Config] = {}
@@ -178,9 +178,9 @@ class TPESearch(Search):
 
     # A second basin: the best config more than BASIN_STEPS steps (summed over the parameters) from the best, if
     # within BASIN_WITHIN of its time, is climbed from right after the best. The runners-up alone are usually the
-    # best's own neighbours: on matmul 32x4096x4096 (H100) a quarter of the seeds climbed a plateau at 1.044x of
-    # the optimum while a config two steps from the optimum, in another basin at 1.055x, was never climbed from
-    # (benchmarks/RESULTS.md, session 37).
+    # best's own neighbours, so a search can climb a plateau near the optimum while the optimum's own basin, a
+    # little slower at its entry, is never climbed from (benchmarks/replay_efficiency.py on the recorded
+    # landscapes).
     BASIN_STEPS = 2
     BASIN_WITHIN = 1.10
 
