@@ -13,7 +13,7 @@ from autotuner.engine.search.strategies import strategies_help
 
 @command
 def replay(
-    landscape: Path = typer.Argument(..., help="a landscape JSON file (format in docs/DESIGN.md)"),
+    landscape: Path = typer.Argument(..., help="a landscape JSON file (format in docs/design/engine.md)"),
     budget: int = typer.Option(49, "--budget", min=1, help="distinct configs to measure"),
     seed: int = typer.Option(0, "--seed"),
     strategy: str = typer.Option("tpe", "--strategy", help=f"the search: {strategies_help()}"),

@@ -287,7 +287,7 @@ def triton_configs(data: dict[str, Any], op: str) -> str:
 
 def landscape(data: dict[str, Any], op: str, problem_key: str) -> dict[str, Any]:
     """The landscape of a problem (the format `autotuner replay` and benchmarks/replay_efficiency.py read, in
-    docs/DESIGN.md): every trial of its run with the most measured configs, normally an exhaustive one."""
+    docs/design/engine.md): every trial of its run with the most measured configs, normally an exhaustive one."""
     runs = [r for r in data["runs"] if r["op"] == op and r["problem_key"] == problem_key]
     if not runs:
         raise ValueError(f"no run of {op} {problem_key} in the database")

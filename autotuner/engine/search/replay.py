@@ -1,6 +1,6 @@
 """Replay a recorded landscape: the same search engine, with a table look-up as the measurement.
 
-A landscape (format in docs/DESIGN.md) holds every config of a space timed on one problem; the space is the
+A landscape (format in docs/design/engine.md) holds every config of a space timed on one problem; the space is the
 set of configs in the file. A search's quality is how many distinct measurements it needs to come within
 2% of the file's best.
 """
@@ -41,7 +41,7 @@ def load_landscape(path: str | Path) -> Landscape:
     except FileNotFoundError:
         raise ValueError(f"no landscape file at {path}") from None
     except (json.JSONDecodeError, KeyError, TypeError) as exc:
-        raise ValueError(f"{path} is not a landscape (expected 'params' and 'trials'; see docs/DESIGN.md): "
+        raise ValueError(f"{path} is not a landscape (expected 'params' and 'trials'; see docs/design/engine.md): "
                          f"{type(exc).__name__}: {exc}") from None
     configs = []
     for i, t in enumerate(trials):
