@@ -23,19 +23,20 @@ from api.metrics import Metrics
 from autotuner.base.settings import Settings
 from autotuner.store.interfaces import Storage
 from autotuner.store.lazy import LazyStore
+from search_spaces.errors import AutotunerError
 
 RECONNECT_S = 1.0  # a database that failed to open is tried again after this long
 
 
-class Unauthorized(PermissionError):
+class Unauthorized(AutotunerError, PermissionError):
     pass
 
 
-class Forbidden(PermissionError):
+class Forbidden(AutotunerError, PermissionError):
     pass
 
 
-class StorageUnusable(RuntimeError):
+class StorageUnusable(AutotunerError, RuntimeError):
     """The database answers but cannot keep a write (db.health): a write is refused with this cause (503)."""
 
 

@@ -35,6 +35,7 @@ _LAZY = {
     "install": "autotuner.decorator.install", "uninstall": "autotuner.decorator.install",
     "clear_cache": "autotuner.launch.library",
     "Space": "search_spaces.space", "Param": "search_spaces.space",
+    "AutotunerError": "search_spaces.errors",
 }
 
 

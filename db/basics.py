@@ -8,6 +8,8 @@ from pathlib import Path
 
 from platformdirs import user_data_dir  # at import: a launch's first lookup must not pay for it
 
+from search_spaces.errors import AutotunerError
+
 SQLITE_BUSY_TIMEOUT_MS = 60_000
 DB_HINT = "use sqlite:///PATH or postgresql+psycopg://USER@HOST:PORT/DB (--db or AUTOTUNER_DB_URL)"
 # The newest migration's revision: a database at it is used without loading Alembic (a launching process opens
@@ -15,11 +17,11 @@ DB_HINT = "use sqlite:///PATH or postgresql+psycopg://USER@HOST:PORT/DB (--db or
 HEAD = "0009"
 
 
-class DatabaseUnavailable(RuntimeError):
+class DatabaseUnavailable(AutotunerError, RuntimeError):
     """The database cannot be reached or opened (dead server, unreadable file, bad URL)."""
 
 
-class NotAutotunerDatabase(RuntimeError):
+class NotAutotunerDatabase(AutotunerError, RuntimeError):
     """The database holds tables that autotuner did not create, or a schema newer than this version knows."""
 
 
@@ -43,7 +45,7 @@ NO_PRIVILEGE = "the database role may not write its tables: nothing can be writt
 LOST = (DELETED, REPLACED)  # a long-running process stops on these; it waits out the others
 
 
-class StorageLost(RuntimeError):
+class StorageLost(AutotunerError, RuntimeError):
     """A database file deleted or replaced under a long-running process: what it would write is lost, or goes
     elsewhere than what it read (a worker stops)."""
 

@@ -8,6 +8,7 @@ import re
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from kernels._torch import lazy
+from search_spaces.errors import AutotunerError
 
 if TYPE_CHECKING:
     import torch
@@ -15,7 +16,7 @@ else:
     torch = lazy(__name__)
 
 
-class ProblemError(ValueError):
+class ProblemError(AutotunerError, ValueError):
     """A shape string, dtype or option that no problem of this op accepts."""
 
 

@@ -10,6 +10,8 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
+from search_spaces.errors import AutotunerError
+
 Config = dict[str, int]
 
 
@@ -23,7 +25,7 @@ class DeviceLimits(Protocol):
     def sm_count(self) -> int: ...
 
 
-class ConfigError(ValueError):
+class ConfigError(AutotunerError, ValueError):
     """A config outside the space, or one that breaks a constraint."""
 
 

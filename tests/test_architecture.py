@@ -293,3 +293,36 @@ def test_only_the_store_imports_the_database_layer():
                    for t in targets if t == "db" or t.startswith("db.")
                    if m not in DB_OUTSIDE_THE_STORE)
     assert wrong == []
+
+
+# Exceptions that are not autotuner's to root: a worker's JobLost and StopWorker interrupt a job as Ctrl-C would
+# (KeyboardInterrupts, which `except Exception` must not catch).
+NOT_ROOTED = {"autotuner.store.job_store.JobLost", "autotuner.worker.job_endings.StopWorker"}
+
+
+def test_every_exception_the_project_defines_derives_from_autotuner_error():
+    """One root (`autotuner.AutotunerError`): a caller catches everything autotuner raises at once, and each class
+    keeps the builtin it always derived from."""
+    import importlib
+    import inspect
+
+    from search_spaces.errors import AutotunerError
+
+    import autotuner
+
+    assert autotuner.AutotunerError is AutotunerError
+    found, unrooted = [], []
+    for module in sorted(_graph()):
+        if module.endswith("__main__") or ".migrations." in module:
+            continue
+        mod = importlib.import_module(module)
+        for name, cls in vars(mod).items():
+            if inspect.isclass(cls) and issubclass(cls, BaseException) and cls.__module__ == module:
+                found.append(f"{module}.{name}")
+                if not issubclass(cls, AutotunerError) and f"{module}.{name}" not in NOT_ROOTED:
+                    unrooted.append(f"{module}.{name}")
+    assert len(found) > 20
+    assert unrooted == []
+    from search_spaces.problem import ProblemError
+
+    assert issubclass(ProblemError, ValueError)  # what it always was, too

@@ -15,6 +15,7 @@ from typing import Any
 
 import kernels  # noqa: F401  (selects the interpreter before anything imports triton's jit)
 from kernels._backend import cuda_device_count, cuda_properties, interpreting
+from search_spaces.errors import AutotunerError
 
 INTERPRETER = "cpu-interpreter"
 # The interpreter has no shared memory; it is given a Hopper GPU's opt-in limit so that its space is the
@@ -52,7 +53,7 @@ class DeviceInfo:
         return d
 
 
-class NoDevice(RuntimeError):
+class NoDevice(AutotunerError, RuntimeError):
     """No CUDA device is visible and Triton's interpreter is off: nothing can run kernels here."""
 
 

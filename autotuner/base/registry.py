@@ -20,11 +20,12 @@ from typing import Any
 
 import search_spaces
 from search_spaces.contract import TunableOp
+from search_spaces.errors import AutotunerError
 
 Op = TunableOp  # the engine's name for the contract
 
 
-class UnknownOpError(ValueError):
+class UnknownOpError(AutotunerError, ValueError):
     pass
 
 
@@ -54,7 +55,7 @@ def unregister_op(name: str) -> None:
     _OPS.pop(name, None)
 
 
-class PluginError(ValueError):
+class PluginError(AutotunerError, ValueError):
     """A module named in AUTOTUNER_PLUGINS that cannot be imported."""
 
 

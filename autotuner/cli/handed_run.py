@@ -23,6 +23,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any, Protocol
 
 from autotuner.worker.command_socket import Request
+from search_spaces.errors import AutotunerError
 
 if TYPE_CHECKING:
     from autotuner.base.settings import Settings
@@ -40,7 +41,7 @@ class Command(Protocol):
     def main(self, args: list[str], prog_name: str) -> Any: ...
 
 
-class Declined(Exception):
+class Declined(AutotunerError):
     """The command would not run here as it would where it was typed (raised before it writes anything)."""
 
 

@@ -31,12 +31,13 @@ from autotuner.decorator.kernel_problem import forms, record_call
 from autotuner.decorator.keys import Miss
 from autotuner.launch.lookup import resolver
 from autotuner.store.resolution import NotFound
+from search_spaces.errors import AutotunerError
 from search_spaces.space import config_key
 
 log = logging.getLogger(__name__)
 
 
-class KernelNotTuned(LookupError):
+class KernelNotTuned(AutotunerError, LookupError):
     """A launch under `on_miss="error"` of a key with no stored result."""
 
 

@@ -21,10 +21,11 @@ from autotuner.store.regret import expected_regret
 from autotuner.store.resolution import FALLBACKS, Source, has_torch_op, resolve
 from autotuner.store.rows import DeviceRow
 from search_spaces.contract import ProblemType
+from search_spaces.errors import AutotunerError
 from search_spaces.problem import ProblemError, parse_dtype
 
 
-class InputError(ValueError):
+class InputError(AutotunerError, ValueError):
     """A request value that is not accepted: names the field and what is accepted (a 422)."""
 
     def __init__(self, field: str, message: str, location: str = "query") -> None:

@@ -42,6 +42,8 @@ from typing import Any
 
 import torch
 
+from search_spaces.errors import AutotunerError
+
 log = logging.getLogger(__name__)
 VERSION = "1"
 _SCALARS = (int, float, bool, str, type(None))
@@ -54,7 +56,7 @@ _replays_left = REPLAYS
 REMEMBERED = 8  # calls kept per kernel and process: a process's first launches are what a kept one spares
 
 
-class Unkeyed(Exception):
+class Unkeyed(AutotunerError):
     """A call this module keeps nothing for: Triton's binder answers it."""
 
 

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from autotuner.store.prediction import Prediction
 from autotuner.store.rows import CrossTimingRow, DeviceRow, FaultyRow, JobRow, ResultRow, RunRow, SweepRow, TrialRow
 from autotuner.store.stored_best import StoredBest
+from search_spaces.errors import AutotunerError
 from search_spaces.problem import ProblemError
 
 if TYPE_CHECKING:
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
 TrialTimes = dict[str, tuple[dict[str, Any], float | None]]  # config key -> (config, ms; None: it failed)
 
 
-class NotHeld(RuntimeError):
+class NotHeld(AutotunerError, RuntimeError):
     """A write on behalf of a job that is no longer the writer's (it was taken back)."""
 
 

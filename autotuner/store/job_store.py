@@ -28,6 +28,7 @@ from autotuner.store.rows import CrossTimingRow, SweepRow
 from autotuner.store.stored_best import StoredBest
 from db.engine import DatabaseUnavailable
 from search_spaces.contract import ProblemType
+from search_spaces.errors import AutotunerError
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -61,7 +62,7 @@ class JobLost(KeyboardInterrupt):
     KeyboardInterrupt, so the tuner marks its run interrupted, as for any stop.)"""
 
 
-class DatabaseLost(RuntimeError):
+class DatabaseLost(AutotunerError, RuntimeError):
     """The database stayed unavailable for longer than the worker may wait."""
 
 

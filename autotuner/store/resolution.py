@@ -41,6 +41,7 @@ from autotuner.store.interfaces import ResultReader
 from autotuner.store.regret import Pick, inside_refined_sweep, predicted_pick, prefer_measured
 from autotuner.store.stored_best import StoredBest
 from search_spaces.contract import ProblemType
+from search_spaces.errors import AutotunerError
 
 FALLBACKS = ("nearest", "default", "none")
 
@@ -108,7 +109,7 @@ def has_torch_op(op: Op) -> bool:
 Step = Literal["database", "service", "nearest", "default"]
 
 
-class NotFound(LookupError):
+class NotFound(AutotunerError, LookupError):
     def __init__(self, message: str, stale: StoredBest | None = None) -> None:
         super().__init__(message)
         self.stale = stale  # an exact result of another kernel hash or Triton version, not served

@@ -15,9 +15,10 @@ from typing import Any
 from autotuner.engine.measure import processes
 from autotuner.engine.measure.outcome import Outcome
 from autotuner.engine.measure.trial_process import WorkerSpec, worker_main
+from search_spaces.errors import AutotunerError
 
 
-class WorkerSetupError(RuntimeError):
+class WorkerSetupError(AutotunerError, RuntimeError):
     pass
 
 
