@@ -149,23 +149,25 @@ def test_a_process_about_to_compile_makes_the_backends_engine_before_its_first_l
     its CUDA context, so that its first cache lookup does not pay for them; without a secret it prepares nothing.
     A plain SQLite file needs no engine: it is read through sqlite3, and SQLAlchemy is not imported for it."""
     from autotuner.engine.measure import compile_share_backend as backend
+    from autotuner.store import compiled_files as files
 
     url = f"sqlite:///{tmp_path / 'shared.db'}?timeout=30"  # (options: not a plain file, so an engine)
     Store(url)
-    monkeypatch.setattr(backend, "_engines", {})
+    monkeypatch.setattr(files, "_places", {})
     monkeypatch.setenv(compile_share.URL_VAR, url)
     monkeypatch.delenv(compile_share.SECRET_VAR, raising=False)
     backend.prepare()
-    assert backend._engines == {}
+    assert files._places == {}
     monkeypatch.setenv(compile_share.SECRET_VAR, "s3cret-of-16-bytes")
     backend.prepare()
-    engine = backend._engines[url]
-    assert backend.DatabaseBackend("KEY").get(["k.cubin"]) == {} and backend._engines == {url: engine}
+    engine = files._places[url]
+    assert backend.DatabaseBackend("KEY").get(["k.cubin"]) == {} and files._places == {url: engine}
     code = ("import sys\n"
             "from autotuner.engine.measure import compile_share_backend as backend\n"
+            "from autotuner.store import compiled_files as files\n"
             "backend.prepare()\n"
             "assert backend.DatabaseBackend('KEY').get(['k.cubin']) == {}\n"
-            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'sqlalchemy')[:3], backend._engines)\n")
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'sqlalchemy')[:3], files._places)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT,
                          env={**os.environ, compile_share.SECRET_VAR: "s3cret-of-16-bytes",
                               compile_share.URL_VAR: f"sqlite:///{tmp_path / 'shared.db'}"})

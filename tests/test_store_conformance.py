@@ -1,26 +1,27 @@
 """One conformance suite for every implementation of the store's read interface (`ResultReader`, as Optuna runs
 one suite over its storages): the full Store on SQLite and on PostgreSQL, a launching process's stdlib-sqlite3
-reads (`LaunchReads`) and a worker's job store (`JobStore`). The rows are written once through the Store; each reader must answer the same. A new
-backend joins by adding its kind to `READERS`."""
+reads (`LaunchReads`), a worker's job store (`JobStore`), and an in-memory backend that is test code
+(tests/support/memory_store.py, registered for `memory://`): the rows are written once through the store's
+interfaces; each reader must answer the same. A new backend joins by registering its URL scheme
+(autotuner.store.register_backend) and adding its kind to `READERS`."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 
 import pytest
 
 from autotuner.base.device import current_device
 from autotuner.base.registry import get_op
-from autotuner.store.database import Store
+from autotuner.store import open_store
 from autotuner.store.job_store import JobStore
 from autotuner.store.lazy import LaunchReads, LazyStore
-from autotuner.store.stored_best import versions
-from db import repository as repo
-from db.engine import session_scope
 from search_spaces.space import config_key
+from tests.support import memory_store
 
 READERS = ["store-sqlite", pytest.param("store-postgresql", marks=pytest.mark.postgres), "launch-reads",
-           "job-store"]
+           "job-store", "memory"]
 FAST = {"BLOCK_N": 128, "ROWS": 1, "num_warps": 4, "num_stages": 1}
 SLOW = {"BLOCK_N": 128, "ROWS": 2, "num_warps": 2, "num_stages": 1}
 ONCE = {"BLOCK_N": 256, "ROWS": 2, "num_warps": 2, "num_stages": 1}
@@ -32,11 +33,12 @@ def written(request, tmp_path):
     16x400 and 64x100 tuned now, 16x200 tuned only under another kernel hash (stale), a sweep over 16x100 and
     16x400 with its cross timings."""
     if request.param == "store-postgresql":
-        pg = request.getfixturevalue("pg_url")
-        url = pg
+        url = request.getfixturevalue("pg_url")
+    elif request.param == "memory":
+        url = f"memory://{tmp_path}"
     else:
         url = f"sqlite:///{tmp_path / 'conformance.db'}"
-    store = Store(url)
+    store = open_store(url)
     op, device = get_op("softmax"), current_device()
     p = {shape: op.parse_problem(shape, "float32") for shape in ("16x100", "16x400", "64x100", "16x200")}
     run = store.start_run(op=op, problem=p["16x100"], device=device, strategy="tpe", budget_trials=2,
@@ -57,10 +59,10 @@ def written(request, tmp_path):
                     torch_ms=None, run_id=None)
     store.save_best(op=op, problem=p["64x100"], device=device, config=SLOW, median_ms=6.0, default_ms=None,
                     torch_ms=None, run_id=None)
-    with session_scope(store.engine) as s:
-        repo.save_best(s, op=op.name, problem_key=p["16x200"].key, problem=dataclasses.asdict(p["16x200"]),
-                       device_id=store.device_id(device), kernel_hash="an-older-kernel", triton_version=versions()[0],
-                       config=FAST, median_ms=1.0, default_ms=None, torch_ms=None, run_id=None)
+    older = copy.copy(op)  # the same op at another version of its kernel
+    older.__dict__["kernel_hash"] = "an-older-kernel"
+    store.save_best(op=older, problem=p["16x200"], device=device, config=FAST, median_ms=1.0, default_ms=None,
+                    torch_ms=None, run_id=None)
     sweep = store.create_sweep(op=op.name, dtype="float32", options={}, dim="cols",
                                shapes=["16x100", "16x400"], target=0.02, budget=2)
     store.save_cross_timings(sweep_id=sweep, op=op, device=device, cells=[
@@ -70,9 +72,11 @@ def written(request, tmp_path):
         reader = LazyStore(url, create=False, retry_s=1.0).get()
         assert isinstance(reader, LaunchReads)
     elif request.param == "job-store":
-        reader = JobStore(Store(url), job_id=1, worker="w", retry_s=1.0)
+        reader = JobStore(open_store(url), job_id=1, worker="w", retry_s=1.0)
     else:
-        reader = Store(url)
+        reader = open_store(url)
+    if request.param == "memory":  # opened through the registry, not the SQL store
+        assert isinstance(reader, memory_store.MemoryStore) and reader is store
     return reader, store, op, device, p, sweep
 
 

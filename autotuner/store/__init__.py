@@ -1,10 +1,11 @@
 """The engine's view of the database: what reads results, what writes a tuning run, and the job queue, as small
-interfaces (`interfaces`) with one SQL implementation (`database.Store`, through `db`), a launching process's
+interfaces (`interfaces`) with one SQL implementation (`database.Store`, through `db`; `open_store` picks the
+backend registered for a URL's scheme), a launching process's
 reads in stdlib sqlite3 (`lazy.LaunchReads`), the database opened on first use (`lazy.LazyStore`) and a
 worker's writes through outages (`job_store.JobStore`). Also: how a stored best is judged current or stale
 (`stored_best`), which tuned problem is nearest (`nearest`), which config a problem is served, as ordered steps,
 and what its tuning measures first (`resolution`), the frozen rows handed to the service and the command line
-(`rows`), and export and import (`transfer`).
+(`rows`), export and import (`transfer`), and the compile-cache files shared between hosts (`compiled_files`).
 
 Every caller outside this package opens a database with `open_store(url)`, and reads the interfaces, never which
 class answers (tests/test_architecture.py holds them to it; tests/test_store_conformance.py holds every reader to
@@ -15,16 +16,42 @@ May import: `autotuner.base`, `db`, the ground floor.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from autotuner.store.interfaces import Storage
 
+Opener = Callable[..., "Storage"]  # (url, *, create, timeout_s) -> a store answering every interface
 
-def open_store(url: str | None, *, create: bool = True, timeout_s: float | None = None) -> Storage:
-    """The database at `url` (None: the default SQLite file in the user's data folder), at the current schema.
-    `create=False` for readers: a missing database raises db.engine.NoDatabase instead of being made. `timeout_s`
-    bounds every wait on it. SQLAlchemy is imported here, on first use, not with the package."""
-    from autotuner.store.database import Store
+
+def _sql(url: str | None, *, create: bool = True, timeout_s: float | None = None) -> Storage:
+    from autotuner.store.database import Store  # SQLAlchemy is imported on first use, not with the package
 
     return Store(url, create=create, timeout_s=timeout_s)
+
+
+_BACKENDS: dict[str, Opener] = {"sqlite": _sql, "postgresql": _sql}
+
+
+def register_backend(scheme: str, opener: Opener) -> None:
+    """Open URLs of `scheme` (`memory://...`; a driver's `+name` is not part of it) with `opener`, a callable taking
+    the URL and `create` and `timeout_s` as keywords and answering every interface of autotuner.store.interfaces
+    (tests/test_store_conformance.py runs the suite over a backend registered so)."""
+    if not scheme.isidentifier():
+        raise ValueError(f"a URL scheme is a plain name, got {scheme!r}")
+    _BACKENDS[scheme] = opener
+
+
+def scheme_of(url: str | None) -> str:
+    """The scheme a URL names its backend by: `postgresql+psycopg://...` -> postgresql; none (the default file) ->
+    sqlite."""
+    return (url or "sqlite://").split(":", 1)[0].split("+", 1)[0].lower()
+
+
+def open_store(url: str | None, *, create: bool = True, timeout_s: float | None = None) -> Storage:
+    """The database at `url` (None: the default SQLite file in the user's data folder), at the current schema,
+    opened by the backend registered for its scheme; a scheme no backend registered goes to SQLAlchemy, which
+    names what it does not know. `create=False` for readers: a missing database raises NoStore instead of being
+    made. `timeout_s` bounds every wait on it."""
+    return _BACKENDS.get(scheme_of(url), _sql)(url, create=create, timeout_s=timeout_s)

@@ -1,4 +1,4 @@
-"""Triton's remote-cache backend over the autotuner database (db.compiled_files), and the cache manager that asks it,
+"""Triton's remote-cache backend over the autotuner database (autotuner.store.compiled_files), and the cache manager that asks it,
 for the processes that autotuner.engine.measure.compile_share set them up in. Triton constructs one of each per cache key,
 asks `get` before it compiles and calls `put` with each file it wrote; a database that cannot be reached, or a
 file that does not verify, is a compile as usual (said once in the log), never a failed one.
@@ -24,11 +24,11 @@ from typing import Any
 from triton.runtime.cache import RemoteCacheBackend, RemoteCacheManager
 
 from autotuner.engine.measure.compile_share import SECRET_VAR, URL_VAR
+from autotuner.store.compiled_files import CompiledFiles
 
 log = logging.getLogger(__name__)
 GROUP = "__grp__"  # Triton's prefix for the file listing a compile's files
 NOT_KEPT = frozenset({"source", "ttir", "ttgir", "llir", "ptx", "amdgcn"})  # intermediate IR, by extension
-_engines: dict[str, Any] = {}
 _said: set[str] = set()
 
 
@@ -49,32 +49,13 @@ def _kept_group(data: bytes) -> bytes:
     return json.dumps(group).encode()
 
 
-def _engine(url: str | None) -> Any:
-    """Where the files are: a plain SQLite file's path (read and written through sqlite3, no SQLAlchemy imported:
-    db.compiled_files), else an engine, made once per URL."""
-    from db.sqlite_reads import plain_path
-
-    path = plain_path(url)
-    if path is not None:
-        return path
-    from db.basics import default_url
-    from db.engine import make_engine
-
-    url = url or default_url()
-    if url not in _engines:
-        _engines[url] = make_engine(url)
-    return _engines[url]
-
-
 def prepare() -> None:
     """Make now what this process's first `get` needs (the database modules, the engine where one is used): a
     process about to compile calls it while it starts. Failing here is left to that `get` to report."""
     try:
         backend = DatabaseBackend("")
         if backend.secret:
-            from db import compiled_files  # noqa: F401
-
-            _engine(backend.url)
+            backend.files.prepare()
     except Exception:  # noqa: S110 - said by the first get, which meets it again
         pass
 
@@ -85,14 +66,13 @@ class DatabaseBackend(RemoteCacheBackend):
         self.key = key
         # as autotuner.engine.measure.compile_share handed them to this process (the command's settings, resolved there)
         self.secret, self.url = os.environ.get(SECRET_VAR, ""), os.environ.get(URL_VAR) or None
+        self.files = CompiledFiles(self.url, self.secret)
 
     def get(self, filenames: list[str]) -> dict[str, bytes]:
         if not self.secret:
             return {}
-        from db import compiled_files
-
         try:
-            found, bad = compiled_files.get(_engine(self.url), self.secret, self.key, list(filenames))
+            found, bad = self.files.get(self.key, list(filenames))
         except Exception as exc:  # a database away or at an older schema: compile here
             _say_once("get", f"compiled files not read from the database ({type(exc).__name__}: {exc}); compiling")
             return {}
@@ -104,12 +84,10 @@ class DatabaseBackend(RemoteCacheBackend):
     def put(self, filename: str, data: bytes) -> None:
         if not self.secret or not kept(filename):
             return
-        from db import compiled_files
-
         try:
             if filename.startswith(GROUP):
                 data = _kept_group(data)
-            compiled_files.put(_engine(self.url), self.secret, self.key, filename, data)
+            self.files.put(self.key, filename, data)
         except Exception as exc:
             _say_once("put", f"compiled files not kept in the database ({type(exc).__name__}: {exc})")
 

@@ -1,0 +1,50 @@
+"""The store's interface for Triton's compile-cache files shared between hosts (db.compiled_files keeps them,
+signed with the operator's secret): what the engine's remote-cache backend reads and writes through, so that no
+room outside the store reaches the database layer for them. A plain SQLite file is read and written through
+sqlite3 (no SQLAlchemy imported: a compile process asks before its first compile), any other URL through an
+engine made once per URL."""
+
+from __future__ import annotations
+
+from typing import Any
+
+_places: dict[str, Any] = {}
+
+
+def _place(url: str | None) -> Any:
+    from db.sqlite_reads import plain_path
+
+    path = plain_path(url)
+    if path is not None:
+        return path
+    from db.basics import default_url
+    from db.engine import make_engine
+
+    url = url or default_url()
+    if url not in _places:
+        _places[url] = make_engine(url)
+    return _places[url]
+
+
+class CompiledFiles:
+    """The compile-cache files in the database at `url` (None: the default file), signed under `secret`."""
+
+    def __init__(self, url: str | None, secret: str) -> None:
+        self.url, self.secret = url, secret
+
+    def prepare(self) -> None:
+        """Make now what the first `get` needs (the modules, the engine where one is used)."""
+        from db import compiled_files  # noqa: F401
+
+        _place(self.url)
+
+    def get(self, key: str, filenames: list[str]) -> tuple[dict[str, bytes], list[str]]:
+        """The files of Triton's cache `key` that verify, by name, and the names of those that do not."""
+        from db import compiled_files
+
+        return compiled_files.get(_place(self.url), self.secret, key, filenames)
+
+    def put(self, key: str, filename: str, data: bytes) -> None:
+        from db import compiled_files
+
+        compiled_files.put(_place(self.url), self.secret, key, filename, data)
