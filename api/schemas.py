@@ -1,14 +1,17 @@
-"""Request and response bodies. These are not ORM rows: routes convert rows into them."""
+"""Request and response bodies. The responses that show a stored row are derived from the store's row
+(autotuner.store.rows: `from_row`), not declared again; routes convert rows into them."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Collection, Mapping
 from datetime import datetime, timezone
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, create_model, field_validator
 
 from autotuner.engine.search.strategies import check_strategy, strategy_names
+from autotuner.store import rows
 from autotuner.store.resolution import TORCH_MARGIN, Source
 from search_spaces.contract import TunableOp
 from search_spaces.problem import DTYPE_ALIASES
@@ -19,6 +22,21 @@ def _utc(value: datetime) -> datetime:
 
 
 UtcDatetime = Annotated[datetime, AfterValidator(_utc)]
+
+
+def from_row(row: type, name: str, *, exclude: Collection[str] = (), fields: Mapping[str, Any] | None = None,
+             doc: str | None = None, base: type[BaseModel] = BaseModel) -> Any:
+    """The response model of a store row: the row's fields in its order, but `exclude`, with the row's types (a
+    time as UTC), each replaced or added by `fields` (name -> type, or (type, Field(...)))."""
+    hints = rows.row_types(row)
+    spec: dict[str, Any] = {}
+    for field_name in rows.row_fields(row, exclude=exclude):
+        kind = hints[field_name]
+        kind = UtcDatetime if kind is datetime else UtcDatetime | None if kind == datetime | None else kind
+        spec[field_name] = (kind, ...)
+    for field_name, given in (fields or {}).items():
+        spec[field_name] = given if isinstance(given, tuple) else (given, ...)
+    return create_model(name, __base__=base, __doc__=doc, **spec)
 
 PRINTABLE = r"^[^\x00-\x1f\x7f]*$"  # no control characters
 OptionValue = str | bool | int | float
@@ -91,56 +109,29 @@ class ConfigOut(BaseModel):
                                                     "faster than it")
 
 
-class DeviceOut(BaseModel):
-    id: int
-    key: str
-    name: str
-    capability: str
-    sm_count: int
-    total_memory: int
-    smem_per_block: int
+DeviceOut: Any = from_row(rows.DeviceRow, "DeviceOut")
 
 
-class ResultOut(BaseModel):
-    id: int
-    op: str
-    library: str | None = Field(None, description="a kernel's library: the top-level package of its module (a "
-                                                  "`module:qualname` op); None for the built-in ops")
-    problem_key: str
-    problem: dict[str, Any]
-    device: str
-    kernel_hash: str
-    triton_version: str
-    config: dict[str, Any]
-    median_ms: float | None = Field(description="four significant digits; None for a stored time that is not one "
-                                                "(a row written by hand)")
-    default_ms: float | None
-    torch_ms: float | None
-    speedup_vs_default: float | None
-    speedup_vs_torch: float | None = Field(description="None without a torch time, and for results timed by the "
-                                                       "interpreter (CPU wall-clock says nothing of GPU speed)")
-    stale: bool
-    run_id: int | None
-    updated_at: UtcDatetime
+ResultOut: Any = from_row(rows.ResultRow, "ResultOut", fields={
+    "device": str,
+    "median_ms": (float | None, Field(description="four significant digits; None for a stored time that is not one "
+                                                  "(a row written by hand)")),
+    "library": (str | None, Field(None, description="a kernel's library: the top-level package of its module (a "
+                                                    "`module:qualname` op); None for the built-in ops")),
+    "speedup_vs_default": float | None,
+    "speedup_vs_torch": (float | None, Field(description="None without a torch time, and for results timed by the "
+                                                         "interpreter (CPU wall-clock says nothing of GPU speed)")),
+    "stale": bool})
 
 
 class ResultPage(BaseModel):
     total: int
     limit: int
     offset: int
-    items: list[ResultOut]
+    items: list[ResultOut]  # type: ignore[valid-type]
 
 
-class TrialOut(BaseModel):
-    id: int
-    config: dict[str, Any]
-    status: str
-    median_ms: float | None
-    p20_ms: float | None
-    p80_ms: float | None
-    retimed_ms: float | None
-    compile_s: float | None
-    error: str | None
+TrialOut: Any = from_row(rows.TrialRow, "TrialOut", exclude={"run_id", "config_key", "created_at"})
 
 
 class RejectionOut(BaseModel):
@@ -148,26 +139,17 @@ class RejectionOut(BaseModel):
     example: str
 
 
-class RunOut(BaseModel):
-    id: int
-    strategy: str
-    status: str
-    clock: str
-    torch_version: str
-    budget_trials: int | None
-    budget_seconds: float | None
-    started_at: UtcDatetime
-    finished_at: UtcDatetime | None
-    error: str | None
-    job_id: int | None
-    rejected: int = Field(description="Configs the space's constraints rejected before compiling anything")
-    rejections: dict[str, RejectionOut] = Field(description="Those rejections per rule, with one message each")
+RunOut: Any = from_row(rows.RunRow, "RunOut", exclude={"op", "problem_key", "problem", "device", "kernel_hash",
+                                                    "triton_version", "trials"}, fields={
+    "rejected": (int, Field(description="Configs the space's constraints rejected before compiling anything")),
+    "rejections": (dict[str, RejectionOut], Field(description="Those rejections per rule, with one message each"))})
 
 
-class ResultDetail(ResultOut):
-    run: RunOut | None
-    trials: list[TrialOut] = Field(description="The run's measured and failed trials, in the order measured: "
-                                               "one page of them (trials_limit, trials_offset)")
+class ResultDetail(ResultOut):  # type: ignore[valid-type, misc]
+    run: RunOut | None  # type: ignore[valid-type]
+    trials: list[TrialOut] = Field(  # type: ignore[valid-type]
+        description="The run's measured and failed trials, in the order measured: one page of them (trials_limit, "
+                    "trials_offset)")
     trials_total: int
     trials_limit: int
     trials_offset: int
@@ -237,33 +219,18 @@ def job_models(ops: list[TunableOp[Any]]) -> Any:
     return Annotated[Union[tuple(models)], Field(discriminator="op")]  # noqa: UP007
 
 
-class JobOut(BaseModel):
-    id: int
-    op: str
-    shape: str
-    dtype: str
-    options: dict[str, Any]
-    strategy: str
-    trials: int | None
-    time_budget_s: float | None
-    priority: int
-    gpus: int | None = Field(description="How many of its worker's GPUs measure its configs at once (null: one)")
-    state: Literal["queued", "running", "done", "failed"]
-    attempts: int
-    worker: str | None
-    heartbeat_at: UtcDatetime | None
-    error: str | None
-    run_id: int | None
-    created_at: UtcDatetime
-    started_at: UtcDatetime | None
-    finished_at: UtcDatetime | None
+# A job as the queue holds it, under the names a request gives it (`trials`, `time_budget_s`).
+JobOut: Any = from_row(rows.JobRow, "JobOut", exclude={"kind", "sweep_id", "budget_trials", "budget_seconds"}, fields={
+    "trials": int | None, "time_budget_s": float | None,
+    "state": Literal["queued", "running", "done", "failed"],
+    "gpus": (int | None, Field(description="How many of its worker's GPUs measure its configs at once (null: one)"))})
 
 
 class JobPage(BaseModel):
     total: int
     limit: int
     offset: int
-    items: list[JobOut]
+    items: list[JobOut]  # type: ignore[valid-type]
 
 
 UNAVAILABLE: dict[int | str, dict[str, Any]] = {503: {"model": ErrorOut, "description": "The result database is "

@@ -326,3 +326,27 @@ def test_every_exception_the_project_defines_derives_from_autotuner_error():
     from search_spaces.problem import ProblemError
 
     assert issubclass(ProblemError, ValueError)  # what it always was, too
+
+
+def test_a_row_is_declared_once_and_its_export_import_and_http_models_follow_it():
+    """The store's frozen rows (autotuner.store.rows) declare each row; the export's fields, the import's models
+    and the service's responses are derived from them, so a field added to a row reaches all three."""
+    import dataclasses
+
+    from api import schemas
+    from autotuner.store import rows, transfer
+
+    for row, exported, imported, shown, left_out in (
+            (rows.TrialRow, transfer.TRIAL_FIELDS, transfer.TrialRow, schemas.TrialOut, {"run_id", "config_key",
+                                                                                          "created_at"}),
+            (rows.DeviceRow, transfer.DEVICE_FIELDS, transfer.DeviceRow, schemas.DeviceOut, set()),
+            (rows.ResultRow, transfer.BEST_FIELDS, transfer.BestRow, schemas.ResultOut, set())):
+        assert set(exported) <= set(rows.row_fields(row)) and set(exported) <= set(imported.model_fields)
+        assert set(rows.row_fields(row, exclude=left_out)) <= set(shown.model_fields)
+
+    @dataclasses.dataclass(frozen=True, kw_only=True)
+    class Grown(rows.TrialRow):
+        flops: float | None = None
+
+    assert "flops" in schemas.from_row(Grown, "GrownOut").model_fields
+    assert rows.row_fields(Grown)[-1] == "flops"

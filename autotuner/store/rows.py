@@ -8,9 +8,10 @@ service, the pages, the command line, the worker) holds an ORM object, a session
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from collections.abc import Collection
+from dataclasses import dataclass, field, fields
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, TypeVar, get_type_hints
 
 from autotuner.store.prediction import Prediction
 
@@ -211,3 +212,14 @@ def _strings(value: Any) -> tuple[str, ...]:
 
 def cross_timing_row(obj: Any) -> CrossTimingRow:
     return _read(CrossTimingRow, obj, config=dict(obj.config), device=obj.device.key)
+
+
+def row_fields(row: type, *, exclude: Collection[str] = ()) -> tuple[str, ...]:
+    """A row's fields in declared order, but `exclude`: what an export, an import model or an HTTP model of the
+    row is made of (each is derived from the row, not declared again)."""
+    return tuple(f.name for f in fields(row) if f.name not in exclude)
+
+
+def row_types(row: type) -> dict[str, Any]:
+    """A row's fields' types, resolved (the rows are written with postponed annotations)."""
+    return get_type_hints(row)

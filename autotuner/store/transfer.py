@@ -9,23 +9,22 @@ import json
 import re
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
 
+from autotuner.store import rows
 from autotuner.store.interfaces import Storage
 from search_spaces.space import counts_from_messages
 
 FORMAT = "autotuner-export"
 VERSION = 1
-RUN_FIELDS = ("op", "problem_key", "problem", "kernel_hash", "triton_version", "torch_version", "strategy",
-              "budget_trials", "budget_seconds", "clock", "status", "error", "started_at", "finished_at", "rejected",
-              "rejections")
-TRIAL_FIELDS = ("config", "config_key", "status", "median_ms", "p20_ms", "p80_ms", "retimed_ms", "compile_s", "error",
-                "created_at")
-BEST_FIELDS = ("op", "problem_key", "problem", "kernel_hash", "triton_version", "config", "median_ms", "default_ms",
-               "torch_ms", "updated_at")
-DEVICE_FIELDS = ("key", "name", "capability", "sm_count", "total_memory", "smem_per_block")
+# What a file holds of each row: the row's own fields (autotuner.store.rows), but the database's ids and links,
+# which another database numbers its own way (a run's device and a best's run are written by key and by position).
+RUN_FIELDS = rows.row_fields(rows.RunRow, exclude={"id", "device", "job_id", "trials"})
+TRIAL_FIELDS = rows.row_fields(rows.TrialRow, exclude={"id", "run_id"})
+BEST_FIELDS = rows.row_fields(rows.ResultRow, exclude={"id", "device", "run_id"})
+DEVICE_FIELDS = rows.row_fields(rows.DeviceRow, exclude={"id"})
 
 
 def _ts(value: datetime | None) -> str | None:
@@ -75,85 +74,59 @@ Key = Annotated[str, Field(min_length=1, max_length=400)]
 Short = Annotated[str, Field(max_length=64)]
 
 
-class DeviceRow(_Row):
-    key: Key
-    name: Name
-    capability: Short
-    sm_count: Count
-    total_memory: Count
-    smem_per_block: Count
+# What a field of an imported row may hold, by name; any other keeps the row's own type.
+LIMITS: dict[str, Any] = {
+    **dict.fromkeys(("key", "problem_key", "config_key"), Key), **dict.fromkeys(("name", "op"), Name),
+    **dict.fromkeys(("capability", "kernel_hash", "triton_version", "torch_version", "strategy", "clock", "status"),
+                    Short),
+    **dict.fromkeys(("sm_count", "total_memory", "smem_per_block", "budget_trials", "rejected"), Count),
+    **dict.fromkeys(("budget_seconds", "compile_s"), Seconds),
+    **dict.fromkeys(("median_ms", "p20_ms", "p80_ms", "retimed_ms", "default_ms", "torch_ms"), Ms),
+}
 
 
-class TrialRow(_Row):
-    config: dict[str, Any]
-    config_key: Key
-    status: Short
-    median_ms: Ms | None
-    p20_ms: Ms | None
-    p80_ms: Ms | None
-    retimed_ms: Ms | None = None
-    compile_s: Seconds | None
-    error: str | None
-    created_at: datetime
+def _imported(row: type, names: tuple[str, ...], defaults: dict[str, Any] | None = None,
+              base: type[BaseModel] = _Row, **more: Any) -> Any:
+    """The import model of a row: `names` of its fields, each limited by LIMITS (optional where the row's is),
+    `defaults` for fields older files lack, and `more` fields of the file's own (links by key)."""
+    hints, spec = rows.row_types(row), dict[str, Any]()
+    for name in names:
+        limited = LIMITS.get(name)
+        kind = hints[name] if limited is None else limited | None if type(None) in get_args(hints[name]) else limited
+        spec[name] = (kind, (defaults or {}).get(name, ...))
+    spec.update(more)
+    return create_model(f"Imported{row.__name__}", __base__=base, **spec)
 
 
-class RunRow(_Row):
-    op: Name
-    problem_key: Key
-    problem: dict[str, Any]
-    kernel_hash: Short
-    triton_version: Short
-    torch_version: Short
-    strategy: Short
-    budget_trials: Count | None
-    budget_seconds: Seconds | None
-    clock: Short
-    status: Short
-    error: str | None
-    started_at: datetime
-    finished_at: datetime | None
-    device: Key
-    trials: list[TrialRow]
-    rejected: Count = 0
-    rejections: dict[str, Any] | None = None
+DeviceRow: Any = _imported(rows.DeviceRow, DEVICE_FIELDS)
+TrialRow: Any = _imported(rows.TrialRow, TRIAL_FIELDS, {"retimed_ms": None})
 
+
+class _RunBase(_Row):
     @model_validator(mode="after")
-    def fold_rejections(self) -> RunRow:
+    def fold_rejections(self) -> Any:
         """A file written before rejections were counts lists them as `invalid` trials: they become counts."""
-        old = [t for t in self.trials if t.status == "invalid" and t.median_ms is None]
+        run: Any = self  # (the fields are the row's: RunRow below)
+        old = [t for t in run.trials if t.status == "invalid" and t.median_ms is None]
         if old:
-            merged = dict(self.rejections or {})
+            merged = dict(run.rejections or {})
             for rule, entry in counts_from_messages([t.error or "rejected by a constraint" for t in old]).items():
                 merged.setdefault(rule, {"count": 0, "example": entry["example"]})["count"] += entry["count"]
-            self.rejections = merged
-            self.rejected += len(old)
-            self.trials = [t for t in self.trials if not (t.status == "invalid" and t.median_ms is None)]
+            run.rejections = merged
+            run.rejected += len(old)
+            run.trials = [t for t in run.trials if not (t.status == "invalid" and t.median_ms is None)]
         return self
 
 
-class BestRow(_Row):
-    op: Name
-    problem_key: Key
-    problem: dict[str, Any]
-    kernel_hash: Short
-    triton_version: Short
-    config: dict[str, Any]
-    median_ms: Ms
-    default_ms: Ms | None
-    torch_ms: Ms | None
-    updated_at: datetime
-    device: Key
-    run: int | None
+RunRow: Any = _imported(rows.RunRow, RUN_FIELDS, {"rejected": 0, "rejections": None}, base=_RunBase,
+                   device=(Key, ...), trials=(list[TrialRow], ...))  # type: ignore[valid-type]
+BestRow: Any = _imported(rows.ResultRow, BEST_FIELDS, device=(Key, ...), run=(int | None, ...))
 
 
-class ExportFile(_Row):
-    """The export format: what `export_data` writes and `import_data` reads."""
-
-    format: str
-    version: int
-    devices: list[DeviceRow]
-    runs: list[RunRow]
-    best_configs: list[BestRow]
+ExportFile: Any = create_model("ExportFile", __base__=_Row, __doc__="The export format: what `export_data` writes and "
+                               "`import_data` reads.", format=(str, ...), version=(int, ...),
+                               devices=(list[DeviceRow], ...), runs=(list[RunRow], ...),  # type: ignore[valid-type]
+                               best_configs=(list[BestRow], ...))  # type: ignore[valid-type]
 
 
 def _validation_message(exc: ValidationError) -> str:
@@ -165,7 +138,7 @@ def _validation_message(exc: ValidationError) -> str:
     return "not a valid autotuner export: " + "; ".join(parts) + more
 
 
-def parse_export(data: Any, kernel_problem: Any = None) -> ExportFile:
+def parse_export(data: Any, kernel_problem: Any = None) -> Any:
     """The export in `data`, checked whole before anything is written (RowChecker; `kernel_problem`: decorated
     kernels' problem type, whose keys are then checked too); ValueError naming every fault found, one a line."""
     if not isinstance(data, dict) or data.get("format") != FORMAT:
@@ -173,7 +146,7 @@ def parse_export(data: Any, kernel_problem: Any = None) -> ExportFile:
     if data.get("version") != VERSION:
         raise ValueError(f"export version {data.get('version')!r} is not supported (this autotuner reads {VERSION})")
     try:
-        export = ExportFile.model_validate(data)
+        export: Any = ExportFile.model_validate(data)
     except ValidationError as exc:
         raise ValueError(_validation_message(exc)) from None
     faults: list[str] = []
@@ -255,11 +228,11 @@ class RowChecker:
         return []
 
 
-def import_data(store: Storage, data: Any | ExportFile) -> dict[str, int]:
+def import_data(store: Storage, data: Any) -> dict[str, int]:
     """Add what `export_data` wrote (or `parse_export` read), in one transaction (a bad file writes nothing). Runs
     already present are skipped; a best config replaces a stored one only when faster. Returns counts of what
     was added."""
-    export = data if isinstance(data, ExportFile) else parse_export(data)
+    export: Any = data if isinstance(data, ExportFile) else parse_export(data)
     return store.import_rows(
         devices=[d.model_dump() for d in export.devices],
         runs=[(r.model_dump(include={*RUN_FIELDS, "device"}), [t.model_dump() for t in r.trials]) for r in export.runs],
