@@ -6,6 +6,7 @@ import json
 import signal
 import sys
 import time
+from dataclasses import dataclass
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
@@ -149,13 +150,52 @@ def tune(
     A worker running on this host (`autotuner worker`, same database) takes the command and tunes in its warm
     processes, so it starts at once; `--here` tunes in this process instead. `--gpus 0,1` measures the configs on
     both GPUs at once (same device type), tuning here."""
-    from autotuner.cli import handed_run, prestart
-    from autotuner.cli.sweep import Refine, queue_sweep, run_sweep_here
+    from autotuner.cli.sweep import Refine
 
     del here, wait  # read from the arguments by autotuner.cli.handoff, before this process imports anything heavy
+    request = _request(op, shape, dtype, flags or {}, options or {}, strategy, gpus, queue, db, check)
+    if request.store is None:  # --check: the arguments are good
+        return
+    plan = request.plan(strategy, trials, time_budget, seed, margin)
+    refine = Refine(regret, refine_points)
+    if queue:
+        _queue(request, plan, refine, as_json)
+    else:
+        _run_here(request, plan, refine, as_json, quiet)
+
+
+@dataclass
+class _Request:
+    """What `tune`'s arguments name, checked: the settings, the worker running the command (if one took it), the
+    GPUs that measure, the op and its problems (several: a sweep along `dim`)."""
+
+    s: Settings
+    by: Any
+    devices: tuple[int, ...]
+    job_gpus: int | None
+    op: Op
+    probs: list[ProblemType]
+    dim: str | None
+    store: Storage | None  # None: only checked (--check), no database opened
+
+    def plan(self, strategy: str, trials: int | None, time_budget: float | None, seed: int,
+             margin: float | None) -> Plan:
+        """--time-budget bounds the whole command of one problem, from its process's start (or, handed to a
+        worker, the command's); a sweep's, each point's search."""
+        from autotuner.engine.plan import DEFAULT_MARGIN, Plan
+
+        began = time.monotonic() - ((self.by.since_start() if self.by is not None else since_process_start()) or 0.0)
+        return Plan(strategy=strategy, trials=trials, time_budget_s=time_budget, seed=seed, gpus=self.devices,
+                    margin=DEFAULT_MARGIN if margin is None else margin,
+                    deadline=began + time_budget if time_budget is not None and self.dim is None else None)
+
+
+def _request(op: str, shape: str | None, dtype: str | None, flags: dict[str, str | None], options: dict[str, Any],
+             strategy: str, gpus: str | None, queue: bool, db: str | None, check: bool) -> _Request:
+    """`tune`'s arguments checked, each bad one a clear error (exit 2), and unless only checking, the database
+    opened and a decorated kernel's problems given the dtype and the call its launches recorded."""
     from autotuner.base.device import parse_gpus
-    from autotuner.engine.measure.live import prestarted
-    from autotuner.engine.plan import DEFAULT_MARGIN, Plan, plan_device
+    from autotuner.cli import handed_run
     from autotuner.engine.search.strategies import check_strategy
     from autotuner.store import open_store
     from kernels._backend import interpreting
@@ -170,52 +210,63 @@ def tune(
         devices = parse_gpus(gpus if gpus is not None else s.gpus) if by is None and not queue else ()
     except ValueError as exc:
         fail(str(exc))
-    job_gpus = _job_gpus(gpus) if queue else None
     if devices and interpreting():
         warn(f"No GPU here: --gpus {gpus} measures with {len(devices)} processes of Triton's interpreter (CPU "
              "wall-clock), not GPUs")
     if by is not None:
         by.check_database(s.db_url)
-    op_obj, probs, dim = problems(op, shape, dtype, flags or {}, options or {})
+    op_obj, probs, dim = problems(op, shape, dtype, flags, options)
     if check:
-        return
+        return _Request(s, by, devices, _job_gpus(gpus) if queue else None, op_obj, probs, dim, None)
     store = open_store(s.db_url)
-    if dtype is None and op_obj.needs_recorded_call:  # a decorated kernel's key: the dtype its calls were recorded in
-        recorded = store.recorded_dtypes(op=op_obj.name, shape=probs[0].shape)
-        if len(recorded) > 1:
-            fail(f"{op_obj.name} {probs[0].shape} was recorded in {', '.join(recorded)}: give one with --dtype")
-        if recorded:
-            op_obj, probs, dim = problems(op, shape, recorded[0], flags or {}, options or {})
     if op_obj.needs_recorded_call:  # a decorated kernel: its arguments are rebuilt from the calls a process recorded
+        if dtype is None:  # the dtype its calls were recorded in
+            recorded = store.recorded_dtypes(op=op_obj.name, shape=probs[0].shape)
+            if len(recorded) > 1:
+                fail(f"{op_obj.name} {probs[0].shape} was recorded in {', '.join(recorded)}: give one with --dtype")
+            if recorded:
+                op_obj, probs, dim = problems(op, shape, recorded[0], flags, options)
         probs = [with_recorded_call(op_obj, p, store) for p in probs]
-    # --time-budget bounds the whole command of one problem, from its process's start (or, handed to a worker, the
-    # command's); a sweep's, each point's search
-    began = time.monotonic() - ((by.since_start() if by is not None else since_process_start()) or 0.0)
-    plan = Plan(strategy=strategy, trials=trials, time_budget_s=time_budget, seed=seed, gpus=devices,
-                margin=DEFAULT_MARGIN if margin is None else margin,
-                deadline=began + time_budget if time_budget is not None and dim is None else None)
-    if dim is not None and queue:
-        queue_sweep(op_obj, probs, dim, store, plan, as_json, job_gpus, Refine(regret, refine_points))
+    return _Request(s, by, devices, _job_gpus(gpus) if queue else None, op_obj, probs, dim, store)
+
+
+def _queue(request: _Request, plan: Plan, refine: Any, as_json: bool) -> None:
+    """The problem (a sweep: its points) queued as jobs for the workers, as POST /jobs queues one."""
+    from autotuner.cli.sweep import queue_sweep
+
+    store = request.store
+    assert store is not None
+    if request.dim is not None:
+        queue_sweep(request.op, request.probs, request.dim, store, plan, as_json, request.job_gpus, refine)
         return
-    if queue:  # one problem: a job for the workers, as POST /jobs queues it
-        one = probs[0]
-        job_id = store.queue_job(op=op_obj.name, shape=one.shape, dtype=one.dtype, options=op_obj.options_of(one),
-                                 strategy=strategy, budget_trials=trials, budget_seconds=time_budget, gpus=job_gpus)
-        if as_json:
-            print_json({"job": job_id, "op": op_obj.name, "problem": one.key})
-        else:
-            console.print(f"queued job {job_id}: {op_obj.name} {one.key} (`autotuner worker` tunes it)")
-        return
-    # the trial worker and compile pool make their CUDA contexts while this process goes on (or a worker's, ready)
+    one = request.probs[0]
+    job_id = store.queue_job(op=request.op.name, shape=one.shape, dtype=one.dtype, options=request.op.options_of(one),
+                             strategy=str(plan.strategy), budget_trials=plan.trials, budget_seconds=plan.time_budget_s,
+                             gpus=request.job_gpus)
+    if as_json:
+        print_json({"job": job_id, "op": request.op.name, "problem": one.key})
+    else:
+        console.print(f"queued job {job_id}: {request.op.name} {one.key} (`autotuner worker` tunes it)")
+
+
+def _run_here(request: _Request, plan: Plan, refine: Any, as_json: bool, quiet: bool) -> None:
+    """Tuned in this process (or the worker's that took the command): the trial worker and compile pool make their
+    CUDA contexts while this process goes on (or a worker's, ready)."""
+    from autotuner.cli import handed_run, prestart
+    from autotuner.cli.sweep import run_sweep_here
+    from autotuner.engine.measure.live import prestarted
+    from autotuner.engine.plan import plan_device
+
+    store, by, s = request.store, request.by, request.s
+    assert store is not None
     kept = by.kept if by is not None else prestart.take(plan_device(plan)) or prestarted(s, plan_device(plan))
     try:
-        if dim is not None:
-            run_sweep_here(op_obj, probs, dim, s, store, kept, plan, as_json, quiet, Refine(regret, refine_points))
+        if request.dim is not None:
+            run_sweep_here(request.op, request.probs, request.dim, s, store, kept, plan, as_json, quiet, refine)
         else:
-            _tune(op, op_obj, probs[0], s, store, kept, plan, as_json, quiet)
+            _tune(request.op.name, request.op, request.probs[0], s, store, kept, plan, as_json, quiet)
     finally:
         handed_run.release(kept)
-
 
 
 def _job_gpus(text: str | None) -> int | None:
