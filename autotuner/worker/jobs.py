@@ -113,16 +113,9 @@ def cross_time_work(job: JobRow, settings: Settings, device: DeviceInfo, kept: K
     """Time the sweep's winners on the points next to them, where not timed yet (each winner as it now is); then,
     where the sweep refines, queue the midpoints of the pairs above its target as jobs of the sweep (whose last
     one to finish queues this job again)."""
-    from autotuner.engine.sweeps.cross_time import cross_time
     from autotuner.engine.sweeps.predict import predict_sweep
-    from autotuner.engine.sweeps.refine import (
-        insert_points,
-        neighbour_losses,
-        point_trials,
-        refinements,
-        stale_points,
-        worst_pair,
-    )
+    from autotuner.engine.sweeps.refine import insert_points, point_trials, worst_pair
+    from autotuner.engine.sweeps.sweep import sweep_round
     from autotuner.store.stored_best import versions
 
     if job.sweep_id is None:
@@ -144,26 +137,22 @@ def cross_time_work(job: JobRow, settings: Settings, device: DeviceInfo, kept: K
         winners = [dict(b.config) if b is not None and not b.stale else None for b in bests]
         stored = [c for c in store.cross_timings(sweep.id, device_key=device.key)
                   if c.kernel_hash == op.kernel_hash and c.triton_version == versions()[0]]
-        cells = cross_time(op, problems, winners, settings=settings, device=device,
-                           runner=kept.trial_runner(settings.trial_timeout_s),
-                           only=set(stale_points(problems, winners, stored)))
-        store.store.save_cross_timings(sweep_id=sweep.id, op=op, device=device, cells=[c.as_row() for c in cells])
+        found = sweep_round(op, sweep.id, problems, winners, stored, store=store.store, settings=settings,
+                            device=device, runner=kept.trial_runner(settings.trial_timeout_s), target=sweep.target,
+                            budget=sweep.budget - len(sweep.refined), tried=sweep.refined, make=point)
+        cells, new, target = found.cells, found.new, sweep.target
         measured = sum(c.ms is not None for c in cells)
         summary = f"sweep {sweep.id}: {measured} of {len(cells)} winner-on-point timings measured"
-        pairs = neighbour_losses(problems, winners, [*stored, *cells])
-        worst = worst_pair(pairs)
+        worst = worst_pair(found.pairs)
         if worst is not None and worst.loss is not None:
             summary += f"; worst neighbouring loss {worst.loss:+.1%} ({worst.low} / {worst.high})"
-        target = sweep.target
-        new, skipped = ([], {}) if target is None else refinements(
-            problems, pairs, target=target, budget=sweep.budget - len(sweep.refined), make=point, tried=sweep.refined)
-        if new:
+        if new:  # refinement: the midpoints queued as jobs of the sweep
             jobs = store.store.refine_queued_sweep(
                 sweep.id, shapes=[p.shape for p in insert_points(problems, new)],
                 added=[(p.shape, op.options_of(p)) for _, p in new], trials=point_trials)
             summary += f"; refining: {len(jobs)} points queued ({', '.join(p.shape for _, p in new)})"
         elif worst is not None and target is not None and worst.above(target):
-            why = "; ".join(f"{k}: {v}" for k, v in skipped.items()) or "the point budget is spent"
+            why = "; ".join(f"{k}: {v}" for k, v in found.skipped.items()) or "the point budget is spent"
             summary += f"; above the {target:.1%} target ({why})"
         elif worst is not None and target is not None:
             summary += f"; every pair within the {target:.1%} target"

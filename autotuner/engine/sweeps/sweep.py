@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from autotuner.base.device import DeviceInfo
 from autotuner.base.registry import Op
@@ -89,6 +90,35 @@ class SweepResult:
         return worst_pair(self.pairs)
 
 
+@dataclass
+class Round:
+    """One round of a sweep: its winners cross-timed where they were not (`cells`), each neighbouring pair's loss,
+    and the midpoints refinement asks for next (none: every pair is within the target, or the budget is spent),
+    with why each pair left above it was left."""
+
+    cells: list[Cell]
+    pairs: list[Pair]
+    new: list[tuple[int, ProblemType]]
+    skipped: dict[str, str]
+
+
+def sweep_round(op: Op, sweep_id: int, problems: list[ProblemType], winners: list[dict[str, int] | None],
+                cells: list[Any], *, store: SweepStore, settings: Settings, device: DeviceInfo, runner: Any,
+                target: float | None, budget: int, tried: Collection[str], make: Callable[[str], ProblemType],
+                on_point: Callable[[ProblemType], None] | None = None) -> Round:
+    """The round both ways of running a sweep go through (here: `run_sweep`; on the workers: a cross_time job):
+    cross-time what is stale against `cells` (those stored), store it, measure the pairs, and ask refinement for
+    the next midpoints. The two differ only in how a midpoint then gets tuned: here at once, on the workers as jobs
+    of the sweep, the last of which queues the next round."""
+    new_cells = cross_time(op, problems, winners, settings=settings, device=device, runner=runner, on_point=on_point,
+                           only=set(stale_points(problems, winners, cells)))
+    store.save_cross_timings(sweep_id=sweep_id, op=op, device=device, cells=[c.as_row() for c in new_cells])
+    pairs = neighbour_losses(problems, winners, [*cells, *new_cells])
+    new, skipped = ([], {}) if target is None or budget <= 0 else refinements(
+        problems, pairs, target=target, budget=budget, make=make, tried=tried)
+    return Round(new_cells, pairs, new, skipped)
+
+
 def run_sweep(op: Op, problems: list[ProblemType], *, dim: str, store: SweepStore, settings: Settings, plan: Plan,
               device: DeviceInfo, kept: KeptProcesses | None = None,
               observer: Callable[[ProblemType], TuneObserver] | None = None,
@@ -126,23 +156,27 @@ def run_sweep(op: Op, problems: list[ProblemType], *, dim: str, store: SweepStor
         out.tune_s += time.perf_counter() - started
         return results, winners
 
-    def cross_time_stale() -> None:
-        started = time.perf_counter()
-        cells = cross_time(op, out.problems, out.winners, settings=settings, device=device, runner=runner,
-                           on_point=on_point, only=set(stale_points(out.problems, out.winners, out.cells)))
-        store.save_cross_timings(sweep_id=sweep_id, op=op, device=device, cells=[c.as_row() for c in cells])
-        out.cells += cells
-        out.pairs = neighbour_losses(out.problems, out.winners, out.cells)
-        out.cross_time_s += time.perf_counter() - started
+    make = make or (lambda shape: op.parse_problem(shape, problems[0].dtype, **op.options_of(problems[0])))
+    tried: set[str] = set()
 
-    def refine(out: SweepResult, target: float, budget: int, make: Callable[[str], ProblemType]) -> None:
-        tried: set[str] = set()
-        while len(tried) < budget:
-            new, skipped = refinements(out.problems, out.pairs, target=target, budget=budget - len(tried), make=make,
-                                       tried=tried)
-            out.unrefined.update(skipped)
-            if not new:
-                break
+    def next_round() -> Round:
+        started = time.perf_counter()
+        found = sweep_round(op, sweep_id, out.problems, out.winners, out.cells, store=store, settings=settings,
+                            device=device, runner=runner, target=target, budget=budget - len(tried), tried=tried,
+                            make=make, on_point=on_point)
+        out.cells += found.cells
+        out.pairs = found.pairs
+        out.unrefined.update(found.skipped)
+        out.cross_time_s += time.perf_counter() - started
+        return found
+
+    warming = warm_up()  # the model's library loads while the points are tuned
+    try:
+        out.problems = list(problems)
+        out.results, out.winners = tune_points(out.problems)
+        found = next_round()
+        while found.new:  # refinement: the midpoints tuned here, now
+            new = found.new
             tried.update(p.shape for _, p in new)
             # a midpoint measures first what was fastest either side of it, and a share of a point's budget
             results, winners = tune_points([p for _, p in new], [
@@ -155,24 +189,14 @@ def run_sweep(op: Op, problems: list[ProblemType], *, dim: str, store: SweepStor
                     out.unrefined[n[1].shape] = out.errors.get(n[1].key, "no config passed")
                 else:
                     kept_new.append((n, r, w))
-            if not kept_new:
-                continue
-            out.problems = insert_points(out.problems, [n for n, _, _ in kept_new])
-            out.results = insert_points(out.results, [(n[0], r) for n, r, _ in kept_new])
-            out.winners = insert_points(out.winners, [(n[0], w) for n, _, w in kept_new])
-            out.refined += [n[1].key for n, _, _ in kept_new]
-            store.add_sweep_points(sweep_id, shapes=[p.shape for p in out.problems],
-                                   added=[n[1].shape for n, _, _ in kept_new])
-            cross_time_stale()
-
-    warming = warm_up()  # the model's library loads while the points are tuned
-    try:
-        out.problems = list(problems)
-        out.results, out.winners = tune_points(out.problems)
-        cross_time_stale()
-        if target is not None:
-            refine(out, target, budget, make or (lambda shape: op.parse_problem(shape, problems[0].dtype,
-                                                                                **op.options_of(problems[0]))))
+            if kept_new:
+                out.problems = insert_points(out.problems, [n for n, _, _ in kept_new])
+                out.results = insert_points(out.results, [(n[0], r) for n, r, _ in kept_new])
+                out.winners = insert_points(out.winners, [(n[0], w) for n, _, w in kept_new])
+                out.refined += [n[1].key for n, _, _ in kept_new]
+                store.add_sweep_points(sweep_id, shapes=[p.shape for p in out.problems],
+                                       added=[n[1].shape for n, _, _ in kept_new])
+            found = next_round()
         started = time.perf_counter()
         out.prediction = predict_sweep(store, op, sweep_id, out.problems, out.cells, device)
         out.predict_s = time.perf_counter() - started
