@@ -189,7 +189,7 @@ def kernel_times(tmp: str) -> dict[str, Any]:
 
     import autotuner
     from autotuner.base.settings import Settings
-    from autotuner.engine.measure.timing import rotation, time_cuda
+    from autotuner.engine.measure.timing import interleaved, time_cuda
     from autotuner.launch.lookup import Resolver, set_resolver
     from examples.rmsnorm import WARPS
     from examples.rmsnorm import rms_norm_forward as ours_rms
@@ -235,12 +235,8 @@ def kernel_times(tmp: str) -> dict[str, Any]:
         choices = {"triton.autotune": theirs.best_config.all_kwargs(),
                    "autotuner.autotune": ours_mm.best_config.all_kwargs(),
                    "autotuner.autotune space=": spaced.best_config.all_kwargs()}
-        rounds: dict[str, list[float]] = {k: [] for k in choices}
-        for r in range(5):
-            for name in rotation(list(choices), r):
-                cfg = choices[name]
-                launch = functools.partial(ours_mm.fn[grid(cfg)], *args, **cfg)
-                rounds[name].append(time_cuda(launch, 25, 100).median_ms)
+        rounds = interleaved(list(choices), 5, lambda name, choices=choices, args=args: time_cuda(functools.partial(
+            ours_mm.fn[grid(choices[name])], *args, **choices[name]), 25, 100).median_ms)
         out[problem] = {k: {"config": dict(choices[k]), "ms": statistics.median(v)} for k, v in rounds.items()}
 
     x = torch.randn(8192, 4096, device="cuda", dtype=torch.bfloat16)
@@ -252,12 +248,8 @@ def kernel_times(tmp: str) -> dict[str, Any]:
     ours_rms[(8192,)](*rargs, BLOCK_SIZE=4096)
     rchoices = {"triton.autotune": theirs_rms.best_config.all_kwargs(),
                 "autotuner.autotune": ours_rms.best_config.all_kwargs()}
-    rr: dict[str, list[float]] = {k: [] for k in rchoices}
-    for r in range(5):
-        for name in rotation(list(rchoices), r):
-            cfg = rchoices[name]
-            launch = functools.partial(ours_rms.fn[(8192,)], *rargs, BLOCK_SIZE=4096, **cfg)
-            rr[name].append(time_cuda(launch, 25, 100).median_ms)
+    rr = interleaved(list(rchoices), 5, lambda name: time_cuda(functools.partial(
+        ours_rms.fn[(8192,)], *rargs, BLOCK_SIZE=4096, **rchoices[name]), 25, 100).median_ms)
     out["rmsnorm 8192x4096 bfloat16"] = {k: {"config": rchoices[k], "ms": statistics.median(v)} for k, v in rr.items()}
     return out
 

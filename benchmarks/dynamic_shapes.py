@@ -172,7 +172,7 @@ def step_landscape(spec: dict[str, Any], keys: list[int], served_at: dict[int, l
     (indices into the list) again in ROUNDS interleaved rounds: their medians."""
     import statistics
 
-    from autotuner.engine.measure.timing import rotation
+    from autotuner.engine.measure.timing import interleaved
     from benchmarks.shape_kernels import Launcher
 
     launch, configs = Launcher(spec), spec["configs"]
@@ -183,10 +183,7 @@ def step_landscape(spec: dict[str, Any], keys: list[int], served_at: dict[int, l
         times[m] = [launch.time(m, c, rep=REP_MS) for c in configs]
         picked = sorted(range(len(configs)), key=lambda i: times[m][i])[:FINALISTS]
         picked += [i for i in served_at.get(m, []) if i not in picked]
-        rounds: dict[int, list[float]] = {i: [] for i in picked}
-        for r in range(ROUNDS):
-            for i in rotation(picked, r):
-                rounds[i].append(launch.time(m, configs[i], rep=REP_MS))
+        rounds = interleaved(picked, ROUNDS, lambda i, m=m: launch.time(m, configs[i], rep=REP_MS))
         final[m] = {i: statistics.median(ts) for i, ts in rounds.items()}
     return {"times": times, "final": final}
 

@@ -38,7 +38,7 @@ import triton  # noqa: E402
 from autotuner.base.device import current_device  # noqa: E402
 from autotuner.base.registry import get_op  # noqa: E402
 from autotuner.base.settings import Settings  # noqa: E402
-from autotuner.engine.measure.timing import cpu_per_call_us, rotation  # noqa: E402
+from autotuner.engine.measure.timing import cpu_per_call_us, interleaved  # noqa: E402
 from autotuner.engine.tuner import Plan, tune  # noqa: E402
 from autotuner.launch.lookup import Resolver, resolver, set_resolver  # noqa: E402
 from autotuner.store.database import Store  # noqa: E402
@@ -180,10 +180,9 @@ def main() -> None:
         for problem, rows in [*cases(store, settings), *(decorated() if DEV == "cuda" else [])]:  # triton.autotune times on a GPU only
             # rows interleaved round by round (each round's order rotated), so that a slow spell of the host's CPU
             # falls on every row alike rather than on the one measured through it
-            samples: dict[str, list[float]] = {name: [] for name in rows}
-            for turn in range(args.rounds):
-                for name in rotation(list(rows), turn):
-                    samples[name].append(cpu_per_call_us(rows[name], args.calls, 1, gpu=DEV == "cuda"))
+            samples = interleaved(list(rows), args.rounds,
+                                  lambda name, rows=rows: cpu_per_call_us(rows[name], args.calls, 1,
+                                                                          gpu=DEV == "cuda"))
             results[problem] = {name: statistics.median(s) for name, s in samples.items()}
             print(f"{problem}: " + ", ".join(f"{k} {v:.1f} us" for k, v in results[problem].items()), flush=True)
     print(f"\n{current_device().key}, torch {torch.__version__}, triton {triton.__version__}; CPU us per call, median "

@@ -13,7 +13,7 @@ last is done. Each worker sizes its compile pool per host
 (the CPU cores shared among the GPUs: autotuner/tuner.py). Prints, for each drain, where its time went (each
 worker's jobs summed, its first job, when it ended; `account`), then N, wall, jobs per minute, speedup over N=1
 and the share of linear. With `--rounds R` every drain runs R times, the drains of a round in rotated order
-(`engine.timing.rotation`), so that a slow spell of the host lands on no one drain: the table gives each round's
+(`engine.measure.timing.interleaved`), so that a slow spell of the host lands on no one drain: the table gives each round's
 wall, the medians, and the share of linear from the medians and from each round against its own N=1.
 `--warmup` runs one drain first and counts it nowhere: on a freshly started machine the first drain, whichever
 it is, also pays the disk's first reads of torch and Triton (round 1's N=1 took 51.3 s there against 43.6 and
@@ -144,7 +144,7 @@ def shares(walls: dict[tuple[str, int, str], list[float]]) -> list[dict[str, Any
 
 
 def main() -> None:
-    from autotuner.engine.measure.timing import rotation
+    from autotuner.engine.measure.timing import interleaved
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--gpus", default="1,2")
@@ -164,17 +164,20 @@ def main() -> None:
     gpus = [int(n) for n in args.gpus.split(",")]
     drains = [(mode, n, layout) for mode in args.modes.split(",") for n in gpus
               for layout in (args.layouts.split(",") if n > 1 else ["each"])]
-    walls: dict[tuple[str, int, str], list[float]] = {d: [] for d in drains}
     if args.warmup:
         (args.out / "warmup").mkdir(exist_ok=True)
         print("warm-up, not counted:", flush=True)
         mode, n, layout = drains[-1]
         drain(n, args.jobs, args.trials, args.out / "warmup", mode == "running", layout)
-    for r in range(args.rounds):
-        out = args.out / f"round{r + 1}" if args.rounds > 1 else args.out
-        out.mkdir(parents=True, exist_ok=True)
-        for mode, n, layout in rotation(drains, r):
-            walls[(mode, n, layout)].append(drain(n, args.jobs, args.trials, out, mode == "running", layout))
+    rounds: list[Path] = []  # each round's folder
+
+    def next_round(r: int) -> bool:
+        rounds.append(args.out / f"round{r + 1}" if args.rounds > 1 else args.out)
+        rounds[-1].mkdir(parents=True, exist_ok=True)
+        return True
+
+    walls = interleaved(drains, args.rounds, lambda d: drain(d[1], args.jobs, args.trials, rounds[-1],
+                                                             d[0] == "running", d[2]), go_on=next_round)
     table = shares(walls)
     print("\n| workers | GPUs | layout | wall, each round (s) | median wall | jobs/min | speedup | of linear | "
           "of linear, each round |\n|---|---|---|---|---|---|---|---|---|")

@@ -45,19 +45,17 @@ def interleaved(op_name: str, shape: str, dtype: str, configs: list[dict], round
     import torch
 
     from autotuner.base.registry import get_op
-    from autotuner.engine.measure.timing import rotation, time_cuda
+    from autotuner.engine.measure.timing import interleaved, time_cuda
 
     op = get_op(op_name)
     problem = op.parse_problem(shape, dtype)
     inputs = op.make_inputs(problem, "cuda:0")
-    times: list[list[float]] = [[] for _ in configs]
     for c in configs:
         op.run(inputs, c)
     torch.cuda.synchronize()
-    for r in range(rounds):
-        for i in rotation(list(range(len(configs))), r):
-            times[i].append(time_cuda(functools.partial(op.run, inputs, configs[i])).median_ms)
-    return [statistics.median(t) for t in times]
+    times = interleaved(range(len(configs)), rounds,
+                        lambda i: time_cuda(functools.partial(op.run, inputs, configs[i])).median_ms)
+    return [statistics.median(times[i]) for i in range(len(configs))]
 
 
 READY_S = 20.0  # a worker's trial worker and compile pool start in the background; a running worker has them

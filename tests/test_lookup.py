@@ -16,7 +16,8 @@ import autotuner
 from autotuner.base.device import current_device
 from autotuner.base.registry import get_op
 from autotuner.base.settings import Settings
-from autotuner.launch.lookup import SERVICE_TIMEOUT_S, Resolver, resolver, set_resolver
+from autotuner.launch.lookup import Resolver, resolver, set_resolver
+from autotuner.launch.service_client import SERVICE_TIMEOUT_S
 from autotuner.store.database import Store
 from autotuner.store.resolution import TORCH_MARGIN
 from db.engine import session_scope

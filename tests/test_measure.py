@@ -372,6 +372,24 @@ def test_interleaved_rounds_give_every_candidate_every_place():
     assert rotation(items, 5) == rotation(items, 1) and rotation([], 3) == []
 
 
+def test_the_one_interleaving_loop_measures_in_rotation_drops_a_failure_and_stops_when_told():
+    """`interleaved`, which the re-time, cross-timing, bench and the benchmarks share: every round in rotated
+    order, a key answering None left out from then on, and `go_on` able to end the rounds early."""
+    from autotuner.engine.measure.timing import interleaved, rotation
+
+    calls: list[str] = []
+
+    def measure(key: str) -> float | None:
+        calls.append(key)
+        return None if key == "b" and calls.count("b") == 2 else float(len(calls))
+
+    out = interleaved(["a", "b", "c"], 3, measure)
+    assert calls[:3] == rotation(["a", "b", "c"], 0) and calls[3:6] == rotation(["a", "b", "c"], 1)
+    assert "b" not in out and calls.count("b") == 2 and len(out["a"]) == len(out["c"]) == 3
+    stopped = interleaved(["a", "b"], 5, lambda k: 1.0, go_on=lambda r: r < 2)
+    assert stopped == {"a": [1.0, 1.0], "b": [1.0, 1.0]}
+
+
 def test_a_third_of_a_timing_is_a_third_of_its_repetitions_for_a_short_kernel_too():
     """A round of three interleaved rounds asks for a third of the repetitions: for a kernel of a few
     microseconds (the cap binds) as for a slow one (the milliseconds do)."""

@@ -26,7 +26,7 @@ import torch
 from autotuner.analysis.peaks import Peaks, device_peaks
 from autotuner.base.device import DeviceInfo
 from autotuner.base.registry import Op
-from autotuner.engine.measure.timing import CUDA_EVENTS, WALL_CLOCK, rotation, time_fn
+from autotuner.engine.measure.timing import CUDA_EVENTS, WALL_CLOCK, interleaved, time_fn
 from autotuner.store.interfaces import Storage
 from search_spaces.contract import ProblemType
 
@@ -156,12 +156,9 @@ def bench(op: Op, problem: ProblemType, device: DeviceInfo, *, store: Storage | 
     if copy is not None:  # timed in the rounds like the rest; not checked (it does not compute the op)
         result.rows.append(BenchRow(COPY, None, note="the device's rate for this many bytes, not the op"))
         runnable[COPY] = copy
-    per_round: dict[str, list[Any]] = {name: [] for name in runnable}
     result.rounds = rounds if not device.is_interpreter else 1
-    for r in range(result.rounds):
-        for name in rotation(list(runnable), r):
-            per_round[name].append(time_fn(runnable[name], device.is_interpreter, warmup_ms=10,
-                                           rep_ms=rep_ms / rounds))
+    per_round: dict[str, list[Any]] = interleaved(list(runnable), result.rounds, lambda name: time_fn(
+        runnable[name], device.is_interpreter, warmup_ms=10, rep_ms=rep_ms / rounds))
     if same and DEFAULT in per_round:
         per_round[TUNED] = per_round[DEFAULT]
     flops = op.flops(problem) if op.flops is not None else 0.0

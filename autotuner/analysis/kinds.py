@@ -10,7 +10,7 @@ from typing import Any
 
 from autotuner.base.device import DeviceInfo
 from autotuner.base.registry import Op
-from autotuner.engine.measure.timing import rotation, time_cuda
+from autotuner.engine.measure.timing import interleaved, time_cuda
 from search_spaces.contract import ProblemType
 
 
@@ -31,8 +31,5 @@ def checked_medians(op: Op, problem: ProblemType, device: DeviceInfo, inputs: di
         if not check.ok:
             raise SystemExit(f"{problem.key} {name}: {check.message}")
         runs[name] = functools.partial(op.run, inputs, cfg)
-    times: dict[str, list[float]] = {name: [] for name in runs}
-    for r in range(rounds):
-        for name in rotation(list(runs), r):
-            times[name].append(time_cuda(runs[name]).median_ms)
+    times = interleaved(list(runs), rounds, lambda name: time_cuda(runs[name]).median_ms)
     return {name: statistics.median(t) for name, t in times.items()}

@@ -32,7 +32,7 @@ from autotuner.engine.measure.compile_share import share
 from autotuner.engine.measure.lanes import Lane
 from autotuner.engine.measure.live import KeptProcesses, LiveMeasurer, local_lanes
 from autotuner.engine.measure.protocol import Measurer
-from autotuner.engine.measure.timing import CUDA_EVENTS, WALL_CLOCK, rotation
+from autotuner.engine.measure.timing import CUDA_EVENTS, WALL_CLOCK, interleaved
 from autotuner.engine.measure.trial_process import WorkerSpec
 from autotuner.engine.plan import SEARCH_SHARE, Plan, compile_workers, more_devices
 from autotuner.engine.search.contract import DEFAULT_TRIALS, Search
@@ -61,24 +61,26 @@ def _retime(measurer: Measurer, configs: list[Config], rounds: int, observer: Tu
     """Median time of each config over interleaved rounds (each `scale` of a full timing), by config key; a
     config that fails once is left out. Under a `deadline`, no round starts that the last one says would end
     after it (none: an empty answer, and the search's times decide)."""
-    times: dict[str, list[float]] = {config_key(c): [] for c in configs}
-    round_s = 0.0
-    for r in range(rounds):
-        started = time.monotonic()
-        if deadline is not None and started + round_s > deadline:
+    by_key = {config_key(c): c for c in configs}
+    began: list[float] = []  # each round's start
+
+    def go_on(r: int) -> bool:
+        began.append(time.monotonic())
+        round_s = began[-1] - began[-2] if r else 0.0
+        if deadline is not None and began[-1] + round_s > deadline:
             result.phases["retime_rounds_cut"] = rounds - r
-            return {key: statistics.median(ts) for key, ts in times.items() if ts} if r else {}
-        for config in rotation(configs, r):
-            key = config_key(config)
-            if key in times:
-                outcome = measurer.time(config, scale)
-                if outcome.status == "ok" and outcome.timing:
-                    times[key].append(outcome.timing.median_ms)
-                else:
-                    del times[key]
-            observer.step(result)
-        round_s = time.monotonic() - started
-    return {key: statistics.median(ts) for key, ts in times.items()}
+            return False
+        return True
+
+    def time_one(key: str) -> float | None:
+        outcome = measurer.time(by_key[key], scale)
+        observer.step(result)
+        return outcome.timing.median_ms if outcome.status == "ok" and outcome.timing else None
+
+    times = interleaved(list(by_key), rounds, time_one, go_on=go_on)
+    if "retime_rounds_cut" in result.phases and len(began) == 1:
+        return {}  # not one round fitted: the search's times decide
+    return {key: statistics.median(ts) for key, ts in times.items() if ts}
 
 
 @dataclass(kw_only=True)

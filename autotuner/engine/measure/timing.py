@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+K = TypeVar("K")
+V = TypeVar("V")
 CUDA_EVENTS = "cuda-events"
 WALL_CLOCK = "wall-clock (interpreter)"
 
@@ -153,6 +155,25 @@ def rotation(items: Sequence[T], round_index: int) -> list[T]:
     benchmarks/suite.py)."""
     k = round_index % len(items) if items else 0
     return [*items[k:], *items[:k]]
+
+
+def interleaved(keys: Sequence[K], rounds: int, measure: Callable[[K], V | None], *,
+                go_on: Callable[[int], bool] | None = None) -> dict[K, list[V]]:
+    """Each of `keys` measured once a round for `rounds` rounds, each round in `rotation` order, so that drift
+    (the GPU's clock and heat, the host's other work) falls on every key alike: each key's measurements, in round
+    order. A key whose `measure` answers None is dropped from then on, and from the answer. `go_on(r)`, asked
+    before round `r`, may stop early (a deadline): the rounds done so far are answered."""
+    out: dict[K, list[V]] = {k: [] for k in keys}
+    for r in range(rounds):
+        if go_on is not None and not go_on(r):
+            break
+        for key in rotation(list(out), r):
+            value = measure(key)
+            if value is None:
+                del out[key]
+            else:
+                out[key].append(value)
+    return out
 
 
 def cpu_per_call_us(fn: Callable[[], Any], calls: int, rounds: int, gpu: bool = True) -> float:

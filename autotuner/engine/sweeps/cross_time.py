@@ -18,7 +18,7 @@ from autotuner.base.device import DeviceInfo
 from autotuner.base.registry import Op
 from autotuner.base.settings import Settings
 from autotuner.engine.measure.runner import TrialRunner
-from autotuner.engine.measure.timing import rotation
+from autotuner.engine.measure.timing import interleaved
 from autotuner.engine.measure.trial_process import QUICK_SCALE, WorkerSpec
 from autotuner.engine.sweeps.refine import REACH
 from search_spaces.contract import ProblemType
@@ -74,14 +74,13 @@ def _on_point(op: Op, problems: list[ProblemType], winners: list[Config | None],
     runner.use(WorkerSpec(op.name, dataclasses.asdict(on), (*settings.plugins, *op.imports),
                           device.index,
                           settings.warmup_ms, settings.rep_ms), settings.trial_timeout_s)
-    times: dict[str, list[float]] = {k: [] for k, c in valid.items() if runner.measure(c, QUICK_SCALE).status == "ok"}
-    for r in range(rounds):  # interleaved: drift hits every config alike
-        for key in rotation(list(times), r):
-            outcome = runner.time(valid[key], 1.0 / rounds)
-            if outcome.status == "ok" and outcome.timing is not None:
-                times[key].append(outcome.timing.median_ms)
-            else:
-                del times[key]
+
+    def time_one(key: str) -> float | None:
+        outcome = runner.time(valid[key], 1.0 / rounds)
+        return outcome.timing.median_ms if outcome.status == "ok" and outcome.timing is not None else None
+
+    times = interleaved([k for k, c in valid.items() if runner.measure(c, QUICK_SCALE).status == "ok"], rounds,
+                        time_one)
     ms = {k: statistics.median(v) for k, v in times.items() if v}
     own_config = winners[j]
     assert own_config is not None
