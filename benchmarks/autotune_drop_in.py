@@ -235,8 +235,11 @@ def kernel_times(tmp: str) -> dict[str, Any]:
         choices = {"triton.autotune": theirs.best_config.all_kwargs(),
                    "autotuner.autotune": ours_mm.best_config.all_kwargs(),
                    "autotuner.autotune space=": spaced.best_config.all_kwargs()}
-        rounds = interleaved(list(choices), 5, lambda name, choices=choices, args=args: time_cuda(functools.partial(
-            ours_mm.fn[grid(choices[name])], *args, **choices[name]), 25, 100).median_ms)
+        def timed(name: str, choices: dict[str, Any] = choices, args: tuple[Any, ...] = args) -> float:
+            return time_cuda(functools.partial(ours_mm.fn[grid(choices[name])], *args, **choices[name]), 25,
+                             100).median_ms
+
+        rounds = interleaved(list(choices), 5, timed)
         out[problem] = {k: {"config": dict(choices[k]), "ms": statistics.median(v)} for k, v in rounds.items()}
 
     x = torch.randn(8192, 4096, device="cuda", dtype=torch.bfloat16)

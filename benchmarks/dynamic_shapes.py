@@ -183,7 +183,10 @@ def step_landscape(spec: dict[str, Any], keys: list[int], served_at: dict[int, l
         times[m] = [launch.time(m, c, rep=REP_MS) for c in configs]
         picked = sorted(range(len(configs)), key=lambda i: times[m][i])[:FINALISTS]
         picked += [i for i in served_at.get(m, []) if i not in picked]
-        rounds = interleaved(picked, ROUNDS, lambda i, m=m: launch.time(m, configs[i], rep=REP_MS))
+        def timed(i: int, m: int = m) -> float:
+            return launch.time(m, configs[i], rep=REP_MS)
+
+        rounds = interleaved(picked, ROUNDS, timed)
         final[m] = {i: statistics.median(ts) for i, ts in rounds.items()}
     return {"times": times, "final": final}
 

@@ -180,9 +180,10 @@ def main() -> None:
         for problem, rows in [*cases(store, settings), *(decorated() if DEV == "cuda" else [])]:  # triton.autotune times on a GPU only
             # rows interleaved round by round (each round's order rotated), so that a slow spell of the host's CPU
             # falls on every row alike rather than on the one measured through it
-            samples = interleaved(list(rows), args.rounds,
-                                  lambda name, rows=rows: cpu_per_call_us(rows[name], args.calls, 1,
-                                                                          gpu=DEV == "cuda"))
+            def per_call(name: str, rows: dict[str, Any] = rows) -> float:
+                return cpu_per_call_us(rows[name], args.calls, 1, gpu=DEV == "cuda")
+
+            samples = interleaved(list(rows), args.rounds, per_call)
             results[problem] = {name: statistics.median(s) for name, s in samples.items()}
             print(f"{problem}: " + ", ".join(f"{k} {v:.1f} us" for k, v in results[problem].items()), flush=True)
     print(f"\n{current_device().key}, torch {torch.__version__}, triton {triton.__version__}; CPU us per call, median "
