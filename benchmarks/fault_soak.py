@@ -9,7 +9,7 @@ exactly once and be visible to every process, and every stored run must read bac
 PostgreSQL is the server at AUTOTUNER_TEST_PG_URL (default postgresql+psycopg://postgres@127.0.0.1:5432/test), on a
 fresh database made for the run. The workers tune small softmax problems on Triton's interpreter (set here where
 unset). Prints per backend: jobs acknowledged, done, lost (acknowledged, then missing or not done), done twice (more
-than one done run), runs that do not read back, and the readers' commands run and failed. tests/test_fault_injection.py
+than one done run), runs that do not read back, and the readers' commands run and failed. tests/integration/test_fault_injection.py
 runs one short soak of each backend in CI.
 """
 

@@ -6,7 +6,7 @@ while the PostgreSQL database goes away and comes back three times.
 
 Everything talks to a fresh database on the PostgreSQL server at AUTOTUNER_TEST_PG_URL (default
 postgresql+psycopg://postgres@127.0.0.1:5432/test). With `--outage proxy` the service and the workers reach it
-through tests/tcp_proxy.py, which the script stops (every connection cut, new ones refused) and starts again.
+through tests/support/tcp_proxy.py, which the script stops (every connection cut, new ones refused) and starts again.
 The workers tune small softmax problems on Triton's interpreter. One lookup in five names a shape not asked
 before (the database answers it); the rest repeat (the service's memory answers them). After the load stops and the database is back,
 the workers drain the queue; then every accepted job is looked up.
@@ -37,7 +37,7 @@ from sqlalchemy.engine import make_url
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.tcp_proxy import TcpProxy, url_through  # noqa: E402
+from tests.support.tcp_proxy import TcpProxy, url_through  # noqa: E402
 
 PG_URL = os.environ.get("AUTOTUNER_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 TOKEN = "soak-token"

@@ -13,7 +13,7 @@ from search_spaces.errors import AutotunerError
 SQLITE_BUSY_TIMEOUT_MS = 60_000
 DB_HINT = "use sqlite:///PATH or postgresql+psycopg://USER@HOST:PORT/DB (--db or AUTOTUNER_DB_URL)"
 # The newest migration's revision: a database at it is used without loading Alembic (a launching process opens
-# its database on the first launch of a problem; tests/test_db.py holds this equal to the scripts' head).
+# its database on the first launch of a problem; tests/integration/test_db.py holds this equal to the scripts' head).
 HEAD = "0009"
 
 

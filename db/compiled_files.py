@@ -8,7 +8,7 @@ whose mac verifies.
 `engine` is an SQLAlchemy engine, or the path of a plain SQLite file, read and written through the standard
 library's sqlite3: the trial workers and compile-pool processes that share compiles look files up before their
 first compile, and SQLAlchemy's import and engine cost that lookup 1-2 s of a process's start on the GPU hosts
-(benchmarks/tune_time.py). Importing this module imports no SQLAlchemy. tests/test_compile_share.py holds
+(benchmarks/tune_time.py). Importing this module imports no SQLAlchemy. tests/integration/test_compile_share.py holds
 the two paths to one another's rows.
 """
 

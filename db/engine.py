@@ -184,7 +184,7 @@ def schema_state(engine: Engine) -> str:
 
 def _create_at_head(conn) -> None:  # type: ignore[no-untyped-def]
     """A new database: the models' tables as they stand at HEAD, and HEAD stamped, in one transaction, without
-    loading Alembic or replaying every migration (a new user's first command waits on this). tests/test_db.py
+    loading Alembic or replaying every migration (a new user's first command waits on this). tests/integration/test_db.py
     holds the migrations' result equal to these models."""
     from db.models import Base
 

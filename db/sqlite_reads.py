@@ -3,7 +3,7 @@ rows of one problem (or of every problem of an op, for the nearest one), and the
 one write, queueing a tuning job for a key it met untuned (`AUTOTUNER_ON_MISS=nearest` or `default`). A process that launches a tuned kernel asks these once per
 key and nothing else, and importing SQLAlchemy (its Core, ORM and models) would cost it more than its first
 launch (benchmarks/launch_overhead.py). Everything else goes through db.engine and db.repository;
-tests/test_sqlite_reads.py holds these equal to repository.find_best_rows, repository.trial_times and
+tests/integration/test_sqlite_reads.py holds these equal to repository.find_best_rows, repository.trial_times and
 queue.add_job.
 
 `SqliteReads.open(url)` answers None where this does not apply, and the caller opens the database through

@@ -173,7 +173,7 @@ def merge_options(ops: Iterable[TunableOp[Any]]) -> list[MergedOption]:
 
 @dataclass(frozen=True)
 class Example:
-    """A problem an op's own tests run (tests/test_kernels.py, test_spaces.py, gpu/test_gpu_ops.py read them from
+    """A problem an op's own tests run (tests/integration/test_kernels.py, test_spaces.py, gpu/test_gpu_ops.py read them from
     the registry): in `TunableOp.examples`, small enough for Triton's interpreter and run in every dtype the op
     takes; in `TunableOp.gpu_examples`, a realistic size in `dtype`."""
 

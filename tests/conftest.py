@@ -22,7 +22,7 @@ os.environ["XDG_DATA_HOME"] = str(USER_DATA)
 os.environ["XDG_CACHE_HOME"] = str(USER_CACHE)
 
 # The suite's own decorated kernels live in tests.*: the workers its tests start may import them for a job. What a
-# worker refuses (anything else) is checked where AUTOTUNER_KERNEL_MODULES is left out (tests/test_worker.py).
+# worker refuses (anything else) is checked where AUTOTUNER_KERNEL_MODULES is left out (tests/integration/test_worker.py).
 os.environ.setdefault("AUTOTUNER_KERNEL_MODULES", "tests")
 
 poison_outputs(True)  # every output in the tests starts as NaN, so an unwritten element fails
@@ -34,6 +34,19 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     from kernels._backend import cuda_device_count
 
     return 1 if cuda_device_count() else min(2, os.cpu_count() or 1)
+
+
+TIERS = ("unit", "integration", "gpu")  # tests/<tier>: pyproject.toml's markers say what each holds
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Each test is marked with its tier, from the folder it lives in (tests/unit/<room>, tests/integration,
+    tests/gpu): `pytest -m unit` runs the fast tier."""
+    tests = Path(__file__).resolve().parent
+    for item in items:
+        folder = Path(str(item.path)).resolve().relative_to(tests).parts[0]
+        if folder in TIERS:
+            item.add_marker(getattr(pytest.mark, folder))
 
 
 def _written(folder: Path) -> list[str]:

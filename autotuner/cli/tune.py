@@ -114,7 +114,8 @@ def tune(
     trials: int | None = typer.Option(None, "--trials", min=1, help="configs to measure (default: up to 64)"),
     time_budget: float | None = typer.Option(None, "--time-budget", min=0.1, help="seconds the whole command may take, "
                                              "start-up included: the search gets most of what is left after set-up, "
-                                             "the re-time the rest (at least one config is measured)"),
+                                             "the re-time the rest; a trial still running when it ends is cut, and "
+                                             "none measured by then is an error (exit 1)"),
     strategy: str = typer.Option("tpe", "--strategy", help=f"the search: {strategies_help()}"),
     seed: int = typer.Option(0, "--seed"),
     margin: float | None = typer.Option(None, "--margin", min=0.0, max=0.99,

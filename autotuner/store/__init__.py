@@ -8,7 +8,7 @@ and what its tuning measures first (`resolution`), the frozen rows handed to the
 (`rows`), export and import (`transfer`), and the compile-cache files shared between hosts (`compiled_files`).
 
 Every caller outside this package opens a database with `open_store(url)`, and reads the interfaces, never which
-class answers (tests/test_architecture.py holds them to it; tests/test_store_conformance.py holds every reader to
+class answers (tests/unit/house/test_architecture.py holds them to it; tests/unit/store/test_store_conformance.py holds every reader to
 the same answers).
 
 May import: `autotuner.base`, `db`, the ground floor.
@@ -37,7 +37,7 @@ _BACKENDS: dict[str, Opener] = {"sqlite": _sql, "postgresql": _sql}
 def register_backend(scheme: str, opener: Opener) -> None:
     """Open URLs of `scheme` (`memory://...`; a driver's `+name` is not part of it) with `opener`, a callable taking
     the URL and `create` and `timeout_s` as keywords and answering every interface of autotuner.store.interfaces
-    (tests/test_store_conformance.py runs the suite over a backend registered so)."""
+    (tests/unit/store/test_store_conformance.py runs the suite over a backend registered so)."""
     if not scheme.isidentifier():
         raise ValueError(f"a URL scheme is a plain name, got {scheme!r}")
     _BACKENDS[scheme] = opener

@@ -242,7 +242,7 @@ class RowAudit(Protocol):
 class Storage(SweepStore, JobQueue, RecordedCalls, TuningClaims, ResultBrowser, PeakStore, StorageHealth, RowAudit,
               Protocol):
     """A whole store: what `autotuner.store.open_store` gives. A second backend answers these (and
-    tests/test_store_conformance.py runs over it); callers ask for the narrowest interface they use."""
+    tests/unit/store/test_store_conformance.py runs over it); callers ask for the narrowest interface they use."""
 
     def save_best(self, *, op: Op, problem: ProblemType, device: DeviceInfo, config: dict[str, Any], median_ms: float,
                   default_ms: float | None, torch_ms: float | None, run_id: int | None,

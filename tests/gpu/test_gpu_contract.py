@@ -1,4 +1,4 @@
-"""GPU tier: what a training loop relies on (tests/test_triton_contract.py holds the same in the interpreter). Memory
+"""GPU tier: what a training loop relies on (tests/integration/test_triton_contract.py holds the same in the interpreter). Memory
 allocated does not grow over many launches on new tensors, keyword arguments included, under the decorator, the
 switch and the library calls; a launch returns the compiled kernel as Triton's does; torch's `wrap_triton` and
 `torch.compile` take a decorated kernel."""

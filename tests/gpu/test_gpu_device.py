@@ -13,7 +13,7 @@ import torch
 
 from autotuner.base.device import current_device
 from kernels._backend import cuda_properties
-from tests.test_tuning import NO_TORCH_SCRIPT
+from tests.integration.test_tuning import NO_TORCH_SCRIPT
 
 pytestmark = [
     pytest.mark.gpu,

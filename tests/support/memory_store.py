@@ -1,6 +1,6 @@
 """A store kept in this process's memory, registered for `memory://` URLs: a second backend of the store's read
 and run-writing interfaces (ResultReader, RunWriter, SweepStore's sweeps and cross timings), written against
-autotuner.store.interfaces and the store's row judgements alone, with no SQL. tests/test_store_conformance.py runs
+autotuner.store.interfaces and the store's row judgements alone, with no SQL. tests/unit/store/test_store_conformance.py runs
 the readers' suite over it, which shows the interfaces, not the SQL store, are what a backend answers."""
 
 from __future__ import annotations

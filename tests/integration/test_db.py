@@ -1,0 +1,221 @@
+"""The repository and schema on both backends: a real SQLite file and the real PostgreSQL server."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+from sqlalchemy import select, text
+
+from autotuner.base.registry import get_op
+from autotuner.store.database import Store
+from db import repository as repo
+from db.engine import (
+    DatabaseUnavailable,
+    NotAutotunerDatabase,
+    head_revision,
+    make_engine,
+    schema_state,
+    session_scope,
+    upgrade,
+)
+from tests.support.devices import H100 as GPU
+
+
+def test_new_database_is_created_at_the_latest_schema(url):
+    engine = make_engine(url)
+    assert schema_state(engine) == "empty"
+    Store(url)  # first use migrates
+    assert schema_state(engine) == "current"
+    assert upgrade(engine) == "current"
+    with engine.connect() as conn:
+        assert conn.execute(text("select version_num from alembic_version")).scalar() == head_revision()
+
+
+def test_runs_trials_and_best_configs_round_trip(url):
+    store = Store(url)
+    op = get_op("matmul")
+    problem = op.parse_problem("4096x4096x4096")
+    run_id = store.start_run(op=op, problem=problem, device=GPU, strategy="tpe", budget_trials=10,
+                             budget_seconds=None, clock="cuda-events")
+    cfg = op.space.default(problem, GPU)
+    tid = store.record_trial(run_id=run_id, config=cfg, config_key="k1", status="ok", median_ms=0.25, p20_ms=0.24,
+                             p80_ms=0.26, compile_s=1.5)
+    store.record_trial(run_id=run_id, config=cfg, config_key="k2", status="out_of_resources", error="smem")
+    store.set_retimed(trial_id=tid, retimed_ms=0.251)
+    store.finish_run(run_id=run_id, status="done")
+    assert store.save_best(op=op, problem=problem, device=GPU, config=cfg, median_ms=0.251, default_ms=0.3,
+                           torch_ms=0.2, run_id=run_id)
+    with session_scope(store.engine) as s:
+        run = repo.get_run(s, run_id=run_id)
+        assert run is not None and run.status == "done" and run.device.key == GPU.key
+        assert [t.status for t in run.trials] == ["ok", "out_of_resources"]
+        assert run.trials[0].retimed_ms == 0.251 and run.trials[0].p80_ms == 0.26
+        assert [d.key for d in repo.list_devices(s)] == [GPU.key]
+    best = store.best(op=op, problem=problem, device=GPU)
+    assert best is not None and best.config == cfg and best.median_ms == 0.251 and not best.stale
+
+
+def test_stale_when_kernel_hash_or_triton_differs(url):
+    store = Store(url)
+    op = get_op("softmax")
+    problem = op.parse_problem("4096x4096")
+    device_id = store.device_id(GPU)
+    with session_scope(store.engine) as s:
+        repo.save_best(s, op="softmax", problem_key=problem.key, problem={"rows": 4096, "cols": 4096, "dtype": "float16"},
+                       device_id=device_id, kernel_hash="0123456789abcdef", triton_version="0.0.1",
+                       config={"BLOCK_N": 4096, "ROWS": 1, "num_warps": 8, "num_stages": 1}, median_ms=0.1,
+                       default_ms=None, torch_ms=None, run_id=None)
+    best = store.best(op=op, problem=problem, device=GPU)
+    assert best is not None and best.stale
+    assert "kernel source changed" in (best.stale_reason or "") and "Triton version differs" in (best.stale_reason or "")
+    assert store.nearest(op=op, problem=op.parse_problem("2048x4096"), device=GPU) == []  # stale is never a warm start
+
+
+def test_nearest_prefers_same_n_and_k_for_matmul(url):
+    store = Store(url)
+    op = get_op("matmul")
+    for shape, ms in (("4096x4096x4096", 1.0), ("64x4096x4096", 0.1), ("128x1024x1024", 0.1)):
+        p = op.parse_problem(shape)
+        store.save_best(op=op, problem=p, device=GPU, config=op.space.default(p, GPU), median_ms=ms, default_ms=None,
+                        torch_ms=None, run_id=None)
+    near = store.nearest(op=op, problem=op.parse_problem("100x4096x4096"), device=GPU)
+    assert [p.key for p, _ in near] == ["64x4096x4096:float16", "4096x4096x4096:float16", "128x1024x1024:float16"]
+    assert store.nearest(op=op, problem=op.parse_problem("100x4096x4096", "bfloat16"), device=GPU) == []
+
+
+def test_sqlite_foreign_file_and_newer_schema_are_refused_untouched(tmp_path):
+    foreign = tmp_path / "foreign.db"
+    with sqlite3.connect(foreign) as con:
+        con.execute("create table t (x int)")
+    garbage = tmp_path / "garbage.db"
+    garbage.write_bytes(b"this is not a database at all" * 100)
+    for path, error in ((foreign, NotAutotunerDatabase), (garbage, DatabaseUnavailable)):
+        before = path.read_bytes()
+        with pytest.raises(error):
+            Store(f"sqlite:///{path}")
+        assert path.read_bytes() == before
+    newer = tmp_path / "newer.db"
+    Store(f"sqlite:///{newer}")
+    with sqlite3.connect(newer) as con:
+        con.execute("update alembic_version set version_num = '9999_from_the_future'")
+    before = newer.read_bytes()
+    with pytest.raises(NotAutotunerDatabase, match="newer than this autotuner knows"):
+        upgrade(make_engine(f"sqlite:///{newer}"))
+    assert newer.read_bytes() == before
+
+
+def test_dead_postgres_is_a_clear_error():
+    with pytest.raises(DatabaseUnavailable, match="cannot open the database"):
+        schema_state(make_engine("postgresql+psycopg://postgres@127.0.0.1:1/nothing"))
+
+
+def test_save_best_and_a_tuning_claim_say_whether_they_wrote(url):
+    """Both answer from RETURNING: an INSERT .. ON CONFLICT's rowcount is -1 under some drivers (psycopg 3)."""
+    store = Store(url)
+    op = get_op("softmax")
+    problem = op.parse_problem("64x64")
+    cfg = op.space.default(problem, GPU)
+    assert store.save_best(op=op, problem=problem, device=GPU, config=cfg, median_ms=1.0, default_ms=None,
+                           torch_ms=None, run_id=None)
+    assert not store.save_best(op=op, problem=problem, device=GPU, config=cfg, median_ms=2.0, default_ms=None,
+                               torch_ms=None, run_id=None)  # slower: not written
+    assert store.claim_tuning(op="k", problem_key="p", device_key="d", owner="a", lease_s=60)
+    assert not store.claim_tuning(op="k", problem_key="p", device_key="d", owner="b", lease_s=60)
+    store.release_tuning(op="k", problem_key="p", device_key="d", owner="a")
+    assert store.claim_tuning(op="k", problem_key="p", device_key="d", owner="b", lease_s=60)
+
+
+def test_the_migrations_build_the_models_schema(url):
+    """Alembic's head and the SQLAlchemy models agree (tables, columns, indexes, foreign keys; column types on PostgreSQL,
+    SQLite not enforcing VARCHAR lengths, so its widened columns keep their first declared length)."""
+    from alembic import command
+    from alembic.autogenerate import compare_metadata
+    from alembic.runtime.migration import MigrationContext
+
+    from db.engine import _alembic_config
+    from db.models import Base
+
+    engine = make_engine(url)
+    with engine.begin() as conn:  # every migration, from nothing (a new database is made from the models)
+        command.upgrade(_alembic_config(conn), "head")
+    with engine.connect() as conn:
+        ctx = MigrationContext.configure(conn, opts={"compare_type": engine.dialect.name != "sqlite"})
+        assert compare_metadata(ctx, Base.metadata) == []
+
+
+def test_head_is_the_newest_migration():
+    """db.engine.HEAD lets a database at the newest schema open without loading Alembic: it must name it."""
+    from db.engine import HEAD
+
+    assert HEAD == head_revision()
+
+
+def test_rejection_rows_of_an_old_database_are_folded_into_counts(url):
+    """Migration 0005: a run's `invalid`, never-timed trial rows (one per rejected config) become the run's
+    counts per reason and are deleted; measured and failed trials stay."""
+    from alembic import command
+
+    from db.engine import _alembic_config, open_engine
+    from db.models import Trial, TuningRun
+
+    engine = make_engine(url)
+    with engine.begin() as conn:
+        command.upgrade(_alembic_config(conn), "0004")
+    with engine.begin() as conn:
+        conn.execute(text("INSERT INTO devices (id, key, name, capability, sm_count, total_memory, smem_per_block,"
+                          " created_at) VALUES (1, 'd', 'd', '9.0', 132, 1, 232448, '2026-01-01 00:00:00')"))
+        conn.execute(text("INSERT INTO tuning_runs (id, op, problem_key, problem, device_id, kernel_hash, "
+                          "triton_version, torch_version, strategy, clock, status, started_at) VALUES (7, 'matmul',"
+                          " 'p', '{}', 1, 'h', '3.6.0', '2.11', 'tpe', 'cuda_events', 'done', '2026-01-01 00:00:00')"))
+        rows = [("ok", 0.5, None), ("compile_error", None, "boom"),
+                ("invalid", None, "shared memory 262144 B (pipeline) exceeds the device's 232448 B per block"),
+                ("invalid", None, "shared memory 393216 B (pipeline) exceeds the device's 232448 B per block; "
+                                  "8 warps for a 16x16 tile leave 4 outputs per thread (need >= 8)"),
+                ("invalid", None, "GROUP_M=8 has no effect with one row of tiles (M=16, BLOCK_M=16)")]
+        for i, (status, ms, error) in enumerate(rows):
+            conn.execute(text("INSERT INTO trials (run_id, config, config_key, status, median_ms, error, created_at)"
+                              " VALUES (7, '{}', :k, :s, :ms, :e, '2026-01-01 00:00:00')"),
+                         {"k": f"c{i}", "s": status, "ms": ms, "e": error})
+    engine.dispose()
+    migrated = open_engine(url)
+    with session_scope(migrated) as s:
+        run = s.get(TuningRun, 7)
+        assert run is not None and run.rejected == 3
+        assert run.rejections == {
+            "shared memory N B (pipeline) exceeds the device's N B per block": {
+                "count": 2, "example": "shared memory 262144 B (pipeline) exceeds the device's 232448 B per block"},
+            "GROUP_M=N has no effect with one row of tiles (M=N, BLOCK_M=N)": {
+                "count": 1, "example": "GROUP_M=8 has no effect with one row of tiles (M=16, BLOCK_M=16)"}}
+        assert sorted(t.status for t in s.scalars(select(Trial))) == ["compile_error", "ok"]
+
+
+def test_a_new_sqlite_file_another_process_is_making_is_waited_for(tmp_path):
+    """SQLite commits each CREATE TABLE as it goes: a process opening a new file while another was making it saw
+    its tables without their revision and refused it as foreign (1 in 60 three-process races, before). Here the
+    other process's state is made by hand: the schema's tables, then, half a second later, the revision."""
+    import threading
+    import time
+
+    from sqlalchemy import create_engine
+
+    from db.engine import HEAD
+    from db.models import Base
+
+    path = tmp_path / "new.db"
+    maker = create_engine(f"sqlite:///{path}")
+    Base.metadata.create_all(maker)
+
+    def finish() -> None:
+        time.sleep(0.5)
+        with maker.begin() as c:
+            c.execute(text("CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL PRIMARY KEY)"))
+            c.execute(text("INSERT INTO alembic_version (version_num) VALUES (:v)"), {"v": HEAD})
+
+    done = threading.Thread(target=finish)
+    done.start()
+    try:
+        Store(f"sqlite:///{path}").ping()  # waits for the revision instead of calling the file foreign
+    finally:
+        done.join()
+        maker.dispose()
