@@ -1,12 +1,6 @@
 """The results page's charts as geometry: plain numbers the templates draw as inline SVG (no script, no CDN).
 
-    trials_chart(trials)          time of every measured config in the order measured, the best so far as a line,
-                                  failures marked along the top
-    param_chart(trials, "BLOCK_M")  time against one parameter's values
-    speedup_chart(bars)           `autotuner report`'s bars: torch eager, default config, tuned config
-
-Each chart is a `Chart`: a fixed coordinate box (the SVG's viewBox; it scales to the screen), axes with ticks,
-and the marks. Times spanning more than a decade are drawn on a log scale.
+More: docs/design/service.md, `api/charts.py`.
 """
 
 from __future__ import annotations

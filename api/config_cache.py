@@ -1,11 +1,6 @@
 """The answer cache in front of `GET /config`, which every launching process may call.
 
-Answers are kept per raw query string for `config_cache_s`. A hit is answered by `ConfigFastPath`, a small ASGI
-middleware, without FastAPI's parameter parsing (a hit was validated when it was first computed). An expired
-answer is still served while one background refresh replaces it, so no request waits on the database once a
-query has been seen, and concurrent misses of one query share a single computation. A refresh that fails (the
-database is away) keeps the answer it would have replaced: it is served, with `X-Autotuner-Cache: stale`, and
-refreshed again after another `config_cache_s`.
+More: docs/design/service.md, `api/config_cache.py`.
 """
 
 from __future__ import annotations

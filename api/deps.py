@@ -1,11 +1,6 @@
 """What the routes depend on: the service's shared state, its store, and the write token.
 
-    @router.get("/devices")
-    def devices(store: StoreDep) -> ...
-
-`ServiceState` lives on `app.state.service` (built by `create_app`); `StoreDep` opens the database on first use
-and answers 503 while it cannot be opened; `require_token` guards writes; `single_query_values`, on every route,
-refuses a query parameter given more than once.
+More: docs/design/service.md, `api/deps.py`.
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
 """How errors become responses: every bad input a 4xx whose detail names the field, a dead database a 503.
 
-    422  a value the schema does not accept (FastAPI's validation, and InputError)
-    409  a request the schema admits naming a problem this service cannot run (too large, heads that do not group)
-    404  no such thing: a result, a job, a device, or a problem (an op has no problem of this shape or option)
-    300  the request names no device and the database knows several: the body lists them
-    401/403  a write without the server's token, or to a server started without one
-    503  the database is unavailable, or cannot keep a write (deleted, replaced, read-only, full, corrupt): the cause
+More: docs/design/service.md, `api/errors.py`.
 """
 
 from __future__ import annotations

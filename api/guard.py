@@ -1,13 +1,6 @@
 """Two ASGI middlewares that stand in front of the routes.
 
-`RequestGuard`, for requests with a body (every write): the token is checked before a byte of the body is read
-(401/403), a body larger than `max_body_bytes` is refused as soon as that is known (413; by its Content-Length,
-or while it streams in), and a JSON body holding a non-finite number (NaN, Infinity, 1e999) or nested more than
-MAX_DEPTH levels is a 422 whose detail is valid JSON. What passes is handed to the app from memory.
-
-`Deadline`: a request not answered within `timeout_s` is answered 503 (the database stalled). The route keeps
-running in the background until its database call fails (db.deadline bounds that too); what it sends then is
-dropped.
+More: docs/design/service.md, `api/guard.py`.
 """
 
 from __future__ import annotations

@@ -2,14 +2,7 @@
 an HMAC-SHA256 under the operator's secret and the signer that secret is: `get` returns only this signer's files
 whose mac verifies.
 
-    put(engine, secret, key, "copy.cubin", data)
-    files = get(engine, secret, key, ["copy.cubin", "copy.json"])    # {name: bytes}, verified ones only
-
-`engine` is an SQLAlchemy engine, or the path of a plain SQLite file, read and written through the standard
-library's sqlite3: the trial workers and compile-pool processes that share compiles look files up before their
-first compile, and SQLAlchemy's import and engine cost that lookup 1-2 s of a process's start on the GPU hosts
-(benchmarks/tune_time.py). Importing this module imports no SQLAlchemy. tests/integration/test_compile_share.py holds
-the two paths to one another's rows.
+More: docs/design/store.md, `db/compiled_files.py`.
 """
 
 from __future__ import annotations

@@ -1,15 +1,6 @@
 """A client-side deadline on every PostgreSQL round trip (psycopg 3).
 
-A statement, commit or rollback that has not answered within its deadline has its connection's socket shut
-down, so the call fails with OperationalError (and SQLAlchemy discards the connection) instead of waiting for
-ever. The server's own `statement_timeout` and `lock_timeout` cannot fire when the server never sees the query
-(it stalled, or the network swallows packets), and TCP keepalives never fire while the far side's kernel still
-acknowledges: only the client can bound that wait.
-
-    engine = create_engine(url, connect_args=...)
-    install(engine, deadline_s=6.0)
-
-`without_deadline(dbapi_connection)` lifts it for one connection (a long migration).
+More: docs/design/store.md, `db/deadline.py`.
 """
 
 from __future__ import annotations

@@ -1,16 +1,6 @@
 """Whether a database can keep what is written to it, and why not, in words a client can be given.
 
-A running service or worker keeps its engine for hours: its SQLite file may meanwhile be deleted (SQLite goes on
-writing to the unlinked file, and everything is lost), replaced by another file, made read-only, or fill its
-disk; a file may be corrupt from the start or overwritten. `storage_problem` looks (a stat, the disk's free
-space, and through SQLite a write of page 1 that changes nothing: the same `user_version`) and names the first
-problem found; `cause_of` names the problem a driver error reports. Neither says where the database is: that
-stays in the operator's log.
-
-Nothing here opens the database file itself. POSIX drops every fcntl lock a process holds on a file when any
-descriptor of that file in the process is closed, SQLite's own included; another process closing its connection
-then takes itself for the last one and deletes the write-ahead log this process goes on writing to. SQLite reads
-the header itself (a file that is not a database fails the `user_version` write).
+More: docs/design/store.md, `db/health.py`.
 """
 
 from __future__ import annotations

@@ -1,20 +1,6 @@
 """The job queue's SQL: queue, claim, heartbeat, finish, retry and requeue jobs.
 
-A job is claimed by exactly one worker. PostgreSQL: `SELECT ... FOR UPDATE SKIP LOCKED` inside the claiming
-transaction, so concurrent workers skip each other's rows instead of waiting on them. SQLite has one writer
-at a time: a conditional `UPDATE ... WHERE id = ? AND state = 'queued'` claims the row only if nobody did first.
-
-Which job a claim takes: the highest priority first, then the oldest, except that among the first AFFINITY_WINDOW
-queued jobs, of jobs of one priority, a claim takes first one of the same kernels as the job this worker ended last
-(the same op, dtype, options and kind: its binaries are compiled, only the shape differs, and Triton specializes on
-divisibility, not sizes), then one of kernels no running job has (none is compiling them), then the oldest; once
-AFFINITY_WINDOW jobs queued after the oldest have been taken before it, claims follow the queue's order until it is
-taken. Two workers that took the next two jobs of one kernel both waited on its compiles (one binary is compiled
-once on a host: the second pool's processes wait for the first's), and each paid every cold start of the queue
-(benchmarks/scale_workers.py).
-
-Every state change made on a worker's behalf is conditional on that worker still holding the job, so a job
-that was taken back from a worker (its heartbeat stopped) is never finished twice.
+More: docs/design/store.md, `db/queue.py`.
 """
 
 from __future__ import annotations

@@ -6,9 +6,7 @@ launch (benchmarks/launch_overhead.py). Everything else goes through db.engine a
 tests/integration/test_sqlite_reads.py holds these equal to repository.find_best_rows, repository.trial_times and
 queue.add_job.
 
-`SqliteReads.open(url)` answers None where this does not apply, and the caller opens the database through
-SQLAlchemy instead, which says what is wrong: a URL that is not a plain `sqlite:///PATH` (options, a URI, memory,
-another backend), a missing file, a database not at this code's schema revision (db.basics.HEAD).
+More: docs/design/store.md, `db/sqlite_reads.py`.
 """
 
 from __future__ import annotations

@@ -1,25 +1,6 @@
 """Launching a compiled Triton kernel without Triton's per-call work.
 
-`kernel[grid](*args, **meta)` binds every argument, computes its specialization (dtypes, 16-byte alignment,
-integers equal to 1 or divisible by 16), hashes that into a cache key, looks the compiled kernel up, and only
-then launches, all of it Python on every call. A caller that knows each call has the same specialization as the
-first (the library calls key one launcher per input signature; a decorated kernel per `call_signature`) can
-skip all of it:
-
-    launch = Launcher(softmax_kernel, grid, meta)
-    launch(x, y, n_rows, n_cols, stride, stride)   # first call: through Triton, which compiles if needed
-    launch(x2, y2, n_rows, n_cols, stride, stride)  # later calls: Triton's compiled launcher, directly
-
-The first call goes through `kernel[grid]` and records the compiled kernel and Triton's bound arguments; later
-calls put their own arguments (tensors, host tensor descriptors, numbers) into the bound values and call the
-compiled kernel's launcher. The caller promises that every other argument equals the first call's and each
-tensor and number has the first call's specialization (`call_signature` says what that is). A launcher keeps no
-argument of any call: its bound values hold None where a call's arguments go.
-
-Under Triton's interpreter the same path is taken: the first call binds the arguments by the kernel's parameter
-names, later calls fill the same bound values and run the interpreter on them. Inside torch.compile's tracing,
-or where the installed Triton lacks what this relies on, every call goes through `kernel[grid]`. Launch hooks (a
-profiler's) are called as Triton calls them.
+More: docs/design/kernels.md, `kernels/_direct.py`.
 """
 
 from __future__ import annotations

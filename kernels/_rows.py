@@ -1,21 +1,7 @@
 """How the row-wise kernels (softmax, layernorm) lay a row over tiles: a row held whole in one tile or two, and
 rows whose length is not a multiple of 16 elements.
 
-A row held whole (BLOCK_N >= n_cols) is tile A, of BLOCK_N columns; where n_cols is little more than a power of
-two (24000, 5120, 4100: BLOCK_N 32768, 8192 and 8192, 27%, 37% and 50% of the tile past the row), A is that
-power of two (16384, 4096, 4096) and a tile B of the next power of two past it takes the rest (8192, 1024; 4100's
-4 are the tail's), so that no more than a quarter of the tiles' columns lie past the row (`row_tiles`); but not
-where that would make three tiles, A, B and a tail (5000 stays one tile of 8192 and a tail of 8: the third tile
-cost more than the columns it saved). A tile that lies inside the problem is loaded and stored without masks.
-
-Triton widens a masked load or store to 16 bytes only where it can prove the mask constant over the vector and
-the address aligned, and it knows an integer argument's divisibility only as "by 16" or not at all: with rows of
-1000 fp16 elements, `cols < n_cols` and `row * stride` gave 2-byte loads and stores for the whole row. So the
-kernels mask a row's body with n_body (n_cols rounded down to a multiple of TAIL) and take the last
-n_cols - n_body columns in a tile of TAIL of their own; and where the strides are multiples of 8 (or 4, or 2)
-elements but not of 16, the row offsets are declared multiples of ALIGN (`row_offsets`), so that the body's
-accesses are as wide as the alignment allows. With a stride of an odd number of elements every access is one
-element wide anyway, and the row takes no tail (n_body = n_cols).
+More: docs/design/kernels.md, `kernels/_rows.py`.
 """
 
 from __future__ import annotations

@@ -1,17 +1,6 @@
 """torch, imported where it is first used rather than where a module is imported.
 
-The ops' modules (kernels, search_spaces) use torch in what they run (inputs, references, launches), not in what
-they declare (spaces, constraints, problem shapes). `autotuner tune`'s own process only declares: it enumerates the
-space and asks for configs while its trial worker and compile pool, forked from a server that imports torch, do the
-running. Importing torch there cost the command seconds before its first config (benchmarks/tune_time.py). A module writes
-
-    if TYPE_CHECKING:
-        import torch
-    else:
-        torch = lazy(__name__)
-
-and uses `torch.x` as before: the first attribute asked of `torch` imports it and puts the module itself in the
-owner's globals, so later uses (a kernel launch's) cost nothing more than with a plain import.
+More: docs/design/kernels.md, `kernels/_torch.py`.
 """
 
 from __future__ import annotations

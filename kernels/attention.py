@@ -1,14 +1,6 @@
 """Flash-attention forward: O = softmax(Q K^T * sm_scale [+ causal mask]) V, online softmax in float32.
 
-q: (batch, heads, seq, head_dim), k and v: (batch, kv_heads, seq, head_dim), heads a multiple of kv_heads
-(grouped-query attention; each key/value head serves heads / kv_heads query heads), head_dim 64 or 128, any
-strides with a contiguous last dimension; seq need not be a multiple of the block. Causal masking is top-left
-aligned (query i sees keys 0..i). Each program computes BLOCK_M query rows of one (batch, head), streaming BLOCK_N
-keys at a time; causal launches run the longest query blocks first over groups of heads that share the L2
-(`causal_group`). With TMA=1 the launcher makes the tensor descriptors once where the layout allows
-(`_host_descriptors`); otherwise each program makes its own. With PERSIST=k the grid is k programs per SM, each
-walking the query blocks in the same order, the grid apart (one launch's set-up per program rather than per block);
-it ran slower than a program per block, so attention's space does not search it (benchmarks/attention_kinds.py).
+More: docs/design/kernels.md, `kernels/attention.py`.
 """
 
 from __future__ import annotations

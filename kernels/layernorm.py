@@ -1,11 +1,6 @@
 """Layer normalisation over the last dimension: y = (x - mean) / sqrt(var + eps) * weight + bias.
 
-x[..., N] with optional weight[N] and bias[N]. Each program normalises ROWS rows. When BLOCK_N covers the
-row stays in registers, in one tile or two, loaded and stored without masks where a tile lies inside the problem
-(kernels/_rows.py); otherwise the row is read in BLOCK_N chunks (mean, then variance, then the output: three
-reads), the columns past the last multiple of 16 in a tile of their own. Statistics are float32; the output has
-the input dtype. With HOLD16=1 a 16-bit row held whole stays as loaded between the passes (mean, variance,
-output), converted to float32 again for each (kernels/_rows.held).
+More: docs/design/kernels.md, `kernels/layernorm.py`.
 """
 
 from __future__ import annotations

@@ -1,23 +1,6 @@
 """Row-wise softmax over the last dimension of x[..., n_cols], any column count.
 
-Each program handles ROWS rows as one [ROWS, BLOCK_N] tile. When BLOCK_N covers the row the tile stays in
-registers (one read, one write); otherwise the row is streamed in BLOCK_N chunks with an online max/sum
-(two reads, one write). Computation is in float32; the output has the input dtype. With PERSIST=k the grid is k
-programs per SM, each walking row blocks in a loop software-pipelined PERSIST_STAGES deep (the next blocks' loads
-in flight while this one reduces: few long rows keep an SM busy that one block at a time left idle).
-
-A row held whole takes its max in the input's dtype (exact), its exponentials as exp2 of one fused multiply-add,
-and multiplies by the sum's reciprocal; it is held in one tile or two, without masks where a tile lies inside
-the problem (kernels/_rows.py; the fewer instructions let 8 warps hold a long row: benchmarks/suite.py). With HOLD16=1 a 16-bit row is held as loaded instead of in
-float32, and its outputs are 2^(x log2(e) - (max + log2(sum))), the exponentials computed a second time in place
-of the multiply (kernels/_rows.held; a long 16-bit row then fits a program without spilling: benchmarks/suite.py).
-
-With SPLIT=s > 1 (rows fewer than the SMs, e.g. a batch of a vocabulary's logits), each row is cut into s chunks
-and two launches run over (row, chunk): the first streams each chunk once for its max and sum of exponentials,
-the second combines its row's s partial (max, sum) pairs and streams the chunk again to write it, chunks taken
-last-read-first so that the second read finds them in the L2 when the input fits there. With SYNC=1 it is one
-launch: each program holds its chunk in registers, publishes its partials and waits for its row-mates' (the grid
-fits the SMs, so all of it runs at once; a wait that lasts too long reads the rest of the row instead of hanging).
+More: docs/design/kernels.md, `kernels/softmax.py`.
 """
 
 from __future__ import annotations

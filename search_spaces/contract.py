@@ -1,18 +1,6 @@
 """The kernel contract: what the engine needs to know about a tunable kernel, declared once per kernel.
 
-    OP = TunableOp(
-        name="softmax", problem_type=SoftmaxProblem, space=SPACE, dtypes=DTYPES,
-        launch=lambda inputs, config: k_softmax.softmax(inputs["x"], config),
-        make_inputs=make_inputs, problem_from_inputs=problem_from_inputs,
-        reference=lambda inputs: k_softmax.reference(inputs["x"]), tolerance=ELEMENTWISE_TOLERANCE,
-        sources=(k_softmax, _checks),
-        # optional extras of the built-in ops: the roofline's cost model, torch's own version
-        flops=flops, bytes_moved=bytes_moved, baseline=lambda inputs: torch.softmax(inputs["x"], -1),
-    )
-
-Every built-in op (`search_spaces/<op>.py`) and every `autotuner.autotune` kernel is a TunableOp. The CLI and
-the HTTP API build their problem options (`--epilogue`, `causal=true`) from `options`, so adding an op or an
-option touches the op's own files only. Nothing here imports the engine (autotuner/).
+More: docs/design/kernels.md, `search_spaces/contract.py`.
 """
 
 from __future__ import annotations

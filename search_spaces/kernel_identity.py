@@ -1,17 +1,7 @@
 """A Triton kernel function's identity, for its results' `kernel_hash`: what decides its binary, as Triton's own
 cache key reads it, and nothing else.
 
-    kernel_identity(fn)   # the function's source from its `def` on (the decorator lines above it left out), and
-                          # for every name it reads: a JIT function's identity (its callees, followed), or a
-                          # constant's value (an int, float, bool, str, or tl.constexpr)
-
-A config added to or removed from the decorator's list, a changed `key`, a comment above the `def` or a line moved
-leave it unchanged, so stored timings stay current; a change to the kernel's body, to a JIT function it calls
-(named directly or through a module, `helpers.fn`), or to a constant global it reads changes it. A module global
-that shares a name with one of the kernel's parameters or locals is not read by the kernel and is not hashed (a
-script's loop variable `n` beside a kernel parameter `n`). The same
-function hashes the same under Triton's interpreter and on a GPU. A built-in op's modules hash the same way, piece
-by piece (`module_identity`).
+More: docs/design/kernels.md, `search_spaces/kernel_identity.py`.
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
 """The results pages, for people: server-rendered HTML (Jinja2, every value escaped), read-only, no token.
 
-    GET /                     devices and their tuned problems (sortable, filterable by op) and the report chart
-    GET /ui/results/{id}      one result: its run's trials drawn, the config table, how to launch with it
-    GET /ui/queue             the job queue; /ui/queue/rows is the part the page re-fetches every few seconds
-
-Styles and the one small script ship in api/static (served at /static): the pages work with no internet.
-The pages are left out of the OpenAPI schema: they are not an API.
+More: docs/design/service.md, `api/routes/pages.py`.
 """
 
 from __future__ import annotations

@@ -1,16 +1,6 @@
 """`autotuner bench`: one problem, every way of computing it, on the same inputs, timed alike.
 
-Candidates: torch eager, torch.compile of the same function (in a chosen mode), the op's other torch versions
-(the unfused "manual" one for softmax and gelu, SDPA's flash backend for attention), the Triton kernel with the
-space's default config and with the stored tuned config. Each output is
-checked against the reference first. Timing is interleaved: `rounds` rounds, each timing every candidate in
-turn (each round starting one candidate further along) with CUDA events and the L2 flushed before each
-repetition, so drift hits all alike; a candidate's time is the median of its round medians, and
-`rounds_faster` counts the rounds it beat torch eager in. A memory-bound problem on a GPU is also set against a
-copy of as many bytes, timed in the same rounds (the rate a transfer of its size reaches). Where the
-tuner kept the default config, that kernel is timed once and both rows show it (timing one kernel twice
-would show the bench's own noise as a difference; benchmarks/suite.py). On the interpreter the
-clock is the CPU wall clock (and says so).
+More: docs/design/service.md, `autotuner/analysis/bench.py`.
 """
 
 from __future__ import annotations

@@ -2,10 +2,7 @@
 `OP`, a TunableOp: adding `search_spaces/<op>.py` adds the op, its CLI options, its HTTP schema and, if it declares
 one, its library call), plugins named in AUTOTUNER_PLUGINS, and kernels wrapped by `autotuner.autotune`.
 
-    op = get_op("softmax")
-    problem = op.parse_problem("4096x4096", "float16")
-    inputs = op.make_inputs(problem, "cuda:0")
-    out = op.run(inputs, op.space.default(problem, device))
+More: docs/design/launch.md, `autotuner/base/registry.py`.
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
 """A worker running `autotuner tune` for a command typed on this host (autotuner.worker.command_socket; the command's side
 is autotuner.cli.handoff).
 
-The command runs here as it would have there: the same arguments, in its folder, with its AUTOTUNER_* settings
-and its terminal (output, width, colours), writing the same output and exit status; but in the worker's kept
-trial worker and compile pool, so it pays no start-up. Given back instead (declined, before it writes anything)
-where it would not run the same here: another database, other plugins, another device choice
-(CUDA_VISIBLE_DEVICES, TRITON_INTERPRET), a decorated kernel's `module:name` op (imported from the command's
-folder), or a folder this worker cannot enter.
+More: docs/design/service.md, `autotuner/cli/handed_run.py`.
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
 """`autotuner tune` handed to a worker already running on this host (autotuner.worker.command_socket), before the command
 imports anything heavy: the worker tunes in the processes it keeps, and this process only relays its output.
 
-Not handed over: `--here`, `--queue`, `--gpus` (a worker measures on its one GPU) and `--help`,
-AUTOTUNER_LOCAL_WORKER=0 or AUTOTUNER_GPUS set, or no worker's command socket in the runtime folder; nor, without `--wait`,
-to a worker busy with a job (the command runs here at once; with `--wait` its arguments are checked here, in a
-process of their own, before it waits). A worker that declines
-(another database, other plugins or device settings, a decorated kernel's module it may not import) gives the
-command back, and it runs here as before.
+More: docs/design/service.md, `autotuner/cli/handoff.py`.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
 """`autotuner tune`'s trial worker and compile pool, started first thing: before the command imports torch and the
 ops, so that the processes make their CUDA contexts (and the fork server its imports) while it does.
 
-Started from autotuner.cli's import for a `tune` that will run here (not handed to a worker, not `--queue`
-or `--help`), with what can be known without torch: the device (the first of `--gpus`/AUTOTUNER_GPUS, else
-device 0, a new process's current device), the host's GPU count from the driver, the compile-pool size from the
-settings. The command takes them with `take`, or starts its own where these do not match what it decided.
-Only modules that import no torch are imported here (the engine's measure, kernels._backend, the settings).
+More: docs/design/service.md, `autotuner/cli/prestart.py`.
 """
 
 from __future__ import annotations

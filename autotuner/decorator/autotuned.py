@@ -1,21 +1,7 @@
 """`autotuner.autotune`: a drop-in for `@triton.autotune` whose results persist in the database, are shared
 through the service, and can be tuned offline by the workers.
 
-    @autotuner.autotune(configs=[triton.Config({"BLOCK": 128}, num_warps=4), ...], key=["n"])
-    @triton.jit
-    def kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr): ...
-
-    kernel[grid](x, y, n)          # launched exactly as before
-
-It takes every argument `triton.autotune` takes, with the same meaning, and more: `space=` (a declared
-search_spaces.space.Space instead of a list), `name=` (the kernel's name in the database, default
-`module:qualname`), `reference=` (what each config's output is checked against; default the default config's
-output), `make_inputs=` (makes a worker's rebuilt arguments valid), `on_miss=` and `trials=`.
-
-A launch with a key not seen in this process goes to the miss policy's module (autotuner.decorator.miss): the
-database, the service, then `tune` (autotuner.decorator.in_process), `default` or `error`. Later launches of
-the key find its config in `cache` and launch through one direct launcher per call signature (each argument's
-specialization, never a tensor's identity: kernels._direct.Launcher), skipping Triton's argument binding.
+More: docs/design/launch.md, `autotuner/decorator/autotuned.py`.
 """
 
 from __future__ import annotations

@@ -1,26 +1,7 @@
 """`autotuner.install()`: every autotuned Triton kernel of the process persists and shares its tuning, without
 touching its code.
 
-    import autotuner; autotuner.install()       # or AUTOTUNER_INSTALL=1, or `python -m autotuner run -- x.py`
-    import some_library                           # its @triton.autotune kernels now tune through autotuner
-
-It replaces `run` on `triton.runtime.autotuner.Autotuner` itself, so it covers kernels decorated with
-`triton.autotune`, Autotuners built directly, libraries' subclasses of it, and kernels defined before the
-switch. A kernel's first launch makes it an `autotune.Autotuned` (named `module:qualname`, its configs,
-key, pruning, hooks and timing the Autotuner's own) that finds each key's config as `@autotuner.autotune`
-does: the database, the service, then the miss policy (AUTOTUNER_ON_MISS; by default tuned here and
-stored). The Autotuner stays what it was: `isinstance`, `configs`, `fn`, `warmup`, `prune_configs` and
-its hooks are Triton's, and every config resolved is written into its `cache` and `best_config` as
-Triton's `run` would. A key already in its `cache` (tuned before the switch, or put there by a subclass)
-is launched as it is. With `cache_results=True`, the database keeps results across processes in place of
-Triton's own disk cache, which is then neither read nor written.
-
-A subclass whose own `run` does not call Triton's never reaches this one: it keeps choosing for itself, and
-the timings it takes through `_bench` are kept in the database (autotuner.decorator.kept_timings), so no
-process times a config twice. Left to Triton, and listed by `report()` with the reason: a subclass whose own
-`_bench` or `check_disk_cache` would be bypassed, a kernel with one config (nothing to tune), one whose
-arguments autotuner cannot read, and one autotuner failed to tune (from then on: never worse than Triton).
-`uninstall()` gives `run` and `_bench` back to Triton; kernels keep what they resolved.
+More: docs/design/launch.md, `autotuner/decorator/install.py`.
 """
 
 from __future__ import annotations

@@ -1,12 +1,6 @@
 """Timings that last for library Autotuners whose own `run` chooses the config (autotuner.decorator.install).
 
-A subclass of Triton's Autotuner that replaces `run` never reaches the one install() puts on the class, but it
-usually still times each config through `Autotuner._bench`. Installed, `_bench` answers from the database what
-was measured before for the same kernel, key, config and device (at the same kernel source and Triton
-version), and stores what it measures: the subclass keeps its own choice, and a second process, or another
-machine on a shared database, times nothing again. Each measured key's fastest config is stored as its best, so
-`autotuner show`, `GET /config` and the results pages list it; the subclass's own policy may still choose
-another. A database that cannot be written leaves Triton's `_bench` as it is.
+More: docs/design/launch.md, `autotuner/decorator/kept_timings.py`.
 """
 
 from __future__ import annotations

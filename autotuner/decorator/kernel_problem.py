@@ -1,14 +1,7 @@
 """The problem of an `autotuner.autotune` kernel: the values of its `key` arguments and the dtypes of its tensor
 arguments (as `@triton.autotune` keys its cache), plus, when recorded, what a worker needs to replay the launch.
 
-    shape  "M=4096,N=4096,K=4096"      the key arguments, in the decorator's `key` order
-    dtype  "float16"                   the tensor arguments' dtypes, in argument order (one name when all agree)
-    key    "M=4096,N=4096,K=4096:float16"
-
-A recorded call holds each argument (a tensor's shape, strides and dtype; any other value as it was), the grid
-for each candidate config and, for a kernel that prunes its configs, the keys of those its pruning left (`pruned`),
-so `autotuner worker` can rebuild arguments of the same form (random values, or the decorator's `make_inputs`),
-launch the kernel as its caller did, and measure only what `triton.autotune` would have.
+More: docs/design/launch.md, `autotuner/decorator/kernel_problem.py`.
 """
 
 from __future__ import annotations

@@ -4,10 +4,7 @@ process measures configs there while the launch's own device measures others (th
 autotuner.engine.measure). The launch's own device times the baseline and the re-time, so the winner is chosen on
 one GPU, as with one lane.
 
-A kernel stays on its launch's device where a copy could not be measured as the original is: hooks of its own
-(opaque code that may keep state between a pre- and a post-hook), a `do_bench` of its own (its timing is not
-queued behind a GPU sleep, so another lane's Python could show as idle GPU time in it), or an argument that is
-neither a tensor, a plain value nor a dataclass of them (a host TensorDescriptor is such a dataclass).
+More: docs/design/launch.md, `autotuner/decorator/lanes.py`.
 """
 
 from __future__ import annotations

@@ -1,19 +1,7 @@
 """The first launch of a key in a process: the database, then the service (autotuner.launch.lookup, no fallback),
 then the miss policy (`on_miss=` or AUTOTUNER_ON_MISS):
 
-    tune     tune now in this process (autotuner.decorator.in_process)
-    nearest  launch at once with the winner of the nearest tuned key (key values compared on a log scale; the
-             other key values, the dtypes, the device and the kernel version must match; the config must be valid
-             for this key, under the space's constraints and the pruning), else the default, and queue the exact
-             key as a job with its recorded call; nothing is tuned, and the queueing runs on another thread
-    default  launch the default config at once, and queue a tuning job carrying the recorded call
-    error    raise KernelNotTuned, naming the kernel, the key and how to tune it
-
-A result stored for another kernel source or Triton version is launched (said to be stale) while a re-tune is
-queued. With AUTOTUNER_RECORD=1 every new key queues a job with its recorded call. An answer that is not settled
-(nearest, default, stale) is asked again after Settings.recheck_s, so a key tuned meanwhile by a
-worker arrives, and its launches are counted: the job its miss queued rises in priority by them, so workers tune
-the most-met keys first (autotuner.launch.lookup.Pending).
+More: docs/design/launch.md, `autotuner/decorator/miss.py`.
 """
 
 from __future__ import annotations

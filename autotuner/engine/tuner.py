@@ -1,18 +1,6 @@
 """Tuning one problem, in phases: set up, search, re-time and pick, record.
 
-    result = tune(op, problem, store=store, settings=settings, plan=Plan(trials=32))
-
-1. setup: the problem is checked against the device's memory, the trial worker starts (imports, CUDA
-   context, inputs, reference) and times the torch baseline. Nothing is written before this succeeds.
-2. search: the run is started in the database; the search asks for configs, the measurer checks and times
-   them (autotuner.engine.measure), and every trial is written as soon as it is measured.
-3. re-time: the search's best few (and the default, if its time is as close to the best) are timed again in
-   interleaved rounds; the default stays unless another config beats it by more than `DEFAULT_MARGIN`.
-4. record: the winner is stored, replacing a stored one only if faster.
-
-Each phase is a function over one `_Tuning` (what the phases share), timed by `_phase`; a `TuneObserver` hears
-each phase start and each step (the CLI draws progress from it), and `TuneResult.phases` holds the seconds each
-phase took.
+More: docs/design/engine.md, `autotuner/engine/tuner.py`.
 """
 
 from __future__ import annotations

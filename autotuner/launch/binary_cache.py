@@ -1,31 +1,7 @@
 """Compiled kernels kept by autotuner, so a process launching a tuned kernel skips Triton's compile-cache key.
 Installed on decorated kernels (autotuner.decorator) and on the library calls' kernels (autotuner.launch.library).
 
-A process's first launch of a Triton kernel goes through `triton.compile`, which, even when the kernel is in
-Triton's on-disk cache, first computes the cache key: a SHA-256 of Triton's whole installation, its 500 MB
-`libtriton.so` among it, and `ptxas --version` in a subprocess (benchmarks/autotune_drop_in.py). The first
-launch of a tuned kernel in a new process then costs more than the lookup of its config.
-
-`install(jit_fn, directory)` wraps the JITFunction's compile call (through its per-device cache factory, so
-nothing happens at import and no CUDA is touched before the first launch). The wrapper keys a compile by what
-decides its output, computed without hashing the installation:
-
-- Triton's version and the size and modification time of its library and compiler sources (a reinstall or an
-  upgrade changes them);
-- the target (backend, architecture, warp size);
-- `src.hash()`: the kernel's source and every JIT function it calls (Triton's own dependency hash), its
-  signature, specialization and constexprs;
-- the compile options, and the environment variables Triton says invalidate its cache, and every other
-  `TRITON_*` variable but the cache locations.
-
-A key seen before gives a `CompiledKernel` made from the kept files, as Triton makes one on a cache hit, once its
-binary matches the digest kept with it (a damaged entry is dropped and kept again from Triton). A key not seen
-goes to Triton, and the compiled kernel's files are kept (hard links into Triton's cache where the
-file system allows, copies otherwise). Anything unexpected (a Triton without these internals, a missing file,
-dumping or overriding IR, `always_compile`, a compilation listener) goes to Triton as if this were not here.
-
-`install` also wraps the per-device cache's binder (autotuner.launch.specializations): a process's first launch of a kept
-kernel then skips Triton's native argument specialization, whose first use imports gluon.
+More: docs/design/launch.md, `autotuner/launch/binary_cache.py`.
 """
 
 from __future__ import annotations

@@ -1,24 +1,6 @@
 """The library calls: torch-like functions that launch the built-in kernels with their tuned config.
 
-    import autotuner
-    y = autotuner.softmax(x)                     # the tuned config, resolved once per input signature
-    y = autotuner.softmax(x, config={...})       # an explicit config wins (checked on every call)
-
-Each call is built here from its op's declaration (`TunableOp.library`, a `search_spaces.contract.LibraryCall`
-in `search_spaces/<op>.py`): every registered op that declares one has a call named after its `face`, which is
-what `autotuner.<name>` gives (autotuner/__init__.py asks `call(name)`).
-
-The first call with a new input signature (dtypes, shapes, strides, devices, 16-byte alignment, and the call's
-own options) checks the inputs in full, resolves the config (autotuner.launch.lookup: local database, service,
-nearest tuned problem, default) and keeps the kernel module's prepared launcher (`prepare`) for that signature;
-where the tuned result's own tune timed torch's op (the op's baseline, `LibraryCall.torch_op`) faster than the
-result's best config, by more than the noise (`Resolution.launches_torch`), it keeps a launch of torch's op
-instead, as Inductor's autotuning keeps cuBLAS where it wins.
-Later calls with the same signature look the launcher up and launch: no checks again, and on a GPU no argument
-binding by Triton either (kernels/_direct.py). A config that is not an exact tuned result is looked up again
-after `Settings.recheck_s`, so results tuned meanwhile arrive, and its launches are counted: the tuning job its
-miss queued rises in priority by them (autotuner.launch.lookup.Pending). Under torch.compile the calls trace through the checked
-launch with the config an eager call resolved; CUDA graphs capture them as they are.
+More: docs/design/launch.md, `autotuner/launch/library.py`.
 """
 
 from __future__ import annotations

@@ -1,30 +1,7 @@
 """Triton's specialization of a launch's arguments, kept per call signature, so a new process's first launch of a
 kept kernel (autotuner.launch.binary_cache) does not start Triton's native specialization.
 
-Every launch of a `@triton.jit` kernel binds its arguments and specializes each one that is not a constexpr: a
-tensor by its dtype and whether its data pointer is 16-byte aligned, an integer by its width and whether it is
-1 or divisible by 16, and so on. Triton does this in C++ (`native_specialize_impl`), and that code's first call
-in a process imports `triton.experimental.gluon` for gluon's tensor-descriptor type, the largest cost left in
-the first launch of a kept binary (benchmarks/launch_overhead.py).
-
-`wrap(jit_fn, binder, identity, directory)` returns a binder for the JITFunction's per-device cache that, until
-Triton's own binder has run once in this process, answers a call from a kept specialization when one matches:
-
-- the key: `identity` (binary_cache gives Triton's version, the files its cache key hashes and the target),
-  each parameter's declaration (name, constexpr, const, do_not_specialize, its annotation), and for each
-  argument that is not a constexpr its Python type and value, or for a torch tensor its type, dtype and 16-byte
-  alignment: what decides Triton's specialization, and more (an exact integer where Triton reads only its
-  width, divisibility and whether it is 1), so a kept entry is never used for a call Triton would specialize
-  otherwise;
-- the value: Triton's specialization of those arguments, as Triton's own binder gave it in an earlier process
-  (`remember`, called by kernels._direct.Launcher after each launcher's first call, for at most REMEMBERED
-  calls per kernel and process). Constexpr arguments are specialized by their value and taken from the call.
-
-Anything else goes to Triton's binder, which is always right: a call with an argument of another type, a
-signature with `*args` or keyword-only parameters, a kept entry that is missing or does not parse, a folder that
-cannot be read. Once Triton's binder has run in a process its native specialization is loaded and faster than
-this, so every later call goes to it at once; so do all calls after a process's first REPLAYS replays (a
-launch path that binds on every call, `warmup=True` say, would otherwise pay a Python binding each time).
+More: docs/design/launch.md, `autotuner/launch/specializations.py`.
 """
 
 from __future__ import annotations

@@ -1,20 +1,7 @@
 """The store's small interfaces, as Optuna's BaseStorage is to its storages: what a caller needs, not which class
 answers it.
 
-    ResultReader   what reads tuned results: the lookups (autotuner.launch.lookup), the search's warm starts and
-                   a decorated kernel's reuse of measured configs. Answered by `database.Store`,
-                   `lazy.LaunchReads` (a launching process's sqlite3 reads) and `job_store.JobStore` alike.
-    RunWriter      what writes one tuning run as it goes, each call its own transaction (`database.Store`, and a
-                   worker's `job_store.JobStore`, which rides out outages).
-    RunStore       both: what `autotuner.engine.tuner.tune` is given.
-    SweepStore     a RunStore that also keeps sweeps and their cross timings (`autotuner.engine.sweeps.sweep`).
-    JobQueue       the job queue the service fills and the workers drain (`database.Store`).
-    RecordedCalls, TuningClaims, ResultBrowser, PeakStore, StorageHealth
-                   decorated kernels' recorded calls, in-place tuning claims, what the service and pages browse, a
-                   device's ceilings, whether the storage can keep a write.
-    Storage        all of them: what `open_store` gives (`database.Store` on SQLite and PostgreSQL).
-
-Rows handed out are frozen (autotuner.store.rows), never ORM objects.
+More: docs/design/store.md, `autotuner/store/interfaces.py`.
 """
 
 from __future__ import annotations

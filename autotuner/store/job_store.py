@@ -1,14 +1,7 @@
 """The store a worker hands the tuner for one job: writes that outlive a database outage, and a job that can be
 taken back.
 
-- A call that meets an unavailable database (refused, cut, stalled past its deadline) is retried with backoff
-  (0.5 s doubling to 5 s) for up to `retry_s`; then `DatabaseLost` is raised and the worker gives the job up.
-- A trial that cannot be written at once is kept in memory, the search goes on, and the kept trials are written
-  in order before the next write that gets through: nothing measured is lost while the worker lives. Its
-  re-timings follow it.
-- When the job is taken back (`lost()` is set by the worker's heartbeat), every call raises `JobLost`, so the
-  tuning stops at its next step; and the winner is stored, and the run marked done, only in a transaction that
-  finds the job still this worker's.
+More: docs/design/store.md, `autotuner/store/job_store.py`.
 """
 
 from __future__ import annotations

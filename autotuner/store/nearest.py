@@ -1,11 +1,6 @@
 """The nearest tuned problem: same op and device; distance in log space of the dimensions.
 
-What must match and what ranks first is the problem type's to say (search_spaces.contract.ProblemType):
-`match_fields` (by default the dtype and the options; a decorated kernel's non-numeric key values), and
-`nearest_group` (matmul: the same N and K first, nearest M first, since an LLM's GEMMs vary only in M with the
-batch of tokens). Fields that differ disqualify a problem, except for a search's warm starts (`any_options`):
-there a config of the causal twin or another epilogue is a good first guess (the search skips one that is not a
-candidate), ranked after every problem whose fields match.
+More: docs/design/store.md, `autotuner/store/nearest.py`.
 """
 
 from __future__ import annotations

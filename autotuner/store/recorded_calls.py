@@ -2,20 +2,7 @@
 argument (a sweep's point or refinement's midpoint: `autotuner tune mod:kernel --shape M=1-8192:pow2,N=4096`
 from one launch at any M with N = 4096).
 
-The recorded call holds each argument's form and, for each candidate config, the grid the launch computed (the
-caller's grid function is not the kernel's: a worker cannot call it). For the new value:
-
-- the key argument takes it; a contiguous tensor's dimensions equal to the old value take it (strides follow);
-- each grid position is explained by what fits every candidate's recorded grid: ceil(v / p), else
-  ceil(v1 / p1) * ceil(v2 / p2), over the key values v and the config's parameters p, else a constant (the same
-  for every candidate); the simplest kind that fits is evaluated at the new value.
-
-What cannot be told gives None: the old value also among the other key values, a non-contiguous tensor holding
-it, a grid position that nothing fits or that two fitting expressions of its kind would give differently. Record at
-a value where the candidates' grids differ (an M larger than the blocks): at M = 16 every candidate has one program
-along M, which ceil(M / BLOCK_M) and ceil(M / BLOCK_N) explain alike.
-
-    call = derived_call(recorded["call"], {"M": 64, "N": 4096}, {"M": 300, "N": 4096})   # or None
+More: docs/design/store.md, `autotuner/store/recorded_calls.py`.
 """
 
 from __future__ import annotations

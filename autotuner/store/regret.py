@@ -1,20 +1,7 @@
 """What serving a problem with another problem's winner can be expected to cost, from a sweep's cross timings,
 and which winner to serve between two swept points.
 
-A winner loses nothing on its own point and, by the cross timing, `loss` on its neighbour; in between, its loss
-is taken to grow with the distance on the nearest scale (log of the dimensions): at position t from its own point
-(0) to the neighbour (1), t * loss. Between points a and b, a's winner is expected to lose t * loss(a on b) and b's
-(1 - t) * loss(b on a): the smaller is served, and reported with its expected loss, interpolated from what was
-measured at the two ends. A problem outside the swept points has no measured regret (None, said so).
-
-Where a sweep's prediction on the device chose its model (autotuner.engine.sweeps.predict: it beat the nearest point's
-winner on the sweep's own points), the model's pick is served between the points instead, with the loss it was
-measured at.
-
-    regret = expected_regret(store, op, problem, from_key, device)   # Regret(0.012, ("512x4096x4096:float16",))
-    ranked = prefer_measured(store, op, problem, device, ranked)     # the nearest candidates, reordered
-    pick = predicted_pick(store, op, problem, device)                 # Pick(config, prediction, sweep_id) or None
-    first = bracketing_configs(store, op, problem, device)            # what tuning it should measure first
+More: docs/design/store.md, `autotuner/store/regret.py`.
 """
 
 from __future__ import annotations

@@ -4,27 +4,7 @@ Each step looks at the query and answers a `Resolution`, or passes to the next; 
 `source` (a `Source`) says whether it is final (`Resolution.final`: an exact result, or its bucket's
 representative's) or one a launching process asks again for later (a pick, a nearest answer, the default).
 
-1. `exact`: the stored best for this exact problem, current for the kernel hash and Triton version (the caller's,
-   for a remote caller of the service); a stale one is remembered, never served;
-2. `predicted` (with `fallback="nearest"`): between the points of a sweep whose model of its trials beat the
-   nearest point's winner on the sweep's own points (autotuner.engine.sweeps.predict), the model's pick;
-3. `bucket`: where the problem has a bucket (the built-in ops bucket their leading dimension by powers of two),
-   the stored best of its bucket's representative, if valid here, unless, with `fallback="nearest"`, the problem
-   lies between two points of a refined sweep: then step 6, whose rule between swept points serves it
-   (autotuner.store.regret);
-4. `service` (`AUTOTUNER_URL`), for launching processes: `GET /config?...&fallback=none`, with a short timeout
-   (autotuner.launch.service_client.Service: a service that fails is not asked again for a while);
-5. `give_up`: with `fallback="none"`, NotFound;
-6. `nearest` (with `fallback="nearest"`): the nearest tuned problem on the same device (autotuner.store.nearest:
-   same op, dtype and options; log-space distance; for matmul the same N and K first, nearest M), preferring one
-   whose winner a sweep measured here;
-7. `default`: the space's default config.
-
-A new source is a step function here and its place in `STEPS`, and a `Source` member if it answers with a new
-kind. The answer carries the stored row whose times come with it and a trace of every step's word.
-
-A tuning starts from the same steps (`warm_start`, autotuner.engine.tuner): what each would answer, a stale exact
-result included (the kernel or Triton changed since it won; it may still be near the best), is measured first.
+More: docs/design/store.md, `autotuner/store/resolution.py`.
 """
 
 from __future__ import annotations

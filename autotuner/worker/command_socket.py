@@ -2,19 +2,7 @@
 tunes it in the processes it keeps (torch imported, CUDA contexts made, the compile pool up), so the command pays
 no start-up of its own.
 
-The socket is a Unix socket in the user's runtime folder (`AUTOTUNER_RUNTIME_DIR`, default platformdirs'
-user_runtime_dir; the folder is the user's alone), one per worker: `<pid>.sock`. A command connects, writes one
-JSON line (its arguments, folder, environment and terminal), and reads JSON lines back:
-
-    {"worker": NAME, "busy": "job 12" | null}   at once, from the socket's thread
-    {"start": true}                             when the worker begins the command
-    {"declined": REASON}                        instead of "start": the command runs where it was typed
-    {"out": TEXT} / {"err": TEXT}               the command's standard output and error
-    {"exit": CODE}                              its exit status, last
-
-A command taken is run before any queued job. The command closing its end while it runs (Ctrl-C) interrupts the
-tuning as Ctrl-C would (its run is marked interrupted). This module imports nothing heavy: the command's side
-(autotuner.cli.handoff) uses it before importing torch.
+More: docs/design/service.md, `autotuner/worker/command_socket.py`.
 """
 
 from __future__ import annotations

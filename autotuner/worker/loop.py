@@ -1,22 +1,6 @@
 """`autotuner worker`: claim queued jobs, run the tuning engine on them, write their results.
 
-Several workers (several GPUs, several hosts) share one database and never take the same job twice
-(db.queue). While a job runs, a thread refreshes its heartbeat; a job whose worker stopped heartbeating for
-`lease_s` is queued again by whichever worker looks next, and a job that failed `max_attempts` times is
-marked failed with its reason. SIGTERM or Ctrl-C stops the running tuning, gives its job back without
-counting the attempt, and exits.
-
-The worker outlives its database: the tuner writes through a `JobStore` (retries, trials kept in memory while
-the database is away), and every write about a job's state is retried for up to `db_retry_s`; a worker never
-exits on a database error. A job taken back while it runs (the worker stalled past its lease) is stopped at
-once, and nothing this worker measured becomes the job's result.
-
-A worker holding several GPUs (`gpus`) runs a job on each at once (autotuner.worker.slots), one compile pool
-shared by them; a job asking for several GPUs waits for them and measures on all.
-
-A worker also takes `autotuner tune` commands typed on its host (autotuner.worker.command_socket): given a `serve`
-function (the CLI's), it opens its command socket and runs each command handed over before the next queued job, in the
-processes it keeps.
+More: docs/design/service.md, `autotuner/worker/loop.py`.
 """
 
 from __future__ import annotations

@@ -1,14 +1,7 @@
 """A worker's GPUs as slots: a worker holding several GPUs (`autotuner worker --gpus 0,1`) runs a job on each at
 once, each in a thread of its own.
 
-Each slot keeps a trial worker on its GPU (autotuner.engine.measure.live.KeptProcesses); the slots share one compile
-pool sized for the host, so a job that is timing or re-timing leaves the cores to one that is compiling. A job
-asking for several GPUs (`gpus`) waits for that many free slots and measures on all of them: its own slot's trial
-worker and the others' as further lanes (autotuner.engine.measure.lanes).
-
-A slot's job is stopped from outside its thread (the worker stopping, the heartbeat finding the job taken back):
-`interrupt` sets the reason on the job's store, whose next write raises it, and kills the slot's trial worker so
-that a long trial ends at once.
+More: docs/design/service.md, `autotuner/worker/slots.py`.
 """
 
 from __future__ import annotations

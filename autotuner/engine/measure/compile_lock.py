@@ -1,15 +1,7 @@
 """One compile of a kernel binary at a time on a host: processes about to compile the same binary into one Triton
 cache wait for the first instead of compiling it again.
 
-Several workers on one host (one per GPU) tune problems that share binaries: Triton specializes a kernel on its
-arguments' divisibility, not their values, so matmul 2048^3 and 4096^3 with one config are one binary, and two
-workers' searches, seeded alike over alike spaces, ask for the same configs at the same moments. Each compiled them
-(0.5 s of CPU a config for a Hopper matmul) into the same cache, so the host's compile pools, already what the
-searches wait on, did the work twice. Here Triton's compile entry point (`triton.compiler.compile`, which a kernel
-binds at its first launch) takes an exclusive `flock` on a file named by what decides the binary
-(`kernels._compile_key`, as the kept binaries key it) before going to Triton: a second process blocks until the
-first is done, then finds the binary in Triton's cache. A lock is released when its process dies (a crashed or
-killed compile frees it); a wait longer than `WAIT_S` compiles anyway.
+More: docs/design/engine.md, `autotuner/engine/measure/compile_lock.py`.
 """
 
 from __future__ import annotations

@@ -1,18 +1,6 @@
 """Compile candidates ahead of timing in a process pool (compile is CPU work, timing is GPU work).
 
-Each pool process builds the problem's inputs once and launches each config it is handed once, compiling it but
-not running it (`compile_only`: the trial worker times on the same GPU); Triton writes the compiled kernel to its
-on-disk cache, so the trial worker's first launch only loads it. A compile error or a config over the device's
-shared memory is reported from here and never reaches the trial worker.
-
-A pool process makes no CUDA context: compiling needs only the device's type (Triton's target, from the driver),
-and the inputs it launches with are meta tensors (shapes, strides, dtypes and, through their offsets, alignment:
-what Triton specializes a kernel on), so the binary is the one the trial worker's real tensors ask for. Fifteen
-contexts made at once each took seconds before the first compile could start, slowed the trial worker's own, and
-held device memory each (benchmarks/tune_time.py's setup phase). An op whose launch needs real
-memory (a recorded kernel whose `make_inputs` reads values, say) fails on meta tensors with something other than a
-compile error: that process then makes its context and real inputs, as every pool process did before, and compiles
-and loads there from then on.
+More: docs/design/engine.md, `autotuner/engine/measure/compile_pool.py`.
 """
 
 from __future__ import annotations

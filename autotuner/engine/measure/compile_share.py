@@ -3,13 +3,7 @@ pools of `autotuner tune` and `autotuner worker` keep Triton's compile-cache fil
 what another host compiled for the same kernel version (Triton's own cache key: the kernel's source and
 dependencies, Triton's installation, the target, the options) instead of compiling it.
 
-It rides on Triton's remote cache: the children get `TRITON_CACHE_MANAGER` (compile_share_backend.LocalFirstManager:
-Triton's RemoteCacheManager, which materialises files into the local cache, looking there first) and
-`TRITON_REMOTE_CACHE_BACKEND` (compile_share_backend.DatabaseBackend, over db.compiled_files). A file is loaded only if its HMAC under the
-secret verifies: the database holds compiled code, and a writer without the secret cannot make a host run its own.
-Where the user set a cache manager of their own, it is left alone.
-
-    share(settings.compile_secret, settings.db_url)     # before the trial worker and compile pool are started
+More: docs/design/engine.md, `autotuner/engine/measure/compile_share.py`.
 """
 
 from __future__ import annotations

@@ -3,15 +3,7 @@ for the processes that autotuner.engine.measure.compile_share set them up in. Tr
 asks `get` before it compiles and calls `put` with each file it wrote; a database that cannot be reached, or a
 file that does not verify, is a compile as usual (said once in the log), never a failed one.
 
-`LocalFirstManager` is Triton's RemoteCacheManager answering from this host's file cache first. Triton's asks the
-backend for every file "even if our internal file-based cache has the item", for a backend that keeps LRU
-accounting (this one keeps none): a trial worker loading what its host's compile pool had just written read every
-binary back from the database, milliseconds a config of a sharing host's search, and a host whose database was
-away compiled again what its own cache held (benchmarks/tune_time.py with a compile secret).
-
-The intermediate IR a compile leaves (TTIR, TTGIR, LLVM IR, PTX: four fifths of the bytes) is not kept: a kernel
-loads from its binary and metadata (`CompiledKernel` reads `asm[binary_ext]`), and the group file that lists a
-compile's files lists what was kept, so a host that loads it has a kernel whose `asm` holds the binary alone.
+More: docs/design/engine.md, `autotuner/engine/measure/compile_share_backend.py`.
 """
 
 from __future__ import annotations

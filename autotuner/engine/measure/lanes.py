@@ -1,15 +1,6 @@
 """A measurement lane: where one problem's configs are checked and timed, one at a time.
 
-The live measurer (autotuner.engine.measure.live.LiveMeasurer) measures on its lanes at once, one config each: the first
-lane is the problem's own device, which also times the baseline and every re-time (a winner is chosen on one
-device); further lanes only rank configs. Today a lane is a local GPU's trial worker process
-(autotuner.engine.measure.runner.TrialRunner); anything with these methods can be one (a remote machine's worker, reached
-over the network), passed to `tune(..., lanes=...)`. A lane's device must be of the problem's device type: a
-config's time must not depend on which lane measured it.
-
-A lane is given the problem as a `WorkerSpec` (the op by name, the problem as a dict, the plugins to import: data,
-never code), sets it up, and answers each request with an `Outcome` (autotuner.engine.measure.outcome): a time, or why
-there is none. A lane that cannot answer (died, timed out) says so in the Outcome rather than raising.
+More: docs/design/engine.md, `autotuner/engine/measure/lanes.py`.
 """
 
 from __future__ import annotations

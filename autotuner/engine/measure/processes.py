@@ -1,31 +1,6 @@
 """Where trial workers and compile-pool processes come from: a fork server that imported torch and Triton once.
 
-A process of the `spawn` kind imports torch again (seconds each: benchmarks/tune_time.py), and a
-tuning run starts a trial worker and a compile pool of up to 15 processes at once. The fork server imports torch
-and Triton once, and each process is forked from it ready to work. Commands that tune (`autotuner tune`,
-`autotuner worker`) call `start()` first thing, so the server imports while the command does its own imports. CUDA is never initialised
-in the server, so each child makes its own context, as with spawn: it imports nothing of autotuner's before torch.
-Importing the `autotuner` package picks Triton's backend (kernels._backend), which asked the CUDA driver itself
-(`cuInit`) where torch was not imported yet, and a server that had made that call made children whose CUDA
-initialisation failed, every compile-pool process and trial worker on a GPU host (tests/gpu checks a tune
-there). The package now counts devices through NVML, as torch does, and asks the driver only where NVML cannot say
-(a CUDA_VISIBLE_DEVICES of UUIDs): the order stays, for those hosts.
-
-Ctrl-C: the server shares its command's process group, so a terminal's Ctrl-C reaches it too. Python's fork server
-ignores SIGINT only once its imports are done, and one that came during them (seconds: a worker stopped as it
-started its first job) killed it with a traceback of its own under the command's. `start()` makes the server with
-SIGINT ignored, which it keeps through its exec; autotuner.engine.measure.server_exit, imported last, puts Python's handler
-back, which the server saves and gives each child it makes.
-
-A child of the server starts with the server's environment, which is the command's environment at `start()`;
-`adopt(env)` gives it the parent's environment as it is when the child is made, as spawn would have.
-
-Triton's installation hash (`triton_key`: the first part of every cache key, a SHA-256 of its files, libtriton's
-half a GiB among them) is computed once, by a short-lived process started with the server (on a thread of the
-command, importing Triton held up the command's own imports by a second), and each child is handed it instead of
-hashing the files again (a part of every process's start with fifteen hashing at once; Triton's own
-compile-warmup pool hands its workers the key the same way). The server itself never computes it: that made every
-child's CUDA initialisation fail on a GPU host with Triton 3.6 (tests/gpu checks a tune there).
+More: docs/design/engine.md, `autotuner/engine/measure/processes.py`.
 """
 
 from __future__ import annotations

@@ -4,9 +4,8 @@ the command's standard output and error open: a caller reading the command's out
 a subprocess with pipes) waited that long for their end after the command itself had exited. The server's
 children never run it: a child of the fork server ends with os._exit, which runs no atexit handler.
 
-Imported last, it also ends Ctrl-C ignored during the server's imports (autotuner.engine.measure.processes.start makes the
-server with SIGINT ignored): Python's fork server then ignores it itself, and gives each child the handler found
-here, Python's own."""
+More: docs/design/engine.md, `autotuner/engine/measure/server_exit.py`.
+"""
 
 from __future__ import annotations
 

@@ -2,25 +2,7 @@
 strategies (random, exhaustive); TPE is autotuner.engine.search.tpe, and the strategies by name are
 autotuner.engine.search.strategies.
 
-    search = make_search("tpe", candidates, params, budget=49, seed=0, first=[default, *warm_starts])  # strategies
-    while (config := search.ask()) is not None:
-        search.tell(config, measured_ms_or_None)
-
-Every strategy measures the `first` configs (the default and warm starts) before anything else, never
-proposes a config twice, and never proposes one outside the candidates (constraints are applied before
-the search sees the space). `tpe` is Optuna's multivariate TPE over the parameters as ordinal indices,
-followed by a local refinement around the best configs found (neighbours one step away in one or two
-parameters), which is where the last few percent usually are.
-
-Asking ahead: a tuner compiles configs while it times others, so it wants configs before the last ones are
-told. `max_pending(width, lanes)` is how many asked-but-untold configs the strategy accepts now: all of `width`
-where its proposals do not depend on results (the first configs, random, exhaustive, TPE's exploration), one per
-measuring lane during TPE's refinement (each step climbs from the best so far; asking 14 ahead climbed from a
-stale best and found the best within 2% in 0-5 of 10 seeds on small landscapes). `upcoming(n)` lists what the
-strategy would ask next if no result changed its mind, for the tuner to compile speculatively, and `ask(ready)`
-takes the tuner's word on which configs it could measure at once: among the moves the refinement holds equal
-(one step from the best, in any parameter), it asks one whose compile is done before one still compiling, and
-that before one not started.
+More: docs/design/engine.md, `autotuner/engine/search/contract.py`.
 """
 
 from __future__ import annotations

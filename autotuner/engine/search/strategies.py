@@ -3,9 +3,7 @@ HTTP schema's `strategy`, the docs' list and the search tests are read from here
 registers its own with `register_strategy`; a queued job or a database row names a registered strategy, never code.
 Through the Python API a plan may also carry an object: an Optuna sampler, or a function making a Search.
 
-    register_strategy("sobol", lambda c, p, budget, seed, first: MySearch(c, p, budget, seed, first), "my own")
-    search = make_search("tpe", candidates, params, budget=49, seed=0, first=[default])
-    search = make_search(optuna.samplers.CmaEsSampler(seed=0), candidates, params, budget=49)
+More: docs/design/engine.md, `autotuner/engine/search/strategies.py`.
 """
 
 from __future__ import annotations

@@ -1,18 +1,7 @@
 """A model of a sweep's trials that ranks the configs for problems between its points, served only where it beat
 the nearest point's winner on the sweep's own points.
 
-Features: log2 of the problem's dimensions and of each numeric config parameter (a missing one 0); target: the log
-of the time. Model: scikit-learn's ExtraTreesRegressor, whose random split thresholds average into a graded
-interpolation between the points (a plain tree's steps repeat the nearest point's ranking).
-
-Measured before it is trusted, leaving one point out at a time: each inner point's config is picked by the model
-trained on the other points' trials (among the configs near the front on those points: `shortlist`), and by the nearest other point's winner; each pick's loss is its time on that
-point over the best time measured there (a pick never timed there is not measured). The model is chosen where its
-geomean loss is the smaller, with at least half of its picks measured. Its picks are then written for positions
-along the sweep (PER_OCTAVE an octave of the swept dimension) as data (autotuner.store.prediction): serving reads
-configs, never a model.
-
-    prediction = predict_sweep(store, op, sweep_id, problems, cells, device)   # stored; None: not enough points
+More: docs/design/engine.md, `autotuner/engine/sweeps/predict.py`.
 """
 
 from __future__ import annotations

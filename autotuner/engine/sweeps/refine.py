@@ -2,22 +2,7 @@
 (`--regret`, default 2%), the point between them (the log-midpoint of the swept value) is tuned and cross-timed
 too, until every neighbouring pair is within the target or the point budget is spent.
 
-A pair's loss is the smaller of its two winners' losses on each other: within the target, one of the two configs
-serves both ends within it (its own end at 0); above it, neither does, and what lies between is served at a loss
-nobody measured. A pair whose winners are one config loses nothing; a pair with no integer between its values
-cannot be refined.
-
-    pairs = neighbour_losses(problems, winners, cells)        # [Pair("256x4096x4096:...", "512x...", 0.071, 362)]
-    worst = worst_pair(pairs)
-    new, left = refinements(problems, pairs, target=0.02, budget=4, make=lambda shape: op.parse_problem(shape, ...))
-    again = stale_points(problems, winners, cells)           # the points whose cross timings must be measured again
-    trials = point_trials(64)                                 # a midpoint's search: 16 configs, its neighbours' first
-
-A midpoint's search measures first the configs fastest on the points either side of it
-(autotuner.store.regret.bracketing_configs), so it needs a quarter of the points' budget (POINT_SHARE).
-
-Used by `autotuner.engine.sweeps.sweep` (a sweep run here) and by the worker's cross-timing job (a queued sweep: its
-midpoints are queued as jobs of the same sweep, and cross-timed when they are done).
+More: docs/design/engine.md, `autotuner/engine/sweeps/refine.py`.
 """
 
 from __future__ import annotations

@@ -5,8 +5,7 @@ and refined where neighbouring winners lose more than a target on each other (au
 each point is a job for the workers, the cross-timing a job queued when the last point is done, and refinement's
 points jobs that job queues.
 
-    values = points("1-8192:pow2")           # 1, 2, 4, ..., 8192
-    result = run_sweep(op, problems, dim="M", store=store, settings=settings, plan=Plan(), device=device)
+More: docs/design/engine.md, `autotuner/engine/sweeps/sweep.py`.
 """
 
 from __future__ import annotations
