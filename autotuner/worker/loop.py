@@ -23,7 +23,6 @@ from autotuner.base.settings import Settings
 from autotuner.engine.measure.compile_share import share
 from autotuner.engine.measure.lanes import Lane
 from autotuner.engine.measure.live import KeptProcesses
-from autotuner.engine.plan import more_devices
 from autotuner.store.errors import LOST, utcnow
 from autotuner.store.errors import StoreLost as StorageLost
 from autotuner.store.errors import StoreUnavailable as DatabaseUnavailable
@@ -35,7 +34,7 @@ from autotuner.worker.command_socket import CommandSocket, Request, runtime_dir
 from autotuner.worker.heartbeat import LOST_SIGNAL, Heartbeat
 from autotuner.worker.job_endings import EndingWriter, StopWorker
 from autotuner.worker.jobs import job_gpus, work_for
-from autotuner.worker.slots import Slot, Slots
+from autotuner.worker.slots import Slot, Slots, start_slots
 from kernels._backend import interpreting
 
 log = logging.getLogger(__name__)
@@ -43,6 +42,18 @@ log = logging.getLogger(__name__)
 # Runs a command handed over through the command socket, in the worker's kept processes; True: a signal sent to the worker
 # stopped it (the worker stops too).
 Serve = Callable[[Request, KeptProcesses], bool]
+
+
+def started(job: JobRow, used: tuple[int, ...], own: tuple[int, ...], gpu: int | None) -> str:
+    """A job's start as the worker says it: its kind, problem and attempt, and which of the worker's GPUs (`own`)
+    measure it, where it has several or the job asks for several."""
+    kind = "" if job.kind == "tune" else f"{job.kind} of sweep {job.sweep_id}: "
+    line = f"job {job.id}: {kind}{job.op} {job.shape} {job.dtype} {job.options or ''} (attempt {job.attempts}) started"
+    if len(own) <= 1 and not job.gpus:
+        return line
+    used = used or ((gpu,) if gpu is not None else (0,))
+    short = f", of the {job.gpus} it asks for" if job.gpus is not None and job.gpus > len(used) else ""
+    return line + f" on {len(used)} GPU{'s' * (len(used) > 1)} ({','.join(map(str, used))}{short})"
 
 
 class Worker:
@@ -67,8 +78,7 @@ class Worker:
         self.ledger = EndingWriter(self._store, worker=self.name, retry_s=settings.db_retry_s,
                              max_attempts=settings.max_attempts, on_event=self.on_event, stopping=lambda: self._stopping)
         share(settings.compile_secret, settings.db_url)  # the compiles of its processes, with other hosts
-        self.kept = KeptProcesses()  # one trial worker and one compile pool for every job this worker tunes
-        # (started ahead by run())
+        self.kept = KeptProcesses()  # one trial worker and compile pool for all its jobs (started ahead by run())
         self.serve = serve if settings.local_worker else None
         self.socket: CommandSocket | None = None
         self.slots: Slots | None = None  # a worker with several GPUs: a job on each at once (run())
@@ -107,7 +117,7 @@ class Worker:
         load_plugins(self.settings.plugins)
         several = len(self.gpus) > 1
         if several:
-            self.slots = self._start_slots()
+            self.kept, self.slots = start_slots(self.settings, self.gpus, self.kept)
         else:
             self.kept = prestarted(self.settings, self.gpu)  # ready when the first job comes
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT, LOST_SIGNAL)}
@@ -149,24 +159,6 @@ class Worker:
         return handled
 
     # -- several GPUs: a job on each at once --------------------------------------------------------------
-    def _start_slots(self) -> Slots:
-        """A kept trial worker on each GPU, and one compile pool for them all (on the first GPU, sized for the host's
-        share of these GPUs), starting now."""
-        from autotuner.engine.measure.compile_pool import CompilePool
-        from autotuner.engine.measure.live import host_compile_workers
-
-        devices: tuple[int | None, ...] = tuple(None if interpreting() else g for g in self.gpus)
-        if not interpreting():
-            more_devices(current_device(self.gpus[0]), self.gpus)  # one device type, each GPU there
-            workers = host_compile_workers(self.settings) * len(self.gpus)
-            pool = CompilePool(None, workers, self.gpus[0], shared=True)
-            self.kept = KeptProcesses(pool)
-            threading.Thread(target=pool.prestart, name="pool-prestart", daemon=True).start()
-        kept = [KeptProcesses(self.kept.pool) for _ in devices]
-        for k, device in zip(kept, devices, strict=True):
-            k.prestart(device, 0)
-        return Slots(self.gpus, kept)
-
     def _run_slots(self, *, once: bool, until_empty: bool) -> int:
         """Claim a job whenever a GPU is free and run it there; a job asking for several GPUs waits for them (its
         lease kept meanwhile). `once`: one job, then its end; `until_empty`: until nothing is queued or running."""
@@ -292,14 +284,6 @@ class Worker:
         self._down_since = None
         return job, counts
 
-    def _on_gpus(self, job: JobRow, used: tuple[int, ...]) -> str:
-        """Which of this worker's GPUs measure a job, where it has several or the job asks for several."""
-        if len(self.gpus) <= 1 and not job.gpus:
-            return ""
-        used = used or ((self.gpu,) if self.gpu is not None else (0,))
-        short = f", of the {job.gpus} it asks for" if job.gpus is not None and job.gpus > len(used) else ""
-        return f" on {len(used)} GPU{'s' * (len(used) > 1)} ({','.join(map(str, used))}{short})"
-
     def run_job(self, job: JobRow) -> str:
         """Run one claimed job (autotuner.worker.jobs: tune a problem, or cross-time a sweep) and record how it
         ended; returns the job's new state (or "taken", "unknown"). The command socket says this worker is busy from here
@@ -322,10 +306,7 @@ class Worker:
                  lanes: Sequence[Lane] | None, slot: Slot | None) -> str:
         with self._ending:
             self.ledger.attempts += 1
-        kind = "" if job.kind == "tune" else f"{job.kind} of sweep {job.sweep_id}: "
-        used = gpus if lanes is not None else job_gpus(job, gpus)
-        self.on_event(f"job {job.id}: {kind}{job.op} {job.shape} {job.dtype} {job.options or ''} "
-                      f"(attempt {job.attempts}) started{self._on_gpus(job, used)}")
+        self.on_event(started(job, gpus if lanes is not None else job_gpus(job, gpus), self.gpus, self.gpu))
         where = f"GPU {gpu}" if gpu is not None else "this device"
         try:
             work = work_for(job, self.settings, current_device(gpu), kept, gpus, self.on_event, lanes)

@@ -10,9 +10,13 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from autotuner.base.device import current_device
+from autotuner.base.settings import Settings
 from autotuner.engine.measure.live import KeptProcesses
+from autotuner.engine.plan import more_devices
 from autotuner.store.job_store import JobStore
 from autotuner.store.rows import JobRow
+from kernels._backend import interpreting
 
 
 @dataclass(eq=False)
@@ -91,3 +95,21 @@ class Slots:
             thread = slot.thread
             if thread is not None:
                 thread.join()
+
+
+def start_slots(settings: Settings, gpus: tuple[int, ...], kept: KeptProcesses) -> tuple[KeptProcesses, Slots]:
+    """A kept trial worker on each GPU, and one compile pool for them all (on the first GPU, sized for the host's
+    share of these GPUs), starting now; the worker's own kept processes (`kept`, the pool's holder on a GPU)."""
+    from autotuner.engine.measure.compile_pool import CompilePool
+    from autotuner.engine.measure.live import host_compile_workers
+
+    devices: tuple[int | None, ...] = tuple(None if interpreting() else g for g in gpus)
+    if not interpreting():
+        more_devices(current_device(gpus[0]), gpus)  # one device type, each GPU there
+        pool = CompilePool(None, host_compile_workers(settings) * len(gpus), gpus[0], shared=True)
+        kept = KeptProcesses(pool)
+        threading.Thread(target=pool.prestart, name="pool-prestart", daemon=True).start()
+    each = [KeptProcesses(kept.pool) for _ in devices]
+    for k, device in zip(each, devices, strict=True):
+        k.prestart(device, 0)
+    return kept, Slots(gpus, each)

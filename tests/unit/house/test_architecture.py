@@ -112,10 +112,15 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return out
 
 
-def test_no_product_module_is_over_400_lines():
+def test_no_product_module_is_over_400_lines_nor_a_class_over_300():
     long = {str(p.relative_to(ROOT)): n for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")
             if (n := len(p.read_text().splitlines())) > 400}
     assert long == {}
+    classes = {f"{p.relative_to(ROOT)}:{node.name}": node.end_lineno - node.lineno + 1
+               for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py") for node in ast.walk(ast.parse(p.read_text()))
+               if isinstance(node, ast.ClassDef) and node.end_lineno is not None
+               and node.end_lineno - node.lineno + 1 > 300}
+    assert classes == {}
 
 
 def test_the_graph_is_read():
