@@ -143,7 +143,8 @@ def _explain(op: Any, prob: ProblemType, device: Any, s: Any, as_json: bool) -> 
     console.print(f"  {json.dumps(res.config)}")
     console.print(Text.assemble("  source ", (str(res.source), "bold"),
                                 f", answered by the {res.step} step: {res.reason}"))
-    console.print(f"Steps, in order ({', '.join(step.__name__ for step in STEPS)}):")
+    console.print("Steps, in order: " + "; ".join(f"{step.name} ({step.does})" for step in STEPS))
+    console.print("What each said:")
     for line in res.trace:
         console.print(f"  - {line}")
     return res.source

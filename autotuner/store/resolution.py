@@ -86,7 +86,7 @@ def has_torch_op(op: Op) -> bool:
     return op.library is not None and op.library.torch_op is not None
 
 
-Step = Literal["database", "service", "nearest", "default"]
+AnsweredBy = Literal["database", "service", "nearest", "default"]
 
 
 class NotFound(AutotunerError, LookupError):
@@ -99,7 +99,7 @@ class NotFound(AutotunerError, LookupError):
 class Resolution:
     config: dict[str, Any]
     source: Source
-    step: Step  # which step answered
+    step: AnsweredBy  # where the answer came from: the database, the service, nearest or the default
     reason: str
     trace: tuple[str, ...] = field(default_factory=tuple)
     row: StoredBest | None = None  # the stored result whose times come with the answer (exact or nearest)
@@ -151,7 +151,7 @@ class Query:
     stale: StoredBest | None = None
     inside: tuple[str, str] | None = None
 
-    def answer(self, config: dict[str, Any], source: Source, step: Step, reason: str, **more: Any) -> Resolution:
+    def answer(self, config: dict[str, Any], source: Source, step: AnsweredBy, reason: str, **more: Any) -> Resolution:
         return Resolution(config=config, source=source, step=step, reason=reason, trace=tuple(self.trace),
                           stale=self.stale, **more)
 
@@ -254,9 +254,32 @@ def default(q: Query) -> Resolution:
     return q.answer(q.op.space.default(q.problem, q.device), Source.DEFAULT, "default", "no tuned result to use")
 
 
-STEPS: tuple[Callable[[Query], Resolution | None], ...] = (exact, predicted, bucket, service, give_up, nearest,
-                                                           default)
-WARM_STEPS = (exact, predicted, bucket, nearest)  # the steps a tuning's warm start asks (no service, no default)
+@dataclass(frozen=True)
+class Step:
+    """A resolution step as it describes itself: its name, the sources it may answer with (each of which says
+    whether it is final, whether it is regretted, and how `show` words it), what it does, and the function that
+    answers or passes (None)."""
+
+    name: str
+    sources: tuple[Source, ...]
+    does: str
+    ask: Callable[[Query], Resolution | None]
+
+    def __call__(self, q: Query) -> Resolution | None:
+        return self.ask(q)
+
+
+STEPS: tuple[Step, ...] = (
+    Step("exact", (Source.EXACT,), "the current result tuned for this problem on this device", exact),
+    Step("predicted", (Source.PREDICTED,), "between a sweep's points, its model's pick where it beat nearest", predicted),
+    Step("bucket", (Source.BUCKET,), "the result of the problem's bucket's representative", bucket),
+    Step("service", (Source.EXACT, Source.BUCKET), "the service's exact answer (AUTOTUNER_URL)", service),
+    Step("give_up", (), "fallback=none: stop here, nothing exact is known", give_up),
+    Step("nearest", (Source.NEAREST,), "the winner of the nearest tuned problem (fallback=nearest)", nearest),
+    Step("default", (Source.DEFAULT,), "the space's default config", default),
+)
+WARM_STEPS = tuple(s for s in STEPS if s.name in ("exact", "predicted", "bucket", "nearest"))  # a tuning's warm
+# start asks these (no service, no default)
 
 
 def warm_start(op: Op, problem: ProblemType, device: DeviceInfo, store: ResultReader) -> list[dict[str, Any]]:

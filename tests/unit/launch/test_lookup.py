@@ -386,9 +386,10 @@ def test_resolution_is_its_steps_in_order_each_answering_or_passing(db, monkeypa
     """`resolve` is the first of `STEPS` to answer; a new source is a step put in its place. Each answer's source is
     a `Source`, and whether the answer is final (kept) or asked again later is the source's."""
     from autotuner.store import resolution
-    from autotuner.store.resolution import FINAL, STEPS, Source, resolve
+    from autotuner.store.resolution import FINAL, STEPS, Source, Step, resolve
 
-    assert [s.__name__ for s in STEPS] == ["exact", "predicted", "bucket", "service", "give_up", "nearest", "default"]
+    assert [s.name for s in STEPS] == ["exact", "predicted", "bucket", "service", "give_up", "nearest", "default"]
+    assert all(s.does for s in STEPS) and STEPS[-1].sources == (Source.DEFAULT,)  # each step describes itself
     assert FINAL == {Source.EXACT, Source.BUCKET}
     op, device = get_op("softmax"), current_device()
     _store_best(db, "16x100", LOOPING)
@@ -405,7 +406,8 @@ def test_resolution_is_its_steps_in_order_each_answering_or_passing(db, monkeypa
         q.trace.append("pinned: by hand")
         return q.answer(dict(LOOPING, ROWS=1), Source.DEFAULT, "default", "pinned by hand")
 
-    monkeypatch.setattr(resolution, "STEPS", (*STEPS[:5], pinned, *STEPS[5:]))
+    step = Step("pinned", (Source.DEFAULT,), "a config pinned by hand for one shape", pinned)
+    monkeypatch.setattr(resolution, "STEPS", (*STEPS[:5], step, *STEPS[5:]))
     again = resolve(op, op.parse_problem("16x120", "float32"), device, store=store)
     assert again.config["ROWS"] == 1 and again.trace[-1] == "pinned: by hand" and not again.final
     assert resolve(op, op.parse_problem("16x100", "float32"), device, store=store).source is Source.EXACT
