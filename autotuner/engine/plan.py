@@ -66,7 +66,6 @@ def more_devices(device: DeviceInfo, gpus: tuple[int, ...]) -> list[int | None]:
     return others
 
 
-
 @dataclass(frozen=True, kw_only=True)
 class Plan:
     """How to search one problem."""
