@@ -50,35 +50,63 @@ def module_identity(*modules: ModuleType) -> str:
         except (OSError, TypeError):  # no source on disk: its name stands for it
             parts[module.__name__] = module.__name__
             continue
-        for node in ast.parse(src).body:
+        segment, tree = _segments(src), _parse(src)
+        for node in tree.body if tree is not None else ():
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                decorators = "".join(f"@{ast.get_source_segment(src, d)}\n" for d in node.decorator_list)
+                decorators = "".join(f"@{segment(d)}\n" for d in node.decorator_list)
                 value = getattr(module, node.name, None)
                 if python_function(value) is not None:
                     parts[node.name] = decorators + kernel_identity(value)
                 else:
-                    text = ast.get_source_segment(src, node) or ""
+                    text = segment(node)
                     doc = node.body[0] if node.body and isinstance(node.body[0], ast.Expr) and \
                         isinstance(getattr(node.body[0], "value", None), ast.Constant) else None
                     if doc is not None:
-                        text = text.replace(ast.get_source_segment(src, doc) or "", "", 1)
+                        text = text.replace(segment(doc), "", 1)
                     parts[node.name] = decorators + text
             elif isinstance(node, (ast.Assign, ast.AnnAssign)):
-                segment = ast.get_source_segment(src, node) or ""
-                parts[segment.split("=", 1)[0].strip()] = segment
+                text = segment(node)
+                parts[text.split("=", 1)[0].strip()] = text
     h = hashlib.sha256()
     for name in sorted(parts):
         h.update(f"\0{name}\0{parts[name]}".encode())
     return h.hexdigest()
 
 
+def _segments(src: str) -> Any:
+    """`ast.get_source_segment` for one source, its lines split once (the function splits the whole text on every
+    call): a node's exact text from its first to its last character."""
+    lines = [line.encode() for line in re.findall(r"[^\r\n]*(?:\r\n|\n|\r|$)", src)]
+
+    def segment(node: ast.AST) -> str:
+        first, last = node.lineno - 1, node.end_lineno - 1  # type: ignore[attr-defined, operator]
+        start, end = node.col_offset, node.end_col_offset  # type: ignore[attr-defined]
+        if first == last:
+            return lines[first][start:end].decode()
+        return b"".join([lines[first][start:], *lines[first + 1:last], lines[last][:end]]).decode()
+
+    return segment
+
+
+_SOURCES: dict[Any, str] = {}  # by function: a module's kernels share helpers, each read and parsed once
+
+
 def _source(func: Any) -> str:
+    try:
+        return _SOURCES[func]
+    except (KeyError, TypeError):  # (TypeError: an object that cannot be a key)
+        pass
     try:
         src = textwrap.dedent(inspect.getsource(func))
     except (OSError, TypeError):  # no source on disk (defined in a REPL): its name stands for it
         return str(getattr(func, "__qualname__", repr(func)))
     match = _DEF.search(src)
-    return src[match.start():] if match else src
+    src = src[match.start():] if match else src
+    try:
+        _SOURCES[func] = src
+    except TypeError:
+        pass
+    return src
 
 
 def _visit(func: Any, h: Any, seen: set[int]) -> None:
