@@ -44,6 +44,8 @@ RETIME_WINDOW = 0.05
 # what evens it out (benchmarks/tune_ab.py compares such settings on a GPU).
 RETIME_ROUNDS = 3
 RETIME_SCALE = 0.125
+
+
 def _retime(measurer: Measurer, configs: list[Config], rounds: int, observer: TuneObserver,
             result: TuneResult, deadline: float | None = None, scale: float = RETIME_SCALE) -> dict[str, float]:
     """Median time of each config over interleaved rounds (each `scale` of a full timing), by config key; a
@@ -65,9 +67,7 @@ def _retime(measurer: Measurer, configs: list[Config], rounds: int, observer: Tu
         observer.step(result)
         return outcome.timing.median_ms if outcome.status == "ok" and outcome.timing else None
 
-    times = interleaved(list(by_key), rounds, time_one, go_on=go_on)
-    if "retime_rounds_cut" in result.phases and len(began) == 1:
-        return {}  # not one round fitted: the search's times decide
+    times = interleaved(list(by_key), rounds, time_one, go_on=go_on)  # cut before any round: all empty
     return {key: statistics.median(ts) for key, ts in times.items() if ts}
 
 
