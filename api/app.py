@@ -1,8 +1,5 @@
-"""The app factory: `create_app(settings)` builds the FastAPI service; nothing is built at import time.
-
-Plugins are loaded first, so every registered op (built-in, plugin or `autotuner.autotune` kernel) is in the
-routes' schema: its name, shape pattern, dtypes and options.
-"""
+"""The app factory: `create_app(settings)` builds the service after loading plugins, so every registered op is in the
+routes' schema; nothing is built at import time."""
 
 from __future__ import annotations
 

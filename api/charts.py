@@ -1,7 +1,5 @@
-"""The results page's charts as geometry: plain numbers the templates draw as inline SVG (no script, no CDN).
-
-More: docs/design/service.md, `api/charts.py`.
-"""
+"""The results page's charts as geometry: plain numbers the templates draw as inline SVG (no script, no CDN). More:
+docs/design/service.md."""
 
 from __future__ import annotations
 

@@ -1,7 +1,4 @@
-"""The answer cache in front of `GET /config`, which every launching process may call.
-
-More: docs/design/service.md, `api/config_cache.py`.
-"""
+"""The answer cache in front of `GET /config`, which every launching process may call. More: docs/design/service.md."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""What the routes depend on: the service's shared state, its store, and the write token.
-
-More: docs/design/service.md, `api/deps.py`.
+"""What the routes depend on: the service's shared state, its store, and the write token. More: docs/design/service.md.
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
-"""How errors become responses: every bad input a 4xx whose detail names the field, a dead database a 503.
-
-More: docs/design/service.md, `api/errors.py`.
-"""
+"""How errors become responses: every bad input a 4xx whose detail names the field, a dead database a 503. More:
+docs/design/service.md."""
 
 from __future__ import annotations
 

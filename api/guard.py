@@ -1,7 +1,4 @@
-"""Two ASGI middlewares that stand in front of the routes.
-
-More: docs/design/service.md, `api/guard.py`.
-"""
+"""Two ASGI middlewares that stand in front of the routes. More: docs/design/service.md."""
 
 from __future__ import annotations
 

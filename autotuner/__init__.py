@@ -2,20 +2,12 @@
 
     import autotuner
     y = autotuner.softmax(x)                 # a built-in kernel, launched with its tuned config
-    y = autotuner.matmul(a, b, bias, activation="gelu")
+    @autotuner.autotune(configs=[...], key=["M", "N", "K"])   # any Triton kernel
+    autotuner.install()      # every @triton.autotune kernel of the process (`python -m autotuner run -- x.py`)
 
-    @autotuner.autotune(configs=[...], key=["M", "N", "K"])   # any Triton kernel (see autotuner.decorator)
-    @triton.jit
-    def my_kernel(...): ...
-
-    autotuner.install()      # every @triton.autotune kernel of the process too (autotuner.decorator.install);
-                             # AUTOTUNER_INSTALL=1 does it on import, `python -m autotuner run -- x.py` without
-
-Importing the package picks Triton's backend first (kernels._backend: the interpreter where there is no CUDA
-device), so kernels decorated after `import autotuner` run on this machine; its names load on first use. The
-library calls (`softmax`, `matmul` ...) are those the registered ops declare (autotuner.launch.library): a
-name not listed below is looked up there, which imports the registry and torch.
-"""
+Importing the package picks Triton's backend first (kernels._backend: the interpreter where there is no CUDA device);
+its names load on first use. A name not listed below is looked up among the registered ops' library calls
+(autotuner.launch.library)."""
 
 from __future__ import annotations
 

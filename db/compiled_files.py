@@ -1,9 +1,5 @@
-"""Triton compile-cache files kept in the database for other hosts (autotuner.engine.measure.compile_share), each with
-an HMAC-SHA256 under the operator's secret and the signer that secret is: `get` returns only this signer's files
-whose mac verifies.
-
-More: docs/design/store.md, `db/compiled_files.py`.
-"""
+"""Triton compile-cache files kept for other hosts, each with an HMAC-SHA256 under the operator's secret and its signer:
+`get` returns only this signer's files whose mac verifies. More: docs/design/store.md."""
 
 from __future__ import annotations
 

@@ -1,7 +1,4 @@
-"""A client-side deadline on every PostgreSQL round trip (psycopg 3).
-
-More: docs/design/store.md, `db/deadline.py`.
-"""
+"""A client-side deadline on every PostgreSQL round trip (psycopg 3). More: docs/design/store.md."""
 
 from __future__ import annotations
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy import Engine, create_engine, event, inspect, text
 from sqlalchemy.engine import make_url
@@ -33,6 +33,7 @@ from kernels._environment import env_flag
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 MIGRATION_LOCK = 0x6175746F  # pg_advisory_xact_lock key held while migrating
+T = TypeVar("T")
 
 
 def _sqlite_pragmas(dbapi_conn, _record) -> None:  # type: ignore[no-untyped-def]
@@ -59,11 +60,9 @@ def _pg_connect_args(timeout_s: float) -> dict[str, object]:
 
 
 def make_engine(url: str | None = None, *, timeout_s: float | None = None) -> Engine:
-    """An engine for `url` (default: a SQLite file in the user's data directory); nothing is created or
-    migrated here, and no connection is made. On PostgreSQL, `timeout_s` (default 30 s) bounds every wait on
-    the database: a statement, a lock, a connection from the pool, a server that stopped answering. SQLite
-    keeps its 60 s busy timeout (two workers and the service share one file without "database is locked"); the
-    service bounds its requests itself (api.guard.Deadline)."""
+    """An engine for `url` (default: a SQLite file in the user's data directory); nothing is created, migrated or
+    connected. On PostgreSQL `timeout_s` (default 30 s) bounds every wait on the database; SQLite keeps a 60 s busy
+    timeout so several processes share one file."""
     url = url or default_url()
     try:
         parsed = make_url(url)
@@ -122,7 +121,6 @@ def sqlite_path(engine: Engine) -> Path | None:
 
 if TYPE_CHECKING:
     from alembic.config import Config as AlembicConfig
-
 
 
 def _alembic_config(connection) -> AlembicConfig:  # type: ignore[no-untyped-def]
@@ -322,3 +320,9 @@ def session_scope(engine: Engine) -> Iterator[Session]:
     """One transaction: committed on success, rolled back on error."""
     with session_factory(engine)() as session, session.begin():
         yield session
+
+
+def in_session(engine: Engine, fn: Callable[..., T], /, **kwargs: Any) -> T:
+    """`fn(session, **kwargs)` in one transaction (session_scope)."""
+    with session_scope(engine) as session:
+        return fn(session, **kwargs)

@@ -1,7 +1,5 @@
-"""Whether a database can keep what is written to it, and why not, in words a client can be given.
-
-More: docs/design/store.md, `db/health.py`.
-"""
+"""Whether a database can keep what is written to it, and why not, in words a client can be given. More:
+docs/design/store.md."""
 
 from __future__ import annotations
 

@@ -215,12 +215,9 @@ class DevicePeak(Base):
 
 
 class CompiledFile(Base):
-    """A file of Triton's compile cache (a kernel's cubin, PTX, IR and metadata; a launcher's shared object), kept
-    so that a host that compiles the same kernel version loads it instead (autotuner.engine.shared_compiles).
-    `mac`: HMAC-SHA256 of the cache key, file name and bytes under the operator's secret; a file whose mac does
-    not verify is never loaded, so a database writer without the secret cannot make a host run its code.
-    `signer`: which secret signed it (an HMAC of a constant under it), so hosts under different secrets keep
-    files of their own."""
+    """A file of Triton's compile cache, kept so a host compiling the same kernel version loads it instead. `mac`:
+    HMAC-SHA256 of key, name and bytes under the operator's secret (a file that does not verify is never loaded);
+    `signer`: which secret signed it."""
 
     __tablename__ = "compiled_files"
     __table_args__ = (UniqueConstraint("signer", "cache_key", "filename", name="uq_compiled_file"),)

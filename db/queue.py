@@ -1,7 +1,4 @@
-"""The job queue's SQL: queue, claim, heartbeat, finish, retry and requeue jobs.
-
-More: docs/design/store.md, `db/queue.py`.
-"""
+"""The job queue's SQL: queue, claim, heartbeat, finish, retry and requeue jobs. More: docs/design/store.md."""
 
 from __future__ import annotations
 
@@ -210,12 +207,9 @@ LOST_LIMIT = 2  # a job whose worker died holding it this many times is failed: 
 
 
 def requeue_stale(session: Session, *, older_than: datetime, max_attempts: int) -> list[tuple[int, str]]:
-    """Jobs whose worker stopped heartbeating before `older_than`: queued again once, failed when it is the second
-    worker lost on it (a job whose import or trial ends the process would take every worker down in turn) or
-    after `max_attempts`.
-
-    Their unfinished tuning runs are marked interrupted (the trials they stored stay). Returns (job id, new state).
-    """
+    """Jobs whose worker stopped heartbeating before `older_than`: queued again once, failed on the second worker lost
+    (a job that kills its process would take every worker down) or after `max_attempts`. Their unfinished runs are
+    marked interrupted. Returns (job id, new state)."""
     stale = (select(Job.id).where(Job.state == "running", Job.heartbeat_at < older_than).order_by(Job.id))
     if session.get_bind().dialect.name == "postgresql":
         stale = stale.with_for_update(skip_locked=True)
@@ -265,6 +259,3 @@ def recorded_dtypes(session: Session, *, op: str, shape: str) -> list[str]:
     """The dtypes this problem's tuning jobs were recorded in (a decorated kernel's key names them)."""
     return sorted(set(session.scalars(select(Job.dtype).where(Job.op == op, Job.shape == shape, Job.kind == "tune"))))
 
-
-def runs_of_job(session: Session, *, job_id: int) -> list[TuningRun]:
-    return list(session.scalars(select(TuningRun).where(TuningRun.job_id == job_id).order_by(TuningRun.id)))

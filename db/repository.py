@@ -81,11 +81,8 @@ def save_best(session: Session, *, op: str, problem_key: str, problem: dict[str,
               kernel_hash: str, triton_version: str, config: dict[str, Any], median_ms: float,
               default_ms: float | None, torch_ms: float | None, run_id: int | None,
               updated_at: datetime | None = None) -> bool:
-    """Insert the best config for its result key, or replace the stored one only if this one is faster.
-
-    One atomic statement (INSERT .. ON CONFLICT DO UPDATE .. WHERE faster), so concurrent writers can never
-    leave a slower config behind. Returns True when this row was written.
-    """
+    """Insert the best config for its key, or replace the stored one only if faster, in one statement (ON CONFLICT DO
+    UPDATE WHERE faster), so concurrent writers never leave a slower config. True when written."""
     return save_bests(session, [dict(
         op=op, problem_key=problem_key, problem=problem, device_id=device_id, kernel_hash=kernel_hash,
         triton_version=triton_version, config=config, median_ms=median_ms, default_ms=default_ms,
@@ -191,29 +188,6 @@ def list_runs(session: Session, *, op: str | None = None, device_key: str | None
     if problem_key:
         q = q.where(TuningRun.problem_key == problem_key)
     return list(session.scalars(q.order_by(TuningRun.id)))
-
-
-def count_trials(session: Session, *, run_id: int | None = None) -> int:
-    q = select(func.count(Trial.id))
-    if run_id is not None:
-        q = q.where(Trial.run_id == run_id)
-    return int(session.scalar(q) or 0)
-
-
-def find_run(session: Session, *, op: str, problem_key: str, device_id: int, started_at: datetime) -> int | None:
-    return session.scalar(select(TuningRun.id).where(
-        TuningRun.op == op, TuningRun.problem_key == problem_key, TuningRun.device_id == device_id,
-        TuningRun.started_at == started_at))
-
-
-def insert_run(session: Session, *, fields: dict[str, Any], trials: list[dict[str, Any]]) -> int:
-    """A whole run with its trials, as exported (import path)."""
-    run = TuningRun(**fields)
-    session.add(run)
-    session.flush()
-    session.add_all([Trial(run_id=run.id, **t) for t in trials])
-    session.flush()
-    return run.id
 
 
 def page_best(session: Session, *, op: str | None = None, device_key: str | None = None, limit: int = 50,

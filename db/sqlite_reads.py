@@ -1,13 +1,6 @@
-"""A launching process's reads of a SQLite database, through the standard library's sqlite3: the stored best
-rows of one problem (or of every problem of an op, for the nearest one), and the configs measured for it; and its
-one write, queueing a tuning job for a key it met untuned (`AUTOTUNER_ON_MISS=nearest` or `default`). A process that launches a tuned kernel asks these once per
-key and nothing else, and importing SQLAlchemy (its Core, ORM and models) would cost it more than its first
-launch (benchmarks/launch_overhead.py). Everything else goes through db.engine and db.repository;
-tests/integration/test_sqlite_reads.py holds these equal to repository.find_best_rows, repository.trial_times and
-queue.add_job.
-
-More: docs/design/store.md, `db/sqlite_reads.py`.
-"""
+"""A launching process's reads of a SQLite database through stdlib sqlite3 (the best rows of a problem or an op, and the
+configs measured for it), and its one write, queueing a job for a key met untuned: importing SQLAlchemy would cost more
+than the first launch. tests/integration/test_sqlite_reads.py holds these equal to db.repository's and db.queue's."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""Choose the Triton backend before any kernel is decorated.
-
-With no CUDA device, kernels run through Triton's interpreter: TRITON_INTERPRET=1 is set here unless the
-user set it themselves. Triton reads the variable when `@triton.jit` runs, so this module is imported first
-by `kernels/__init__.py`.
-"""
+"""Choose the Triton backend before any kernel is decorated: with no CUDA device, TRITON_INTERPRET=1 is set (unless the
+user set it), since Triton reads it when `@triton.jit` runs."""
 
 from __future__ import annotations
 
@@ -34,11 +30,9 @@ def _driver() -> ctypes.CDLL | None:
 
 
 def cuda_device_count() -> int:
-    """The CUDA devices visible to this process (CUDA_VISIBLE_DEVICES applies). Asked of torch where it is imported
-    already, else of NVML, as torch does, so that importing `autotuner` neither imports torch (seconds) nor
-    initialises CUDA: a process that has called `cuInit` makes forked children that cannot (a fork server's, a
-    library's workers forked after `import autotuner`; benchmarks/tune_time.py). Only where NVML cannot
-    say (no libnvidia-ml, a CUDA_VISIBLE_DEVICES of UUIDs) is the driver itself asked."""
+    """The CUDA devices visible to this process, asked of torch where it is imported, else of NVML, so that importing
+    `autotuner` neither imports torch nor initialises CUDA (a process that called `cuInit` forks children that cannot).
+    Only where NVML cannot say is the driver asked."""
     if "torch" in sys.modules:
         try:
             return int(sys.modules["torch"].cuda.device_count())
@@ -187,11 +181,8 @@ def interpreting() -> bool:
 
 
 def dot_needs_upcast(dtype: object) -> bool:
-    """Triton's interpreter multiplies bfloat16 bit patterns in `tl.dot` (triton-lang/triton#11584).
-
-    Kernels take this as a constexpr and convert bfloat16 dot operands to float32 under the interpreter
-    only; on a GPU the native bfloat16 path is compiled.
-    """
+    """Triton's interpreter multiplies bfloat16 bit patterns in `tl.dot` (triton-lang/triton#11584): kernels take this
+    as a constexpr and upcast bfloat16 dot operands under the interpreter only."""
     import torch
 
     return interpreting() and dtype == torch.bfloat16

@@ -1,9 +1,6 @@
-"""What decides a Triton compile's output, hashed without hashing Triton's installation (Triton's own cache key
-reads its 500 MB library and runs `ptxas --version`): Triton's version and a stat of its library and compiler
-sources, the target, `src.hash()` (the kernel's source and every JIT function it calls, signature,
-specialization, constexprs), the compile options, and Triton's cache-invalidating environment variables with every
-other `TRITON_*` one but the cache locations. Used by the kept binaries (autotuner.launch.binary_cache) and by
-the host-wide compile lock (autotuner.engine.measure.compile_lock)."""
+"""What decides a Triton compile's output, hashed without hashing Triton's installation: Triton's version and a stat of
+its library, the target, `src.hash()`, the options and the `TRITON_*` environment but the cache locations. For the kept
+binaries and the host-wide compile lock."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""Scratch memory for TMA descriptors that kernels make on the device (`tl.make_tensor_descriptor`).
-
-A kernel that makes its own descriptors writes them to global scratch that Triton asks for at launch, through
-the allocator set by `triton.set_allocator`. `ensure_allocator()` installs one (a torch allocation on the current
-CUDA device, through torch's caching allocator) unless the caller has set their own; the interpreter needs none.
-"""
+"""Scratch memory for TMA descriptors that kernels make on the device: `ensure_allocator()` installs a torch allocator
+through `triton.set_allocator` unless the caller set their own; the interpreter needs none."""
 
 from __future__ import annotations
 

@@ -1,7 +1,4 @@
-"""Launching a compiled Triton kernel without Triton's per-call work.
-
-More: docs/design/kernels.md, `kernels/_direct.py`.
-"""
+"""Launching a compiled Triton kernel without Triton's per-call work. More: docs/design/kernels.md."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""The AUTOTUNER_* variables read before the settings class is built, one reader for all of them, with the settings'
-own rules (autotuner.base.settings: a flag is 1, true, yes, on, t, y or 0, false, no, off, f, n, in any case).
-They are read where no Settings exists yet or must not be built: at `import autotuner` (AUTOTUNER_INSTALL), in a
-kernel's output check (AUTOTUNER_POISON_OUTPUTS), where a database is opened (AUTOTUNER_RECHECK_SCHEMA), before
-`autotuner tune` imports its command (AUTOTUNER_LOCAL_WORKER, AUTOTUNER_GPUS, AUTOTUNER_RUNTIME_DIR). This module
-sits on the lowest floor so that every room below the settings can read them the same way."""
+"""The AUTOTUNER_* variables read before any Settings exists or where one must not be built (AUTOTUNER_INSTALL at
+import, AUTOTUNER_POISON_OUTPUTS, AUTOTUNER_RECHECK_SCHEMA, AUTOTUNER_LOCAL_WORKER, AUTOTUNER_GPUS,
+AUTOTUNER_RUNTIME_DIR), with the settings' own rules for a flag."""
 
 from __future__ import annotations
 

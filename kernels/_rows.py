@@ -1,8 +1,5 @@
-"""How the row-wise kernels (softmax, layernorm) lay a row over tiles: a row held whole in one tile or two, and
-rows whose length is not a multiple of 16 elements.
-
-More: docs/design/kernels.md, `kernels/_rows.py`.
-"""
+"""How the row-wise kernels lay a row over tiles: held whole in one tile or two, and rows not a multiple of 16 elements.
+More: docs/design/kernels.md."""
 
 from __future__ import annotations
 

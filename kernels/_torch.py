@@ -1,7 +1,4 @@
-"""torch, imported where it is first used rather than where a module is imported.
-
-More: docs/design/kernels.md, `kernels/_torch.py`.
-"""
+"""torch, imported where it is first used rather than where a module is imported. More: docs/design/kernels.md."""
 
 from __future__ import annotations
 

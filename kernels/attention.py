@@ -1,7 +1,5 @@
-"""Flash-attention forward: O = softmax(Q K^T * sm_scale [+ causal mask]) V, online softmax in float32.
-
-More: docs/design/kernels.md, `kernels/attention.py`.
-"""
+"""Flash-attention forward: O = softmax(Q K^T * sm_scale [+ causal mask]) V, online softmax in float32. More:
+docs/design/kernels.md."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""GELU, element-wise, over a contiguous tensor of any shape.
-
-approximate="tanh": 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), written as x * sigmoid(2u);
-approximate="none": 0.5 x (1 + erf(x / sqrt(2))). Each program handles BLOCK_SIZE elements in float32.
-"""
+"""GELU, element-wise, over a contiguous tensor of any shape, BLOCK_SIZE elements per program in float32: "tanh" is x *
+sigmoid(2u) with u = sqrt(2/pi) (x + 0.044715 x^3); "none" is 0.5 x (1 + erf(x / sqrt(2)))."""
 
 from __future__ import annotations
 

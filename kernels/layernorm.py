@@ -1,7 +1,5 @@
-"""Layer normalisation over the last dimension: y = (x - mean) / sqrt(var + eps) * weight + bias.
-
-More: docs/design/kernels.md, `kernels/layernorm.py`.
-"""
+"""Layer normalisation over the last dimension: y = (x - mean) / sqrt(var + eps) * weight + bias. More:
+docs/design/kernels.md."""
 
 from __future__ import annotations
 

@@ -109,10 +109,8 @@ def matmul_kernel(
 
 def persistent_unsupported(config: Mapping[str, Any], float32: bool) -> str | None:
     """Why a config's SUBTILE, TAIL_SPLIT, FLATTEN, DEVICE_DESC or warp specialization cannot run (None: it can):
-    SUBTILE=1 stores the persistent kernels' C tile, TAIL_SPLIT=1 and FLATTEN=1 are the persistent kernel's (not
-    warp-specialized: Triton's tutorial leaves flattening off for warp specialization on Hopper), DEVICE_DESC=1
-    is for the TMA kernels, and TMA=3 compiles (Triton 3.6, Hopper) with 8 warps and 16-bit operands only. The
-    launcher refuses such a config with this reason, and matmul's space rules it out with it."""
+    SUBTILE is the persistent kernels', TAIL_SPLIT and FLATTEN the plain persistent kernel's, DEVICE_DESC the TMA
+    kernels', and TMA=3 needs 8 warps and 16-bit operands. The launcher and the space refuse such a config with it."""
     subtile, tma, tail = config.get("SUBTILE", 0), config.get("TMA", 0), config.get("TAIL_SPLIT", 0)
     if subtile not in (0, 1) or (subtile and tma < 2):
         return f"SUBTILE=1 (the C tile stored in halves) is for TMA=2 and 3, got SUBTILE={subtile} with TMA={tma}"

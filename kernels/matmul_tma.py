@@ -1,8 +1,6 @@
-"""The matmul programs that move tiles through the tensor memory accelerator (Hopper and later, and the
-interpreter): a tile per program (TMA=1), and a program per SM walking the tiles (TMA=2; warp-specialized, TMA=3),
-with descriptors made by the launcher or, with DEVICE_DESC=1, by the kernel. docs/design/kernels.md says how each
-works and why it is in the space.
-"""
+"""Matmul through the tensor memory accelerator (Hopper and later, and the interpreter): a tile per program (TMA=1), a
+program per SM (TMA=2; warp-specialized TMA=3), descriptors made by the launcher or the kernel (DEVICE_DESC=1). More:
+docs/design/kernels.md."""
 
 import triton
 import triton.language as tl

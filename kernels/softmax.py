@@ -1,7 +1,4 @@
-"""Row-wise softmax over the last dimension of x[..., n_cols], any column count.
-
-More: docs/design/kernels.md, `kernels/softmax.py`.
-"""
+"""Row-wise softmax over the last dimension of x[..., n_cols], any column count. More: docs/design/kernels.md."""
 
 from __future__ import annotations
 

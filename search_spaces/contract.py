@@ -1,7 +1,5 @@
-"""The kernel contract: what the engine needs to know about a tunable kernel, declared once per kernel.
-
-More: docs/design/kernels.md, `search_spaces/contract.py`.
-"""
+"""The kernel contract: what the engine needs to know about a tunable kernel, declared once per kernel. More:
+docs/design/kernels.md."""
 
 from __future__ import annotations
 
@@ -173,21 +171,19 @@ class Example:
 
 @dataclass(frozen=True, kw_only=True)
 class LibraryCall:
-    """How a built-in op is launched as `autotuner.<name>(...)`, declared with the op (autotuner.launch.library
-    builds the call from it). The call resolves a config once per launch signature and keeps `prepare`'s launch
-    for it; `config=` launches with that config instead.
+    """How a built-in op is launched as `autotuner.<name>(...)` (autotuner.launch.library builds the call). The call
+    resolves a config once per launch signature and keeps `prepare`'s launch; `config=` launches with that config
+    instead.
 
-        face       the call's arguments, documented: returns them in order, defaults filled (its name is the
-                   call's, its docstring the call's help); raises TypeError or ValueError for bad arguments
-        signature  (arguments) -> what decides a launch, data pointers aside: shapes, strides, dtypes, devices
-                   and options. With the tensors' 16-byte alignment (`tensors`: their positions) it keys the kept
-                   launch; alone, it keys the config an eager call resolved, for torch.compile's tracing
+        face       the call's arguments in order, defaults filled (its name and docstring are the call's);
+                   TypeError or ValueError for bad arguments
+        signature  (arguments) -> shapes, strides, dtypes, devices and options: with the tensors' alignment
+                   (`tensors`) it keys the kept launch; alone, the config an eager call resolved
         inputs     (arguments) -> the op's inputs, whose problem the lookup resolves
         prepare    (arguments, config) -> a launch taking the arguments at `launch_args`, checked once
         run        (arguments, config) -> the output, the inputs checked on this call
-        torch_op   (arguments) -> the same output through torch's own op: the op's `baseline`, which its tunes
-                   time, taking every argument of the call. Where a tuned result's tune timed it faster than the
-                   result's best config (`Resolution.launches_torch`), the call launches it instead
+        torch_op   (arguments) -> the output through torch's own op (the `baseline`); launched instead where
+                   the tune timed it faster (`Resolution.launches_torch`)
     """
 
     face: Callable[..., tuple[Any, ...]]

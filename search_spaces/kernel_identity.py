@@ -1,8 +1,5 @@
-"""A Triton kernel function's identity, for its results' `kernel_hash`: what decides its binary, as Triton's own
-cache key reads it, and nothing else.
-
-More: docs/design/kernels.md, `search_spaces/kernel_identity.py`.
-"""
+"""A Triton kernel function's identity, for its results' `kernel_hash`: what decides its binary, as Triton's cache key
+reads it, and nothing else. More: docs/design/kernels.md."""
 
 from __future__ import annotations
 
@@ -38,11 +35,10 @@ def kernel_identity(fn: Any) -> str:
 
 
 def module_identity(*modules: ModuleType) -> str:
-    """What in these modules decides a built-in op's binaries and launches, as a hex digest, wherever each piece
-    lives: each JIT function's kernel identity (its callees followed into any module) with its decorators, each
-    other top-level function's and class's source without its docstring, each top-level constant's assignment,
-    sorted by name. A module's docstring, its imports, comments between definitions, and which of these modules
-    holds a definition leave it unchanged, so moving a kernel or a comment does not make its results stale."""
+    """What in these modules decides a built-in op's binaries and launches, as a hex digest: each JIT function's
+    identity (callees followed) with its decorators, each other top-level definition's source without docstring, each
+    top-level constant, by name. Docstrings, imports, comments and which module holds a definition leave it unchanged.
+    """
     parts: dict[str, str] = {}
     for module in modules:
         try:

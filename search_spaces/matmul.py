@@ -115,19 +115,12 @@ BARRIER_BYTES_PER_STAGE = 16
 
 
 def smem_bytes(c: Config, p: MatmulProblem, capability: tuple[int, int] = (9, 0)) -> int:
-    """An upper bound on the shared memory Triton gives a config on a GPU of this compute capability: the software
-    pipeline's tiles of A and of B (Hopper holds num_stages of them; Ampere and Ada's pipeliner, for the pointer
-    kernel of compute capability 8.x, num_stages - 1, or the float32 accumulator tile where that is more: the
-    epilogue's layout change), and with TMA the stages' barriers and the C tile that the store goes out through:
-    half of it stored in halves (SUBTILE); in the pipeline's buffers, once the loop is done, for the one-tile TMA
-    kernel in 16 bits. Where 8 warps share BLOCK_M=64 rows, Hopper's MMA gives each warpgroup half the columns, and
-    splitting the float32 accumulator into its column halves (SUBTILE) moves one half between them through shared
-    memory: a BLOCK_M x BLOCK_N/2 float32 scratch, which a flattened loop cannot take from the pipeline's buffers
-    (the next tile's loads hold them). With Hopper's 227 KiB, 128x256x64 float16 fits 4 stages through pointers,
-    through TMA, and through persistent TMA storing its C tile in halves (which ran faster than 3 stages unhalved).
-    Checked against Triton 3.6 and 3.9 compiling every config of the space near the limit for sm_90, and the
-    pointer kernel's for sm_80, sm_86 and sm_89 (benchmarks/matmul_kinds.py); only configs above it failed on the
-    recorded H100 landscapes."""
+    """An upper bound on the shared memory Triton gives a config on this compute capability: the pipeline's A and B
+    tiles (Hopper holds num_stages of them; 8.x's pipeliner num_stages - 1, or the float32 accumulator tile if larger),
+    and with TMA the barriers and the C tile the store goes out through (half of it with SUBTILE; in the pipeline's
+    buffers for the one-tile kernel in 16 bits). Where 8 warps share BLOCK_M=64 on Hopper, SUBTILE moves one accumulator
+    half between warpgroups through a BLOCK_M x BLOCK_N/2 float32 scratch, which a flattened loop cannot take from the
+    pipeline's buffers. Checked by compiling the space near the limit (benchmarks/matmul_kinds.py)."""
     return _smem(c, p, capability)[0]
 
 
@@ -259,13 +252,9 @@ def default(p: MatmulProblem, d: DeviceLimits) -> Config:
 
 
 def seeds(p: MatmulProblem, d: DeviceLimits) -> list[Config]:
-    """On Hopper GPUs, the 128x256x64 tiles that won every large problem of the H100 suite, through TMA and
-    through pointers (benchmarks/matmul_kinds.py), and the same tiles persistent (with and without warp
-    specialization; flattened, storing C in halves with 4 stages, with and without the last partial wave in
-    half-width tiles, which beat unflattened ones), measured right after the default; for
-    M <= 64 first the thin tiles that won decode's problems (split-K, K steps of 256). The ones a problem rules
-    out (tiles larger than it, shared memory, too few tiles to persist over, split-K over too short a K) are
-    dropped."""
+    """On Hopper, the 128x256x64 tiles through TMA and pointers, and persistent (with and without warp specialization;
+    flattened, storing C in halves, with and without the half-width tail), measured right after the default; for M <= 64
+    first the thin split-K tiles. Those a problem rules out are dropped (benchmarks/matmul_kinds.py)."""
     if not hopper(d):
         return []
     big = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8, "SPLIT_K": 1, "num_warps": 8, "num_stages": 3}

@@ -1,8 +1,5 @@
-"""Row-wise reductions over the last dimension (softmax, layernorm): one problem type and one space shape.
-
-A problem is (rows, cols, dtype); a program handles ROWS rows as a [ROWS, BLOCK_N] tile, looping over the
-row in BLOCK_N chunks when BLOCK_N < cols.
-"""
+"""Row-wise reductions over the last dimension (softmax, layernorm): a problem is (rows, cols, dtype); a program handles
+ROWS rows as a [ROWS, BLOCK_N] tile, looping in BLOCK_N chunks when BLOCK_N < cols."""
 
 from __future__ import annotations
 
@@ -207,11 +204,9 @@ def default(p: RowwiseProblem, d: DeviceLimits) -> Config:
 
 
 def long_rows_seeds(p: RowwiseProblem, d: DeviceLimits) -> list[Config]:
-    """Rows of 8k elements or more: the whole row per program, walked by one program per SM (PERSIST, faster than
-    one row per program), and before it, for 16-bit rows, a program per row holding its row as loaded (HOLD16,
-    valid from 16384 columns); with fewer rows than SMs, first each row cut over programs, in one launch (SYNC)
-    and in two, much faster than a program per row. Each was the winner of real landscapes
-    (benchmarks/suite.py)."""
+    """Rows of 8k elements or more: a program per SM walking the rows (PERSIST), before it for 16-bit rows a program per
+    row held as loaded (HOLD16, from 16384 columns); with fewer rows than SMs, first each row cut over programs in one
+    launch (SYNC) and in two (benchmarks/suite.py)."""
     if p.cols < 8192:
         return []
     whole = {"BLOCK_N": next_pow2(p.cols), "ROWS": 1, "num_warps": 16, "num_stages": 1}

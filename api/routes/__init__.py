@@ -1,12 +1,11 @@
-"""The service's routes, one module per resource. Each module's `router(ops)` builds its routes from the
-registered ops' declarations (their names, shapes, dtypes and options become the OpenAPI schema's
-enumerations and patterns), so an op added to the registry appears in the API with nothing written here.
+"""The service's routes, one module per resource, each built from the registered ops' declarations (`router(ops)`), so a
+new op appears in the API with nothing written here.
 
-    config      GET /config                       the config to launch with
+    config      GET /config
     results     GET /results, /results/{id}, /devices
     jobs        POST /jobs, GET /jobs, /jobs/{id}
     operations  GET /healthz, /metrics
-    pages       GET /, /ui/results/{id}, /ui/queue   HTML for people (not in the OpenAPI schema)
+    pages       GET /, /ui/results/{id}, /ui/queue   (HTML, not in the OpenAPI schema)
 """
 
 from __future__ import annotations

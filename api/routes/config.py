@@ -44,11 +44,9 @@ def router(ops: list[TunableOp[Any]]) -> APIRouter:
     accepted = {*FIXED, *(p.name for p in options)}
 
     async def get_config(request: Request, st: State, **query: Any) -> Response:
-        """The config to launch with: the exact tuned result, else the nearest tuned problem's, else the default.
-
-        404 when the values name no problem (a shape of another op's form, an option the op does not take, a
-        device the database does not know) or, with `fallback=none`, when nothing exact is stored; 300 when no
-        device is named and the database knows several."""
+        """The config to launch with: the exact tuned result, else the nearest's, else the default. 404 when the values
+        name no problem or, with `fallback=none`, nothing exact is stored; 300 when no device is named and the database
+        knows several."""
         unknown = sorted(set(request.query_params) - accepted)
         if unknown:
             raise serving.InputError(unknown[0], f"unknown query parameter {unknown[0]!r}; accepted: "

@@ -1,7 +1,5 @@
-"""The results pages, for people: server-rendered HTML (Jinja2, every value escaped), read-only, no token.
-
-More: docs/design/service.md, `api/routes/pages.py`.
-"""
+"""The results pages, for people: server-rendered HTML (Jinja2, every value escaped), read-only, no token. More:
+docs/design/service.md."""
 
 from __future__ import annotations
 

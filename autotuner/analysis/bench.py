@@ -1,7 +1,5 @@
-"""`autotuner bench`: one problem, every way of computing it, on the same inputs, timed alike.
-
-More: docs/design/service.md, `autotuner/analysis/bench.py`.
-"""
+"""`autotuner bench`: one problem, every way of computing it, on the same inputs, timed alike. More:
+docs/design/service.md."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
-"""The device's measured ceilings, for roofline fractions: copy bandwidth and dense matmul rate per dtype.
-
-Measured once per device with the same CUDA-event timing as everything else and stored in the database
-(`device_peaks`); `--remeasure` replaces them. Copy: `dst.copy_(src)` of 1 GiB, read plus write bytes.
-Matmul: `torch.matmul` (cuBLAS), the faster of 4096^3 and 8192^3, per dtype; float32 with TF32 allowed,
-because Triton's `tl.dot` uses TF32 for float32 inputs by default. A kernel's roofline fraction is the floor
-time max(flops / matmul rate, bytes / copy bandwidth) over its measured time.
-"""
+"""The device's measured ceilings, for roofline fractions: copy bandwidth (`dst.copy_(src)` of 1 GiB) and cuBLAS's dense
+matmul rate per dtype (the faster of 4096^3 and 8192^3; float32 with TF32, as `tl.dot` uses it), stored per device in
+`device_peaks`. A kernel's fraction is max(flops / rate, bytes / bandwidth) over its time."""
 
 from __future__ import annotations
 

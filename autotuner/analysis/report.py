@@ -1,10 +1,6 @@
-"""`autotuner report`: one PNG, per tuned problem, of the tuned config against the default config and torch.
-
-Bars are speedups over torch eager (1.0 = as fast as torch), from the stored best configs: the tuned time,
-the default config's time and torch's time measured in the same tuning run. A result with no torch version
-(an `autotuner.autotune` kernel) is drawn against its default config instead, and labelled so. One panel per GPU; results of
-the interpreter (CPU wall-clock) are left out.
-"""
+"""`autotuner report`: one PNG of speedups over torch eager per tuned problem (tuned and default config, from the same
+run), one panel per GPU; a kernel with no torch baseline is drawn against its default config; interpreter results are
+left out."""
 
 from __future__ import annotations
 

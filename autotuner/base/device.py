@@ -1,9 +1,5 @@
-"""Device identity: what a stored result is keyed by, and the limits constraints read.
-
-With a CUDA device: its name and compute capability make the key; SM count, memory and the opt-in shared
-memory per block are recorded. With none, kernels run in Triton's interpreter and the device is
-`cpu-interpreter`.
-"""
+"""Device identity: what a stored result is keyed by (name and compute capability; `cpu-interpreter` without CUDA), and
+the limits constraints read (SMs, memory, opt-in shared memory per block)."""
 
 from __future__ import annotations
 

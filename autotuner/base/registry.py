@@ -1,9 +1,5 @@
-"""The ops the engine can tune, by name: the built-in ones (every module of `search_spaces` that declares an
-`OP`, a TunableOp: adding `search_spaces/<op>.py` adds the op, its CLI options, its HTTP schema and, if it declares
-one, its library call), plugins named in AUTOTUNER_PLUGINS, and kernels wrapped by `autotuner.autotune`.
-
-More: docs/design/launch.md, `autotuner/base/registry.py`.
-"""
+"""The ops the engine can tune, by name: every module of `search_spaces` that declares an `OP`, plugins named in
+AUTOTUNER_PLUGINS, and kernels wrapped by `autotuner.autotune`. More: docs/design/launch.md."""
 
 from __future__ import annotations
 
@@ -142,12 +138,10 @@ def probe_import(module: str, timeout_s: float = PROBE_S) -> None:
 
 def import_op(name: str, *, trusted: bool = False, allowed: list[str] | None = None,
               probe_s: float = PROBE_S) -> TunableOp[Any]:
-    """The op named; for a decorated kernel's `module:qualname` not yet registered, its module is imported first
-    (the worker and `autotuner tune module:kernel` reach recorded kernels this way), then the finders asked. A
-    name read from data (a job's or a sweep's op) imports only a module the operator allowed (`check_importable`
-    against `allowed`, by default Settings' kernel_modules and plugins), and only after a child process survived
-    importing it within `probe_s` (probe_import); `trusted`: a name the operator gave (the command line) or a
-    parent process that holds the op already."""
+    """The op named; a decorated kernel's `module:qualname` not yet registered has its module imported first. A name
+    read from data (a job's or sweep's op) imports only a module the operator allowed (`allowed`: Settings'
+    kernel_modules and plugins), and only after a child process survived importing it within `probe_s`; `trusted`: a
+    name the operator gave, or a parent that holds the op already."""
     if name not in _OPS and ":" in name:
         module = name.split(":", 1)[0]
         if not trusted:

@@ -1,8 +1,5 @@
-"""Roofline ceilings per device: datasheet peaks (dense matrix rate for 16-bit inputs, memory bandwidth).
-
-These are leads, not measurements; a time's roofline fraction is the larger of its compute and memory
-fractions. The interpreter has no roofline.
-"""
+"""Datasheet roofline ceilings per device (dense 16-bit matrix rate, memory bandwidth): leads, not measurements. A
+time's fraction is the larger of its compute and memory fractions; the interpreter has none."""
 
 from __future__ import annotations
 

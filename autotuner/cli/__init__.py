@@ -1,20 +1,8 @@
-"""The `autotuner` command line. Each command lives in a module named for what it does; they are registered
-here, explicitly, in the order `autotuner --help` lists them.
+"""The `autotuner` command line: each command in a module named for it, built by autotuner.cli.app in `--help` order;
+shared options, consoles and exit codes in autotuner.cli.common. `main()` first hands a `tune` to a worker on this host,
+or starts the trial worker (`start_early`), and only then imports the commands.
 
-    tune, show, ops, replay autotuner.cli.tune, .show, .ops, .replay
-    export, import          autotuner.cli.transfer
-    bench, report           autotuner.cli.bench
-    run, install            autotuner.cli.install
-    serve, worker           autotuner.cli.service
-    db upgrade              autotuner.cli.database
-
-The commands are built by autotuner.cli.app (`build()`); shared options, the consoles and the error-to-exit-code
-mapping are in autotuner.cli.common. Importing this package has no effects: `main()` first hands a `tune` to a
-worker running on this host, or starts the fork server and `tune`'s trial worker (`start_early`), and only then
-imports the commands.
-
-May import: every room of autotuner, and `api` (`serve` starts the service).
-"""
+May import: every room of autotuner, and `api` (`serve` starts the service)."""
 
 from __future__ import annotations
 
@@ -89,12 +77,9 @@ def main() -> None:
 
 
 def exit_fast(code: int) -> NoReturn:
-    """End a `tune` once its output is out and the exit handlers (logging, multiprocessing's finalizers) have run,
-    skipping the interpreter's own teardown after them (torch's and CUDA's destructors, every module's): everything
-    it wrote is committed by then, and the output is flushed here. multiprocessing's exit handler would join the
-    trial worker and compile pool, killed by now, and so wait while the driver tears their CUDA contexts down: its
-    finalizers (the fork server's folder) run, the join is left out (the killed processes are reaped by init; the
-    fork server exits when this process does)."""
+    """End a `tune` once its output is out and the exit handlers have run, skipping the interpreter's teardown (torch's
+    and CUDA's destructors): everything is committed by then. multiprocessing's finalizers run, but not its join of the
+    killed trial worker and pool, which would wait on the driver tearing their contexts down."""
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()

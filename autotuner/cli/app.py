@@ -1,8 +1,5 @@
-"""The command line's commands, built into one Typer app in the order `autotuner --help` lists them, after the
-plugins are loaded (plugin ops bring their options to the commands).
-
-    app = build()     # PluginError, or pydantic's ValidationError for bad settings
-"""
+"""The commands in one Typer app, in `autotuner --help` order, built after the plugins load (their ops bring options):
+`app = build()`."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""What the commands share: the consoles, the options that name a problem, errors and their exit codes.
-
-User text (shapes, op and kernel names, error messages) is printed as text, never read as rich markup: the
-consoles have markup off, and styles are given as `style=` arguments.
-"""
+"""What the commands share: the consoles (markup off: user text is never read as rich markup), the options that name a
+problem, errors and their exit codes."""
 
 from __future__ import annotations
 
@@ -20,7 +17,6 @@ from rich.text import Text
 if TYPE_CHECKING:
     from autotuner.base.registry import Op
     from search_spaces.contract import ProblemType
-
 
 
 def _console_args(columns: int | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -213,11 +209,9 @@ def _defaults(declared: Sequence[str]) -> str:
 
 
 def problem_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Give a command the options that the registered ops declare, in place of its `flags: dict` and `options:
-    dict` parameters, which receive the ones given: a dimension flag per name in a problem type's `shape_flags`
-    (`--M --N --K` for matmul), after `--shape`; an option per problem option (`--epilogue`, `--causal`,
-    `--approximate` for the built-in ops), after `--dtype`. An op added to the registry brings its options to
-    every command that names a problem."""
+    """Give a command the options the registered ops declare, in place of its `flags: dict` and `options: dict`
+    parameters: a dimension flag per name in a problem type's `shape_flags` (`--M --N --K`) and an option per problem
+    option (`--epilogue`, `--causal`), so a new op brings its options to every command."""
     import functools
     import inspect
 

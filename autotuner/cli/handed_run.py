@@ -1,8 +1,5 @@
-"""A worker running `autotuner tune` for a command typed on this host (autotuner.worker.command_socket; the command's side
-is autotuner.cli.handoff).
-
-More: docs/design/service.md, `autotuner/cli/handed_run.py`.
-"""
+"""A worker running `autotuner tune` for a command typed on this host (the command's side: autotuner.cli.handoff). More:
+docs/design/service.md."""
 
 from __future__ import annotations
 

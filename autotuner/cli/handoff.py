@@ -1,8 +1,5 @@
-"""`autotuner tune` handed to a worker already running on this host (autotuner.worker.command_socket), before the command
-imports anything heavy: the worker tunes in the processes it keeps, and this process only relays its output.
-
-More: docs/design/service.md, `autotuner/cli/handoff.py`.
-"""
+"""`autotuner tune` handed to a worker running on this host, before the command imports anything heavy: the worker tunes
+in its kept processes and this one relays the output. More: docs/design/service.md."""
 
 from __future__ import annotations
 

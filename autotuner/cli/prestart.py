@@ -1,8 +1,5 @@
-"""`autotuner tune`'s trial worker and compile pool, started first thing: before the command imports torch and the
-ops, so that the processes make their CUDA contexts (and the fork server its imports) while it does.
-
-More: docs/design/service.md, `autotuner/cli/prestart.py`.
-"""
+"""`autotuner tune`'s trial worker and compile pool, started before the command imports torch and the ops, so their CUDA
+contexts are made meanwhile. More: docs/design/service.md."""
 
 from __future__ import annotations
 

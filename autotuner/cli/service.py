@@ -97,11 +97,8 @@ def worker(
     name: str | None = typer.Option(None, "--name", help="worker name stored on its jobs (default: host:pid[:gpuN])"),
     db: DbOpt = None,
 ) -> None:
-    """Claim queued tuning jobs from the database and run them until stopped.
-
-    SIGTERM or Ctrl-C stops the running job and gives it back to the queue. `autotuner tune` typed on this host
-    (same database) is handed to a running worker, which tunes it in its warm processes before the next queued job
-    (AUTOTUNER_LOCAL_WORKER=0: not).
+    """Claim queued tuning jobs from the database and run them until stopped (SIGTERM or Ctrl-C gives the running job
+    back). `autotuner tune` typed on this host with the same database is handed to it (AUTOTUNER_LOCAL_WORKER=0: not).
     """
     from autotuner.base.device import current_device, parse_gpus
     from autotuner.cli import handed_run

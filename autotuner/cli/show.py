@@ -108,8 +108,6 @@ def _tuned_dtype(op: str, shape: str | None, flags: dict[str, str | None], optio
         fail(exc.message)
 
 
-
-
 def _print(info: dict[str, Any], as_json: bool, summary: str) -> None:
     if as_json:
         print_json(info)

@@ -144,13 +144,11 @@ def tune(
                                                          "problem's device and re-times the finalists. With --queue: "
                                                          "how many of a worker's GPUs measure each job (e.g. 2)"),
 ) -> None:
-    """Tune one problem: search its space, store every trial and the winner. Several values of one dimension
-    (`--M 1-8192:pow2`, `--M 16,64,256`, or a range in `--shape`) sweep it: every point is tuned, then each
-    winner is timed on its neighbours (the regret a bucket or nearest answer can expect).
+    """Tune one problem: search its space, store every trial and the winner. Several values of one dimension (`--M
+    1-8192:pow2`, `--M 16,64,256`) sweep it: every point is tuned, then each winner timed on its neighbours.
 
-    A worker running on this host (`autotuner worker`, same database) takes the command and tunes in its warm
-    processes, so it starts at once; `--here` tunes in this process instead. `--gpus 0,1` measures the configs on
-    both GPUs at once (same device type), tuning here."""
+    A worker on this host (same database) takes the command and tunes in its warm processes; `--here` tunes in this
+    process. `--gpus 0,1` measures on both GPUs at once."""
     from autotuner.cli.sweep import Refine
 
     del here, wait  # read from the arguments by autotuner.cli.handoff, before this process imports anything heavy

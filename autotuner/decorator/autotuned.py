@@ -1,8 +1,4 @@
-"""`autotuner.autotune`: a drop-in for `@triton.autotune` whose results persist in the database, are shared
-through the service, and can be tuned offline by the workers.
-
-More: docs/design/launch.md, `autotuner/decorator/autotuned.py`.
-"""
+"""`autotuner.autotune`: a drop-in for `@triton.autotune` whose results persist. More: docs/design/launch.md."""
 
 from __future__ import annotations
 
@@ -106,11 +102,10 @@ def _spec(fn: Any, configs: list[triton.Config] | None, key: list[str], *, space
 
 
 class Autotuned(Autotuner):
-    """The decorated kernel: `kernel[grid](*args, **kwargs)` and `kernel.run(*args, grid=..., **kwargs)`. It is a
-    `triton.runtime.autotuner.Autotuner` to whatever asks (torch's `wrap_triton`, `triton_op`, `torch.compile`),
-    with Triton's attributes as Triton's `run` leaves them: `cache` (key -> triton.Config), `best_config` (the
-    config of the last launch), `bench_time` and `configs_timings` (after a key tuned here), `fn`, `configs`,
-    `keys`, hooks, `prune_configs`. Triton's `__init__` is not run: what it sets is set here."""
+    """The decorated kernel: `kernel[grid](...)` and `kernel.run(..., grid=...)`. It is a
+    `triton.runtime.autotuner.Autotuner` to whatever asks (`wrap_triton`, `torch.compile`), with the attributes Triton's
+    `run` leaves (`cache`, `best_config`, `bench_time`, `configs_timings`, `fn`, `configs`, `keys`, hooks); Triton's
+    `__init__` is not run."""
 
     def __init__(self, fn: Any, configs: list[triton.Config] | None, key: list[str], *,
                  prune_configs_by: dict[str, Any] | None = None, reset_to_zero: list[str] | None = None,
@@ -240,11 +235,10 @@ class Autotuned(Autotuner):
 
     def _launch(self, sig: tuple[Any, ...] | None, key: tuple[Any, ...], config: triton.Config,
                 args: tuple[Any, ...], kwargs: dict[str, Any], meta: dict[str, Any], grid: Any) -> Any:
-        """One launcher per call signature (`sig`, from `_call_signature`; None: it has none) and config, launched
-        directly after its first call. Keyword arguments are placed by the kernel's parameters, so they take the
-        same path as positional ones; no launcher keeps a tensor of any call. A signature whose every argument was
-        placed or is kept by value is remembered with its config and launcher (`_hits`), so its next calls skip
-        the key and the lookups."""
+        """One launcher per call signature (`sig`; None: it has none) and config, launched directly after its first
+        call; keyword arguments are placed by the kernel's parameters and no launcher keeps a tensor. A signature whose
+        every argument was placed or kept by value is remembered (`_hits`), so its next calls skip the key and the
+        lookups."""
         rest: dict[str, Any] = {}
         placed: tuple[str, ...] = ()
         if kwargs:

@@ -37,14 +37,11 @@ REFERENCE_TRIES = 8  # configs of the list tried in turn for the reference outpu
 
 
 class CallMeasurer(InOrderMeasurer):
-    """Measures configs in this process on a launch's own arguments, as triton.autotune does: hooks around each
-    launch, `do_bench` (or the engine's timing: briefly in the search, as long as it takes to rank a config, the
-    finalists again in the re-time's rounds), and a check of the outputs against the reference.
-
-    With `more_devices` (AUTOTUNER_GPUS), the arguments and the reference are copied to those GPUs once the
-    reference is known, and each is a further lane: the search measures configs there from threads of its own
-    while the launch's device measures others (autotuner.decorator.lanes). The launch's device gives the reference
-    and every re-time. In the interpreter (not thread-safe), the lanes take turns."""
+    """Measures configs in this process on a launch's own arguments, as triton.autotune does: hooks around each launch,
+    `do_bench` or the engine's timing, and a check against the reference. With `more_devices` (AUTOTUNER_GPUS) the
+    arguments and reference are copied to those GPUs, each a further lane measured from its own thread
+    (autotuner.decorator.lanes); the launch's device gives the reference and every re-time. In the interpreter the lanes
+    take turns."""
 
     def __init__(self, view: EngineView, miss: Miss, more_devices: Sequence[int | None] = ()) -> None:
         self.view, self.miss = view, miss

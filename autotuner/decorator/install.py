@@ -1,8 +1,5 @@
-"""`autotuner.install()`: every autotuned Triton kernel of the process persists and shares its tuning, without
-touching its code.
-
-More: docs/design/launch.md, `autotuner/decorator/install.py`.
-"""
+"""`autotuner.install()`: every autotuned Triton kernel of the process persists and shares its tuning, its code
+untouched. More: docs/design/launch.md."""
 
 from __future__ import annotations
 

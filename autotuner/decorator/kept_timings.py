@@ -1,7 +1,5 @@
-"""Timings that last for library Autotuners whose own `run` chooses the config (autotuner.decorator.install).
-
-More: docs/design/launch.md, `autotuner/decorator/kept_timings.py`.
-"""
+"""Timings that last for library Autotuners whose own `run` chooses the config (autotuner.decorator.install). More:
+docs/design/launch.md."""
 
 from __future__ import annotations
 

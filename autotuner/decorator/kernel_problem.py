@@ -1,8 +1,5 @@
-"""The problem of an `autotuner.autotune` kernel: the values of its `key` arguments and the dtypes of its tensor
-arguments (as `@triton.autotune` keys its cache), plus, when recorded, what a worker needs to replay the launch.
-
-More: docs/design/launch.md, `autotuner/decorator/kernel_problem.py`.
-"""
+"""A decorated kernel's problem: its `key` arguments' values and tensor dtypes (as `@triton.autotune` keys its cache),
+plus, when recorded, what a worker needs to replay the launch. More: docs/design/launch.md."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
-"""A decorated kernel's keys, as `triton.autotune` keys its cache (the `key` arguments' values and the tensor
-arguments' dtypes), the problem a key names in the database, and the launch that first met a key.
-
-With buckets (`autotuner.autotune(..., buckets={"M": "pow2"})`, or a function from a value to its bucket's
-representative), a key argument's value is replaced by its bucket's representative in the key and the problem:
-one resolution per bucket and process, and one stored result per bucket, tuned on the first launch recorded in
-it.
-"""
+"""A decorated kernel's keys (the `key` arguments' values and tensor dtypes), the problem a key names, and the launch
+that first met it. With buckets (`buckets={"M": "pow2"}` or a function to a bucket's representative), the representative
+replaces the value: one resolution and one stored result per bucket."""
 
 from __future__ import annotations
 

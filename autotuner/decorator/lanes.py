@@ -1,11 +1,6 @@
-"""A decorated kernel's first tuning on more GPUs of its host (AUTOTUNER_GPUS, as `autotuner tune --gpus` reads
-it): the launch's arguments are copied to each further GPU of the same type, and a thread of the launching
-process measures configs there while the launch's own device measures others (the engine's lanes,
-autotuner.engine.measure). The launch's own device times the baseline and the re-time, so the winner is chosen on
-one GPU, as with one lane.
-
-More: docs/design/launch.md, `autotuner/decorator/lanes.py`.
-"""
+"""A decorated kernel's first tuning on more GPUs of its host (AUTOTUNER_GPUS): the arguments are copied to each further
+GPU of the same type, where a thread measures configs; the launch's own device times the baseline and the re-time, so
+the winner is chosen on one GPU. More: docs/design/launch.md."""
 
 from __future__ import annotations
 

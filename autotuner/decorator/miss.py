@@ -1,8 +1,5 @@
-"""The first launch of a key in a process: the database, then the service (autotuner.launch.lookup, no fallback),
-then the miss policy (`on_miss=` or AUTOTUNER_ON_MISS):
-
-More: docs/design/launch.md, `autotuner/decorator/miss.py`.
-"""
+"""The first launch of a key in a process: the database, then the service, then the miss policy (`on_miss=` or
+AUTOTUNER_ON_MISS). More: docs/design/launch.md."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""Does a problem fit on a device? Checked before a run starts, so an impossible problem is refused with the
-limit named instead of failing inside the trial worker.
-
-A tuning run holds the problem's inputs and output (`op.bytes_moved`), the reference output in float32 and the
-torch baseline's output at once: about `FOOTPRINT` times the bytes the kernel moves. On the interpreter the
-limit is the host's memory.
-"""
+"""Does a problem fit on a device? Checked before a run starts, so an impossible problem is refused naming the limit. A
+run holds the inputs, output, float32 reference and torch's output at once: about `FOOTPRINT` times the bytes moved (on
+the interpreter, within the host's memory)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""What a tuning run reports: its trials, its result, and the progress it tells an observer.
-
-Kept apart from autotuner.engine.tuner so that progress displays (the CLI) can subclass TuneObserver without
-importing the engine, torch or Triton.
-"""
+"""What a tuning run reports: its trials, its result and its progress; apart from the tuner so a progress display can
+subclass TuneObserver without importing torch or Triton."""
 
 from __future__ import annotations
 

@@ -1,7 +1,4 @@
-"""Tuning one problem, in phases: set up, search, re-time and pick, record.
-
-More: docs/design/engine.md, `autotuner/engine/tuner.py`.
-"""
+"""Tuning one problem, in phases: set up, search, re-time and pick, record. More: docs/design/engine.md."""
 
 from __future__ import annotations
 
@@ -108,14 +105,10 @@ def _phase(t: _Tuning, name: str, steps: int | None) -> Iterator[None]:
 
 
 def _setup(t: _Tuning) -> None:
-    """Start the measurer and the run. Warm starts: the plan's first configs (between a sweep's points: the fastest
-    either side), what the launch path's steps would serve it (autotuner.store.resolution.warm_start: its own
-    result, current or stale, a sweep model's pick, its bucket's), the nearest tuned problems' winners, the causal
-    twin or another epilogue too (a winner of the causal problem can beat the full problem's own search);
-    a config stored before a parameter existed means that parameter's implied value. Then the space's seeds
-    (configs that won hand sweeps on some GPU), if it names any. The search's first configs (these, then its
-    exploration, as many as the compile pool has processes) compile while the trial worker starts and times torch.
-    A problem that cannot be set up leaves nothing behind in the database."""
+    """Start the measurer and the run. Warm starts come first: the plan's configs, what the launch path would serve
+    (resolution.warm_start), the nearest problems' winners, a causal or epilogue twin's (a parameter a stored config
+    predates takes its implied value); then the space's seeds. The first configs compile while the trial worker starts.
+    A problem that cannot be set up leaves nothing in the database."""
     op, problem, device, result = t.op, t.problem, t.device, t.result
     near = t.store.nearest(op=op, problem=problem, device=device, any_options=True)
     served = warm_start(op, problem, device, t.store)  # what the launch path's steps would serve it
@@ -189,12 +182,9 @@ def _search(t: _Tuning) -> None:
 
 
 def _retime_configs(t: _Tuning) -> list[Config]:
-    """The search's best few (within RETIME_WINDOW of its best, at most RETIME_TOP, or RETIME_TOP_BRACKETED
-    after a bracketed start), unless the configs were measured before (`Plan.reuse`), and the default where it
-    could stay: its search time within the window of the best's, widened by the plan's margin. A default further off
-    would need its search time to be off by more than the window to stay: it keeps its search time, and its timings
-    are saved (benchmarks/tune_time.py times the re-time). A lone finalist that is the default needs no re-time; any other is timed
-    again alone, so that the time stored for it is a full timing's."""
+    """The search's best few (within RETIME_WINDOW of its best, at most RETIME_TOP, or RETIME_TOP_BRACKETED after a
+    bracketed start), unless measured before (`Plan.reuse`), and the default where its search time is within the window
+    widened by the plan's margin. A lone finalist that is the default needs no re-time."""
     assert t.search is not None
     best = t.search.best(RETIME_TOP_BRACKETED if t.plan.first else RETIME_TOP) if not t.known else []
     retime = [c for c, ms in best if ms <= best[0][1] * (1 + RETIME_WINDOW)]
@@ -309,15 +299,10 @@ def tune(op: Op, problem: ProblemType, *, store: RunStore, settings: Settings, p
          device: DeviceInfo | None = None, observer: TuneObserver | None = None, measurer: Measurer | None = None,
          kept: KeptProcesses | None = None, job_id: int | None = None,
          lanes: Sequence[Lane] | None = None) -> TuneResult:
-    """Tune `problem`; raises ProblemError (too large for the device), WorkerSetupError (the problem cannot be
-    set up) before anything is written, and re-raises what stops the run after marking it failed or
-    interrupted.
-
-    `store`: a Store, or a worker's JobStore (which rides out database outages).
-    `measurer`: how configs are measured (default: an isolated trial worker, autotuner.engine.measure.live.LiveMeasurer).
-    `kept`: the trial worker and compile pool to measure in, kept from one tuning to the next (a worker's).
-    `lanes`: further lanes measuring configs at once (autotuner.engine.measure.lanes), instead of trial workers on
-    `plan.gpus[1:]`."""
+    """Tune `problem`: ProblemError (too large) or WorkerSetupError (cannot be set up) before anything is written; what
+    stops the run is re-raised after marking it failed or interrupted. `store`: a Store or a worker's JobStore;
+    `measurer`: default an isolated trial worker (LiveMeasurer); `kept`: a worker's kept processes; `lanes`: further
+    lanes instead of trial workers on `plan.gpus[1:]`."""
     t_start = time.perf_counter()
     t = _plan(op, problem, store=store, settings=settings, plan=plan or Plan(),
                  device=device or current_device(), observer=observer or TuneObserver(), measurer=measurer,

@@ -1,9 +1,5 @@
-"""The launch path: which config a launch uses (`lookup`: autotuner.store.resolution's steps over the database
-and the service), what the
-service answers for it (`serving`), the library calls `autotuner.softmax(x)` ... (`library`), and what makes a
-new process's first launch fast: kept binaries (`binary_cache`) and kept argument specializations
-(`specializations`).
+"""The launch path: which config a launch uses (`lookup`), what the service answers (`serving`), the library calls
+(`library`), and kept binaries and specializations for a fast first launch. More: docs/design/launch.md.
 
-May import: `autotuner.store`, `autotuner.base`, the ground floor. Never the engine: a launching process does
-not load the search.
-"""
+May import: `autotuner.store`, `autotuner.base`, the ground floor. Never the engine: a launching process does not load
+the search."""

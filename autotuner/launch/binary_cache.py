@@ -1,8 +1,5 @@
-"""Compiled kernels kept by autotuner, so a process launching a tuned kernel skips Triton's compile-cache key.
-Installed on decorated kernels (autotuner.decorator) and on the library calls' kernels (autotuner.launch.library).
-
-More: docs/design/launch.md, `autotuner/launch/binary_cache.py`.
-"""
+"""Compiled kernels kept by autotuner, so a process launching a tuned kernel skips Triton's compile-cache key. More:
+docs/design/launch.md."""
 
 from __future__ import annotations
 

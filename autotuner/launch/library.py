@@ -1,7 +1,5 @@
-"""The library calls: torch-like functions that launch the built-in kernels with their tuned config.
-
-More: docs/design/launch.md, `autotuner/launch/library.py`.
-"""
+"""The library calls: torch-like functions that launch the built-in kernels with their tuned config. More:
+docs/design/launch.md."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""What a launching process keeps between lookups (`Resolver`): its database (opened on first use, never created by
-a lookup), the service (autotuner.launch.service_client, with a back-off after a failure) and the tuning jobs it queued on a miss
-(`AUTOTUNER_TUNE_ON_MISS=1`, `AUTOTUNER_ON_MISS=nearest`), raised in priority as the launches meet them. Which
-config answers a lookup is autotuner.store.resolution's steps; nothing here caches answers: the callers that
-launch keep one cache each, keyed by what they launch (the library per input signature, a decorated kernel per
-key).
-"""
+"""What a launching process keeps between lookups (`Resolver`): its database (opened on first use, never created), the
+service (with a back-off after a failure) and the jobs it queued on a miss. Which config answers is
+autotuner.store.resolution's; nothing here caches answers: each launching caller keeps its own."""
 
 from __future__ import annotations
 
@@ -25,14 +21,7 @@ from autotuner.base.settings import Settings
 from autotuner.launch.service_client import Service
 from autotuner.store.errors import NoStore
 from autotuner.store.lazy import LazyStore
-from autotuner.store.regret import (
-    PER_SIDE,
-    Pick,
-    bracket,
-    predicted_pick,
-    prefer_measured,
-    sweep_points,
-)
+from autotuner.store.regret import PER_SIDE, Pick, bracket, predicted_pick, prefer_measured, sweep_points
 from autotuner.store.resolution import Resolution, resolve
 from autotuner.store.stored_best import StoredBest
 from search_spaces.contract import ProblemType

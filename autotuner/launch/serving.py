@@ -1,10 +1,6 @@
-"""What the service answers, independent of HTTP: the config to launch with, results, devices, jobs.
-
-`GET /config` resolves like a library launch does, minus the remote step: the exact tuned result if it is
-current, else (unless `fallback="none"`) the nearest tuned problem's config, else the space's default.
-The service may run on a machine without the GPU it answers for: device limits come from the database,
-and "current" is judged against the caller's kernel hash and Triton version when it sends them.
-"""
+"""What the service answers, independent of HTTP. `GET /config` resolves as a library launch does, minus the remote
+step; device limits come from the database, and "current" is judged against the caller's kernel hash and Triton version
+when it sends them."""
 
 from __future__ import annotations
 

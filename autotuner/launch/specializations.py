@@ -1,8 +1,5 @@
-"""Triton's specialization of a launch's arguments, kept per call signature, so a new process's first launch of a
-kept kernel (autotuner.launch.binary_cache) does not start Triton's native specialization.
-
-More: docs/design/launch.md, `autotuner/launch/specializations.py`.
-"""
+"""Triton's specialization of a launch's arguments, kept per call signature, so a new process's first launch skips
+Triton's native specialization. More: docs/design/launch.md."""
 
 from __future__ import annotations
 

@@ -1,17 +1,9 @@
-"""The engine's view of the database: what reads results, what writes a tuning run, and the job queue, as small
-interfaces (`interfaces`) with one SQL implementation (`database.Store`, through `db`; `open_store` picks the
-backend registered for a URL's scheme), a launching process's reads in stdlib sqlite3 (`lazy.LaunchReads`), the database opened on first use (`lazy.LazyStore`) and a
-worker's writes through outages (`job_store.JobStore`). Also: how a stored best is judged current or stale
-(`stored_best`), which tuned problem is nearest (`nearest`), which config a problem is served, as ordered steps,
-and what its tuning measures first (`resolution`), the frozen rows handed to the service and the command line
-(`rows`), export and import (`transfer`), and the compile-cache files shared between hosts (`compiled_files`).
+"""The engine's view of the database: small interfaces (`interfaces`) with one SQL implementation (`database.Store`), a
+launching process's sqlite3 reads (`lazy`), a worker's writes through outages (`job_store`), and what is judged, served
+and handed out from rows. Every caller opens a database with `open_store(url)` and reads the interfaces
+(tests/unit/house/test_architecture.py). More: docs/design/store.md.
 
-Every caller outside this package opens a database with `open_store(url)`, and reads the interfaces, never which
-class answers (tests/unit/house/test_architecture.py holds them to it; tests/unit/store/test_store_conformance.py
-holds every reader to the same answers).
-
-May import: `autotuner.base`, `db`, the ground floor.
-"""
+May import: `autotuner.base`, `db`, the ground floor."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
-"""The store's interface for Triton's compile-cache files shared between hosts (db.compiled_files keeps them,
-signed with the operator's secret): what the engine's remote-cache backend reads and writes through, so that no
-room outside the store reaches the database layer for them. A plain SQLite file is read and written through
-sqlite3 (no SQLAlchemy imported: a compile process asks before its first compile), any other URL through an
-engine made once per URL."""
+"""The store's interface for Triton's compile-cache files shared between hosts (db.compiled_files keeps them, signed). A
+plain SQLite file goes through sqlite3 (a compile process asks before its first compile), any other URL through one
+engine per URL."""
 
 from __future__ import annotations
 

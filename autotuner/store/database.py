@@ -1,8 +1,5 @@
-"""`Store`: the database through SQLAlchemy (db.repository, db.queue), answering every interface of
-autotuner.store.interfaces (ResultReader, RunWriter, JobQueue) and the reads of the service, the pages and the
-command line, in frozen rows (autotuner.store.rows). Each write is its own committed transaction, so nothing
-already measured is lost if the process dies.
-"""
+"""`Store`: the database through SQLAlchemy, answering every interface of autotuner.store.interfaces in frozen rows.
+Each write is its own committed transaction, so nothing measured is lost if the process dies."""
 
 from __future__ import annotations
 
@@ -11,12 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from autotuner.base.device import DeviceInfo
-from autotuner.store.row_checks import (
-    best_fault,
-    checked,
-    run_fault,
-    trial_fault,
-)
+from autotuner.store.row_checks import best_fault, checked, run_fault, trial_fault
 from autotuner.store.rows import (
     DeviceRow,
     FaultyRow,
@@ -32,7 +24,7 @@ from autotuner.store.sql_jobs import SqlJobs
 from autotuner.store.sql_runs import SqlRuns
 from autotuner.store.stored_best import versions
 from db import repository as repo
-from db.engine import open_engine, session_scope
+from db.engine import in_session, open_engine, session_scope
 from db.health import MIN_FREE_BYTES, file_identity, storage_problem
 
 
@@ -103,8 +95,7 @@ class Store(SqlRuns, SqlJobs):
 
     def results_of_runs(self, run_ids: list[int]) -> dict[int, int]:
         """Run id -> the id of the stored best config it produced."""
-        with session_scope(self.engine) as s:
-            return repo.best_of_runs(s, run_ids=run_ids)
+        return in_session(self.engine, repo.best_of_runs, run_ids=run_ids)
 
     def runs(self, *, op: str | None = None, device_key: str | None = None,
              problem_key: str | None = None) -> list[RunRow]:
@@ -157,11 +148,8 @@ class Store(SqlRuns, SqlJobs):
             return {name: p.value for name, p in repo.get_peaks(s, device_id=self.device_id(device)).items()}
 
     def save_peak(self, device: DeviceInfo, *, name: str, value: float, unit: str, method: str) -> None:
-        with session_scope(self.engine) as s:
-            repo.save_peak(s, device_id=self.device_id(device), name=name, value=value, unit=unit, method=method,
-                           torch_version=versions()[1])
-
-
+        in_session(self.engine, repo.save_peak, device_id=self.device_id(device), name=name, value=value, unit=unit,
+                   method=method, torch_version=versions()[1])
 
 
 def _bests(rows: Any) -> list[Any]:

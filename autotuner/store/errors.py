@@ -1,8 +1,6 @@
-"""The store's errors and the words for its storage's state, as every room above it names them: the database is
-unavailable (away, or a bad URL), not an autotuner database, not there for a reader, lost under a running process
-(deleted or replaced), or cannot keep a write (`cause_of` names why, in words a client can be given). They are the
-database layer's own classes under the store's names, so a caller catches them without importing `db`. Importing
-this module imports no SQLAlchemy (a launching process reads it: db.sqlite_reads says why)."""
+"""The store's errors as every room names them: unavailable, not an autotuner database, not there, lost under a running
+process, or unable to keep a write (`cause_of` says why). The database layer's own classes under the store's names;
+importing this imports no SQLAlchemy."""
 
 from __future__ import annotations
 

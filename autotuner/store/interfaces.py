@@ -1,8 +1,4 @@
-"""The store's small interfaces, as Optuna's BaseStorage is to its storages: what a caller needs, not which class
-answers it.
-
-More: docs/design/store.md, `autotuner/store/interfaces.py`.
-"""
+"""The store's small interfaces, as Optuna's BaseStorage is to its storages. More: docs/design/store.md."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""The store a worker hands the tuner for one job: writes that outlive a database outage, and a job that can be
-taken back.
-
-More: docs/design/store.md, `autotuner/store/job_store.py`.
-"""
+"""The store a worker hands the tuner for one job: writes that outlive a database outage, and a job that can be taken
+back. More: docs/design/store.md."""
 
 from __future__ import annotations
 

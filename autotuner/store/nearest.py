@@ -1,6 +1,4 @@
-"""The nearest tuned problem: same op and device; distance in log space of the dimensions.
-
-More: docs/design/store.md, `autotuner/store/nearest.py`.
+"""The nearest tuned problem: same op and device; distance in log space of the dimensions. More: docs/design/store.md.
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
-"""A sweep's prediction, as stored: for positions along the sweep between its first and last point, the config a
-model of the sweep's trials ranks first (autotuner.engine.sweeps.predict fits it and measures it), and whether it beat the
-nearest point's winner on the sweep's own points. Stored as data in the sweep's `points` JSON, per device:
-serving (autotuner.store.regret.predicted_pick) reads configs from it, never a model.
-"""
+"""A sweep's prediction as stored, per device, in the sweep's `points` JSON: for positions between its first and last
+point, the config a model ranks first, and whether it beat the nearest point's winner. Serving reads configs from it,
+never a model."""
 
 from __future__ import annotations
 

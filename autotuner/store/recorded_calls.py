@@ -1,9 +1,5 @@
-"""A decorated kernel's call for a key nobody launched, made from a call recorded at another value of one key
-argument (a sweep's point or refinement's midpoint: `autotuner tune mod:kernel --shape M=1-8192:pow2,N=4096`
-from one launch at any M with N = 4096).
-
-More: docs/design/store.md, `autotuner/store/recorded_calls.py`.
-"""
+"""A decorated kernel's call for a key nobody launched, made from a call recorded at another value of one key argument
+(a sweep's point). More: docs/design/store.md."""
 
 from __future__ import annotations
 

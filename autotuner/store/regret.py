@@ -1,8 +1,5 @@
-"""What serving a problem with another problem's winner can be expected to cost, from a sweep's cross timings,
-and which winner to serve between two swept points.
-
-More: docs/design/store.md, `autotuner/store/regret.py`.
-"""
+"""What serving a problem with another's winner can be expected to cost, from a sweep's cross timings, and which winner
+to serve between two points. More: docs/design/store.md."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
-"""Which config a launch uses when the caller gives none: one path for the library calls (autotuner.launch.library),
-`autotuner.autotune` kernels and `GET /config` (autotuner.launch.serving), as an ordered list of steps (`STEPS`).
-Each step looks at the query and answers a `Resolution`, or passes to the next; the first answer wins, and its
-`source` (a `Source`) says whether it is final (`Resolution.final`: an exact result, or its bucket's
-representative's) or one a launching process asks again for later (a pick, a nearest answer, the default).
-
-More: docs/design/store.md, `autotuner/store/resolution.py`.
-"""
+"""Which config a launch uses when the caller gives none, for library calls, decorated kernels and `GET /config` alike:
+ordered steps (`STEPS`), the first to answer wins; its `Source` says whether it is final or one to ask again later.
+More: docs/design/store.md."""
 
 from __future__ import annotations
 

@@ -1,9 +1,7 @@
-"""Every row the store reads is checked here, once, before anything is handed on: a database writer (a person with
-the sqlite3 shell, an older or newer version, a broken import) is trusted less than the operator. A row that fails
-is skipped with one warning naming its table and id, and is never served, launched or raised into a library call,
-a page or a worker; `autotuner db check` lists such rows and can quarantine them.
+"""Every row the store reads is checked here, once: a database writer is trusted less than the operator. A row that
+fails is skipped with one warning naming its table and id and never served, launched or raised; `autotuner db check`
+lists and can quarantine them.
 
-    fault = best_fault(row, space)          # None, or why a best_configs row cannot be served
     rows = checked("best_configs", rows, lambda r: best_fault(r, space))
 """
 
@@ -145,12 +143,9 @@ def cross_timing_fault(row: Any) -> str | None:
 
 
 def trial_times(rows: Iterable[Any], now: datetime | None = None) -> dict[str, tuple[dict[str, Any], float | None]]:
-    """config_key -> (config, median ms, or None for a kept failure) of trial rows (config_key, config, status,
-    median_ms, retimed_ms, error, created_at; in the order measured), each that passes the row checks. A config's
-    latest row answers: a time where it ran, a failure where another config ran. Where every config's latest row is a
-    failure (a transient driver error, a `do_bench` that raised), a failure is no answer unless it repeats the one
-    before it with the same cause within FAILURE_KEPT_S: the config is left out, and so measured again, as Triton
-    measures every config again in a new process."""
+    """config_key -> (config, median ms, or None for a kept failure) of the trial rows that pass the checks; a config's
+    latest row answers. A failure is no answer unless it repeats the one before with the same cause within
+    FAILURE_KEPT_S: otherwise the config is measured again, as Triton does in a new process."""
     now = now or datetime.now(timezone.utc)
     latest: dict[str, tuple[Any, Any]] = {}  # config key -> (its latest row, the one before)
     for row in checked("trials", rows, trial_fault):

@@ -1,8 +1,7 @@
-"""What the store hands out: frozen rows, read whole inside the store's transaction, so that no caller (the
-service, the pages, the command line, the worker) holds an ORM object, a session or a lazy relationship.
+"""What the store hands out: frozen rows read whole inside its transaction, so no caller holds an ORM object or a
+session.
 
     rows, total = store.results_page(op="softmax", device_key=None, limit=50, offset=0)
-    rows[0].device.key, rows[0].config, rows[0].median_ms
 """
 
 from __future__ import annotations

@@ -7,18 +7,11 @@ from typing import Any
 from autotuner.base.registry import Op
 from autotuner.store.interfaces import NoRecordedCall
 from autotuner.store.recorded_calls import derived_call
-from autotuner.store.row_checks import (
-    checked,
-    job_fault,
-    warn_once,
-)
-from autotuner.store.rows import (
-    JobRow,
-    job_row,
-)
+from autotuner.store.row_checks import checked, job_fault, warn_once
+from autotuner.store.rows import JobRow, job_row
 from db import queue
 from db import repository as repo
-from db.engine import session_scope
+from db.engine import in_session, session_scope
 from search_spaces.contract import ProblemType
 
 
@@ -32,20 +25,18 @@ class SqlJobs:
     def queue_job(self, *, op: str, shape: str, dtype: str, options: dict[str, Any], strategy: str = "tpe",
                   budget_trials: int | None = None, budget_seconds: float | None = None, priority: int = 0,
                   sweep_id: int | None = None, gpus: int | None = None) -> int:
-        with session_scope(self.engine) as s:
-            return queue.add_job(s, op=op, shape=shape, dtype=dtype, options=options, strategy=strategy,
-                                 budget_trials=budget_trials, budget_seconds=budget_seconds, priority=priority,
-                                 sweep_id=sweep_id, gpus=gpus)
+        return in_session(self.engine, queue.add_job, op=op, shape=shape, dtype=dtype, options=options,
+                          strategy=strategy, budget_trials=budget_trials, budget_seconds=budget_seconds,
+                          priority=priority, sweep_id=sweep_id, gpus=gpus)
 
     def keep_tuned_call(self, *, op: str, shape: str, dtype: str, options: dict[str, Any], worker: str) -> int:
         """A key `worker` tuned in place, kept as a done tuning job with its options (a decorated kernel's
         recorded call): a sweep of the kernel can make its points' calls from it (recorded_problem)."""
-        with session_scope(self.engine) as s:
-            return queue.add_done_job(s, op=op, shape=shape, dtype=dtype, options=options, worker=worker)
+        return in_session(self.engine, queue.add_done_job, op=op, shape=shape, dtype=dtype, options=options,
+                          worker=worker)
 
     def raise_priority(self, job_id: int, *, by: int) -> bool:
-        with session_scope(self.engine) as s:
-            return queue.raise_priority(s, job_id=job_id, by=by)
+        return in_session(self.engine, queue.raise_priority, job_id=job_id, by=by)
 
     def job(self, job_id: int) -> JobRow | None:
         with session_scope(self.engine) as s:
@@ -89,12 +80,10 @@ class SqlJobs:
 
     def recorded_dtypes(self, *, op: str, shape: str) -> list[str]:
         """The dtypes calls of this problem were recorded in."""
-        with session_scope(self.engine) as s:
-            return queue.recorded_dtypes(s, op=op, shape=shape)
+        return in_session(self.engine, queue.recorded_dtypes, op=op, shape=shape)
 
     def count_jobs(self) -> dict[str, int]:
-        with session_scope(self.engine) as s:
-            return queue.count_jobs_by_state(s)
+        return in_session(self.engine, queue.count_jobs_by_state)
 
     def claim_job(self, worker: str, after: int | None = None) -> tuple[JobRow | None, dict[str, int]]:
         """The next queued job (db.queue: priority, age, and jobs of the kernels of the one `worker` ended last,
@@ -113,41 +102,32 @@ class SqlJobs:
                                    max_attempts=1, permanent=True)
 
     def heartbeat(self, *, job_id: int, worker: str) -> bool:
-        with session_scope(self.engine) as s:
-            return queue.heartbeat(s, job_id=job_id, worker=worker)
+        return in_session(self.engine, queue.heartbeat, job_id=job_id, worker=worker)
 
     def finish_job(self, *, job_id: int, worker: str, run_id: int | None) -> bool:
-        with session_scope(self.engine) as s:
-            return queue.finish_job(s, job_id=job_id, worker=worker, run_id=run_id)
+        return in_session(self.engine, queue.finish_job, job_id=job_id, worker=worker, run_id=run_id)
 
     def fail_attempt(self, *, job_id: int, worker: str, error: str, max_attempts: int,
                      permanent: bool = False) -> str | None:
-        with session_scope(self.engine) as s:
-            return queue.fail_attempt(s, job_id=job_id, worker=worker, error=error, max_attempts=max_attempts,
-                                      permanent=permanent)
+        return in_session(self.engine, queue.fail_attempt, job_id=job_id, worker=worker, error=error,
+                          max_attempts=max_attempts, permanent=permanent)
 
     def release_job(self, *, job_id: int, worker: str, reason: str) -> bool:
-        with session_scope(self.engine) as s:
-            return queue.release_job(s, job_id=job_id, worker=worker, reason=reason)
+        return in_session(self.engine, queue.release_job, job_id=job_id, worker=worker, reason=reason)
 
     def requeue_stale(self, *, older_than: Any, max_attempts: int) -> list[tuple[int, str]]:
-        with session_scope(self.engine) as s:
-            return queue.requeue_stale(s, older_than=older_than, max_attempts=max_attempts)
+        return in_session(self.engine, queue.requeue_stale, older_than=older_than, max_attempts=max_attempts)
 
     def claim_tuning(self, *, op: str, problem_key: str, device_key: str, owner: str, lease_s: float) -> bool:
         from datetime import timedelta
 
         from db.models import utcnow
 
-        with session_scope(self.engine) as s:
-            return repo.claim_tuning(s, op=op, problem_key=problem_key, device_key=device_key, owner=owner,
-                                     expires_at=utcnow() + timedelta(seconds=lease_s))
+        return in_session(self.engine, repo.claim_tuning, op=op, problem_key=problem_key, device_key=device_key,
+                          owner=owner, expires_at=utcnow() + timedelta(seconds=lease_s))
 
     def release_tuning(self, *, op: str, problem_key: str, device_key: str, owner: str) -> None:
-        with session_scope(self.engine) as s:
-            repo.release_tuning(s, op=op, problem_key=problem_key, device_key=device_key, owner=owner)
-
-
+        in_session(self.engine, repo.release_tuning, op=op, problem_key=problem_key, device_key=device_key, owner=owner)
 
 
 def _jobs(rows: Any) -> list[Any]:

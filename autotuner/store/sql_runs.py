@@ -11,21 +11,12 @@ from autotuner.base.registry import Op
 from autotuner.store.interfaces import NotHeld
 from autotuner.store.nearest import nearest_stored
 from autotuner.store.prediction import Prediction
-from autotuner.store.row_checks import (
-    checked,
-    cross_timing_fault,
-    trial_times,
-)
-from autotuner.store.rows import (
-    CrossTimingRow,
-    SweepRow,
-    cross_timing_row,
-    sweep_row,
-)
+from autotuner.store.row_checks import checked, cross_timing_fault, trial_times
+from autotuner.store.rows import CrossTimingRow, SweepRow, cross_timing_row, sweep_row
 from autotuner.store.stored_best import StoredBest, best_of, versions
 from db import queue
 from db import repository as repo
-from db.engine import session_scope
+from db.engine import in_session, session_scope
 from search_spaces.contract import ProblemType
 from search_spaces.space import Rejection, rejection_counts
 
@@ -48,28 +39,25 @@ class SqlRuns:
                   budget_seconds: float | None, clock: str, job_id: int | None = None) -> int:
         device_id = self.device_id(device)
         triton_version, torch_version = versions()
-        with session_scope(self.engine) as s:
-            return repo.start_run(s, op=op.name, problem_key=problem.key, problem=dataclasses.asdict(problem),
-                                  device_id=device_id, kernel_hash=op.kernel_hash, triton_version=triton_version,
-                                  torch_version=torch_version, strategy=strategy, budget_trials=budget_trials,
-                                  budget_seconds=budget_seconds, clock=clock, job_id=job_id)
+        return in_session(self.engine, repo.start_run, op=op.name, problem_key=problem.key,
+                          problem=dataclasses.asdict(problem), device_id=device_id, kernel_hash=op.kernel_hash,
+                          triton_version=triton_version, torch_version=torch_version, strategy=strategy,
+                          budget_trials=budget_trials, budget_seconds=budget_seconds, clock=clock, job_id=job_id)
 
     def record_trial(self, *, run_id: int, config: dict[str, Any], config_key: str, status: str,
                      median_ms: float | None = None, p20_ms: float | None = None, p80_ms: float | None = None,
                      compile_s: float | None = None, error: str | None = None) -> int:
-        with session_scope(self.engine) as s:
-            return repo.record_trial(s, run_id=run_id, config=config, config_key=config_key, status=status,
-                                     median_ms=median_ms, p20_ms=p20_ms, p80_ms=p80_ms, compile_s=compile_s,
-                                     error=error)
+        return in_session(self.engine, repo.record_trial, run_id=run_id, config=config, config_key=config_key,
+                          status=status, median_ms=median_ms, p20_ms=p20_ms, p80_ms=p80_ms, compile_s=compile_s,
+                          error=error)
 
     def record_rejections(self, *, run_id: int, rejected: list[Rejection]) -> None:
         """Configs the constraints rejected (never compiled): kept as the run's counts per rule."""
-        with session_scope(self.engine) as s:
-            repo.set_rejections(s, run_id=run_id, total=len(rejected), by_rule=rejection_counts(rejected))
+        in_session(self.engine, repo.set_rejections, run_id=run_id, total=len(rejected),
+                   by_rule=rejection_counts(rejected))
 
     def set_retimed(self, *, trial_id: int, retimed_ms: float) -> None:
-        with session_scope(self.engine) as s:
-            repo.set_retimed(s, trial_id=trial_id, retimed_ms=retimed_ms)
+        in_session(self.engine, repo.set_retimed, trial_id=trial_id, retimed_ms=retimed_ms)
 
     def finish_run(self, *, run_id: int, status: str, error: str | None = None,
                    holder: tuple[int, str] | None = None) -> None:
@@ -121,17 +109,15 @@ class SqlRuns:
 
     def create_sweep(self, *, op: str, dtype: str, options: dict[str, Any], dim: str, shapes: list[str],
                      target: float | None = None, budget: int = 0) -> int:
-        with session_scope(self.engine) as s:
-            return repo.create_sweep(s, op=op, dtype=dtype, options=options, dim=dim, shapes=shapes, target=target,
-                                     budget=budget)
+        return in_session(self.engine, repo.create_sweep, op=op, dtype=dtype, options=options, dim=dim, shapes=shapes,
+                          target=target, budget=budget)
 
     def add_sweep_points(self, sweep_id: int, *, shapes: list[str], added: list[str]) -> None:
-        with session_scope(self.engine) as s:
-            repo.add_sweep_points(s, sweep_id=sweep_id, shapes=shapes, added=added)
+        in_session(self.engine, repo.add_sweep_points, sweep_id=sweep_id, shapes=shapes, added=added)
 
     def save_sweep_prediction(self, sweep_id: int, *, device: DeviceInfo, prediction: Prediction) -> None:
-        with session_scope(self.engine) as s:
-            repo.save_sweep_prediction(s, sweep_id=sweep_id, device_key=device.key, prediction=prediction.as_json())
+        in_session(self.engine, repo.save_sweep_prediction, sweep_id=sweep_id, device_key=device.key,
+                   prediction=prediction.as_json())
 
     def refine_queued_sweep(self, sweep_id: int, *, shapes: list[str], added: list[tuple[str, dict[str, Any]]],
                             trials: Callable[[int | None], int | None] | None = None) -> list[int]:
@@ -153,9 +139,8 @@ class SqlRuns:
 
     def save_cross_timings(self, *, sweep_id: int, op: Op, device: DeviceInfo, cells: list[dict[str, Any]]) -> None:
         device_id = self.device_id(device)
-        with session_scope(self.engine) as s:
-            repo.save_cross_timings(s, sweep_id=sweep_id, device_id=device_id, kernel_hash=op.kernel_hash,
-                                    triton_version=versions()[0], cells=cells)
+        in_session(self.engine, repo.save_cross_timings, sweep_id=sweep_id, device_id=device_id,
+                   kernel_hash=op.kernel_hash, triton_version=versions()[0], cells=cells)
 
     def cross_timings(self, sweep_id: int, *, device_key: str | None = None) -> list[CrossTimingRow]:
         with session_scope(self.engine) as s:

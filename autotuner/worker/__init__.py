@@ -1,10 +1,8 @@
-"""`autotuner worker`: claim queued jobs from the database and run the engine on them (`loop.Worker`), through
-database outages and lost leases; and take `autotuner tune` commands typed on the same host (`command_socket`).
+"""`autotuner worker`: claim queued jobs and run the engine on them (`loop.Worker`) through outages and lost leases, and
+take `autotuner tune` commands typed on this host (`command_socket`, standard library only: a command uses it before
+importing anything heavy).
 
-May import: `autotuner.engine`, `autotuner.store`, `autotuner.base`, `db`, the ground floor. `command_socket` imports only
-the standard library (and platformdirs): a command uses it before importing anything heavy, so `Worker` loads on
-first use.
-"""
+May import: `autotuner.engine`, `autotuner.store`, `autotuner.base`, `db`, the ground floor."""
 
 from typing import Any
 

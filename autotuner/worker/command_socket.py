@@ -1,9 +1,5 @@
-"""A running worker's command socket: `autotuner tune` on the same host hands its command to a worker already running, which
-tunes it in the processes it keeps (torch imported, CUDA contexts made, the compile pool up), so the command pays
-no start-up of its own.
-
-More: docs/design/service.md, `autotuner/worker/command_socket.py`.
-"""
+"""A running worker's command socket: `autotuner tune` on this host hands its command to the worker, which tunes in its
+kept processes. More: docs/design/service.md."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""`autotuner worker`: claim queued jobs, run the tuning engine on them, write their results.
-
-More: docs/design/service.md, `autotuner/worker/loop.py`.
-"""
+"""`autotuner worker`: claim queued jobs, run the tuning engine on them, write their results. More:
+docs/design/service.md."""
 
 from __future__ import annotations
 

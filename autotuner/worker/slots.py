@@ -1,8 +1,5 @@
-"""A worker's GPUs as slots: a worker holding several GPUs (`autotuner worker --gpus 0,1`) runs a job on each at
-once, each in a thread of its own.
-
-More: docs/design/service.md, `autotuner/worker/slots.py`.
-"""
+"""A worker's GPUs as slots: with several (`--gpus 0,1`) it runs a job on each at once, a thread each. More:
+docs/design/service.md."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""One compile of a kernel binary at a time on a host: processes about to compile the same binary into one Triton
-cache wait for the first instead of compiling it again.
-
-More: docs/design/engine.md, `autotuner/engine/measure/compile_lock.py`.
-"""
+"""One compile of a kernel binary at a time on a host: processes about to compile the same binary wait for the first.
+More: docs/design/engine.md."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""Compile candidates ahead of timing in a process pool (compile is CPU work, timing is GPU work).
-
-More: docs/design/engine.md, `autotuner/engine/measure/compile_pool.py`.
-"""
+"""Compile candidates ahead of timing in a process pool (compile is CPU work, timing is GPU work). More:
+docs/design/engine.md."""
 
 from __future__ import annotations
 
@@ -24,12 +22,9 @@ META = "meta"  # the torch device of a pool process's inputs until an op needs r
 
 
 def compile_only() -> None:
-    """From now on every Triton launch in this process (a built-in op's, a decorated kernel's) compiles the kernel
-    and does not run it: `prepare` (no CUDA context: meta inputs) or, where the process has made its context,
-    loads it into the context, where a config over the device's shared memory or threads fails as at a real
-    launch. Running them put this process's kernels on the GPU in the middle of the trial worker's timings: the GPU
-    switches between the processes' contexts, and a microsecond config timed many times slower while the pool
-    compiled ahead (benchmarks/tune_time.py)."""
+    """From now on every Triton launch in this process compiles and does not run: `prepare` (no CUDA context), or a load
+    into the context where there is one, so a config over the device's limits fails as at a launch. Running kernels here
+    would share the GPU with the trial worker's timings."""
     from triton.runtime.jit import JITFunction
 
     from kernels import _backend, _direct

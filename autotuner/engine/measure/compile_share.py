@@ -1,10 +1,6 @@
-"""Compiles shared between hosts: with a secret set (`AUTOTUNER_COMPILE_SECRET`), the trial workers and compile
-pools of `autotuner tune` and `autotuner worker` keep Triton's compile-cache files in the database, signed, and load
-what another host compiled for the same kernel version (Triton's own cache key: the kernel's source and
-dependencies, Triton's installation, the target, the options) instead of compiling it.
-
-More: docs/design/engine.md, `autotuner/engine/measure/compile_share.py`.
-"""
+"""Compiles shared between hosts: with `AUTOTUNER_COMPILE_SECRET` set, trial workers and compile pools keep Triton's
+compile-cache files in the database, signed, and load what another host compiled under Triton's own cache key. More:
+docs/design/engine.md."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""Triton's remote-cache backend over the autotuner database (autotuner.store.compiled_files), and the cache manager that asks it,
-for the processes that autotuner.engine.measure.compile_share set them up in. Triton constructs one of each per cache key,
-asks `get` before it compiles and calls `put` with each file it wrote; a database that cannot be reached, or a
-file that does not verify, is a compile as usual (said once in the log), never a failed one.
-
-More: docs/design/engine.md, `autotuner/engine/measure/compile_share_backend.py`.
-"""
+"""Triton's remote-cache backend over the autotuner database (autotuner.store.compiled_files), and the manager that asks
+it. Triton asks `get` before it compiles and `put`s each file it wrote; a database out of reach or a file that does not
+verify means a compile as usual, never a failed one. More: docs/design/engine.md."""
 
 from __future__ import annotations
 

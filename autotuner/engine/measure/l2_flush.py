@@ -1,11 +1,6 @@
-"""Emptying the GPU's L2 cache between timed launches, whatever the process ran before.
-
-The usual flush (as in `triton.testing.do_bench`) writes a buffer twice the L2, and leaves part of the next
-kernel's input in the L2 after some histories and not after others: lines held with the persisting
-(evict_last) priority outlive writes with the normal one, and torch.compile's kernels load with evict_last
-hints. Reading the buffer with evict_last first displaces such lines; the zero-fill then leaves the L2 full of
-the buffer's dirty lines, as the usual flush intends. (The measurements: tests/gpu/test_gpu_timing.py.)
-"""
+"""Emptying the GPU's L2 between timed launches, whatever ran before. A plain zero-fill of twice the L2 (as `do_bench`)
+leaves lines held with evict_last priority (torch.compile's loads) in place; reading the buffer with evict_last first
+displaces them, then the fill leaves the L2 full of the buffer's lines. Checked by tests/gpu/test_gpu_timing.py."""
 
 from __future__ import annotations
 

@@ -1,7 +1,4 @@
-"""A measurement lane: where one problem's configs are checked and timed, one at a time.
-
-More: docs/design/engine.md, `autotuner/engine/measure/lanes.py`.
-"""
+"""A measurement lane: where one problem's configs are checked and timed, one at a time. More: docs/design/engine.md."""
 
 from __future__ import annotations
 

@@ -24,15 +24,10 @@ from search_spaces.space import Config, config_key
 
 
 class LiveMeasurer:
-    """Real launches: one trial worker process, and a compile pool ahead of it when `compile_workers` > 1. Further
-    lanes (`more`: autotuner.engine.measure.lanes; the trial workers of more GPUs of this host, `local_lanes`) measure
-    configs at the same time (`lanes`); the problem's own device does the baseline and every re-time, so a winner
-    is chosen on one GPU.
-
-    On a GPU the search times each config briefly (trial_process.QUICK_SCALE of the full warm-up and repetitions:
-    ten or more runs, fifteen of a kernel under a third of a millisecond), which ranks it; the
-    configs close to the best are timed again in the re-time's interleaved rounds before one is chosen.
-    """
+    """Real launches: one trial worker process, and a compile pool ahead of it when `compile_workers` > 1. Further lanes
+    (`more`, `local_lanes`: trial workers on more GPUs of this host) measure configs at the same time; the problem's own
+    device does the baseline and every re-time. The search times each config briefly (trial_process.QUICK_SCALE), enough
+    to rank it; those close to the best are timed again in the re-time's interleaved rounds."""
 
     measures_elsewhere = True
 
@@ -230,12 +225,9 @@ class KeptProcesses:
         self._runner_started.set()
 
     def prestart(self, device_index: int | None, compile_workers: int, background: bool = True) -> None:
-        """Start the trial worker and `compile_workers` compile processes before any problem is known (in a
-        thread: a fork server still importing torch would hold the caller up). All start at once: their CUDA
-        contexts, made together, slow the trial worker's set-up, but the search's first configs are compiled
-        when it starts, which made `autotuner tune` quicker than starting the pool after the trial worker's
-        warm-up or its context (benchmarks/tune_time.py). A problem is given to them (`for_problem`) once the trial
-        worker is asked for, not waiting for the pool's processes, which the fork server makes one by one."""
+        """Start the trial worker and `compile_workers` compile processes before any problem is known, on a thread, all
+        at once, so the search's first configs are compiled when it starts. A problem is handed to them (`for_problem`)
+        once the trial worker is asked for."""
         runner = self.runner = TrialRunner(None)
         pool = None
         if compile_workers > 1 and self.shared_pool is None:

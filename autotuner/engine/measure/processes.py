@@ -1,7 +1,5 @@
-"""Where trial workers and compile-pool processes come from: a fork server that imported torch and Triton once.
-
-More: docs/design/engine.md, `autotuner/engine/measure/processes.py`.
-"""
+"""Where trial workers and compile-pool processes come from: a fork server that imported torch and Triton once. More:
+docs/design/engine.md."""
 
 from __future__ import annotations
 

@@ -1,10 +1,7 @@
-"""Trials in a worker subprocess: a crash, an illegal memory access or a hang kills and restarts it.
-
-The parent sends a config; the worker (autotuner.engine.measure.trial_process) launches it (compiling on first use),
-checks the output against the reference, times it, and answers. No answer within the per-trial timeout: the
-worker is killed and the trial is a `timeout`. The worker dying: a `crash`. A CUDA error poisons the context, so
-the worker answers `crash` and exits, and the next trial gets a fresh one.
-"""
+"""Trials in a worker subprocess (autotuner.engine.measure.trial_process): it launches the config, checks it against the
+reference and times it. No answer within the per-trial timeout is a `timeout` and the worker is killed; a worker that
+dies is a `crash`; a CUDA error poisons the context, so the worker answers `crash` and exits, and the next trial gets a
+fresh one."""
 
 from __future__ import annotations
 

@@ -53,11 +53,9 @@ def repetitions(rep_ms: float, estimate_ms: float, scale: float = 1.0) -> int:
 
 def time_cuda(fn: Callable[[], Any], warmup_ms: float = 25.0, rep_ms: float = 100.0,
               give_up_ms: float | None = None, queue_slack_s: float = 0.0, scale: float = 1.0) -> Timing:
-    """Median of per-repetition CUDA-event times; the L2 is emptied before each repetition (l2_flush.py). With
-    `give_up_ms`, where the first PROBE_REPS repetitions' median is slower than that, they are the timing (a config
-    clearly out of contention is not timed further). `queue_slack_s`: seconds added to the GPU sleep the
-    repetitions queue behind, where other threads of this process may hold the GIL meanwhile (a decorated kernel
-    measured on several GPUs)."""
+    """Median of per-repetition CUDA-event times, the L2 emptied before each. With `give_up_ms`, a config whose first
+    PROBE_REPS are slower than that is not timed further. `queue_slack_s`: seconds added to the GPU's sleep where other
+    threads may hold the GIL meanwhile (several lanes)."""
     import torch  # here: the engine's process-side modules import no torch (cli.prestart starts them first)
 
     from autotuner.engine.measure.l2_flush import (
@@ -91,24 +89,17 @@ _last_pace = Pace(gpu_ms=0.0, cpu_s=1e-3)  # the pace the last probe in this pro
 
 
 def queue_sleep_s(reps: int, pace: Pace, queue_slack_s: float = 0.0) -> float:
-    """How long the GPU sleeps before `reps` timed repetitions at `pace` so that it never waits on the CPU inside
-    one: a repetition's start event is reached only once the CPU has queued its launch. The GPU gains a
-    repetition's GPU time on the CPU at each, and loses the CPU's time; the sleep covers the CPU's first two
-    repetitions and what it falls behind over all of them where it is the slower, twice over (a moment without
-    its core), within MIN_QUEUE_SLEEP_S and MAX_QUEUE_SLEEP_S, plus `queue_slack_s`. (Twice the CPU's time for
-    all of them, as it was, kept the GPU asleep for most of a brief timing where the GPU's time was about the
-    CPU's: benchmarks/suite.py.)"""
+    """How long the GPU sleeps before `reps` repetitions at `pace` so that it never waits on the CPU inside one: the
+    CPU's first two repetitions plus what it falls behind over all of them, twice over, within MIN_QUEUE_SLEEP_S and
+    MAX_QUEUE_SLEEP_S, plus `queue_slack_s`."""
     behind_s = max(0.0, pace.cpu_s - pace.gpu_ms / 1e3) * reps
     return min(MAX_QUEUE_SLEEP_S, max(MIN_QUEUE_SLEEP_S, 2 * (2 * pace.cpu_s + behind_s))) + queue_slack_s
 
 
 def _probe(fn: Callable[[], Any], flush: Callable[[], None], queue_slack_s: float) -> tuple[list[float], Pace]:
-    """PROBE_REPS timed repetitions (milliseconds) and the pace they show: the GPU's time from the first flush to the
-    last event over PROBE_REPS, the CPU's median time to queue one. They queue behind a sleep sized by the last pace
-    this process saw, and are taken once more behind a longer one where the CPU took longer to queue them than the
-    GPU slept (the GPU may then have waited on the CPU, which the times would hold). Not more than once: a launch
-    that waits for the GPU itself (a `.item()`, a synchronize) takes longer than any sleep, and its CPU time then
-    holds the GPU's, which the median of the three leaves out of the pace but for the GPU's own time."""
+    """PROBE_REPS timed repetitions (ms) and the pace they show (the GPU's time per repetition, the CPU's median time to
+    queue one), behind a sleep sized by the last pace seen; taken once more behind a longer sleep where the CPU outran
+    it. Not more than once: a launch that waits on the GPU itself would outlast any sleep."""
     global _last_pace
     import torch
 

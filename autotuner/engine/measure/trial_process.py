@@ -159,15 +159,10 @@ def die_with_parent() -> None:
 
 
 def warm_up(device_index: int | None, timing: bool = True, context: bool = True) -> dict[str, float]:
-    """In a new process with no problem yet: make the CUDA context (unless not `context`: a compile process
-    compiles without one; it loads Triton's driver module instead), import the ops, compute Triton's installation
-    hash (its cache key's first part, once per process, which each process's first compile or cache lookup would
-    otherwise pay), and, in a process that will time (`timing`; a compile process runs nothing), start cuBLAS
-    (its handle and workspace, which the first reference or baseline would otherwise pay) and launch the L2 flush
-    once (a Triton kernel: with a cold cache its compile, its launcher's and Triton's driver module's builds took
-    the first timing about a second; the kernel is compiled on the thread that hashes, while the context is made),
-    so that the first problem only builds its inputs. Returns the seconds each part took (ops_s, context_s or
-    driver_s, cublas_s, flush_s, key_s)."""
+    """In a new process with no problem yet: make the CUDA context (a compile process, `context=False`, loads Triton's
+    driver module instead), import the ops and hash Triton's installation; in a process that will time, also start
+    cuBLAS and launch the L2 flush once, so the first problem only builds its inputs. Returns the seconds each part took
+    (ops_s, context_s or driver_s, cublas_s, flush_s, key_s)."""
     marks = [("start", time.perf_counter())]
     flushes = device_index is not None and timing and context  # it times here: its L2 flush is launched below
     # (on a thread, while the CUDA context is made)
@@ -212,13 +207,9 @@ def _parts(marks: list[tuple[str, float]]) -> dict[str, float]:
 
 
 def _before_first_compile(flush_device: int | None) -> threading.Thread:
-    """On a thread, beside the CUDA context's making, what the process's first compile or cache lookup would pay:
-    Triton's installation hash (its cache key's first part, a SHA-256 of its files; hashlib lets go of the
-    interpreter while it hashes) where the parent handed none (autotuner.engine.measure.processes), and, where compiles are
-    shared between hosts (autotuner.engine.measure.compile_share), the database backend's imports and engine, which the
-    first lookup (a trial worker's L2 flush) paid, seconds of a sharing host's trial worker start
-    (benchmarks/tune_time.py); then, in a process that will time on `flush_device`, the L2 flush's
-    kernel compiled (or found in the cache) and its launcher built (l2_flush.compile_ahead)."""
+    """On a thread, beside the CUDA context's making: Triton's installation hash where the parent handed none, the
+    compile-sharing backend's imports and engine where compiles are shared, then, in a process that will time on
+    `flush_device`, the L2 flush's kernel compiled and its launcher built."""
 
     def run() -> None:
         try:

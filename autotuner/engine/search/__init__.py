@@ -1,7 +1,5 @@
-"""What to try: the `Search` contract (`contract`), each strategy a module (`exhaustive`, `random_search`,
-`tpe`), the strategies by name (`strategies`), the search loop over a measurer (`loop`) and replaying a
-recorded landscape (`replay`).
+"""What to try: the `Search` contract, a module per strategy, the strategies by name, the search loop over a measurer,
+and replaying a recorded landscape.
 
-May import: `autotuner.engine.measure`, `autotuner.store` (through its interfaces), `autotuner.base`, the ground
-floor.
+May import: `autotuner.engine.measure`, `autotuner.store` (through its interfaces), `autotuner.base`, the ground floor.
 """

@@ -1,9 +1,4 @@
-"""The search contract (`Search`) over a finite list of valid configs, ask and tell, and its two simplest
-strategies (random, exhaustive); TPE is autotuner.engine.search.tpe, and the strategies by name are
-autotuner.engine.search.strategies.
-
-More: docs/design/engine.md, `autotuner/engine/search/contract.py`.
-"""
+"""The search contract (`Search`) over a finite list of valid configs, ask and tell. More: docs/design/engine.md."""
 
 from __future__ import annotations
 

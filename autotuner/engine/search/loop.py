@@ -86,16 +86,10 @@ def ask_first(search: Search, measurer: Measurer, n: int) -> list[Config]:
 def run_search(search: Search, measurer: Measurer, *, budget: int | None, time_budget_s: float | None = None,
                batch: int = 1, on_trial: Callable[[Measured], None] | None = None,
                spent: dict[str, float] | None = None, ahead: list[Config] | None = None) -> list[Measured]:
-    """Ask, measure, tell until the budget (trials, or seconds of searching) or the space runs out.
-
-    Up to `batch` configs (a compile pool's width, as far as `search.max_pending` allows) are kept asked ahead of
-    the one being measured and handed to `measurer.prepare`, so compiling the next configs overlaps timing this
-    one; they are measured as their compiles finish (`measurer.first_ready`), and the configs the search is
-    likely to ask next are compiled on idle workers (`measurer.speculate`). At least one config is always
-    measured. `spent` gets the seconds of the loop's parts added: `ask_s` (the strategy proposing and learning),
-    `measure_s` (the measurer, compile waits included) and `record_trial_s` (`on_trial`). `ahead`: configs asked
-    before (`ask_first`).
-    """
+    """Ask, measure, tell until the budget (trials, or seconds) or the space runs out; at least one config is measured.
+    Up to `batch` configs are asked ahead and handed to `measurer.prepare`, so compiles overlap timing; they are
+    measured as they are ready (`first_ready`), and likely next configs compile on idle workers (`speculate`). `spent`
+    gets `ask_s`, `measure_s` and `record_trial_s` added; `ahead`: configs asked before."""
     spent = spent if spent is not None else {}
     for part in ("ask_s", "measure_s", "record_trial_s"):
         spent.setdefault(part, 0.0)

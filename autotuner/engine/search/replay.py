@@ -1,9 +1,5 @@
-"""Replay a recorded landscape: the same search engine, with a table look-up as the measurement.
-
-A landscape (format in docs/design/engine.md) holds every config of a space timed on one problem; the space is the
-set of configs in the file. A search's quality is how many distinct measurements it needs to come within
-2% of the file's best.
-"""
+"""Replay a recorded landscape (format: docs/design/engine.md) with a table look-up as the measurement; a search's
+quality is how many distinct measurements it needs to come within 2% of the file's best."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""The search strategies, registered by name in one place: the command line's `--strategy` choices and help, the
-HTTP schema's `strategy`, the docs' list and the search tests are read from here. A plugin (AUTOTUNER_PLUGINS)
-registers its own with `register_strategy`; a queued job or a database row names a registered strategy, never code.
-Through the Python API a plan may also carry an object: an Optuna sampler, or a function making a Search.
-
-More: docs/design/engine.md, `autotuner/engine/search/strategies.py`.
-"""
+"""The search strategies, registered by name in one place, which the CLI, the HTTP schema, the docs and the tests read.
+A plugin registers its own with `register_strategy`; a job or row names a registered strategy, never code. The Python
+API may also pass an Optuna sampler, or a function making a Search."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
-"""Optuna's multivariate TPE over the parameters as ordinal indices, then a local refinement around the best configs
-found (autotuner.engine.search's contract: the `first` configs, never a config twice, only candidates); and a
-user's own Optuna sampler driving the whole budget the same way (`SamplerSearch`). Registered by name in
-autotuner.engine.search.strategies; this module imports Optuna and NumPy, which the rest of the search does not.
-"""
+"""Optuna's multivariate TPE over the parameters as ordinal indices, then a local refinement around the best found; and
+a user's own Optuna sampler over the whole budget (`SamplerSearch`). The only search module that imports Optuna and
+NumPy."""
 
 from __future__ import annotations
 
@@ -111,11 +109,9 @@ class TPESearch(Search):
         return max(1, min(width, lanes))  # refinement: each lane's step from the best so far
 
     def upcoming(self, n: int) -> list[Config]:
-        """Refinement's next configs from the best so far, in the order it would ask them. Not the climbs from the
-        configs being measured now as well: each of those is the best once in many, a new guess every few dozen
-        milliseconds, and the pool compiled the guesses it had started whatever came next: about twice as many
-        compiles as measurements, and the search waiting on them (benchmarks/tune_time.py shows compiles and
-        waits)."""
+        """Refinement's next configs from the best so far, in the order it would ask them; not the climbs from the
+        configs being measured, each a new guess every few milliseconds, which would have the pool compile about twice
+        as many configs as are measured."""
         if self._exploring():
             return super().upcoming(n)
         out: dict[str, Config] = {}

@@ -1,7 +1,6 @@
-"""Cross-timing a sweep: each point's winner timed on the neighbouring points, interleaved with each point's own
-winner, in a trial process set up for that point (its inputs and reference). A winner's time on a neighbour
-against that neighbour's own winner is the loss of serving one with the other's config: what a bucket or a
-nearest answer can be expected to lose (autotuner.launch.serving reports it as `expected_regret`).
+"""Cross-timing a sweep: each point's winner timed on its neighbours, interleaved with their own winners, in a trial
+process set up for each point. The loss against a neighbour's winner is what a bucket or nearest answer can expect
+(`expected_regret`).
 
     cells = cross_time(op, problems, winners, settings=settings, device=device)
 """

@@ -1,8 +1,5 @@
-"""A model of a sweep's trials that ranks the configs for problems between its points, served only where it beat
-the nearest point's winner on the sweep's own points.
-
-More: docs/design/engine.md, `autotuner/engine/sweeps/predict.py`.
-"""
+"""A model of a sweep's trials ranking configs between its points, served only where it beat the nearest point's winner
+on the sweep's own points. More: docs/design/engine.md."""
 
 from __future__ import annotations
 

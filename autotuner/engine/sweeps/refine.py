@@ -1,9 +1,6 @@
-"""Refining a sweep: wherever two neighbouring points' winners each lose more than the target on the other point
-(`--regret`, default 2%), the point between them (the log-midpoint of the swept value) is tuned and cross-timed
-too, until every neighbouring pair is within the target or the point budget is spent.
-
-More: docs/design/engine.md, `autotuner/engine/sweeps/refine.py`.
-"""
+"""Refining a sweep: where two neighbouring winners each lose more than the target (`--regret`) on the other's point,
+the log-midpoint is tuned and cross-timed too, until every pair is within it or the budget is spent. More:
+docs/design/engine.md."""
 
 from __future__ import annotations
 

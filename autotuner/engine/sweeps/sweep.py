@@ -1,12 +1,6 @@
-"""A sweep: problems of one op, dtype and options that differ in one dimension (`autotuner tune matmul --M
-1-8192:pow2 --N 4096 --K 4096`), tuned ahead of the workload that will meet them. Run here, the points are tuned
-one after the other in the same trial process and compile pool, and then cross-timed (autotuner.engine.sweeps.cross_time),
-and refined where neighbouring winners lose more than a target on each other (autotuner.engine.sweeps.refine); queued,
-each point is a job for the workers, the cross-timing a job queued when the last point is done, and refinement's
-points jobs that job queues.
-
-More: docs/design/engine.md, `autotuner/engine/sweeps/sweep.py`.
-"""
+"""A sweep: problems of one op, dtype and options that differ in one dimension (`--M 1-8192:pow2`), tuned ahead of the
+workload. Here, the points are tuned in one trial process and pool, then cross-timed and refined; queued, each point is
+a job and the cross-timing a job queued after the last. More: docs/design/engine.md."""
 
 from __future__ import annotations
 
@@ -123,13 +117,10 @@ def run_sweep(op: Op, problems: list[ProblemType], *, dim: str, store: SweepStor
               observer: Callable[[ProblemType], TuneObserver] | None = None,
               on_point: Callable[[ProblemType], None] | None = None, target: float | None = DEFAULT_TARGET,
               budget: int | None = None, make: Callable[[str], ProblemType] | None = None) -> SweepResult:
-    """Tune every point here, then cross-time the winners; the sweep and its cross timings are stored. A point
-    that cannot be set up (too large for the device, say) is left out with its error; the others go on. Then,
-    with a `target`, refine (autotuner.engine.sweeps.refine): tune the midpoint of each neighbouring pair whose winners
-    lose more than the target on each other (measuring first the configs fastest on the pair, and a share of a
-    point's trials: `point_trials`), cross-time what changed, and again, until no pair is above it or
-    `budget` points (default: as many as given) were added. `make`: a midpoint's shape as a problem (default: the
-    op's parse with the first point's options; ProblemError where it cannot be tuned)."""
+    """Tune every point here, cross-time the winners and store both; a point that cannot be set up is left out with its
+    error. With a `target`, refine: tune the midpoint of each pair whose winners lose more than it on each other
+    (`point_trials` each), cross-time what changed, and again, until no pair is above it or `budget` points were added.
+    `make`: a midpoint's shape as a problem."""
     query = {o.name for o in op.query_options}
     budget = len(problems) if budget is None else budget
     sweep_id = store.create_sweep(op=op.name, dtype=problems[0].dtype, dim=dim, shapes=[p.shape for p in problems],
