@@ -2,6 +2,8 @@
 # One device call: install the carried wheels, then the steps named in STEPS (default: tier,overhead):
 #   tier       the GPU test tier (tests/gpu, or the pytest arguments in TIER_ARGS)
 #   overhead   benchmarks/launch_overhead.py: CPU cost per call of the library calls and decorated kernels
+#   peers      benchmarks/peers.py: autotuner, triton.autotune and Inductor max-autotune tuning a matmul, each in new
+#              processes with cold caches, warm ones and (autotuner) compiles from another host (PEERS_ARGS)
 #   dropin     benchmarks/autotune_drop_in.py: @autotuner.autotune against @triton.autotune on the examples,
 #              with a profile of each warm first launch in $OUT/profiles (DROPIN_ARGS: more arguments)
 #   tune       `autotuner tune matmul --M 4096`, cold Triton cache, with its phases (TUNE_RUNS times, default 1),
@@ -62,6 +64,10 @@ fi
 if [[ $STEPS == *,overhead,* ]]; then
   step "launch overhead"
   python3 benchmarks/launch_overhead.py --json-out "$OUT/overhead.json" 2>&1 | tee "$OUT/overhead.txt" | tail -14
+fi
+if [[ $STEPS == *,peers,* ]]; then
+  step "peers"
+  python3 benchmarks/peers.py ${PEERS_ARGS:-} --json-out "$OUT/peers.json" 2>&1 | tee "$OUT/peers.txt" | tail -14
 fi
 if [[ $STEPS == *,dropin,* ]]; then
   step "autotune drop-in"

@@ -4,8 +4,12 @@ For each op (tuned first, briefly, into a scratch database), per call, in micros
 of back-to-back calls queued behind a sleeping kernel (so the GPU never holds the CPU up), median of rounds
 (each round takes every row of a problem in turn, its order rotated):
 
-    library          autotuner.<op>(...) on a cache hit: a dict lookup, then the prepared launcher (direct launch)
+    library          autotuner.<op>(...) on a cache hit: a dict lookup, then the prepared launcher (direct launch,
+                     through torch's static launcher where this torch has it)
+    library/launcher the same through Triton's generated launcher instead of torch's static one
     library/triton   the same with direct launch off: the prepared launcher through `kernel[grid]`
+    static launcher  the floor: the output allocated and the same binary launched by torch's static launcher with
+                     its arguments packed ahead (what Inductor's generated code does per launch)
     plain launch     the output allocated and `kernel[grid](...)` with the tuned config written in: the reference
     checked          the kernel module's launcher with an explicit config (every check on every call)
     torch            torch's own op
@@ -40,7 +44,7 @@ from autotuner.base.registry import get_op  # noqa: E402
 from autotuner.base.settings import Settings  # noqa: E402
 from autotuner.engine.measure.timing import cpu_per_call_us, interleaved  # noqa: E402
 from autotuner.engine.tuner import Plan, tune  # noqa: E402
-from autotuner.launch.lookup import Resolver, resolver, set_resolver  # noqa: E402
+from autotuner.launch.lookup import Resolver, set_resolver  # noqa: E402
 from autotuner.store.database import Store  # noqa: E402
 from kernels import _direct  # noqa: E402
 from kernels import gelu as k_gelu  # noqa: E402
@@ -62,6 +66,49 @@ def direct_off(fn: Callable[[], Any]) -> Callable[[], Any]:
     return call
 
 
+def static_off(fn: Callable[[], Any]) -> Callable[[], Any]:
+    def call() -> Any:
+        _direct.STATIC = False
+        try:
+            return fn()
+        finally:
+            _direct.STATIC = True
+    return call
+
+
+def static_floor(call: Callable[[], Any]) -> Callable[[], Any] | None:
+    """The static-launcher floor for a library call: its launcher's binary, launched by torch's static launcher
+    with the arguments of one call recorded here, after allocating an output like the call's."""
+    seen: list[tuple[Any, tuple[Any, ...]]] = []
+    original = _direct.Launcher.launch
+
+    def record(self: Any, grid: tuple[int, ...], args: tuple[Any, ...]) -> Any:
+        seen.append((self, args))
+        return original(self, grid, args)
+
+    _direct.Launcher.launch = record  # type: ignore[method-assign]
+    try:
+        out = call()
+    finally:
+        _direct.Launcher.launch = original  # type: ignore[method-assign]
+    if len(seen) != 1 or seen[0][0]._static is None:  # several launches per call, or no static launcher here
+        return None
+    launcher, args = seen[0]
+    launch, function, warps, shared, types, kept, slots = launcher._static
+    values = list(kept)
+    for slot, position in slots:
+        values[slot] = args[position]
+    packed = tuple(values)
+    grid = (*launcher.grid, 1, 1)[:3]
+    device = launcher._device
+
+    def floor() -> Any:
+        torch.empty_like(out)
+        launch(function, grid[0], grid[1], grid[2], warps, shared, types, packed,
+               torch._C._cuda_getCurrentRawStream(device))
+    return floor
+
+
 def cases(store: Store, settings: Settings) -> list[tuple[str, dict[str, Callable[[], Any]]]]:
     """(problem, {row: call}) for each op at a launch-bound shape, after tuning it briefly."""
     device = current_device()
@@ -73,9 +120,6 @@ def cases(store: Store, settings: Settings) -> list[tuple[str, dict[str, Callabl
         tune(op, problem, store=store, settings=settings, plan=Plan(trials=8), device=device)
         best = store.best(op=op, problem=problem, device=device)
         assert best is not None
-        if resolver().resolve(op, problem, device).launches_torch:  # the "library" row then times torch's op
-            print(f"{op_name} {problem.key}: its tune timed torch's op faster than the best config, so the library "
-                  "call launches torch's op", file=sys.stderr)
         return best.config
 
     out = []
@@ -111,8 +155,15 @@ def cases(store: Store, settings: Settings) -> list[tuple[str, dict[str, Callabl
             "library": lambda: autotuner.attention(q, q, q), "plain launch": direct_off(lambda: plain_a(q, q, q)),
             "checked": lambda: k_attention.attention(q, q, q, cfg_at),
             "torch": lambda: torch.nn.functional.scaled_dot_product_attention(q, q, q)}))
-    for _, rows in out:
+    for problem, rows in out:
         rows["library/triton"] = direct_off(rows["library"])
+        rows["library/launcher"] = static_off(rows["library"])
+        floor = static_floor(rows["library"]) if DEV == "cuda" else None
+        if floor is not None:
+            rows["static launcher"] = floor
+        else:
+            print(f"{problem}: no static launcher row (the call launches through Triton's launcher here)",
+                  file=sys.stderr)
     return out
 
 
@@ -173,7 +224,7 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         url = f"sqlite:///{tmp}/overhead.db"
-        settings = Settings(db_url=url)
+        settings = Settings(db_url=url, torch_op=False)  # the library rows launch the tuned kernel, never torch's op
         set_resolver(Resolver(settings))
         store = Store(url)
         results: dict[str, dict[str, float]] = {}
@@ -188,12 +239,13 @@ def main() -> None:
             print(f"{problem}: " + ", ".join(f"{k} {v:.1f} us" for k, v in results[problem].items()), flush=True)
     print(f"\n{current_device().key}, torch {torch.__version__}, triton {triton.__version__}; CPU us per call, median "
           f"of {args.rounds} rounds of {args.calls} calls queued behind a sleeping kernel\n")
-    names = ["library", "library/triton", "plain launch", "checked", "torch", "triton.autotune hit", "autotuner.autotune hit"]
-    print("| problem | " + " | ".join(names) + " | library or autotune hit vs plain |")
+    names = ["library", "library/launcher", "library/triton", "static launcher", "plain launch", "checked", "torch",
+             "triton.autotune hit", "autotuner.autotune hit"]
+    print("| problem | " + " | ".join(names) + " | library or autotune hit vs torch |")
     print("|---|" + "---|" * (len(names) + 1))
     for problem, r in results.items():
         ours = r.get("library", r.get("autotuner.autotune hit"))
-        ratio = f"{ours / r['plain launch']:.2f}x" if ours else ""
+        ratio = f"{ours / r['torch']:.2f}x" if ours and "torch" in r else ""
         print(f"| {problem} | " + " | ".join(f"{r[n]:.1f}" if n in r else "" for n in names) + f" | {ratio} |")
     if args.json_out:
         args.json_out.write_text(json.dumps(results, indent=1))

@@ -16,6 +16,7 @@ else:
     torch = lazy(__name__)
 
 DIRECT = True  # False: every call goes through `kernel[grid]` (benchmarks/launch_overhead.py compares both)
+STATIC = True  # False: direct calls go through Triton's generated launcher rather than torch's static one
 
 try:  # Triton >= 3.4 keeps the launch hooks in knobs.runtime
     from triton import knobs as _knobs
@@ -51,7 +52,7 @@ class Launcher:
     """One kernel at one grid and one set of meta-parameters, launched directly after its first call."""
 
     __slots__ = ("fn", "grid", "meta", "_run", "_compiled", "_function", "_packed", "_values", "_slots", "_device",
-                 "_extras")
+                 "_extras", "_static")
     _slots: list[tuple[int, int]]  # (position in the bound values, position in the call's arguments)
     _values: list[Any]  # the first call's bound values, None where a call's own arguments go
     _device: int  # the CUDA device the first call ran on (-1 in the interpreter)
@@ -62,6 +63,7 @@ class Launcher:
         self.grid = tuple(grid)
         self.meta = dict(meta)
         self._run: Any = None
+        self._static: Any = None  # (launch, function, num_warps, shared, arg types, values, slots): torch's launcher
 
     def __call__(self, *args: Any) -> Any:
         return self.launch(self.grid, args)
@@ -74,19 +76,30 @@ class Launcher:
         run = self._run
         if run is None or not DIRECT:
             return self._through_triton(grid, args)
+        g0 = grid[0]
+        g1 = grid[1] if len(grid) > 1 else 1
+        g2 = grid[2] if len(grid) > 2 else 1
+        hook = _RUNTIME.launch_enter_hook if _RUNTIME is not None else None
+        hooked = hook is not None and bool(getattr(hook, "calls", True))  # Triton >= 3.5: an empty chain
+        static = self._static
+        if static is not None and STATIC and not hooked:
+            launch, function, warps, shared, types, values, slots = static
+            values = values.copy()
+            for slot, position in slots:
+                values[slot] = args[position]
+            launch(function, g0, g1, g2, warps, shared, types, tuple(values),
+                   torch._C._cuda_getCurrentRawStream(self._device))
+            return self._compiled
         values = self._values.copy()
         for slot, position in self._slots:
             values[slot] = args[position]
         if run is _interpret:
             return self.fn[grid](*values, **self._extras)
-        g0 = grid[0]
-        g1 = grid[1] if len(grid) > 1 else 1
-        g2 = grid[2] if len(grid) > 2 else 1
         stream = torch._C._cuda_getCurrentRawStream(self._device)
-        enter, leave = (_RUNTIME.launch_enter_hook, _RUNTIME.launch_exit_hook) if _RUNTIME is not None else (None, None)
         # Launch hooks (a profiler's; torch may install one) get what Triton's own launch gives them.
-        metadata = self._compiled.launch_metadata(grid, stream, *values) if enter is not None else None
-        run(g0, g1, g2, stream, self._function, self._packed, metadata, enter, leave, *values)
+        metadata = self._compiled.launch_metadata(grid, stream, *values) if hooked else None
+        run(g0, g1, g2, stream, self._function, self._packed, metadata, hook, _RUNTIME.launch_exit_hook
+            if _RUNTIME is not None else None, *values)
         return self._compiled
 
     def _through_triton(self, grid: tuple[int, ...], args: tuple[Any, ...]) -> Any:
@@ -116,6 +129,7 @@ class Launcher:
             for i in taken:
                 values[i] = None  # a call's own arguments are never kept
             self._values, self._slots = values, [(i, i) for i in taken]
+            self._static = None if run is _interpret else _static_launch(compiled, device, values, taken)
             self._run = run
         except (AttributeError, IndexError, KeyError, TypeError):  # a Triton without these internals
             self._run = None
@@ -136,6 +150,57 @@ class Launcher:
     def direct(self) -> bool:
         """Whether calls now skip Triton's binding (after a first call; in the interpreter too)."""
         return self._run is not None
+
+
+def _static_launch(compiled: Any, device: int, values: list[Any], taken: list[int]) -> Any:
+    """torch's static launcher for `compiled` (Inductor launches its Triton kernels through it: the arguments packed
+    in C++, no generated launcher), the bound `values` its cubin takes and where a call's own arguments go among
+    them; None where this torch has none or it refuses the kernel (launch hooks, scratch memory, clusters): the
+    launcher then stays Triton's."""
+    import tempfile
+
+    try:
+        try:
+            from torch._inductor.runtime import static_triton_launcher as module
+        except ImportError:  # torch before 2.12
+            from torch._inductor.runtime import static_cuda_launcher as module  # type: ignore[no-redef, attr-defined]
+        had_path = hasattr(compiled, "_cubin_path")
+        with tempfile.TemporaryDirectory() as tmp:
+            if not had_path:  # the file it loads the kernel from (Inductor's compile sets the path)
+                compiled._cubin_path = f"{tmp}/kernel.cubin"
+                with open(compiled._cubin_path, "wb") as f:
+                    f.write(compiled.asm["cubin"])
+            try:
+                static: Any = module.StaticallyLaunchedCudaKernel(compiled)
+                try:
+                    static.load_kernel(device)
+                except TypeError:  # torch before 2.12 loads on the current device
+                    static.load_kernel()
+            finally:
+                if not had_path:
+                    del compiled._cubin_path
+        found = static_values(static, values, taken)
+        if static.function is None or found is None:
+            return None
+        launch = static.C_impl if hasattr(type(static), "C_impl") else torch._C._StaticCudaLauncher
+        return (launch._launch_kernel, *found)
+    except Exception:  # no static launcher in this torch, or one that refuses this kernel
+        return None
+
+
+def static_values(static: Any, values: list[Any], taken: list[int]) -> Any:
+    """What a static launch of `static` passes: (its function, warps, shared memory, argument types, the values its
+    cubin takes of the bound `values`, a call's own left None, and (slot, call position) pairs), or None where its
+    types do not cover the values that are not constexprs."""
+    constexprs = set(getattr(static, "full_constexprs", None) or getattr(static, "constexprs", None) or ())
+    keep = [i for i in range(len(values)) if i not in constexprs]
+    scratch = "O" * (bool(getattr(static, "has_global_scratch", False))
+                     + bool(getattr(static, "has_profile_scratch", False)))
+    if len(keep) != len(static.arg_tys):
+        return None
+    kept = [None if i in taken else values[i] for i in keep] + [None] * len(scratch)
+    return (static.function, static.num_warps, static.shared, static.arg_tys + scratch, kept,
+            [(keep.index(i), i) for i in taken if i in keep])
 
 
 def _interpret() -> None:

@@ -97,6 +97,22 @@ def test_a_second_host_loads_what_the_first_compiled_and_never_a_file_it_cannot_
     assert host(tmp_path, "e", env)["made"] == 0
 
 
+def test_a_cache_folder_a_sharing_host_wrote_stays_readable_by_triton_alone(tmp_path):
+    """A process with no sharing (the user's own, launching the tuned kernel) reads the same Triton cache folder
+    as the trial workers that shared: Triton's RemoteCacheManager left its group files there in its own layout (a
+    list of names), which Triton's FileCacheManager failed on (AttributeError: 'list' object has no attribute
+    'items') instead of loading the kernel. Neither a host that compiled nor one that loaded may leave one."""
+    url = f"sqlite:///{tmp_path / 'shared.db'}"
+    Store(url)
+    env, plain = child_env("s3cret-of-16-bytes", url), child_env(None, url)
+    assert host(tmp_path, "a", env)["made"] == 1
+    assert host(tmp_path, "a", plain)["made"] == 0  # the first host's own process, Triton alone: loads it
+    assert host(tmp_path, "b", env)["made"] == 0  # a second host, loading the first's
+    assert host(tmp_path, "b", plain)["made"] == 0
+    groups = [json.loads(p.read_text()) for p in tmp_path.glob("[ab]/*/__grp__*")]
+    assert len(groups) == 2 and all(isinstance(g["child_paths"], dict) for g in groups)
+
+
 def test_without_a_secret_or_under_a_cache_manager_of_the_users_nothing_is_shared(tmp_path, monkeypatch):
     url = f"sqlite:///{tmp_path / 'shared.db'}"
     store = Store(url)

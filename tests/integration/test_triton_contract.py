@@ -14,6 +14,7 @@ import gc
 import importlib.util
 import sys
 import weakref
+from pathlib import Path
 
 import pytest
 import torch
@@ -535,3 +536,49 @@ def test_the_decorator_takes_what_triton_autotune_takes(db):
     for kernel in (ours, theirs, ours):  # a tuning launch, and a launch of a config tuned before
         kernel[grid](x, x, torch.empty(64), 64, 1.0)
     assert seen["autotuner"] == seen["triton"] and {"grid", "warmup", "num_ctas"} <= seen["triton"], seen
+
+
+STATIC_PROBE = """
+import json, sys
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from kernels import _direct, gelu
+try:
+    from torch._inductor.runtime.static_triton_launcher import StaticallyLaunchedCudaKernel
+except ImportError:
+    from torch._inductor.runtime.static_cuda_launcher import StaticallyLaunchedCudaKernel
+src = ASTSource(fn=gelu.gelu_kernel, signature={"x_ptr": "*fp16", "y_ptr": "*fp16", "n": "i32",
+                "BLOCK_SIZE": "constexpr", "TANH": "constexpr"}, constexprs={"BLOCK_SIZE": 1024, "TANH": True})
+compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32))
+compiled._cubin_path = None
+static = StaticallyLaunchedCudaKernel(compiled)
+out = {}
+for name, taken in (("all", [0, 1, 2]), ("tensors", [0, 1])):
+    function, warps, shared, types, kept, slots = _direct.static_values(
+        static, ["x", "y", 4096, 1024, True], taken)
+    out[name] = {"types": types, "kept": kept, "slots": slots, "warps": warps}
+print(json.dumps(out))
+"""
+
+
+def test_the_static_launch_passes_the_cubin_only_its_arguments_with_the_calls_in_their_places():
+    """torch's static launcher takes the arguments the cubin takes (no constexprs), typed, plus Triton's scratch
+    arguments: a real kernel compiled for a Hopper target (no GPU needed to compile) maps the bound values so, each
+    call's own arguments into their slots and a value kept from the first call in its own."""
+    import json
+    import os
+    import subprocess
+
+    env = {**os.environ, "TRITON_INTERPRET": "0"}  # a compile for a GPU target, not the interpreter
+    out = subprocess.run([sys.executable, "-c", STATIC_PROBE], capture_output=True, text=True, env=env, timeout=300,
+                         cwd=str(Path(__file__).resolve().parents[2]))
+    assert out.returncode == 0, out.stderr[-3000:]
+    found = json.loads(out.stdout.strip().splitlines()[-1])
+    scratch = len(found["all"]["types"]) - 3
+    assert found["all"]["types"].startswith("OOi") and set(found["all"]["types"][3:]) <= {"O"}
+    assert found["all"]["kept"] == [None] * (3 + scratch)  # the call's own arguments are never kept
+    assert found["all"]["slots"] == [[0, 0], [1, 1], [2, 2]]
+    assert found["tensors"]["kept"] == [None, None, 4096] + [None] * scratch  # n kept from the first call
+    assert found["tensors"]["slots"] == [[0, 0], [1, 1]]
+    assert found["all"]["warps"] >= 1

@@ -81,10 +81,10 @@ class DatabaseBackend(RemoteCacheBackend):
 
 
 class LocalFirstManager(RemoteCacheManager):
-    """Triton's RemoteCacheManager, looking in this host's file cache before asking the backend (see the module's
-    docstring). A group is served only whole: each file it lists from the local cache, or each from the backend
-    (Triton 3.6's own served what the backend gave, and a binary that did not verify made a kernel without one,
-    a failed compile instead of a compile as usual)."""
+    """Triton's RemoteCacheManager, looking in this host's file cache before asking the backend. A group is served
+    only whole: each file it lists from the local cache, or each from the backend (a binary that did not verify
+    would make a kernel without one). The local folder keeps Triton's FileCacheManager layout, group files
+    included, so a process of the host's that shares nothing reads what a sharing one left there."""
 
     def get_file(self, filename: str) -> str | None:
         local = self._file_cache_manager.get_file(filename)
@@ -96,37 +96,39 @@ class LocalFirstManager(RemoteCacheManager):
         local = _local_group(self._file_cache_manager, filename)
         if local is not None:
             return local
-        path = self.get_file(GROUP + filename)
-        listed = _listed(path) if path is not None else None
-        if not listed:
+        try:
+            listed = json.loads(self._backend.get([GROUP + filename]).get(GROUP + filename, b"")).get("child_paths")
+        except (ValueError, AttributeError):  # none kept, or a torn or foreign file: a compile
+            return None
+        if not isinstance(listed, list) or not listed:
             return None
         found = self._backend.get(listed)
         if set(found) != set(listed):  # one missing or not verifying: a compile, as for no group at all
             return None
-        return {name: self._materialize(name, data) for name, data in found.items()}
+        group = {name: self._file_cache_manager.put(data, name, binary=True) for name, data in found.items()}
+        self._file_cache_manager.put_group(filename, group)
+        return group
 
-
-def _listed(path: str) -> list[str] | None:
-    """The file names a group file lists: RemoteCacheManager's list them, FileCacheManager's map them to paths
-    (None: a torn or foreign file, asked for again or compiled over, as Triton does)."""
-    try:
-        with open(path) as f:
-            listed = json.load(f).get("child_paths")
-    except (OSError, ValueError, AttributeError):
-        return None
-    return list(listed) if isinstance(listed, (list, dict)) else None
+    def put_group(self, filename: str, group: dict[str, str]) -> str:
+        if getattr(self, "_dump", False) or getattr(self, "_override", False):
+            return super().put_group(filename, group)
+        self._backend.put(GROUP + filename, json.dumps({"child_paths": sorted(group)}).encode())
+        return self._file_cache_manager.put_group(filename, group)
 
 
 def _local_group(files: Any, filename: str) -> dict[str, str] | None:
     """The files of group `filename` in the file cache `files`, by name (None: its group file or one of its files
-    is not there)."""
-    path = files.get_file(GROUP + filename)
-    listed = _listed(path) if path is not None else None
-    if not listed:
+    is not there, or the group file is torn or foreign: asked for again or compiled over, as Triton does)."""
+    try:
+        with open(files.get_file(GROUP + filename)) as f:
+            listed = json.load(f).get("child_paths")
+    except (TypeError, OSError, ValueError, AttributeError):
         return None
-    found = {}
-    for name in listed:
-        found[name] = files.get_file(name)
-        if found[name] is None:
-            return None
+    if not isinstance(listed, (list, dict)) or not listed:
+        return None
+    found = {name: files.get_file(name) for name in listed}
+    if any(path is None for path in found.values()):
+        return None
+    if isinstance(listed, list):  # RemoteCacheManager's layout, left by an earlier version: Triton's own again
+        files.put_group(filename, found)
     return found
