@@ -35,10 +35,8 @@ def field_detail(exc: InputError, kind: str) -> list[dict[str, Any]]:
 
 
 def validation_detail(errors: list[Any], layouts: dict[str, str] | None = None) -> list[dict[str, Any]]:
-    """FastAPI's validation errors without the echoed input (a request's own bytes never come back, and a
-    non-finite number in them could not be written as JSON), with the discriminator named in the location
-    of an unknown op, and a shape that matches no op's form answered with the forms (`layouts`: op -> its
-    shape's form), not the combined regular expression."""
+    """FastAPI's validation errors without the echoed input, the discriminator named for an unknown op, and a shape
+    matching no op's form answered with the forms (`layouts`)."""
     out: list[dict[str, Any]] = []
     for e in errors:
         loc = list(e.get("loc", ()))

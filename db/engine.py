@@ -1,7 +1,5 @@
-"""Engines and sessions. SQLite gets WAL, a busy timeout and foreign keys; a new database is migrated to
-the latest schema on first use; a file that is not an autotuner database, or one from a newer schema,
-is refused untouched.
-"""
+"""Engines and sessions: SQLite with WAL, a busy timeout and foreign keys; a new database migrated on first use; a file
+that is not ours, or from a newer schema, refused untouched."""
 
 from __future__ import annotations
 

@@ -227,10 +227,8 @@ def save_peak(session: Session, *, device_id: int, name: str, value: float, unit
 
 def trial_times(session: Session, *, op: str, problem_key: str, device_key: str, kernel_hash: str,
                 triton_version: str) -> list[Any]:
-    """Every trial of this problem at this kernel hash and Triton version that was measured or failed, in the order
-    measured, as plain rows (config_key, config, status, median_ms, retimed_ms, error, created_at; the store checks and folds them:
-    autotuner.store.row_checks.trial_times). Through SQLAlchemy Core, as find_best_rows: a launching process asks it
-    before its first launch."""
+    """Every measured or failed trial of this problem at this kernel hash and Triton version, in order, as plain rows
+    (the store checks them: row_checks.trial_times); through Core, as a launching process asks it."""
     trial, run, device = Trial.__table__, TuningRun.__table__, Device.__table__
     q = (select(trial.c.config_key, trial.c.config, trial.c.status, trial.c.median_ms, trial.c.retimed_ms,
                 trial.c.error, trial.c.created_at)

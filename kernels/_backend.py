@@ -67,10 +67,8 @@ def _nvml_count() -> int | None:
 
 
 def _visible(host: int) -> int | None:
-    """How many of the host's `host` GPUs CUDA_VISIBLE_DEVICES leaves, read as the CUDA runtime and torch
-    (`torch.cuda._parse_visible_devices`) read it: ordinals up to the first that is not one (each as C's strtoul
-    reads it: "1gpu" is 1), none at all where one repeats, then cut at the first the host does not have. None
-    for a list of UUIDs (GPU-..., MIG-...), which only the driver can match."""
+    """How many of the host's `host` GPUs CUDA_VISIBLE_DEVICES leaves, read as the CUDA runtime reads it (ordinals up to
+    the first that is not one; none where one repeats); None for UUIDs."""
     var = os.environ.get("CUDA_VISIBLE_DEVICES")
     if var is None:
         return host

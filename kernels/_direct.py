@@ -31,10 +31,9 @@ _I32 = 2**31
 
 
 def call_signature(value: Any) -> Any:
-    """What Triton's specialization of one argument that is not a constexpr depends on, never the value's identity:
-    a tensor's dtype and whether its data is 16-byte aligned; a host TensorDescriptor its dtype, block shape, rank
-    and padding; an integer's width and whether it is 1 or divisible by 16; a float or a bool its type alone;
-    anything else its type and value (TypeError where it has no hash)."""
+    """What Triton's specialization of one non-constexpr argument depends on: a tensor's dtype and 16-byte alignment, a
+    host descriptor's dtype, block shape, rank and padding, an int's width and divisibility, else its type (and value).
+    """
     t = type(value)
     if t is int:
         return int, value == 1, value % 16 == 0, -_I32 <= value < _I32

@@ -17,10 +17,8 @@ def body_cols(n_cols: int) -> int:
 
 
 def row_tiles(block: int, n_cols: int, n_body: int, n_rows: int, rows: int) -> dict[str, int | bool]:
-    """The single-pass kernels' tile constants for BLOCK_N=block: BLOCK_A and BLOCK_B (0: no tile B), whether
-    tile A's columns all lie in the row's body (A_COLS_IN), and whether every program's rows exist (ROWS_IN).
-    At most two tiles: each is reduced across the block on its own, and a third (A, B and the tail) cost more
-    than the columns it saved (benchmarks/suite.py)."""
+    """The single-pass kernels' tile constants for BLOCK_N=block: BLOCK_A and BLOCK_B (0: none), whether tile A lies in
+    the row's body (A_COLS_IN) and every program's rows exist (ROWS_IN). At most two tiles (benchmarks/suite.py)."""
     block_a, block_b = block, 0
     half = block // 2
     if block >= n_cols and half >= TAIL and n_body >= half:

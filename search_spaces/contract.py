@@ -51,10 +51,8 @@ def compare(out: torch.Tensor, ref: torch.Tensor, tol: float) -> Comparison:
 
 
 class ProblemType(Protocol):
-    """A problem type: a frozen dataclass whose fields are one problem of an op (the database keeps them as JSON,
-    and `problem_type(**fields)` builds it again). Its class says how its shapes are written; each problem says
-    its shape string, dtype and database key, and what the nearest tuned problem is measured by. Deriving from
-    search_spaces.problem.ProblemBase gives the defaults of `match_fields`, `nearest_group` and `shape_flags`."""
+    """A problem type: a frozen dataclass whose fields are one problem (kept as JSON, rebuilt by
+    `problem_type(**fields)`), saying its shape, dtype, key and nearest measure; ProblemBase gives defaults."""
 
     __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]  # a dataclass: asdict gives its fields
     layout: ClassVar[str]  # how a shape string is written, for messages: "MxNxK, e.g. 4096x4096x4096"
@@ -332,10 +330,8 @@ class TunableOp(Generic[P]):
 
     @functools.cached_property
     def kernel_hash(self) -> str:
-        """Hash of the kernel's sources: a stored result is exact only while it matches. Modules are hashed piece
-        by piece (search_spaces.kernel_identity.module_identity: their functions, JIT callees and constants, not
-        their docstrings, imports or which module holds what); a function by its kernel identity (its source from
-        the `def` on, its JIT callees and the constants it reads, never the decorator's arguments)."""
+        """Hash of the kernel's sources (search_spaces.kernel_identity): a stored result is exact only while it matches.
+        Modules piece by piece, a function by its kernel identity."""
         h = hashlib.sha256()
         modules = [src for src in self.sources if isinstance(src, ModuleType)]
         if modules:

@@ -26,10 +26,8 @@ def _pointer_config(data: Mapping[str, Any], b: Mapping[str, Any]) -> tuple[dict
 
 
 def vllm_files(data: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
-    """vLLM's layout for tuned matmul configs (`data`: an export's, with matmul's best configs only):
-    `N={N},K={K},device_name={device},dtype={dtype}.json` -> {M: config}, and a note for every result left out or
-    changed. vLLM's kernel loads through pointers with no split-K: a TMA winner is replaced by its run's fastest
-    pointer config; a problem with only split-K or TMA configs, or with a fused epilogue, is left out."""
+    """vLLM's layout for tuned matmul configs: `N={N},K={K},device_name={device},dtype={dtype}.json` -> {M: config}, and
+    a note per result left out or changed (vLLM's kernel has no TMA or split-K)."""
     names = {d["key"]: d["name"] for d in data["devices"]}
     files: dict[str, dict[str, Any]] = {}
     notes: list[str] = []

@@ -47,10 +47,8 @@ def seeded(device: str, seed: int) -> torch.Generator | None:
 
 def normal(shape: tuple[int, ...], g: torch.Generator | None, device: str, dtype: torch.dtype, scale: float = 1.0,
            shift: float = 0.0) -> torch.Tensor:
-    """`shift + scale * N(0, 1)` values of `shape` drawn with `g` on `device`, then cast to `dtype`. On meta (a compile
-    pool process's inputs: autotuner.engine.measure.compile_pool) an empty tensor of that shape and dtype: drawing or
-    arithmetic on meta tensors imports torch's Python meta kernels (a second, several with a pool's fifteen
-    processes importing at once), and a compile needs no values."""
+    """`shift + scale * N(0, 1)` values of `shape` on `device` cast to `dtype`; on meta (a compile process's inputs) an
+    empty tensor, since meta arithmetic imports torch's Python meta kernels."""
     if str(device) == "meta":
         return torch.empty(shape, dtype=dtype, device="meta")
     x = torch.randn(*shape, generator=g, device=device)

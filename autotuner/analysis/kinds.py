@@ -17,10 +17,8 @@ from search_spaces.contract import ProblemType
 def checked_medians(op: Op, problem: ProblemType, device: DeviceInfo, inputs: dict[str, Any],
                     configs: Mapping[str, dict[str, Any]], baselines: Mapping[str, Callable[[], Any]], rounds: int,
                     unsearched: Mapping[str, Any] | None = None) -> dict[str, float]:
-    """Median milliseconds (CUDA events, L2 flushed) over `rounds` interleaved rounds of each baseline and of each
-    config the space allows. `unsearched`: kernel options the space declares at one value only, set to it for
-    the space's check (the config itself runs as given). A config whose output fails the op's check stops the
-    run (SystemExit); one the space rules out is left out of the result."""
+    """Median ms over `rounds` interleaved rounds of each baseline and each config the space allows (`unsearched`:
+    options fixed for the space's check). A config failing the op's check stops the run (SystemExit)."""
     assert op.reference is not None
     ref = op.reference(inputs)
     runs = dict(baselines)

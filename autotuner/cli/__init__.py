@@ -17,10 +17,8 @@ from autotuner.engine.measure import processes
 
 
 def start_early(argv: list[str]) -> None:
-    """What a command does before it imports anything heavy: a `tune` that a worker running on this host takes
-    is relayed to it (autotuner.cli.handoff), and this process ends with its exit status; commands that tune
-    start the fork server their trial worker and compile pool come from, and `tune` those processes
-    (autotuner.cli.prestart), so that their imports run while this process does its own."""
+    """Before anything heavy is imported: hand a `tune` to a worker on this host (autotuner.cli.handoff), or start the
+    fork server and `tune`'s processes (autotuner.cli.prestart) so their imports overlap this process's."""
     if argv[1:2] == ["tune"] and processes.is_main_process():
         from autotuner.cli.handoff import hand_off
 

@@ -41,10 +41,9 @@ def bench(
     db: DbOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Compare torch eager, torch.compile, the default and the tuned Triton config (and the op's other torch
-    versions: the unfused one for softmax and gelu, SDPA's flash backend for attention) on the same inputs:
-    time, throughput, roofline fraction, speedups; memory-bound problems on a GPU also time a copy of as many
-    bytes."""
+    """Compare torch eager, torch.compile, the default and the tuned config (and the op's other torch versions) on the
+    same inputs: time, throughput, roofline fraction, speedups; memory-bound problems also time a copy of as many bytes.
+    """
     from autotuner.analysis.bench import DEFAULT, TUNED, compute_bound, profile_table
     from autotuner.analysis.bench import bench as run_bench
     from autotuner.base.device import current_device

@@ -20,10 +20,8 @@ EXEC_GAP_S = 2.0  # more than this between the process's start and autotuner's f
 
 
 def since_process_start() -> float | None:
-    """Seconds since this process started (Linux: /proc/self/stat), or None where that cannot be read. A shell
-    that runs `pip install ... && autotuner tune ...` may exec the command in its own process, whose start is
-    then the shell's: where the process started more than EXEC_GAP_S before autotuner was first imported, the
-    time since that import is answered instead (less the interpreter's own start, tens of ms)."""
+    """Seconds since this process started (Linux), or None. Where a shell exec'd the command in its own process (started
+    more than EXEC_GAP_S before autotuner's import), the time since that import."""
     imported = getattr(sys.modules.get("autotuner"), "IMPORTED_AT", None)
     ours = time.monotonic() - imported if imported is not None else None
     try:

@@ -200,10 +200,8 @@ class Autotuned(Autotuner):
         return self._launch(sig, key, config, args, kwargs, meta, grid)
 
     def _call_signature(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
-        """What a call's key, config and launch depend on, never a tensor's identity: each constexpr's and key
-        argument's value, every other argument's specialization (`call_signature`: a tensor's dtype and
-        alignment), keyword arguments by name. TypeError where an argument has no hash or a key value is not
-        a plain value."""
+        """What a call's key, config and launch depend on, never a tensor's identity: constexprs' and key arguments'
+        values, every other argument's specialization, keywords by name. TypeError where a value has no hash."""
         fixed, keyed = self._fixed, self._keyed
         sig = [(type(a), a) if i in fixed else _value(a) if i in keyed else call_signature(a)
                for i, a in enumerate(args)]
@@ -362,10 +360,9 @@ def autotune(configs: list[triton.Config] | None = None, key: list[str] | None =
              space: Space[Any] | None = None, name: str | None = None, reference: Callable[..., Any] | None = None,
              make_inputs: Callable[..., Any] | None = None, on_miss: str | None = None,
              trials: int | None = None, buckets: Mapping[str, Bucket] | None = None) -> Callable[[Any], Autotuned]:
-    """Decorate a `@triton.jit` kernel, as `triton.autotune(configs, key, ...)` does; see the module's text.
-    `buckets` maps key arguments to how their values group ("pow2", or a function from a value to its bucket's
-    representative): results are resolved, stored and served per bucket. `use_cuda_graph` and `cache_results` are
-    accepted for compatibility: results always persist, in the database."""
+    """Decorate a `@triton.jit` kernel as `triton.autotune(configs, key, ...)` does. `buckets` maps key arguments to how
+    their values group ("pow2", or a function to a representative): one stored result per bucket. `use_cuda_graph` and
+    `cache_results` are accepted for compatibility."""
 
     if warmup is not None or rep is not None or use_cuda_graph:  # Triton's own warning, from the user's line
         warnings.warn("warmup, rep, and use_cuda_graph parameters are deprecated. See "

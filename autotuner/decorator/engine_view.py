@@ -62,10 +62,8 @@ class EngineView:
 
     def compile_ahead(self, named: dict[str, Any], grid: Any,
                       configs: list[dict[str, Any]] | None) -> tuple[int, float]:
-        """Compile `configs` for this launch at once, on threads, before any is timed (Triton's AsyncCompileMode,
-        where this Triton has it): the code generation and ptxas of one config overlap another's, and each timed
-        launch then finds its binary. A config that fails to compile is left for its measurement to report. How
-        many were submitted, and the seconds it took (none: no list of configs, or the interpreter)."""
+        """Compile `configs` for this launch at once on threads (Triton's AsyncCompileMode, where it exists), so each
+        timed launch finds its binary; a failed compile is left for its measurement to report. (submitted, seconds)."""
         if configs is None or interpreting():
             return 0, 0.0
         try:

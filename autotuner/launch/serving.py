@@ -129,10 +129,8 @@ def _stored_problems(store: Storage, op: Op) -> list[ProblemType]:
 
 def tuned_dtype(store: Storage, op: Op, shape: str, options: dict[str, Any],
                 advice: str = "name one with dtype=", builtin: bool = False) -> str | None:
-    """The dtype a decorated kernel's lookup that names none means: the one this shape was tuned in, else the one
-    the kernel was tuned in at all; None where nothing is tuned, and for a built-in op (float16, as documented:
-    no scan of its results on a lookup), unless `builtin` (the CLI's show: the one its shape was tuned in).
-    Several: NoSuchProblem listing them."""
+    """The dtype a decorated kernel's lookup naming none means: the one this shape (else the kernel) was tuned in; None
+    where nothing is, and for a built-in op unless `builtin`. Several: NoSuchProblem listing them."""
     if op.kind != "kernel" and not builtin:
         return None
     try:

@@ -41,8 +41,6 @@ def scheme_of(url: str | None) -> str:
 
 
 def open_store(url: str | None, *, create: bool = True, timeout_s: float | None = None) -> Storage:
-    """The database at `url` (None: the default SQLite file in the user's data folder), at the current schema,
-    opened by the backend registered for its scheme; a scheme no backend registered goes to SQLAlchemy, which
-    names what it does not know. `create=False` for readers: a missing database raises NoStore instead of being
-    made. `timeout_s` bounds every wait on it."""
+    """The database at `url` (None: the default SQLite file), at the current schema, through the backend registered for
+    its scheme (else SQLAlchemy). `create=False` for readers: NoStore where missing. `timeout_s` bounds every wait."""
     return _BACKENDS.get(scheme_of(url), _sql)(url, create=create, timeout_s=timeout_s)

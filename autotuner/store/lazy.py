@@ -1,7 +1,5 @@
-"""The database opened on first use (`LazyStore`): the one way the library's resolver, the service and the worker
-open theirs. A launching process (the resolver's store, opened for reads) on a plain SQLite file reads through
-`LaunchReads`: its two lookups in stdlib sqlite3 (db.sqlite_reads), and anything else through the full Store,
-opened then. So a process that launches tuned kernels never imports SQLAlchemy (db/sqlite_reads.py says why)."""
+"""The database opened on first use (`LazyStore`). A launching process on a plain SQLite file reads through
+`LaunchReads` (stdlib sqlite3, db.sqlite_reads) and never imports SQLAlchemy."""
 
 from __future__ import annotations
 

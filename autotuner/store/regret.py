@@ -108,10 +108,8 @@ def prefer_measured(store: SweepReader, op: Op, problem: ProblemType, device: De
 
 def inside_refined_sweep(store: SweepReader, op: Op, problem: ProblemType, device: DeviceInfo,
                          kernel_hash: str | None = None, triton_version: str | None = None) -> tuple[str, str] | None:
-    """The two neighbouring points of the newest refining sweep (one run to a regret target: its points placed
-    where its winners lose least on each other, autotuner.engine.sweeps.refine) that `problem` lies strictly between,
-    where that sweep holds current cross timings on `device`; None where no such sweep holds it. Between them a
-    built-in op's bucket (the power of two above) is not served: the sweep's rule is (prefer_measured)."""
+    """The two neighbouring points of the newest refining sweep with current cross timings on `device` that `problem`
+    lies strictly between; None where none. Between them a built-in op's bucket is not served."""
     kernel_hash, triton_version = _current(op, kernel_hash, triton_version)
     for sweep in reversed(store.sweeps(op=op.name)):
         if sweep.target is None:
@@ -144,10 +142,8 @@ def _closer(problem: ProblemType, other: ProblemType, nearest: ProblemType) -> b
 
 def expected_regret(store: SweepReader, op: Op, problem: ProblemType, from_key: str, device: DeviceInfo,
                     kernel_hash: str | None = None, triton_version: str | None = None) -> Regret | None:
-    """The expected loss of serving `problem` with the winner of `from_key`: the loss the newest sweep holding
-    `from_key` (with current cross timings on `device`) measured on the swept point beside it on `problem`'s
-    side, times `problem`'s position between the two; None when no sweep measured it, or `problem` lies outside
-    the swept points (not measured)."""
+    """The expected loss of serving `problem` with `from_key`'s winner: the newest sweep's measured loss on the point
+    beside it, times `problem`'s position between the two; None where not measured."""
     if from_key == problem.key:
         return None
     kernel_hash, triton_version = _current(op, kernel_hash, triton_version)
@@ -236,10 +232,8 @@ def bracket(store: SweepReader, op: Op, problem: ProblemType) -> tuple[SweepRow,
 
 def bracketing_configs(store: SweepTrialReader, op: Op, problem: ProblemType, device: DeviceInfo,
                        per_side: int = PER_SIDE) -> list[dict[str, Any]]:
-    """What tuning `problem` should measure first, where a sweep holds it between two of its points (`bracket`):
-    the pick of that sweep's model there (where it chose its model), then the configs fastest on the two points
-    (`fastest_either_side`), each once; [] where no sweep brackets it. Configs as stored: a search measures only
-    those among its candidates."""
+    """What tuning `problem` should measure first where a sweep brackets it: the sweep model's pick there, then the
+    configs fastest on the two points, each once; [] where no sweep does."""
     found = bracket(store, op, problem)
     if found is None:
         return []

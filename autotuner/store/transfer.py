@@ -1,7 +1,5 @@
-"""Export and import of results: JSON that round-trips exactly, `triton.Config` lists for
-`@triton.autotune` users, a problem's landscape for `autotuner replay`, and the file formats ops export
-themselves (`TunableOp.exports`: matmul writes vLLM's tuned-config layout, search_spaces/matmul_vllm.py).
-"""
+"""Export and import: JSON that round-trips exactly, `triton.Config` lists, a problem's landscape for `autotuner
+replay`, and the formats ops export themselves (`TunableOp.exports`)."""
 
 from __future__ import annotations
 

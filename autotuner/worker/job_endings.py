@@ -1,7 +1,5 @@
-"""How a job ends, apart from the loop that claims and tunes it: `ending` decides what a tuning that raised
-means (the worker writes nothing, as the job was taken back; gives the job back to the queue; or counts a failed
-attempt, for good when no retry can help: a problem too large for the device, inputs that cannot be allocated),
-and a worker's `EndingWriter` writes each job's end to the queue, retried through outages, and counts them."""
+"""How a job ends: `ending` decides what a tuning that raised means (nothing written, given back, or a failed attempt,
+for good when no retry can help), and `EndingWriter` writes it, retried through outages."""
 
 from __future__ import annotations
 

@@ -81,10 +81,9 @@ class DatabaseBackend(RemoteCacheBackend):
 
 
 class LocalFirstManager(RemoteCacheManager):
-    """Triton's RemoteCacheManager, looking in this host's file cache before asking the backend. A group is served
-    only whole: each file it lists from the local cache, or each from the backend (a binary that did not verify
-    would make a kernel without one). The local folder keeps Triton's FileCacheManager layout, group files
-    included, so a process of the host's that shares nothing reads what a sharing one left there."""
+    """Triton's RemoteCacheManager, looking in this host's file cache before asking the backend; a group is served only
+    whole. The local folder keeps Triton's FileCacheManager layout, group files included, so a process that shares
+    nothing reads what a sharing one left."""
 
     def get_file(self, filename: str) -> str | None:
         local = self._file_cache_manager.get_file(filename)

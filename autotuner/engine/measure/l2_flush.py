@@ -42,10 +42,8 @@ def flush_buffer(device: torch.device) -> torch.Tensor:
 
 
 def compile_ahead(device: torch.device) -> None:
-    """Compile the flush's kernel for `device` and build its launcher, without running it (on meta tensors of
-    the buffer's layout: what Triton specializes on), so that a process's first flush only loads it: a trial
-    worker does this on a thread while its CUDA context is made (trial_process.warm_up), not after the context
-    with a cold Triton cache, on the tune's critical path (benchmarks/tune_time.py's setup phase)."""
+    """Compile the flush's kernel for `device` and build its launcher without running it (on meta tensors), so a trial
+    worker does it while its CUDA context is made and its first flush only loads it."""
     from triton.runtime.driver import driver
 
     n = _elements(device)

@@ -140,20 +140,16 @@ def _time_reps(fn: Callable[[], Any], flush: Callable[[], None], reps: int,
 
 
 def rotation(items: Sequence[T], round_index: int) -> list[T]:
-    """The order to time `items` in on round `round_index` of interleaved rounds: each round starts one further
-    along, so that across rounds every candidate takes every place, and no place in a round (after which
-    candidate, how far into the round's heat) can favour one (a probe found no such bias yet:
-    benchmarks/suite.py)."""
+    """The order of `items` on round `round_index` of interleaved rounds: each round starts one further along, so every
+    candidate takes every place across rounds."""
     k = round_index % len(items) if items else 0
     return [*items[k:], *items[:k]]
 
 
 def interleaved(keys: Sequence[K], rounds: int, measure: Callable[[K], V | None], *,
                 go_on: Callable[[int], bool] | None = None) -> dict[K, list[V]]:
-    """Each of `keys` measured once a round for `rounds` rounds, each round in `rotation` order, so that drift
-    (the GPU's clock and heat, the host's other work) falls on every key alike: each key's measurements, in round
-    order. A key whose `measure` answers None is dropped from then on, and from the answer. `go_on(r)`, asked
-    before round `r`, may stop early (a deadline): the rounds done so far are answered."""
+    """Each of `keys` measured once a round for `rounds` rounds in `rotation` order, so drift falls on every key alike:
+    each key's measurements. A key whose `measure` answers None is dropped; `go_on(r)` may stop early."""
     out: dict[K, list[V]] = {k: [] for k in keys}
     for r in range(rounds):
         if go_on is not None and not go_on(r):

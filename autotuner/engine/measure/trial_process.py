@@ -141,10 +141,8 @@ class Bench:
 
 
 def die_with_parent() -> None:
-    """Linux: this process gets SIGKILL when its parent dies, however the parent died (a trial worker stuck in a
-    hanging kernel would otherwise outlive a killed tuning run). And Ctrl-C is the parent's to handle: the
-    terminal's SIGINT reaches the whole process group, and a child would print a traceback of its own
-    ("Process ForkServerProcess-1: ...") while its parent stops it anyway."""
+    """Linux: SIGKILL this process when its parent dies (a worker stuck in a hanging kernel would outlive its run);
+    Ctrl-C is the parent's to handle, so a child prints no traceback of its own."""
     import ctypes
     import signal
     import sys

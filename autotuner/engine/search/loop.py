@@ -182,10 +182,8 @@ def on_a_thread(fn: Callable[[], T], name: str = "measure") -> Callable[[], T]:
 def _run_lanes(search: Search, measurer: Measurer, *, budget: int | None, time_budget_s: float | None, batch: int,
                on_trial: Callable[[Measured], None] | None, spent: dict[str, float],
                ahead: list[Config]) -> list[Measured]:
-    """`run_search` with several configs measured at once, one per lane (a trial worker on each GPU): each lane
-    takes the next config (one whose compile is done, if any), measures it, and tells the search. The search, the
-    budget and `on_trial` are used under one lock; the measuring is not. Lane 0 runs in the calling thread, so
-    that an interrupt there stops the run (the other lanes then stop after their config, telling nothing)."""
+    """`run_search` with a config measured at once per lane (a trial worker per GPU): the search, budget and `on_trial`
+    under one lock, the measuring not. Lane 0 runs in the calling thread, so an interrupt there stops the run."""
     t0 = time.perf_counter()
     done: list[Measured] = []
     state = {"in_flight": 0, "stop": False}

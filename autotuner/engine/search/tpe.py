@@ -72,10 +72,8 @@ class TPESearch(Search):
         return self._grid
 
     def _repaired(self, idx: dict[str, int], moved: str) -> Config | None:
-        """A move that breaks a constraint, repaired: the valid config nearest to it (fewest steps summed over the
-        other parameters) that keeps the moved parameter's new value. PERSIST=1 from a row streamed in chunks is
-        PERSIST=1 with the whole row, one stage: a jump no one- or two-step move makes. None: no valid config has
-        that value."""
+        """A move that breaks a constraint, repaired: the valid config nearest to it that keeps the moved parameter's
+        new value (PERSIST=1 from a chunked row takes the whole row, one stage); None where none has it."""
         point = tuple(int(idx[p.name]) for p in self.params)
         if (point, moved) not in self._repairs:  # the refinement asks for the same moves again and again
             grid = self._index_grid()

@@ -135,10 +135,8 @@ def midpoint_shape(low: str, high: str) -> str | None:
 
 def refinements(problems: Sequence[Point], pairs: Sequence[Pair], *, target: float, budget: int,
                 make: Callable[[str], P], tried: Collection[str] = ()) -> tuple[list[tuple[int, P]], dict[str, str]]:
-    """The midpoints to tune next: one for each pair above the target, the worst first, at most `budget`, none of
-    the shapes `tried` before; each as (the index it goes in at, its problem). `make` turns a shape into the op's
-    problem (ValueError: it cannot be tuned; that pair is left). Also returns why each pair left was left, by
-    its midpoint's shape (or the pair's, where none lies between)."""
+    """The midpoints to tune next, (index, problem) for each pair above the target, worst first, at most `budget`, none
+    `tried` before (`make`: ValueError leaves a pair); and why each pair left was left."""
     index = {p.key: i for i, p in enumerate(problems)}
     out: list[tuple[int, P]] = []
     skipped: dict[str, str] = {}

@@ -99,10 +99,8 @@ def sweep_round(op: Op, sweep_id: int, problems: list[ProblemType], winners: lis
                 cells: list[Any], *, store: SweepStore, settings: Settings, device: DeviceInfo, runner: Any,
                 target: float | None, budget: int, tried: Collection[str], make: Callable[[str], ProblemType],
                 on_point: Callable[[ProblemType], None] | None = None) -> Round:
-    """The round both ways of running a sweep go through (here: `run_sweep`; on the workers: a cross_time job):
-    cross-time what is stale against `cells` (those stored), store it, measure the pairs, and ask refinement for
-    the next midpoints. The two differ only in how a midpoint then gets tuned: here at once, on the workers as jobs
-    of the sweep, the last of which queues the next round."""
+    """The round both ways of running a sweep go through: cross-time what is stale against the stored `cells`, store it,
+    measure the pairs, and ask refinement for the next midpoints (tuned here, or queued as jobs)."""
     new_cells = cross_time(op, problems, winners, settings=settings, device=device, runner=runner, on_point=on_point,
                            only=set(stale_points(problems, winners, cells)))
     store.save_cross_timings(sweep_id=sweep_id, op=op, device=device, cells=[c.as_row() for c in new_cells])
