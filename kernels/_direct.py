@@ -151,55 +151,76 @@ class Launcher:
         return self._run is not None
 
 
+# Triton's argument types as torch's static launcher reads them (a pointer is a tensor or None: "O")
+_STATIC_TYPES = {"i1": "i", "i8": "b", "i16": "h", "i32": "i", "i64": "l", "u1": "I", "u8": "B", "u16": "H",
+                 "u32": "I", "u64": "K", "fp16": "f", "bf16": "f", "fp32": "f", "f32": "f", "fp64": "d"}
+_SMALL_SHARED = 48 * 1024  # what a launcher that cannot opt a kernel into more shared memory may give it
+_LOADED: dict[tuple[str, int], int] = {}  # (kernel hash, device) -> its function, loaded once per process
+
+
+def static_kernel(compiled: Any) -> dict[str, Any] | None:
+    """What torch's static launcher (Inductor's: the arguments packed in C++, no generated launcher) needs of a
+    compiled kernel, read from its metadata: positions of the cubin's arguments among the bound values, their
+    types, warps, shared memory and scratch arguments; None where it cannot launch it (clusters, scratch memory in
+    use, a type it has no code for). Read through torch._C alone: importing torch._inductor takes seconds."""
+    meta, src = compiled.metadata, compiled.src
+    names = list(src.fn.arg_names)
+    if getattr(meta, "num_ctas", 1) != 1 or any(getattr(meta, f"{kind}_scratch_size", 0) for kind in ("global",
+                                                                                                        "profile")):
+        return None
+    signature = {names.index(k) if isinstance(k, str) else (k[0] if isinstance(k, tuple) else k): v
+                 for k, v in src.signature.items()}
+    constants = {names.index(k) if isinstance(k, str) else (k[0] if isinstance(k, tuple) else k)
+                 for k in getattr(src, "constants", {})}
+    keep = [i for i in sorted(signature) if signature[i] != "constexpr" and i not in constants]
+    types = ["O" if signature[i].startswith("*") else _STATIC_TYPES.get(signature[i], "") for i in keep]
+    if "" in types:
+        return None
+    scratch = sum(hasattr(meta, f"{kind}_scratch_size") for kind in ("global", "profile"))
+    return {"keep": keep, "types": "".join(types) + "O" * scratch, "scratch": scratch, "warps": meta.num_warps,
+            "shared": meta.shared, "name": meta.name, "cubin": compiled.asm["cubin"]}
+
+
 def _static_launch(compiled: Any, device: int, values: list[Any], taken: list[int]) -> Any:
-    """torch's static launcher for `compiled` (Inductor launches its Triton kernels through it: the arguments packed
-    in C++, no generated launcher), the bound `values` its cubin takes and where a call's own arguments go among
-    them; None where this torch has none or it refuses the kernel (launch hooks, scratch memory, clusters): the
-    launcher then stays Triton's."""
+    """The static launch of `compiled` on `device` (static_values), or None: Triton's launcher then."""
     import tempfile
 
     try:
-        try:
-            from torch._inductor.runtime import static_triton_launcher as module
-        except ImportError:  # torch before 2.12
-            from torch._inductor.runtime import static_cuda_launcher as module  # type: ignore[no-redef, attr-defined]
-        had_path = hasattr(compiled, "_cubin_path")
-        with tempfile.TemporaryDirectory() as tmp:
-            if not had_path:  # the file it loads the kernel from (Inductor's compile sets the path)
-                compiled._cubin_path = f"{tmp}/kernel.cubin"
-                with open(compiled._cubin_path, "wb") as f:
-                    f.write(compiled.asm["cubin"])
-            try:
-                static: Any = module.StaticallyLaunchedCudaKernel(compiled)
-                try:
-                    static.load_kernel(device)
-                except TypeError:  # torch before 2.12 loads on the current device
-                    static.load_kernel()
-            finally:
-                if not had_path:
-                    del compiled._cubin_path
-        found = static_values(static, values, taken)
-        if static.function is None or found is None:
+        launcher: Any = torch._C._StaticCudaLauncher
+        kernel = static_kernel(compiled)
+        if kernel is None:
             return None
-        launch = static.C_impl if hasattr(type(static), "C_impl") else torch._C._StaticCudaLauncher
-        return (launch._launch_kernel, *found)
+        found = static_values(kernel, values, taken)
+        if found is None:
+            return None
+        function = _LOADED.get((compiled.hash, device))
+        if function is not None:
+            return (launcher._launch_kernel, function, *found)
+        with tempfile.TemporaryDirectory() as tmp:
+            path = f"{tmp}/kernel.cubin"
+            with open(path, "wb") as f:
+                f.write(kernel["cubin"])
+            try:
+                loaded = launcher._load_kernel(path, kernel["name"], kernel["shared"], device)
+            except TypeError:  # an older torch: the current device, and no opting into more shared memory
+                if kernel["shared"] > _SMALL_SHARED or device != torch.cuda.current_device():
+                    return None
+                loaded = launcher._load_kernel(path, kernel["name"], kernel["shared"])  # type: ignore[call-arg]
+        function = _LOADED[(compiled.hash, device)] = loaded[1] if len(loaded) == 4 else loaded[0]
+        return (launcher._launch_kernel, function, *found)  # (loaded: (module,) function, registers, spills)
     except Exception:  # no static launcher in this torch, or one that refuses this kernel
         return None
 
 
-def static_values(static: Any, values: list[Any], taken: list[int]) -> Any:
-    """What a static launch of `static` passes: (its function, warps, shared memory, argument types, the values its
-    cubin takes of the bound `values`, a call's own left None, and (slot, call position) pairs), or None where its
-    types do not cover the values that are not constexprs."""
-    constexprs = set(getattr(static, "full_constexprs", None) or getattr(static, "constexprs", None) or ())
-    keep = [i for i in range(len(values)) if i not in constexprs]
-    scratch = "O" * (bool(getattr(static, "has_global_scratch", False))
-                     + bool(getattr(static, "has_profile_scratch", False)))
-    if len(keep) != len(static.arg_tys):
+def static_values(kernel: dict[str, Any], values: list[Any], taken: list[int]) -> Any:
+    """What a static launch of `kernel` (static_kernel) passes besides its function: (warps, shared memory,
+    argument types, the values its cubin takes of the bound `values` with a call's own left None, and (slot, call
+    position) pairs); None where the bound values do not cover its arguments."""
+    keep = kernel["keep"]
+    if keep and keep[-1] >= len(values):
         return None
-    kept = [None if i in taken else values[i] for i in keep] + [None] * len(scratch)
-    return (static.function, static.num_warps, static.shared, static.arg_tys + scratch, kept,
-            [(keep.index(i), i) for i in taken if i in keep])
+    kept = [None if i in taken else values[i] for i in keep] + [None] * kernel["scratch"]
+    return (kernel["warps"], kernel["shared"], kernel["types"], kept, [(keep.index(i), i) for i in taken if i in keep])
 
 
 def _interpret() -> None:
