@@ -336,7 +336,9 @@ def test_ops_lists_every_op_and_dimension_flags_come_from_the_problem_type(tmp_p
 
 
 def test_time_budget_bounds_the_whole_command(tmp_path):
-    out = cli("tune", "softmax", "--shape", "64x1000", "--time-budget", "10", "--here", "--json",
+    # 20 s: on two busy cores (the suite's other worker) the command's start-up alone took 6 s, and a budget spent
+    # before a first config was measured is an error by design (exit 1), which is not what this test is about
+    out = cli("tune", "softmax", "--shape", "64x1000", "--time-budget", "20", "--here", "--json",
               "--db", f"sqlite:///{tmp_path / 'tb.db'}")
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout)
@@ -344,7 +346,7 @@ def test_time_budget_bounds_the_whole_command(tmp_path):
     spent = sum(phases.get(p, 0.0) for p in ("startup_s", "setup_s", "search_s", "retime_s", "record_s"))
     # start-up, set-up, search and re-time together: the search takes most of what is left, the re-time the rest
     # in whole rounds (each round's time is known from the one before; one more second for the last)
-    assert spent <= 10 + 3, phases
+    assert spent <= 20 + 3, phases
     assert phases["search_s"] > 0 and len(result["trials"]) >= 1
 
 
