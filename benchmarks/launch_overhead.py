@@ -56,24 +56,19 @@ from kernels._rows import hold_consts, row_layout  # noqa: E402
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 
 
+def switched_off(flag: str, fn: Callable[[], Any]) -> Callable[[], Any]:
+    """`fn` with kernels._direct's `flag` (DIRECT: direct launches; STATIC: torch's static launcher) off."""
+    def call() -> Any:
+        setattr(_direct, flag, False)
+        try:
+            return fn()
+        finally:
+            setattr(_direct, flag, True)
+    return call
+
+
 def direct_off(fn: Callable[[], Any]) -> Callable[[], Any]:
-    def call() -> Any:
-        _direct.DIRECT = False
-        try:
-            return fn()
-        finally:
-            _direct.DIRECT = True
-    return call
-
-
-def static_off(fn: Callable[[], Any]) -> Callable[[], Any]:
-    def call() -> Any:
-        _direct.STATIC = False
-        try:
-            return fn()
-        finally:
-            _direct.STATIC = True
-    return call
+    return switched_off("DIRECT", fn)
 
 
 def static_floor(call: Callable[[], Any]) -> Callable[[], Any] | None:
@@ -157,7 +152,7 @@ def cases(store: Store, settings: Settings) -> list[tuple[str, dict[str, Callabl
             "torch": lambda: torch.nn.functional.scaled_dot_product_attention(q, q, q)}))
     for problem, rows in out:
         rows["library/triton"] = direct_off(rows["library"])
-        rows["library/launcher"] = static_off(rows["library"])
+        rows["library/launcher"] = switched_off("STATIC", rows["library"])
         floor = static_floor(rows["library"]) if DEV == "cuda" else None
         if floor is not None:
             rows["static launcher"] = floor
