@@ -121,10 +121,9 @@ class TPESearch(Search):
 
     def _tiers(self, c: Config) -> Iterator[list[Config]]:
         """The fresh moves from c in the order refinement tries them, a tier at a time: one step in one parameter
-        (a step that breaks a constraint repaired), one parameter moved further (a few moves, which switch modes),
-        then one step in two (many more). Moves within a tier are held equal; each tier is listed only once the
-        ones before it are used up."""
-        for moves in (lambda: self._neighbours(c, 1), lambda: self._axis_moves(c), lambda: self._neighbours(c, 2)):
+        (a step that breaks a constraint repaired), one step in two, one parameter moved further. Moves within a
+        tier are held equal; each tier is listed only once the ones before it are used up."""
+        for moves in (lambda: self._neighbours(c, 1), lambda: self._neighbours(c, 2), lambda: self._axis_moves(c)):
             tier = [n for n in moves() if self._fresh(n)]
             if tier:
                 yield tier
@@ -196,8 +195,8 @@ class TPESearch(Search):
         return list({config_key(c): c for c in starts}.values())
 
     def _refine_order(self) -> Iterator[Config]:
-        """Fresh configs in the order refinement would try them now: the best config's moves (`_tiers`), then
-        another basin's and the runners-up's."""
+        """Fresh configs in the order refinement would try them now: the best config's neighbours one step away,
+        then two steps, then one parameter moved further, then another basin's and the runners-up's."""
         for start in self._climb_starts():
             yield from self._climb_from(start)
 
@@ -209,8 +208,9 @@ class TPESearch(Search):
         return []
 
     def _refine(self) -> Iterator[Config]:
-        """Hill-climb: moves from the best config so far (`_tiers`), and runners-up, re-ranked after every
-        measurement (of a tier's moves, the one the tuner can measure soonest); then what is left, in random order."""
+        """Hill-climb: neighbours of the best config so far, widening to two-parameter moves, then one parameter
+        moved further, and runners-up, re-ranked after every measurement (of a tier's moves, the one the tuner can
+        measure soonest); then what is left, in random order."""
         while tier := self._tier_now():
             yield min(tier, key=self._ready)  # (min keeps the tier's order among equals)
         rest = self._unmeasured()
