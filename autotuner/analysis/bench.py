@@ -100,9 +100,8 @@ def candidates(op: Op, problem: ProblemType, device: DeviceInfo, store: Storage 
 
 
 def same_bytes_copy(op: Op, problem: ProblemType, device: DeviceInfo) -> Callable[[], Any] | None:
-    """For a memory-bound problem on a GPU, `dst.copy_(src)` moving as many bytes as the op does (half read, half
-    written): the rate a problem of this size can reach, below the 1 GiB copy's at small sizes (launch and
-    tail). None where it does not apply."""
+    """For a memory-bound problem on a GPU, `dst.copy_(src)` moving as many bytes as the op: the rate a problem of this
+    size can reach. None where it does not apply."""
     if device.is_interpreter or op.bytes_moved is None or compute_bound(op, problem):
         return None
     half = int(op.bytes_moved(problem)) // 2

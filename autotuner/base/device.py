@@ -73,9 +73,8 @@ def parse_gpus(text: str | None) -> tuple[int, ...]:
 
 
 def current_device(index: int | None = None) -> DeviceInfo:
-    """The device kernels launch on: CUDA device `index` (default: torch's current one where torch is imported,
-    else device 0, a new process's) or the interpreter. Its properties come from the driver, so that a process
-    that only plans (`autotuner tune`'s own) needs no torch."""
+    """The device kernels launch on: CUDA device `index` (default: torch's current one, else 0) or the interpreter, its
+    properties read from the driver so a process that only plans needs no torch."""
     if index is None and not interpreting():
         torch = sys.modules.get("torch")
         index = int(torch.cuda.current_device()) if torch is not None and torch.cuda.is_available() else 0

@@ -32,9 +32,8 @@ class Command(typer.core.TyperCommand):
 
 
 def _covered_op(name: str) -> Any:
-    """A covered `@triton.autotune` kernel's op by its `module:qualname` (autotuner.decorator.install.find_op),
-    the decorator imported only when such a name is asked for: it imports torch, which `tune` keeps out of this
-    process (autotuner.cli.prestart)."""
+    """A covered `@triton.autotune` kernel's op by `module:qualname`, importing the decorator (and torch) only when such
+    a name is asked for."""
     from autotuner.decorator.install import find_op
 
     return find_op(name)

@@ -20,9 +20,8 @@ if TYPE_CHECKING:
 
 
 def _console_args(columns: int | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The consoles' settings for sys.stdout and sys.stderr as they are now: piped into a log, rich would wrap
-    tables at 80 columns (a log has room for the whole row, and keeps whole lines); `columns`: a terminal's width
-    where the terminal is another process's (autotuner.cli.handed_run)."""
+    """The consoles' settings for stdout and stderr now: piped into a log, tables keep whole rows; `columns`: a
+    terminal's width where the terminal is another process's."""
     out = dict(width=columns if sys.stdout.isatty() else 160, markup=False, highlight=False)
     err = dict(stderr=True, width=columns if sys.stderr.isatty() else None, markup=False, highlight=False,
                soft_wrap=not sys.stderr.isatty())
@@ -138,9 +137,8 @@ def clear_errors() -> Iterator[None]:
 
 def problems(op_name: str, shape: str | None, dtype: str | None, flags: dict[str, str | None],
              options: dict[str, Any]) -> tuple[Op, list[ProblemType], str | None]:
-    """The op and the problems the problem options name, and the dimension that varies: one problem, or a sweep
-    where one dimension names several values (a flag `--M 1-8192:pow2` or `--M 16,64,256`, or a range `A-B:pow2`
-    in one place of `--shape`). ValueError naming what is wrong."""
+    """The op, the problems the options name, and the dimension that varies (one problem, or a sweep: `--M 1-8192:pow2`,
+    `--M 16,64,256`, a range in `--shape`). ValueError naming what is wrong."""
     from autotuner.engine.sweeps.sweep import is_sweep, points
 
     swept = [k for k, v in flags.items() if v is not None and is_sweep(v)]
@@ -169,9 +167,8 @@ def problems(op_name: str, shape: str | None, dtype: str | None, flags: dict[str
 
 def problem(op_name: str, shape: str | None, dtype: str | None, flags: dict[str, str | None],
             options: dict[str, Any]) -> tuple[Op, ProblemType]:
-    """The op and problem the problem options name: `--shape`, or the dimensions one by one where the op's
-    problem type declares them (`shape_flags`: matmul's --M/--N/--K, a left-out one taking the first's value);
-    ValueError naming what is wrong."""
+    """The op and problem the options name: `--shape`, or the dimensions one by one (`shape_flags`: --M/--N/--K, a
+    left-out one taking the first's value); ValueError naming what is wrong."""
     from autotuner.base.registry import import_op
 
     op = import_op(op_name, trusted=True)  # the operator typed it

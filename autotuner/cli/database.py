@@ -30,9 +30,8 @@ QuarantineOpt = Annotated[Path | None, typer.Option(
 
 @command
 def check(db: DbOpt = None, quarantine: QuarantineOpt = None) -> None:
-    """List the rows no read will serve (a config that is not an object or outside its op's space, a time that is
-    not a finite positive number, options that are not an object...): table, id and why. Exits 1 when there are any
-    and they were not quarantined."""
+    """List the rows no read will serve (table, id and why). Exits 1 when there are any and they were not quarantined.
+    """
     from autotuner.store import open_store
 
     store = open_store(settings(db).db_url, create=False)

@@ -89,9 +89,8 @@ def show(
 
 def _tuned_dtype(op: str, shape: str | None, flags: dict[str, str | None], options: dict[str, Any],
                  s: Any) -> str | None:
-    """With no --dtype: the dtype this shape (else the op) was tuned in on any device (launch.serving.tuned_dtype,
-    as GET /config takes it); a decorated kernel tuned in several names them in a bad-input error; none leaves
-    the op's default."""
+    """With no --dtype: the dtype this shape (else the op) was tuned in (launch.serving.tuned_dtype); several name
+    themselves in an error; none leaves the op's default."""
     from autotuner.launch.serving import NoSuchProblem, tuned_dtype
     from autotuner.store import open_store
     from autotuner.store.errors import NoStore as NoDatabase

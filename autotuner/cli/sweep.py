@@ -37,9 +37,8 @@ class Refine:
 
 def queue_sweep(op: Op, probs: list[ProblemType], dim: str, store: Storage, plan: Plan, as_json: bool,
                 gpus: int | None = None, refine: Refine | None = None) -> None:
-    """The sweep stored and one job per point queued (`gpus`: how many of its worker's GPUs measure each); the
-    workers' last finished point queues the cross-timing, which queues refinement's points as jobs of the sweep
-    (and, when they are done, another cross-timing)."""
+    """The sweep stored and a job queued per point (`gpus` each); the last point done queues the cross-timing, which
+    queues refinement's points as jobs of the sweep."""
     query = {o.name for o in op.query_options}
     budget = refine.budget(probs) if refine is not None else 0
     sweep_id = store.create_sweep(op=op.name, dtype=probs[0].dtype, dim=dim, shapes=[p.shape for p in probs],

@@ -31,9 +31,8 @@ class EngineView:
 
     def call(self, named: dict[str, Any], grid: Any, config: Mapping[str, Any], capture: bool,
              hooks: Hooks | None = None) -> Any:
-        """One launch as triton.autotune times it: hooks around the kernel (`hooks`: the kernel's own copy for
-        arguments copied to another GPU, autotuner.decorator.lanes); with `capture`, a copy of every tensor
-        argument taken after the kernel, before the post-hook restores any."""
+        """One launch as triton.autotune times it, hooks around the kernel (`hooks`: the kernel's own copy on another
+        GPU); with `capture`, a copy of every tensor argument taken before the post-hook."""
         spec = self.spec
         hooks = hooks or spec.hooks
         full = self._config_hooked(named, config, grid)
@@ -51,9 +50,8 @@ class EngineView:
         return out
 
     def _config_hooked(self, named: dict[str, Any], config: Mapping[str, Any], grid: Any) -> dict[str, Any]:
-        """The launch's arguments and the config's as Triton's Autotuner hands them to hooks (configs.hook_args),
-        after the config's own pre_hook has run on them (it may set what the binary depends on: a tensor
-        descriptor's block shape, say)."""
+        """The launch's arguments and the config's as Triton hands them to hooks, after the config's own pre_hook ran on
+        them (it may set what the binary depends on)."""
         full = hook_args(named, config, grid)
         original = self.spec.hooked_config(config)
         if original is not None and original.pre_hook:
@@ -136,9 +134,8 @@ class EngineView:
             allowed=lambda problem: pruned_keys(problem.call))
 
     def refine(self, problem: KernelProblem) -> KernelProblem:
-        """A key parsed from text (GET /config, the command line, an import) as this kernel's launches make
-        them: exactly its key arguments, in key order, each a finite number within 64 bits, a string, a bool or
-        None; ProblemError naming what is wrong."""
+        """A key parsed from text as this kernel's launches make them: its key arguments in order, each a finite 64-bit
+        number, a string, a bool or None; ProblemError naming what is wrong."""
         names = list(self.spec.keys.keys)
         given = dict(problem.values)
         if len(given) != len(problem.values) or set(given) != set(names):

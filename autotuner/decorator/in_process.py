@@ -179,9 +179,8 @@ def tune_here(view: EngineView, miss: Miss) -> tuple[dict[str, Any], str]:
 
 
 def _tuner() -> tuple[Any, Any]:
-    """The engine's tuner, imported on a thread of its own the first time: a package that keeps an import error for
-    later (Optuna's optional backends do) keeps its traceback, and with it every frame up the importing stack; on
-    the launching thread that would be the launch's, holding its tensors for the life of the process."""
+    """The engine's tuner, imported once on a thread of its own: an import error a package keeps for later holds its
+    traceback, which on the launching thread would hold the launch's tensors."""
     if "autotuner.engine.tuner" not in sys.modules:
         thread = threading.Thread(target=importlib.import_module, args=("autotuner.engine.tuner",),
                                   name="autotuner-import")

@@ -98,8 +98,7 @@ class KernelProblem(ProblemBase):
         return self._dims  # type: ignore[no-any-return, attr-defined]
 
     def match_fields(self) -> dict[str, Any]:
-        """What a nearest tuned key must share: the dtypes (as the key writes them: a problem parsed from
-        "float32" and one made from two float32 tensors are the same key), and every key value that is not a
+        """What a nearest tuned key must share: the dtypes (as the key writes them) and every key value that is not a
         positive number."""
         return self._match  # type: ignore[no-any-return, attr-defined]
 
@@ -169,9 +168,8 @@ def pruned_keys(call: Mapping[str, Any] | None) -> list[str] | None:
 
 
 def rebuild_args(call: Mapping[str, Any], device: str, seed: int = 0) -> dict[str, Any]:
-    """Arguments of the recorded form: tensors of the same shape, strides and dtype (random normal values for
-    floating point, zeros for integers and booleans; none on meta, a compile-pool process's), other values as
-    recorded."""
+    """Arguments of the recorded form: tensors of the same shape, strides and dtype (random normal floats, integer
+    zeros; none on meta), other values as recorded."""
     g = torch.Generator(device="cpu").manual_seed(seed)
     out: dict[str, Any] = {}
     for name, spec in call["args"].items():

@@ -47,9 +47,8 @@ def why_one_lane(spec: KernelSpec) -> str | None:
 
 
 def further_devices(gpus: str | None, device: DeviceInfo) -> list[int | None]:
-    """The devices of `gpus` (AUTOTUNER_GPUS: "0,1", "all") other than the launch's `device`, of its type; [] when
-    there are none. Devices of another type are left out with a warning: every config's time must come from one
-    device type. On the interpreter, one CPU lane (None) per further index."""
+    """The devices of `gpus` (AUTOTUNER_GPUS) other than `device`, of its type (others left out with a warning); on the
+    interpreter, one CPU lane (None) per further index."""
     try:
         indices = parse_gpus(gpus)
     except ValueError as exc:
@@ -91,9 +90,8 @@ _SAID_ONE_LANE: set[str] = set()
 
 
 def copied(named: Mapping[str, Any], device: int | None) -> dict[str, Any]:
-    """The arguments with every tensor copied to `device` (None: the CPU), keeping their shapes, strides, offsets
-    and aliasing (arguments that shared memory share the copy of it); a dataclass argument (a host tensor
-    descriptor) with its tensors copied. TypeError for an argument that cannot be copied."""
+    """The arguments with every tensor copied to `device` (None: the CPU), keeping shapes, strides, offsets and
+    aliasing, a dataclass's tensors too; TypeError for one that cannot be copied."""
     target = torch.device("cpu") if device is None else torch.device("cuda", device)
     storages: dict[tuple[str, int], Any] = {}
 

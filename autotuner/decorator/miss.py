@@ -94,9 +94,8 @@ def redecided(view: EngineView, miss: Miss, store: Any, stored: dict[str, Any]) 
 
 
 def nearest_answer(view: EngineView, miss: Miss) -> Answer:
-    """Between the points of a sweep whose model beat nearest there, its pick; else the winner of the nearest tuned
-    key; either only where valid for this key (the space's constraints, and the list as pruned for this launch);
-    else the default. Nothing is measured."""
+    """Between a sweep's points where its model beat nearest, its pick; else the nearest tuned key's winner; each only
+    where valid for this key; else the default. Nothing is measured."""
     spec, problem, device = view.spec, miss.problem, miss.device
     pruned = spec.pruned(miss)
     allowed = None if pruned is None else {config_key(c) for c in pruned}

@@ -122,9 +122,8 @@ def kept_dir() -> Path | None:
 
 
 def install(jit_fn: Any, directory: Callable[[], Path | None] = kept_dir) -> bool:
-    """Route `jit_fn`'s compiles through the kept kernels, and its binder through the kept specializations
-    (autotuner.launch.specializations); False where this Triton has no per-device cache to
-    hook (the interpreter's functions, an older Triton, anything else)."""
+    """Route `jit_fn`'s compiles through the kept kernels, and its binder through the kept specializations; False where
+    this Triton has no per-device cache to hook."""
     caches = getattr(jit_fn, "device_caches", None)
     if not isinstance(caches, defaultdict) or caches.default_factory is None:
         return False

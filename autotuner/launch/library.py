@@ -34,9 +34,8 @@ _LOCK = threading.Lock()
 
 
 def _resolve(op: TunableOp[Any], inputs: dict[str, Any], device: torch.device) -> tuple[dict[str, Any], Any, bool]:
-    """The config for these inputs; None for an exact result, else what its hits count (Pending: when it is
-    asked again, and the meets that raise its queued job); and whether torch's op serves them instead
-    (`Resolution.launches_torch`)."""
+    """The config for these inputs; None for an exact result, else its Pending (when to ask again, and the meets that
+    raise its job); and whether torch's op serves them (`Resolution.launches_torch`)."""
     from autotuner.base.device import current_device
     from autotuner.launch.lookup import pending, resolver
 

@@ -77,9 +77,8 @@ def _tell(search: Search, m: Measured, done: list[Measured], on_trial: Callable[
 
 
 def ask_first(search: Search, measurer: Measurer, n: int) -> list[Config]:
-    """Before the measurer has started: up to `n` configs whose choice depends on no result (the first configs,
-    exploration), handed to `measurer.prepare`, so that they compile while the trial worker sets up; give them
-    to `run_search` as its `ahead`."""
+    """Before the measurer has started: up to `n` configs that depend on no result, handed to `measurer.prepare` to
+    compile while the trial worker sets up (`run_search`'s `ahead`)."""
     return _ask_ahead(search, measurer, [], n, width=n, left=n, speculate=False)
 
 

@@ -52,9 +52,8 @@ class TPESearch(Search):
         self.study.add_trial(trial)
 
     def _explore(self) -> Iterator[Config]:
-        """TPE's proposals, each snapped to the nearest valid config not yet asked (a proposal that breaks a
-        constraint is not a measurement: asked of TPE again and again, it was most of matmul's proposals, each
-        costing a TPE step)."""
+        """TPE's proposals, each snapped to the nearest valid config not yet asked (a proposal breaking a constraint is
+        no measurement, and asking TPE again costs a step each time)."""
         while self.measured + len(self.pending) < self.EXPLORE_FRACTION * self.budget:
             trial = self.study.ask(self.dists)
             self.study.tell(trial, state=optuna.trial.TrialState.FAIL)  # the real result arrives via _learn
@@ -107,9 +106,8 @@ class TPESearch(Search):
         return max(1, min(width, lanes))  # refinement: each lane's step from the best so far
 
     def upcoming(self, n: int) -> list[Config]:
-        """Refinement's next configs from the best so far, in the order it would ask them; not the climbs from the
-        configs being measured, each a new guess every few milliseconds, which would have the pool compile about twice
-        as many configs as are measured."""
+        """Refinement's next configs from the best so far, in its order; not climbs from the configs being measured,
+        which would have the pool compile twice what is measured."""
         if self._exploring():
             return super().upcoming(n)
         out: dict[str, Config] = {}

@@ -85,9 +85,8 @@ class SweepResult:
 
 @dataclass
 class Round:
-    """One round of a sweep: its winners cross-timed where they were not (`cells`), each neighbouring pair's loss,
-    and the midpoints refinement asks for next (none: every pair is within the target, or the budget is spent),
-    with why each pair left above it was left."""
+    """One round of a sweep: its winners cross-timed where they were not (`cells`), each neighbouring pair's loss, and
+    the midpoints refinement asks for next, with why each pair above the target was left."""
 
     cells: list[Cell]
     pairs: list[Pair]
