@@ -83,11 +83,11 @@ def run(args: list[str], env: dict[str, str], timeout: float = 900) -> tuple[flo
     return wall, out.stdout
 
 
-def measure(tuner: str, how: str, dirs: dict[str, str], opts: argparse.Namespace) -> dict[str, Any]:
+def measure(tuner: str, how: str, dirs: dict[str, str], opts: argparse.Namespace, share: bool) -> dict[str, Any]:
     env = {**os.environ, "TRITON_CACHE_DIR": dirs["triton"], "TORCHINDUCTOR_CACHE_DIR": dirs["inductor"],
            "AUTOTUNER_DB_URL": f"sqlite:///{dirs['db']}", "AUTOTUNER_KERNEL_CACHE_DIR": dirs["kernels"],
            "AUTOTUNER_LOCAL_WORKER": "0"}
-    if how == "shared" or dirs.get("secret"):
+    if share:  # the first host keeps its compiles for the second
         env["AUTOTUNER_COMPILE_SECRET"] = "peers-benchmark-" + "0" * 32  # the hosts share it
     probe = [sys.executable, str(Path(__file__).resolve()), "--child", tuner, "--M", str(opts.M), "--N", str(opts.N),
              "--K", str(opts.K), "--dtype", opts.dtype]
@@ -125,10 +125,7 @@ def main() -> None:
             base = Path(tmp) / tuner
             dirs = {name: str(base / name) for name in ("triton", "inductor", "kernels")}
             dirs["db"] = str(base / "autotuner.db")
-            hows = ["cold", "warm"]
-            if tuner == "autotuner":
-                dirs["secret"] = "1"  # the first host keeps its compiles for the second
-                hows.append("shared")
+            hows = ["cold", "warm", "shared"] if tuner == "autotuner" else ["cold", "warm"]
             for how in hows:
                 if how == "shared":  # a second host: its own Triton and kernel caches, the first host's database
                     dirs = {**dirs, "triton": str(base / "triton2"), "kernels": str(base / "kernels2")}
@@ -137,7 +134,7 @@ def main() -> None:
                     with sqlite3.connect(dirs["db"]) as con:  # only the compiles are the first host's
                         for table in ("best_configs", "trials", "tuning_runs", "jobs"):
                             con.execute(f"DELETE FROM {table}")
-                rows.append(measure(tuner, how, dirs, opts))
+                rows.append(measure(tuner, how, dirs, opts, share=tuner == "autotuner"))
     import torch
 
     print(f"\n{torch.cuda.get_device_name()}, torch {torch.__version__}, "

@@ -155,7 +155,7 @@ class Launcher:
 _STATIC_TYPES = {"i1": "i", "i8": "b", "i16": "h", "i32": "i", "i64": "l", "u1": "I", "u8": "B", "u16": "H",
                  "u32": "I", "u64": "K", "fp16": "f", "bf16": "f", "fp32": "f", "f32": "f", "fp64": "d"}
 _SMALL_SHARED = 48 * 1024  # what a launcher that cannot opt a kernel into more shared memory may give it
-_LOADED: dict[tuple[str, int], int] = {}  # (kernel hash, device) -> its function, loaded once per process
+_LOADED: dict[tuple[str, int], Any] = {}  # (kernel hash, device) -> (static_kernel, function), or None: refused
 
 
 def static_kernel(compiled: Any) -> dict[str, Any] | None:
@@ -168,48 +168,55 @@ def static_kernel(compiled: Any) -> dict[str, Any] | None:
     if getattr(meta, "num_ctas", 1) != 1 or any(getattr(meta, f"{kind}_scratch_size", 0) for kind in ("global",
                                                                                                         "profile")):
         return None
-    signature = {names.index(k) if isinstance(k, str) else (k[0] if isinstance(k, tuple) else k): v
-                 for k, v in src.signature.items()}
-    constants = {names.index(k) if isinstance(k, str) else (k[0] if isinstance(k, tuple) else k)
-                 for k in getattr(src, "constants", {})}
+
+    def index(k: Any) -> int:  # a parameter as Triton's versions key it: its name, (position,) or its position
+        return names.index(k) if isinstance(k, str) else (k[0] if isinstance(k, tuple) else k)
+
+    signature = {index(k): v for k, v in src.signature.items()}
+    constants = {index(k) for k in getattr(src, "constants", {})}
     keep = [i for i in sorted(signature) if signature[i] != "constexpr" and i not in constants]
     types = ["O" if signature[i].startswith("*") else _STATIC_TYPES.get(signature[i], "") for i in keep]
     if "" in types:
         return None
     scratch = sum(hasattr(meta, f"{kind}_scratch_size") for kind in ("global", "profile"))
     return {"keep": keep, "types": "".join(types) + "O" * scratch, "scratch": scratch, "warps": meta.num_warps,
-            "shared": meta.shared, "name": meta.name, "cubin": compiled.asm["cubin"]}
+            "shared": meta.shared, "name": meta.name}
 
 
 def _static_launch(compiled: Any, device: int, values: list[Any], taken: list[int]) -> Any:
-    """The static launch of `compiled` on `device` (static_values), or None: Triton's launcher then."""
-    import tempfile
-
+    """The static launch of `compiled` on `device` (static_values), or None: Triton's launcher then. Each kernel is
+    read and loaded (or refused) once per device, however many launchers launch it."""
     try:
         launcher: Any = torch._C._StaticCudaLauncher
-        kernel = static_kernel(compiled)
-        if kernel is None:
+        key = (compiled.hash, device)
+        if key not in _LOADED:
+            kernel = static_kernel(compiled)
+            function = None if kernel is None else _load(launcher, compiled, kernel, device)
+            _LOADED[key] = None if function is None else (kernel, function)
+        if _LOADED[key] is None:
             return None
+        kernel, function = _LOADED[key]
         found = static_values(kernel, values, taken)
-        if found is None:
-            return None
-        function = _LOADED.get((compiled.hash, device))
-        if function is not None:
-            return (launcher._launch_kernel, function, *found)
-        with tempfile.TemporaryDirectory() as tmp:
-            path = f"{tmp}/kernel.cubin"
-            with open(path, "wb") as f:
-                f.write(kernel["cubin"])
-            try:
-                loaded = launcher._load_kernel(path, kernel["name"], kernel["shared"], device)
-            except TypeError:  # an older torch: the current device, and no opting into more shared memory
-                if kernel["shared"] > _SMALL_SHARED or device != torch.cuda.current_device():
-                    return None
-                loaded = launcher._load_kernel(path, kernel["name"], kernel["shared"])  # type: ignore[call-arg]
-        function = _LOADED[(compiled.hash, device)] = loaded[1] if len(loaded) == 4 else loaded[0]
-        return (launcher._launch_kernel, function, *found)  # (loaded: (module,) function, registers, spills)
+        return None if found is None else (launcher._launch_kernel, function, *found)
     except Exception:  # no static launcher in this torch, or one that refuses this kernel
         return None
+
+
+def _load(launcher: Any, compiled: Any, kernel: dict[str, Any], device: int) -> int | None:
+    """The cubin loaded into torch's static launcher on `device`: its function, or None where this torch cannot."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = f"{tmp}/kernel.cubin"
+        with open(path, "wb") as f:
+            f.write(compiled.asm["cubin"])
+        try:
+            loaded = launcher._load_kernel(path, kernel["name"], kernel["shared"], device)
+        except TypeError:  # an older torch: the current device, and no opting into more shared memory
+            if kernel["shared"] > _SMALL_SHARED or device != torch.cuda.current_device():
+                return None
+            loaded = launcher._load_kernel(path, kernel["name"], kernel["shared"])  # type: ignore[call-arg]
+    return loaded[1] if len(loaded) == 4 else loaded[0]  # ((module,) function, registers, spills)
 
 
 def static_values(kernel: dict[str, Any], values: list[Any], taken: list[int]) -> Any:

@@ -206,9 +206,8 @@ class TPESearch(Search):
         return []
 
     def _refine(self) -> Iterator[Config]:
-        """Hill-climb: neighbours of the best config so far, widening to two-parameter moves, then one parameter
-        moved further, and runners-up, re-ranked after every measurement (of a tier's moves, the one the tuner can
-        measure soonest); then what is left, in random order."""
+        """Hill-climb from the best config so far and the runners-up (`_tiers`), re-ranked after every measurement (of a
+        tier's moves, the one measurable soonest); then the rest in random order."""
         while tier := self._tier_now():
             yield min(tier, key=self._ready)  # (min keeps the tier's order among equals)
         rest = self._unmeasured()
@@ -221,9 +220,8 @@ class TPESearch(Search):
 
 
 class SamplerSearch(TPESearch):
-    """A user's Optuna sampler (any `optuna.samplers.BaseSampler`) proposing every config of the budget over the
-    parameters' ordinal indices, each proposal snapped to the nearest valid config not yet asked; no refinement.
-    Made by `make_search(sampler, ...)`, from `Plan(strategy=sampler)`."""
+    """A user's Optuna sampler proposing every config of the budget over the ordinal indices, each snapped to the
+    nearest valid config not yet asked; no refinement (`Plan(strategy=sampler)`)."""
 
     EXPLORE_FRACTION = 1.0
 

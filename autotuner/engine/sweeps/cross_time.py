@@ -41,9 +41,8 @@ class Cell:
 def cross_time(op: Op, problems: list[ProblemType], winners: list[Config | None], *, settings: Settings,
                device: DeviceInfo, runner: TrialRunner | None = None, reach: int = REACH, rounds: int = ROUNDS,
                on_point: Callable[[ProblemType], None] | None = None, only: Collection[int] | None = None) -> list[Cell]:
-    """Each point's winner (None: the point was not tuned) timed on the points within `reach` of it, against their
-    own winners. `runner`: a trial process to set each point up in (default: one started here, closed after);
-    `only`: the indices of the points to time on (default: all)."""
+    """Each point's winner (None: not tuned) timed on the points within `reach`, against their own winners; `runner`:
+    the trial process (default: its own), `only`: the points to time on."""
     own_runner = runner is None
     runner = runner or TrialRunner(None, settings.trial_timeout_s)
     cells: list[Cell] = []

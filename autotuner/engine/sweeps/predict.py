@@ -83,9 +83,8 @@ class Dimensioned(Protocol):
 
 def predict(problems: Sequence[Dimensioned], times: Sequence[Times], *, kernel_hash: str,
             triton_version: str) -> Prediction | None:
-    """The sweep's prediction from each point's measured times (its trials, and other points' winners timed on
-    it); None where there are fewer than three points (nothing to leave out), one has no measured time, or
-    scikit-learn is missing."""
+    """The sweep's prediction from each point's measured times; None with fewer than three points, a point with no
+    measured time, or no scikit-learn."""
     kept = list(zip(problems, times, strict=True))
     if len(kept) < 3 or any(_best(t) is None for t in times):
         return None
