@@ -224,6 +224,7 @@ class TunableOp(Generic[P]):
     tolerance: Mapping[str, float] = field(default_factory=lambda: dict(ELEMENTWISE_TOLERANCE))
     options: tuple[Option, ...] = ()
     sources: tuple[ModuleType | Callable[..., Any], ...] = ()  # their source text is the result's kernel hash
+    identity: str = ""  # more of what decides its binaries, in the kernel hash (a generated kernel's generator versions)
     imports: tuple[str, ...] = ()  # modules a trial process imports (as plugins) before it can find the op
     flops: Callable[[P], float] | None = None
     bytes_moved: Callable[[P], float] | None = None
@@ -339,4 +340,6 @@ class TunableOp(Generic[P]):
         for src in self.sources:
             if not isinstance(src, ModuleType):
                 h.update(kernel_identity(src).encode())
+        if self.identity:
+            h.update(self.identity.encode())
         return h.hexdigest()[:16]

@@ -23,6 +23,7 @@ import triton
 from triton.runtime.autotuner import Autotuner
 
 from autotuner.base.registry import add_op_finder
+from autotuner.decorator import helion_cache
 from autotuner.decorator.autotuned import Autotuned, KernelNotTuned
 from autotuner.decorator.configs import config_dict, module_name
 from autotuner.decorator.kept_timings import KeptTimings
@@ -246,6 +247,7 @@ def install() -> None:
         if issubclass(type(obj), Autotuner) and not issubclass(type(obj), Autotuned):  # type(): no lazy
             # module attribute is touched
             _register(obj)
+    helion_cache.install()
     warm_up()  # the settings and the database, before a first launch needs them
     path = env_text("AUTOTUNER_REPORT")
     if path and not _reporting:
@@ -271,6 +273,7 @@ def uninstall() -> None:
     Autotuner.run = _TRITON_RUN  # type: ignore[method-assign]
     Autotuner._bench = _TRITON_BENCH  # type: ignore[method-assign]
     Autotuner.__init__ = _TRITON_INIT  # type: ignore[method-assign]
+    helion_cache.uninstall()
     while _OWN_RUNS:
         owner, own = _OWN_RUNS.popitem()
         owner.run = own  # type: ignore[attr-defined]
@@ -356,7 +359,7 @@ def run_script(argv: list[str]) -> None:
 
 def find_op(name: str) -> Any:
     """The op of a covered kernel named `module:qualname` whose module is imported (a worker tuning a recorded
-    key, `autotuner show`): the module's Autotuner over that function, made an Autotuned now."""
+    key, `autotuner show`): the module's Autotuner over that function, made an Autotuned now; or its Helion kernel's."""
     module, _, qualname = name.partition(":")
     mod = sys.modules.get(module)
     if mod is None:
@@ -371,7 +374,7 @@ def find_op(name: str) -> Any:
             adopted = _adopt(value)
             if isinstance(adopted, Autotuned) and adopted.name == name:
                 return adopted.op
-    return None
+    return helion_cache.find_op(mod, qualname)
 
 
 add_op_finder(find_op)  # a worker, its trial processes and `autotuner show` reach covered kernels by name

@@ -1,0 +1,108 @@
+"""Helion kernels through the store (autotuner/decorator/helion_cache.py): a kernel written for Helion alone
+(tests.support.helion_kernels) searched by Helion in one process under `python -m autotuner run`, kept in the
+database (SQLite and PostgreSQL), then launched tuned by another process without a search, and shown by
+`autotuner show`; a stored row Helion rejects is not served. On Triton's interpreter, where Helion times with its
+wall-clock timer."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("helion", reason="Helion is in the dev extra: `pip install -e '.[dev]'`")
+
+from autotuner.base.settings import Settings  # noqa: E402
+from autotuner.decorator import helion_cache  # noqa: E402
+from autotuner.launch.lookup import Resolver, set_resolver  # noqa: E402
+from autotuner.store.database import Store  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+NAME = "tests.support.helion_kernels:add_rows"
+SHAPE = "x_0=8,x_1=24,y_0=8,y_1=24"
+# Helion's search as the interpreter can run it: in this process (no benchmark subprocess, no precompile fork),
+# a random search (its count is the script's), configs the interpreter cannot run skipped
+HELION_ENV = {"HELION_AUTOTUNE_PRECOMPILE": "0", "HELION_AUTOTUNE_BENCHMARK_SUBPROCESS": "0",
+              "HELION_AUTOTUNER": "RandomSearch", "HELION_AUTOTUNE_IGNORE_ERRORS": "1",
+              "HELION_AUTOTUNE_RANDOM_SEED": "7", "HELION_AUTOTUNE_PROGRESS_BAR": "0"}
+
+
+def _run(url, tmp_path, *args, extra=None):
+    env = {**os.environ, **HELION_ENV, "AUTOTUNER_DB_URL": url, "HELION_CACHE_DIR": str(tmp_path / "helion"),
+           **(extra or {})}
+    return subprocess.run([sys.executable, "-m", "autotuner", *args], capture_output=True, text=True, cwd=ROOT,
+                          timeout=500, env=env)
+
+
+def _kernel_run(url, tmp_path, what, extra=None):
+    return _run(url, tmp_path, "run", "--", "-m", "tests.support.helion_kernels", what, "8", "24", extra=extra)
+
+
+@pytest.mark.slow
+def test_a_helion_kernel_searched_in_one_process_runs_tuned_in_another_without_a_search(url, tmp_path):
+    tuned = _kernel_run(url, tmp_path, "tune")
+    assert tuned.returncode == 0, tuned.stderr[-3000:]
+    assert "matches" in tuned.stdout
+    rows = Store(url).results(op=NAME)
+    assert [r.problem_key for r in rows] == [f"{SHAPE}:float32"]
+    stored = rows[0].config
+    assert isinstance(stored["block_sizes"], list) and len(stored["block_sizes"]) == 2
+    # Helion's own check: a search in the second process raises instead of running
+    again = _kernel_run(url, tmp_path, "call", extra={"HELION_ASSERT_CACHE_HIT": "1"})
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "matches" in again.stdout and "Found cached config" in again.stderr
+    shown = _run(url, tmp_path, "show", NAME, "--shape", SHAPE, "--dtype", "float32", "--json")
+    assert shown.returncode == 0, shown.stderr[-3000:]
+    answer = json.loads(shown.stdout)
+    assert answer["source"] == "exact" and answer["config"] == stored
+
+
+def test_a_stored_config_this_kernel_rejects_is_not_served(tmp_path, monkeypatch, caplog):
+    """A row a writer left whose config Helion's config spec refuses: warned, and the kernel searches (here: the
+    cache's answer is None) instead of launching it; a measured config it accepts is served instead."""
+    import torch
+
+    from tests.support.helion_kernels import add_rows
+
+    url = f"sqlite:///{tmp_path / 'h.db'}"
+    set_resolver(Resolver(Settings(db_url=url)))
+    helion_cache.install()
+    try:
+        from helion.autotuner import cache_classes
+        from helion.autotuner.random_search import RandomSearch
+
+        x = torch.randn(8, 24)
+        args = (x, x.clone())
+        bound = add_rows.bind(args)
+        cache = cache_classes["LocalAutotuneCache"](RandomSearch(bound, args, count=2))
+        assert cache.get() is None  # nothing stored yet
+        good = json.loads(bound.config_spec.default_config().to_json())
+        bad = {**good, "block_sizes": [8, 8, 8, 8]}  # four tile sizes for a kernel with two
+        store = Store(url)
+        helion_cache.record(cache.op, cache.problem, cache.device, bad, 0.001, strategy="a writer")
+        assert cache.get() is None
+        assert "not one this kernel takes" in caplog.text
+        helion_cache.record(cache.op, cache.problem, cache.device, good, 0.5, strategy="helion:RandomSearch")
+        assert store.results(op=NAME)[0].config == bad  # still the stored best: the faster row
+        served = cache.get()
+        assert served is not None and served.config == good
+    finally:
+        helion_cache.uninstall()
+        set_resolver(None)
+
+
+def test_a_launch_is_keyed_by_its_sizes_layout_and_plain_arguments():
+    import torch
+
+    from tests.support.helion_kernels import add_rows
+
+    x = torch.randn(8, 24)
+    p = helion_cache.helion_problem(add_rows, (x, x.t().contiguous().t()))
+    assert p.key == "x_0=8,x_1=24,y_0=8,y_1=24,y_strides=\"1x8\":float32"
+    assert p.dims() == (8, 24, 8, 24)
+    wide = helion_cache.helion_problem(add_rows, (torch.randn(2, 3, dtype=torch.float16), "a long text " * 9))
+    assert wide.dtype == "float16" and dict(wide.values)["y"].startswith("h")
