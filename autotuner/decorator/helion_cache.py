@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import importlib.abc
 import importlib.metadata
 import importlib.util
 import inspect
@@ -26,6 +25,7 @@ from typing import Any
 import torch
 
 from autotuner.base.registry import register_op
+from autotuner.decorator.after_import import forget, when_imported
 from autotuner.decorator.configs import module_name
 from autotuner.decorator.kernel_problem import KernelProblem, dtype_name
 from kernels._backend import interpreting
@@ -266,42 +266,15 @@ def _patch() -> None:
             cache_classes[name] = type(f"Store{name}", (base,), {"local_class": original})
 
 
-class _AfterImport(importlib.abc.MetaPathFinder):
-    """Patches Helion's cache names once `helion.autotuner` is imported, so a process that never imports Helion
-    never pays for its import."""
-
-    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
-        if name != "helion.autotuner":
-            return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(name)
-        if spec is None or spec.loader is None:
-            return spec
-        exec_module = spec.loader.exec_module
-
-        def exec_and_patch(module: Any) -> None:
-            exec_module(module)
-            _patch()
-
-        spec.loader.exec_module = exec_and_patch  # type: ignore[method-assign]
-        return spec
-
-
-_hook = _AfterImport()
-
-
 def install() -> None:
     """Helion kernels' autotuning kept in the database: now if Helion is imported, else when it is."""
-    if "helion.autotuner" in sys.modules:
-        _patch()
-    elif _hook not in sys.meta_path and importlib.util.find_spec("helion") is not None:
-        sys.meta_path.insert(0, _hook)
+    if importlib.util.find_spec("helion") is not None:
+        when_imported("helion.autotuner", _patch)
 
 
 def uninstall() -> None:
     """Helion's own caches back."""
-    if _hook in sys.meta_path:
-        sys.meta_path.remove(_hook)
+    forget(_patch)
     with _lock:
         if not _originals:
             return

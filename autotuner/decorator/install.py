@@ -23,11 +23,11 @@ import triton
 from triton.runtime.autotuner import Autotuner
 
 from autotuner.base.registry import add_op_finder
-from autotuner.decorator import helion_cache
+from autotuner.decorator import helion_cache, inductor_cache
 from autotuner.decorator.autotuned import Autotuned, KernelNotTuned
 from autotuner.decorator.configs import config_dict, module_name
 from autotuner.decorator.kept_timings import KeptTimings
-from autotuner.launch.lookup import warm_up
+from autotuner.launch.lookup import resolver, warm_up
 from kernels._environment import env_text
 
 __all__ = ["KernelReport", "install", "installed", "report", "run_script", "uninstall"]
@@ -248,6 +248,8 @@ def install() -> None:
             # module attribute is touched
             _register(obj)
     helion_cache.install()
+    settings = resolver().settings
+    inductor_cache.install(settings.db_url, settings.compile_secret)
     warm_up()  # the settings and the database, before a first launch needs them
     path = env_text("AUTOTUNER_REPORT")
     if path and not _reporting:
@@ -274,6 +276,7 @@ def uninstall() -> None:
     Autotuner._bench = _TRITON_BENCH  # type: ignore[method-assign]
     Autotuner.__init__ = _TRITON_INIT  # type: ignore[method-assign]
     helion_cache.uninstall()
+    inductor_cache.uninstall()
     while _OWN_RUNS:
         owner, own = _OWN_RUNS.popitem()
         owner.run = own  # type: ignore[attr-defined]

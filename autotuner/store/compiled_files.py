@@ -4,6 +4,7 @@ engine per URL."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 _places: dict[str, Any] = {}
@@ -35,6 +36,11 @@ class CompiledFiles:
         from db import compiled_files  # noqa: F401
 
         _place(self.url)
+
+    def missing(self) -> bool:
+        """Whether the database is a SQLite file not made yet (nothing kept, and nothing to say about it)."""
+        place = _place(self.url)
+        return isinstance(place, Path) and not place.exists()
 
     def get(self, key: str, filenames: list[str]) -> tuple[dict[str, bytes], list[str]]:
         """The files of Triton's cache `key` that verify, by name, and the names of those that do not."""

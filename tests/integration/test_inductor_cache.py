@@ -1,0 +1,68 @@
+"""torch.compile's remote caches over the database (autotuner/decorator/inductor_cache.py): a block compiled in one
+process under `python -m autotuner run` with AUTOTUNER_COMPILE_SECRET set is loaded by a process with an empty
+Inductor cache folder (another host, as Inductor sees it) from the database, on SQLite and PostgreSQL; an entry
+changed in the database is not loaded; without a secret nothing is kept. Inductor compiles for the CPU here."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select, update
+
+from autotuner.store.database import Store
+from db.engine import session_scope
+from db.models import CompiledFile
+
+ROOT = Path(__file__).resolve().parents[2]
+SECRET = "0123456789abcdef" * 4
+
+
+def _compile(url, folder, secret=SECRET):
+    env = {**os.environ, "AUTOTUNER_DB_URL": url, "TORCHINDUCTOR_CACHE_DIR": str(folder)}
+    env.pop("AUTOTUNER_COMPILE_SECRET", None)
+    if secret:
+        env["AUTOTUNER_COMPILE_SECRET"] = secret
+    out = subprocess.run([sys.executable, "-m", "autotuner", "run", "--", "-m", "tests.support.compiled_block"],
+                         capture_output=True, text=True, cwd=ROOT, timeout=500, env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["matches"]
+    return result["inductor"], out.stderr
+
+
+def _kept(url):
+    with session_scope(Store(url).engine) as s:
+        return sorted({k for (k,) in s.execute(select(CompiledFile.cache_key))})
+
+
+@pytest.mark.slow
+def test_a_compiled_graph_kept_by_one_process_is_loaded_by_another_with_an_empty_cache_folder(url, tmp_path):
+    first, _ = _compile(url, tmp_path / "first")
+    assert first.get("fxgraph_cache_miss") == 1 and not first.get("fxgraph_cache_hit")
+    assert "inductor/RemoteFxGraphCache" in _kept(url)
+    second, _ = _compile(url, tmp_path / "second")
+    assert second.get("fxgraph_cache_hit") == 1 and not second.get("fxgraph_cache_miss")
+
+
+@pytest.mark.slow
+def test_an_entry_changed_in_the_database_is_not_loaded(tmp_path):
+    url = f"sqlite:///{tmp_path / 'c.db'}"
+    _compile(url, tmp_path / "first")
+    with session_scope(Store(url).engine) as s:
+        s.execute(update(CompiledFile).values(data=b"import os  # not what was signed"))
+    again, stderr = _compile(url, tmp_path / "second")
+    assert again.get("fxgraph_cache_miss") == 1 and not again.get("fxgraph_cache_hit")
+    assert "does not verify" in stderr
+
+
+@pytest.mark.slow
+def test_without_a_secret_nothing_is_kept(tmp_path):
+    url = f"sqlite:///{tmp_path / 'c.db'}"
+    counters, _ = _compile(url, tmp_path / "first", secret=None)
+    assert counters.get("fxgraph_cache_miss") == 1
+    assert not (tmp_path / "c.db").exists() or _kept(url) == []
