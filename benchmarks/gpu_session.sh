@@ -4,6 +4,8 @@
 #   overhead   benchmarks/launch_overhead.py: CPU cost per call of the library calls and decorated kernels
 #   peers      benchmarks/peers.py: autotuner, triton.autotune and Inductor max-autotune tuning a matmul, each in new
 #              processes with cold caches, warm ones and (autotuner) compiles from another host (PEERS_ARGS)
+#   generated  benchmarks/generated.py: Helion kernels and a max-autotune block, alone and under autotuner: a first
+#              process, a second, and a new host on the same database (GENERATED_ARGS; Helion from .whl/helion)
 #   dropin     benchmarks/autotune_drop_in.py: @autotuner.autotune against @triton.autotune on the examples,
 #              with a profile of each warm first launch in $OUT/profiles (DROPIN_ARGS: more arguments)
 #   tune       `autotuner tune matmul --M 4096`, cold Triton cache, with its phases (TUNE_RUNS times, default 1),
@@ -68,6 +70,12 @@ fi
 if [[ $STEPS == *,peers,* ]]; then
   step "peers"
   python3 benchmarks/peers.py ${PEERS_ARGS:-} --json-out "$OUT/peers.json" 2>&1 | tee "$OUT/peers.txt" | tail -14
+fi
+if [[ $STEPS == *,generated,* ]]; then
+  step "generated kernels: Helion and Inductor, kept and served"
+  [ -d .whl/helion ] && python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+      --target /tmp/site .whl/helion/*.whl
+  python3 benchmarks/generated.py ${GENERATED_ARGS:-} --json-out "$OUT/generated.json" 2>&1 | tee "$OUT/generated.txt" | tail -16
 fi
 if [[ $STEPS == *,dropin,* ]]; then
   step "autotune drop-in"

@@ -1,0 +1,224 @@
+"""Kernels other systems generate, kept and served by autotuner (docs/helion.md, docs/inductor.md), on a GPU.
+
+Each scenario is a new process (this script with --probe), timed from its start to the end of its first call:
+
+- Helion: a tiled matmul and a row-wise softmax as Helion's examples write them, searched at the `quick` effort.
+  `helion` is Helion alone, with a fresh local cache. `first` is under `python -m autotuner run` on a fresh
+  database. `second` is the same again: same database and local folders. `new host` has the same database but
+  fresh Helion, Triton and Inductor folders.
+- Inductor: a transformer block under torch.compile(mode="max-autotune"), with AUTOTUNER_COMPILE_SECRET set.
+  `inductor` is torch alone with fresh folders. `first` is under autotuner on a fresh database. `second` is the
+  same again. `new host` has the same database and fresh folders.
+
+Reported for each: seconds to the first call's end, the configs benchmarked (Helion's search, or Inductor's
+max-autotune choices and kernel tunings), and the tuned kernel's time against Helion's own pick and torch's op.
+
+    python benchmarks/generated.py --json-out out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+SECRET = "generated-benchmark-secret-0123456789abcdef"
+HERE = Path(__file__).resolve()
+
+
+def _helion_kernels():
+    import helion
+    import helion.language as hl
+    import torch
+
+    @helion.kernel(static_shapes=True)
+    def matmul(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        m, k = x.size()
+        _, n = y.size()
+        out = torch.empty([m, n], dtype=torch.promote_types(x.dtype, y.dtype), device=x.device)
+        for tile_m, tile_n in hl.tile([m, n]):
+            acc = hl.zeros([tile_m, tile_n], dtype=torch.float32)
+            for tile_k in hl.tile(k):
+                acc = torch.addmm(acc, x[tile_m, tile_k], y[tile_k, tile_n])
+            out[tile_m, tile_n] = acc
+        return out
+
+    @helion.kernel(static_shapes=True)
+    def softmax(x: torch.Tensor) -> torch.Tensor:
+        n, _m = x.size()
+        out = torch.empty_like(x)
+        for tile_n in hl.tile(n):
+            out[tile_n, :] = torch.nn.functional.softmax(x[tile_n, :], dim=1)
+        return out
+
+    return {"matmul": matmul, "softmax": softmax}
+
+
+def _gpu_ms(fn, reps: int = 50) -> float:
+    """Median milliseconds of `fn()` by CUDA events, after a warm-up."""
+    import torch
+
+    for _ in range(5):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return sorted(times)[len(times) // 2]
+
+
+def _count_helion_benchmarks() -> list[int]:
+    """Configs Helion's search times in this process (its search's timing method, wrapped)."""
+    from helion.autotuner import base_search
+
+    counted = [0]
+    for name in ("benchmark_function", "benchmark"):  # (Helion 1.0 times through the first)
+        original = getattr(base_search.BaseSearch, name, None)
+        if original is None:
+            continue
+
+        def wrapped(self, *args, _original=original, **kwargs):
+            counted[0] += 1
+            return _original(self, *args, **kwargs)
+
+        setattr(base_search.BaseSearch, name, wrapped)
+        break
+    return counted
+
+
+def probe_helion(name: str, started: float) -> dict:
+    import torch
+
+    counted = _count_helion_benchmarks()
+    kernel = _helion_kernels()[name]
+    torch.manual_seed(0)
+    if name == "matmul":
+        args = (torch.randn(4096, 4096, device="cuda", dtype=torch.float16),
+                torch.randn(4096, 4096, device="cuda", dtype=torch.float16))
+        reference = lambda: torch.mm(*args)  # noqa: E731
+    else:
+        args = (torch.randn(4096, 32768, device="cuda", dtype=torch.bfloat16),)
+        reference = lambda: torch.softmax(args[0], dim=1)  # noqa: E731
+    out = kernel(*args)
+    torch.cuda.synchronize()
+    first = time.time() - started
+    ok = bool(torch.allclose(out.float(), reference().float(), atol=2e-2, rtol=2e-2))
+    bound = kernel.bind(args)
+    config = getattr(bound, "_config", None)
+    return {"first_call_s": first, "benchmarks": counted[0], "matches": ok, "ms": _gpu_ms(lambda: kernel(*args)),
+            "torch_ms": _gpu_ms(reference), "config": str(config)}
+
+
+def probe_inductor(started: float) -> dict:
+    import torch
+    from torch._dynamo.utils import counters
+
+    class Block(torch.nn.Module):
+        def __init__(self, d: int = 1024, heads: int = 16) -> None:
+            super().__init__()
+            self.heads = heads
+            self.ln1, self.ln2 = torch.nn.LayerNorm(d), torch.nn.LayerNorm(d)
+            self.qkv, self.proj = torch.nn.Linear(d, 3 * d), torch.nn.Linear(d, d)
+            self.up, self.down = torch.nn.Linear(d, 4 * d), torch.nn.Linear(4 * d, d)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            b, s, d = x.shape
+            q, k, v = self.qkv(self.ln1(x)).view(b, s, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+            a = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+            x = x + self.proj(a.transpose(1, 2).reshape(b, s, d))
+            return x + self.down(torch.nn.functional.gelu(self.up(self.ln2(x))))
+
+    torch.manual_seed(0)
+    block = Block().cuda().to(torch.bfloat16)
+    x = torch.randn(8, 512, 1024, device="cuda", dtype=torch.bfloat16)
+    compiled = torch.compile(block, mode="max-autotune")
+    with torch.no_grad():
+        out = compiled(x)
+        torch.cuda.synchronize()
+        first = time.time() - started
+        ok = bool(torch.allclose(out.float(), block(x).float(), atol=1e-1, rtol=5e-2))
+        c = counters["inductor"]
+        return {"first_call_s": first, "matches": ok, "fx_hit": c.get("fxgraph_cache_hit", 0),
+                "benchmarks": c.get("select_algorithm_autotune", 0) + c.get("coordesc_tuning_bench", 0)
+                + c.get("combo_autotune_bench", 0),
+                "gemm_choices_benchmarked": c.get("select_algorithm_autotune", 0),
+                "ms": _gpu_ms(lambda: compiled(x)), "torch_ms": _gpu_ms(lambda: block(x))}
+
+
+def run_probe(workload: str, under_autotuner: bool, folders: Path, db: str, secret: str | None) -> dict:
+    env = {**os.environ, "HELION_CACHE_DIR": str(folders / "helion"), "TRITON_CACHE_DIR": str(folders / "triton"),
+           "TORCHINDUCTOR_CACHE_DIR": str(folders / "inductor"), "AUTOTUNER_DB_URL": db,
+           "AUTOTUNER_KERNEL_CACHE_DIR": str(folders / "kept"), "HELION_AUTOTUNE_EFFORT": "quick",
+           "HELION_AUTOTUNE_PROGRESS_BAR": "0"}
+    env.pop("AUTOTUNER_COMPILE_SECRET", None)
+    if secret:
+        env["AUTOTUNER_COMPILE_SECRET"] = secret
+    probe = [str(HERE), "--probe", workload, "--started", "{started}"]
+    cmd = [sys.executable, "-m", "autotuner", "run", "--", *probe] if under_autotuner else [sys.executable, *probe]
+    started = time.time()
+    out = subprocess.run([c.replace("{started}", repr(started)) for c in cmd], capture_output=True, text=True,
+                         env=env, timeout=900)
+    wall = time.time() - started
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
+    if out.returncode != 0 or not lines:
+        return {"error": (out.stderr or out.stdout)[-1500:], "wall_s": wall}
+    return {**json.loads(lines[-1]), "wall_s": wall}
+
+
+def scenarios(workload: str, root: Path) -> dict[str, dict]:
+    """The four processes of one workload, in order."""
+    helion = workload != "inductor"
+    secret = None if helion else SECRET
+    db = f"sqlite:///{root / workload}.db"
+    results = {"helion" if helion else "inductor": run_probe(workload, False, root / f"{workload}-alone",
+                                                               f"sqlite:///{root / workload}-alone.db", None)}
+    results["first"] = run_probe(workload, True, root / f"{workload}-host1", db, secret)
+    results["second"] = run_probe(workload, True, root / f"{workload}-host1", db, secret)
+    results["new host"] = run_probe(workload, True, root / f"{workload}-host2", db, secret)
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--probe", help=argparse.SUPPRESS)
+    parser.add_argument("--started", type=float, help=argparse.SUPPRESS)
+    parser.add_argument("--workloads", default="matmul,softmax,inductor")
+    parser.add_argument("--json-out")
+    args = parser.parse_args()
+    if args.probe:
+        started = args.started or time.time()
+        result = probe_inductor(started) if args.probe == "inductor" else probe_helion(args.probe, started)
+        print(json.dumps(result))
+        return
+    import torch
+
+    print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}", flush=True)
+    every = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for workload in args.workloads.split(","):
+            every[workload] = scenarios(workload, Path(tmp))
+            own = next(iter(every[workload].values())).get("ms")
+            for name, r in every[workload].items():
+                if "error" in r:
+                    print(f"{workload:8} {name:9} ERROR {r['error'][-600:]}", flush=True)
+                    continue
+                vs = f"{own / r['ms']:.3f}x own" if own else "-"
+                print(f"{workload:8} {name:9} first call {r['first_call_s']:7.2f} s  benchmarks {r['benchmarks']:4}  "
+                      f"{r['ms']:.4f} ms ({vs}, {r['torch_ms'] / r['ms']:.3f}x torch)  matches {r['matches']}",
+                      flush=True)
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(every, indent=1))
+
+
+if __name__ == "__main__":
+    main()
