@@ -103,6 +103,7 @@ def probe_helion(name: str, started: float) -> dict:
     counted = _count_helion_benchmarks()
     kernel = {"matmul": matmul, "softmax": softmax}[name]
     torch.manual_seed(0)
+    args: tuple[torch.Tensor, ...]
     if name == "matmul":
         args = (torch.randn(4096, 4096, device="cuda", dtype=torch.float16),
                 torch.randn(4096, 4096, device="cuda", dtype=torch.float16))

@@ -149,17 +149,29 @@ def _cache_base() -> type:
 
         def __init__(self, autotuner: Any, **factory: Any) -> None:  # (Helion 1.5 passes `autotuner_factory`)
             super().__init__(autotuner, **factory)
-            self.op = helion_op(self.kernel.kernel)
-            self.problem = helion_problem(self.kernel.kernel, self.args)
-            self.device = _device(self.args)
-            self.key = StoreKey(self.op.name, self.problem.key, self.device.key, self.op.kernel_hash)
             try:
                 self.local = self.local_class(autotuner, **factory)
             except Exception:  # noqa: BLE001 - Helion's key needs a GPU's name: the database alone keeps it
                 self.local = None
+            self.op: TunableOp[KernelProblem] | None = None
+            try:
+                self.op = helion_op(self.kernel.kernel)
+                self.problem = helion_problem(self.kernel.kernel, self.args)
+                self.device = _device(self.args)
+            except Exception as exc:  # noqa: BLE001 - a device or argument autotuner cannot name: Helion's own
+                # cache alone, as without autotuner
+                log.warning("autotuner: %s is left to Helion's own cache: %s: %s", self.kernel.kernel.name,
+                            type(exc).__name__, exc)
+                if self.local is None:
+                    raise
+                self.key = self.local._get_cache_key()
+                return
+            self.key = StoreKey(self.op.name, self.problem.key, self.device.key, self.op.kernel_hash)
+            self.label = f"{self.op.name} {self.problem.key}"  # (what the messages name)
 
         def get(self) -> Any:
-            return self._stored() or (self.local.get() if self.local is not None else None)
+            stored = self._stored() if self.op is not None else None
+            return stored or (self.local.get() if self.local is not None else None)
 
         def _stored(self) -> Any:
             """The stored current config for this problem, checked by Helion against this kernel's config spec;
@@ -177,7 +189,7 @@ def _cache_base() -> type:
                     return config
                 measured = store.trial_times(op=self.op, problem=self.problem, device=self.device).values()
             except Exception as exc:  # noqa: BLE001 - a database gone since: Helion searches, as without one
-                log.warning("autotuner: %s: the database could not be read (%s); Helion searches", self.op.name, exc)
+                log.warning("autotuner: %s: the database could not be read (%s); Helion searches", self.label, exc)
                 return None
             for cfg, _ in sorted((m for m in measured if m[1] is not None), key=lambda m: m[1]):
                 config = self._accepted(cfg)
@@ -193,25 +205,25 @@ def _cache_base() -> type:
                 config = Config.from_json(json.dumps(stored))
                 self.kernel.config_spec.normalize(dict(config.config))  # (a copy: checked, not changed)
             except Exception as exc:  # noqa: BLE001 - a row no longer (or never) valid for this kernel
-                log.warning("autotuner: %s %s: a stored config is not one this kernel takes (%s): %s",
-                            self.op.name, self.problem.key, type(exc).__name__, str(exc)[:200])
+                log.warning("autotuner: %s: a stored config is not one this kernel takes (%s): %s", self.label,
+                            type(exc).__name__, str(exc)[:200])
                 return None
             return config
 
         def put(self, config: Any) -> None:
             if self.local is not None:
                 self.local.put(config)
+            if self.op is None:
+                return
             median_ms = getattr(self.autotuner, "best_perf_so_far", None)
             if not isinstance(median_ms, int | float) or not math.isfinite(median_ms) or median_ms <= 0:
-                log.warning("autotuner: %s %s: Helion's search gave no time for its pick; not stored",
-                            self.op.name, self.problem.key)
+                log.warning("autotuner: %s: Helion's search gave no time for its pick; not stored", self.label)
                 return
             try:
                 record(self.op, self.problem, self.device, json.loads(config.to_json()), float(median_ms),
                        strategy=f"helion:{type(self.autotuner).__name__}")
             except Exception as exc:  # noqa: BLE001 - kept in Helion's own file where it can be, as without autotuner
-                log.warning("autotuner: %s %s: Helion's pick could not be stored (%s)", self.op.name,
-                            self.problem.key, exc)
+                log.warning("autotuner: %s: Helion's pick could not be stored (%s)", self.label, exc)
 
         def _get_cache_key(self) -> Any:
             return self.key
@@ -220,7 +232,9 @@ def _cache_base() -> type:
             return []
 
         def _get_cache_info_message(self) -> str:
-            return f"Kept in autotuner's database as {self.op.name} {self.problem.key}; `autotuner show` lists it."
+            if self.op is None:
+                return self.local._get_cache_info_message()  # type: ignore[no-any-return]
+            return f"Kept in autotuner's database as {self.label}; `autotuner show` lists it."
 
     return StoreCache
 
