@@ -267,7 +267,7 @@ def _patch() -> None:
             try:
                 from helion.autotuner import benchmark_provider
                 from helion.autotuner.benchmarking import do_bench_generic
-            except ImportError:  # a Helion before 1.4: its search needs a GPU
+            except ImportError:  # a Helion without that hook (1.0): its search needs a GPU
                 pass
             else:
                 _timer.append(benchmark_provider.do_bench)
