@@ -235,6 +235,8 @@ class TunableOp(Generic[P]):
     # every valid config
     checked: Callable[[Inputs, Mapping[str, Any]], Any] | None = None  # a launch whose outputs are compared
     # (default: `launch`); for a kernel writing into its arguments, their copies taken before any restore
+    search: Callable[..., tuple[Any, ...]] | None = None  # a generated kernel's own search, which a worker runs
+    # instead of the engine's: (problem, device, the job's store, budget) -> (config, ms, run id)
     baseline: Callable[[Inputs], Any] | None = None  # torch's own version, for speedups
     variants: Mapping[str, Callable[[Inputs], Any]] = field(default_factory=dict)  # more torch versions to bench
     description: str = ""

@@ -8,6 +8,7 @@ so nothing is lost while the database is down. More: docs/helion.md."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import importlib.metadata
 import importlib.util
@@ -25,11 +26,12 @@ from typing import Any
 import torch
 
 from autotuner.base.registry import register_op
+from autotuner.decorator import helion_miss
 from autotuner.decorator.after_import import forget, when_imported
 from autotuner.decorator.configs import module_name
 from autotuner.decorator.kernel_problem import KernelProblem, dtype_name
 from kernels._backend import interpreting
-from search_spaces.contract import TunableOp
+from search_spaces.contract import Option, TunableOp
 from search_spaces.space import Space, config_key
 
 log = logging.getLogger(__name__)
@@ -65,7 +67,8 @@ def helion_op(kernel: Any) -> TunableOp[KernelProblem]:
                        space=Space(params=(), constraints=(), default_fn=lambda p, d: {}), dtypes=(),
                        launch=_not_run, make_inputs=_not_run, problem_from_inputs=_not_run, reference=None,
                        identity=identity, description=(fn.__doc__ or "").strip().split("\n")[0],
-                       call=f"{fn.__name__}(...) (a Helion kernel)")
+                       call=f"{fn.__name__}(...) (a Helion kernel)", search=functools.partial(helion_miss.search, kernel, _patch),
+                       options=(Option("call", data=True, help="a recorded launch, for workers"),))
         register_op(op, replace=True)
         _ops[kernel] = op
         return op
@@ -171,7 +174,14 @@ def _cache_base() -> type:
 
         def get(self) -> Any:
             stored = self._stored() if self.op is not None else None
-            return stored or (self.local.get() if self.local is not None else None)
+            if stored is None and self.local is not None:
+                stored = self.local.get()
+            if stored is None and self.op is not None:
+                stored = self._missed()
+            return stored
+
+        def _missed(self) -> Any:
+            return helion_miss.missed(self, _autotuner_resolver())
 
         def _stored(self) -> Any:
             """The stored current config for this problem, checked by Helion against this kernel's config spec;
@@ -241,17 +251,21 @@ def _cache_base() -> type:
 
 def record(op: TunableOp[KernelProblem], problem: KernelProblem, device: Any, config: dict[str, Any],
            median_ms: float, *, strategy: str) -> None:
-    """Helion's pick as a run of one measured trial and the problem's best (kept unless a faster one is)."""
+    """Helion's pick as a run of one measured trial and the problem's best (kept unless a faster one is), through
+    the job's store while a worker searches (helion_miss.SINK), else this process's database."""
     from autotuner.engine.measure.timing import CUDA_EVENTS, WALL_CLOCK
 
-    store = _autotuner_resolver().store.writer()
+    sink = helion_miss.SINK.get()
+    store = sink[0] if sink is not None else _autotuner_resolver().store.writer()
     clock = WALL_CLOCK if device.is_interpreter else CUDA_EVENTS
     run_id = store.start_run(op=op, problem=problem, device=device, strategy=strategy, budget_trials=None,
-                             budget_seconds=None, clock=clock)
+                             budget_seconds=None, clock=clock, job_id=getattr(store, "job_id", None))
     store.record_trial(run_id=run_id, config=config, config_key=config_key(config), status="ok", median_ms=median_ms)
     store.save_best(op=op, problem=problem, device=device, config=config, median_ms=median_ms, default_ms=None,
                     torch_ms=None, run_id=run_id)
     store.finish_run(run_id=run_id, status="done")
+    if sink is not None:
+        sink.append((config, median_ms, run_id))
 
 
 def _patch() -> None:

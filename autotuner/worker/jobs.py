@@ -95,6 +95,14 @@ def tune_work(job: JobRow, settings: Settings, device: DeviceInfo, kept: KeptPro
                 deadline=time.monotonic() + job.budget_seconds if job.budget_seconds else None,  # the whole job
                 gpus=gpus[:1] if lanes is not None else job_gpus(job, gpus))
 
+    own = op.search
+    if own is not None:  # a generated kernel (Helion's): its own search, writing through the job's store
+        def search(store: JobStore) -> Done:
+            config, ms, run_id = own(problem, device, store, job.budget_trials)
+            return Done(True, f"best {ms:.4g} ms {config} (the kernel's own search)", run_id)
+
+        return search
+
     def run(store: JobStore) -> Done:
         # between a sweep's points: what was fastest either side is measured first (a miss's job, a midpoint's)
         first = tuple(bracketing_configs(store.store, op, problem, device))

@@ -16,10 +16,14 @@ import pytest
 
 pytest.importorskip("helion", reason="Helion is in the dev extra: `pip install -e '.[dev]'`")
 
+from sqlalchemy import update  # noqa: E402
+
 from autotuner.base.settings import Settings  # noqa: E402
 from autotuner.decorator import helion_cache  # noqa: E402
 from autotuner.launch.lookup import Resolver, set_resolver  # noqa: E402
 from autotuner.store.database import Store  # noqa: E402
+from db.engine import session_scope  # noqa: E402
+from db.models import Job  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 NAME = "tests.support.helion_kernels:add_rows"
@@ -43,7 +47,8 @@ def _kernel_run(url, tmp_path, what, extra=None):
 
 
 @pytest.mark.slow
-def test_a_helion_kernel_searched_in_one_process_runs_tuned_in_another_without_a_search(url, tmp_path):
+def test_a_helion_kernel_searched_in_one_process_runs_tuned_in_another_without_a_search(tmp_path):
+    url = f"sqlite:///{tmp_path / 'h.db'}"
     tuned = _kernel_run(url, tmp_path, "tune")
     assert tuned.returncode == 0, tuned.stderr[-3000:]
     assert "matches" in tuned.stdout
@@ -61,14 +66,13 @@ def test_a_helion_kernel_searched_in_one_process_runs_tuned_in_another_without_a
     assert answer["source"] == "exact" and answer["config"] == stored
 
 
-def test_a_stored_config_this_kernel_rejects_is_not_served(tmp_path, monkeypatch, caplog):
+def test_a_stored_config_this_kernel_rejects_is_not_served(url, caplog):
     """A row a writer left whose config Helion's config spec refuses: warned, and the kernel searches (here: the
     cache's answer is None) instead of launching it; a measured config it accepts is served instead."""
     import torch
 
     from tests.support.helion_kernels import add_rows
 
-    url = f"sqlite:///{tmp_path / 'h.db'}"
     set_resolver(Resolver(Settings(db_url=url)))
     helion_cache.install()
     try:
@@ -106,3 +110,42 @@ def test_a_launch_is_keyed_by_its_sizes_layout_and_plain_arguments():
     assert p.dims() == (8, 24, 8, 24)
     wide = helion_cache.helion_problem(add_rows, (torch.randn(2, 3, dtype=torch.float16), "a long text " * 9))
     assert wide.dtype == "float16" and dict(wide.values)["y"].startswith("h")
+
+
+@pytest.mark.slow
+def test_a_new_specialization_launches_the_nearest_tuned_config_and_a_worker_tunes_it(tmp_path):
+    import torch
+
+    from tests.support.helion_kernels import add_rows
+
+    url = f"sqlite:///{tmp_path / 'n.db'}"
+    x = torch.randn(8, 24)
+    bound = add_rows.bind((x, x))
+    set_resolver(Resolver(Settings(db_url=url)))
+    try:  # a tuned neighbour: 8x24 (its config Helion's default, as a search might have picked)
+        tuned = json.loads(bound.config_spec.default_config().to_json())
+        op = helion_cache.helion_op(add_rows)
+        helion_cache.record(op, helion_cache.helion_problem(add_rows, (x, x)), helion_cache._device((x,)), tuned,
+                            0.5, strategy="helion:RandomSearch")
+    finally:
+        set_resolver(None)
+    # 8x32, never tuned: launched at once with 8x24's config, no search (Helion's own check), a job queued
+    served = _run(url, tmp_path, "run", "--", "-m", "tests.support.helion_kernels", "call", "8", "32",
+                  extra={"AUTOTUNER_ON_MISS": "nearest", "HELION_ASSERT_CACHE_HIT": "1"})
+    assert served.returncode == 0, served.stderr[-3000:]
+    assert "matches" in served.stdout
+    assert "launching the nearest tuned problem's config (x_0=8,x_1=24,y_0=8,y_1=24:float32's" in served.stderr
+    jobs = Store(url).jobs_page(state="queued", limit=10, offset=0)[0]
+    assert [(j.op, j.shape) for j in jobs] == [(NAME, "x_0=8,x_1=32,y_0=8,y_1=32")]
+    assert jobs[0].options["call"]["args"]["x"]["tensor"]["shape"] == [8, 32]
+    with session_scope(Store(url).engine) as s:  # the operator's budget for it (a miss queues none)
+        s.execute(update(Job).values(budget_trials=3))
+    worked = _run(url, tmp_path, "worker", "--once", extra={"AUTOTUNER_KERNEL_MODULES": "tests.support.helion_kernels"})
+    assert worked.returncode == 0, worked.stderr[-3000:]
+    assert Store(url).job(jobs[0].id).state == "done", worked.stderr[-3000:]
+    runs = [r for r in Store(url).results(op=NAME) if r.problem_key.startswith("x_0=8,x_1=32")]
+    assert len(runs) == 1
+    again = _run(url, tmp_path, "run", "--", "-m", "tests.support.helion_kernels", "call", "8", "32",
+                 extra={"HELION_ASSERT_CACHE_HIT": "1"})  # exact now: no nearest, no job
+    assert again.returncode == 0 and "Found cached config" in again.stderr
+    assert "nearest" not in again.stderr and len(Store(url).jobs_page(state=None, limit=10, offset=0)[0]) == 1
