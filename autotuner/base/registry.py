@@ -9,6 +9,7 @@ import pkgutil
 import subprocess
 import sys
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any
 
 import search_spaces
@@ -52,15 +53,28 @@ class PluginError(AutotunerError, ValueError):
     """A module named in AUTOTUNER_PLUGINS that cannot be imported."""
 
 
+_SCANNERS: list[Callable[[ModuleType], list[TunableOp[Any]]]] = []
+
+
+def add_module_scanner(scan: Callable[[ModuleType], list[TunableOp[Any]]]) -> None:
+    """A way to find the ops a plugin module defines that importing it does not register (a Helion kernel's op is
+    made at its first search): `load_plugins` registers what `scan(module)` gives."""
+    if scan not in _SCANNERS:
+        _SCANNERS.append(scan)
+
+
 def load_plugins(modules: list[str]) -> None:
-    """Import modules that register ops (worker processes do this before looking ops up); PluginError naming a
-    module that cannot be imported, and why."""
+    """Import modules that register ops (worker processes do this before looking ops up), and register the ops the
+    scanners find in them; PluginError naming a module that cannot be imported, and why."""
     for name in modules:
         try:
-            importlib.import_module(name)
+            module = importlib.import_module(name)
         except Exception as exc:
             raise PluginError(f"AUTOTUNER_PLUGINS names {name!r}, which cannot be imported: {type(exc).__name__}: "
                               f"{exc} (run from where it imports, or set PYTHONPATH)") from exc
+        for scan in _SCANNERS:
+            for op in scan(module):
+                register_op(op, replace=True)
 
 
 def op_names() -> list[str]:

@@ -3,11 +3,12 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import typer
 
-from autotuner.base.registry import add_op_finder, load_plugins
+from autotuner.base.registry import add_module_scanner, add_op_finder, load_plugins
 from autotuner.base.settings import Settings
 
 METAVARS = {"str": "TEXT", "text": "TEXT", "int": "N", "int range": "N", "float": "X", "float range": "X",
@@ -39,8 +40,19 @@ def _covered_op(name: str) -> Any:
     return find_op(name)
 
 
+def _helion_ops(module: Any) -> list[Any]:
+    """The ops of a plugin module's Helion kernels (the decorator and its Helion support imported only where the
+    module imported Helion)."""
+    if "helion" not in sys.modules:
+        return []
+    from autotuner.decorator.helion_cache import module_ops
+
+    return module_ops(module)
+
+
 def build() -> typer.Typer:
     """The app with every command (the plugins loaded first)."""
+    add_module_scanner(_helion_ops)
     load_plugins(Settings().plugins)
     add_op_finder(_covered_op)
     from autotuner.cli import bench, database, install, ops, replay, service, show, transfer, tune

@@ -74,6 +74,13 @@ def helion_op(kernel: Any) -> TunableOp[KernelProblem]:
         return op
 
 
+def module_ops(module: Any) -> list[TunableOp[KernelProblem]]:
+    """The ops of a module's Helion kernels (a plugin's: the service and workers serve them)."""
+    from helion.runtime.kernel import Kernel
+
+    return [helion_op(value) for value in list(vars(module).values()) if isinstance(value, Kernel)]
+
+
 def find_op(module: Any, qualname: str) -> TunableOp[KernelProblem] | None:
     """The op of the module's Helion kernel over the function `qualname` (`autotuner show` names it)."""
     if "helion" not in sys.modules:

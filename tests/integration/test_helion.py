@@ -24,6 +24,7 @@ from autotuner.launch.lookup import Resolver, set_resolver  # noqa: E402
 from autotuner.store.database import Store  # noqa: E402
 from db.engine import session_scope  # noqa: E402
 from db.models import Job  # noqa: E402
+from tests.support.server import running_server  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 NAME = "tests.support.helion_kernels:add_rows"
@@ -149,3 +150,11 @@ def test_a_new_specialization_launches_the_nearest_tuned_config_and_a_worker_tun
                  extra={"HELION_ASSERT_CACHE_HIT": "1"})  # exact now: no nearest, no job
     assert again.returncode == 0 and "Found cached config" in again.stderr
     assert "nearest" not in again.stderr and len(Store(url).jobs_page(state=None, limit=10, offset=0)[0]) == 1
+    # the service, with the kernel's module as a plugin, answers for it as for a decorated kernel
+    with running_server(url, AUTOTUNER_PLUGINS="tests.support.helion_kernels") as client:
+        exact = client.get("/config", params={"op": NAME, "shape": "x_0=8,x_1=32,y_0=8,y_1=32", "dtype": "float32"})
+        assert exact.status_code == 200, exact.text
+        assert exact.json()["source"] == "exact" and exact.json()["config"] == runs[0].config
+        near = client.get("/config", params={"op": NAME, "shape": "x_0=8,x_1=36,y_0=8,y_1=36", "dtype": "float32"})
+        assert near.status_code == 200, near.text
+        assert near.json()["source"] == "nearest" and near.json()["config"] == runs[0].config
