@@ -305,6 +305,16 @@ def _tune(op: str, op_obj: Op, prob: ProblemType, s: Settings, store: Storage, k
     device = current_device(by.gpu if by is not None else plan_device(plan))
     if device.is_interpreter and not as_json:
         warn("No GPU: kernels run in Triton's interpreter and times are CPU wall-clock, not GPU speed.")
+    if op_obj.search is not None:  # a generated kernel (Helion's): its own search, as a worker runs it
+        handed_run.release(kept)
+        config, ms, run_id = op_obj.search(prob, device, store, plan.trials)
+        if as_json:
+            print_json({"op": op, "problem_key": prob.key, "device": device.key, "best_config": config,
+                        "best_ms": ms, "run_id": run_id, "strategy": "the kernel's own search"})
+        else:
+            console.print(f"{op} {prob.key} on {device.key}: best {ms:.4g} ms {config} (the kernel's own search; "
+                          f"run {run_id})", soft_wrap=True)
+        return
     if by is not None and not as_json and not quiet:
         err.print(f"tuning in worker {by.worker} on this host (its processes were running: no start-up)", style="dim")
     # imports, the database, the device: before the tuner's phases (handed to a worker: this process's, waiting)
