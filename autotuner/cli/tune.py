@@ -307,7 +307,10 @@ def _tune(op: str, op_obj: Op, prob: ProblemType, s: Settings, store: Storage, k
         warn("No GPU: kernels run in Triton's interpreter and times are CPU wall-clock, not GPU speed.")
     if op_obj.search is not None:  # a generated kernel (Helion's): its own search, as a worker runs it
         handed_run.release(kept)
-        config, ms, run_id = op_obj.search(prob, device, store, plan.trials)
+        try:
+            config, ms, run_id = op_obj.search(prob, device, store, plan.trials)
+        except Exception as exc:  # noqa: BLE001 - the generator's own errors, said in one line
+            fail(f"{op} {prob.key}: the kernel's own search failed: {type(exc).__name__}: {str(exc)[:500]}")
         if as_json:
             print_json({"op": op, "problem_key": prob.key, "device": device.key, "best_config": config,
                         "best_ms": ms, "run_id": run_id, "strategy": "the kernel's own search"})
