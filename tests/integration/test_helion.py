@@ -36,6 +36,17 @@ HELION_ENV = {"HELION_AUTOTUNE_PRECOMPILE": "0", "HELION_AUTOTUNE_BENCHMARK_SUBP
               "HELION_AUTOTUNE_RANDOM_SEED": "7", "HELION_AUTOTUNE_PROGRESS_BAR": "0"}
 
 
+@pytest.fixture(autouse=True)
+def _forget_the_kernel():
+    """The Helion kernel's op is registered in this process by the tests that make one: forgotten afterwards, so
+    later tests in this worker see the registry as it was."""
+    yield
+    from autotuner.base.registry import unregister_op
+
+    unregister_op(NAME)
+    helion_cache._ops.clear()
+
+
 def _run(url, tmp_path, *args, extra=None):
     env = {**os.environ, **HELION_ENV, "AUTOTUNER_DB_URL": url, "HELION_CACHE_DIR": str(tmp_path / "helion"),
            **(extra or {})}
