@@ -85,8 +85,10 @@ def _backend_class(cache: str) -> type:
 
 
 def _patch() -> None:
-    """Each of Inductor's remote caches over the database, and its switch on where unset."""
+    """Each of Inductor's remote caches over the database, and its switch on where unset (once)."""
     remote = importlib.import_module(MODULE)
+    if _installed:
+        return
     for cache, (module, switch) in CACHES.items():
         cls = getattr(remote, cache, None)
         config = importlib.import_module(module)

@@ -1,12 +1,13 @@
 """torch.compile's remote caches over the database (autotuner/decorator/inductor_cache.py): a block compiled in one
 process under `python -m autotuner run` with AUTOTUNER_COMPILE_SECRET set is loaded by a process with an empty
 Inductor cache folder (another host, as Inductor sees it) from the database; an entry changed in the database is
-not loaded; without a secret nothing is kept. Inductor compiles for the CPU here. On SQLite: the signed files'
+not loaded; without a secret nothing is hooked. Inductor compiles for the CPU here. On SQLite: the signed files'
 table on PostgreSQL is the shared compiles' (tests/integration/test_compile_share.py)."""
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select, update
 
+from autotuner.decorator import inductor_cache
 from autotuner.store.database import Store
 from db.engine import session_scope
 from db.models import CompiledFile
@@ -42,7 +44,7 @@ def _kept(url):
 
 
 @pytest.mark.slow
-def test_a_graph_kept_by_one_process_is_loaded_by_another_with_an_empty_cache_folder_unless_changed(tmp_path):
+def test_a_graph_kept_by_one_process_is_loaded_by_another_with_an_empty_cache_folder_unless_changed(tmp_path, caplog):
     url = f"sqlite:///{tmp_path / 'c.db'}"
     first, _ = _compile(url, tmp_path / "first")
     assert first.get("fxgraph_cache_miss") == 1 and not first.get("fxgraph_cache_hit")
@@ -51,14 +53,28 @@ def test_a_graph_kept_by_one_process_is_loaded_by_another_with_an_empty_cache_fo
     assert second.get("fxgraph_cache_hit") == 1 and not second.get("fxgraph_cache_miss")
     with session_scope(Store(url).engine) as s:  # what a writer without the secret could leave
         s.execute(update(CompiledFile).values(data=b"import os  # not what was signed"))
-    third, stderr = _compile(url, tmp_path / "third")
-    assert third.get("fxgraph_cache_miss") == 1 and not third.get("fxgraph_cache_hit")
-    assert "does not verify" in stderr
+    # the backend a third process would read through: the changed entry is a miss, said (Inductor compiles on a
+    # miss, as the first process did)
+    from torch._inductor.remote_cache import RemoteFxGraphCache
+
+    inductor_cache.install(url, SECRET)  # (Inductor imported: hooked at once)
+    try:
+        backend = RemoteFxGraphCache.backend_override_cls()
+        with session_scope(Store(url).engine) as s:
+            key = s.scalars(select(CompiledFile.filename).where(
+                CompiledFile.cache_key == "inductor/RemoteFxGraphCache")).first()
+        with caplog.at_level(logging.WARNING):
+            assert backend._get(key) is None
+        assert "does not verify" in caplog.text
+    finally:
+        inductor_cache.uninstall()
 
 
-@pytest.mark.slow
-def test_without_a_secret_nothing_is_kept(tmp_path):
-    url = f"sqlite:///{tmp_path / 'c.db'}"
-    counters, _ = _compile(url, tmp_path / "first", secret=None)
-    assert counters.get("fxgraph_cache_miss") == 1
-    assert not (tmp_path / "c.db").exists() or _kept(url) == []
+def test_without_a_secret_nothing_is_hooked(tmp_path):
+    from torch._inductor import config
+    from torch._inductor.remote_cache import RemoteFxGraphCache
+
+    before = (RemoteFxGraphCache.backend_override_cls, config.fx_graph_remote_cache)
+    assert inductor_cache.install(f"sqlite:///{tmp_path / 'c.db'}", None) is False
+    assert (RemoteFxGraphCache.backend_override_cls, config.fx_graph_remote_cache) == before
+    assert not (tmp_path / "c.db").exists()
