@@ -190,9 +190,11 @@ def _static_launch(compiled: Any, device: int, values: list[Any], taken: list[in
         launcher: Any = torch._C._StaticCudaLauncher
         key = (compiled.hash, device)
         if key not in _LOADED:
+            _LOADED[key] = None  # refused, unless it loads here (a load that raises is refused once, too)
             kernel = static_kernel(compiled)
             function = None if kernel is None else _load(launcher, compiled, kernel, device)
-            _LOADED[key] = None if function is None else (kernel, function)
+            if function is not None:
+                _LOADED[key] = (kernel, function)
         if _LOADED[key] is None:
             return None
         kernel, function = _LOADED[key]
