@@ -74,24 +74,23 @@ def helion_op(kernel: Any) -> TunableOp[KernelProblem]:
         return op
 
 
-def module_ops(module: Any) -> list[TunableOp[KernelProblem]]:
-    """The ops of a module's Helion kernels (a plugin's: the service and workers serve them)."""
+def _kernels(module: Any) -> list[Any]:
+    """The module's Helion kernels (none where Helion is not imported: then it defines none)."""
+    if "helion" not in sys.modules:
+        return []
     from helion.runtime.kernel import Kernel
 
-    return [helion_op(value) for value in list(vars(module).values()) if isinstance(value, Kernel)]
+    return [value for value in list(vars(module).values()) if isinstance(value, Kernel)]
+
+
+def module_ops(module: Any) -> list[TunableOp[KernelProblem]]:
+    """The ops of a module's Helion kernels (a plugin's: the service and workers serve them)."""
+    return [helion_op(kernel) for kernel in _kernels(module)]
 
 
 def find_op(module: Any, qualname: str) -> TunableOp[KernelProblem] | None:
     """The op of the module's Helion kernel over the function `qualname` (`autotuner show` names it)."""
-    if "helion" not in sys.modules:
-        return None
-    from helion.runtime.kernel import Kernel
-
-    for value in list(vars(module).values()):
-        if isinstance(value, Kernel) and getattr(value.fn, "__qualname__", None) == qualname:
-            op = helion_op(value)
-            return op if op.name.partition(":")[2] == qualname else None
-    return None
+    return next((helion_op(k) for k in _kernels(module) if getattr(k.fn, "__qualname__", None) == qualname), None)
 
 
 def _text(value: str) -> str:
@@ -263,7 +262,7 @@ def record(op: TunableOp[KernelProblem], problem: KernelProblem, device: Any, co
     from autotuner.engine.measure.timing import CUDA_EVENTS, WALL_CLOCK
 
     sink = helion_miss.SINK.get()
-    store = sink[0] if sink is not None else _autotuner_resolver().store.writer()
+    store = sink.store if sink is not None else _autotuner_resolver().store.writer()
     clock = WALL_CLOCK if device.is_interpreter else CUDA_EVENTS
     run_id = store.start_run(op=op, problem=problem, device=device, strategy=strategy, budget_trials=None,
                              budget_seconds=None, clock=clock, job_id=getattr(store, "job_id", None))
@@ -272,7 +271,7 @@ def record(op: TunableOp[KernelProblem], problem: KernelProblem, device: Any, co
                     torch_ms=None, run_id=run_id)
     store.finish_run(run_id=run_id, status="done")
     if sink is not None:
-        sink.append((config, median_ms, run_id))
+        sink.result = (config, median_ms, run_id)
 
 
 def _patch() -> None:

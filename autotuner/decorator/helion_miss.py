@@ -9,6 +9,7 @@ import inspect
 import logging
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from autotuner.decorator.after_import import when_imported
@@ -16,8 +17,17 @@ from autotuner.decorator.kernel_problem import KernelProblem, rebuild_args, reco
 from autotuner.decorator.miss import KernelNotTuned
 
 log = logging.getLogger(__name__)
-# while a worker searches: [the job's store, then what helion_cache.record wrote through it: (config, ms, run id)]
-SINK: contextvars.ContextVar[list[Any] | None] = contextvars.ContextVar("helion_sink", default=None)
+
+
+@dataclass
+class Sink:
+    """While a worker searches: the job's store, and what helion_cache.record wrote through it."""
+
+    store: Any
+    result: tuple[Any, float, int] | None = None  # (config, ms, run id)
+
+
+SINK: contextvars.ContextVar[Sink | None] = contextvars.ContextVar("helion_sink", default=None)
 
 
 def missed(cache: Any, r: Any) -> Any:
@@ -78,15 +88,15 @@ def search(kernel: Any, patch: Callable[[], None], problem: KernelProblem, devic
     when_imported("helion.autotuner", patch)
     named = rebuild_args(problem.call, device.torch_device)
     args = tuple(named[n] for n in inspect.signature(kernel.fn).parameters if n in named)
-    sink: list[Any] = [store]
+    sink = Sink(store)
     token = SINK.set(sink)
     try:
         kernel.autotune(args, force=True, **_count(budget))
     finally:
         SINK.reset(token)
-    if len(sink) < 2:
+    if sink.result is None:
         raise RuntimeError(f"{problem.key}: Helion's search kept no timed config")
-    return tuple(sink[1])
+    return sink.result
 
 
 def _count(budget: int | None) -> dict[str, int]:
