@@ -88,6 +88,7 @@ class ProblemType(Protocol):
 
 P = TypeVar("P", bound=ProblemType)
 INDEX_LIMIT = 2**31 - 1  # the kernels compute offsets in 32-bit integers
+OWN_SEARCH = "own"  # the strategy name a generated kernel's search takes for its generator's own search
 Inputs = Mapping[str, Any]
 OpKind = Literal["op", "kernel"]  # op: inputs are made from the problem alone (built-in ops, plugins); kernel: an
 # autotuner.autotune kernel, whose inputs are rebuilt from a launch recorded and carried with the problem
@@ -235,8 +236,9 @@ class TunableOp(Generic[P]):
     # every valid config
     checked: Callable[[Inputs, Mapping[str, Any]], Any] | None = None  # a launch whose outputs are compared
     # (default: `launch`); for a kernel writing into its arguments, their copies taken before any restore
-    search: Callable[..., tuple[Any, ...]] | None = None  # a generated kernel's own search, which a worker runs
-    # instead of the engine's: (problem, device, the job's store, budget) -> (config, ms, run id)
+    search: Callable[..., tuple[Any, ...]] | None = None  # a generated kernel's search, which a worker runs instead
+    # of the engine's: (problem, device, the job's store, budget, strategy name: a registered one or OWN_SEARCH) ->
+    # (config, ms, run id)
     baseline: Callable[[Inputs], Any] | None = None  # torch's own version, for speedups
     variants: Mapping[str, Callable[[Inputs], Any]] = field(default_factory=dict)  # more torch versions to bench
     description: str = ""

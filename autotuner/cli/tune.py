@@ -36,7 +36,7 @@ from autotuner.cli.handoff import since_process_start
 from autotuner.engine.search.strategies import strategies_help
 from autotuner.engine.sweeps.refine import DEFAULT_TARGET
 from autotuner.engine.tune_result import TrialRecord, TuneObserver, TuneResult
-from search_spaces.contract import ProblemType
+from search_spaces.contract import OWN_SEARCH, ProblemType
 
 if TYPE_CHECKING:  # the engine and the store load when the command runs, not when the CLI starts
     from autotuner.base.registry import Op
@@ -116,7 +116,8 @@ def tune(
                                              "start-up included: the search gets most of what is left after set-up, "
                                              "the re-time the rest; a trial still running when it ends is cut, and "
                                              "none measured by then is an error (exit 1)"),
-    strategy: str = typer.Option("tpe", "--strategy", help=f"the search: {strategies_help()}"),
+    strategy: str = typer.Option("tpe", "--strategy", help=f"the search: {strategies_help()}; for a Helion kernel "
+                                 f"also {OWN_SEARCH}: Helion's own search"),
     seed: int = typer.Option(0, "--seed"),
     margin: float | None = typer.Option(None, "--margin", min=0.0, max=0.99,
                                         help="keep the default config unless another's re-time is faster by more "
@@ -199,10 +200,6 @@ def _request(op: str, shape: str | None, dtype: str | None, flags: dict[str, str
     from autotuner.store import open_store
     from kernels._backend import interpreting
 
-    try:
-        check_strategy(strategy)
-    except ValueError as exc:
-        fail(str(exc))
     by = handed_run.current()  # a worker running this command for a process on its host
     s = settings(db)
     try:
@@ -215,6 +212,11 @@ def _request(op: str, shape: str | None, dtype: str | None, flags: dict[str, str
     if by is not None:
         by.check_database(s.db_url)
     op_obj, probs, dim = problems(op, shape, dtype, flags, options)
+    if op_obj.search is None or strategy != OWN_SEARCH:  # (a generated kernel's search also takes its generator's own)
+        try:
+            check_strategy(strategy)
+        except ValueError as exc:
+            fail(str(exc))
     if check:
         return _Request(s, by, devices, _job_gpus(gpus) if queue else None, op_obj, probs, dim, None)
     store = open_store(s.db_url)
@@ -305,18 +307,18 @@ def _tune(op: str, op_obj: Op, prob: ProblemType, s: Settings, store: Storage, k
     device = current_device(by.gpu if by is not None else plan_device(plan))
     if device.is_interpreter and not as_json:
         warn("No GPU: kernels run in Triton's interpreter and times are CPU wall-clock, not GPU speed.")
-    if op_obj.search is not None:  # a generated kernel (Helion's): its own search, as a worker runs it
+    if op_obj.search is not None:  # a generated kernel (Helion's): searched through its generator, as a worker does
         handed_run.release(kept)
         try:
-            config, ms, run_id = op_obj.search(prob, device, store, plan.trials)
+            config, ms, run_id = op_obj.search(prob, device, store, plan.trials, str(plan.strategy))
         except Exception as exc:  # noqa: BLE001 - the generator's own errors, said in one line
-            fail(f"{op} {prob.key}: the kernel's own search failed: {type(exc).__name__}: {str(exc)[:500]}")
+            fail(f"{op} {prob.key}: the search failed: {type(exc).__name__}: {str(exc)[:500]}")
         if as_json:
             print_json({"op": op, "problem_key": prob.key, "device": device.key, "best_config": config,
-                        "best_ms": ms, "run_id": run_id, "strategy": "the kernel's own search"})
+                        "best_ms": ms, "run_id": run_id, "strategy": str(plan.strategy)})
         else:
-            console.print(f"{op} {prob.key} on {device.key}: best {ms:.4g} ms {config} (the kernel's own search; "
-                          f"run {run_id})", soft_wrap=True)
+            console.print(f"{op} {prob.key} on {device.key}: best {ms:.4g} ms {config} ({plan.strategy} through the "
+                          f"kernel's generator; run {run_id})", soft_wrap=True)
         return
     if by is not None and not as_json and not quiet:
         err.print(f"tuning in worker {by.worker} on this host (its processes were running: no start-up)", style="dim")

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from autotuner.base.registry import register_op
-from autotuner.decorator import helion_miss
+from autotuner.decorator import helion_miss, helion_search
 from autotuner.decorator.after_import import forget, when_imported
 from autotuner.decorator.configs import module_name
 from autotuner.decorator.kernel_problem import KernelProblem, dtype_name
@@ -237,7 +237,7 @@ def _cache_base() -> type:
                 return
             try:
                 record(self.op, self.problem, self.device, json.loads(config.to_json()), float(median_ms),
-                       strategy=f"helion:{type(self.autotuner).__name__}")
+                       strategy=getattr(self.autotuner, "label", None) or f"helion:{type(self.autotuner).__name__}")
             except Exception as exc:  # noqa: BLE001 - kept in Helion's own file where it can be, as without autotuner
                 log.warning("autotuner: %s: Helion's pick could not be stored (%s)", self.label, exc)
 
@@ -292,6 +292,7 @@ def _patch() -> None:
             else:
                 _timer.append(benchmark_provider.do_bench)
                 benchmark_provider.do_bench = do_bench_generic
+        helion_search.register()
         for name in REPLACED:
             original = cache_classes.get(name)
             if original is None:
@@ -316,6 +317,7 @@ def uninstall() -> None:
 
         cache_classes.update(_originals)
         _originals.clear()
+        helion_search.unregister()
         if _timer:
             from helion.autotuner import benchmark_provider
 

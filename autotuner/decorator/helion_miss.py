@@ -15,8 +15,10 @@ from typing import Any
 from autotuner.decorator.after_import import when_imported
 from autotuner.decorator.kernel_problem import KernelProblem, rebuild_args, record_call
 from autotuner.decorator.miss import KernelNotTuned
+from search_spaces.contract import OWN_SEARCH
 
 log = logging.getLogger(__name__)
+HELION_STRATEGIES = ("tpe", "random", OWN_SEARCH)  # what `search` takes; tpe, as everywhere, by default
 
 
 @dataclass
@@ -78,11 +80,16 @@ def regret(r: Any, cache: Any, from_key: str) -> str:
 
 
 def search(kernel: Any, patch: Callable[[], None], problem: KernelProblem, device: Any, store: Any,
-           budget: int | None) -> tuple[Any, ...]:
-    """A worker's tuning of a Helion kernel's problem: the recorded call's arguments rebuilt on `device`, Helion's
-    own search run on them with the store's cache in place (`patch`; its settings from the worker's HELION_*
-    environment; `budget` configs where the search takes a count), its pick written through `store` (the job's).
-    (config, ms, run id)."""
+           budget: int | None, strategy: str = "tpe") -> tuple[Any, ...]:
+    """A worker's tuning of a Helion kernel's problem: the recorded call's arguments rebuilt on `device`, then a
+    search with the store's cache in place (`patch`), its pick written through `store` (the job's). `strategy`:
+    `tpe`, the project's search over Helion's config space (helion_search); `random`, Helion's random configs;
+    OWN_SEARCH, Helion's own search (HELION_AUTOTUNER's, else its default; its settings from the worker's HELION_*
+    environment). `budget`: configs benchmarked, where the search takes a count. (config, ms, run id)."""
+    if strategy not in HELION_STRATEGIES:
+        raise ValueError(f"a Helion kernel is searched by {', '.join(HELION_STRATEGIES)}; not {strategy!r} (its "
+                         "space is not a finite list)" if strategy == "exhaustive" else
+                         f"a Helion kernel is searched by {', '.join(HELION_STRATEGIES)}; not {strategy!r}")
     if not problem.call:
         raise ValueError(f"{problem.key}: no recorded call to rebuild the arguments from")
     when_imported("helion.autotuner", patch)
@@ -91,12 +98,29 @@ def search(kernel: Any, patch: Callable[[], None], problem: KernelProblem, devic
     sink = Sink(store)
     token = SINK.set(sink)
     try:
-        kernel.autotune(args, force=True, **_count(budget))
+        if strategy == OWN_SEARCH:
+            kernel.autotune(args, force=True, **_count(budget))
+        else:
+            _run(kernel, args, strategy, budget)
     finally:
         SINK.reset(token)
     if sink.result is None:
-        raise RuntimeError(f"{problem.key}: Helion's search kept no timed config")
+        raise RuntimeError(f"{problem.key}: the search kept no timed config")
     return sink.result
+
+
+def _run(kernel: Any, args: tuple[Any, ...], strategy: str, budget: int | None) -> Any:
+    """One of the project's searches over the kernel's configs, through the cache Helion's settings name (the
+    store's, under `patch`), as Helion's default autotuner function would run its own."""
+    from helion.autotuner import RandomSearch, cache_classes
+
+    from autotuner.decorator.helion_search import DEFAULT_COUNT, search_class
+
+    args = kernel.normalize_args(*args)
+    bound = kernel.bind(args)
+    cls = search_class() if strategy == "tpe" else RandomSearch
+    search = cls(bound, args, count=budget or DEFAULT_COUNT)
+    return cache_classes[bound.settings.autotune_cache](search).autotune(skip_cache=True)
 
 
 def _count(budget: int | None) -> dict[str, int]:
