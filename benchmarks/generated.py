@@ -97,20 +97,26 @@ def _count_helion_benchmarks() -> list[int]:
     return counted
 
 
-def probe_helion(name: str, started: float) -> dict:
+def _workload(name: str) -> tuple:
+    """A Helion workload: its kernel, arguments and torch's op on them."""
     import torch
 
-    counted = _count_helion_benchmarks()
     kernel = {"matmul": matmul, "softmax": softmax}[name]
     torch.manual_seed(0)
     args: tuple[torch.Tensor, ...]
     if name == "matmul":
         args = (torch.randn(4096, 4096, device="cuda", dtype=torch.float16),
                 torch.randn(4096, 4096, device="cuda", dtype=torch.float16))
-        reference = lambda: torch.mm(*args)  # noqa: E731
-    else:
-        args = (torch.randn(4096, 32768, device="cuda", dtype=torch.bfloat16),)
-        reference = lambda: torch.softmax(args[0], dim=1)  # noqa: E731
+        return kernel, args, lambda: torch.mm(*args)
+    args = (torch.randn(4096, 32768, device="cuda", dtype=torch.bfloat16),)
+    return kernel, args, lambda: torch.softmax(args[0], dim=1)
+
+
+def probe_helion(name: str, started: float) -> dict:
+    import torch
+
+    counted = _count_helion_benchmarks()
+    kernel, args, reference = _workload(name)
     out = kernel(*args)
     torch.cuda.synchronize()
     first = time.time() - started
@@ -118,6 +124,41 @@ def probe_helion(name: str, started: float) -> dict:
     bound = kernel.bind(args)
     config = getattr(bound, "_config", None)
     return {"first_call_s": first, "benchmarks": counted[0], "matches": ok, "ms": _gpu_ms(lambda: kernel(*args)),
+            "torch_ms": _gpu_ms(reference), "config": str(config)}
+
+
+def probe_search(searcher: str, name: str) -> dict:
+    """One search of a Helion workload's configs, nothing cached: Helion's default search (`helion`, at the effort
+    HELION_AUTOTUNE_EFFORT names) or autotuner's (`tpe`: helion_search, GENERATED_COUNT configs). Each config's
+    time as the search measured it, with the seconds since the search began; the pick re-timed."""
+    import torch
+    from helion.autotuner import base_search
+
+    timeline: list[tuple[float, float]] = []
+    original = base_search.BaseSearch.benchmark_function  # (Helion 1.0 times each config through it)
+
+    def timed(self, *args, **kwargs):
+        ms = original(self, *args, **kwargs)
+        timeline.append((time.perf_counter() - t0, float(ms)))
+        return ms
+
+    base_search.BaseSearch.benchmark_function = timed
+    kernel, args, reference = _workload(name)
+    seed = int(os.environ.get("HELION_AUTOTUNE_RANDOM_SEED", "0"))
+    t0 = time.perf_counter()
+    if searcher == "helion":
+        config = kernel.autotune(args, force=True)
+    else:
+        from autotuner.decorator.helion_search import search_class
+
+        normal = kernel.normalize_args(*args)
+        bound = kernel.bind(normal)
+        config = search_class()(bound, normal, count=int(os.environ["GENERATED_COUNT"]), seed=seed).autotune()
+        bound.set_config(config)
+    search_s = time.perf_counter() - t0
+    out = kernel(*args)
+    ok = bool(torch.allclose(out.float(), reference().float(), atol=2e-2, rtol=2e-2))
+    return {"search_s": search_s, "timeline": timeline, "matches": ok, "ms": _gpu_ms(lambda: kernel(*args)),
             "torch_ms": _gpu_ms(reference), "config": str(config)}
 
 
@@ -158,11 +199,12 @@ def probe_inductor(started: float) -> dict:
                 "ms": _gpu_ms(lambda: compiled(x)), "torch_ms": _gpu_ms(lambda: block(x)), "counters": dict(c)}
 
 
-def run_probe(workload: str, under_autotuner: bool, folders: Path, db: str, secret: str | None) -> dict:
+def run_probe(workload: str, under_autotuner: bool, folders: Path, db: str, secret: str | None,
+              extra: dict[str, str] | None = None) -> dict:
     env = {**os.environ, "HELION_CACHE_DIR": str(folders / "helion"), "TRITON_CACHE_DIR": str(folders / "triton"),
            "TORCHINDUCTOR_CACHE_DIR": str(folders / "inductor"), "AUTOTUNER_DB_URL": db,
            "AUTOTUNER_KERNEL_CACHE_DIR": str(folders / "kept"), "HELION_AUTOTUNE_EFFORT": "quick",
-           "HELION_AUTOTUNE_PROGRESS_BAR": "0"}
+           "HELION_AUTOTUNE_PROGRESS_BAR": "0", **(extra or {})}
     env.pop("AUTOTUNER_COMPILE_SECRET", None)
     if secret:
         env["AUTOTUNER_COMPILE_SECRET"] = secret
@@ -194,16 +236,56 @@ def scenarios(workload: str, root: Path) -> dict[str, dict]:
     return results
 
 
+def search_scenarios(workload: str, root: Path, seeds: int) -> dict[str, dict]:
+    """Helion's default search, then autotuner's on the same budget (the configs Helion's benchmarked), per seed;
+    each a new process with fresh folders."""
+    out: dict[str, dict] = {}
+    for seed in range(seeds):
+        env = {"HELION_AUTOTUNE_RANDOM_SEED": str(seed)}
+        theirs = run_probe(f"search-helion:{workload}", False, root / f"{workload}-{seed}-helion",
+                           f"sqlite:///{root}/unused.db", None, env)
+        out[f"helion seed {seed}"] = theirs
+        count = len(theirs.get("timeline", ())) or 30
+        out[f"tpe seed {seed}"] = run_probe(f"search-tpe:{workload}", False, root / f"{workload}-{seed}-tpe",
+                                            f"sqlite:///{root}/unused.db", None, {**env, "GENERATED_COUNT": str(count)})
+    return out
+
+
+def report_searches(workload: str, runs: dict[str, dict]) -> None:
+    """Per search: configs benchmarked, seconds to within 2% of the best any search of the workload found, the
+    search's seconds, and its pick's time re-measured."""
+    found = [ms for r in runs.values() for _, ms in r.get("timeline", ()) if ms == ms and ms != float("inf")]
+    best = min(found) if found else None
+    for name, r in runs.items():
+        if "error" in r or best is None:
+            print(f"{workload:8} {name:14} ERROR {r.get('error', 'no config timed')[-600:]}", flush=True)
+            continue
+        near = next((t for t, ms in r["timeline"] if ms <= 1.02 * best), None)
+        own_best = min((ms for _, ms in r["timeline"]), default=float("inf"))
+        print(f"{workload:8} {name:14} configs {len(r['timeline']):4}  within 2% after "
+              f"{'never' if near is None else f'{near:6.1f} s'}  search {r['search_s']:6.1f} s  best found "
+              f"{own_best / best:.3f}x of all  pick {r['ms']:.4f} ms ({r['torch_ms'] / r['ms']:.3f}x torch)  "
+              f"matches {r['matches']}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--probe", help=argparse.SUPPRESS)
     parser.add_argument("--started", type=float, help=argparse.SUPPRESS)
     parser.add_argument("--workloads", default="matmul,softmax,inductor")
+    parser.add_argument("--searches", type=int, default=0, metavar="SEEDS",
+                        help="instead: Helion's default search against autotuner's on the same budget, per seed")
     parser.add_argument("--json-out")
     args = parser.parse_args()
     if args.probe:
         started = args.started or time.time()
-        result = probe_inductor(started) if args.probe == "inductor" else probe_helion(args.probe, started)
+        if args.probe.startswith("search-"):
+            searcher, name = args.probe.removeprefix("search-").split(":")
+            result = probe_search(searcher, name)
+        elif args.probe == "inductor":
+            result = probe_inductor(started)
+        else:
+            result = probe_helion(args.probe, started)
         print(json.dumps(result))
         return
     import torch
@@ -212,6 +294,10 @@ def main() -> None:
     every = {}
     with tempfile.TemporaryDirectory() as tmp:
         for workload in args.workloads.split(","):
+            if args.searches:
+                every[workload] = search_scenarios(workload, Path(tmp), args.searches)
+                report_searches(workload, every[workload])
+                continue
             every[workload] = scenarios(workload, Path(tmp))
             own = next(iter(every[workload].values())).get("ms")
             for name, r in every[workload].items():

@@ -237,7 +237,8 @@ def _cache_base() -> type:
                 return
             try:
                 record(self.op, self.problem, self.device, json.loads(config.to_json()), float(median_ms),
-                       strategy=getattr(self.autotuner, "label", None) or f"helion:{type(self.autotuner).__name__}")
+                       strategy=getattr(self.autotuner, "label", None) or f"helion:{type(self.autotuner).__name__}",
+                       trials=self.autotuner.trials() if hasattr(self.autotuner, "trials") else ())
             except Exception as exc:  # noqa: BLE001 - kept in Helion's own file where it can be, as without autotuner
                 log.warning("autotuner: %s: Helion's pick could not be stored (%s)", self.label, exc)
 
@@ -256,9 +257,10 @@ def _cache_base() -> type:
 
 
 def record(op: TunableOp[KernelProblem], problem: KernelProblem, device: Any, config: dict[str, Any],
-           median_ms: float, *, strategy: str) -> None:
-    """Helion's pick as a run of one measured trial and the problem's best (kept unless a faster one is), through
-    the job's store while a worker searches (helion_miss.SINK), else this process's database."""
+           median_ms: float, *, strategy: str, trials: Sequence[tuple[dict[str, Any], str, float | None]] = ()) -> None:
+    """A search's pick as a run and the problem's best (kept unless a faster one is), through the job's store while
+    a worker searches (helion_miss.SINK), else this process's database. The run's trials: `trials` (config, status,
+    ms) where the search kept them (ours does), else the pick alone (Helion's searches keep theirs to themselves)."""
     from autotuner.engine.measure.timing import CUDA_EVENTS, WALL_CLOCK
 
     sink = helion_miss.SINK.get()
@@ -266,7 +268,8 @@ def record(op: TunableOp[KernelProblem], problem: KernelProblem, device: Any, co
     clock = WALL_CLOCK if device.is_interpreter else CUDA_EVENTS
     run_id = store.start_run(op=op, problem=problem, device=device, strategy=strategy, budget_trials=None,
                              budget_seconds=None, clock=clock, job_id=getattr(store, "job_id", None))
-    store.record_trial(run_id=run_id, config=config, config_key=config_key(config), status="ok", median_ms=median_ms)
+    for cfg, status, ms in trials or [(config, "ok", median_ms)]:
+        store.record_trial(run_id=run_id, config=cfg, config_key=config_key(cfg), status=status, median_ms=ms)
     store.save_best(op=op, problem=problem, device=device, config=config, median_ms=median_ms, default_ms=None,
                     torch_ms=None, run_id=run_id)
     store.finish_run(run_id=run_id, status="done")

@@ -95,6 +95,10 @@ class _Dims:
         return flat
 
 
+# Helion's benchmark statuses as a trial's (db.models.TRIAL_STATUSES); any other failure is a compile error
+_STATUS = {"timeout": "timeout", "accuracy_error": "wrong_result"}
+
+
 def _key(config: Any) -> str:
     return json.dumps(config.config, sort_keys=True, default=repr)
 
@@ -127,6 +131,7 @@ def search_class() -> type:
             self.times: dict[str, float] = {}  # normalised config's key -> ms (inf: failed)
             self.flats: dict[str, list[Any]] = {}  # -> its flat values
             self.configs: dict[str, Any] = {}  # -> its Config
+            self.statuses: dict[str, str] = {}  # -> its trial status (db.models.TRIAL_STATUSES)
 
         @classmethod
         def get_kwargs_from_profile(cls, profile: Any, settings: Any) -> dict[str, object]:
@@ -176,7 +181,14 @@ def search_class() -> type:
             results = self.benchmark_batch([c for c, _ in fresh.values()])
             for (key, (config, flat)), result in zip(fresh.items(), results, strict=True):
                 ms = float(result.perf) if result.perf is not None else math.inf
-                self._learn(key, config, flat, ms if math.isfinite(ms) and ms > 0 else math.inf)
+                ok = math.isfinite(ms) and ms > 0
+                self.statuses[key] = "ok" if ok else _STATUS.get(str(result.status), "compile_error")
+                self._learn(key, config, flat, ms if ok else math.inf)
+
+        def trials(self) -> list[tuple[dict[str, Any], str, float | None]]:
+            """Every config measured: (config, trial status, ms or None), what a kept run stores."""
+            return [(json.loads(self.configs[k].to_json()), self.statuses[k],
+                     ms if math.isfinite(ms) else None) for k, ms in self.times.items()]
 
         def _learn(self, key: str, config: Any, flat: list[Any], ms: float) -> None:
             try:

@@ -122,6 +122,8 @@ def test_a_launch_is_keyed_by_its_sizes_layout_and_plain_arguments():
     assert p.dims() == (8, 24, 8, 24)
     wide = helion_cache.helion_problem(add_rows, (torch.randn(2, 3, dtype=torch.float16), "a long text " * 9))
     assert wide.dtype == "float16" and dict(wide.values)["y"].startswith("h")
+    with pytest.raises(ValueError, match="searched by tpe, random, own; not 'exhaustive' .its space is not a finite"):
+        helion_cache.helion_op(add_rows).search(p, None, None, 4, "exhaustive")
 
 
 @pytest.mark.slow
@@ -157,12 +159,20 @@ def test_a_new_specialization_launches_the_nearest_tuned_config_and_a_worker_tun
     assert Store(url).job(jobs[0].id).state == "done", worked.stderr[-3000:]
     runs = [r for r in Store(url).results(op=NAME) if r.problem_key.startswith("x_0=8,x_1=32")]
     assert len(runs) == 1
-    # `autotuner tune` names it too: Helion's search on the recorded call, stored as a run
+    # the job's strategy (tpe, the default) is the project's search over Helion's configs: Helion's default config
+    # first, the budget's three configs, each a trial of the run, the fastest its best
+    run = Store(url).runs(op=NAME)[1]  # (oldest first: the neighbour's, then the worker's)
+    trials = run.trials
+    assert run.strategy == "tpe" and len(trials) == 3, [(r.strategy, len(r.trials)) for r in Store(url).runs(op=NAME)]
+    default = add_rows.bind((torch.randn(8, 32), torch.randn(8, 32))).config_spec.default_config()
+    assert trials[0].config == json.loads(default.to_json()) and len({t.config_key for t in trials}) == 3
+    assert runs[0].config == min((t for t in trials if t.median_ms is not None), key=lambda t: t.median_ms).config
+    # `autotuner tune` names it too, here with Helion's own search (HELION_AUTOTUNER's) on the recorded call
     tuned = _run(url, tmp_path, "tune", NAME, "--shape", "x_0=8,x_1=32,y_0=8,y_1=32", "--dtype", "float32",
-                 "--trials", "2", "--json")
+                 "--trials", "2", "--strategy", "own", "--json")
     assert tuned.returncode == 0, tuned.stderr[-3000:]
-    assert json.loads(tuned.stdout)["best_config"]["block_sizes"] and \
-        len(Store(url).runs(op=NAME)) == 3  # the neighbour's, the worker's and this one
+    assert json.loads(tuned.stdout)["best_config"]["block_sizes"]
+    assert [r.strategy for r in Store(url).runs(op=NAME)] == ["helion:RandomSearch", "tpe", "helion:RandomSearch"]
     # the service, with the kernel's module as a plugin, answers for it as for a decorated kernel
     with running_server(url, AUTOTUNER_PLUGINS="tests.support.helion_kernels") as client:
         exact = client.get("/config", params={"op": NAME, "shape": "x_0=8,x_1=32,y_0=8,y_1=32", "dtype": "float32"})
