@@ -3,8 +3,11 @@ Helion compiles, checks and times every config exactly as in its own searches; o
 
 The `tpe` strategy of engine/search/tpe.py, carried to a space that is not a finite list: Helion's flat config spec
 (block sizes, warps, stages, enumerations, permutations, lists of them) is a product too large to enumerate, so
-- each fragment with finitely many values is a dimension of Optuna's multivariate TPE (its values' indices), which
-  proposes the first EXPLORE_FRACTION of the budget, Helion's default config first;
+- the knobs that shape the kernel (EXPLORED: tile sizes, loop order, warps, stages, indexing, program ids), each
+  fragment of them with finitely many values, are the dimensions of Optuna's multivariate TPE (its values'
+  indices), which proposes the first EXPLORE_FRACTION of the budget, Helion's default config first; the finer knobs
+  (unrolling, per-loop stages and buffering, eviction policies, ...) keep their defaults there, as a random pick of
+  them mostly costs compile time (a register-starved or slow-to-compile config) for nothing;
 - the rest climbs from the best configs over Helion's own neighbour moves (each fragment's `pattern_neighbors`),
   the moves ordered by an additive model of the times measured so far (least squares over which value each
   dimension holds), so a small budget goes to the moves the measurements favour;
@@ -19,6 +22,7 @@ import functools
 import itertools
 import json
 import math
+import os
 import random
 from collections.abc import Sequence
 from typing import Any
@@ -26,8 +30,11 @@ from typing import Any
 NAME = "AutotunerTPE"  # its name in helion.autotuner.search_algorithms (HELION_AUTOTUNER)
 DEFAULT_COUNT = 64  # configs benchmarked when no count is given (a tune's default budget, contract.DEFAULT_TRIALS)
 EXPLORE_FRACTION = 0.3  # of the budget proposed by TPE before the climb (as engine/search/tpe.py)
-BATCH = 8  # configs handed to Helion at once: its compiles run in parallel, a batch's measurements are then learned
+BATCH = max(4, min(16, os.cpu_count() or 4))  # configs handed to Helion at once: it compiles them in parallel (a
+# process per core), then the batch's measurements are learned before the next is chosen
 MAX_PERMUTATION = 4  # a permutation of up to this many items is a dimension (24 values); a longer one is climbed only
+EXPLORED = ("block_sizes", "loop_orders", "l2_groupings", "reduction_loops", "num_warps", "num_stages", "indexing",
+            "pid_type")  # the config keys TPE proposes (Helion's names); every key moves in the climb
 
 
 def _values(fragment: Any) -> list[Any] | None:
@@ -58,11 +65,13 @@ def _values(fragment: Any) -> list[Any] | None:
 class _Dims:
     """The flat spec as TPE's dimensions: (flat index, position in a list fragment or None, values)."""
 
-    def __init__(self, flat_spec: Sequence[Any]) -> None:
+    def __init__(self, flat_spec: Sequence[Any], explored: set[int] | None = None) -> None:
         from helion.autotuner.config_fragment import ListOf
 
         self.dims: list[tuple[int, int | None, list[Any]]] = []
         for i, fragment in enumerate(flat_spec):
+            if explored is not None and i not in explored:
+                continue
             if isinstance(fragment, ListOf):
                 inner = _values(fragment.inner)
                 self.dims += [(i, j, inner) for j in range(fragment.length) if inner is not None and len(inner) > 1]
@@ -120,7 +129,7 @@ def search_class() -> type:
             super().__init__(kernel, args)
             self.count = max(1, int(count))
             self.rng = random.Random(seed)
-            self.dims = _Dims(self.config_gen.flat_spec)
+            self.dims = _Dims(self.config_gen.flat_spec, _explored(self.config_gen))
             optuna.logging.set_verbosity(optuna.logging.WARNING)
             self.dists = {self.dims.name(d): optuna.distributions.CategoricalDistribution(list(range(len(v))))
                           if _unordered(self.config_gen.flat_spec[i]) else
@@ -178,12 +187,24 @@ def search_class() -> type:
                     fresh[key] = (config, flat)
             if not fresh:
                 return
-            results = self.benchmark_batch([c for c, _ in fresh.values()])
-            for (key, (config, flat)), result in zip(fresh.items(), results, strict=True):
-                ms = float(result.perf) if result.perf is not None else math.inf
+            try:
+                results = [(r.perf, r.status) for r in self.benchmark_batch([c for c, _ in fresh.values()])]
+            except Exception:  # noqa: BLE001 - an error Helion raises for one config (ptxas out of registers): each
+                # config of the batch alone, the ones that raise failed trials, as any tuner's failed configs are
+                results = [self._alone(config) for config, _ in fresh.values()]
+            for (key, (config, flat)), (perf, status) in zip(fresh.items(), results, strict=True):
+                ms = float(perf) if perf is not None else math.inf
                 ok = math.isfinite(ms) and ms > 0
-                self.statuses[key] = "ok" if ok else _STATUS.get(str(result.status), "compile_error")
+                self.statuses[key] = "ok" if ok else _STATUS.get(str(status), "compile_error")
                 self._learn(key, config, flat, ms if ok else math.inf)
+
+        def _alone(self, config: Any) -> tuple[float, str]:
+            try:
+                result = self.benchmark_batch([config])[0]
+            except Exception as exc:  # noqa: BLE001 - said, and a failed trial
+                self.log.warning(f"autotuner: a config failed: {type(exc).__name__}: {str(exc)[:300]}")
+                return math.inf, "error"
+            return result.perf, result.status
 
         def trials(self) -> list[tuple[dict[str, Any], str, float | None]]:
             """Every config measured: (config, trial status, ms or None), what a kept run stores."""
@@ -265,6 +286,14 @@ def search_class() -> type:
             return predict
 
     return AutotunerTPE
+
+
+def _explored(config_gen: Any) -> set[int] | None:
+    """The flat indices of the EXPLORED keys (None, all of them, where Helion's generation names no keys)."""
+    layout = getattr(config_gen, "_key_to_flat_indices", None)
+    if not isinstance(layout, dict):
+        return None
+    return {i for key, (indices, _) in layout.items() if key in EXPLORED for i in indices}
 
 
 def _unordered(fragment: Any) -> bool:
