@@ -291,6 +291,12 @@ class TunableOp(Generic[P]):
         """Its problems carry the launch a worker replays (a decorated kernel): a bare shape cannot be tuned."""
         return self.kind == "kernel"
 
+    @property
+    def default_strategy(self) -> str:
+        """The search a tune or job of it runs when none is named: a generated kernel's own (its generator's search
+        beat ours on the kernels measured: benchmarks/RESULTS.md), else TPE."""
+        return OWN_SEARCH if self.search is not None else "tpe"
+
     def options_of(self, problem: P) -> dict[str, Any]:
         """The problem's option values by name (what a job carries besides shape and dtype)."""
         return {name: getattr(problem, name) for name in self.option_names}

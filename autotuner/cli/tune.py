@@ -116,8 +116,9 @@ def tune(
                                              "start-up included: the search gets most of what is left after set-up, "
                                              "the re-time the rest; a trial still running when it ends is cut, and "
                                              "none measured by then is an error (exit 1)"),
-    strategy: str = typer.Option("tpe", "--strategy", help=f"the search: {strategies_help()}; for a Helion kernel "
-                                 f"also {OWN_SEARCH}: Helion's own search"),
+    strategy: str | None = typer.Option(None, "--strategy", help=f"the search: {strategies_help()}; for a Helion "
+                                        f"kernel also {OWN_SEARCH}: Helion's own search (default: tpe; a Helion "
+                                        f"kernel: {OWN_SEARCH})"),
     seed: int = typer.Option(0, "--seed"),
     margin: float | None = typer.Option(None, "--margin", min=0.0, max=0.99,
                                         help="keep the default config unless another's re-time is faster by more "
@@ -156,7 +157,7 @@ def tune(
     request = _request(op, shape, dtype, flags or {}, options or {}, strategy, gpus, queue, db, check)
     if request.store is None:  # --check: the arguments are good
         return
-    plan = request.plan(strategy, trials, time_budget, seed, margin)
+    plan = request.plan(request.strategy, trials, time_budget, seed, margin)
     refine = Refine(regret, refine_points)
     if queue:
         _queue(request, plan, refine, as_json)
@@ -177,6 +178,7 @@ class _Request:
     probs: list[ProblemType]
     dim: str | None
     store: Storage | None  # None: only checked (--check), no database opened
+    strategy: str  # the one named, else the op's default
 
     def plan(self, strategy: str, trials: int | None, time_budget: float | None, seed: int,
              margin: float | None) -> Plan:
@@ -191,7 +193,7 @@ class _Request:
 
 
 def _request(op: str, shape: str | None, dtype: str | None, flags: dict[str, str | None], options: dict[str, Any],
-             strategy: str, gpus: str | None, queue: bool, db: str | None, check: bool) -> _Request:
+             strategy: str | None, gpus: str | None, queue: bool, db: str | None, check: bool) -> _Request:
     """`tune`'s arguments checked, each bad one a clear error (exit 2), and unless only checking, the database
     opened and a decorated kernel's problems given the dtype and the call its launches recorded."""
     from autotuner.base.device import parse_gpus
@@ -212,13 +214,14 @@ def _request(op: str, shape: str | None, dtype: str | None, flags: dict[str, str
     if by is not None:
         by.check_database(s.db_url)
     op_obj, probs, dim = problems(op, shape, dtype, flags, options)
+    strategy = strategy or op_obj.default_strategy
     if op_obj.search is None or strategy != OWN_SEARCH:  # (a generated kernel's search also takes its generator's own)
         try:
             check_strategy(strategy)
         except ValueError as exc:
             fail(str(exc))
     if check:
-        return _Request(s, by, devices, _job_gpus(gpus) if queue else None, op_obj, probs, dim, None)
+        return _Request(s, by, devices, _job_gpus(gpus) if queue else None, op_obj, probs, dim, None, strategy)
     store = open_store(s.db_url)
     if op_obj.needs_recorded_call:  # a decorated kernel: its arguments are rebuilt from the calls a process recorded
         if dtype is None:  # the dtype its calls were recorded in
@@ -228,7 +231,7 @@ def _request(op: str, shape: str | None, dtype: str | None, flags: dict[str, str
             if recorded:
                 op_obj, probs, dim = problems(op, shape, recorded[0], flags, options)
         probs = [with_recorded_call(op_obj, p, store) for p in probs]
-    return _Request(s, by, devices, _job_gpus(gpus) if queue else None, op_obj, probs, dim, store)
+    return _Request(s, by, devices, _job_gpus(gpus) if queue else None, op_obj, probs, dim, store, strategy)
 
 
 def _queue(request: _Request, plan: Plan, refine: Any, as_json: bool) -> None:

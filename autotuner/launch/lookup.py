@@ -207,7 +207,7 @@ class Resolver:
             # between a sweep's points, the job measures what was fastest either side first: a few trials do
             trials = MISS_TRIALS if bracket(writer, op, problem) is not None else None
             job_id = writer.queue_job(op=op.name, shape=problem.shape, dtype=problem.dtype, options=options,
-                                      priority=meets, budget_trials=trials)
+                                      priority=meets, budget_trials=trials, strategy=op.default_strategy)
             with self._lock:
                 self._queued[key] = job_id
                 meets = self._unapplied.pop(key, 0)  # met while it was being written

@@ -159,25 +159,25 @@ def test_a_new_specialization_launches_the_nearest_tuned_config_and_a_worker_tun
     assert Store(url).job(jobs[0].id).state == "done", worked.stderr[-3000:]
     runs = [r for r in Store(url).results(op=NAME) if r.problem_key.startswith("x_0=8,x_1=32")]
     assert len(runs) == 1
-    # the job's strategy (tpe, the default) is the project's search over Helion's configs: Helion's default config
+    # a Helion kernel's job runs Helion's own search by default (here HELION_AUTOTUNER's RandomSearch)
+    assert [r.strategy for r in Store(url).runs(op=NAME)] == ["helion:RandomSearch", "helion:RandomSearch"]
+    # `autotuner tune` names it too, here with the project's search over Helion's configs: Helion's default config
     # first, the budget's three configs, each a trial of the run, the fastest its best
-    run = Store(url).runs(op=NAME)[1]  # (oldest first: the neighbour's, then the worker's)
-    trials = run.trials
-    assert run.strategy == "tpe" and len(trials) == 3, [(r.strategy, len(r.trials)) for r in Store(url).runs(op=NAME)]
-    default = add_rows.bind((torch.randn(8, 32), torch.randn(8, 32))).config_spec.default_config()
-    assert trials[0].config == json.loads(default.to_json()) and len({t.config_key for t in trials}) == 3
-    assert runs[0].config == min((t for t in trials if t.median_ms is not None), key=lambda t: t.median_ms).config
-    # `autotuner tune` names it too, here with Helion's own search (HELION_AUTOTUNER's) on the recorded call
     tuned = _run(url, tmp_path, "tune", NAME, "--shape", "x_0=8,x_1=32,y_0=8,y_1=32", "--dtype", "float32",
-                 "--trials", "2", "--strategy", "own", "--json")
+                 "--trials", "3", "--strategy", "tpe", "--json")
     assert tuned.returncode == 0, tuned.stderr[-3000:]
-    assert json.loads(tuned.stdout)["best_config"]["block_sizes"]
-    assert [r.strategy for r in Store(url).runs(op=NAME)] == ["helion:RandomSearch", "tpe", "helion:RandomSearch"]
+    run = Store(url).runs(op=NAME)[-1]
+    assert run.strategy == "tpe" and len(run.trials) == 3, [(r.strategy, len(r.trials)) for r in Store(url).runs()]
+    default = add_rows.bind((torch.randn(8, 32), torch.randn(8, 32))).config_spec.default_config()
+    assert run.trials[0].config == json.loads(default.to_json()) and len({t.config_key for t in run.trials}) == 3
+    fastest = min((t for t in run.trials if t.median_ms is not None), key=lambda t: t.median_ms)
+    assert json.loads(tuned.stdout)["best_config"] == fastest.config
+    best = next(r for r in Store(url).results(op=NAME) if r.problem_key.startswith("x_0=8,x_1=32")).config
     # the service, with the kernel's module as a plugin, answers for it as for a decorated kernel
     with running_server(url, AUTOTUNER_PLUGINS="tests.support.helion_kernels") as client:
         exact = client.get("/config", params={"op": NAME, "shape": "x_0=8,x_1=32,y_0=8,y_1=32", "dtype": "float32"})
         assert exact.status_code == 200, exact.text
-        assert exact.json()["source"] == "exact" and exact.json()["config"] == runs[0].config
+        assert exact.json()["source"] == "exact" and exact.json()["config"] == best
         near = client.get("/config", params={"op": NAME, "shape": "x_0=8,x_1=36,y_0=8,y_1=36", "dtype": "float32"})
         assert near.status_code == 200, near.text
-        assert near.json()["source"] == "nearest" and near.json()["config"] == runs[0].config
+        assert near.json()["source"] == "nearest" and near.json()["config"] == best
