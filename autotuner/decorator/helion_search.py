@@ -131,7 +131,7 @@ def search_class() -> type:
             self.rng = random.Random(seed)
             self.dims = _Dims(self.config_gen.flat_spec, _explored(self.config_gen))
             optuna.logging.set_verbosity(optuna.logging.WARNING)
-            self.dists = {self.dims.name(d): optuna.distributions.CategoricalDistribution(list(range(len(v))))
+            self.dists: dict[str, optuna.distributions.BaseDistribution] = {self.dims.name(d): optuna.distributions.CategoricalDistribution(list(range(len(v))))
                           if _unordered(self.config_gen.flat_spec[i]) else
                           optuna.distributions.IntDistribution(0, len(v) - 1)
                           for d, (i, _, v) in enumerate(self.dims.dims)}

@@ -181,3 +181,39 @@ def test_a_new_specialization_launches_the_nearest_tuned_config_and_a_worker_tun
         near = client.get("/config", params={"op": NAME, "shape": "x_0=8,x_1=36,y_0=8,y_1=36", "dtype": "float32"})
         assert near.status_code == 200, near.text
         assert near.json()["source"] == "nearest" and near.json()["config"] == best
+
+
+def test_the_projects_search_goes_on_past_a_config_whose_compile_raises():
+    """helion_search's TPE: Helion's default config first; a batch Helion raises on is measured a config at a time,
+    the config that raises a failed trial, not the search's end; the count is kept and the pick is the fastest."""
+    import helion
+    import torch
+
+    from autotuner.decorator.helion_search import search_class
+    from tests.support.helion_kernels import add_rows
+
+    kernel = helion.kernel(add_rows.fn, autotune_precompile=None, autotune_benchmark_subprocess=False,
+                           autotune_progress_bar=False)
+    args = kernel.normalize_args(torch.randn(8, 24), torch.randn(8, 24))
+    helion_cache.install()  # (Helion's wall-clock timer under the interpreter)
+    try:
+        search = search_class()(kernel.bind(args), args, count=6, seed=1)
+        real, raised = search.benchmark_batch, []
+
+        def benchmark_batch(configs, **kwargs):  # Helion raising on the first batch of several, then on its first
+            if len(search.times) >= 2 and len(raised) < 2 and (len(configs) > 1 or raised):  # config alone
+                raised.append(configs)
+                raise RuntimeError("ptxas fatal: insufficient registers")
+            return real(configs, **kwargs)
+
+        search.benchmark_batch = benchmark_batch
+        best = search.autotune()
+    finally:
+        helion_cache.uninstall()
+    trials = {json.dumps(t[0], sort_keys=True): t[1:] for t in search.trials()}
+    assert len(trials) == 6 and len(raised) == 2 and len(raised[0]) > 1 and raised[1] == raised[0][:1]
+    assert next(iter(trials)) == json.dumps(json.loads(kernel.bind(args).config_spec.default_config().to_json()),
+                                            sort_keys=True)
+    assert trials[json.dumps(json.loads(raised[1][0].to_json()), sort_keys=True)] == ("compile_error", None)
+    timed = [(ms, key) for key, (_, ms) in trials.items() if ms is not None]
+    assert len(timed) >= 4 and json.dumps(json.loads(best.to_json()), sort_keys=True) == min(timed)[1]
