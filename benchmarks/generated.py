@@ -3,17 +3,23 @@
 Each scenario is a new process (this script with --probe), timed from its start to the end of its first call:
 
 - Helion: a tiled matmul and a row-wise softmax as Helion's examples write them, searched at the `quick` effort.
-  `helion` is Helion alone, with a fresh local cache, and `helion 2nd` the same again (its local cache read). `first` is under `python -m autotuner run` on a fresh
-  database. `second` is the same again: same database and local folders. `new host` has the same database but
-  fresh Helion, Triton and Inductor folders.
+  `helion` is Helion alone, with a fresh local cache, and `helion 2nd` the same again (its local cache read).
+  `first` is under `python -m autotuner run` on a fresh database. `second` is the same again: same database and
+  local folders. `new host` has the same database but fresh Helion, Triton and Inductor folders.
 - Inductor: a transformer block under torch.compile(mode="max-autotune"), with AUTOTUNER_COMPILE_SECRET set.
   `inductor` is torch alone with fresh folders. `first` is under autotuner on a fresh database. `second` is the
   same again. `new host` has the same database and fresh folders.
 
-Reported for each: seconds to the first call's end, the configs benchmarked (Helion's search, or Inductor's
-max-autotune choices and kernel tunings), and the tuned kernel's time against Helion's own pick and torch's op.
+Reported for each: seconds to the first call's end, the configs benchmarked (Helion's search; Inductor's GPU
+timings as they run, with its GEMM choices and the kernels coordinate descent tunes at run time: Inductor's own
+counters replay a cached graph's compile counts), and the tuned kernel's time against Helion's own pick and torch's.
+
+`--searches SEEDS` instead runs, per seed, Helion's default search and then autotuner's (`tpe`,
+autotuner/decorator/helion_search.py) on as many configs, each in a new process with nothing cached, and reports
+for each the seconds to within 2% of the best either found, the search's seconds and its pick re-timed.
 
     python benchmarks/generated.py --json-out out.json
+    python benchmarks/generated.py --workloads matmul,softmax --searches 2
 """
 
 from __future__ import annotations

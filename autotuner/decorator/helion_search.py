@@ -131,10 +131,12 @@ def search_class() -> type:
             self.rng = random.Random(seed)
             self.dims = _Dims(self.config_gen.flat_spec, _explored(self.config_gen))
             optuna.logging.set_verbosity(optuna.logging.WARNING)
-            self.dists: dict[str, optuna.distributions.BaseDistribution] = {self.dims.name(d): optuna.distributions.CategoricalDistribution(list(range(len(v))))
-                          if _unordered(self.config_gen.flat_spec[i]) else
-                          optuna.distributions.IntDistribution(0, len(v) - 1)
-                          for d, (i, _, v) in enumerate(self.dims.dims)}
+            self.dists: dict[str, optuna.distributions.BaseDistribution] = {}
+            for d, (i, _, values) in enumerate(self.dims.dims):  # each dimension: its values' indices
+                self.dists[self.dims.name(d)] = (
+                    optuna.distributions.CategoricalDistribution(list(range(len(values))))
+                    if _unordered(self.config_gen.flat_spec[i])
+                    else optuna.distributions.IntDistribution(0, len(values) - 1))
             self.study = optuna.create_study(direction="minimize", sampler=optuna.samplers.TPESampler(
                 seed=seed, multivariate=True, n_startup_trials=8, n_ei_candidates=64))
             self.times: dict[str, float] = {}  # normalised config's key -> ms (inf: failed)

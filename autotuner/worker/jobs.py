@@ -96,7 +96,7 @@ def tune_work(job: JobRow, settings: Settings, device: DeviceInfo, kept: KeptPro
                 gpus=gpus[:1] if lanes is not None else job_gpus(job, gpus))
 
     own = op.search
-    if own is not None:  # a generated kernel (Helion's): searched through its generator, writing through the job's store
+    if own is not None:  # a generated kernel (Helion's): searched through its generator, written through the job
         def search(store: JobStore) -> Done:
             config, ms, run_id = own(problem, device, store, job.budget_trials, job.strategy)
             return Done(True, f"best {ms:.4g} ms {config} ({job.strategy} through the kernel's generator)", run_id)
