@@ -9,8 +9,8 @@ The `tpe` strategy of engine/search/tpe.py, carried to a space that is not a fin
   (unrolling, per-loop stages and buffering, eviction policies, ...) keep their defaults there, as a random pick of
   them mostly costs compile time (a register-starved or slow-to-compile config) for nothing;
 - the rest climbs from the best configs over Helion's own neighbour moves (each fragment's `pattern_neighbors`),
-  the moves ordered by an additive model of the times measured so far (least squares over which value each
-  dimension holds), so a small budget goes to the moves the measurements favour;
+  the moves ordered by the engine's additive model of the times measured so far (engine/search/tpe.py), so a
+  small budget goes to the moves the measurements favour;
 - configs go to Helion in batches of BATCH, which Helion compiles in parallel.
 
 Registered as HELION_AUTOTUNER=AutotunerTPE while autotuner is installed; `autotuner tune --strategy tpe` and workers
@@ -116,9 +116,10 @@ def _key(config: Any) -> str:
 def search_class() -> type:
     """The search as a subclass of Helion's PopulationBasedSearch (for its config generation), made once Helion is
     imported."""
-    import numpy as np
     import optuna
     from helion.autotuner.base_search import PopulationBasedSearch
+
+    from autotuner.engine.search.tpe import additive_model
 
     class AutotunerTPE(PopulationBasedSearch):  # type: ignore[misc,valid-type]
         """Optuna TPE over Helion's config space, then a model-ordered climb (the module's docstring)."""
@@ -264,28 +265,12 @@ def search_class() -> type:
             return out
 
         def _model(self) -> Any:
-            """Predicted log time of a flat config: least squares over one-hot value indices, fitted on the
-            configs that ran (ridge-damped: a value seen once moves the prediction little)."""
+            """Predicted log time of a flat config: the engine's additive model over which value each dimension
+            holds, fitted on the configs that ran."""
             rows = [(self.dims.indices(self.flats[k]), math.log(ms)) for k, ms in self.times.items()
                     if math.isfinite(ms)]
-            columns = {(name, v): c for c, (name, v) in enumerate(sorted({(n, v) for idx, _ in rows
-                                                                           for n, v in idx.items()}))}
-            if len(rows) < 4 or not columns:
-                return lambda flat: 0.0
-            x = np.zeros((len(rows), len(columns) + 1))
-            x[:, -1] = 1.0
-            for r, (idx, _) in enumerate(rows):
-                for item in idx.items():
-                    x[r, columns[item]] = 1.0
-            y = np.array([t for _, t in rows])
-            damp = np.eye(len(columns) + 1)
-            damp[-1, -1] = 0.0
-            weights = np.linalg.solve(x.T @ x + damp, x.T @ y)
-
-            def predict(flat: list[Any]) -> float:
-                return float(weights[-1] + sum(weights[columns[item]] for item in self.dims.indices(flat).items()
-                                               if item in columns))
-            return predict
+            predict = additive_model(rows)
+            return lambda flat: predict(self.dims.indices(flat))
 
     return AutotunerTPE
 

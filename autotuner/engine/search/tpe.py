@@ -4,7 +4,8 @@ NumPy."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import math
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -12,6 +13,29 @@ import optuna
 
 from autotuner.engine.search.contract import Search
 from search_spaces.space import Config, config_key
+
+
+def additive_model(rows: Sequence[tuple[Mapping[str, Any], float]]) -> Callable[[Mapping[str, Any]], float]:
+    """A prediction of y from which value each parameter holds: least squares over one-hot (parameter, value)
+    columns and a constant, damped (ridge, the constant free) so that a value seen once moves it little. Values
+    never seen add nothing. Fewer than four rows: no model (every prediction 0)."""
+    columns: dict[tuple[str, Any], int] = {}
+    for values, _ in rows:
+        for item in values.items():
+            columns.setdefault(item, len(columns))
+    if len(rows) < 4 or not columns:
+        return lambda values: 0.0
+    x = np.zeros((len(rows), len(columns) + 1))
+    x[:, -1] = 1.0
+    for r, (values, _) in enumerate(rows):
+        x[r, [columns[item] for item in values.items()]] = 1.0
+    damp = np.eye(len(columns) + 1)
+    damp[-1, -1] = 0.0
+    weights = np.linalg.solve(x.T @ x + damp, x.T @ np.array([y for _, y in rows]))
+
+    def predict(values: Mapping[str, Any]) -> float:
+        return float(weights[-1] + sum(weights[columns[item]] for item in values.items() if item in columns))
+    return predict
 
 
 class TPESearch(Search):
@@ -27,6 +51,7 @@ class TPESearch(Search):
         self._grid: np.ndarray | None = None  # the candidates' parameter indices, built on first use
         self._grid_keys: list[str] = []
         self._repairs: dict[tuple[tuple[int, ...], str], str | None] = {}  # (point, moved parameter) -> config key
+        self._fitted: tuple[int, Callable[[dict[str, int]], float]] | None = None  # (results it saw, the model)
 
     def _sampler(self) -> optuna.samplers.BaseSampler:
         return optuna.samplers.TPESampler(seed=self.seed, multivariate=True, n_startup_trials=8, n_ei_candidates=64)
@@ -119,12 +144,29 @@ class TPESearch(Search):
 
     def _tiers(self, c: Config) -> Iterator[list[Config]]:
         """The fresh moves from c in the order refinement tries them, a tier at a time: one step in one parameter
-        (a step that breaks a constraint repaired), one step in two, one parameter moved further. Moves within a
-        tier are held equal; each tier is listed only once the ones before it are used up."""
-        for moves in (lambda: self._neighbours(c, 1), lambda: self._neighbours(c, 2), lambda: self._axis_moves(c)):
-            tier = [n for n in moves() if self._fresh(n)]
-            if tier:
-                yield tier
+        (a step that breaks a constraint repaired), held equal; then one step in two parameters and one parameter
+        moved further, together, those the model of the times so far predicts fastest first (`_model`). Each tier
+        is listed only once the one before it is used up.
+
+        Two-parameter steps and jumps compete for the same budget, and which pays depends on the landscape: on a
+        softmax whose search strayed onto the persistent kernel's plateau, two-step moves tried first spent the
+        budget before the jump back (PERSIST 4 -> 0), while jumps tried first cost matmuls their two-step gains
+        (benchmarks/replay_efficiency.py). The measurements decide instead."""
+        near = [n for n in self._neighbours(c, 1) if self._fresh(n)]
+        if near:
+            yield near
+        far = [n for n in self._neighbours(c, 2) + self._axis_moves(c) if self._fresh(n)]
+        if far:
+            predict = self._model()
+            yield sorted(far, key=lambda n: predict(self._index(n)))  # (stable: equal predictions keep their order)
+
+    def _model(self) -> Callable[[dict[str, int]], float]:
+        """The additive model of the measured configs' log times (`additive_model`), refitted when results came."""
+        if self._fitted is None or self._fitted[0] != len(self.results):
+            rows = [(self._index(self.candidates[k]), math.log(ms)) for k, ms in self.results.items()
+                    if ms is not None and ms > 0]
+            self._fitted = (len(self.results), additive_model(rows))
+        return self._fitted[1]
 
     def _climb_from(self, c: Config) -> Iterator[Config]:
         for tier in self._tiers(c):
