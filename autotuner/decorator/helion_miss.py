@@ -18,7 +18,7 @@ from autotuner.decorator.miss import KernelNotTuned
 from search_spaces.contract import OWN_SEARCH
 
 log = logging.getLogger(__name__)
-HELION_STRATEGIES = ("tpe", "random", OWN_SEARCH)  # what `search` takes; tpe, as everywhere, by default
+HELION_STRATEGIES = ("tpe", "random", OWN_SEARCH)  # what `search` takes (a Helion op's default: OWN_SEARCH)
 
 
 @dataclass
@@ -80,7 +80,7 @@ def regret(r: Any, cache: Any, from_key: str) -> str:
 
 
 def search(kernel: Any, patch: Callable[[], None], problem: KernelProblem, device: Any, store: Any,
-           budget: int | None, strategy: str = "tpe") -> tuple[Any, ...]:
+           budget: int | None, strategy: str = OWN_SEARCH) -> tuple[Any, ...]:
     """A worker's tuning of a Helion kernel's problem: the recorded call's arguments rebuilt on `device`, then a
     search with the store's cache in place (`patch`), its pick written through `store` (the job's). `strategy`:
     `tpe`, the project's search over Helion's config space (helion_search); `random`, Helion's random configs;
