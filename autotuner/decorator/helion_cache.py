@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
 import importlib.metadata
 import importlib.util
 import inspect
@@ -29,14 +28,13 @@ from autotuner.base.registry import register_op
 from autotuner.decorator import helion_miss, helion_search
 from autotuner.decorator.after_import import forget, when_imported
 from autotuner.decorator.configs import module_name
-from autotuner.decorator.kernel_problem import KernelProblem, dtype_name
+from autotuner.decorator.kernel_problem import KernelProblem, dtype_name, key_text
 from kernels._backend import interpreting
 from search_spaces.contract import Option, TunableOp
 from search_spaces.space import Space, config_key
 
 log = logging.getLogger(__name__)
 REPLACED = ("LocalAutotuneCache", "StrictLocalAutotuneCache")  # the cache names Helion's settings default to
-_VALUE_CHARS = set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.+-")
 _originals: dict[str, Any] = {}  # Helion's own classes under REPLACED, while installed
 _timer: list[Any] = []  # Helion's own timer, while the interpreter's replaces it
 _ops: weakref.WeakKeyDictionary[Any, TunableOp[KernelProblem]] = weakref.WeakKeyDictionary()
@@ -93,13 +91,6 @@ def find_op(module: Any, qualname: str) -> TunableOp[KernelProblem] | None:
     return next((helion_op(k) for k in _kernels(module) if getattr(k.fn, "__qualname__", None) == qualname), None)
 
 
-def _text(value: str) -> str:
-    """A key value as the key's pattern takes it: the text itself, or a digest of it."""
-    if len(value) <= 38 and set(value) <= _VALUE_CHARS:
-        return value
-    return "h" + hashlib.sha256(value.encode()).hexdigest()[:12]
-
-
 def helion_problem(kernel: Any, args: Sequence[Any]) -> KernelProblem:
     """The problem a launch is: each tensor's sizes (`x_0`, `x_1`, ...; what nearest ranks by), its strides where
     it is not contiguous, each plain argument's value, and a digest of Helion's key for any other argument; and the
@@ -111,16 +102,16 @@ def helion_problem(kernel: Any, args: Sequence[Any]) -> KernelProblem:
         if isinstance(arg, torch.Tensor):
             values += [(f"{name}_{i}", int(d)) for i, d in enumerate(arg.shape)]
             if not arg.is_contiguous():
-                values.append((f"{name}_strides", _text("x".join(map(str, arg.stride())))))
+                values.append((f"{name}_strides", key_text("x".join(map(str, arg.stride())))))
             dtypes.append(dtype_name(arg.dtype))
         elif isinstance(arg, bool) or arg is None:
             values.append((name, arg))
         elif isinstance(arg, int | float) and math.isfinite(arg) and abs(arg) < 2**63:
             values.append((name, arg))
         elif isinstance(arg, str):
-            values.append((name, _text(arg)))
+            values.append((name, key_text(arg)))
         else:
-            values.append((name, _text(repr(kernel._specialization_key(arg)))))
+            values.append((name, key_text(repr(kernel._specialization_key(arg)))))
     return KernelProblem(tuple(values), tuple(dtypes))
 
 

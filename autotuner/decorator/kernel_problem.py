@@ -3,6 +3,7 @@ plus, when recorded, what a worker needs to replay the launch. More: docs/design
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
@@ -14,10 +15,17 @@ import torch
 
 from search_spaces.problem import ProblemBase, ProblemError
 
-KEY_VALUE = r"[A-Za-z_][A-Za-z0-9_]*=[A-Za-z0-9_.+\"-]{1,40}"  # the same in Python and ECMA regexes
+_TEXT_CHARS = "A-Za-z0-9_.+-"  # a text value's characters (quoted in a key: `"text"`)
+KEY_VALUE = rf'[A-Za-z_][A-Za-z0-9_]*=["{_TEXT_CHARS}]{{1,40}}'  # the same in Python and ECMA regexes
+_TEXT = re.compile(f"[{_TEXT_CHARS}]{{0,38}}")  # a text that fits a key value once quoted
 SHAPE_PATTERN = f"^{KEY_VALUE}(,{KEY_VALUE})*$|^$"
 _SHAPE = re.compile(SHAPE_PATTERN)  # compiled at import: a launch's first miss parses shapes
 SCALARS = (int, float, bool, str, type(None))
+
+
+def key_text(value: str) -> str:
+    """A text as a problem key's value takes it: the text itself where it fits (KEY_VALUE), else a digest of it."""
+    return value if _TEXT.fullmatch(value) else "h" + hashlib.sha256(value.encode()).hexdigest()[:12]
 
 
 def _positive(v: Any) -> bool:
