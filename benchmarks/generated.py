@@ -301,7 +301,6 @@ def _brief(r: dict) -> str:
     return f"{len(ms)} configs in {r['search_s']:.1f} s (process {r['wall_s']:.0f} s), best {min(ms, default=0):.4f} ms"
 
 
-
 def report_searches(workload: str, runs: dict[str, dict]) -> None:
     """Per search: configs benchmarked, seconds to within 2% of the best any search of the workload found, the
     search's seconds, and its pick's time re-measured."""
