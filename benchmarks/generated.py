@@ -84,23 +84,25 @@ def _gpu_ms(fn, reps: int = 50) -> float:
     return sorted(times)[len(times) // 2]
 
 
-def _count_helion_benchmarks() -> list[int]:
-    """Configs Helion's search times in this process (its search's timing method, wrapped)."""
+def _helion_benchmarks() -> list[tuple[float, float]]:
+    """Each config Helion's search times in this process, as (time.perf_counter() when timed, ms): its search's
+    timing method, wrapped."""
     from helion.autotuner import base_search
 
-    counted = [0]
-    for name in ("benchmark_function", "benchmark"):  # (Helion 1.0 times through the first)
+    timed: list[tuple[float, float]] = []
+    for name in ("benchmark_function", "benchmark"):  # (Helion 1.0 times through the first, which returns the ms)
         original = getattr(base_search.BaseSearch, name, None)
         if original is None:
             continue
 
         def wrapped(self, *args, _original=original, **kwargs):
-            counted[0] += 1
-            return _original(self, *args, **kwargs)
+            result = _original(self, *args, **kwargs)
+            timed.append((time.perf_counter(), float(getattr(result, "perf", result))))
+            return result
 
         setattr(base_search.BaseSearch, name, wrapped)
         break
-    return counted
+    return timed
 
 
 def _workload(name: str) -> tuple:
@@ -121,7 +123,7 @@ def _workload(name: str) -> tuple:
 def probe_helion(name: str, started: float) -> dict:
     import torch
 
-    counted = _count_helion_benchmarks()
+    timed = _helion_benchmarks()
     kernel, args, reference = _workload(name)
     out = kernel(*args)
     torch.cuda.synchronize()
@@ -129,7 +131,7 @@ def probe_helion(name: str, started: float) -> dict:
     ok = bool(torch.allclose(out.float(), reference().float(), atol=2e-2, rtol=2e-2))
     bound = kernel.bind(args)
     config = getattr(bound, "_config", None)
-    return {"first_call_s": first, "benchmarks": counted[0], "matches": ok, "ms": _gpu_ms(lambda: kernel(*args)),
+    return {"first_call_s": first, "benchmarks": len(timed), "matches": ok, "ms": _gpu_ms(lambda: kernel(*args)),
             "torch_ms": _gpu_ms(reference), "config": str(config)}
 
 
@@ -138,17 +140,8 @@ def probe_search(searcher: str, name: str) -> dict:
     HELION_AUTOTUNE_EFFORT names) or autotuner's (`tpe`: helion_search, GENERATED_COUNT configs). Each config's
     time as the search measured it, with the seconds since the search began; the pick re-timed."""
     import torch
-    from helion.autotuner import base_search
 
-    timeline: list[tuple[float, float]] = []
-    original = base_search.BaseSearch.benchmark_function  # (Helion 1.0 times each config through it)
-
-    def timed(self, *args, **kwargs):
-        ms = original(self, *args, **kwargs)
-        timeline.append((time.perf_counter() - t0, float(ms)))
-        return ms
-
-    base_search.BaseSearch.benchmark_function = timed
+    timed = _helion_benchmarks()
     kernel, args, reference = _workload(name)
     seed = int(os.environ.get("HELION_AUTOTUNE_RANDOM_SEED", "0"))
     t0 = time.perf_counter()
@@ -162,6 +155,7 @@ def probe_search(searcher: str, name: str) -> dict:
         config = search_class()(bound, normal, count=int(os.environ["GENERATED_COUNT"]), seed=seed).autotune()
         bound.set_config(config)
     search_s = time.perf_counter() - t0
+    timeline = [(t - t0, ms) for t, ms in timed]
     out = kernel(*args)
     ok = bool(torch.allclose(out.float(), reference().float(), atol=2e-2, rtol=2e-2))
     return {"search_s": search_s, "timeline": timeline, "matches": ok, "ms": _gpu_ms(lambda: kernel(*args)),

@@ -157,7 +157,7 @@ def tune(
     request = _request(op, shape, dtype, flags or {}, options or {}, strategy, gpus, queue, db, check)
     if request.store is None:  # --check: the arguments are good
         return
-    plan = request.plan(request.strategy, trials, time_budget, seed, margin)
+    plan = request.plan(trials, time_budget, seed, margin)
     refine = Refine(regret, refine_points)
     if queue:
         _queue(request, plan, refine, as_json)
@@ -180,14 +180,13 @@ class _Request:
     store: Storage | None  # None: only checked (--check), no database opened
     strategy: str  # the one named, else the op's default
 
-    def plan(self, strategy: str, trials: int | None, time_budget: float | None, seed: int,
-             margin: float | None) -> Plan:
+    def plan(self, trials: int | None, time_budget: float | None, seed: int, margin: float | None) -> Plan:
         """--time-budget bounds the whole command of one problem, from its process's start (or, handed to a
         worker, the command's); a sweep's, each point's search."""
         from autotuner.engine.plan import DEFAULT_MARGIN, Plan
 
         began = time.monotonic() - ((self.by.since_start() if self.by is not None else since_process_start()) or 0.0)
-        return Plan(strategy=strategy, trials=trials, time_budget_s=time_budget, seed=seed, gpus=self.devices,
+        return Plan(strategy=self.strategy, trials=trials, time_budget_s=time_budget, seed=seed, gpus=self.devices,
                     margin=DEFAULT_MARGIN if margin is None else margin,
                     deadline=began + time_budget if time_budget is not None and self.dim is None else None)
 

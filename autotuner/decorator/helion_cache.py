@@ -65,7 +65,8 @@ def helion_op(kernel: Any) -> TunableOp[KernelProblem]:
                        space=Space(params=(), constraints=(), default_fn=lambda p, d: {}), dtypes=(),
                        launch=_not_run, make_inputs=_not_run, problem_from_inputs=_not_run, reference=None,
                        identity=identity, description=(fn.__doc__ or "").strip().split("\n")[0],
-                       call=f"{fn.__name__}(...) (a Helion kernel)", search=functools.partial(helion_miss.search, kernel, _patch),
+                       call=f"{fn.__name__}(...) (a Helion kernel)",
+                       search=functools.partial(helion_miss.search, kernel, _patch),
                        options=(Option("call", data=True, help="a recorded launch, for workers"),))
         register_op(op, replace=True)
         _ops[kernel] = op

@@ -87,9 +87,8 @@ def search(kernel: Any, patch: Callable[[], None], problem: KernelProblem, devic
     OWN_SEARCH, Helion's own search (HELION_AUTOTUNER's, else its default; its settings from the worker's HELION_*
     environment). `budget`: configs benchmarked, where the search takes a count. (config, ms, run id)."""
     if strategy not in HELION_STRATEGIES:
-        raise ValueError(f"a Helion kernel is searched by {', '.join(HELION_STRATEGIES)}; not {strategy!r} (its "
-                         "space is not a finite list)" if strategy == "exhaustive" else
-                         f"a Helion kernel is searched by {', '.join(HELION_STRATEGIES)}; not {strategy!r}")
+        why = " (its space is not a finite list)" if strategy == "exhaustive" else ""
+        raise ValueError(f"a Helion kernel is searched by {', '.join(HELION_STRATEGIES)}; not {strategy!r}{why}")
     if not problem.call:
         raise ValueError(f"{problem.key}: no recorded call to rebuild the arguments from")
     when_imported("helion.autotuner", patch)
