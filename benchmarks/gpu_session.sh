@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One device call: install the carried wheels, then the steps named in STEPS (default: tier,overhead):
 #   tier       the GPU test tier (tests/gpu, or the pytest arguments in TIER_ARGS)
-#   overhead   benchmarks/launch_overhead.py: CPU cost per call of the library calls and decorated kernels
+#   overhead   benchmarks/launch_overhead.py: CPU cost per call of the library calls and decorated kernels (then
+#              an older tree's, where OVERHEAD_TREE names an ignored folder holding `git archive <commit>`'s files)
 #   peers      benchmarks/peers.py: autotuner, triton.autotune and Inductor max-autotune tuning a matmul, each in new
 #              processes with cold caches, warm ones and (autotuner) compiles from another host (PEERS_ARGS)
 #   generated  benchmarks/generated.py: Helion kernels and a max-autotune block, alone and under autotuner: a first
@@ -66,6 +67,11 @@ fi
 if [[ $STEPS == *,overhead,* ]]; then
   step "launch overhead"
   python3 benchmarks/launch_overhead.py --json-out "$OUT/overhead.json" 2>&1 | tee "$OUT/overhead.txt" | tail -14
+  if [ -n "${OVERHEAD_TREE:-}" ]; then  # an older tree's (an ignored folder holding `git archive <commit>`'s files)
+    step "launch overhead, $OVERHEAD_TREE"
+    (cd "$OVERHEAD_TREE" && PYTHONPATH=/tmp/site:$PWD python3 benchmarks/launch_overhead.py \
+        --json-out "$OUT/overhead_before.json" 2>&1 | tee "$OUT/overhead_before.txt" | tail -14)
+  fi
 fi
 if [[ $STEPS == *,peers,* ]]; then
   step "peers"

@@ -13,8 +13,9 @@ of back-to-back calls queued behind a sleeping kernel (so the GPU never holds th
     plain launch     the output allocated and `kernel[grid](...)` with the tuned config written in: the reference
     checked          the kernel module's launcher with an explicit config (every check on every call)
     torch            torch's own op
-and for softmax, gelu and the tutorial matmul, decorated copies of the same kernel: `@triton.autotune` and
-`@autotuner.autotune`, each on its cache hit (the matmul also with every argument by keyword).
+and for softmax and the tutorial matmul, decorated copies of the same kernel: `@triton.autotune` and
+`@autotuner.autotune`, each on its cache hit (the matmul also with every argument by keyword), beside torch's op
+(torch.softmax, a @ b).
 
     python benchmarks/launch_overhead.py [--calls 400] [--rounds 7] [--json-out FILE]
 """
@@ -186,6 +187,7 @@ def decorated() -> list[tuple[str, dict[str, Callable[[], Any]]]]:
             x, torch.empty_like(x), 64, 1024, n_body, 1024, 1024, **fixed),
         "autotuner.autotune hit": lambda: ours[lambda m: (triton.cdiv(64, m["ROWS"]),)](
             x, torch.empty_like(x), 64, 1024, n_body, 1024, 1024, **fixed),
+        "torch": lambda: torch.softmax(x, -1),
     })]
     a = torch.randn(64, 64, device=DEV, dtype=dt)
     b = torch.randn(64, 64, device=DEV, dtype=dt)
@@ -207,6 +209,7 @@ def decorated() -> list[tuple[str, dict[str, Callable[[], Any]]]]:
         "autotuner.autotune hit": lambda: ours_mm[mm_grid](*mm_args()),
         "triton.autotune hit, keywords": lambda: tri_mm[mm_grid](**dict(zip(ours_mm.arg_names, mm_args(), strict=False))),
         "autotuner.autotune hit, keywords": lambda: ours_mm[mm_grid](**dict(zip(ours_mm.arg_names, mm_args(), strict=False))),
+        "torch": lambda: a @ b,
     }))
     return rows
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from triton.tools.tensor_descriptor import TensorDescriptor
@@ -48,10 +48,13 @@ def call_signature(value: Any) -> Any:
 
 
 class Launcher:
-    """One kernel at one grid and one set of meta-parameters, launched directly after its first call."""
+    """One kernel at one grid and one set of meta-parameters, launched directly after its first call.
 
-    __slots__ = ("fn", "grid", "meta", "_run", "_compiled", "_function", "_packed", "_values", "_slots", "_device",
-                 "_extras", "_static")
+    `go(args)` launches at the launcher's own grid: through Triton until a first call has bound the arguments, then
+    through `_direct_call`, a closure holding everything a launch needs but the call's own arguments."""
+
+    __slots__ = ("fn", "grid", "meta", "go", "_run", "_compiled", "_function", "_packed", "_values", "_slots",
+                 "_device", "_extras", "_static")
     _slots: list[tuple[int, int]]  # (position in the bound values, position in the call's arguments)
     _values: list[Any]  # the first call's bound values, None where a call's own arguments go
     _device: int  # the CUDA device the first call ran on (-1 in the interpreter)
@@ -63,8 +66,12 @@ class Launcher:
         self.meta = dict(meta)
         self._run: Any = None
         self._static: Any = None  # (launch, function, num_warps, shared, arg types, values, slots): torch's launcher
+        self.go: Callable[[tuple[Any, ...]], Any] = self._at_grid
 
     def __call__(self, *args: Any) -> Any:
+        return self.go(args)
+
+    def _at_grid(self, args: tuple[Any, ...]) -> Any:
         return self.launch(self.grid, args)
 
     def launch(self, grid: tuple[int, ...], args: tuple[Any, ...]) -> Any:
@@ -130,6 +137,8 @@ class Launcher:
             self._values, self._slots = values, [(i, i) for i in taken]
             self._static = None if run is _interpret else _static_launch(compiled, device, values, taken)
             self._run = run
+            if self.grid and _RUNTIME is not None:
+                self.go = _direct_call(self, len(args))
         except (AttributeError, IndexError, KeyError, TypeError):  # a Triton without these internals
             self._run = None
         return compiled
@@ -230,6 +239,55 @@ def static_values(kernel: dict[str, Any], values: list[Any], taken: list[int]) -
         return None
     kept = [None if i in taken else values[i] for i in keep] + [None] * kernel["scratch"]
     return (kernel["warps"], kernel["shared"], kernel["types"], kept, [(keep.index(i), i) for i in taken if i in keep])
+
+
+def _direct_call(launcher: Launcher, n_args: int) -> Callable[[tuple[Any, ...]], Any]:
+    """A bound launcher's `go`: the launch at its grid, each call's arguments placed into the kept values, through
+    torch's static launcher (the interpreter's run in its place under the interpreter), else Triton's generated
+    launcher (`Launcher.launch`); and there too where Triton's own launch is wanted: inside tracing, with a launch
+    hook installed, or DIRECT or STATIC off. Everything but the call's arguments is read here once: this runs on
+    every launch of a library call."""
+    grid, slow, runtime, compiling = launcher.grid, launcher.launch, _RUNTIME, torch.compiler.is_compiling
+    if launcher._static is not None:
+        launch, function, warps, shared, types, values, slots = launcher._static
+        stream, device, result = torch._C._cuda_getCurrentRawStream, launcher._device, launcher._compiled
+    elif launcher._run is _interpret:
+        fn, extras = launcher.fn, launcher._extras
+
+        def launch(function: Any, g0: int, g1: int, g2: int, warps: Any, shared: Any, types: Any, packed: Any,
+                   stream: Any) -> None:
+            fn[grid](*packed, **extras)
+
+        function = warps = shared = types = None
+        values, slots, device, result = launcher._values, launcher._slots, -1, None
+
+        def stream(device: int) -> int:
+            return 0
+    else:
+        return launcher._at_grid
+    g0, g1, g2 = (*grid, 1, 1)[:3]
+    n = len(slots)
+    if n == n_args and sorted(slots) == [(i, i) for i in range(n)]:  # the call's arguments lead, in order
+        tail = tuple(values[n:])
+
+        def go(args: tuple[Any, ...]) -> Any:
+            hook = runtime.launch_enter_hook
+            if compiling() or not (DIRECT and STATIC) or (hook is not None and getattr(hook, "calls", True)):
+                return slow(grid, args)
+            launch(function, g0, g1, g2, warps, shared, types, args + tail, stream(device))
+            return result
+        return go
+
+    def go_placed(args: tuple[Any, ...]) -> Any:
+        hook = runtime.launch_enter_hook
+        if compiling() or not (DIRECT and STATIC) or (hook is not None and getattr(hook, "calls", True)):
+            return slow(grid, args)
+        packed = values.copy()
+        for slot, position in slots:
+            packed[slot] = args[position]
+        launch(function, g0, g1, g2, warps, shared, types, tuple(packed), stream(device))
+        return result
+    return go_placed
 
 
 def _interpret() -> None:

@@ -16,6 +16,7 @@ from kernels._checks import (
     check_same_device,
     check_tensor,
     new_output,
+    new_output_like,
 )
 from kernels._direct import Launcher
 from kernels._rows import TAIL as _TAIL
@@ -177,13 +178,21 @@ def prepare(
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"]))
     eps = float(eps)
 
-    def launch(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None) -> torch.Tensor:
+    if x.is_contiguous():  # the output like x, the call's rows x's own
+        def launch(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None) -> torch.Tensor:
+            y = new_output_like(x)
+            launcher.go((x, y, weight if weight is not None else y, bias if bias is not None else y, n_rows, N,
+                         n_body, eps, stride, N))
+            return y
+        return launch
+
+    def launch_strided(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None) -> torch.Tensor:
         y = new_output(shape, dtype, device)
-        launcher(x.reshape(-1, N) if flatten else x, y, weight if weight is not None else y,
-                 bias if bias is not None else y, n_rows, N, n_body, eps, stride, N)
+        launcher.go((x.reshape(-1, N) if flatten else x, y, weight if weight is not None else y,
+                     bias if bias is not None else y, n_rows, N, n_body, eps, stride, N))
         return y
 
-    return launch
+    return launch_strided
 
 
 def layer_norm(

@@ -16,6 +16,7 @@ from kernels._checks import (
     check_same_device,
     check_tensor,
     new_output,
+    new_output_like,
 )
 from kernels._counters import zeroed_counters
 from kernels._direct import Launcher
@@ -310,12 +311,19 @@ def prepare(x: torch.Tensor, config: Mapping[str, Any]) -> Callable[[torch.Tenso
         BLOCK_N=block, ROWS=rows, SINGLE_PASS=block >= n_cols, PERSISTENT=persist > 0, STAGES=PERSIST_STAGES,
         **row_consts, **hold_consts(cfg["HOLD16"]), num_warps=cfg["num_warps"], num_stages=cfg["num_stages"]))
 
-    def launch(x: torch.Tensor) -> torch.Tensor:
+    if x.is_contiguous():  # the output like x, the call's rows x's own
+        def launch(x: torch.Tensor) -> torch.Tensor:
+            y = new_output_like(x)
+            launcher.go((x, y, n_rows, n_cols, n_body, stride, n_cols))
+            return y
+        return launch
+
+    def launch_strided(x: torch.Tensor) -> torch.Tensor:
         y = new_output(shape, dtype, device)
-        launcher(x.reshape(-1, n_cols) if flatten else x, y, n_rows, n_cols, n_body, stride, n_cols)
+        launcher.go((x.reshape(-1, n_cols) if flatten else x, y, n_rows, n_cols, n_body, stride, n_cols))
         return y
 
-    return launch
+    return launch_strided
 
 
 def _prepare_split(shape: Any, dtype: Any, device: Any, n_rows: int, n_cols: int, stride: int, flatten: bool,

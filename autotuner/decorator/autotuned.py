@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 import warnings
@@ -149,6 +150,10 @@ class Autotuned(Autotuner):
         self._keyed = frozenset(i for i, n in enumerate(self.arg_names) if n in self.keys and n not in fixed)
         # parameters a call's value is swapped into (not constexprs, not keys): keyed by their specialization
         self._swapped_names = frozenset(n for n in self.arg_names if n not in fixed and n not in self.keys)
+        # each parameter's part of a call signature, by position: a constexpr's value, a key argument's plain value,
+        # any other argument's specialization
+        self._signers = tuple(_typed if i in self._fixed else _value if i in self._keyed else call_signature
+                              for i in range(len(self.arg_names)))
         self._kept_specializations = 0  # launches with unhashable arguments whose specialization was kept
         inner = fn
         while not hasattr(inner, "device_caches") and hasattr(inner, "fn"):
@@ -172,18 +177,27 @@ class Autotuned(Autotuner):
         self._cache.update(value)
 
     def __getitem__(self, grid: Any) -> Callable[..., Any]:
-        return lambda *args, **kwargs: self.run(*args, grid=grid, **kwargs)
+        return functools.partial(self._launch_at, grid)
 
     def run(self, *args: Any, grid: Any, warmup: bool = False, **kwargs: Any) -> Any:
-        sig: tuple[Any, ...] | None = None
-        if not warmup:  # a call signature launched before: its config and launcher at once
-            try:
-                sig = self._call_signature(args, kwargs)
-            except TypeError:  # an unhashable argument (or a tensor as a key value): the full path
-                pass
-            hit = self._hits.get(sig) if sig is not None else None
-            if hit is not None and not (self._recheck and hit.key in self._recheck and self._recheck[hit.key].met()):
-                return self._launch_hit(hit, args, kwargs, grid)
+        if warmup:
+            return self._run(None, args, kwargs, grid, True)
+        return self._launch_at(grid, *args, **kwargs)
+
+    def _launch_at(self, grid: Any, *args: Any, **kwargs: Any) -> Any:
+        """`kernel[grid](...)`: a call signature launched before launches with its config and launcher at once."""
+        try:
+            sig = self._call_signature(args, kwargs)
+        except TypeError:  # an unhashable argument (or a tensor as a key value): the full path
+            return self._run(None, args, kwargs, grid, False)
+        hit = self._hits.get(sig)
+        if hit is not None and not (self._recheck and hit.key in self._recheck and self._recheck[hit.key].met()):
+            return self._launch_hit(hit, args, kwargs, grid)
+        return self._run(sig, args, kwargs, grid, False)
+
+    def _run(self, sig: tuple[Any, ...] | None, args: tuple[Any, ...], kwargs: dict[str, Any], grid: Any,
+             warmup: bool) -> Any:
+        """A launch whose call signature has no kept launcher (`sig`; None: it has none, or a warmup)."""
         key = self.spec.keys.key(args, kwargs)
         config = self.cache.get(key)
         if config is None or (self._recheck and key in self._recheck and self._recheck[key].met()):
@@ -201,10 +215,12 @@ class Autotuned(Autotuner):
 
     def _call_signature(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
         """What a call's key, config and launch depend on, never a tensor's identity: constexprs' and key arguments'
-        values, every other argument's specialization, keywords by name. TypeError where a value has no hash."""
-        fixed, keyed = self._fixed, self._keyed
-        sig = [(type(a), a) if i in fixed else _value(a) if i in keyed else call_signature(a)
-               for i, a in enumerate(args)]
+        values, every other argument's specialization, keywords by name. TypeError where a value has no hash, or
+        for more arguments than parameters (Triton's launch says what is wrong)."""
+        signers = self._signers
+        if len(args) > len(signers):
+            raise TypeError("more arguments than parameters")
+        sig = [sign(a) for sign, a in zip(signers, args, strict=False)]
         if kwargs:
             swapped = self._swapped_names
             types = tuple(map(type, kwargs.values()))
@@ -226,10 +242,14 @@ class Autotuned(Autotuner):
             config.pre_hook({**dict(zip(self.arg_names, args, strict=False)), **kwargs, "grid": grid,
                              "warmup": False, **meta})
         if callable(grid):
-            grid = grid({**dict(zip(self.arg_names, args, strict=False)), **kwargs, **meta})
+            named = dict(zip(self.arg_names, args, strict=False))  # every argument by name, then the config
+            if kwargs:
+                named.update(kwargs)
+            named.update(meta)
+            grid = grid(named)
         if placed:
             args = (*args, *map(kwargs.__getitem__, placed))
-        return launcher.launch(tuple(grid), args)
+        return launcher.launch(grid if type(grid) is tuple else tuple(grid), args)
 
     def _launch(self, sig: tuple[Any, ...] | None, key: tuple[Any, ...], config: triton.Config,
                 args: tuple[Any, ...], kwargs: dict[str, Any], meta: dict[str, Any], grid: Any) -> Any:
@@ -341,6 +361,11 @@ class Autotuned(Autotuner):
 
 
 _PLAIN = frozenset({int, float, bool, str, type(None)})
+
+
+def _typed(value: Any) -> tuple[type, Any]:
+    """A constexpr's value as a launcher's key keeps it: with its type, as Triton tells 1, 1.0 and True apart."""
+    return type(value), value
 
 
 def _value(value: Any) -> tuple[type, Any]:

@@ -26,9 +26,10 @@ class _Hit:
         self.launch, self.pending, self.config = launch, pending, config  # pending: None for an exact result
 
 
-_HITS: dict[tuple[Any, ...], _Hit] = {}
-# signature without pointers -> config and whether torch's op serves it, for traced calls
-_CONFIGS: dict[tuple[Any, ...], tuple[dict[str, Any], bool]] = {}
+# per call: (signature, alignment) -> its kept launch, and the signature alone -> the config and whether torch's op
+# serves it (for traced calls, whose tensors have no data pointers); tables of their own, so no key names the call
+_HITS: dict[str, dict[tuple[Any, ...], _Hit]] = {}
+_CONFIGS: dict[str, dict[tuple[Any, ...], tuple[dict[str, Any], bool]]] = {}
 _CALLS: dict[str, Callable[..., Any]] = {}
 _LOCK = threading.Lock()
 
@@ -47,13 +48,14 @@ def _resolve(op: TunableOp[Any], inputs: dict[str, Any], device: torch.device) -
             res.launches_torch and resolving.settings.torch_op)
 
 
-def _keep(key: tuple[Any, ...], traced: tuple[Any, ...], launch: Callable[..., torch.Tensor], config: dict[str, Any],
-          pending: Any, use_torch: bool) -> None:
-    if len(_HITS) >= MAX_ENTRIES:
-        _HITS.clear()
-        _CONFIGS.clear()
-    _HITS[key] = _Hit(launch, pending, config)
-    _CONFIGS[traced] = (config, use_torch)
+def _keep(name: str, key: tuple[Any, ...], launch: Callable[..., torch.Tensor], config: dict[str, Any], pending: Any,
+          use_torch: bool) -> None:
+    hits, configs = _HITS[name], _CONFIGS[name]
+    if len(hits) >= MAX_ENTRIES:
+        hits.clear()
+        configs.clear()
+    hits[key] = _Hit(launch, pending, config)
+    configs[key[0]] = (config, use_torch)
 
 
 def _torch_launch(torch_op: Callable[..., Any], a: tuple[Any, ...], positions: tuple[int, ...]) -> Callable[..., Any]:
@@ -72,10 +74,10 @@ def _torch_launch(torch_op: Callable[..., Any], a: tuple[Any, ...], positions: t
     return launch
 
 
-def _traced_config(name: str, traced: tuple[Any, ...]) -> tuple[dict[str, Any], bool]:
+def _traced_config(name: str, signature: tuple[Any, ...]) -> tuple[dict[str, Any], bool]:
     """Inside torch.compile's tracing: the config an eager call resolved, and whether torch's op serves it
     (tensors there have no data pointers)."""
-    found = _CONFIGS.get(traced)
+    found = _CONFIGS[name].get(signature)
     if found is None:
         raise RuntimeError(f"autotuner.{name}: no config resolved for these inputs yet; call it once outside "
                            "torch.compile (eagerly) before compiling, so the lookup runs outside the graph")
@@ -84,8 +86,10 @@ def _traced_config(name: str, traced: tuple[Any, ...]) -> tuple[dict[str, Any], 
 
 def clear_cache() -> None:
     """Forget every resolved config and prepared launcher in this process."""
-    _HITS.clear()
-    _CONFIGS.clear()
+    for hits in _HITS.values():
+        hits.clear()
+    for configs in _CONFIGS.values():
+        configs.clear()
 
 
 def _picker(positions: tuple[int, ...]) -> Callable[[tuple[Any, ...]], tuple[Any, ...]]:
@@ -132,35 +136,42 @@ def build(op: TunableOp[Any]) -> Callable[..., Any]:
         lib.torch_op
     if torch_op is not None and set(lib.tensors) - set(lib.launch_args):
         raise ValueError(f"{op.name}: a library call with a torch_op launches with every tensor (launch_args)")
-    name, tag = lib.name, op.name
+    name = lib.name
     tensors, aligned, launch_args = _picker(lib.tensors), _aligner(lib.tensors), _picker(lib.launch_args)
     params = list(inspect.signature(face).parameters.values())
     tensor_names = [params[i].name for i in lib.tensors]
+    every = lib.launch_args == tuple(range(len(params)))  # the launch takes the call's arguments as they are
+    hits = _HITS[name] = {}
+    _CONFIGS[name] = {}
+    compiling = torch.compiler.is_compiling
 
+    # A hit is the face, the key (signature and alignment), one lookup and the kept launch: this runs on every call.
     def call(*args: Any, config: Mapping[str, Any] | None = None, **kwargs: Any) -> Any:
         a = face(*args, **kwargs)
         if config is not None:
             return run(*a, config)
-        if torch.compiler.is_compiling():
-            traced_config, use_torch = _traced_config(name, (tag, signature(*a)))
+        if compiling():
+            traced_config, use_torch = _traced_config(name, signature(*a))
             return torch_op(*a) if use_torch and torch_op is not None else run(*a, traced_config)
         try:
-            key = (tag, signature(*a), aligned(a))
+            key = (signature(*a), aligned(a))
         except AttributeError:
             for arg_name, t in zip(tensor_names, tensors(a), strict=True):  # a clear TypeError naming the argument
                 if t is not None and not isinstance(t, torch.Tensor):
                     raise TypeError(f"{arg_name} must be a torch.Tensor, got {type(t).__name__}") from None
             raise
-        hit = _HITS.get(key)
-        if hit is not None and (hit.pending is None or not hit.pending.met()):
-            return hit.launch(*launch_args(a))
+        hit = hits.get(key)
+        if hit is not None:
+            pending = hit.pending
+            if pending is None or not pending.met():
+                return hit.launch(*a) if every else hit.launch(*launch_args(a))
         cfg, waiting, use_torch = _resolve(op, inputs(*a), tensors(a)[0].device)
         launch = prepare(*a, cfg)  # the inputs checked in full, whichever launches them
         if use_torch and torch_op is not None:
             launch = _torch_launch(torch_op, a, lib.launch_args)
         else:
             use_torch = False
-        _keep(key, key[:-1], launch, cfg, waiting, use_torch)
+        _keep(name, key, launch, cfg, waiting, use_torch)
         return launch(*launch_args(a))
 
     functools.update_wrapper(call, face)

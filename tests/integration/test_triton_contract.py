@@ -578,3 +578,48 @@ def test_the_static_launch_passes_the_cubin_only_its_arguments_with_the_calls_in
     assert found["tensors"]["slots"] == [[0, 0], [1, 1]]
     assert found["all"]["warps"] == 4 and found["keep"] == [0, 1, 2] and found["name"] == "gelu_kernel"
     assert found["short"] is None  # bound values that do not cover the cubin's arguments: Triton's launcher
+
+
+@triton.jit
+def _scaled(x_ptr, other, out_ptr, n, alpha, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, alpha * tl.load(x_ptr + offs, mask=mask), mask=mask)
+
+
+@pytest.mark.parametrize("kept", [False, True], ids=["every-argument-the-calls", "one-kept-between-them"])
+def test_a_bound_launcher_places_each_calls_arguments_and_steps_aside_for_hooks(kept, monkeypatch):
+    """After its first call a launcher launches through its direct call (`Launcher.go`), never Triton's binding:
+    each call's tensors and numbers in their places, with or without a value kept from the first call between them
+    (None: a constexpr to Triton), and a new output each call. A launch hook installed (a profiler's), or direct
+    launches switched off, sends the call back through `Launcher.launch`."""
+    from triton import knobs
+
+    from kernels import _direct
+
+    through = []
+    original = _direct.Launcher.launch
+
+    def counted(self, grid, args):
+        through.append(grid)
+        return original(self, grid, args)
+
+    monkeypatch.setattr(_direct.Launcher, "launch", counted)
+    launcher = _direct.Launcher(_scaled, (2,), {"BLOCK": 32})
+    outs = []
+    for i in range(4):
+        x, out = torch.randn(64), torch.full((64,), float("nan"))
+        launcher(x, None if kept else x, out, 64, 0.5 + i)
+        torch.testing.assert_close(out, (0.5 + i) * x)
+        outs.append(out)
+    assert through == [(2,)]  # the first call alone went through Triton
+    assert launcher.direct and launcher.go != launcher._at_grid
+    hook_calls = []
+    knobs.runtime.launch_enter_hook.add(hook_calls.append)
+    try:
+        launcher(x, None if kept else x, torch.empty(64), 64, 1.0)
+    finally:
+        knobs.runtime.launch_enter_hook.remove(hook_calls.append)
+    monkeypatch.setattr(_direct, "DIRECT", False)
+    launcher(x, None if kept else x, torch.empty(64), 64, 1.0)
+    assert through == [(2,)] * 3
