@@ -10,6 +10,8 @@ of back-to-back calls queued behind a sleeping kernel (so the GPU never holds th
     library/triton   the same with direct launch off: the prepared launcher through `kernel[grid]`
     static launcher  the floor: the output allocated and the same binary launched by torch's static launcher with
                      its arguments packed ahead (what Inductor's generated code does per launch)
+    kept launch      the launch a hit runs after its lookup, called directly (output, arguments, launcher.go)
+    launcher.go      the prepared launcher's direct call alone, with one call's arguments
     plain launch     the output allocated and `kernel[grid](...)` with the tuned config written in: the reference
     checked          the kernel module's launcher with an explicit config (every check on every call)
     torch            torch's own op
@@ -23,6 +25,7 @@ and for softmax and the tutorial matmul, decorated copies of the same kernel: `@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 import sys
@@ -72,9 +75,9 @@ def direct_off(fn: Callable[[], Any]) -> Callable[[], Any]:
     return switched_off("DIRECT", fn)
 
 
-def static_floor(call: Callable[[], Any]) -> Callable[[], Any] | None:
-    """The static-launcher floor for a library call: its launcher's binary, launched by torch's static launcher
-    with the arguments of one call recorded here, after allocating an output like the call's."""
+def first_launch(call: Callable[[], Any]) -> tuple[Any, tuple[Any, ...], Any] | None:
+    """The first call of a library call, recorded: its launcher, the arguments it launched with and the output;
+    None where the call makes more than one launch."""
     seen: list[tuple[Any, tuple[Any, ...]]] = []
     original = _direct.Launcher.launch
 
@@ -87,9 +90,14 @@ def static_floor(call: Callable[[], Any]) -> Callable[[], Any] | None:
         out = call()
     finally:
         _direct.Launcher.launch = original  # type: ignore[method-assign]
-    if len(seen) != 1 or seen[0][0]._static is None:  # several launches per call, or no static launcher here
+    return (*seen[0], out) if len(seen) == 1 else None
+
+
+def static_floor(launcher: Any, args: tuple[Any, ...], out: Any) -> Callable[[], Any] | None:
+    """The static-launcher floor for a library call's launch: its launcher's binary, launched by torch's static
+    launcher with the arguments of one call packed ahead, after allocating an output like the call's."""
+    if launcher._static is None:  # no static launcher here
         return None
-    launcher, args = seen[0]
     launch, function, warps, shared, types, kept, slots = launcher._static
     values = list(kept)
     for slot, position in slots:
@@ -103,6 +111,15 @@ def static_floor(call: Callable[[], Any]) -> Callable[[], Any] | None:
         launch(function, grid[0], grid[1], grid[2], warps, shared, types, packed,
                torch._C._cuda_getCurrentRawStream(device))
     return floor
+
+
+def kept_launch(name: str, launch_args: Callable[[], tuple[Any, ...]]) -> Callable[[], Any]:
+    """The library call's kept launch (what a hit runs after its lookup), called directly with the call's
+    arguments."""
+    from autotuner.launch import library
+
+    (hit,) = library._HITS[name].values()
+    return lambda: hit.launch(*launch_args())
 
 
 def cases(store: Store, settings: Settings) -> list[tuple[str, dict[str, Callable[[], Any]]]]:
@@ -151,16 +168,41 @@ def cases(store: Store, settings: Settings) -> list[tuple[str, dict[str, Callabl
             "library": lambda: autotuner.attention(q, q, q), "plain launch": direct_off(lambda: plain_a(q, q, q)),
             "checked": lambda: k_attention.attention(q, q, q, cfg_at),
             "torch": lambda: torch.nn.functional.scaled_dot_product_attention(q, q, q)}))
+    calls = {"softmax": ((x,), "softmax"), "layernorm": ((x, w, b), "layer_norm"), "gelu": ((g,), "gelu"),
+             "matmul": ((a, bm, None), "matmul"), "attention": ((q, q, q), "attention") if DEV == "cuda" else None}
     for problem, rows in out:
         rows["library/triton"] = direct_off(rows["library"])
         rows["library/launcher"] = switched_off("STATIC", rows["library"])
-        floor = static_floor(rows["library"]) if DEV == "cuda" else None
+        recorded = first_launch(rows["library"])
+        (tensors, name) = calls[problem.split()[0]]  # type: ignore[misc]
+        rows["kept launch"] = kept_launch(name, functools.partial(tuple, tensors))
+        if recorded is not None:
+            rows["launcher.go"] = functools.partial(recorded[0].go, recorded[1])
+        floor = static_floor(*recorded) if recorded is not None and DEV == "cuda" else None
         if floor is not None:
             rows["static launcher"] = floor
         else:
-            print(f"{problem}: no static launcher row (the call launches through Triton's launcher here)",
-                  file=sys.stderr)
+            print(f"{problem}: no static launcher row (the call makes more than one launch, or launches through "
+                  "Triton's launcher here)", file=sys.stderr)
     return out
+
+
+def hit_parts(kernel: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
+              grid: Callable[[dict[str, Any]], tuple[int, ...]]) -> dict[str, Callable[[], Any]]:
+    """Two parts of a decorated kernel's hit, each alone with one call's arguments: its call signature (what keys the
+    hit), and its kept launcher's launch at the grid its config gives (found at first use: the rows run after the
+    kernel's first call)."""
+    found: list[tuple[Any, tuple[int, ...]]] = []
+
+    def launch() -> Any:
+        if not found:
+            (hit,) = kernel._hits.values()
+            found.append((hit.launcher.launch, grid({**dict(zip(kernel.arg_names, args, strict=False)), **kwargs,
+                                                      **hit.meta})))
+        go, at = found[0]
+        return go(at, args)
+
+    return {"call signature": lambda: kernel._call_signature(args, kwargs), "launcher.launch": launch}
 
 
 def decorated() -> list[tuple[str, dict[str, Callable[[], Any]]]]:
@@ -188,6 +230,8 @@ def decorated() -> list[tuple[str, dict[str, Callable[[], Any]]]]:
         "autotuner.autotune hit": lambda: ours[lambda m: (triton.cdiv(64, m["ROWS"]),)](
             x, torch.empty_like(x), 64, 1024, n_body, 1024, 1024, **fixed),
         "torch": lambda: torch.softmax(x, -1),
+        **hit_parts(ours, (x, torch.empty_like(x), 64, 1024, n_body, 1024, 1024), fixed,
+                    lambda m: (triton.cdiv(64, m["ROWS"]),)),
     })]
     a = torch.randn(64, 64, device=DEV, dtype=dt)
     b = torch.randn(64, 64, device=DEV, dtype=dt)
@@ -210,6 +254,7 @@ def decorated() -> list[tuple[str, dict[str, Callable[[], Any]]]]:
         "triton.autotune hit, keywords": lambda: tri_mm[mm_grid](**dict(zip(ours_mm.arg_names, mm_args(), strict=False))),
         "autotuner.autotune hit, keywords": lambda: ours_mm[mm_grid](**dict(zip(ours_mm.arg_names, mm_args(), strict=False))),
         "torch": lambda: a @ b,
+        **hit_parts(ours_mm, mm_args(), {}, mm_grid),
     }))
     return rows
 
@@ -245,6 +290,25 @@ def main() -> None:
         ours = r.get("library", r.get("autotuner.autotune hit"))
         ratio = f"{ours / r['torch']:.2f}x" if ours and "torch" in r else ""
         print(f"| {problem} | " + " | ".join(f"{r[n]:.1f}" if n in r else "" for n in names) + f" | {ratio} |")
+    print("\nWhere a library call's time goes (us): the lookup (face, key, one dict lookup: the call less its kept "
+          "launch), the kept launch (the output allocated, the arguments gathered, `launcher.go`), `launcher.go` "
+          "alone (one call's arguments ready), the static launcher's floor and torch's op\n")
+    parts = ["library", "lookup", "kept launch", "launcher.go", "static launcher", "torch"]
+    print("| problem | " + " | ".join(parts) + " |")
+    print("|---|" + "---|" * len(parts))
+    for problem, r in results.items():
+        if "kept launch" in r:
+            r["lookup"] = r["library"] - r["kept launch"]
+            print(f"| {problem} | " + " | ".join(f"{r[n]:.1f}" if n in r else "" for n in parts) + " |")
+    print("\nWhere a decorated kernel's hit goes (us): its call signature alone, its kept launcher's launch alone "
+          "(one call's arguments and grid ready); the rest is the caller's own (the output it allocates, its grid "
+          "function) and the hit's bookkeeping\n")
+    parts = ["autotuner.autotune hit", "call signature", "launcher.launch", "plain launch", "torch"]
+    print("| problem | " + " | ".join(parts) + " |")
+    print("|---|" + "---|" * len(parts))
+    for problem, r in results.items():
+        if "call signature" in r:
+            print(f"| {problem} | " + " | ".join(f"{r[n]:.1f}" if n in r else "" for n in parts) + " |")
     if args.json_out:
         args.json_out.write_text(json.dumps(results, indent=1))
 
