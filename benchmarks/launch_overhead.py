@@ -196,7 +196,7 @@ def hit_parts(kernel: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
 
     def launch() -> Any:
         if not found:
-            (hit,) = kernel._hits.values()
+            hit = kernel._hits[kernel._call_signature(args, kwargs)]
             found.append((hit.launcher.launch, grid({**dict(zip(kernel.arg_names, args, strict=False)), **kwargs,
                                                       **hit.meta})))
         go, at = found[0]
