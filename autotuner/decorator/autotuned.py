@@ -180,9 +180,7 @@ class Autotuned(Autotuner):
         return functools.partial(self._launch_at, grid)
 
     def run(self, *args: Any, grid: Any, warmup: bool = False, **kwargs: Any) -> Any:
-        if warmup:
-            return self._run(None, args, kwargs, grid, True)
-        return self._launch_at(grid, *args, **kwargs)
+        return self._run(None, args, kwargs, grid, True) if warmup else self._launch_at(grid, *args, **kwargs)
 
     def _launch_at(self, grid: Any, *args: Any, **kwargs: Any) -> Any:
         """`kernel[grid](...)`: a call signature launched before launches with its config and launcher at once."""
@@ -196,8 +194,7 @@ class Autotuned(Autotuner):
         return self._run(sig, args, kwargs, grid, False)
 
     def _run(self, sig: tuple[Any, ...] | None, args: tuple[Any, ...], kwargs: dict[str, Any], grid: Any,
-             warmup: bool) -> Any:
-        """A launch whose call signature has no kept launcher (`sig`; None: it has none, or a warmup)."""
+             warmup: bool) -> Any:  # a launch whose call signature (`sig`; None: none, or a warmup) keeps no launcher
         key = self.spec.keys.key(args, kwargs)
         config = self.cache.get(key)
         if config is None or (self._recheck and key in self._recheck and self._recheck[key].met()):
