@@ -115,9 +115,9 @@ def new_output(shape: tuple[int, ...] | torch.Size, dtype: torch.dtype, device: 
 
 
 def new_output_like(x: torch.Tensor) -> torch.Tensor:
-    """`new_output(x.shape, x.dtype, x.device)` for a contiguous x, by torch.empty_like: a third of torch.empty's
-    argument parsing on a launch's every call. The caller checked once that x is contiguous (its launch signature
-    keeps it so), and the output then has x's strides."""
+    """`new_output(x.shape, x.dtype, x.device)` for a contiguous x, by torch.empty_like, which parses one argument
+    where torch.empty parses a shape, a dtype and a device, on a launch's every call. The caller checked once that x
+    is contiguous (its launch signature keeps it so), and the output then has x's strides."""
     if _POISON:
         return torch.full_like(x, float("nan"))
     return torch.empty_like(x)

@@ -178,21 +178,15 @@ def prepare(
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"]))
     eps = float(eps)
 
-    if x.is_contiguous():  # the output like x, the call's rows x's own
-        def launch(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None) -> torch.Tensor:
-            y = new_output_like(x)
-            launcher.go((x, y, weight if weight is not None else y, bias if bias is not None else y, n_rows, N,
-                         n_body, eps, stride, N))
-            return y
-        return launch
+    like = x.is_contiguous()  # the output made like x (its launch signature keeps x contiguous)
 
-    def launch_strided(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None) -> torch.Tensor:
-        y = new_output(shape, dtype, device)
+    def launch(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None) -> torch.Tensor:
+        y = new_output_like(x) if like else new_output(shape, dtype, device)
         launcher.go((x.reshape(-1, N) if flatten else x, y, weight if weight is not None else y,
                      bias if bias is not None else y, n_rows, N, n_body, eps, stride, N))
         return y
 
-    return launch_strided
+    return launch
 
 
 def layer_norm(

@@ -311,19 +311,14 @@ def prepare(x: torch.Tensor, config: Mapping[str, Any]) -> Callable[[torch.Tenso
         BLOCK_N=block, ROWS=rows, SINGLE_PASS=block >= n_cols, PERSISTENT=persist > 0, STAGES=PERSIST_STAGES,
         **row_consts, **hold_consts(cfg["HOLD16"]), num_warps=cfg["num_warps"], num_stages=cfg["num_stages"]))
 
-    if x.is_contiguous():  # the output like x, the call's rows x's own
-        def launch(x: torch.Tensor) -> torch.Tensor:
-            y = new_output_like(x)
-            launcher.go((x, y, n_rows, n_cols, n_body, stride, n_cols))
-            return y
-        return launch
+    like = x.is_contiguous()  # the output made like x (its launch signature keeps x contiguous)
 
-    def launch_strided(x: torch.Tensor) -> torch.Tensor:
-        y = new_output(shape, dtype, device)
+    def launch(x: torch.Tensor) -> torch.Tensor:
+        y = new_output_like(x) if like else new_output(shape, dtype, device)
         launcher.go((x.reshape(-1, n_cols) if flatten else x, y, n_rows, n_cols, n_body, stride, n_cols))
         return y
 
-    return launch_strided
+    return launch
 
 
 def _prepare_split(shape: Any, dtype: Any, device: Any, n_rows: int, n_cols: int, stride: int, flatten: bool,
