@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # One device call: install the carried wheels, then the steps named in STEPS (default: tier,overhead):
 #   tier       the GPU test tier (tests/gpu, or the pytest arguments in TIER_ARGS)
-#   overhead   benchmarks/launch_overhead.py: CPU cost per call of the library calls and decorated kernels (then
-#              an older tree's, where OVERHEAD_TREE names an ignored folder holding `git archive <commit>`'s files)
+#   overhead   benchmarks/launch_overhead.py: CPU cost per call of the library calls and decorated kernels
+#              (OVERHEAD_ARGS: more arguments, e.g. --rounds 15); then an older tree's, where OVERHEAD_TREE names an
+#              ignored folder holding `git archive <commit>`'s files
 #   peers      benchmarks/peers.py: autotuner, triton.autotune and Inductor max-autotune tuning a matmul, each in new
 #              processes with cold caches, warm ones and (autotuner) compiles from another host (PEERS_ARGS)
 #   generated  benchmarks/generated.py: Helion kernels and a max-autotune block, alone and under autotuner: a first
@@ -66,7 +67,7 @@ if [[ $STEPS == *,tier,* ]]; then
 fi
 if [[ $STEPS == *,overhead,* ]]; then
   step "launch overhead"
-  python3 benchmarks/launch_overhead.py --json-out "$OUT/overhead.json" 2>&1 | tee "$OUT/overhead.txt" | tail -14
+  python3 benchmarks/launch_overhead.py ${OVERHEAD_ARGS:-} --json-out "$OUT/overhead.json" 2>&1 | tee "$OUT/overhead.txt" | tail -14
   if [ -n "${OVERHEAD_TREE:-}" ]; then  # an older tree's (an ignored folder holding `git archive <commit>`'s files)
     step "launch overhead, $OVERHEAD_TREE"
     (cd "$OVERHEAD_TREE" && PYTHONPATH=/tmp/site:$PWD python3 benchmarks/launch_overhead.py \
