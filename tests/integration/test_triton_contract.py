@@ -591,8 +591,8 @@ def _scaled(x_ptr, other, out_ptr, n, alpha, BLOCK: tl.constexpr):
 def test_a_bound_launcher_places_each_calls_arguments_and_steps_aside_for_hooks(kept, monkeypatch):
     """After its first call a launcher launches through its direct call (`Launcher.go`), never Triton's binding:
     each call's tensors and numbers in their places, with or without a value kept from the first call between them
-    (None: a constexpr to Triton), and a new output each call. A launch hook installed (a profiler's), or direct
-    launches switched off, sends the call back through `Launcher.launch`."""
+    (None: a constexpr to Triton). A launch hook installed (a profiler's), or direct launches switched off, sends
+    the call back through `Launcher.launch`."""
     from triton import knobs
 
     from kernels import _direct
@@ -606,12 +606,10 @@ def test_a_bound_launcher_places_each_calls_arguments_and_steps_aside_for_hooks(
 
     monkeypatch.setattr(_direct.Launcher, "launch", counted)
     launcher = _direct.Launcher(_scaled, (2,), {"BLOCK": 32})
-    outs = []
     for i in range(4):
         x, out = torch.randn(64), torch.full((64,), float("nan"))
         launcher(x, None if kept else x, out, 64, 0.5 + i)
         torch.testing.assert_close(out, (0.5 + i) * x)
-        outs.append(out)
     assert through == [(2,)]  # the first call alone went through Triton
     assert launcher.direct and launcher.go != launcher._at_grid
     hook_calls = []
