@@ -112,12 +112,3 @@ def new_output(shape: tuple[int, ...] | torch.Size, dtype: torch.dtype, device: 
     if _POISON:
         return torch.full(shape, float("nan"), dtype=dtype, device=device)
     return torch.empty(shape, dtype=dtype, device=device)
-
-
-def new_output_like(x: torch.Tensor) -> torch.Tensor:
-    """`new_output(x.shape, x.dtype, x.device)` for a contiguous x, by torch.empty_like, which parses one argument
-    where torch.empty parses a shape, a dtype and a device, on a launch's every call. The caller checked once that x
-    is contiguous (its launch signature keeps it so), and the output then has x's strides."""
-    if _POISON:
-        return torch.full_like(x, float("nan"))
-    return torch.empty_like(x)

@@ -20,7 +20,6 @@ from kernels._checks import (
     check_same_device,
     check_tensor,
     new_output,
-    new_output_like,
 )
 from kernels._descriptors import ensure_allocator
 from kernels._direct import Launcher
@@ -306,12 +305,10 @@ def prepare(
     scalars = (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o_like.stride()[:3],
                H, H // k.shape[1], S, scale * 1.4426950408889634, causal_group(q) if causal else 1, blocks)  # log2(e): exp2 in the kernel
 
-    like_q = q.stride() == o_like.stride()  # o like q (q's launch signature keeps its strides)
-
     def launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        o = new_output_like(q) if like_q else new_output(shape, dtype, device)
+        o = new_output(shape, dtype, device)
         descriptors = _host_descriptors(cfg, q, k, v, o) if host else None
-        launcher.go((q, k, v, o, *(descriptors or (q, k, v, o)), *scalars))
+        launcher(q, k, v, o, *(descriptors or (q, k, v, o)), *scalars)
         return o
 
     return launch

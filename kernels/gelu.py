@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import triton
 import triton.language as tl
 
-from kernels._checks import check_config, check_pow2, check_same_device, check_tensor, new_output_like
+from kernels._checks import check_config, check_pow2, check_same_device, check_tensor, new_output
 from kernels._direct import Launcher
 from kernels._torch import lazy
 
@@ -47,14 +47,15 @@ def prepare(x: torch.Tensor, config: Mapping[str, Any], approximate: str = "tanh
         raise ValueError(f"x must be contiguous (strides {tuple(x.stride())}); call .contiguous() first")
     cfg = check_config(config, PARAMS, "gelu")
     check_pow2("gelu", cfg, PARAMS)
+    shape, dtype, device = x.shape, x.dtype, x.device
     n = x.numel()
     launcher = Launcher(gelu_kernel, (triton.cdiv(n, cfg["BLOCK_SIZE"]),), dict(
         BLOCK_SIZE=cfg["BLOCK_SIZE"], TANH=approximate == "tanh", num_warps=cfg["num_warps"],
         num_stages=cfg["num_stages"]))
 
     def launch(x: torch.Tensor) -> torch.Tensor:
-        y = new_output_like(x)  # x is contiguous (checked above; its launch signature keeps it so)
-        launcher.go((x, y, n))
+        y = new_output(shape, dtype, device)
+        launcher(x, y, n)
         return y
 
     return launch

@@ -16,7 +16,6 @@ from kernels._checks import (
     check_same_device,
     check_tensor,
     new_output,
-    new_output_like,
 )
 from kernels._direct import Launcher
 from kernels._rows import TAIL as _TAIL
@@ -178,12 +177,10 @@ def prepare(
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"]))
     eps = float(eps)
 
-    like = x.is_contiguous()  # the output made like x (its launch signature keeps x contiguous)
-
     def launch(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None) -> torch.Tensor:
-        y = new_output_like(x) if like else new_output(shape, dtype, device)
-        launcher.go((x.reshape(-1, N) if flatten else x, y, weight if weight is not None else y,
-                     bias if bias is not None else y, n_rows, N, n_body, eps, stride, N))
+        y = new_output(shape, dtype, device)
+        launcher(x.reshape(-1, N) if flatten else x, y, weight if weight is not None else y,
+                 bias if bias is not None else y, n_rows, N, n_body, eps, stride, N)
         return y
 
     return launch

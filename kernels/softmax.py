@@ -16,7 +16,6 @@ from kernels._checks import (
     check_same_device,
     check_tensor,
     new_output,
-    new_output_like,
 )
 from kernels._counters import zeroed_counters
 from kernels._direct import Launcher
@@ -311,11 +310,9 @@ def prepare(x: torch.Tensor, config: Mapping[str, Any]) -> Callable[[torch.Tenso
         BLOCK_N=block, ROWS=rows, SINGLE_PASS=block >= n_cols, PERSISTENT=persist > 0, STAGES=PERSIST_STAGES,
         **row_consts, **hold_consts(cfg["HOLD16"]), num_warps=cfg["num_warps"], num_stages=cfg["num_stages"]))
 
-    like = x.is_contiguous()  # the output made like x (its launch signature keeps x contiguous)
-
     def launch(x: torch.Tensor) -> torch.Tensor:
-        y = new_output_like(x) if like else new_output(shape, dtype, device)
-        launcher.go((x.reshape(-1, n_cols) if flatten else x, y, n_rows, n_cols, n_body, stride, n_cols))
+        y = new_output(shape, dtype, device)
+        launcher(x.reshape(-1, n_cols) if flatten else x, y, n_rows, n_cols, n_body, stride, n_cols)
         return y
 
     return launch
