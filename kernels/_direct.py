@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from triton.tools.tensor_descriptor import TensorDescriptor
 
+from kernels import _checks
 from kernels._backend import interpreting
 from kernels._torch import lazy
 
@@ -288,6 +289,27 @@ def _direct_call(launcher: Launcher, n_args: int) -> Callable[[tuple[Any, ...]],
         launch(function, g0, g1, g2, warps, shared, types, tuple(packed), stream(device))
         return result
     return go_placed
+
+
+_TEMPLATES: dict[tuple[Any, ...], Any] = {}  # (shape, dtype, device) -> a one-element tensor expanded to the shape
+MAX_TEMPLATES = 1024  # past that the templates start over
+
+
+def new_output(shape: tuple[int, ...] | torch.Size, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """`kernels._checks.new_output` (a new contiguous output, NaN while poisoning is on) for a kept launch's every
+    call: `torch.empty_like` of a template, a zero-dimensional tensor expanded to the shape and kept per shape, dtype
+    and device, parses one argument where `torch.empty` parses a shape, a dtype and a device. An expanded tensor is
+    not dense, so empty_like gives the contiguous strides torch.empty would. The kernel modules import it under
+    `_checks`' name: their text is their results' kernel hash, and how an output is allocated changes no binary."""
+    if _checks._POISON or 0 in shape:  # (an empty shape's strides as torch.empty gives them)
+        return _checks.new_output(shape, dtype, device)
+    key = (shape, dtype, device)
+    template = _TEMPLATES.get(key)
+    if template is None:
+        if len(_TEMPLATES) >= MAX_TEMPLATES:
+            _TEMPLATES.clear()
+        template = _TEMPLATES[key] = torch.empty((), dtype=dtype, device=device).expand(shape)
+    return torch.empty_like(template)
 
 
 def _interpret() -> None:

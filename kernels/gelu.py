@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 import triton
 import triton.language as tl
 
-from kernels._checks import check_config, check_pow2, check_same_device, check_tensor, new_output
-from kernels._direct import Launcher
+from kernels._checks import check_config, check_pow2, check_same_device, check_tensor
+from kernels._direct import Launcher, new_output  # (_checks.new_output, allocating faster)
 from kernels._torch import lazy
 
 if TYPE_CHECKING:

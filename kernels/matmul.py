@@ -13,10 +13,10 @@ import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from kernels._backend import dot_needs_upcast, gpu_properties, sm_count
-from kernels._checks import check_config, check_pow2, check_same_device, check_tensor, new_output
+from kernels._checks import check_config, check_pow2, check_same_device, check_tensor
 from kernels._counters import zeroed_counters
 from kernels._descriptors import ensure_allocator
-from kernels._direct import Launcher
+from kernels._direct import Launcher, new_output  # (_checks.new_output, allocating faster)
 from kernels._torch import lazy
 from kernels.matmul_tiles import _epilogue, _grouped_tile
 from kernels.matmul_tma import matmul_tma_kernel, matmul_tma_persistent_kernel

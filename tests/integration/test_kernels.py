@@ -193,6 +193,31 @@ def test_the_persistent_row_loop_is_for_whole_rows_and_enough_of_them(device):
     assert "shared memory" in " ".join(space.violations({**whole, "ROWS": 2}, wide, H100))
 
 
+@pytest.mark.parametrize("shape", [(64, 1024), (8, 1, 300), (7,), (), (3, 0, 5)], ids=str)
+def test_a_kept_launch_allocates_what_torch_empty_allocates(shape, device):
+    """kernels._direct.new_output (the kernel modules' output allocation) gives a new tensor of the shape, dtype,
+    device and strides torch.empty gives, never the same storage twice, and NaN while poisoning is on."""
+    from kernels import _checks, _direct
+
+    dtype, where = torch.float16, device.torch_device
+    old = _checks.poison_outputs(False)
+    try:
+        outs = [_direct.new_output(torch.Size(shape), dtype, where) for _ in range(3)]
+        expected = torch.empty(shape, dtype=dtype, device=where)
+        for out in outs:
+            assert (out.shape, out.stride(), out.dtype, out.device) == \
+                (expected.shape, expected.stride(), expected.dtype, expected.device)
+        if outs[0].numel():
+            assert len({o.data_ptr() for o in outs}) == 3
+            outs[0].fill_(1.0)
+            outs[1].fill_(2.0)
+            assert (outs[0] == 1.0).all()  # storage of its own, not a view of a template another call shares
+        _checks.poison_outputs(True)
+        assert torch.isnan(_direct.new_output(torch.Size(shape), dtype, where)).all()
+    finally:
+        _checks.poison_outputs(old)
+
+
 def test_check_catches_an_unwritten_element(device):
     op = get_op("softmax")
     problem = op.parse_problem("4x100", "float32")
