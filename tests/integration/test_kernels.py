@@ -193,7 +193,7 @@ def test_the_persistent_row_loop_is_for_whole_rows_and_enough_of_them(device):
     assert "shared memory" in " ".join(space.violations({**whole, "ROWS": 2}, wide, H100))
 
 
-@pytest.mark.parametrize("shape", [(64, 1024), (8, 1, 300), (7,), (), (3, 0, 5)], ids=str)
+@pytest.mark.parametrize("shape", [(64, 1024), (8, 1, 300), (2, 4, 30, 64), (2, 3, 1, 1), (7,), (), (3, 0, 5)], ids=str)
 def test_a_kept_launch_allocates_what_torch_empty_allocates(shape, device):
     """kernels._direct.new_output (the kernel modules' output allocation) gives a new tensor of the shape, dtype,
     device and strides torch.empty gives, never the same storage twice, and NaN while poisoning is on."""
