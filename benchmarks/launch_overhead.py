@@ -113,13 +113,13 @@ def static_floor(launcher: Any, args: tuple[Any, ...], out: Any) -> Callable[[],
     return floor
 
 
-def kept_launch(name: str, launch_args: Callable[[], tuple[Any, ...]]) -> Callable[[], Any]:
+def kept_launch(name: str, launch_args: tuple[Any, ...]) -> Callable[[], Any]:
     """The library call's kept launch (what a hit runs after its lookup), called directly with the call's
     arguments."""
     from autotuner.launch import library
 
     (hit,) = library._HITS[name].values()
-    return lambda: hit.launch(*launch_args())
+    return lambda: hit.launch(*launch_args)
 
 
 def cases(store: Store, settings: Settings) -> list[tuple[str, dict[str, Callable[[], Any]]]]:
@@ -175,7 +175,7 @@ def cases(store: Store, settings: Settings) -> list[tuple[str, dict[str, Callabl
         rows["library/launcher"] = switched_off("STATIC", rows["library"])
         recorded = first_launch(rows["library"])
         (tensors, name) = calls[problem.split()[0]]  # type: ignore[misc]
-        rows["kept launch"] = kept_launch(name, functools.partial(tuple, tensors))
+        rows["kept launch"] = kept_launch(name, tensors)
         if recorded is not None:
             rows["launcher.go"] = functools.partial(recorded[0].go, recorded[1])
         floor = static_floor(*recorded) if recorded is not None and DEV == "cuda" else None

@@ -239,14 +239,14 @@ class Autotuned(Autotuner):
             config.pre_hook({**dict(zip(self.arg_names, args, strict=False)), **kwargs, "grid": grid,
                              "warmup": False, **meta})
         if callable(grid):
-            named = dict(zip(self.arg_names, args, strict=False))  # every argument by name, then the config
-            if kwargs:
-                named.update(kwargs)
-            named.update(meta)
-            grid = grid(named)
+            grid = grid(self._grid_args(args, kwargs, meta))
         if placed:
             args = (*args, *map(kwargs.__getitem__, placed))
         return launcher.launch(grid if type(grid) is tuple else tuple(grid), args)
+
+    def _grid_args(self, args: tuple[Any, ...], kwargs: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
+        """What a grid function is given, as Triton gives it: every argument by name, then the config."""
+        return {**dict(zip(self.arg_names, args, strict=False)), **kwargs, **meta}
 
     def _launch(self, sig: tuple[Any, ...] | None, key: tuple[Any, ...], config: triton.Config,
                 args: tuple[Any, ...], kwargs: dict[str, Any], meta: dict[str, Any], grid: Any) -> Any:
@@ -267,7 +267,7 @@ class Autotuned(Autotuner):
         launcher = Launcher(self.fn, (), {**rest, **meta})
         self._hits[sig] = Hit(key, config, meta, launcher, placed)
         if callable(grid):
-            grid = grid({**dict(zip(self.arg_names, args, strict=False)), **rest, **meta})
+            grid = grid(self._grid_args(args, rest, meta))
         return launcher.launch(tuple(grid), args)
 
     def _positional(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
