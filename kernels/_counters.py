@@ -1,6 +1,7 @@
-"""Zeroed int32 counters for programs that meet across a launch (matmul's split-K tiles, softmax's SPLIT with
-SYNC), kept per device and stream: every launch leaves them at zero, and launches on one stream never overlap, so
-they are zeroed once, not per call, and one buffer serves every kernel."""
+"""State for programs that meet across a launch, kept per device and stream (launches on one stream never overlap),
+so it is set up once, not per call: zeroed int32 counters (matmul's split-K tiles), which every launch leaves at zero,
+so one buffer serves every kernel; and words that rows' programs exchange (softmax's SPLIT with SYNC), which no
+launch resets: each leaves its words carrying its sense bit and the next uses the other (kernels/softmax.py)."""
 
 from __future__ import annotations
 
@@ -25,3 +26,21 @@ def zeroed_counters(device: torch.device, count: int) -> torch.Tensor:
         counters = torch.zeros(max(count, 1024), dtype=torch.int32, device=device)
         _COUNTERS[key] = counters
     return counters
+
+
+_WORDS: dict[tuple[str, int, int, int], torch.Tensor] = {}
+MAX_WORDS = 256  # layouts kept per process; past that they start over (new words are zero, a consistent state)
+
+
+def row_words(device: torch.device, rows: int, split: int) -> torch.Tensor:
+    """`split` int64 words per row, zero when made, for one layout (rows, split) on `device`'s current stream: a
+    (row, part) program finds its own word where the last launch of this layout left it, which a launch of another
+    layout would not."""
+    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
+    key = (str(device), stream, rows, split)
+    words = _WORDS.get(key)
+    if words is None:
+        if len(_WORDS) >= MAX_WORDS:
+            _WORDS.clear()
+        words = _WORDS[key] = torch.zeros(rows * split, dtype=torch.int64, device=device)
+    return words

@@ -16,7 +16,7 @@ from kernels._checks import (
     check_same_device,
     check_tensor,
 )
-from kernels._counters import zeroed_counters
+from kernels._counters import row_words
 from kernels._direct import Launcher, new_output  # (_checks.new_output, allocating faster)
 from kernels._rows import TAIL as _TAIL
 from kernels._rows import held, hold16_unsupported, hold_consts, load_tile, row_layout, row_offsets, store_tile
@@ -216,37 +216,50 @@ def softmax_split_stats_kernel(x_ptr, ws_ptr, n_cols, stride_xm, CHUNK, BLOCK_N:
 
 
 @triton.jit
-def softmax_split_sync_kernel(x_ptr, y_ptr, ws_ptr, count_ptr, n_cols, stride_xm, stride_ym, CHUNK,
-                              BLOCK_N: tl.constexpr, SPLIT: tl.constexpr, SPIN_LIMIT: tl.constexpr):
-    """SPLIT > 1 in one launch (SYNC=1): each program holds its chunk (BLOCK_N >= CHUNK) in registers, publishes
-    its max and sum, and waits for the rest of its row's. The space keeps the grid within the SMs, so all of it
-    is on the GPU at once; a program whose row-mates have not all published after SPIN_LIMIT polls (fewer SMs
-    free than the grid, or the interpreter, which runs programs one after another) reads the rest of its row
-    itself, so a wait never hangs. The last program of a row to leave sets its two counters back to zero."""
+def _published(parts, sense):
+    """Whether every word of a row carries this launch's sense (bit 31, the sign of its sum)."""
+    return tl.min((((parts >> 31) & 1) == sense).to(tl.int32), axis=0) == 1
+
+
+@triton.jit
+def softmax_split_sync_kernel(x_ptr, y_ptr, words_ptr, n_cols, stride_xm, stride_ym, CHUNK, BLOCK_N: tl.constexpr,
+                              SPLIT: tl.constexpr, SPIN_LIMIT: tl.constexpr):
+    """SPLIT > 1 in one launch (SYNC=1): each program holds its chunk (BLOCK_N >= CHUNK) in registers, publishes its
+    max and sum as one 64-bit word, and reads its row's words until all are this launch's: one exchange through the
+    L2, and nothing to reset afterwards (a reset waits for the program's stores to drain, which cost as much as the
+    wait itself). A word is (max, sum) as float32 bits, the sum's sign bit holding the launch's sense: each program
+    reads the word it left in the last launch (words_ptr holds one layout's: kernels._counters.row_words) and
+    publishes with the other sense, so every word of a row changes sense once per launch, zero words counting as
+    the sense before the first. The space keeps the grid within what the SMs hold at once, so all of it runs
+    together; a program whose row-mates have not all published after SPIN_LIMIT polls (fewer SMs free than the grid,
+    or the interpreter, which runs programs one after another) reads the rest of its row itself, so a wait never
+    hangs."""
     row, start, end = _chunk(n_cols, CHUNK, SPLIT, False)
+    words = words_ptr + row.to(tl.int64) * SPLIT
+    sense = 1 - ((tl.load(words + tl.program_id(1), volatile=True) >> 31) & 1)
     x_row = x_ptr + row.to(tl.int64) * stride_xm
     c = start + tl.arange(0, BLOCK_N)
     x = tl.load(x_row + c, mask=c < end, other=-float("inf")).to(tl.float32)
     m = tl.max(x, axis=0)
     m_safe = tl.where(m == -float("inf"), 0.0, m)
-    _publish(ws_ptr, row, m, tl.sum(tl.exp(x - m_safe), axis=0), SPLIT)
-    # A scalar atomic is issued by one thread: the barrier puts every warp's stores before its release.
-    tl.debug_barrier()
-    arrived = count_ptr + row * 2
-    n = tl.atomic_add(arrived, 1, sem="acq_rel", scope="gpu") + 1
+    s = tl.sum(tl.exp(x - m_safe), axis=0)
+    word = (m.to(tl.int32, bitcast=True).to(tl.int64) << 32) | (s.to(tl.int32, bitcast=True).to(tl.int64) & 0x7FFFFFFF)
+    tl.atomic_xchg(words + tl.program_id(1), word | (sense << 31), sem="relaxed", scope="gpu")
+    parts = tl.load(words + tl.arange(0, SPLIT), volatile=True)
     spins = 0
-    while (n < SPLIT) & (spins < SPIN_LIMIT):
-        n = tl.atomic_add(arrived, 0, sem="acquire", scope="gpu")
+    while (_published(parts, sense) == 0) & (spins < SPIN_LIMIT):
+        parts = tl.load(words + tl.arange(0, SPLIT), volatile=True)
         spins += 1
-    if n >= SPLIT:
-        m_row, s_row = _combine(ws_ptr, row, SPLIT)
+    if _published(parts, sense):
+        m_parts = (parts >> 32).to(tl.int32).to(tl.float32, bitcast=True)
+        m_row = tl.max(m_parts, axis=0)
+        m_row = tl.where(m_row == -float("inf"), 0.0, m_row)
+        s_row = tl.sum((parts & 0x7FFFFFFF).to(tl.int32).to(tl.float32, bitcast=True) * tl.exp(m_parts - m_row),
+                       axis=0)
     else:
         m_row, s_row = _online_stats(x_row, 0, n_cols, BLOCK_N)
         m_row = tl.where(m_row == -float("inf"), 0.0, m_row)
-    left = tl.atomic_add(arrived + 1, 1, sem="acq_rel", scope="gpu")
-    tl.atomic_xchg(arrived, 0, mask=left == SPLIT - 1, sem="relaxed", scope="gpu")
-    tl.atomic_xchg(arrived + 1, 0, mask=left == SPLIT - 1, sem="relaxed", scope="gpu")
-    y = tl.exp(x - m_row) / s_row
+    y = tl.exp(x - m_row) * (1.0 / s_row)
     tl.store(y_ptr + row.to(tl.int64) * stride_ym + c, y.to(y_ptr.dtype.element_ty), mask=c < end)
 
 
@@ -335,11 +348,11 @@ def _prepare_split(shape: Any, dtype: Any, device: Any, n_rows: int, n_cols: int
 
     def launch(x: torch.Tensor) -> torch.Tensor:
         y = new_output(shape, dtype, device)
-        ws = torch.empty(n_rows * split * 2, dtype=torch.float32, device=device)  # each chunk's max and sum
         rows = x.reshape(-1, n_cols) if flatten else x
         if synced is not None:
-            synced(rows, y, ws, zeroed_counters(device, 2 * n_rows), n_cols, stride, n_cols, chunk)
+            synced(rows, y, row_words(device, n_rows, split), n_cols, stride, n_cols, chunk)
         else:
+            ws = torch.empty(n_rows * split * 2, dtype=torch.float32, device=device)  # each chunk's max and sum
             stats(rows, ws, n_cols, stride, chunk)
             norm(rows, y, ws, n_cols, stride, n_cols, chunk)
         return y

@@ -162,6 +162,20 @@ def _hold16_holds_many(c: Config, p: RowwiseProblem, d: DeviceLimits) -> str | N
 MIN_COLS_PER_SPLIT = 1024
 
 
+# What an SM holds at once, on the safe side for NVIDIA GPUs from sm_80: 65536 registers and at least 1536 threads
+# (sm_86/89; 2048 on sm_80/90), at most 32 programs. A SYNC program keeps about two registers per element of its
+# chunk (the chunk in float32 and what its exponentials need) besides a fixed part. An estimate too generous for some
+# device only costs time: programs that wait SPIN_LIMIT polls read their rows themselves, correct and slower.
+SM_REGISTERS, SM_THREADS, SM_PROGRAMS, SYNC_FIXED_REGISTERS = 65536, 1536, 32, 32
+
+
+def _resident_per_sm(c: Config) -> int:
+    """How many SYNC programs of config c one SM holds at once (at least one)."""
+    threads = 32 * c["num_warps"]
+    registers = -(-(2 * c["BLOCK_N"] // threads + SYNC_FIXED_REGISTERS) // 8) * 8  # allocated in units of 8
+    return max(1, min(SM_THREADS // threads, SM_REGISTERS // (registers * threads), SM_PROGRAMS))
+
+
 def _held_block(p: RowwiseProblem, split: int) -> int:
     """The block that holds one of a row's `split` chunks whole (SYNC=1's BLOCK_N)."""
     return next_pow2(-(-p.cols // split))
@@ -180,12 +194,14 @@ def _split_needs_few_rows(c: Config, p: RowwiseProblem, d: DeviceLimits) -> str 
     if p.cols // split < MIN_COLS_PER_SPLIT:
         return f"SPLIT={split} leaves {p.cols // split} columns per chunk (at least {MIN_COLS_PER_SPLIT})"
     if c.get("SYNC", 0):
-        if p.rows * split > d.sm_count:
-            return (f"SYNC=1: {p.rows} rows x SPLIT={split} programs wait for each other, so all must be on the "
-                    f"device's {d.sm_count} SMs at once")
         held = _held_block(p, split)
         if c["BLOCK_N"] != held:
             return f"SYNC=1 holds a chunk of {-(-p.cols // split)} columns in one block: BLOCK_N={held}"
+        resident = d.sm_count * _resident_per_sm(c)
+        if p.rows * split > resident:
+            return (f"SYNC=1: {p.rows} rows x SPLIT={split} programs wait for each other, so all must be on the "
+                    f"device's {d.sm_count} SMs at once (at most {resident} of {c['BLOCK_N']} columns over "
+                    f"{c['num_warps']} warps)")
     elif c["BLOCK_N"] > p.cols // split:
         return f"SPLIT={split} streams chunks of {p.cols // split} columns, shorter than BLOCK_N={c['BLOCK_N']}"
     return None
@@ -220,13 +236,18 @@ def long_rows_seeds(p: RowwiseProblem, d: DeviceLimits) -> list[Config]:
         stages = 2 if p.cols // split > 4096 else 1  # a loop over the chunk to pipeline, or none
         seeds.insert(0, {"BLOCK_N": 4096, "ROWS": 1, "num_warps": 8, "num_stages": stages, "PERSIST": 0,
                          "SPLIT": split})
-        # ... and in one launch, a program per SM holding its chunk
+        # ... and in one launch, as many programs as the SMs hold at once, each holding a chunk of at least 4096
+        # columns (64 float32 a thread at most)
+        def synced(split: int) -> Config:
+            held = _held_block(p, split)
+            return {"BLOCK_N": held, "ROWS": 1, "num_warps": clamp(held // 2048, 4, 16), "num_stages": 1,
+                    "PERSIST": 0, "SPLIT": split, "SYNC": 1}
+
         split = 2
-        while split < 64 and p.rows * split * 2 <= d.sm_count and p.cols // (2 * split) >= MIN_COLS_PER_SPLIT:
+        while (split < 64 and p.cols // (2 * split) >= 4096
+               and p.rows * 2 * split <= d.sm_count * _resident_per_sm(synced(2 * split))):
             split *= 2
-        held = _held_block(p, split)
-        seeds.insert(0, {"BLOCK_N": held, "ROWS": 1, "num_warps": clamp(held // 512, 4, 16), "num_stages": 1,
-                         "PERSIST": 0, "SPLIT": split, "SYNC": 1})
+        seeds.insert(0, synced(split))
     return seeds
 
 
