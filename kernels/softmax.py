@@ -35,10 +35,11 @@ PARAMS = ("BLOCK_N", "ROWS")
 OPTIONAL = {"PERSIST": 0, "SPLIT": 1, "SYNC": 0, "HOLD16": 0}
 LOG2E = tl.constexpr(1.4426950408889634)
 TAIL = tl.constexpr(_TAIL)
-# Polls of a row's counter before a SYNC program reads the rest of its row itself. A poll is an atomic at the L2;
+# Polls of a row's words before a SYNC program reads the rest of its row itself. A poll is a load from the L2;
 # when the whole grid is on the GPU the row-mates publish within the kernel's own time (the space keeps SYNC to
-# grids within the SMs). Where it is not (SMs held by another stream's kernels, such as a collective's), a wave of
-# programs waits up to this many polls, tens of microseconds, and the result is the same (benchmarks/suite.py).
+# grids the SMs hold at once). Where it is not (SMs held by another stream's kernels, such as a collective's, or a
+# kernel with more registers than the space's estimate), a wave of programs waits up to this many polls, each a
+# round trip to the L2, and the result is the same (benchmarks/RESULTS.md).
 SPIN_LIMIT = 256
 # How deep the PERSIST row loop is pipelined. Fixed rather than a choice: only three stages paid, and a best config
 # that needed PERSIST, three stages and the whole row at once was a needle no search found (benchmarks/suite.py).

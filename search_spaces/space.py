@@ -153,10 +153,11 @@ class Space(Generic[P]):
         """Every reason this config cannot run on this problem and device (empty when it is valid)."""
         return [message for _, message in self.broken_rules(config, problem, device)]
 
-    def outside(self, config: Mapping[str, Any]) -> list[str]:
+    def outside(self, config: Mapping[str, Any], *, partial: bool = False) -> list[str]:
         """Why this config is not one of the space's (unknown or missing parameters, values outside their
-        lists), whatever the problem and device; empty when it is."""
-        return [message for _, message in self._outside(config)]
+        lists), whatever the problem and device; empty when it is. `partial`: a parameter left out is not missing
+        (a stored config may leave one to the op to fill in)."""
+        return [message for rule, message in self._outside(config) if not (partial and rule == "missing_parameter")]
 
     def _outside(self, config: Mapping[str, Any]) -> list[tuple[str, str]]:
         if not self.params:  # a generated kernel's space (a Helion kernel's): its generator checks its configs

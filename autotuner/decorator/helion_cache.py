@@ -96,7 +96,7 @@ def helion_problem(kernel: Any, args: Sequence[Any]) -> KernelProblem:
     """The problem a launch is: each tensor's sizes (`x_0`, `x_1`, ...; what nearest ranks by), its strides where
     it is not contiguous, each plain argument's value, and a digest of Helion's key for any other argument; and the
     tensors' dtypes. Helion keys a specialization by these (static shapes) or by fewer (size buckets)."""
-    names = list(inspect.signature(kernel.fn).parameters)
+    names = helion_miss.parameter_names(kernel)
     values: list[tuple[str, Any]] = []
     dtypes: list[str] = []
     for name, arg in zip(names, args, strict=False):

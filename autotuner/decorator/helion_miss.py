@@ -55,9 +55,14 @@ def missed(cache: Any, r: Any) -> Any:
     return cache.kernel.config_spec.default_config()
 
 
+def parameter_names(kernel: Any) -> list[str]:
+    """A Helion kernel's parameters, in order: what a launch's positional arguments are named by."""
+    return list(inspect.signature(kernel.fn).parameters)
+
+
 def queue(cache: Any, r: Any) -> None:
     """A tuning job holding the launch's arguments' forms, written in the background."""
-    named = dict(zip(inspect.signature(cache.kernel.kernel.fn).parameters, cache.args, strict=False))
+    named = dict(zip(parameter_names(cache.kernel.kernel), cache.args, strict=False))
     try:
         call = record_call(list(named), named, {})
     except TypeError as exc:
@@ -93,7 +98,7 @@ def search(kernel: Any, patch: Callable[[], None], problem: KernelProblem, devic
         raise ValueError(f"{problem.key}: no recorded call to rebuild the arguments from")
     when_imported("helion.autotuner", patch)
     named = rebuild_args(problem.call, device.torch_device)
-    args = tuple(named[n] for n in inspect.signature(kernel.fn).parameters if n in named)
+    args = tuple(named[n] for n in parameter_names(kernel) if n in named)
     sink = Sink(store)
     token = SINK.set(sink)
     try:

@@ -41,16 +41,11 @@ def config_fault(config: Any, space: Any = None) -> str | None:
     for key, value in config.items():
         if not isinstance(key, str) or not _launch_value(value):
             return f"config holds {key!r}: {_shown(value)}, not a value a kernel is launched with"
-    if space is not None and space.params and not space.listed:  # a grid: every parameter named is one of its own,
-        # at one of its values (a parameter left out is the op's to fill in); a space without parameters is a
-        # generated kernel's, whose generator checks its configs itself
-        values = {p.name: p.values for p in space.params}
-        unknown = sorted(set(config) - set(values))
-        if unknown:
-            return f"config: unknown parameter(s) {', '.join(unknown)}"
-        outside = next((k for k, v in config.items() if v not in values[k]), None)
-        if outside is not None:
-            return f"config: {outside}={config[outside]!r} is outside the space"
+    if space is not None and space.params and not space.listed:  # a grid (a built-in op's): one of its configs; a
+        # space without parameters is a generated kernel's, whose generator checks its configs itself
+        fault = next(iter(space.outside(config, partial=True)), None)
+        if fault is not None:
+            return f"config: {fault}"
     return None
 
 
