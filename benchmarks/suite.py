@@ -45,6 +45,10 @@ SUITE: list[tuple[str, str, str, dict[str, object]]] = [
     ("matmul", "3000x6144x4096", "bfloat16", {}),
     ("matmul", "16x8192x8192", "float16", {}),
     ("matmul", "64x4096x14336", "bfloat16", {}),  # Llama-3-8B's MLP down projection, a decode step of 64 sequences
+    # skinny M and K-heavy (issue 70): a 256-token chunk through Llama-3-8B's fused gate and up projection; a
+    # reduction four times deeper than either output side, where split-K and stream-K kernels earn their place
+    ("matmul", "256x28672x4096", "bfloat16", {}),
+    ("matmul", "1024x1024x16384", "float16", {}),
     ("softmax", "4096x4096", "float16", {}),
     ("softmax", "16384x1024", "float16", {}),
     ("softmax", "1024x32768", "float32", {}),
