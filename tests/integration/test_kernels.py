@@ -152,6 +152,15 @@ def test_split_softmax_cuts_rows_over_programs(dtype, device):
                 if cfg.get("SYNC"):  # every word of the layout carries this launch's sense, the last one's other
                     sense = 1 - sense
                     assert ((words >> 31) & 1).tolist() == [sense] * (problem.rows * split)
+    # words in no launch's state (a row's senses mixed, as no launch leaves them): each program waits out its
+    # polls and reads its row itself, so the result is still right
+    problem = op.parse_problem("3x1000", dtype)
+    inputs = op.make_inputs(problem, device.torch_device)
+    words = row_words(inputs["x"].device, problem.rows, 4)
+    words.copy_(torch.tensor([0, 1 << 31, 0, 1 << 31] * problem.rows, dtype=torch.int64))
+    cfg = {"BLOCK_N": 256, "ROWS": 1, "num_warps": 2, "num_stages": 1, "SPLIT": 4, "SYNC": 1}
+    assert op.check(op.run(inputs, cfg), op.reference(inputs), problem).ok
+    words.zero_()  # (launches keep a mixed row mixed: only a write from outside makes one)
     with pytest.raises(ValueError, match="need BLOCK_N >= 250"):
         op.run({"x": torch.randn(3, 1000)}, {"BLOCK_N": 128, "ROWS": 1, "num_warps": 1, "num_stages": 1, "SPLIT": 4,
                                              "SYNC": 1})
