@@ -15,6 +15,7 @@ else:
     torch = lazy(__name__)
 
 _COUNTERS: dict[tuple[str, int], torch.Tensor] = {}
+_OUTGROWN: list[torch.Tensor] = []
 
 
 def zeroed_counters(device: torch.device, count: int) -> torch.Tensor:
@@ -23,13 +24,16 @@ def zeroed_counters(device: torch.device, count: int) -> torch.Tensor:
     key = (str(device), stream)
     counters = _COUNTERS.get(key)
     if counters is None or counters.numel() < count:
+        if counters is not None:  # outgrown, yet kept: a CUDA graph that captured a launch keeps using it
+            _OUTGROWN.append(counters)
         counters = torch.zeros(max(count, 1024), dtype=torch.int32, device=device)
         _COUNTERS[key] = counters
     return counters
 
 
+# Never dropped: a CUDA graph that captured a launch keeps writing its layout's words. A layout is (rows, split) of
+# a SYNC launch, its rows fewer than twice the SMs (the space's bound for SPLIT), so a process keeps a few thousand.
 _WORDS: dict[tuple[str, int, int, int], torch.Tensor] = {}
-MAX_WORDS = 256  # layouts kept per process; past that they start over (new words are zero, a consistent state)
 
 
 def row_words(device: torch.device, rows: int, split: int) -> torch.Tensor:
@@ -40,7 +44,5 @@ def row_words(device: torch.device, rows: int, split: int) -> torch.Tensor:
     key = (str(device), stream, rows, split)
     words = _WORDS.get(key)
     if words is None:
-        if len(_WORDS) >= MAX_WORDS:
-            _WORDS.clear()
         words = _WORDS[key] = torch.zeros(rows * split, dtype=torch.int64, device=device)
     return words

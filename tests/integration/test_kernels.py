@@ -504,3 +504,25 @@ def test_attention_descriptors_are_made_once_where_the_rows_stack(dtype, device)
             out = ka.attention(*qkv, cfg, causal=causal)
             result = op.check(out, ref, problem)
             assert result.ok, f"{problem.key} causal={causal}: {result.message}"
+
+
+def test_state_a_captured_launch_may_use_is_never_freed(device):
+    """A CUDA graph that captured a launch keeps using the counters and words it was given: counters outgrown by a
+    later launch stay referenced, and a layout's words are the same tensor however many layouts come after."""
+    import gc
+    import weakref
+
+    from kernels import _counters
+
+    dev = torch.device(device.torch_device)
+    first = zeroed_counters(dev, 1)
+    kept = weakref.ref(first)
+    bigger = zeroed_counters(dev, first.numel() + 1)
+    assert bigger.numel() > first.numel() and zeroed_counters(dev, 1) is bigger
+    words = row_words(dev, 7, 4)
+    for rows in range(1, 600):  # more layouts than any bound a cache might have
+        row_words(dev, rows + 1000, 2)
+    del first
+    gc.collect()
+    assert kept() is not None and row_words(dev, 7, 4) is words
+    assert any(t is kept() for t in _counters._OUTGROWN)
