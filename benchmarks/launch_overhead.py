@@ -197,8 +197,7 @@ def hit_parts(kernel: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
     def launch() -> Any:
         if not found:
             hit = kernel._hits[kernel._call_signature(args, kwargs)]
-            found.append((hit.launcher.launch, grid({**dict(zip(kernel.arg_names, args, strict=False)), **kwargs,
-                                                      **hit.meta})))
+            found.append((hit.launcher.launch, grid(kernel._grid_args(args, kwargs, hit.meta))))
         go, at = found[0]
         return go(at, args)
 
@@ -259,6 +258,16 @@ def decorated() -> list[tuple[str, dict[str, Callable[[], Any]]]]:
     return rows
 
 
+def parts_table(results: dict[str, dict[str, float]], parts: list[str]) -> None:
+    """A markdown table of `parts` (the first names the call, the second its first part) for the problems that
+    measured that part."""
+    print("| problem | " + " | ".join(parts) + " |")
+    print("|---|" + "---|" * len(parts))
+    for problem, r in results.items():
+        if parts[1] in r:
+            print(f"| {problem} | " + " | ".join(f"{r[n]:.1f}" if n in r else "" for n in parts) + " |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--calls", type=int, default=400, help="per round: fewer than the launch queue holds")
@@ -293,22 +302,14 @@ def main() -> None:
     print("\nWhere a library call's time goes (us): the lookup (face, key, one dict lookup: the call less its kept "
           "launch), the kept launch (the output allocated, the arguments gathered, `launcher.go`), `launcher.go` "
           "alone (one call's arguments ready), the static launcher's floor and torch's op\n")
-    parts = ["library", "lookup", "kept launch", "launcher.go", "static launcher", "torch"]
-    print("| problem | " + " | ".join(parts) + " |")
-    print("|---|" + "---|" * len(parts))
-    for problem, r in results.items():
+    for r in results.values():
         if "kept launch" in r:
             r["lookup"] = r["library"] - r["kept launch"]
-            print(f"| {problem} | " + " | ".join(f"{r[n]:.1f}" if n in r else "" for n in parts) + " |")
+    parts_table(results, ["library", "lookup", "kept launch", "launcher.go", "static launcher", "torch"])
     print("\nWhere a decorated kernel's hit goes (us): its call signature alone, its kept launcher's launch alone "
           "(one call's arguments and grid ready); the rest is the caller's own (the output it allocates, its grid "
           "function) and the hit's bookkeeping\n")
-    parts = ["autotuner.autotune hit", "call signature", "launcher.launch", "plain launch", "torch"]
-    print("| problem | " + " | ".join(parts) + " |")
-    print("|---|" + "---|" * len(parts))
-    for problem, r in results.items():
-        if "call signature" in r:
-            print(f"| {problem} | " + " | ".join(f"{r[n]:.1f}" if n in r else "" for n in parts) + " |")
+    parts_table(results, ["autotuner.autotune hit", "call signature", "launcher.launch", "plain launch", "torch"])
     if args.json_out:
         args.json_out.write_text(json.dumps(results, indent=1))
 

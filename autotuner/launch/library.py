@@ -48,9 +48,10 @@ def _resolve(op: TunableOp[Any], inputs: dict[str, Any], device: torch.device) -
             res.launches_torch and resolving.settings.torch_op)
 
 
-def _keep(name: str, key: tuple[Any, ...], launch: Callable[..., torch.Tensor], config: dict[str, Any], pending: Any,
+def _keep(hits: dict[tuple[Any, ...], _Hit], configs: dict[tuple[Any, ...], tuple[dict[str, Any], bool]],
+          key: tuple[Any, ...], launch: Callable[..., torch.Tensor], config: dict[str, Any], pending: Any,
           use_torch: bool) -> None:
-    hits, configs = _HITS[name], _CONFIGS[name]
+    """A resolved call kept in its call's tables: the launch by signature and alignment, the config by signature."""
     if len(hits) >= MAX_ENTRIES:
         hits.clear()
         configs.clear()
@@ -142,7 +143,7 @@ def build(op: TunableOp[Any]) -> Callable[..., Any]:
     tensor_names = [params[i].name for i in lib.tensors]
     every = lib.launch_args == tuple(range(len(params)))  # the launch takes the call's arguments as they are
     hits = _HITS[name] = {}
-    _CONFIGS[name] = {}
+    configs = _CONFIGS[name] = {}
     compiling = torch.compiler.is_compiling
 
     # A hit is the face, the key (signature and alignment), one lookup and the kept launch: this runs on every call.
@@ -171,7 +172,7 @@ def build(op: TunableOp[Any]) -> Callable[..., Any]:
             launch = _torch_launch(torch_op, a, lib.launch_args)
         else:
             use_torch = False
-        _keep(name, key, launch, cfg, waiting, use_torch)
+        _keep(hits, configs, key, launch, cfg, waiting, use_torch)
         return launch(*launch_args(a))
 
     functools.update_wrapper(call, face)
