@@ -1,5 +1,5 @@
 """Matrix product C[M, N] = A[M, K] @ B[K, N] (+ bias[N]) (+ activation), fp32 accumulation, in three kinds of
-program: pointers (with split-K), TMA a tile per program, and persistent TMA (kernels/matmul_tma.py). How each
+program: pointers and TMA a tile per program (both with split-K), and persistent TMA (kernels/matmul_tma.py). How each
 works and why it is in the space: docs/design/kernels.md.
 """
 
@@ -18,7 +18,7 @@ from kernels._counters import zeroed_counters
 from kernels._descriptors import ensure_allocator
 from kernels._direct import Launcher, new_output  # (_checks.new_output, allocating faster)
 from kernels._torch import lazy
-from kernels.matmul_tiles import _epilogue, _grouped_tile
+from kernels.matmul_tiles import _epilogue, _grouped_tile, _k_slice, _split_sum
 from kernels.matmul_tma import matmul_tma_kernel, matmul_tma_persistent_kernel
 
 if TYPE_CHECKING:
@@ -56,14 +56,7 @@ def matmul_kernel(
     offs_am = tl.max_contiguous(tl.multiple_of(offs_m % M, BLOCK_M), BLOCK_M)
     offs_bn = tl.max_contiguous(tl.multiple_of(offs_n % N, BLOCK_N), BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
-    # This program's slice of K, in whole BLOCK_K steps (all of K when SPLIT_K == 1).
-    k_steps = tl.cdiv(K, BLOCK_K)
-    k_first = 0
-    k_last = k_steps
-    if SPLIT_K > 1:
-        per_split = tl.cdiv(k_steps, SPLIT_K)
-        k_first = tl.program_id(1) * per_split
-        k_last = tl.minimum(k_first + per_split, k_steps)
+    k_first, k_last = _k_slice(K, BLOCK_K, SPLIT_K)
     a_ptrs = a_ptr + offs_am[:, None] * stride_am + (k_first * BLOCK_K + offs_k)[None, :] * stride_ak
     b_ptrs = b_ptr + (k_first * BLOCK_K + offs_k)[:, None] * stride_bk + offs_bn[None, :] * stride_bn
 
@@ -84,22 +77,9 @@ def matmul_kernel(
         b_ptrs += BLOCK_K * stride_bk
 
     c_mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
-    if SPLIT_K > 1:
-        # Partials live in ws[tile, split, BLOCK_M, BLOCK_N]; the last program of the tile to arrive sums them.
-        split = tl.program_id(1)
-        tile = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
-        ws_tile = ws_ptr + pid.to(tl.int64) * (SPLIT_K * BLOCK_M * BLOCK_N)
-        tl.store(ws_tile + split * (BLOCK_M * BLOCK_N) + tile, acc)
-        # A scalar atomic is issued by one thread: the barrier puts every warp's stores before its release.
-        tl.debug_barrier()
-        arrived = tl.atomic_add(count_ptr + pid, 1, sem="acq_rel", scope="gpu")
-        last = arrived == SPLIT_K - 1
-        # Scalar conditions become tile masks by comparison (the interpreter does not broadcast scalar masks).
-        for s in tl.static_range(SPLIT_K):
-            wanted = tile < tl.where(last & (s != split), BLOCK_M * BLOCK_N, 0)
-            acc += tl.load(ws_tile + s * (BLOCK_M * BLOCK_N) + tile, mask=wanted, other=0.0, cache_modifier=".cg")
-        tl.atomic_xchg(count_ptr + pid, 0, mask=last, sem="relaxed", scope="gpu")  # ready for the next launch
-        c_mask = c_mask & (tile < tl.where(last, BLOCK_M * BLOCK_N, 0))
+    if SPLIT_K > 1:  # the tile's last program to arrive stores it
+        acc, last = _split_sum(acc, ws_ptr, count_ptr, pid, BLOCK_M, BLOCK_N, SPLIT_K)
+        c_mask = c_mask & (tl.arange(0, BLOCK_M)[:, None] < tl.where(last, BLOCK_M, 0))
 
     acc = _epilogue(acc, bias_ptr, offs_n, N, EPILOGUE)
     c = acc.to(c_ptr.dtype.element_ty)
@@ -182,12 +162,13 @@ def prepare(
     if cfg["TMA"] not in TMA_KINDS:
         raise ValueError(f"matmul: config['TMA'] must be one of {', '.join(map(str, TMA_KINDS))} (0 pointers, 1 TMA, "
                          f"2 persistent TMA, 3 persistent TMA warp-specialized), got {cfg['TMA']}")
-    if cfg["TMA"] and split > 1:
-        raise ValueError(f"matmul: TMA={cfg['TMA']} works with SPLIT_K=1 only, got SPLIT_K={split}")
+    if cfg["TMA"] >= 2 and split > 1:
+        raise ValueError(f"matmul: TMA={cfg['TMA']} (a program per SM) works with SPLIT_K=1 only, got SPLIT_K={split}")
     unsupported = persistent_unsupported(cfg, float32=dtype == torch.float32)
     if unsupported:
         raise ValueError(f"matmul: {unsupported}")
     warps = dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+    workspace_size = tiles * split * cfg["BLOCK_M"] * cfg["BLOCK_N"]  # split-K's float32 partials
     if cfg["TMA"] and _tma_ready(a, b) and (N * a.element_size()) % 16 == 0:  # C is new: its rows align as N does
         bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
         device_desc = cfg["DEVICE_DESC"] == 1
@@ -197,7 +178,7 @@ def prepare(
                       UPCAST=dot_needs_upcast(dtype), DEVICE_DESC=device_desc, **warps)
         tail, persistent = False, cfg["TMA"] >= 2
         if not persistent:
-            tma = Launcher(matmul_tma_kernel, (tiles,), common)
+            tma = Launcher(matmul_tma_kernel, (tiles, split), dict(common, SPLIT_K=split))
         else:
             sms = sm_count(device)
             tail = cfg["TAIL_SPLIT"] == 1 and tiles % sms != 0  # only where the tiles leave a partial wave
@@ -210,17 +191,20 @@ def prepare(
 
         def launch_tma(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
             c = new_output((M, N), dtype, device)
+            bias_or_c = bias if bias is not None else c
+            # after the bias: the persistent kernel's half-width descriptors, or the one-tile kernel's split-K state
+            extra = (c, c) if persistent else _split_state(split, workspace_size, tiles, c, device)
             if device_desc:  # the kernel makes its descriptors from the matrices
-                tma(a, b, c, bias if bias is not None else c, *((c, c) if persistent else ()), M, N, K, *desc_strides)
+                tma(a, b, c, bias_or_c, *extra, M, N, K, *desc_strides)
                 return c
             c_desc = TensorDescriptor.from_tensor(c, c_block)
             if tail:  # the last wave's half-width tiles
                 halves: tuple[Any, ...] = (TensorDescriptor.from_tensor(b, [bk, bn // 2]),
                                            TensorDescriptor.from_tensor(c, [bm, bn // 2]))
             else:
-                halves = (c_desc, c_desc) if persistent else ()  # unused
+                halves = (c_desc, c_desc) if persistent else extra  # (unused by the persistent kernel)
             tma(TensorDescriptor.from_tensor(a, [bm, bk]), TensorDescriptor.from_tensor(b, [bk, bn]), c_desc,
-                bias if bias is not None else c, *halves, M, N, K, *desc_strides)
+                bias_or_c, *halves, M, N, K, *desc_strides)
             return c
 
         return launch_tma
@@ -229,19 +213,23 @@ def prepare(
         BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], GROUP_M=cfg["GROUP_M"],
         SPLIT_K=split, EPILOGUE=EPILOGUES.index(epilogue), EVEN_K=K % cfg["BLOCK_K"] == 0,
         UPCAST=dot_needs_upcast(dtype), **warps))
-    workspace_size = tiles * split * cfg["BLOCK_M"] * cfg["BLOCK_N"]
 
     def launch(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
         c = new_output((M, N), dtype, device)
-        if split > 1:
-            workspace = torch.empty(workspace_size, dtype=torch.float32, device=device)
-            counters = zeroed_counters(device, tiles)
-        else:
-            workspace = counters = c  # unused
-        pointers(a, b, c, bias if bias is not None else c, workspace, counters, M, N, K, *strides)
+        state = _split_state(split, workspace_size, tiles, c, device)
+        pointers(a, b, c, bias if bias is not None else c, *state, M, N, K, *strides)
         return c
 
     return launch
+
+
+def _split_state(split: int, workspace_size: int, tiles: int, c: torch.Tensor,
+                 device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """A split-K launch's workspace for its partials (new each call) and its tiles' arrival counters on `device`
+    (kept at zero between launches); c in both places where there is no split."""
+    if split == 1:
+        return c, c  # unused
+    return torch.empty(workspace_size, dtype=torch.float32, device=device), zeroed_counters(device, tiles)
 
 
 def matmul(

@@ -1,6 +1,6 @@
 """What every kind of matmul program shares: which output tile a program computes (grouped order, so tiles
-sharing rows of A and columns of B run close together and hit in L2), and the epilogue on the float32
-accumulator."""
+sharing rows of A and columns of B run close together and hit in L2), a split-K program's slice of K and the sum of
+its tile's partials, and the epilogue on the float32 accumulator."""
 
 import triton
 import triton.language as tl
@@ -30,3 +30,40 @@ def _epilogue(acc, bias_ptr, offs_n, N, EPILOGUE: tl.constexpr):
         u = 0.7978845608028654 * (acc + 0.044715 * acc * acc * acc)
         acc = acc / (1.0 + tl.exp(-2.0 * u))
     return acc
+
+
+@triton.jit
+def _k_slice(K, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr):
+    """This program's K steps [first, last) in whole BLOCK_K steps: all of K when SPLIT_K == 1, else the
+    program_id(1)-th of SPLIT_K slices."""
+    k_steps = tl.cdiv(K, BLOCK_K)
+    k_first = 0
+    k_last = k_steps
+    if SPLIT_K > 1:
+        per_split = tl.cdiv(k_steps, SPLIT_K)
+        k_first = tl.program_id(1) * per_split
+        k_last = tl.minimum(k_first + per_split, k_steps)
+    return k_first, k_last
+
+
+@triton.jit
+def _split_sum(acc, ws_ptr, count_ptr, tile_id, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+               SPLIT_K: tl.constexpr):
+    """Split-K: this program's partial product of output tile `tile_id` into ws[tile_id, split, BLOCK_M, BLOCK_N];
+    the tile's last program to arrive adds the others' to its own. Returns (acc, last): acc is the whole tile's
+    sum only where last, and only that program stores the tile. The tile's counter is left at zero for the next
+    launch."""
+    split = tl.program_id(1)
+    tile = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+    ws_tile = ws_ptr + tile_id.to(tl.int64) * (SPLIT_K * BLOCK_M * BLOCK_N)
+    tl.store(ws_tile + split * (BLOCK_M * BLOCK_N) + tile, acc)
+    # A scalar atomic is issued by one thread: the barrier puts every warp's stores before its release.
+    tl.debug_barrier()
+    arrived = tl.atomic_add(count_ptr + tile_id, 1, sem="acq_rel", scope="gpu")
+    last = arrived == SPLIT_K - 1
+    # Scalar conditions become tile masks by comparison (the interpreter does not broadcast scalar masks).
+    for s in tl.static_range(SPLIT_K):
+        wanted = tile < tl.where(last & (s != split), BLOCK_M * BLOCK_N, 0)
+        acc += tl.load(ws_tile + s * (BLOCK_M * BLOCK_N) + tile, mask=wanted, other=0.0, cache_modifier=".cg")
+    tl.atomic_xchg(count_ptr + tile_id, 0, mask=last, sem="relaxed", scope="gpu")  # ready for the next launch
+    return acc, last

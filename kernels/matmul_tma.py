@@ -1,11 +1,11 @@
-"""Matmul through the tensor memory accelerator (Hopper and later, and the interpreter): a tile per program (TMA=1), a
-program per SM (TMA=2; warp-specialized TMA=3), descriptors made by the launcher or the kernel (DEVICE_DESC=1). More:
-docs/design/kernels.md."""
+"""Matmul through the tensor memory accelerator (Hopper and later, and the interpreter): a tile per program (TMA=1,
+with split-K), a program per SM (TMA=2; warp-specialized TMA=3), descriptors made by the launcher or the kernel
+(DEVICE_DESC=1). More: docs/design/kernels.md."""
 
 import triton
 import triton.language as tl
 
-from kernels.matmul_tiles import _epilogue, _grouped_tile
+from kernels.matmul_tiles import _epilogue, _grouped_tile, _k_slice, _split_sum
 
 
 @triton.jit
@@ -54,24 +54,41 @@ def _device_descriptors(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_bk, stri
 
 
 @triton.jit
+def _tma_finish(c_desc, acc, bias_ptr, pid_m, pid_n, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                EPILOGUE: tl.constexpr):
+    """A whole output tile's epilogue, and the tile out through C's descriptor."""
+    acc = _epilogue(acc, bias_ptr, pid_n * BLOCK_N + tl.arange(0, BLOCK_N), N, EPILOGUE)
+    c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], acc.to(c_desc.dtype))
+
+
+@triton.jit
 def matmul_tma_kernel(
     a_desc, b_desc, c_desc, bias_ptr,  # DEVICE_DESC: A, B and C themselves; else the launcher's descriptors
+    ws_ptr, count_ptr,  # SPLIT_K > 1: the tiles' float32 partials and arrival counters (kernels/matmul_tiles.py)
     M, N, K,
     stride_am, stride_bk, stride_cm,  # DEVICE_DESC only
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    SPLIT_K: tl.constexpr,
     EPILOGUE: tl.constexpr,
     UPCAST: tl.constexpr,
     DEVICE_DESC: tl.constexpr,
 ):
-    """One output tile per program, A and B tiles loaded and C stored through TMA descriptors."""
+    """One output tile per program (per SPLIT_K programs, each a slice of K: the grid's second axis), A and B tiles
+    loaded and C stored through TMA descriptors."""
     if DEVICE_DESC:
         a_desc, b_desc, c_desc = _device_descriptors(a_desc, b_desc, c_desc, M, N, K, stride_am, stride_bk,
                                                      stride_cm, BLOCK_M, BLOCK_N, BLOCK_K, BLOCK_N)
-    pid_m, pid_n = _grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
-    acc = _tma_k_product(a_desc, b_desc, pid_m * BLOCK_M, pid_n * BLOCK_N, 0, tl.cdiv(K, BLOCK_K), BLOCK_M, BLOCK_N,
+    pid = tl.program_id(0)
+    pid_m, pid_n = _grouped_tile(pid, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    k_first, k_last = _k_slice(K, BLOCK_K, SPLIT_K)
+    acc = _tma_k_product(a_desc, b_desc, pid_m * BLOCK_M, pid_n * BLOCK_N, k_first, k_last, BLOCK_M, BLOCK_N,
                          BLOCK_K, UPCAST)
-    acc = _epilogue(acc, bias_ptr, pid_n * BLOCK_N + tl.arange(0, BLOCK_N), N, EPILOGUE)
-    c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], acc.to(c_desc.dtype))
+    if SPLIT_K > 1:
+        acc, last = _split_sum(acc, ws_ptr, count_ptr, pid, BLOCK_M, BLOCK_N, SPLIT_K)
+        if last:  # a descriptor's store takes no mask: only the tile's last program stores
+            _tma_finish(c_desc, acc, bias_ptr, pid_m, pid_n, N, BLOCK_M, BLOCK_N, EPILOGUE)
+    else:
+        _tma_finish(c_desc, acc, bias_ptr, pid_m, pid_n, N, BLOCK_M, BLOCK_N, EPILOGUE)
 
 
 @triton.jit

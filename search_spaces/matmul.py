@@ -227,8 +227,8 @@ def _skinny_tiles(c: Config, p: MatmulProblem, d: DeviceLimits) -> str | None:
 def _split_k(c: Config, p: MatmulProblem, d: DeviceLimits) -> str | None:
     if c["SPLIT_K"] == 1:
         return None
-    if c["TMA"]:
-        return f"SPLIT_K={c['SPLIT_K']}: TMA={c['TMA']} works with SPLIT_K=1 only"
+    if c["TMA"] >= 2:
+        return f"SPLIT_K={c['SPLIT_K']}: TMA={c['TMA']} (a program per SM) works with SPLIT_K=1 only"
     tiles = _tiles(c, p)
     if tiles >= d.sm_count:
         return f"SPLIT_K={c['SPLIT_K']}: {tiles} output tiles already fill the device's {d.sm_count} SMs"
@@ -251,16 +251,28 @@ def default(p: MatmulProblem, d: DeviceLimits) -> Config:
     return cfg
 
 
+def filling_split(tiles: int, K: int, sms: int) -> int:
+    """The most splits of K (SPLIT_K) whose programs, `tiles` per split, still fit the device's SMs in one wave, each
+    split at least MIN_K_PER_SPLIT long; 1 where none does."""
+    fits = [s for s in (2, 4, 8) if tiles * s <= sms and K // s >= MIN_K_PER_SPLIT]
+    return max(fits, default=1)
+
+
 def seeds(p: MatmulProblem, d: DeviceLimits) -> list[Config]:
     """On Hopper, the 128x256x64 tiles through TMA and pointers, and persistent (with and without warp specialization;
     flattened, storing C in halves, with and without the half-width tail), measured right after the default; for M <= 64
-    first the thin split-K tiles. Those a problem rules out are dropped (benchmarks/matmul_kinds.py)."""
+    first the thin split-K tiles; where the big tiles leave SMs idle and K is long, first those tiles and 128x128
+    ones through TMA with K split to fill the SMs. Those a problem rules out are dropped (benchmarks/matmul_kinds.py)."""
     if not hopper(d):
         return []
     big = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8, "SPLIT_K": 1, "num_warps": 8, "num_stages": 3}
     flat = {**big, "TMA": 2, "SUBTILE": 1, "FLATTEN": 1, "num_stages": 4}
     seeds = [{**big, "TMA": 1}, {**big, "TMA": 0}, {**big, "TMA": 0, "num_stages": 4}, {**big, "TMA": 2}, flat,
              {**big, "TMA": 3}, {**flat, "TAIL_SPLIT": 1}]
+    for tile in (big, {**big, "BLOCK_N": 128}):  # K-heavy problems: few output tiles, each a long K
+        split = filling_split(_tiles(tile, p), p.K, d.sm_count)
+        if split > 1:
+            seeds.insert(0, {**tile, "TMA": 1, "SPLIT_K": split, "num_stages": 4})
     if p.M <= 64:  # decode's skinny problems: the winners of the H100's landscapes at M = 16, 32 and 64
         rows = clamp(next_pow2(p.M), 16, 64)
         thin = {"BLOCK_M": rows, "GROUP_M": 1, "SPLIT_K": 1, "TMA": 0, "num_warps": 4}
@@ -276,7 +288,7 @@ SPACE: Space[MatmulProblem] = Space(
         Param("BLOCK_N", (32, 64, 128, 256)),
         Param("BLOCK_K", (32, 64, 128, 256)),
         Param("GROUP_M", (1, 8)),
-        Param("SPLIT_K", (1, 2, 4, 8), implied=1, only_with=("TMA", (0,))),  # the pointer kernel's
+        Param("SPLIT_K", (1, 2, 4, 8), implied=1, only_with=("TMA", (0, 1))),  # the one-tile kernels'
         Param("TMA", (0, 1, 2, 3), implied=0),  # pointers, TMA, persistent TMA, that warp-specialized
         # the persistent kernels' options: their C tile stored in two halves; the last, partial wave in half-width
         # tiles; the tile loop and K loop pipelined as one

@@ -139,16 +139,23 @@ def test_split_softmax_on_gpu(shape, dtype):
 @pytest.mark.parametrize("shape, epilogue, split, tile", [
     ("32x4096x4096", "none", 2, (32, 64, 128)), ("33x1000x4100", "bias_gelu", 4, (32, 64, 128)),
     ("64x512x8192", "relu", 8, (32, 64, 128)), ("16x8192x8192", "none", 1, (16, 64, 256)),
-    ("9x520x8200", "bias", 4, (16, 32, 256))])  # decode's tiles: 16 rows, K steps of 256
+    ("9x520x8200", "bias", 4, (16, 32, 256)),  # decode's tiles: 16 rows, K steps of 256
+    ("1024x1024x16384", "none", 4, (128, 256, 64, 1)), ("1000x1000x16000", "bias_gelu", 2, (128, 128, 64, 1)),
+    ("512x4096x14336", "none", 2, (128, 256, 64, 1))])  # the one-tile TMA kernel's, K-heavy
 def test_matmul_split_k_on_gpu(shape, epilogue, split, tile):
-    """Split-K's cross-program handoff (partials, counter, last-arriver sum) under real concurrency, launched
-    several times back to back so the counters are reused."""
+    """Split-K's cross-program handoff (partials, counter, last-arriver sum; through a descriptor's store, which
+    only the tile's last program may do, where the tile names TMA=1) under real concurrency, launched several times
+    back to back so the counters are reused."""
     op = get_op("matmul")
     problem = op.parse_problem(shape, "float16", epilogue=epilogue)
     inputs = op.make_inputs(problem, current_device().torch_device)
     ref = op.reference(inputs)
-    cfg = {"BLOCK_M": tile[0], "BLOCK_N": tile[1], "BLOCK_K": tile[2], "GROUP_M": 1, "SPLIT_K": split,
-           "num_warps": 4, "num_stages": 3}
+    tma = tile[3] if len(tile) > 3 else 0
+    if tma and torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("TMA needs a Hopper GPU or later")
+    wide = tile[0] * tile[1] >= 128 * 128
+    cfg = {"BLOCK_M": tile[0], "BLOCK_N": tile[1], "BLOCK_K": tile[2], "GROUP_M": 8 if wide else 1, "SPLIT_K": split,
+           "TMA": tma, "num_warps": 8 if wide else 4, "num_stages": 4 if tma else 3}
     outs = [op.run(inputs, cfg) for _ in range(5)]
     torch.cuda.synchronize()
     for out in outs:

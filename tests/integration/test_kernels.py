@@ -342,6 +342,26 @@ def test_matmul_split_k_matches_reference_and_leaves_counters_at_zero(shape, epi
         assert int(counters.abs().sum()) == 0
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+@pytest.mark.parametrize("shape, epilogue, split", [("32x64x256", "none", 4), ("40x96x200", "bias_gelu", 2),
+                                                    ("12x64x272", "bias", 4)])
+def test_matmul_tma_split_k_matches_reference_and_leaves_counters_at_zero(shape, epilogue, split, dtype, device):
+    """The one-tile TMA kernel's split-K: the tile's last program stores it through the descriptor (12x64x272 in
+    32-deep steps gives its last split none)."""
+    op = get_op("matmul")
+    problem = op.parse_problem(shape, dtype, epilogue=epilogue)
+    inputs = op.make_inputs(problem, device.torch_device)
+    km = importlib.import_module("kernels.matmul")
+    assert km._tma_ready(inputs["a"], inputs["b"])  # (else the launch would go through pointers)
+    cfg = {"BLOCK_M": 16 if problem.M < 16 else 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 1, "SPLIT_K": split,
+           "TMA": 1, "num_warps": 4, "num_stages": 2}
+    ref = op.reference(inputs)
+    for _ in range(2):  # the second launch reuses the tile counters the first left behind
+        result = op.check(op.run(inputs, cfg), ref, problem)
+        assert result.ok, f"{problem.key} TMA=1 SPLIT_K={split}: {result.message}"
+        assert int(zeroed_counters(inputs["a"].device, 1).abs().sum()) == 0
+
+
 def test_rowwise_ops_take_leading_dimensions(device):
     x = torch.randn(2, 3, 129)
     for name, extra in (("softmax", {}), ("layernorm", {"weight": None, "bias": None, "eps": 1e-5})):
@@ -383,7 +403,8 @@ def test_rowwise_ops_take_leading_dimensions(device):
                        "v": torch.randn(1, 1, 8, 64).half()},
          {"BLOCK_M": 16, "BLOCK_N": 16, "PERSIST": 3}, "PERSIST.*must be one of 0, 1, 2"),
         ("matmul", {"a": torch.randn(4, 5).half(), "b": torch.randn(5, 3).half()},
-         {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 1, "TMA": 1, "SPLIT_K": 2}, "SPLIT_K=1 only"),
+         {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 1, "TMA": 2, "SPLIT_K": 2},
+         "TMA=2 .a program per SM. works with SPLIT_K=1 only"),
         ("softmax", {"x": torch.randn(4, 6)}, {"BLOCK_N": 32, "ROWS": 1, "PERSITS": 1},
          "unknown config parameter.*PERSITS; known: .*PERSIST"),
         ("softmax", {"x": torch.randn(4, 6)}, {"BLOCK_N": 32, "ROWS": 1, "HOLD16": 1}, "HOLD16=1.*32-bit"),

@@ -35,7 +35,8 @@ def _matmul(c: dict[str, Any], dt: str) -> tuple[Any, dict[str, str], dict[str, 
     desc = {"a_desc": [bm, bk], "b_desc": [bk, bn], "c_desc": [bm, bn // 2 if c.get("SUBTILE") else bn]}
     if tma == 1:
         sig = {n: f"tensordesc<{dt}{shape}>" for n, shape in desc.items()}
-        const = dict(base, DEVICE_DESC=False)
+        sig.update(ws_ptr="*fp32", count_ptr="*i32")
+        const = dict(base, DEVICE_DESC=False, SPLIT_K=c.get("SPLIT_K", 1))
         kernel = k_matmul.matmul_tma_kernel
     else:
         desc.update(b_half_desc=[bk, bn // 2], c_half_desc=[bm, bn // 2])

@@ -203,8 +203,10 @@ def test_matmul_tma_rules_and_seeds():
     assert op.space.violations({**cfg, "TMA": 2, "SUBTILE": 1, "num_stages": 4}, square, H100) == []
     assert any("SUBTILE=1" in r for r in op.space.violations({**cfg, "SUBTILE": 1}, square, H100))  # TMA=1
     split = {**cfg, "BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 128, "GROUP_M": 1, "SPLIT_K": 2, "num_warps": 4}
-    assert op.space.violations(split, skinny, H100) == ["SPLIT_K=2: TMA=1 works with SPLIT_K=1 only"]
-    assert "SPLIT_K=2: TMA=3 works with SPLIT_K=1 only" in op.space.violations({**split, "TMA": 3}, skinny, H100)
+    assert op.space.violations(split, skinny, H100) == []  # the one-tile TMA kernel splits K as the pointer one does
+    for persistent in (2, 3):
+        assert f"SPLIT_K=2: TMA={persistent} (a program per SM) works with SPLIT_K=1 only" in op.space.violations(
+            {**split, "TMA": persistent}, skinny, H100)
     assert any("Hopper" in r for r in op.space.violations(cfg, square, A100))
     seeds = op.space.seeds(square, H100)
     assert {c["TMA"] for c in seeds} == {0, 1, 2, 3} and all(c in op.space.candidates(square, H100) for c in seeds)
@@ -219,6 +221,12 @@ def test_matmul_tma_rules_and_seeds():
         (32, 64, 128, 2, 0), (32, 32, 256, 1, 1), (32, 64, 256, 1, 0)]
     assert all(op.space.violations(c, skinny, H100) == [] for c in thin)
     assert op.space.default(square, H100)["TMA"] == 0  # the default stays the tutorial's pointer kernel
+    # K-heavy: 32 tiles of 128 x 256 (64 of 128 x 128) leave SMs idle; TMA with K split to fill them comes first
+    long_k = op.parse_problem("1024x1024x16384", "float16")
+    assert [(c["BLOCK_N"], c["TMA"], c["SPLIT_K"]) for c in op.space.seeds(long_k, H100)[:2]] == [(128, 1, 2),
+                                                                                                   (256, 1, 4)]
+    assert all(c in op.space.candidates(long_k, H100) for c in op.space.seeds(long_k, H100)[:2])
+    assert not any(c["SPLIT_K"] > 1 for c in seeds)  # 4096^3 fills the SMs without
     # FLATTEN is the persistent kernel's (not the warp-specialized one's), and the seeds use it
     assert op.space.violations({**cfg, "TMA": 2, "SUBTILE": 1, "FLATTEN": 1, "num_stages": 4}, square, H100) == []
     assert any("FLATTEN=1" in r for r in op.space.violations({**cfg, "TMA": 3, "FLATTEN": 1}, square, H100))
