@@ -2,7 +2,10 @@
 torch.compile, manual, default and tuned Triton, interleaved on the same inputs), and print one markdown table.
 
     python benchmarks/suite.py [--ops matmul,attention] [--budget-s 25] [--compile-mode max-autotune]
-                               [--db URL] [--json-out FILE]
+                               [--db URL] [--json-out FILE] [--extra "matmul 512x4096x14336 bfloat16,..."]
+
+`--extra` adds problems of its own (op, shape and dtype each) after the suite's: problems the suite's were not tuned
+on, as a held-out check.
 
 Results go to the database like any tuning run (`autotuner report` plots them). torch.compile runs in
 `--compile-mode` (max-autotune by default: Inductor searches its own Triton templates against cuBLAS, which takes
@@ -84,6 +87,14 @@ def _row(rows: dict[str, dict[str, Any]], name: str) -> BenchRow:
     return BenchRow(**rows[name]) if name in rows else BenchRow(name, None)
 
 
+def _extra_problem(item: str) -> tuple[str, str, str, dict[str, object]]:
+    """An `--extra` item, 'op shape dtype', as a SUITE entry."""
+    words = item.split()
+    if len(words) != 3:
+        sys.exit(f"--extra takes 'op shape dtype' items, comma-separated; got {item!r}")
+    return words[0], words[1], words[2], {}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ops", default="matmul,softmax,layernorm,gelu,attention")
@@ -97,6 +108,7 @@ def main() -> None:
     ap.add_argument("--compile-mode", default="max-autotune", help="torch.compile's mode ('default': its default)")
     ap.add_argument("--db", default=None)
     ap.add_argument("--json-out", type=Path, default=None)
+    ap.add_argument("--extra", default="", help="more problems, comma-separated 'op shape dtype' items")
     args = ap.parse_args()
     ops = args.ops.split(",")
     settings = Settings(db_url=args.db) if args.db else Settings()
@@ -105,10 +117,12 @@ def main() -> None:
     t0 = time.perf_counter()
     records = []
     wanted = [m for m in args.match.split(",") if m]
-    for op_name, shape, dtype, options in [p for p in SUITE if p[0] in ops]:
+    extra = [_extra_problem(item) for item in args.extra.split(",") if item.strip()]
+    for op_name, shape, dtype, options in [p for p in SUITE if p[0] in ops] + extra:
         op = get_op(op_name)
         problem = op.parse_problem(shape, dtype, **options)
-        if wanted and not any(m in f"{op_name} {problem.key}" for m in wanted):
+        if wanted and (op_name, shape, dtype, options) not in extra and not any(
+                m in f"{op_name} {problem.key}" for m in wanted):
             continue
         t_tune = time.perf_counter()
         search = tune(op, problem, store=store, settings=settings,

@@ -18,8 +18,8 @@ from kernels._counters import zeroed_counters
 from kernels._descriptors import ensure_allocator
 from kernels._direct import Launcher, new_output  # (_checks.new_output, allocating faster)
 from kernels._torch import lazy
-from kernels.matmul_tiles import _epilogue, _grouped_tile, _k_slice, _split_sum
-from kernels.matmul_tma import matmul_tma_kernel, matmul_tma_persistent_kernel
+from kernels.matmul_tiles import _epilogue, _grouped_tile, _k_slice, _partials_sum
+from kernels.matmul_tma import matmul_tma_kernel, matmul_tma_persistent_kernel, matmul_tma_stream_k_kernel
 
 if TYPE_CHECKING:
     import torch
@@ -30,7 +30,7 @@ DTYPES = ("float16", "bfloat16", "float32")  # by name: declaring a kernel impor
 EPILOGUES = ("none", "bias", "bias_relu", "bias_gelu", "relu", "gelu")
 PARAMS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M")
 # tunable, with the value a config that leaves it out means
-OPTIONAL = {"SPLIT_K": 1, "TMA": 0, "SUBTILE": 0, "TAIL_SPLIT": 0, "FLATTEN": 0, "DEVICE_DESC": 0}
+OPTIONAL = {"SPLIT_K": 1, "TMA": 0, "SUBTILE": 0, "TAIL_SPLIT": 0, "FLATTEN": 0, "DEVICE_DESC": 0, "STREAM_K": 0}
 TMA_KINDS = (0, 1, 2, 3)  # pointers; TMA, a tile per program; TMA, a program per SM; that, warp-specialized
 
 
@@ -78,7 +78,8 @@ def matmul_kernel(
 
     c_mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
     if SPLIT_K > 1:  # the tile's last program to arrive stores it
-        acc, last = _split_sum(acc, ws_ptr, count_ptr, pid, BLOCK_M, BLOCK_N, SPLIT_K)
+        acc, last = _partials_sum(acc, ws_ptr, count_ptr, pid, tl.program_id(1), SPLIT_K, SPLIT_K, BLOCK_M,
+                                  BLOCK_N)
         c_mask = c_mask & (tl.arange(0, BLOCK_M)[:, None] < tl.where(last, BLOCK_M, 0))
 
     acc = _epilogue(acc, bias_ptr, offs_n, N, EPILOGUE)
@@ -88,9 +89,10 @@ def matmul_kernel(
 
 
 def persistent_unsupported(config: Mapping[str, Any], float32: bool) -> str | None:
-    """Why a config's SUBTILE, TAIL_SPLIT, FLATTEN, DEVICE_DESC or warp specialization cannot run (None: it can):
-    SUBTILE is the persistent kernels', TAIL_SPLIT and FLATTEN the plain persistent kernel's, DEVICE_DESC the TMA
-    kernels', and TMA=3 needs 8 warps and 16-bit operands. The launcher and the space refuse such a config with it."""
+    """Why a config's SUBTILE, TAIL_SPLIT, FLATTEN, STREAM_K, DEVICE_DESC or warp specialization cannot run (None: it
+    can): SUBTILE is the persistent kernels', TAIL_SPLIT and FLATTEN the plain persistent kernel's, STREAM_K the
+    one-tile TMA kernel's without SPLIT_K, DEVICE_DESC the TMA kernels', and TMA=3 needs 8 warps and 16-bit operands.
+    The launcher and the space refuse such a config with it."""
     subtile, tma, tail = config.get("SUBTILE", 0), config.get("TMA", 0), config.get("TAIL_SPLIT", 0)
     if subtile not in (0, 1) or (subtile and tma < 2):
         return f"SUBTILE=1 (the C tile stored in halves) is for TMA=2 and 3, got SUBTILE={subtile} with TMA={tma}"
@@ -99,6 +101,10 @@ def persistent_unsupported(config: Mapping[str, Any], float32: bool) -> str | No
     flatten = config.get("FLATTEN", 0)
     if flatten not in (0, 1) or (flatten and tma != 2):
         return f"FLATTEN=1 (the tile loop and the K loop pipelined as one) is for TMA=2, got FLATTEN={flatten} with TMA={tma}"
+    stream_k = config.get("STREAM_K", 0)
+    if stream_k not in (0, 1) or (stream_k and (tma != 1 or config.get("SPLIT_K", 1) != 1)):
+        return (f"STREAM_K=1 (every tile's K steps in equal shares, a program per SM) is for TMA=1 and SPLIT_K=1, got "
+                f"STREAM_K={stream_k} with TMA={tma} and SPLIT_K={config.get('SPLIT_K', 1)}")
     device_desc = config.get("DEVICE_DESC", 0)
     if device_desc not in (0, 1) or (device_desc and tma < 1):
         return (f"DEVICE_DESC=1 (TMA descriptors made by the kernel) is for TMA=1, 2 and 3, got "
@@ -168,7 +174,7 @@ def prepare(
     if unsupported:
         raise ValueError(f"matmul: {unsupported}")
     warps = dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
-    workspace_size = tiles * split * cfg["BLOCK_M"] * cfg["BLOCK_N"]  # split-K's float32 partials
+    slots = split  # float32 partials a tile may have in the workspace (1: none, no workspace)
     if cfg["TMA"] and _tma_ready(a, b) and (N * a.element_size()) % 16 == 0:  # C is new: its rows align as N does
         bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
         device_desc = cfg["DEVICE_DESC"] == 1
@@ -176,8 +182,16 @@ def prepare(
             ensure_allocator()  # the kernel's descriptors are written to scratch memory
         common = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg["GROUP_M"], EPILOGUE=EPILOGUES.index(epilogue),
                       UPCAST=dot_needs_upcast(dtype), DEVICE_DESC=device_desc, **warps)
-        tail, persistent = False, cfg["TMA"] >= 2
-        if not persistent:
+        tail, persistent, stream_k = False, cfg["TMA"] >= 2, cfg["STREAM_K"] == 1
+        after: tuple[Any, ...] = ()  # arguments after the strides
+        if stream_k:  # a program per SM (at most one per K step), each an equal share of all tiles' K steps
+            total = tiles * triton.cdiv(K, bk)
+            programs = min(sm_count(device), total)
+            # a tile's K steps meet at most this many shares (each total // programs long, or one more)
+            slots = min(programs, triton.cdiv(triton.cdiv(K, bk), total // programs) + 1)
+            after = (slots,)
+            tma = Launcher(matmul_tma_stream_k_kernel, (programs,), common)
+        elif not persistent:
             tma = Launcher(matmul_tma_kernel, (tiles, split), dict(common, SPLIT_K=split))
         else:
             sms = sm_count(device)
@@ -187,15 +201,16 @@ def prepare(
                            dict(common, NUM_SMS=sms, WARP_SPECIALIZE=cfg["TMA"] == 3, SUBTILE=cfg["SUBTILE"],
                                 TAIL_SPLIT=int(tail), FLATTEN=cfg["FLATTEN"]))
         c_block = [bm, bn // 2 if cfg["SUBTILE"] else bn]
+        workspace_size = tiles * slots * bm * bn
         desc_strides = (a.stride(0), b.stride(0), N)  # rows of A, B and C, for descriptors made on the device
 
         def launch_tma(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
             c = new_output((M, N), dtype, device)
             bias_or_c = bias if bias is not None else c
-            # after the bias: the persistent kernel's half-width descriptors, or the one-tile kernel's split-K state
-            extra = (c, c) if persistent else _split_state(split, workspace_size, tiles, c, device)
+            # after the bias: the persistent kernel's half-width descriptors, or the partials and their counters
+            extra = (c, c) if persistent else _split_state(slots, workspace_size, tiles, c, device)
             if device_desc:  # the kernel makes its descriptors from the matrices
-                tma(a, b, c, bias_or_c, *extra, M, N, K, *desc_strides)
+                tma(a, b, c, bias_or_c, *extra, M, N, K, *desc_strides, *after)
                 return c
             c_desc = TensorDescriptor.from_tensor(c, c_block)
             if tail:  # the last wave's half-width tiles
@@ -204,7 +219,7 @@ def prepare(
             else:
                 halves = (c_desc, c_desc) if persistent else extra  # (unused by the persistent kernel)
             tma(TensorDescriptor.from_tensor(a, [bm, bk]), TensorDescriptor.from_tensor(b, [bk, bn]), c_desc,
-                bias_or_c, *halves, M, N, K, *desc_strides)
+                bias_or_c, *halves, M, N, K, *desc_strides, *after)
             return c
 
         return launch_tma
@@ -213,6 +228,8 @@ def prepare(
         BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], GROUP_M=cfg["GROUP_M"],
         SPLIT_K=split, EPILOGUE=EPILOGUES.index(epilogue), EVEN_K=K % cfg["BLOCK_K"] == 0,
         UPCAST=dot_needs_upcast(dtype), **warps))
+
+    workspace_size = tiles * split * cfg["BLOCK_M"] * cfg["BLOCK_N"]
 
     def launch(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
         c = new_output((M, N), dtype, device)
@@ -223,11 +240,11 @@ def prepare(
     return launch
 
 
-def _split_state(split: int, workspace_size: int, tiles: int, c: torch.Tensor,
+def _split_state(slots: int, workspace_size: int, tiles: int, c: torch.Tensor,
                  device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """A split-K launch's workspace for its partials (new each call) and its tiles' arrival counters on `device`
-    (kept at zero between launches); c in both places where there is no split."""
-    if split == 1:
+    """A split-K or stream-K launch's workspace for its partials (new each call; `slots` a tile) and its tiles'
+    arrival counters on `device` (kept at zero between launches); c in both places where no tile is shared."""
+    if slots == 1:
         return c, c  # unused
     return torch.empty(workspace_size, dtype=torch.float32, device=device), zeroed_counters(device, tiles)
 

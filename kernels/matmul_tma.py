@@ -1,11 +1,11 @@
 """Matmul through the tensor memory accelerator (Hopper and later, and the interpreter): a tile per program (TMA=1,
-with split-K), a program per SM (TMA=2; warp-specialized TMA=3), descriptors made by the launcher or the kernel
-(DEVICE_DESC=1). More: docs/design/kernels.md."""
+with split-K, or stream-K's equal shares of every tile's K steps), a program per SM (TMA=2; warp-specialized TMA=3),
+descriptors made by the launcher or the kernel (DEVICE_DESC=1). More: docs/design/kernels.md."""
 
 import triton
 import triton.language as tl
 
-from kernels.matmul_tiles import _epilogue, _grouped_tile, _k_slice, _split_sum
+from kernels.matmul_tiles import _epilogue, _grouped_tile, _k_slice, _partials_sum
 
 
 @triton.jit
@@ -84,11 +84,61 @@ def matmul_tma_kernel(
     acc = _tma_k_product(a_desc, b_desc, pid_m * BLOCK_M, pid_n * BLOCK_N, k_first, k_last, BLOCK_M, BLOCK_N,
                          BLOCK_K, UPCAST)
     if SPLIT_K > 1:
-        acc, last = _split_sum(acc, ws_ptr, count_ptr, pid, BLOCK_M, BLOCK_N, SPLIT_K)
+        acc, last = _partials_sum(acc, ws_ptr, count_ptr, pid, tl.program_id(1), SPLIT_K, SPLIT_K, BLOCK_M,
+                                  BLOCK_N)
         if last:  # a descriptor's store takes no mask: only the tile's last program stores
             _tma_finish(c_desc, acc, bias_ptr, pid_m, pid_n, N, BLOCK_M, BLOCK_N, EPILOGUE)
     else:
         _tma_finish(c_desc, acc, bias_ptr, pid_m, pid_n, N, BLOCK_M, BLOCK_N, EPILOGUE)
+
+
+@triton.jit
+def _owner(iteration, total, programs):
+    """The stream-K program whose share, [p * total // programs, (p + 1) * total // programs), holds `iteration`."""
+    return ((iteration + 1) * programs - 1) // total
+
+
+@triton.jit
+def matmul_tma_stream_k_kernel(
+    a_desc, b_desc, c_desc, bias_ptr,  # DEVICE_DESC: A, B and C themselves; else the launcher's descriptors
+    ws_ptr, count_ptr,  # the tiles' float32 partials (`slots` a tile) and arrival counters
+    M, N, K,
+    stride_am, stride_bk, stride_cm,  # DEVICE_DESC only
+    slots,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    EPILOGUE: tl.constexpr,
+    UPCAST: tl.constexpr,
+    DEVICE_DESC: tl.constexpr,
+):
+    """Stream-K (STREAM_K=1): the tiles' K steps, all of them in a row (tile by tile), cut into one equal share per
+    program, a program per SM: where there are few tiles, each a long K, every SM works to the end, where a split
+    of K into equal parts per tile would leave SMs idle or a partial wave. A tile a program covers whole it stores
+    itself; one shared by several programs is summed and stored by its last to arrive (kernels/matmul_tiles.py)."""
+    if DEVICE_DESC:
+        a_desc, b_desc, c_desc = _device_descriptors(a_desc, b_desc, c_desc, M, N, K, stride_am, stride_bk,
+                                                     stride_cm, BLOCK_M, BLOCK_N, BLOCK_K, BLOCK_N)
+    pid = tl.program_id(0).to(tl.int64)
+    programs = tl.num_programs(0)
+    k_iters = tl.cdiv(K, BLOCK_K)
+    total = (tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)).to(tl.int64) * k_iters
+    it = pid * total // programs
+    end = (pid + 1) * total // programs
+    while it < end:
+        tile = it // k_iters
+        k_first = (it - tile * k_iters).to(tl.int32)
+        k_last = tl.minimum(k_iters, k_first + (end - it)).to(tl.int32)
+        pid_m, pid_n = _grouped_tile(tile.to(tl.int32), M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        acc = _tma_k_product(a_desc, b_desc, pid_m * BLOCK_M, pid_n * BLOCK_N, k_first, k_last, BLOCK_M, BLOCK_N,
+                             BLOCK_K, UPCAST)
+        if (k_first == 0) & (k_last == k_iters):
+            _tma_finish(c_desc, acc, bias_ptr, pid_m, pid_n, N, BLOCK_M, BLOCK_N, EPILOGUE)
+        else:
+            first = _owner(tile * k_iters, total, programs)
+            parts = _owner(tile * k_iters + k_iters - 1, total, programs) - first + 1
+            acc, last = _partials_sum(acc, ws_ptr, count_ptr, tile, pid - first, parts, slots, BLOCK_M, BLOCK_N)
+            if last:
+                _tma_finish(c_desc, acc, bias_ptr, pid_m, pid_n, N, BLOCK_M, BLOCK_N, EPILOGUE)
+        it += k_last - k_first
 
 
 @triton.jit

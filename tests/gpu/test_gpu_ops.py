@@ -163,6 +163,28 @@ def test_matmul_split_k_on_gpu(shape, epilogue, split, tile):
         assert result.ok, f"{problem.key} SPLIT_K={split}: {result.message}"
 
 
+@pytest.mark.parametrize("shape, epilogue, tile", [
+    ("768x1536x32768", "none", (128, 256)), ("1000x1000x16000", "bias_gelu", (128, 128)),
+    ("2048x1024x16384", "none", (128, 128)), ("4096x1536x4096", "relu", (128, 256))])
+def test_matmul_stream_k_on_gpu(shape, epilogue, tile):
+    """Stream-K's shares under real concurrency: tiles shared by three to five programs (768x1536x32768), by two
+    (2048x1024x16384), and shares of more than a tile (4096x1536x4096), launched back to back so the counters are
+    reused."""
+    if torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("TMA needs a Hopper GPU or later")
+    op = get_op("matmul")
+    problem = op.parse_problem(shape, "float16", epilogue=epilogue)
+    inputs = op.make_inputs(problem, current_device().torch_device)
+    ref = op.reference(inputs)
+    cfg = {"BLOCK_M": tile[0], "BLOCK_N": tile[1], "BLOCK_K": 64, "GROUP_M": 8, "TMA": 1, "STREAM_K": 1,
+           "num_warps": 8, "num_stages": 4}
+    outs = [op.run(inputs, cfg) for _ in range(5)]
+    torch.cuda.synchronize()
+    for out in outs:
+        result = op.check(out, ref, problem)
+        assert result.ok, f"{problem.key} STREAM_K: {result.message}"
+
+
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("shape", ["2x8x1000x64", "1x4x777x128", "2x4x1024x128", "2x8x2x1000x64", "2x8x4x1024x128"])
 def test_attention_tma_on_gpu(shape, causal):

@@ -221,12 +221,20 @@ def test_matmul_tma_rules_and_seeds():
         (32, 64, 128, 2, 0), (32, 32, 256, 1, 1), (32, 64, 256, 1, 0)]
     assert all(op.space.violations(c, skinny, H100) == [] for c in thin)
     assert op.space.default(square, H100)["TMA"] == 0  # the default stays the tutorial's pointer kernel
-    # K-heavy: 32 tiles of 128 x 256 (64 of 128 x 128) leave SMs idle; TMA with K split to fill them comes first
+    # K-heavy: 32 tiles of 128 x 256 (64 of 128 x 128) leave SMs idle; TMA with K in stream-K's shares, and split
+    # to fill them, come first
     long_k = op.parse_problem("1024x1024x16384", "float16")
-    assert [(c["BLOCK_N"], c["TMA"], c["SPLIT_K"]) for c in op.space.seeds(long_k, H100)[:2]] == [(128, 1, 2),
-                                                                                                   (256, 1, 4)]
-    assert all(c in op.space.candidates(long_k, H100) for c in op.space.seeds(long_k, H100)[:2])
-    assert not any(c["SPLIT_K"] > 1 for c in seeds)  # 4096^3 fills the SMs without
+    first = op.space.seeds(long_k, H100)[:4]
+    assert [(c["BLOCK_N"], c["TMA"], c["SPLIT_K"], c.get("STREAM_K", 0)) for c in first] == [
+        (128, 1, 1, 1), (128, 1, 2, 0), (256, 1, 1, 1), (256, 1, 4, 0)]
+    assert all(c in op.space.candidates(long_k, H100) for c in first)
+    assert not any(c["SPLIT_K"] > 1 or c.get("STREAM_K") for c in seeds)  # 4096^3 fills the SMs without
+    # stream-K below two waves of tiles, each SM's share at least MIN_K_PER_SPLIT of K
+    stream = {**cfg, "STREAM_K": 1, "num_stages": 4}
+    assert op.space.violations(stream, long_k, H100) == []
+    assert any("two waves or more" in r for r in op.space.violations(stream, square, H100))
+    assert any("at least 1024" in r for r in op.space.violations(stream, op.parse_problem("1024x1024x2048"), H100))
+    assert any("STREAM_K=1" in r for r in op.space.violations({**stream, "SPLIT_K": 2}, long_k, H100))
     # FLATTEN is the persistent kernel's (not the warp-specialized one's), and the seeds use it
     assert op.space.violations({**cfg, "TMA": 2, "SUBTILE": 1, "FLATTEN": 1, "num_stages": 4}, square, H100) == []
     assert any("FLATTEN=1" in r for r in op.space.violations({**cfg, "TMA": 3, "FLATTEN": 1}, square, H100))
