@@ -31,6 +31,8 @@ EPILOGUES = ("none", "bias", "bias_relu", "bias_gelu", "relu", "gelu")
 PARAMS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M")
 # tunable, with the value a config that leaves it out means
 OPTIONAL = {"SPLIT_K": 1, "TMA": 0, "SUBTILE": 0, "TAIL_SPLIT": 0, "FLATTEN": 0, "DEVICE_DESC": 0, "STREAM_K": 0}
+# Programs sharing one output tile at most: any count, not only powers of two (36 tiles fill 108 of 132 SMs at 3).
+MAX_SPLIT_K = 16
 TMA_KINDS = (0, 1, 2, 3)  # pointers; TMA, a tile per program; TMA, a program per SM; that, warp-specialized
 
 
@@ -159,7 +161,9 @@ def prepare(
     shape, strides, device, 16-byte alignment; bias present or None alike) and launches without checking."""
     _validate(a, b, bias, epilogue)
     cfg = check_config(config, PARAMS, "matmul", OPTIONAL)
-    check_pow2("matmul", cfg, ("BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLIT_K"))
+    check_pow2("matmul", cfg, ("BLOCK_M", "BLOCK_N", "BLOCK_K"))
+    if not 1 <= cfg["SPLIT_K"] <= MAX_SPLIT_K:  # (an int: check_config)
+        raise ValueError(f"matmul: config['SPLIT_K'] must be from 1 to {MAX_SPLIT_K}, got {cfg['SPLIT_K']}")
     M, K = a.shape
     N = b.shape[1]
     dtype, device = a.dtype, a.device

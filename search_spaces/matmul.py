@@ -37,6 +37,9 @@ DTYPES = ("float16", "bfloat16", "float32")
 EPILOGUES = ("none", "bias", "bias_relu", "bias_gelu", "relu", "gelu")
 # Below this many of K per split, its partial sums cost more than the split saves (benchmarks/matmul_kinds.py).
 MIN_K_PER_SPLIT = 1024
+# SPLIT_K's values: with 3 and 6, tile counts such as 36 (3 x 36 = 108 programs) fill more of the SMs in one wave
+# than powers of two do (72, or 144 in two waves)
+SPLITS = (1, 2, 3, 4, 6, 8)
 
 
 @dataclass(frozen=True)
@@ -269,7 +272,7 @@ def default(p: MatmulProblem, d: DeviceLimits) -> Config:
 def filling_split(tiles: int, K: int, sms: int) -> int:
     """The most splits of K (SPLIT_K) whose programs, `tiles` per split, still fit the device's SMs in one wave, each
     split at least MIN_K_PER_SPLIT long; 1 where none does."""
-    fits = [s for s in (2, 4, 8) if tiles * s <= sms and K // s >= MIN_K_PER_SPLIT]
+    fits = [s for s in SPLITS[1:] if tiles * s <= sms and K // s >= MIN_K_PER_SPLIT]
     return max(fits, default=1)
 
 
@@ -307,7 +310,7 @@ SPACE: Space[MatmulProblem] = Space(
         Param("BLOCK_N", (32, 64, 128, 256)),
         Param("BLOCK_K", (32, 64, 128, 256)),
         Param("GROUP_M", (1, 8)),
-        Param("SPLIT_K", (1, 2, 4, 8), implied=1, only_with=("TMA", (0, 1))),  # the one-tile kernels'
+        Param("SPLIT_K", SPLITS, implied=1, only_with=("TMA", (0, 1))),  # the one-tile kernels'
         Param("TMA", (0, 1, 2, 3), implied=0),  # pointers, TMA, persistent TMA, that warp-specialized
         # the persistent kernels' options: their C tile stored in two halves; the last, partial wave in half-width
         # tiles; the tile loop and K loop pipelined as one

@@ -326,7 +326,7 @@ def test_matmul_tma_falls_back_to_pointers_where_rows_are_not_aligned(device):
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
 @pytest.mark.parametrize("shape, epilogue, split, block_m", [("32x64x256", "none", 4, 32), ("40x96x200", "bias_gelu", 2, 32),
-                                                             ("70x33x520", "relu", 8, 32), ("33x32x96", "bias", 2, 32),
+                                                             ("70x33x520", "relu", 8, 32), ("33x32x96", "bias", 3, 32),
                                                              ("12x64x272", "bias", 4, 16)])
 def test_matmul_split_k_matches_reference_and_leaves_counters_at_zero(shape, epilogue, split, block_m, dtype, device):
     op = get_op("matmul")
@@ -343,8 +343,8 @@ def test_matmul_split_k_matches_reference_and_leaves_counters_at_zero(shape, epi
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
-@pytest.mark.parametrize("shape, epilogue, split", [("32x64x256", "none", 4), ("40x96x200", "bias_gelu", 2),
-                                                    ("12x64x272", "bias", 4)])
+@pytest.mark.parametrize("shape, epilogue, split", [("32x64x256", "none", 4), ("40x96x200", "bias_gelu", 3),
+                                                    ("12x64x272", "bias", 4), ("64x32x448", "relu", 6)])
 def test_matmul_tma_split_k_matches_reference_and_leaves_counters_at_zero(shape, epilogue, split, dtype, device):
     """The one-tile TMA kernel's split-K: the tile's last program stores it through the descriptor (12x64x272 in
     32-deep steps gives its last split none)."""
@@ -434,6 +434,10 @@ def test_rowwise_ops_take_leading_dimensions(device):
          "STREAM_K=1 .*is for TMA=1 and SPLIT_K=1"),
         ("matmul", {"a": torch.randn(4, 5).half(), "b": torch.randn(5, 3).half()},
          {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 1, "STREAM_K": 1}, "STREAM_K=1 .*TMA=0"),
+        ("matmul", {"a": torch.randn(4, 5).half(), "b": torch.randn(5, 3).half()},
+         {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 1, "SPLIT_K": 17}, "SPLIT_K.*from 1 to 16, got 17"),
+        ("matmul", {"a": torch.randn(4, 5).half(), "b": torch.randn(5, 3).half()},
+         {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 1, "SPLIT_K": 0}, "SPLIT_K.*from 1 to 16, got 0"),
         ("softmax", {"x": torch.randn(4, 6)}, {"BLOCK_N": 32, "ROWS": 1, "PERSITS": 1},
          "unknown config parameter.*PERSITS; known: .*PERSIST"),
         ("softmax", {"x": torch.randn(4, 6)}, {"BLOCK_N": 32, "ROWS": 1, "HOLD16": 1}, "HOLD16=1.*32-bit"),
