@@ -5,6 +5,7 @@ works and why it is in the space: docs/design/kernels.md.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -189,11 +190,8 @@ def prepare(
         tail, persistent, stream_k = False, cfg["TMA"] >= 2, cfg["STREAM_K"] == 1
         after: tuple[Any, ...] = ()  # arguments after the strides
         if stream_k:  # a program per SM (at most one per K step), each an equal share of all tiles' K steps
-            total = tiles * triton.cdiv(K, bk)
-            programs = min(sm_count(device), total)
-            # a tile's K steps meet at most this many shares (each total // programs long, or one more)
-            slots = min(programs, triton.cdiv(triton.cdiv(K, bk), total // programs) + 1)
-            after = (slots,)
+            programs, slots, lockstep, piece = stream_k_plan(tiles, triton.cdiv(K, bk), sm_count(device))
+            after = (slots, lockstep, piece)
             tma = Launcher(matmul_tma_stream_k_kernel, (programs,), common)
         elif not persistent:
             tma = Launcher(matmul_tma_kernel, (tiles, split), dict(common, SPLIT_K=split))
@@ -242,6 +240,38 @@ def prepare(
         return c
 
     return launch
+
+
+def stream_k_plan(tiles: int, k_iters: int, sms: int) -> tuple[int, int, int, int]:
+    """Stream-K's launch (kernels/matmul_tma.matmul_tma_stream_k_kernel): (programs, partials a tile may have, the
+    lockstep pieces per tile, their K steps). Each tile is cut into `lockstep` pieces taken by one program each,
+    side by side over K; the other programs stream every tile's remaining r steps in equal shares. Of the ways to
+    cut, the one whose busiest program has the fewest steps, and of those the most lockstep pieces (they read A and
+    B together from the L2)."""
+    programs = min(sms, tiles * k_iters)
+    share = tiles * k_iters / programs
+    best: tuple[int, int, int] | None = None  # (the busiest program's steps, -lockstep, piece)
+    for lockstep in range(programs // tiles, -1, -1):
+        rest = programs - lockstep * tiles
+        if lockstep == 0:
+            pieces = [1]  # (none: every step is streamed)
+        elif rest == 0:
+            pieces = [triton.cdiv(k_iters, lockstep)]  # the pieces cover K, as split-K's do
+        else:
+            pieces = [p for p in {max(1, math.floor(share)), math.ceil(share)} if lockstep * p <= k_iters]
+        for piece in pieces:
+            r = max(k_iters - lockstep * piece, 0) if lockstep else k_iters
+            busiest = max(piece if lockstep else 0, triton.cdiv(tiles * r, rest) if rest else 0)
+            if best is None or (busiest, -lockstep) < best[:2]:
+                best = (busiest, -lockstep, piece)
+    assert best is not None  # (lockstep 0 always plans)
+    lockstep, piece = -best[1], best[2]
+    rest = programs - lockstep * tiles
+    r = max(k_iters - lockstep * piece, 0)
+    streamed = 0
+    if r and rest:  # the streaming programs a tile's r steps meet: each share is (tiles * r) // rest steps or more
+        streamed = min(rest, r, triton.cdiv(r, max(1, tiles * r // rest)) + 1)
+    return programs, max(1, lockstep + streamed), lockstep, piece
 
 
 def _split_state(slots: int, workspace_size: int, tiles: int, c: torch.Tensor,

@@ -364,11 +364,12 @@ def test_matmul_tma_split_k_matches_reference_and_leaves_counters_at_zero(shape,
 
 @pytest.mark.parametrize("dtype", ["float16", "float32"])
 @pytest.mark.parametrize("shape, epilogue", [("40x96x200", "bias_gelu"), ("12x64x272", "bias"), ("64x64x512", "none")])
-@pytest.mark.parametrize("programs", [4, 5, 13])
+@pytest.mark.parametrize("programs", [4, 5, 7, 12, 13])
 def test_matmul_stream_k_matches_reference_and_leaves_counters_at_zero(shape, epilogue, programs, dtype, device,
                                                                        monkeypatch):
-    """Stream-K's equal shares of every tile's K steps, on as many programs as `programs` SMs give: a share that
-    covers a whole tile and parts of others (4), tiles split between two programs (5), and among several (13)."""
+    """Stream-K on as many programs as `programs` SMs give, over 6, 2 and 4 tiles of 7, 9 and 16 K steps: every
+    step streamed (fewer programs than tiles), lockstep pieces with the rest streamed, and lockstep pieces alone
+    (12 programs for 6 tiles; 4 for 2)."""
     from kernels import _backend
 
     monkeypatch.setitem(_backend._SMS, None, programs)

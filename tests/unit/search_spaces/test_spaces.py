@@ -472,3 +472,37 @@ def test_a_built_in_ops_hash_follows_its_code_not_where_it_lives_or_its_docstrin
     finally:
         for name in [n for n in sys.modules if n.rsplit("_", 1)[0] in ("base", "moved", "helper", "helper_moved", "constant")]:
             del sys.modules[name]
+
+
+@pytest.mark.parametrize("sms", [1, 3, 7, 12, 13, 132])
+def test_stream_k_plans_cover_every_tile_step_once_within_the_slots(sms):
+    """kernels.matmul.stream_k_plan against a step-by-step account of the kernel's assignment (its docstring): the
+    lockstep programs' pieces and the streamed shares cover each (tile, K step) once, no tile has more contributing
+    segments than the workspace's slots, and the programs' step counts differ by little."""
+    from kernels.matmul import stream_k_plan
+
+    for tiles in (1, 2, 5, 6, 36, 64, 131, 200):
+        for k_iters in (1, 3, 7, 64, 256, 512):
+            programs, slots, lockstep, piece = stream_k_plan(tiles, k_iters, sms)
+            rest = programs - lockstep * tiles
+            covered: dict[tuple[int, int], int] = {}
+            segments: dict[int, int] = {}
+            work = []
+            for p in range(programs):
+                if p < lockstep * tiles:
+                    j, tile = divmod(p, tiles)
+                    steps = [(tile, k) for k in range(j * piece, min((j + 1) * piece, k_iters))]
+                else:
+                    r = max(k_iters - lockstep * piece, 0)
+                    q, total = p - lockstep * tiles, tiles * r
+                    steps = [(i // r, lockstep * piece + i % r) for i in range(q * total // rest, (q + 1) * total // rest)]
+                for step in steps:
+                    covered[step] = covered.get(step, 0) + 1
+                pieces = {p % tiles} if p < lockstep * tiles else set()  # (an empty piece takes a slot too)
+                for tile in {t for t, _ in steps} | pieces:
+                    segments[tile] = segments.get(tile, 0) + 1
+                work.append(len(steps))
+            assert covered == {(t, k): 1 for t in range(tiles) for k in range(k_iters)}, (tiles, k_iters, sms)
+            assert max(segments.values()) <= slots, (tiles, k_iters, sms, segments, slots)
+            assert programs == min(sms, tiles * k_iters)
+            assert max(work) <= tiles * k_iters / programs + 1, (tiles, k_iters, sms, max(work))  # balanced
