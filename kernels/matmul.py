@@ -245,33 +245,35 @@ def prepare(
 def stream_k_plan(tiles: int, k_iters: int, sms: int) -> tuple[int, int, int, int]:
     """Stream-K's launch (kernels/matmul_tma.matmul_tma_stream_k_kernel): (programs, partials a tile may have, the
     lockstep pieces per tile, their K steps). Each tile is cut into `lockstep` pieces taken by one program each,
-    side by side over K; the other programs stream every tile's remaining r steps in equal shares. Of the ways to
-    cut, the one whose busiest program has the fewest steps, and of those the most lockstep pieces (they read A and
-    B together from the L2)."""
+    side by side over K; the other programs stream every tile's remaining r steps in equal shares, each share
+    within two tiles' remainders (a share over many short remainders pays a pipeline fill and a partial's round
+    trip for each). Of the ways to cut, the one whose busiest program has the fewest steps, and of those the most
+    lockstep pieces (they read A and B together from the L2)."""
     programs = min(sms, tiles * k_iters)
     share = tiles * k_iters / programs
     best: tuple[int, int, int] | None = None  # (the busiest program's steps, -lockstep, piece)
     for lockstep in range(programs // tiles, -1, -1):
         rest = programs - lockstep * tiles
-        if lockstep == 0:
-            pieces = [1]  # (none: every step is streamed)
-        elif rest == 0:
-            pieces = [triton.cdiv(k_iters, lockstep)]  # the pieces cover K, as split-K's do
-        else:
-            pieces = [p for p in {max(1, math.floor(share)), math.ceil(share)} if lockstep * p <= k_iters]
-        for piece in pieces:
-            r = max(k_iters - lockstep * piece, 0) if lockstep else k_iters
-            busiest = max(piece if lockstep else 0, triton.cdiv(tiles * r, rest) if rest else 0)
+        # pieces of one program's share, or pieces covering K (as split-K's, the rest idle)
+        pieces = {1} if lockstep == 0 else {math.floor(share), math.ceil(share), triton.cdiv(k_iters, lockstep)}
+        for piece in sorted(p for p in pieces if p >= 1):
+            r = max(k_iters - lockstep * piece, 0)
+            if r and not rest:
+                continue  # steps no program takes
+            streamed = triton.cdiv(tiles * r, rest) if r else 0  # the busiest streaming share
+            if lockstep and streamed > 2 * r:
+                continue
+            busiest = max(piece if lockstep else 0, streamed)
             if best is None or (busiest, -lockstep) < best[:2]:
                 best = (busiest, -lockstep, piece)
-    assert best is not None  # (lockstep 0 always plans)
+    assert best is not None  # (lockstep 0 always plans: every step streamed)
     lockstep, piece = -best[1], best[2]
     rest = programs - lockstep * tiles
     r = max(k_iters - lockstep * piece, 0)
-    streamed = 0
+    streamed_parts = 0
     if r and rest:  # the streaming programs a tile's r steps meet: each share is (tiles * r) // rest steps or more
-        streamed = min(rest, r, triton.cdiv(r, max(1, tiles * r // rest)) + 1)
-    return programs, max(1, lockstep + streamed), lockstep, piece
+        streamed_parts = min(rest, r, triton.cdiv(r, max(1, tiles * r // rest)) + 1)
+    return programs, max(1, lockstep + streamed_parts), lockstep, piece
 
 
 def _split_state(slots: int, workspace_size: int, tiles: int, c: torch.Tensor,
