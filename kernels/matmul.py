@@ -5,7 +5,6 @@ works and why it is in the space: docs/design/kernels.md.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -19,8 +18,8 @@ from kernels._counters import zeroed_counters
 from kernels._descriptors import ensure_allocator
 from kernels._direct import Launcher, new_output  # (_checks.new_output, allocating faster)
 from kernels._torch import lazy
-from kernels.matmul_tiles import _epilogue, _grouped_tile, _k_slice, _partials_sum
-from kernels.matmul_tma import matmul_tma_kernel, matmul_tma_persistent_kernel, matmul_tma_stream_k_kernel
+from kernels.matmul_tiles import _epilogue, _grouped_tile, _k_slice, _split_sum
+from kernels.matmul_tma import matmul_tma_kernel, matmul_tma_persistent_kernel
 
 if TYPE_CHECKING:
     import torch
@@ -31,7 +30,7 @@ DTYPES = ("float16", "bfloat16", "float32")  # by name: declaring a kernel impor
 EPILOGUES = ("none", "bias", "bias_relu", "bias_gelu", "relu", "gelu")
 PARAMS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M")
 # tunable, with the value a config that leaves it out means
-OPTIONAL = {"SPLIT_K": 1, "TMA": 0, "SUBTILE": 0, "TAIL_SPLIT": 0, "FLATTEN": 0, "DEVICE_DESC": 0, "STREAM_K": 0}
+OPTIONAL = {"SPLIT_K": 1, "TMA": 0, "SUBTILE": 0, "TAIL_SPLIT": 0, "FLATTEN": 0, "DEVICE_DESC": 0}
 # Programs sharing one output tile at most: any count, not only powers of two (36 tiles fill 108 of 132 SMs at 3).
 MAX_SPLIT_K = 16
 TMA_KINDS = (0, 1, 2, 3)  # pointers; TMA, a tile per program; TMA, a program per SM; that, warp-specialized
@@ -81,8 +80,7 @@ def matmul_kernel(
 
     c_mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
     if SPLIT_K > 1:  # the tile's last program to arrive stores it
-        acc, last = _partials_sum(acc, ws_ptr, count_ptr, pid, tl.program_id(1), SPLIT_K, SPLIT_K, BLOCK_M,
-                                  BLOCK_N)
+        acc, last = _split_sum(acc, ws_ptr, count_ptr, pid, BLOCK_M, BLOCK_N, SPLIT_K)
         c_mask = c_mask & (tl.arange(0, BLOCK_M)[:, None] < tl.where(last, BLOCK_M, 0))
 
     acc = _epilogue(acc, bias_ptr, offs_n, N, EPILOGUE)
@@ -92,10 +90,9 @@ def matmul_kernel(
 
 
 def persistent_unsupported(config: Mapping[str, Any], float32: bool) -> str | None:
-    """Why a config's SUBTILE, TAIL_SPLIT, FLATTEN, STREAM_K, DEVICE_DESC or warp specialization cannot run (None: it
-    can): SUBTILE is the persistent kernels', TAIL_SPLIT and FLATTEN the plain persistent kernel's, STREAM_K the
-    one-tile TMA kernel's without SPLIT_K, DEVICE_DESC the TMA kernels', and TMA=3 needs 8 warps and 16-bit operands.
-    The launcher and the space refuse such a config with it."""
+    """Why a config's SUBTILE, TAIL_SPLIT, FLATTEN, DEVICE_DESC or warp specialization cannot run (None: it can):
+    SUBTILE is the persistent kernels', TAIL_SPLIT and FLATTEN the plain persistent kernel's, DEVICE_DESC the TMA
+    kernels', and TMA=3 needs 8 warps and 16-bit operands. The launcher and the space refuse such a config with it."""
     subtile, tma, tail = config.get("SUBTILE", 0), config.get("TMA", 0), config.get("TAIL_SPLIT", 0)
     if subtile not in (0, 1) or (subtile and tma < 2):
         return f"SUBTILE=1 (the C tile stored in halves) is for TMA=2 and 3, got SUBTILE={subtile} with TMA={tma}"
@@ -104,10 +101,6 @@ def persistent_unsupported(config: Mapping[str, Any], float32: bool) -> str | No
     flatten = config.get("FLATTEN", 0)
     if flatten not in (0, 1) or (flatten and tma != 2):
         return f"FLATTEN=1 (the tile loop and the K loop pipelined as one) is for TMA=2, got FLATTEN={flatten} with TMA={tma}"
-    stream_k = config.get("STREAM_K", 0)
-    if stream_k not in (0, 1) or (stream_k and (tma != 1 or config.get("SPLIT_K", 1) != 1)):
-        return (f"STREAM_K=1 (every tile's K steps in equal shares, a program per SM) is for TMA=1 and SPLIT_K=1, got "
-                f"STREAM_K={stream_k} with TMA={tma} and SPLIT_K={config.get('SPLIT_K', 1)}")
     device_desc = config.get("DEVICE_DESC", 0)
     if device_desc not in (0, 1) or (device_desc and tma < 1):
         return (f"DEVICE_DESC=1 (TMA descriptors made by the kernel) is for TMA=1, 2 and 3, got "
@@ -179,7 +172,7 @@ def prepare(
     if unsupported:
         raise ValueError(f"matmul: {unsupported}")
     warps = dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
-    slots = split  # float32 partials a tile may have in the workspace (1: none, no workspace)
+    workspace_size = tiles * split * cfg["BLOCK_M"] * cfg["BLOCK_N"]  # split-K's float32 partials
     if cfg["TMA"] and _tma_ready(a, b) and (N * a.element_size()) % 16 == 0:  # C is new: its rows align as N does
         bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
         device_desc = cfg["DEVICE_DESC"] == 1
@@ -187,13 +180,8 @@ def prepare(
             ensure_allocator()  # the kernel's descriptors are written to scratch memory
         common = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg["GROUP_M"], EPILOGUE=EPILOGUES.index(epilogue),
                       UPCAST=dot_needs_upcast(dtype), DEVICE_DESC=device_desc, **warps)
-        tail, persistent, stream_k = False, cfg["TMA"] >= 2, cfg["STREAM_K"] == 1
-        after: tuple[Any, ...] = ()  # arguments after the strides
-        if stream_k:  # a program per SM (at most one per K step), each an equal share of all tiles' K steps
-            programs, slots, lockstep, piece = stream_k_plan(tiles, triton.cdiv(K, bk), sm_count(device))
-            after = (slots, lockstep, piece)
-            tma = Launcher(matmul_tma_stream_k_kernel, (programs,), common)
-        elif not persistent:
+        tail, persistent = False, cfg["TMA"] >= 2
+        if not persistent:
             tma = Launcher(matmul_tma_kernel, (tiles, split), dict(common, SPLIT_K=split))
         else:
             sms = sm_count(device)
@@ -203,16 +191,15 @@ def prepare(
                            dict(common, NUM_SMS=sms, WARP_SPECIALIZE=cfg["TMA"] == 3, SUBTILE=cfg["SUBTILE"],
                                 TAIL_SPLIT=int(tail), FLATTEN=cfg["FLATTEN"]))
         c_block = [bm, bn // 2 if cfg["SUBTILE"] else bn]
-        workspace_size = tiles * slots * bm * bn
         desc_strides = (a.stride(0), b.stride(0), N)  # rows of A, B and C, for descriptors made on the device
 
         def launch_tma(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
             c = new_output((M, N), dtype, device)
             bias_or_c = bias if bias is not None else c
-            # after the bias: the persistent kernel's half-width descriptors, or the partials and their counters
-            extra = (c, c) if persistent else _split_state(slots, workspace_size, tiles, c, device)
+            # after the bias: the persistent kernel's half-width descriptors, or the one-tile kernel's split-K state
+            extra = (c, c) if persistent else _split_state(split, workspace_size, tiles, c, device)
             if device_desc:  # the kernel makes its descriptors from the matrices
-                tma(a, b, c, bias_or_c, *extra, M, N, K, *desc_strides, *after)
+                tma(a, b, c, bias_or_c, *extra, M, N, K, *desc_strides)
                 return c
             c_desc = TensorDescriptor.from_tensor(c, c_block)
             if tail:  # the last wave's half-width tiles
@@ -221,7 +208,7 @@ def prepare(
             else:
                 halves = (c_desc, c_desc) if persistent else extra  # (unused by the persistent kernel)
             tma(TensorDescriptor.from_tensor(a, [bm, bk]), TensorDescriptor.from_tensor(b, [bk, bn]), c_desc,
-                bias_or_c, *halves, M, N, K, *desc_strides, *after)
+                bias_or_c, *halves, M, N, K, *desc_strides)
             return c
 
         return launch_tma
@@ -230,8 +217,6 @@ def prepare(
         BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], GROUP_M=cfg["GROUP_M"],
         SPLIT_K=split, EPILOGUE=EPILOGUES.index(epilogue), EVEN_K=K % cfg["BLOCK_K"] == 0,
         UPCAST=dot_needs_upcast(dtype), **warps))
-
-    workspace_size = tiles * split * cfg["BLOCK_M"] * cfg["BLOCK_N"]
 
     def launch(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
         c = new_output((M, N), dtype, device)
@@ -242,45 +227,11 @@ def prepare(
     return launch
 
 
-def stream_k_plan(tiles: int, k_iters: int, sms: int) -> tuple[int, int, int, int]:
-    """Stream-K's launch (kernels/matmul_tma.matmul_tma_stream_k_kernel): (programs, partials a tile may have, the
-    lockstep pieces per tile, their K steps). Each tile is cut into `lockstep` pieces taken by one program each,
-    side by side over K; the other programs stream every tile's remaining r steps in equal shares, each share
-    within two tiles' remainders (a share over many short remainders pays a pipeline fill and a partial's round
-    trip for each). Of the ways to cut, the one whose busiest program has the fewest steps, and of those the most
-    lockstep pieces (they read A and B together from the L2)."""
-    programs = min(sms, tiles * k_iters)
-    share = tiles * k_iters / programs
-    best: tuple[int, int, int] | None = None  # (the busiest program's steps, -lockstep, piece)
-    for lockstep in range(programs // tiles, -1, -1):
-        rest = programs - lockstep * tiles
-        # pieces of one program's share, or pieces covering K (as split-K's, the rest idle)
-        pieces = {1} if lockstep == 0 else {math.floor(share), math.ceil(share), triton.cdiv(k_iters, lockstep)}
-        for piece in sorted(p for p in pieces if p >= 1):
-            r = max(k_iters - lockstep * piece, 0)
-            if r and not rest:
-                continue  # steps no program takes
-            streamed = triton.cdiv(tiles * r, rest) if r else 0  # the busiest streaming share
-            if lockstep and streamed > 2 * r:
-                continue
-            busiest = max(piece if lockstep else 0, streamed)
-            if best is None or (busiest, -lockstep) < best[:2]:
-                best = (busiest, -lockstep, piece)
-    assert best is not None  # (lockstep 0 always plans: every step streamed)
-    lockstep, piece = -best[1], best[2]
-    rest = programs - lockstep * tiles
-    r = max(k_iters - lockstep * piece, 0)
-    streamed_parts = 0
-    if r and rest:  # the streaming programs a tile's r steps meet: each share is (tiles * r) // rest steps or more
-        streamed_parts = min(rest, r, triton.cdiv(r, max(1, tiles * r // rest)) + 1)
-    return programs, max(1, lockstep + streamed_parts), lockstep, piece
-
-
-def _split_state(slots: int, workspace_size: int, tiles: int, c: torch.Tensor,
+def _split_state(split: int, workspace_size: int, tiles: int, c: torch.Tensor,
                  device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """A split-K or stream-K launch's workspace for its partials (new each call; `slots` a tile) and its tiles'
-    arrival counters on `device` (kept at zero between launches); c in both places where no tile is shared."""
-    if slots == 1:
+    """A split-K launch's workspace for its partials (new each call) and its tiles' arrival counters on `device`
+    (kept at zero between launches); c in both places where there is no split."""
+    if split == 1:
         return c, c  # unused
     return torch.empty(workspace_size, dtype=torch.float32, device=device), zeroed_counters(device, tiles)
 

@@ -47,22 +47,23 @@ def _k_slice(K, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr):
 
 
 @triton.jit
-def _partials_sum(acc, ws_ptr, count_ptr, tile_id, slot, parts, slots, BLOCK_M: tl.constexpr,
-                  BLOCK_N: tl.constexpr):
-    """Output tile `tile_id` shared by `parts` programs, each a slice of its K: this program's float32 partial into
-    ws[tile_id, slot] (ws holds `slots` partials a tile); the tile's last program to arrive adds the others' to its
+def _split_sum(acc, ws_ptr, count_ptr, tile_id, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+               SPLIT_K: tl.constexpr):
+    """Output tile `tile_id` shared by SPLIT_K programs, each a slice of its K (the grid's second axis): this
+    program's float32 partial into ws[tile_id, split]; the tile's last program to arrive adds the others' to its
     own. Returns (acc, last): acc is the whole tile's sum only where last, and only that program stores the tile.
     The tile's counter is left at zero for the next launch."""
+    split = tl.program_id(1)
     tile = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
-    ws_tile = ws_ptr + tile_id.to(tl.int64) * slots * (BLOCK_M * BLOCK_N)
-    tl.store(ws_tile + slot * (BLOCK_M * BLOCK_N) + tile, acc)
+    ws_tile = ws_ptr + tile_id.to(tl.int64) * SPLIT_K * (BLOCK_M * BLOCK_N)
+    tl.store(ws_tile + split * (BLOCK_M * BLOCK_N) + tile, acc)
     # A scalar atomic is issued by one thread: the barrier puts every warp's stores before its release.
     tl.debug_barrier()
     arrived = tl.atomic_add(count_ptr + tile_id, 1, sem="acq_rel", scope="gpu")
-    last = arrived == parts - 1
+    last = arrived == SPLIT_K - 1
     if last:
-        for s in range(0, parts):
-            if s != slot:
+        for s in range(0, SPLIT_K):
+            if s != split:
                 acc += tl.load(ws_tile + s * (BLOCK_M * BLOCK_N) + tile, cache_modifier=".cg")
         tl.atomic_xchg(count_ptr + tile_id, 0, sem="relaxed", scope="gpu")  # ready for the next launch
     return acc, last

@@ -1,11 +1,11 @@
 """Matmul through the tensor memory accelerator (Hopper and later, and the interpreter): a tile per program (TMA=1,
-with split-K, or stream-K's equal shares of every tile's K steps), a program per SM (TMA=2; warp-specialized TMA=3),
-descriptors made by the launcher or the kernel (DEVICE_DESC=1). More: docs/design/kernels.md."""
+with split-K), a program per SM (TMA=2; warp-specialized TMA=3), descriptors made by the launcher or the kernel
+(DEVICE_DESC=1). More: docs/design/kernels.md."""
 
 import triton
 import triton.language as tl
 
-from kernels.matmul_tiles import _epilogue, _grouped_tile, _k_slice, _partials_sum
+from kernels.matmul_tiles import _epilogue, _grouped_tile, _k_slice, _split_sum
 
 
 @triton.jit
@@ -84,100 +84,11 @@ def matmul_tma_kernel(
     acc = _tma_k_product(a_desc, b_desc, pid_m * BLOCK_M, pid_n * BLOCK_N, k_first, k_last, BLOCK_M, BLOCK_N,
                          BLOCK_K, UPCAST)
     if SPLIT_K > 1:
-        acc, last = _partials_sum(acc, ws_ptr, count_ptr, pid, tl.program_id(1), SPLIT_K, SPLIT_K, BLOCK_M,
-                                  BLOCK_N)
+        acc, last = _split_sum(acc, ws_ptr, count_ptr, pid, BLOCK_M, BLOCK_N, SPLIT_K)
         if last:  # a descriptor's store takes no mask: only the tile's last program stores
             _tma_finish(c_desc, acc, bias_ptr, pid_m, pid_n, N, BLOCK_M, BLOCK_N, EPILOGUE)
     else:
         _tma_finish(c_desc, acc, bias_ptr, pid_m, pid_n, N, BLOCK_M, BLOCK_N, EPILOGUE)
-
-
-@triton.jit
-def _owner(iteration, total, programs):
-    """The stream-K program whose share, [p * total // programs, (p + 1) * total // programs), holds `iteration`."""
-    return ((iteration + 1) * programs - 1) // total
-
-
-@triton.jit
-def _stream_parts(tile, lockstep, r, total_r, rest):
-    """How many programs compute a part of output tile `tile` under stream-K: one per lockstep piece, and the owners
-    of its last r K steps among the `rest` programs streaming them (total_r: all tiles' last r steps)."""
-    parts = lockstep
-    if (r > 0) & (rest > 0):
-        first = tile.to(tl.int64) * r
-        parts += (_owner(first + r - 1, total_r, rest) - _owner(first, total_r, rest) + 1).to(tl.int32)
-    return parts
-
-
-@triton.jit
-def _stream_segment(a_desc, b_desc, c_desc, bias_ptr, ws_ptr, count_ptr, tile, k_first, k_last, slot, parts, slots, M,
-                    N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-                    EPILOGUE: tl.constexpr, UPCAST: tl.constexpr):
-    """K steps [k_first, k_last) of output tile `tile`: stored whole where no other program computes a part of it,
-    else its partial in slot `slot` of the tile's, and the tile stored by the last of its `parts` to arrive."""
-    pid_m, pid_n = _grouped_tile(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
-    acc = _tma_k_product(a_desc, b_desc, pid_m * BLOCK_M, pid_n * BLOCK_N, k_first, k_last, BLOCK_M, BLOCK_N,
-                         BLOCK_K, UPCAST)
-    if parts == 1:
-        _tma_finish(c_desc, acc, bias_ptr, pid_m, pid_n, N, BLOCK_M, BLOCK_N, EPILOGUE)
-    else:
-        acc, last = _partials_sum(acc, ws_ptr, count_ptr, tile, slot, parts, slots, BLOCK_M, BLOCK_N)
-        if last:
-            _tma_finish(c_desc, acc, bias_ptr, pid_m, pid_n, N, BLOCK_M, BLOCK_N, EPILOGUE)
-
-
-@triton.jit
-def matmul_tma_stream_k_kernel(
-    a_desc, b_desc, c_desc, bias_ptr,  # DEVICE_DESC: A, B and C themselves; else the launcher's descriptors
-    ws_ptr, count_ptr,  # the tiles' float32 partials (`slots` a tile) and arrival counters
-    M, N, K,
-    stride_am, stride_bk, stride_cm,  # DEVICE_DESC only
-    slots, lockstep, piece,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    EPILOGUE: tl.constexpr,
-    UPCAST: tl.constexpr,
-    DEVICE_DESC: tl.constexpr,
-):
-    """Stream-K (STREAM_K=1): a program per SM, each an equal share of all the tiles' K steps, so that where there
-    are few tiles, each a long K, every SM works to the end (a split of K into equal parts per tile leaves SMs idle
-    or a partial wave). The shares keep the tiles in step over K, so that tiles sharing rows of A or columns of B
-    read them from the L2 at once: the first lockstep x tiles programs take one piece of `piece` K steps each, the
-    same piece of every tile side by side (as split-K does); the `rest` stream what is left, every tile's last r
-    steps laid end to end, in equal shares (kernels.matmul.stream_k_plan picks lockstep and piece). A tile one program computes
-    whole it stores itself; one shared by several is summed and stored by its last to arrive
-    (kernels/matmul_tiles.py)."""
-    if DEVICE_DESC:
-        a_desc, b_desc, c_desc = _device_descriptors(a_desc, b_desc, c_desc, M, N, K, stride_am, stride_bk,
-                                                     stride_cm, BLOCK_M, BLOCK_N, BLOCK_K, BLOCK_N)
-    pid = tl.program_id(0)
-    programs = tl.num_programs(0)
-    tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
-    k_iters = tl.cdiv(K, BLOCK_K)
-    rest = programs - lockstep * tiles
-    r = tl.maximum(k_iters - lockstep * piece, 0)
-    total_r = tiles.to(tl.int64) * r
-    if pid < lockstep * tiles:  # piece j of tile `tile`
-        j = pid // tiles
-        tile = pid - j * tiles
-        k_first = tl.minimum(j * piece, k_iters)
-        _stream_segment(a_desc, b_desc, c_desc, bias_ptr, ws_ptr, count_ptr, tile, k_first,
-                        tl.minimum(k_first + piece, k_iters), j, _stream_parts(tile, lockstep, r, total_r, rest),
-                        slots, M, N, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, EPILOGUE, UPCAST)
-    else:  # a share of every tile's last r steps, tile by tile
-        q = (pid - lockstep * tiles).to(tl.int64)
-        it = q * total_r // rest
-        end = (q + 1) * total_r // rest
-        while it < end:
-            tile = it // r
-            k_first = it - tile * r
-            k_last = tl.minimum(r, k_first + (end - it))
-            slot = lockstep + q - _owner(tile * r, total_r, rest)
-            tile = tile.to(tl.int32)
-            _stream_segment(a_desc, b_desc, c_desc, bias_ptr, ws_ptr, count_ptr, tile,
-                            (lockstep * piece + k_first).to(tl.int32), (lockstep * piece + k_last).to(tl.int32),
-                            slot, _stream_parts(tile, lockstep, r, total_r, rest), slots, M, N, BLOCK_M, BLOCK_N,
-                            BLOCK_K, GROUP_M, EPILOGUE, UPCAST)
-            it += k_last - k_first
 
 
 @triton.jit

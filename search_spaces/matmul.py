@@ -241,21 +241,6 @@ def _split_k(c: Config, p: MatmulProblem, d: DeviceLimits) -> str | None:
     return None
 
 
-def _stream_k(c: Config, p: MatmulProblem, d: DeviceLimits) -> str | None:
-    """Stream-K where the tiles make less than two waves (where a partial wave or idle SMs cost the most; past that
-    the persistent kernels' tail split), with K long enough that each SM's share holds MIN_K_PER_SPLIT of it."""
-    if not c.get("STREAM_K"):
-        return None
-    tiles = _tiles(c, p)
-    if tiles >= 2 * d.sm_count:
-        return (f"STREAM_K=1: {tiles} output tiles make two waves or more on the device's {d.sm_count} SMs (a "
-                "persistent kernel's, TMA=2, with TAIL_SPLIT)")
-    if p.K * tiles < MIN_K_PER_SPLIT * d.sm_count:
-        return (f"STREAM_K=1 gives each of the {d.sm_count} SMs {p.K * tiles // d.sm_count} of K (at least "
-                f"{MIN_K_PER_SPLIT}: below that, the partial sums' round trip costs more than the shares save)")
-    return None
-
-
 def default(p: MatmulProblem, d: DeviceLimits) -> Config:
     """Tutorial-style 128x128x64 tiles, shrunk to the problem, with as many stages as shared memory allows."""
     bm = clamp(next_pow2(p.M), 32, 128)
@@ -280,8 +265,8 @@ def seeds(p: MatmulProblem, d: DeviceLimits) -> list[Config]:
     """On Hopper, the 128x256x64 tiles through TMA and pointers, and persistent (with and without warp specialization;
     flattened, storing C in halves, with and without the half-width tail), measured right after the default; for M <= 64
     first the thin split-K tiles; where the big tiles leave SMs idle and K is long, first those tiles and 128x128
-    ones through TMA with K split to fill the SMs, and in stream-K's equal shares. Those a problem rules out are
-    dropped (benchmarks/matmul_kinds.py)."""
+    ones through TMA with K split to fill the SMs. Those a problem rules out are dropped
+    (benchmarks/matmul_kinds.py)."""
     if not hopper(d):
         return []
     big = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8, "SPLIT_K": 1, "num_warps": 8, "num_stages": 3}
@@ -292,9 +277,6 @@ def seeds(p: MatmulProblem, d: DeviceLimits) -> list[Config]:
         split = filling_split(_tiles(tile, p), p.K, d.sm_count)
         if split > 1:
             seeds.insert(0, {**tile, "TMA": 1, "SPLIT_K": split, "num_stages": 4})
-        stream = {**tile, "TMA": 1, "STREAM_K": 1, "num_stages": 4}
-        if _tiles(tile, p) < d.sm_count and _stream_k(stream, p, d) is None:
-            seeds.insert(0, stream)
     if p.M <= 64:  # decode's skinny problems: the winners of the H100's landscapes at M = 16, 32 and 64
         rows = clamp(next_pow2(p.M), 16, 64)
         thin = {"BLOCK_M": rows, "GROUP_M": 1, "SPLIT_K": 1, "TMA": 0, "num_warps": 4}
@@ -317,8 +299,6 @@ SPACE: Space[MatmulProblem] = Space(
         Param("SUBTILE", (0, 1), implied=0, only_with=("TMA", (2, 3))),
         Param("TAIL_SPLIT", (0, 1), implied=0, only_with=("TMA", (2,))),
         Param("FLATTEN", (0, 1), implied=0, only_with=("TMA", (2,))),
-        # the one-tile TMA kernel's alternative to SPLIT_K: every tile's K steps in equal shares, a program per SM
-        Param("STREAM_K", (0, 1), implied=0, only_with=("TMA", (1,))),
         # TMA descriptors made by the kernel (DEVICE_DESC=1) are not searched: the persistent kernels ran slower with
         # them or alike, for less CPU per call (benchmarks/matmul_kinds.py)
         Param("DEVICE_DESC", (0,), implied=0),
@@ -326,7 +306,7 @@ SPACE: Space[MatmulProblem] = Space(
         Param("num_stages", (2, 3, 4, 5)),
     ),
     constraints=(_fits_smem, _tile_vs_problem, _skinny_tiles, _warps_vs_tile, _accumulator_fits_registers,
-                 _grouping, _split_k, _stream_k, _persistent, tma_needs_hopper),
+                 _grouping, _split_k, _persistent, tma_needs_hopper),
     default_fn=default,
     seeds_fn=seeds,
 )

@@ -36,13 +36,8 @@ def _matmul(c: dict[str, Any], dt: str) -> tuple[Any, dict[str, str], dict[str, 
     if tma == 1:
         sig = {n: f"tensordesc<{dt}{shape}>" for n, shape in desc.items()}
         sig.update(ws_ptr="*fp32", count_ptr="*i32")
-        if c.get("STREAM_K"):
-            sig.update(slots="i32")
-            const = dict(base, DEVICE_DESC=False)
-            kernel = k_matmul.matmul_tma_stream_k_kernel
-        else:
-            const = dict(base, DEVICE_DESC=False, SPLIT_K=c.get("SPLIT_K", 1))
-            kernel = k_matmul.matmul_tma_kernel
+        const = dict(base, DEVICE_DESC=False, SPLIT_K=c.get("SPLIT_K", 1))
+        kernel = k_matmul.matmul_tma_kernel
     else:
         desc.update(b_half_desc=[bk, bn // 2], c_half_desc=[bm, bn // 2])
         sig = {n: f"tensordesc<{dt}{shape}>" for n, shape in desc.items()}
