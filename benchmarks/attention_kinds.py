@@ -17,7 +17,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-# (problem, the config the H200 suite's tuning chose for it, session 26)
+# (problem, the config an H200 suite's tuning chose for it: benchmarks/RESULTS.md)
 PROBLEMS = (
     ("4x32x2048x128:float16:causal", {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2}),
     ("4x32x2048x128:float16:full", {"BLOCK_M": 64, "BLOCK_N": 128, "num_warps": 4, "num_stages": 1}),

@@ -32,15 +32,15 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 # Every child should read compiled bytecode, as from an installed package: where site-packages is read-only (the
 # GPU machines' is) Python otherwise compiles Triton's sources again in each new process (the first launch's
-# gluon import: 110-190 ms there). start_to_tuned fills it before the first timed child. Session 12's runs set the
-# prefix but not the PYTHONDONTWRITEBYTECODE removal, and their profiles still show the sources compiled.
+# gluon import). start_to_tuned fills it before the first timed child. Setting the prefix alone is not enough:
+# PYTHONDONTWRITEBYTECODE must be removed too, or the profiles still show the sources compiled.
 PYCACHE = os.path.join(tempfile.gettempdir(), "autotune_drop_in_pycache")
 sys.path.insert(0, str(ROOT))
 
 # The examples as they were before the switch: the decorator line back to triton.autotune, `import autotuner` a comment.
 # The triton.autotune and plain children import these, so they pay for nothing of autotuner's, and their kernels
 # are JITFunctions of their own (an example module's kernel carries the kept-binary hook: a triton.autotune wrapped
-# around it compiled through autotuner's kept binaries, and session 12's call 3 timed those loads as "cold").
+# around it compiled through autotuner's kept binaries, and a timing of it would count those loads as "cold").
 EXAMPLES = {"matmul": ("tutorial_matmul", "matmul_kernel"), "rmsnorm": ("rmsnorm", "rms_norm_forward")}
 
 

@@ -16,8 +16,7 @@ and the share of linear. With `--rounds R` every drain runs R times, the drains 
 (`engine.measure.timing.interleaved`), so that a slow spell of the host lands on no one drain: the table gives each round's
 wall, the medians, and the share of linear from the medians and from each round against its own N=1.
 `--warmup` runs one drain first and counts it nowhere: on a freshly started machine the first drain, whichever
-it is, also pays the disk's first reads of torch and Triton (round 1's N=1 took 51.3 s there against 43.6 and
-48.0 s in rounds 2 and 3: benchmarks/RESULTS.md, session 47).
+it is, also pays the disk's first reads of torch and Triton (benchmarks/RESULTS.md has how much).
 """
 
 from __future__ import annotations
