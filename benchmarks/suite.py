@@ -4,8 +4,8 @@ torch.compile, manual, default and tuned Triton, interleaved on the same inputs)
     python benchmarks/suite.py [--ops matmul,attention] [--budget-s 25] [--compile-mode max-autotune]
                                [--db URL] [--json-out FILE] [--extra "matmul 512x4096x14336 bfloat16,..."]
 
-`--extra` adds problems of its own (op, shape and dtype each) after the suite's: problems the suite's were not tuned
-on, as a held-out check.
+`--extra` adds problems of its own (op, shape and dtype each) after the suite's: problems the suite does not name,
+as a held-out check of what was tuned on it.
 
 Results go to the database like any tuning run (`autotuner report` plots them). torch.compile runs in
 `--compile-mode` (max-autotune by default: Inductor searches its own Triton templates against cuBLAS, which takes

@@ -466,4 +466,3 @@ def test_a_built_in_ops_hash_follows_its_code_not_where_it_lives_or_its_docstrin
     finally:
         for name in [n for n in sys.modules if n.rsplit("_", 1)[0] in ("base", "moved", "helper", "helper_moved", "constant")]:
             del sys.modules[name]
-
