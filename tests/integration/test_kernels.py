@@ -334,12 +334,17 @@ def test_matmul_split_k_matches_reference_and_leaves_counters_at_zero(shape, epi
     inputs = op.make_inputs(problem, device.torch_device)
     cfg = {"BLOCK_M": block_m, "BLOCK_N": 32, "BLOCK_K": 16 if problem.K < 256 else 32, "GROUP_M": 1,
            "SPLIT_K": split, "num_warps": 4, "num_stages": 2}
+    _split_k_matches_twice(op, problem, inputs, cfg)
+
+
+def _split_k_matches_twice(op, problem, inputs, cfg):
+    """Two launches of a split-K config match the reference, each leaving the tile counters at zero (the second
+    reuses the counters the first left behind)."""
     ref = op.reference(inputs)
-    for _ in range(2):  # the second launch reuses the tile counters the first left behind
+    for _ in range(2):
         result = op.check(op.run(inputs, cfg), ref, problem)
-        assert result.ok, f"{problem.key} SPLIT_K={split}: {result.message}"
-        counters = zeroed_counters(inputs["a"].device, 1)
-        assert int(counters.abs().sum()) == 0
+        assert result.ok, f"{problem.key} {cfg}: {result.message}"
+        assert int(zeroed_counters(inputs["a"].device, 1).abs().sum()) == 0
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
@@ -355,11 +360,7 @@ def test_matmul_tma_split_k_matches_reference_and_leaves_counters_at_zero(shape,
     assert km._tma_ready(inputs["a"], inputs["b"])  # (else the launch would go through pointers)
     cfg = {"BLOCK_M": 16 if problem.M < 16 else 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 1, "SPLIT_K": split,
            "TMA": 1, "num_warps": 4, "num_stages": 2}
-    ref = op.reference(inputs)
-    for _ in range(2):  # the second launch reuses the tile counters the first left behind
-        result = op.check(op.run(inputs, cfg), ref, problem)
-        assert result.ok, f"{problem.key} TMA=1 SPLIT_K={split}: {result.message}"
-        assert int(zeroed_counters(inputs["a"].device, 1).abs().sum()) == 0
+    _split_k_matches_twice(op, problem, inputs, cfg)
 
 
 def test_rowwise_ops_take_leading_dimensions(device):
