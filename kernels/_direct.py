@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -291,25 +292,60 @@ def _direct_call(launcher: Launcher, n_args: int) -> Callable[[tuple[Any, ...]],
     return go_placed
 
 
-_TEMPLATES: dict[tuple[Any, ...], Any] = {}  # (shape, dtype, device) -> a one-element tensor expanded to the shape
-MAX_TEMPLATES = 1024  # past that the templates start over
+# (shape, dtype, device) -> how a new output is made: (allocator, shape, strides, dtype, CUDA device index or None)
+_OUTPUTS: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+MAX_OUTPUTS = 1024  # past that the table starts over
+
+
+def _allocator(device: torch.device) -> Any:
+    """torch's allocation of a strided tensor that skips its dispatcher and argument parsing (what Inductor's
+    generated code calls, `empty_strided_cuda`), for `device`'s type; None where this torch has none."""
+    guards = getattr(getattr(torch._C, "_dynamo", None), "guards", None)
+    return getattr(guards, f"_empty_strided_{device.type}", None)
 
 
 def new_output(shape: tuple[int, ...] | torch.Size, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """`kernels._checks.new_output` (a new contiguous output, NaN while poisoning is on) for a kept launch's every
-    call: `torch.empty_like` of a template, a zero-dimensional tensor expanded to the shape and kept per shape, dtype
-    and device, parses one argument where `torch.empty` parses a shape, a dtype and a device. An expanded tensor is
-    not dense, so empty_like gives the contiguous strides torch.empty would. The kernel modules import it under
-    `_checks`' name: their text is their results' kernel hash, and how an output is allocated changes no binary."""
+    call, through torch's allocator for the device's type with the shape and strides worked out once per shape,
+    dtype and device: `torch.empty` parses a shape, a dtype and a device and goes through the dispatcher on every
+    call. CUDA's allocates on the current device, so an output for another is made the slow way. The kernel
+    modules import it under `_checks`' name: their text is their results' kernel hash, and how an output is
+    allocated changes no binary."""
     if _checks._POISON or 0 in shape:  # (an empty shape's strides as torch.empty gives them)
         return _checks.new_output(shape, dtype, device)
     key = (shape, dtype, device)
-    template = _TEMPLATES.get(key)
-    if template is None:
-        if len(_TEMPLATES) >= MAX_TEMPLATES:
-            _TEMPLATES.clear()
-        template = _TEMPLATES[key] = torch.empty((), dtype=dtype, device=device).expand(shape)
-    return torch.empty_like(template)
+    made = _OUTPUTS.get(key)
+    if made is None:
+        if len(_OUTPUTS) >= MAX_OUTPUTS:
+            _OUTPUTS.clear()
+        made = _OUTPUTS[key] = _output_maker(tuple(shape), dtype, device)
+    allocate, size, strides, dtype, index = made
+    if index is not None and torch._C._cuda_getDevice() != index:
+        return _checks.new_output(shape, dtype, device)
+    return allocate(size, strides, dtype)
+
+
+def _output_maker(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> tuple[Any, ...]:
+    """How `new_output` makes a contiguous tensor of this shape, dtype and device (the shape as a plain tuple of
+    ints and contiguous strides: what torch's strided allocators take)."""
+    strides, step = [], 1
+    for n in reversed(shape):
+        strides.append(step)
+        step *= max(n, 1)
+    size, strides_t = tuple(int(n) for n in shape), tuple(reversed(strides))
+    device = torch.device(device)  # (a caller may name it)
+    allocate = _allocator(device)
+    if allocate is None:  # (the meta device, a torch without these allocators)
+        return functools.partial(_empty_strided, device=device), size, strides_t, dtype, None
+    index = None
+    if device.type == "cuda":
+        index = device.index if device.index is not None else torch.cuda.current_device()
+    return allocate, size, strides_t, dtype, index
+
+
+def _empty_strided(size: tuple[int, ...], strides: tuple[int, ...], dtype: torch.dtype,
+                   device: torch.device) -> torch.Tensor:
+    return torch.empty_strided(size, strides, dtype=dtype, device=device)
 
 
 def _interpret() -> None:

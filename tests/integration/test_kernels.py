@@ -238,6 +238,23 @@ def test_a_kept_launch_allocates_what_torch_empty_allocates(shape, device):
         _checks.poison_outputs(old)
 
 
+def test_a_kept_launch_allocates_through_torchs_strided_allocator(device):
+    """The kept launch's allocation skips torch's dispatcher where the device type has a strided allocator (the CPU's
+    under the interpreter, CUDA's on a GPU: one path), and takes torch.empty_strided where it has none (meta)."""
+    from kernels import _checks, _direct
+
+    old = _checks.poison_outputs(False)
+    try:
+        where = device.torch_device
+        _direct.new_output((4, 8), torch.float32, where)
+        allocate = _direct._OUTPUTS[((4, 8), torch.float32, where)][0]
+        assert allocate is getattr(torch._C._dynamo.guards, f"_empty_strided_{torch.device(where).type}")
+        meta = _direct.new_output((4, 8), torch.bfloat16, torch.device("meta"))
+        assert (meta.device.type, meta.shape, meta.stride(), meta.dtype) == ("meta", (4, 8), (8, 1), torch.bfloat16)
+    finally:
+        _checks.poison_outputs(old)
+
+
 def test_check_catches_an_unwritten_element(device):
     op = get_op("softmax")
     problem = op.parse_problem("4x100", "float32")
