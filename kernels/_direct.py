@@ -269,6 +269,7 @@ def _direct_call(launcher: Launcher, n_args: int) -> Callable[[tuple[Any, ...]],
         return launcher._at_grid
     g0, g1, g2 = (*grid, 1, 1)[:3]
     n = len(slots)
+    pointers = addressed(types, slots)
     if n == n_args and sorted(slots) == [(i, i) for i in range(n)]:  # the call's arguments lead, in order
         tail = tuple(values[n:])
 
@@ -276,7 +277,15 @@ def _direct_call(launcher: Launcher, n_args: int) -> Callable[[tuple[Any, ...]],
             hook = runtime.launch_enter_hook
             if compiling() or not (DIRECT and STATIC) or (hook is not None and getattr(hook, "calls", True)):
                 return slow(grid, args)
-            launch(function, g0, g1, g2, warps, shared, types, args + tail, stream(device))
+            if pointers:
+                packed = [*args, *tail]
+                for i in pointers:
+                    v = packed[i]
+                    packed[i] = 0 if v is None else v.data_ptr()
+                args = tuple(packed)
+            else:
+                args = args + tail
+            launch(function, g0, g1, g2, warps, shared, types, args, stream(device))
             return result
         return go
 
@@ -287,9 +296,23 @@ def _direct_call(launcher: Launcher, n_args: int) -> Callable[[tuple[Any, ...]],
         packed = values.copy()
         for slot, position in slots:
             packed[slot] = args[position]
+        for i in pointers:
+            v = packed[i]
+            packed[i] = 0 if v is None else v.data_ptr()
         launch(function, g0, g1, g2, warps, shared, types, tuple(packed), stream(device))
         return result
     return go_placed
+
+
+def addressed(types: str | None, slots: list[tuple[int, int]]) -> tuple[int, ...]:
+    """The slots of a static launch's values where a call's tensor goes, which a kept launch gives torch's launcher
+    as its address (`data_ptr()`, 0 for None): given the tensor, the launcher calls data_ptr() itself and asks the
+    driver what the address is (cuPointerGetAttribute), on every launch, for every pointer. A kept launch's tensors
+    were checked for its device when it was prepared and its key holds their devices, so that query has nothing left
+    to catch. None for `types`: no static launch (the interpreter's stand-in takes the tensors themselves)."""
+    if types is None:
+        return ()
+    return tuple(slot for slot, _ in slots if types[slot] == "O")
 
 
 # (shape, dtype, device) -> how a new output is made: (allocator, shape, strides, dtype, CUDA device index or None)

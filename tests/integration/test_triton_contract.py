@@ -15,6 +15,7 @@ import importlib.util
 import sys
 import weakref
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -621,3 +622,41 @@ def test_a_bound_launcher_places_each_calls_arguments_and_steps_aside_for_hooks(
     monkeypatch.setattr(_direct, "DIRECT", False)
     launcher(x, None if kept else x, torch.empty(64), 64, 1.0)
     assert through == [(2,)] * 3
+
+
+@pytest.mark.parametrize("kept", [False, True], ids=["every-argument-the-calls", "one-kept-between-them"])
+def test_a_kept_launch_gives_torchs_launcher_addresses_and_a_decorated_launch_tensors(kept, monkeypatch):
+    """A bound launcher's direct call (`go`: kernel modules' launchers, whose tensors were checked for their device
+    when prepared) hands torch's static launcher each call's tensors as their addresses and None as 0, so the
+    launcher asks the driver nothing per pointer; numbers and values kept from the first call go as they are.
+    `Launcher.launch` (a decorated kernel's hits, whose key holds no device) hands it the tensors themselves, which
+    it checks. The launcher is a recording stand-in here: the interpreter binds the arguments as a GPU would."""
+    from kernels import _direct
+
+    launcher = _direct.Launcher(_scaled, (2,), {"BLOCK": 32})
+    x = torch.randn(64)
+    launcher(x, None if kept else x, torch.empty(64), 64, 0.5)
+    assert launcher.direct
+    kernel = {"keep": [0, 1, 2, 3, 4], "types": "OOOif", "scratch": 0, "warps": 4, "shared": 0}
+    taken = [i for i, _ in launcher._slots]
+    found = _direct.static_values(kernel, launcher._values, taken)
+    assert found is not None
+    calls: list[tuple[Any, ...]] = []
+
+    def record(function, g0, g1, g2, warps, shared, types, packed, stream):
+        calls.append((function, (g0, g1, g2), types, packed))
+
+    launcher._static = (record, "function", *found)
+    launcher._device = 0
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda device: 0, raising=False)
+    go = _direct._direct_call(launcher, 5)
+    other, out = torch.randn(64), torch.empty(64)
+    go((x, None if kept else other, out, 64, 1.5))
+    assert calls[-1] == ("function", (2, 1, 1), "OOOif",
+                         (x.data_ptr(), None if kept else other.data_ptr(), out.data_ptr(), 64, 1.5))
+    if not kept:
+        go((x, None, out, 64, 1.5))  # a None in a tensor's place: address 0
+        assert calls[-1][3] == (x.data_ptr(), 0, out.data_ptr(), 64, 1.5)
+    launcher.launch((3,), (x, None if kept else other, out, 64, 2.5))
+    packed = calls[-1][3]
+    assert packed[0] is x and packed[2] is out and (packed[1] is None if kept else packed[1] is other)
