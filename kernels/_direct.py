@@ -41,8 +41,8 @@ def call_signature(value: Any) -> Any:
         return int, value == 1, value % 16 == 0, -_I32 <= value < _I32
     if t is float or t is bool:
         return t
-    if isinstance(value, torch.Tensor):
-        return value.dtype, value.data_ptr() % 16 == 0
+    if isinstance(value, torch.Tensor):  # (its device too: a launch hands torch's launcher its address, `addressed`)
+        return value.dtype, value.data_ptr() % 16 == 0, value.device
     if isinstance(value, TensorDescriptor):  # Triton specializes a host descriptor on its dtype and block shape
         return (t, value.base.dtype, tuple(value.block_shape), len(value.shape), value.padding,
                 getattr(value, "round_f32_to_tf32", False))
@@ -67,7 +67,8 @@ class Launcher:
         self.grid = tuple(grid)
         self.meta = dict(meta)
         self._run: Any = None
-        self._static: Any = None  # (launch, function, num_warps, shared, arg types, values, slots): torch's launcher
+        self._static: Any = None  # (launch, function, num_warps, shared, arg types, values, slots, pointer slots):
+        # torch's launcher
         self.go: Callable[[tuple[Any, ...]], Any] = self._at_grid
 
     def __call__(self, *args: Any) -> Any:
@@ -91,10 +92,13 @@ class Launcher:
         hooked = hook is not None and bool(getattr(hook, "calls", True))  # Triton >= 3.5: an empty chain
         static = self._static
         if static is not None and STATIC and not hooked:
-            launch, function, warps, shared, types, values, slots = static
+            launch, function, warps, shared, types, values, slots, pointers = static
             values = values.copy()
             for slot, position in slots:
                 values[slot] = args[position]
+            for i in pointers:
+                v = values[i]
+                values[i] = 0 if v is None else v.data_ptr()
             launch(function, g0, g1, g2, warps, shared, types, tuple(values),
                    torch._C._cuda_getCurrentRawStream(self._device))
             return self._compiled
@@ -210,7 +214,7 @@ def _static_launch(compiled: Any, device: int, values: list[Any], taken: list[in
             return None
         kernel, function = _LOADED[key]
         found = static_values(kernel, values, taken)
-        return None if found is None else (launcher._launch_kernel, function, *found)
+        return None if found is None else (launcher._launch_kernel, function, *found, addressed(found[2], found[4]))
     except Exception:  # no static launcher in this torch, or one that refuses this kernel
         return None
 
@@ -251,7 +255,7 @@ def _direct_call(launcher: Launcher, n_args: int) -> Callable[[tuple[Any, ...]],
     every launch of a library call."""
     grid, slow, runtime, compiling = launcher.grid, launcher.launch, _RUNTIME, torch.compiler.is_compiling
     if launcher._static is not None:
-        launch, function, warps, shared, types, values, slots = launcher._static
+        launch, function, warps, shared, types, values, slots, pointers = launcher._static
         stream, device, result = torch._C._cuda_getCurrentRawStream, launcher._device, launcher._compiled
     elif launcher._run is _interpret:
         fn, extras = launcher.fn, launcher._extras
@@ -262,6 +266,7 @@ def _direct_call(launcher: Launcher, n_args: int) -> Callable[[tuple[Any, ...]],
 
         function = warps = shared = types = None
         values, slots, device, result = launcher._values, launcher._slots, -1, None
+        pointers = ()  # (the interpreter's stand-in takes the tensors themselves)
 
         def stream(device: int) -> int:
             return 0
@@ -269,7 +274,6 @@ def _direct_call(launcher: Launcher, n_args: int) -> Callable[[tuple[Any, ...]],
         return launcher._at_grid
     g0, g1, g2 = (*grid, 1, 1)[:3]
     n = len(slots)
-    pointers = addressed(types, slots)
     if n == n_args and sorted(slots) == [(i, i) for i in range(n)]:  # the call's arguments lead, in order
         tail = tuple(values[n:])
 
@@ -304,14 +308,13 @@ def _direct_call(launcher: Launcher, n_args: int) -> Callable[[tuple[Any, ...]],
     return go_placed
 
 
-def addressed(types: str | None, slots: list[tuple[int, int]]) -> tuple[int, ...]:
-    """The slots of a static launch's values where a call's tensor goes, which a kept launch gives torch's launcher
-    as its address (`data_ptr()`, 0 for None): given the tensor, the launcher calls data_ptr() itself and asks the
-    driver what the address is (cuPointerGetAttribute), on every launch, for every pointer. A kept launch's tensors
-    were checked for its device when it was prepared and its key holds their devices, so that query has nothing left
-    to catch. None for `types`: no static launch (the interpreter's stand-in takes the tensors themselves)."""
-    if types is None:
-        return ()
+def addressed(types: str, slots: list[tuple[int, int]]) -> tuple[int, ...]:
+    """The slots of a static launch's values where a call's tensor goes, which every direct launch gives torch's
+    launcher as its address (`data_ptr()`, 0 for None): given the tensor, the launcher calls data_ptr() itself and
+    asks the driver what the address is (cuPointerGetAttribute), on every launch, for every pointer. What that query
+    would catch, a tensor off the GPU, never reaches a bound launcher: a kernel module's launch was prepared for its
+    tensors' devices and a library call's key holds them, and a decorated kernel's hit is keyed by each tensor's
+    device (`call_signature`)."""
     return tuple(slot for slot, _ in slots if types[slot] == "O")
 
 

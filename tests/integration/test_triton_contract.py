@@ -625,12 +625,11 @@ def test_a_bound_launcher_places_each_calls_arguments_and_steps_aside_for_hooks(
 
 
 @pytest.mark.parametrize("kept", [False, True], ids=["every-argument-the-calls", "one-kept-between-them"])
-def test_a_kept_launch_gives_torchs_launcher_addresses_and_a_decorated_launch_tensors(kept, monkeypatch):
-    """A bound launcher's direct call (`go`: kernel modules' launchers, whose tensors were checked for their device
-    when prepared) hands torch's static launcher each call's tensors as their addresses and None as 0, so the
-    launcher asks the driver nothing per pointer; numbers and values kept from the first call go as they are.
-    `Launcher.launch` (a decorated kernel's hits, whose key holds no device) hands it the tensors themselves, which
-    it checks. The launcher is a recording stand-in here: the interpreter binds the arguments as a GPU would."""
+def test_a_bound_launcher_gives_torchs_launcher_addresses(kept, monkeypatch):
+    """A bound launcher, through its direct call (`go`: a kernel module's) or `Launcher.launch` (a decorated kernel's
+    hit), hands torch's static launcher each call's tensors as their addresses and None as 0, so the launcher asks
+    the driver nothing per pointer; numbers and values kept from the first call go as they are. The launcher is a
+    recording stand-in here: the interpreter binds the arguments as a GPU would."""
     from kernels import _direct
 
     launcher = _direct.Launcher(_scaled, (2,), {"BLOCK": 32})
@@ -638,25 +637,33 @@ def test_a_kept_launch_gives_torchs_launcher_addresses_and_a_decorated_launch_te
     launcher(x, None if kept else x, torch.empty(64), 64, 0.5)
     assert launcher.direct
     kernel = {"keep": [0, 1, 2, 3, 4], "types": "OOOif", "scratch": 0, "warps": 4, "shared": 0}
-    taken = [i for i, _ in launcher._slots]
-    found = _direct.static_values(kernel, launcher._values, taken)
+    found = _direct.static_values(kernel, launcher._values, [i for i, _ in launcher._slots])
     assert found is not None
     calls: list[tuple[Any, ...]] = []
 
     def record(function, g0, g1, g2, warps, shared, types, packed, stream):
         calls.append((function, (g0, g1, g2), types, packed))
 
-    launcher._static = (record, "function", *found)
+    launcher._static = (record, "function", *found, _direct.addressed(found[2], found[4]))
     launcher._device = 0
     monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda device: 0, raising=False)
     go = _direct._direct_call(launcher, 5)
     other, out = torch.randn(64), torch.empty(64)
+    expected = (x.data_ptr(), None if kept else other.data_ptr(), out.data_ptr(), 64, 1.5)
     go((x, None if kept else other, out, 64, 1.5))
-    assert calls[-1] == ("function", (2, 1, 1), "OOOif",
-                         (x.data_ptr(), None if kept else other.data_ptr(), out.data_ptr(), 64, 1.5))
+    assert calls[-1] == ("function", (2, 1, 1), "OOOif", expected)
+    launcher.launch((3,), (x, None if kept else other, out, 64, 1.5))
+    assert calls[-1] == ("function", (3, 1, 1), "OOOif", expected)
     if not kept:
         go((x, None, out, 64, 1.5))  # a None in a tensor's place: address 0
         assert calls[-1][3] == (x.data_ptr(), 0, out.data_ptr(), 64, 1.5)
-    launcher.launch((3,), (x, None if kept else other, out, 64, 2.5))
-    packed = calls[-1][3]
-    assert packed[0] is x and packed[2] is out and (packed[1] is None if kept else packed[1] is other)
+
+
+def test_a_decorated_hit_is_keyed_by_its_tensors_devices():
+    """A decorated kernel's call signature holds each tensor's device: a tensor on another device is a new call
+    signature (Triton's launch checks it), never a hit whose launcher would hand its address to the GPU."""
+    from kernels._direct import call_signature
+
+    x = torch.randn(4)
+    assert call_signature(x) != call_signature(x.to("meta"))
+    assert call_signature(x) == call_signature(torch.randn(4))
