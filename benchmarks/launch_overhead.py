@@ -9,7 +9,7 @@ of back-to-back calls queued behind a sleeping kernel (so the GPU never holds th
     library/launcher the same through Triton's generated launcher instead of torch's static one
     library/triton   the same with direct launch off: the prepared launcher through `kernel[grid]`
     static launcher  the floor: the output allocated and the same binary launched by torch's static launcher with
-                     its arguments packed ahead (what Inductor's generated code does per launch)
+                     its arguments packed ahead, tensors as their addresses
     kept launch      the launch a hit runs after its lookup, called directly (output, arguments, launcher.go)
     launcher.go      the prepared launcher's direct call alone, with one call's arguments
     plain launch     the output allocated and `kernel[grid](...)` with the tuned config written in: the reference
@@ -95,13 +95,16 @@ def first_launch(call: Callable[[], Any]) -> tuple[Any, tuple[Any, ...], Any] | 
 
 def static_floor(launcher: Any, args: tuple[Any, ...], out: Any) -> Callable[[], Any] | None:
     """The static-launcher floor for a library call's launch: its launcher's binary, launched by torch's static
-    launcher with the arguments of one call packed ahead, after allocating an output like the call's."""
+    launcher with the arguments of one call packed ahead (tensors as addresses), after allocating an output like the
+    call's."""
     if launcher._static is None:  # no static launcher here
         return None
-    launch, function, warps, shared, types, kept, slots = launcher._static
+    launch, function, warps, shared, types, kept, slots, pointers = launcher._static
     values = list(kept)
     for slot, position in slots:
         values[slot] = args[position]
+    for i in pointers:  # the addresses, as a kept launch hands them (`kernels._direct.addressed`)
+        values[i] = 0 if values[i] is None else values[i].data_ptr()
     packed = tuple(values)
     grid = (*launcher.grid, 1, 1)[:3]
     device = launcher._device
