@@ -3,7 +3,8 @@
 #   tier       the GPU test tier (tests/gpu, or the pytest arguments in TIER_ARGS)
 #   overhead   benchmarks/launch_overhead.py: CPU cost per call of the library calls and decorated kernels
 #              (OVERHEAD_ARGS: more arguments, e.g. --rounds 15); then an older tree's, where OVERHEAD_TREE names an
-#              ignored folder holding `git archive <commit>`'s files
+#              ignored folder holding `git archive <commit>`'s files; OVERHEAD_PAIRS times, alternating (a host's
+#              speed drifts between processes: each pair's rows compare, and each row against torch's op)
 #   peers      benchmarks/peers.py: autotuner, triton.autotune and Inductor max-autotune tuning a matmul, each in new
 #              processes with cold caches, warm ones and (autotuner) compiles from another host (PEERS_ARGS)
 #   generated  benchmarks/generated.py: Helion kernels and a max-autotune block, alone and under autotuner: a first
@@ -66,13 +67,17 @@ if [[ $STEPS == *,tier,* ]]; then
   python3 -m pytest ${TIER_ARGS:-tests/gpu} -q -p no:cacheprovider -o addopts="" 2>&1 | tee "$OUT/gpu_tier.log" | tail -30
 fi
 if [[ $STEPS == *,overhead,* ]]; then
-  step "launch overhead"
-  python3 benchmarks/launch_overhead.py ${OVERHEAD_ARGS:-} --json-out "$OUT/overhead.json" 2>&1 | tee "$OUT/overhead.txt" | tail -14
-  if [ -n "${OVERHEAD_TREE:-}" ]; then  # an older tree's (an ignored folder holding `git archive <commit>`'s files)
-    step "launch overhead, $OVERHEAD_TREE"
-    (cd "$OVERHEAD_TREE" && PYTHONPATH=/tmp/site:$PWD python3 benchmarks/launch_overhead.py \
-        --json-out "$OUT/overhead_before.json" 2>&1 | tee "$OUT/overhead_before.txt" | tail -14)
-  fi
+  for pair in $(seq 1 "${OVERHEAD_PAIRS:-1}"); do
+    suffix=$([ "$pair" = 1 ] && echo "" || echo "_$pair")
+    step "launch overhead$suffix"
+    python3 benchmarks/launch_overhead.py ${OVERHEAD_ARGS:-} --json-out "$OUT/overhead$suffix.json" 2>&1 \
+        | tee "$OUT/overhead$suffix.txt" | tail -14
+    if [ -n "${OVERHEAD_TREE:-}" ]; then  # an older tree's (an ignored folder holding `git archive <commit>`'s files)
+      step "launch overhead, $OVERHEAD_TREE$suffix"
+      (cd "$OVERHEAD_TREE" && PYTHONPATH=/tmp/site:$PWD python3 benchmarks/launch_overhead.py ${OVERHEAD_ARGS:-} \
+          --json-out "$OUT/overhead_before$suffix.json" 2>&1 | tee "$OUT/overhead_before$suffix.txt" | tail -14)
+    fi
+  done
 fi
 if [[ $STEPS == *,peers,* ]]; then
   step "peers"
