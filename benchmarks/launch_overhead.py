@@ -100,12 +100,7 @@ def static_floor(launcher: Any, args: tuple[Any, ...], out: Any) -> Callable[[],
     if launcher._static is None:  # no static launcher here
         return None
     launch, function, warps, shared, types, kept, slots, pointers = launcher._static
-    values = list(kept)
-    for slot, position in slots:
-        values[slot] = args[position]
-    for i in pointers:  # the addresses, as a kept launch hands them (`kernels._direct.addressed`)
-        values[i] = 0 if values[i] is None else values[i].data_ptr()
-    packed = tuple(values)
+    packed = _direct.static_packed(kept, slots, pointers, args)  # tensors as addresses, as a kept launch hands them
     grid = (*launcher.grid, 1, 1)[:3]
     device = launcher._device
 

@@ -93,13 +93,7 @@ class Launcher:
         static = self._static
         if static is not None and STATIC and not hooked:
             launch, function, warps, shared, types, values, slots, pointers = static
-            values = values.copy()
-            for slot, position in slots:
-                values[slot] = args[position]
-            for i in pointers:
-                v = values[i]
-                values[i] = 0 if v is None else v.data_ptr()
-            launch(function, g0, g1, g2, warps, shared, types, tuple(values),
+            launch(function, g0, g1, g2, warps, shared, types, static_packed(values, slots, pointers, args),
                    torch._C._cuda_getCurrentRawStream(self._device))
             return self._compiled
         values = self._values.copy()
@@ -297,13 +291,8 @@ def _direct_call(launcher: Launcher, n_args: int) -> Callable[[tuple[Any, ...]],
         hook = runtime.launch_enter_hook
         if compiling() or not (DIRECT and STATIC) or (hook is not None and getattr(hook, "calls", True)):
             return slow(grid, args)
-        packed = values.copy()
-        for slot, position in slots:
-            packed[slot] = args[position]
-        for i in pointers:
-            v = packed[i]
-            packed[i] = 0 if v is None else v.data_ptr()
-        launch(function, g0, g1, g2, warps, shared, types, tuple(packed), stream(device))
+        launch(function, g0, g1, g2, warps, shared, types, static_packed(values, slots, pointers, args),
+               stream(device))
         return result
     return go_placed
 
@@ -318,7 +307,20 @@ def addressed(types: str, slots: list[tuple[int, int]]) -> tuple[int, ...]:
     return tuple(slot for slot, _ in slots if types[slot] == "O")
 
 
-# (shape, dtype, device) -> how a new output is made: (allocator, shape, strides, dtype, CUDA device index or None)
+def static_packed(values: list[Any], slots: list[tuple[int, int]], pointers: tuple[int, ...],
+                  args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A static launch's values for one call: the kept values with the call's arguments in their slots, tensors in
+    `pointers`' slots as their addresses (`addressed`)."""
+    packed = values.copy()
+    for slot, position in slots:
+        packed[slot] = args[position]
+    for i in pointers:
+        v = packed[i]
+        packed[i] = 0 if v is None else v.data_ptr()
+    return tuple(packed)
+
+
+# (shape, dtype, device) -> how a new output is made: (allocator, shape, strides, CUDA device index or None)
 _OUTPUTS: dict[tuple[Any, ...], tuple[Any, ...]] = {}
 MAX_OUTPUTS = 1024  # past that the table starts over
 
@@ -344,16 +346,16 @@ def new_output(shape: tuple[int, ...] | torch.Size, dtype: torch.dtype, device: 
     if made is None:
         if len(_OUTPUTS) >= MAX_OUTPUTS:
             _OUTPUTS.clear()
-        made = _OUTPUTS[key] = _output_maker(tuple(shape), dtype, device)
-    allocate, size, strides, dtype, index = made
+        made = _OUTPUTS[key] = _output_maker(tuple(shape), device)
+    allocate, size, strides, index = made
     if index is not None and torch._C._cuda_getDevice() != index:
         return _checks.new_output(shape, dtype, device)
     return allocate(size, strides, dtype)
 
 
-def _output_maker(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> tuple[Any, ...]:
-    """How `new_output` makes a contiguous tensor of this shape, dtype and device (the shape as a plain tuple of
-    ints and contiguous strides: what torch's strided allocators take)."""
+def _output_maker(shape: tuple[int, ...], device: torch.device) -> tuple[Any, ...]:
+    """How `new_output` makes a contiguous tensor of this shape on this device, given its dtype (the shape as a
+    plain tuple of ints and contiguous strides: what torch's strided allocators take)."""
     strides, step = [], 1
     for n in reversed(shape):
         strides.append(step)
@@ -362,11 +364,11 @@ def _output_maker(shape: tuple[int, ...], dtype: torch.dtype, device: torch.devi
     device = torch.device(device)  # (a caller may name it)
     allocate = _allocator(device)
     if allocate is None:  # (the meta device, a torch without these allocators)
-        return functools.partial(_empty_strided, device=device), size, strides_t, dtype, None
+        return functools.partial(_empty_strided, device=device), size, strides_t, None
     index = None
     if device.type == "cuda":
         index = device.index if device.index is not None else torch.cuda.current_device()
-    return allocate, size, strides_t, dtype, index
+    return allocate, size, strides_t, index
 
 
 def _empty_strided(size: tuple[int, ...], strides: tuple[int, ...], dtype: torch.dtype,
