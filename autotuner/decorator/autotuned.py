@@ -7,33 +7,24 @@ import logging
 import time
 import warnings
 from collections.abc import Callable, Mapping
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Protocol
 
 import torch
 import triton
 from triton.runtime.autotuner import Autotuner
 
 from autotuner.base.registry import register_op
-from autotuner.decorator.configs import (
-    LAUNCH_OPTIONS,
-    base_fn,
-    check_names,
-    compile_options,
-    config_dict,
-    constexprs,
-    module_name,
-    to_config,
-)
+from autotuner.decorator.configs import constexprs, to_config
 from autotuner.decorator.engine_view import EngineView
 from autotuner.decorator.kernel_problem import KernelProblem
-from autotuner.decorator.keys import Bucket, Keys, bucket_functions
+from autotuner.decorator.keys import Bucket
 from autotuner.decorator.miss import Answer, KernelNotTuned, resolve_miss
-from autotuner.decorator.spec import ON_MISS, Hooks, KernelSpec
+from autotuner.decorator.spec import Hooks, make_spec
 from autotuner.decorator.triton_views import NotifyingDict, print_autotuning, tell_listener, timings
-from autotuner.launch import binary_cache, specializations
+from autotuner.launch import binary_cache, same_call, specializations
 from autotuner.launch.lookup import Pending, pending, warm_up
 from kernels._direct import Launcher, call_signature
-from search_spaces.space import Space, config_key
+from search_spaces.space import Space
 
 __all__ = ["Autotuned", "KernelNotTuned", "autotune"]
 _now = time.monotonic
@@ -47,14 +38,17 @@ KEEP_SPECIALIZATIONS = 4  # launches with an unhashable argument whose specializ
 MAX_LAUNCHERS = 256  # launchers kept per kernel (one per call signature); all dropped when one more is needed
 
 
-class Hit(NamedTuple):
+class Hit:
     """What a call signature launched before needs for its next launch."""
 
-    key: tuple[Any, ...]
-    config: triton.Config
-    meta: dict[str, Any]  # the config's meta-parameters and launch options
-    launcher: Launcher
-    placed: tuple[str, ...]  # keyword arguments launched as positional ones, in order
+    __slots__ = ("key", "config", "meta", "launcher", "placed", "same")
+
+    def __init__(self, key: tuple[Any, ...], config: triton.Config, meta: dict[str, Any], launcher: Launcher,
+                 placed: tuple[str, ...], same: same_call.Check) -> None:
+        self.key, self.config, self.launcher = key, config, launcher
+        self.meta = meta  # the config's meta-parameters and launch options
+        self.placed = placed  # keyword arguments launched as positional ones, in order
+        self.same = same  # whether a call's arguments are like its first call's
 
 
 class Mirror(Protocol):
@@ -67,39 +61,6 @@ class Mirror(Protocol):
                  config: triton.Config) -> None: ...
 
     def launched(self, config: triton.Config) -> None: ...
-
-
-def _spec(fn: Any, configs: list[triton.Config] | None, key: list[str], *, space: Space[Any] | None,
-          name: str | None, prune_configs_by: dict[str, Any] | None, hooks: Hooks,
-          buckets: Mapping[str, Bucket] | None, **rest: Any) -> KernelSpec:
-    """The decorator's arguments, checked: every name they give must be the kernel's."""
-    base = base_fn(fn)
-    arg_names = list(fn.arg_names)
-    name = name or f"{module_name(base)}:{base.__qualname__}"
-    for what, names in (("key names", key), ("reset_to_zero names", hooks.reset_to_zero),
-                        ("restore_value names", hooks.restore_value)):
-        check_names(name, what, names, arg_names, "an argument")
-    if configs and space is not None:
-        raise ValueError(f"{name}: give configs or space, not both")
-    if space is not None and prune_configs_by:
-        raise ValueError(f"{name}: prune_configs_by works on a config list; a space states its own constraints")
-    if rest["on_miss"] is not None and rest["on_miss"] not in ON_MISS:
-        raise ValueError(f"{name}: on_miss={rest['on_miss']!r}; accepted: {', '.join(ON_MISS)}")
-    params = constexprs(fn, base)
-    listed = list(configs) if configs else ([] if space is not None else [triton.Config({}, num_warps=4,
-                                                                                          num_stages=3, num_ctas=1)])
-    for i, c in enumerate(listed):
-        check_names(name, f"config {i} sets", c.kwargs, [*params, *compile_options()],
-                    "a tl.constexpr parameter or compile option")
-    if space is not None:
-        check_names(name, "the space's parameters", space.names, [*params, *LAUNCH_OPTIONS],
-                    "a tl.constexpr parameter or launch option")
-    return KernelSpec(
-        fn=fn, base_fn=base, name=name, keys=Keys(list(key), arg_names, bucket_functions(name, buckets, list(key))),
-        configs=listed,
-        triton_configs={config_key(config_dict(c)): c for c in listed},
-        space=space if space is not None else Space.from_configs([config_dict(c) for c in listed]), hooks=hooks,
-        prune_configs_by=dict(prune_configs_by or {}), **rest)
 
 
 class Autotuned(Autotuner):
@@ -120,7 +81,7 @@ class Autotuned(Autotuner):
         hooks = Hooks(reset_to_zero=list(reset_to_zero or []), restore_value=list(restore_value or []),
                       user_pre_hook=pre_hook, user_post_hook=post_hook,
                       hooks_take_reset_only=pre_hook_takes_reset_only)
-        self.spec = spec = _spec(fn, configs, key, space=space, name=name, prune_configs_by=prune_configs_by,
+        self.spec = spec = make_spec(fn, configs, key, space=space, name=name, prune_configs_by=prune_configs_by,
                                  hooks=hooks, buckets=buckets, warmup_ms=warmup, rep_ms=rep, do_bench=do_bench,
                                  reference=reference, make_inputs=make_inputs, on_miss=on_miss, trials=trials)
         # what Triton's Autotuner.__init__ sets, read by torch (wrap_triton, Inductor) and by libraries
@@ -136,6 +97,7 @@ class Autotuned(Autotuner):
         self.use_cuda_graph, self.cache_results = use_cuda_graph, False
         self.nargs: dict[str, Any] | None = None
         self._hits: dict[tuple[Any, ...], Hit] = {}  # call signature -> what its launch needs
+        self._tries: list[Hit | None] = [None, None]  # the hit tried before the call signature, the last hit
         self.cache = {}  # (a NotifyingDict: see the property)
         self.best_config: triton.Config | None = None
         # autotuner's own
@@ -173,8 +135,12 @@ class Autotuned(Autotuner):
 
     @cache.setter
     def cache(self, value: dict[tuple[Any, ...], triton.Config]) -> None:
-        self._cache = NotifyingDict(self._hits.clear)
+        self._cache = NotifyingDict(self._forget_launchers)
         self._cache.update(value)
+
+    def _forget_launchers(self) -> None:
+        self._hits.clear()
+        self._tries[:] = [None, None]
 
     def __getitem__(self, grid: Any) -> Callable[..., Any]:
         return functools.partial(self._launch_at, grid)
@@ -183,15 +149,23 @@ class Autotuned(Autotuner):
         return self._run(None, args, kwargs, grid, True) if warmup else self._launch_at(grid, *args, **kwargs)
 
     def _launch_at(self, grid: Any, *args: Any, **kwargs: Any) -> Any:
-        """`kernel[grid](...)`: a call signature launched before launches with its config and launcher at once."""
-        try:
-            sig = self._call_signature(args, kwargs)
-        except TypeError:  # an unhashable argument (or a tensor as a key value): the full path
-            return self._run(None, args, kwargs, grid, False)
-        hit = self._hits.get(sig)
-        if hit is not None and not (self._recheck and hit.key in self._recheck and self._recheck[hit.key].met()):
-            return self._launch_hit(hit, args, kwargs, grid)
-        return self._run(sig, args, kwargs, grid, False)
+        """`kernel[grid](...)`: a call like the last one, or of a call signature launched before, launches with its
+        config and launcher at once."""
+        tries = self._tries
+        hit = tries[0]
+        if hit is None or not hit.same(args, kwargs):
+            try:
+                sig = self._call_signature(args, kwargs)
+            except TypeError:  # an unhashable argument (or a tensor as a key value): the full path
+                return self._run(None, args, kwargs, grid, False)
+            found = self._hits.get(sig)
+            same_call.follow(tries, found, hit)
+            if found is None:
+                return self._run(sig, args, kwargs, grid, False)
+            hit = found
+        if self._recheck and hit.key in self._recheck and self._recheck[hit.key].met():
+            return self._run(self._call_signature(args, kwargs), args, kwargs, grid, False)
+        return self._launch_hit(hit, args, kwargs, grid)
 
     def _run(self, sig: tuple[Any, ...] | None, args: tuple[Any, ...], kwargs: dict[str, Any], grid: Any,
              warmup: bool) -> Any:  # a launch whose call signature (`sig`; None: none, or a warmup) keeps no launcher
@@ -231,7 +205,7 @@ class Autotuned(Autotuner):
         return tuple(sig)
 
     def _launch_hit(self, hit: Hit, args: tuple[Any, ...], kwargs: dict[str, Any], grid: Any) -> Any:
-        _, config, meta, launcher, placed = hit
+        config, meta, launcher, placed = hit.config, hit.meta, hit.launcher, hit.placed
         self.best_config = config
         if self.mirror is not None:
             self.mirror.launched(config)
@@ -254,6 +228,7 @@ class Autotuned(Autotuner):
         call; keyword arguments are placed by the kernel's parameters and no launcher keeps a tensor. A signature whose
         every argument was placed or kept by value is remembered (`_hits`), so its next calls skip the key and the
         lookups."""
+        made = args, kwargs  # the call as made, which a later call's check compares with
         rest: dict[str, Any] = {}
         placed: tuple[str, ...] = ()
         if kwargs:
@@ -263,9 +238,9 @@ class Autotuned(Autotuner):
         if sig is None or any(k in self._swapped_names for k in rest):  # a tensor after a parameter left to its
             return self._through_triton(args, rest, meta, grid)  # default, or an unhashable argument
         if len(self._hits) >= MAX_LAUNCHERS:
-            self._hits.clear()
+            self._forget_launchers()
         launcher = Launcher(self.fn, (), {**rest, **meta})
-        self._hits[sig] = Hit(key, config, meta, launcher, placed)
+        self._hits[sig] = Hit(key, config, meta, launcher, placed, same_call.check(*made))
         if callable(grid):
             grid = grid(self._grid_args(args, rest, meta))
         return launcher.launch(tuple(grid), args)

@@ -10,9 +10,18 @@ from typing import Any
 
 import triton
 
-from autotuner.decorator.configs import AutotunerError, config_dict
+from autotuner.decorator.configs import (
+    LAUNCH_OPTIONS,
+    AutotunerError,
+    base_fn,
+    check_names,
+    compile_options,
+    config_dict,
+    constexprs,
+    module_name,
+)
 from autotuner.decorator.kernel_problem import KernelProblem
-from autotuner.decorator.keys import Keys, Miss
+from autotuner.decorator.keys import Bucket, Keys, Miss, bucket_functions
 from search_spaces.space import Space, config_key
 
 ON_MISS = ("tune", "nearest", "default", "error")
@@ -119,3 +128,36 @@ class KernelSpec:
     def hooked_config(self, config: Mapping[str, Any]) -> triton.Config | None:
         """The list's own triton.Config for a config (it may carry a pre_hook of its own)."""
         return self.triton_configs.get(config_key(config))
+
+
+def make_spec(fn: Any, configs: list[triton.Config] | None, key: list[str], *, space: Space[Any] | None,
+          name: str | None, prune_configs_by: dict[str, Any] | None, hooks: Hooks,
+          buckets: Mapping[str, Bucket] | None, **rest: Any) -> KernelSpec:
+    """The decorator's arguments, checked: every name they give must be the kernel's."""
+    base = base_fn(fn)
+    arg_names = list(fn.arg_names)
+    name = name or f"{module_name(base)}:{base.__qualname__}"
+    for what, names in (("key names", key), ("reset_to_zero names", hooks.reset_to_zero),
+                        ("restore_value names", hooks.restore_value)):
+        check_names(name, what, names, arg_names, "an argument")
+    if configs and space is not None:
+        raise ValueError(f"{name}: give configs or space, not both")
+    if space is not None and prune_configs_by:
+        raise ValueError(f"{name}: prune_configs_by works on a config list; a space states its own constraints")
+    if rest["on_miss"] is not None and rest["on_miss"] not in ON_MISS:
+        raise ValueError(f"{name}: on_miss={rest['on_miss']!r}; accepted: {', '.join(ON_MISS)}")
+    params = constexprs(fn, base)
+    listed = list(configs) if configs else ([] if space is not None else [triton.Config({}, num_warps=4,
+                                                                                          num_stages=3, num_ctas=1)])
+    for i, c in enumerate(listed):
+        check_names(name, f"config {i} sets", c.kwargs, [*params, *compile_options()],
+                    "a tl.constexpr parameter or compile option")
+    if space is not None:
+        check_names(name, "the space's parameters", space.names, [*params, *LAUNCH_OPTIONS],
+                    "a tl.constexpr parameter or launch option")
+    return KernelSpec(
+        fn=fn, base_fn=base, name=name, keys=Keys(list(key), arg_names, bucket_functions(name, buckets, list(key))),
+        configs=listed,
+        triton_configs={config_key(config_dict(c)): c for c in listed},
+        space=space if space is not None else Space.from_configs([config_dict(c) for c in listed]), hooks=hooks,
+        prune_configs_by=dict(prune_configs_by or {}), **rest)

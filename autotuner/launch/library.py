@@ -13,17 +13,19 @@ from typing import Any
 
 import torch
 
-from autotuner.launch import binary_cache
+from autotuner.launch import binary_cache, same_call
 from search_spaces.contract import TunableOp
 
 MAX_ENTRIES = 4096  # input signatures kept per process; past that the cache starts over
 
 
 class _Hit:
-    __slots__ = ("launch", "pending", "config")
+    __slots__ = ("launch", "pending", "config", "same")
 
-    def __init__(self, launch: Callable[..., torch.Tensor], pending: Any, config: dict[str, Any]) -> None:
+    def __init__(self, launch: Callable[..., torch.Tensor], pending: Any, config: dict[str, Any],
+                 same: same_call.Check) -> None:
         self.launch, self.pending, self.config = launch, pending, config  # pending: None for an exact result
+        self.same = same  # whether a call's arguments are like those it was kept for
 
 
 # per call: (signature, alignment) -> its kept launch, and the signature alone -> the config and whether torch's op
@@ -31,6 +33,8 @@ class _Hit:
 _HITS: dict[str, dict[tuple[Any, ...], _Hit]] = {}
 _CONFIGS: dict[str, dict[tuple[Any, ...], tuple[dict[str, Any], bool]]] = {}
 _CALLS: dict[str, Callable[..., Any]] = {}
+# per call: [the hit tried before the key is built, the hit of the call before]
+_LAST: dict[str, list[_Hit | None]] = {}
 _LOCK = threading.Lock()
 
 
@@ -50,12 +54,13 @@ def _resolve(op: TunableOp[Any], inputs: dict[str, Any], device: torch.device) -
 
 def _keep(hits: dict[tuple[Any, ...], _Hit], configs: dict[tuple[Any, ...], tuple[dict[str, Any], bool]],
           key: tuple[Any, ...], launch: Callable[..., torch.Tensor], config: dict[str, Any], pending: Any,
-          use_torch: bool) -> None:
-    """A resolved call kept in its call's tables: the launch by signature and alignment, the config by signature."""
+          use_torch: bool, a: tuple[Any, ...]) -> None:
+    """A resolved call (its face's arguments `a`) kept in its call's tables: the launch by signature and alignment,
+    the config by signature."""
     if len(hits) >= MAX_ENTRIES:
         hits.clear()
         configs.clear()
-    hits[key] = _Hit(launch, pending, config)
+    hits[key] = _Hit(launch, pending, config, same_call.check(a))
     configs[key[0]] = (config, use_torch)
 
 
@@ -91,6 +96,8 @@ def clear_cache() -> None:
         hits.clear()
     for configs in _CONFIGS.values():
         configs.clear()
+    for state in _LAST.values():
+        state[:] = [None, None]
 
 
 def _picker(positions: tuple[int, ...]) -> Callable[[tuple[Any, ...]], tuple[Any, ...]]:
@@ -144,9 +151,20 @@ def build(op: TunableOp[Any]) -> Callable[..., Any]:
     every = lib.launch_args == tuple(range(len(params)))  # the launch takes the call's arguments as they are
     hits = _HITS[name] = {}
     configs = _CONFIGS[name] = {}
+    state = _LAST[name] = [None, None]
     compiling = torch.compiler.is_compiling
 
-    # A hit is the face, the key (signature and alignment), one lookup and the kept launch: this runs on every call.
+    def keyed(a: tuple[Any, ...]) -> tuple[Any, ...]:
+        try:
+            return signature(*a), aligned(a)
+        except AttributeError:
+            for arg_name, t in zip(tensor_names, tensors(a), strict=True):  # a clear TypeError naming the argument
+                if t is not None and not isinstance(t, torch.Tensor):
+                    raise TypeError(f"{arg_name} must be a torch.Tensor, got {type(t).__name__}") from None
+            raise
+
+    # A hit is the face, the check of a hit that repeats (else the key, signature and alignment, and one lookup) and
+    # the kept launch: this runs on every call.
     def call(*args: Any, config: Mapping[str, Any] | None = None, **kwargs: Any) -> Any:
         a = face(*args, **kwargs)
         if config is not None:
@@ -154,25 +172,24 @@ def build(op: TunableOp[Any]) -> Callable[..., Any]:
         if compiling():
             traced_config, use_torch = _traced_config(name, signature(*a))
             return torch_op(*a) if use_torch and torch_op is not None else run(*a, traced_config)
-        try:
-            key = (signature(*a), aligned(a))
-        except AttributeError:
-            for arg_name, t in zip(tensor_names, tensors(a), strict=True):  # a clear TypeError naming the argument
-                if t is not None and not isinstance(t, torch.Tensor):
-                    raise TypeError(f"{arg_name} must be a torch.Tensor, got {type(t).__name__}") from None
-            raise
-        hit = hits.get(key)
+        tried = state[0]
+        if tried is not None and tried.same(a):
+            hit: _Hit | None = tried
+        else:
+            hit = hits.get(keyed(a))
+            same_call.follow(state, hit, tried)
         if hit is not None:
             pending = hit.pending
             if pending is None or not pending.met():
                 return hit.launch(*a) if every else hit.launch(*launch_args(a))
+        key = keyed(a)
         cfg, waiting, use_torch = _resolve(op, inputs(*a), tensors(a)[0].device)
         launch = prepare(*a, cfg)  # the inputs checked in full, whichever launches them
         if use_torch and torch_op is not None:
             launch = _torch_launch(torch_op, a, lib.launch_args)
         else:
             use_torch = False
-        _keep(hits, configs, key, launch, cfg, waiting, use_torch)
+        _keep(hits, configs, key, launch, cfg, waiting, use_torch, a)
         return launch(*launch_args(a))
 
     functools.update_wrapper(call, face)

@@ -29,6 +29,7 @@ import autotuner
 from autotuner.base.settings import Settings, unknown_variables
 from autotuner.decorator import install as covered
 from autotuner.decorator.configs import config_dict
+from autotuner.launch import library, same_call
 from autotuner.launch.lookup import Resolver, resolver, set_resolver
 from autotuner.store.database import Store
 from db.engine import session_scope
@@ -207,6 +208,45 @@ def test_a_tensor_given_by_keyword_after_a_default_is_not_kept(db):
     gc.collect()
     assert [r for r in refs if r() is not None] == []
     assert len(shifted._hits) == 0  # such a launch goes through Triton's own binding, keeping nothing
+
+
+def test_a_decorated_hit_that_repeats_is_tried_first_and_a_changing_scalar_stops_that(db):
+    axpy.cache.clear()  # (drops the launchers and what is tried first)
+    assert axpy._tries == [None, None]
+    x, y = torch.randn(64), torch.randn(64)
+    for _ in range(3):
+        out = torch.empty(64)
+        axpy[grid](x, y, out, 64, 2.0)
+        torch.testing.assert_close(out, 2.0 * x + y)
+    floats = axpy._hits[axpy._call_signature((x, y, out, 64, 2.0), {})]
+    assert axpy._tries[0] is floats  # found twice in a row: tried before the call signature
+    out = torch.empty(64)
+    axpy[grid](x, y, out, 64, 2)  # an int alpha, equal to the float: another signature, another launcher
+    torch.testing.assert_close(out, 2.0 * x + y)
+    assert len(axpy._hits) == 2 and axpy._tries == [floats, None]
+    for alpha in (0.5, 1.5, 2.5, 3.5):  # one signature, its scalar changing: its check turns the first away
+        out = torch.empty(64)
+        axpy[grid](x, y, out, 64, alpha)
+        torch.testing.assert_close(out, alpha * x + y)
+    assert floats.same is same_call.never and axpy._tries[0] is None and len(axpy._hits) == 2
+
+
+def test_a_repeated_library_call_is_tried_first_and_a_misaligned_one_gets_its_own_launch(db):
+    library.clear_cache()
+    for _ in range(3):
+        x = torch.randn(8, 32)
+        torch.testing.assert_close(autotuner.softmax(x), torch.softmax(x, -1))
+    state = library._LAST["softmax"]
+    assert state[0] is not None and state[0] is state[1]
+    buf = torch.randn(8 * 32 + 4)
+    shifted = buf[1:257].view(8, 32)  # the same shape, strides and dtype, 4 bytes off 16-byte alignment
+    for _ in range(2):
+        torch.testing.assert_close(autotuner.softmax(shifted), torch.softmax(shifted, -1))
+    assert len(library._HITS["softmax"]) == 2  # its own kept launch, not the aligned one's
+    for rows in (8, 4, 8, 4):  # alternating keys: nothing tried first
+        x = torch.randn(rows, 32)
+        torch.testing.assert_close(autotuner.softmax(x), torch.softmax(x, -1))
+        assert state[0] is None
 
 
 def test_library_calls_keep_no_tensor(db):

@@ -1,0 +1,122 @@
+"""Whether a call's arguments are like those of a call made before: its tensors of the same dtypes, devices, shapes,
+strides and 16-byte alignment, its other arguments of the same types and values. A library call and a decorated
+kernel keep such a check with each kept launch, and the last one launched is tried before the call's key is built:
+a loop launching one kernel on like inputs pays one check in C++ (torch's `TensorGuards`, what torch.compile's guards
+run) and a comparison, not the key's tuples and their hash. The check is stricter than the key (requires_grad and
+dispatch keys too): a call it turns away takes the key's path as before, never a wrong launch. Only a hit found
+twice in a row is tried first (`follow`), so calls alternating between keys pay no check that fails."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from operator import itemgetter
+from typing import Any, Protocol
+
+import torch
+
+_PLAIN = frozenset({int, float, bool, str, type(None)})
+_NO_KWARGS: Mapping[str, Any] = {}
+
+
+class Check(Protocol):
+    def __call__(self, a: tuple[Any, ...], kw: Mapping[str, Any] = ..., /) -> bool: ...
+
+
+def never(a: tuple[Any, ...], kw: Mapping[str, Any] = _NO_KWARGS, /) -> bool:
+    """The check of arguments that cannot be checked so, and of a hit no longer tried first."""
+    return False
+
+
+def _guards(tensors: list[torch.Tensor]) -> Any:
+    """torch's check of these tensors' dtype, device, shape, strides and dispatch keys; None where this torch has
+    none or refuses them."""
+    try:
+        from torch._C._dynamo.guards import TensorGuards
+
+        sizes: Any = [list(t.size()) for t in tensors]
+        strides: Any = [list(t.stride()) for t in tensors]
+        return TensorGuards(*tensors, dynamic_dims_sizes=sizes, dynamic_dims_strides=strides)
+    except Exception:  # a torch without it, or a tensor it does not take: the key's path alone
+        return None
+
+
+def _getter(positions: tuple[int, ...]) -> Callable[[tuple[Any, ...]], tuple[Any, ...]]:
+    if len(positions) == 1:
+        (i,) = positions
+        return lambda a: (a[i],)
+    return itemgetter(*positions)
+
+
+def _aligner(positions: tuple[int, ...]) -> Callable[[tuple[Any, ...]], Any]:
+    """The data pointers modulo 16 of the tensors at `positions`, written out for one and two: this runs on every
+    call."""
+    if len(positions) == 1:
+        (i,) = positions
+        return lambda a: a[i].data_ptr() % 16
+    if len(positions) == 2:
+        i, j = positions
+        return lambda a: (a[i].data_ptr() % 16, a[j].data_ptr() % 16)
+    return lambda a: tuple([a[i].data_ptr() % 16 for i in positions])
+
+
+def check(args: tuple[Any, ...], kwargs: Mapping[str, Any] | None = None) -> Check:
+    """A check that a later call's (args, kwargs) are like these; `never` where these cannot be checked so (no
+    tensor, an argument neither a tensor nor a plain value, or no TensorGuards here)."""
+    kwargs = kwargs or _NO_KWARGS
+    tensor_at = tuple(i for i, v in enumerate(args) if isinstance(v, torch.Tensor))
+    if not tensor_at:
+        return never
+    other_at = tuple(i for i in range(len(args)) if i not in tensor_at)
+    values = tuple(args[i] for i in other_at)
+    types = tuple(map(type, values))
+    keys, kvalues = tuple(kwargs), tuple(kwargs.values())
+    ktypes = tuple(map(type, kvalues))
+    if not (_PLAIN.issuperset(types) and _PLAIN.issuperset(ktypes)):
+        return never
+    tensors = _getter(tensor_at)
+    guards = _guards(list(tensors(args)))
+    if guards is None:
+        return never
+    aligned = _aligner(tensor_at)
+    align = aligned(args)
+    n = len(args)
+    checked = guards.check
+    if not other_at and not keys and len(tensor_at) == 1:  # one tensor alone (softmax, gelu's x)
+        (i,) = tensor_at
+
+        def one(a: tuple[Any, ...], kw: Mapping[str, Any] = _NO_KWARGS, /) -> bool:
+            return len(a) == n and not kw and checked(a[i]) and a[i].data_ptr() % 16 == align
+
+        return one
+    others = _getter(other_at) if other_at else None
+
+    def same(a: tuple[Any, ...], kw: Mapping[str, Any] = _NO_KWARGS, /) -> bool:
+        if len(a) != n:
+            return False
+        if others is not None:
+            o = others(a)
+            if tuple(map(type, o)) != types or o != values:  # (types first: 1, 1.0 and True compare equal)
+                return False
+        if kw or keys:  # keys in order, then types, then values: a value moved to another key is another call
+            if tuple(kw) != keys:
+                return False
+            v = tuple(kw.values())
+            if tuple(map(type, v)) != ktypes or v != kvalues:
+                return False
+        return checked(*tensors(a)) and aligned(a) == align
+
+    return same
+
+
+def follow(state: list[Any], hit: Any, tried: Any) -> None:
+    """After a call that looked its key up and found `hit` (an object with a `same` check; None: none kept yet),
+    having tried `tried`'s check first (None: none): `state` is [the hit the next call tries first, the hit this
+    call found]. A hit is tried where the call before found it too, and never again once its check turned away a
+    call of its own key (a requires_grad tensor, a scalar argument that changes with each call)."""
+    if hit is None:
+        state[1] = None
+        return
+    if hit is tried:
+        hit.same = never  # (a check, not None: another thread may be about to call the one it read)
+    state[0] = hit if hit is state[1] and hit.same is not never else None
+    state[1] = hit
