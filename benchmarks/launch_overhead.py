@@ -187,19 +187,24 @@ def cases(store: Store, settings: Settings) -> list[tuple[str, dict[str, Callabl
 
 def hit_parts(kernel: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
               grid: Callable[[dict[str, Any]], tuple[int, ...]]) -> dict[str, Callable[[], Any]]:
-    """Two parts of a decorated kernel's hit, each alone with one call's arguments: its call signature (what keys the
-    hit), and its kept launcher's launch at the grid its config gives (found at first use: the rows run after the
-    kernel's first call)."""
-    found: list[tuple[Any, tuple[int, ...]]] = []
+    """Parts of a decorated kernel's hit, each alone with one call's arguments: its call signature (what keys the
+    hit), the check a hit found twice in a row is tried with instead (autotuner.launch.same_call), and its kept
+    launcher's launch at the grid its config gives (found at first use: the rows run after the kernel's first
+    call)."""
+    found: list[Any] = []
+
+    def hit() -> Any:
+        if not found:
+            kept = kernel._hits[kernel._call_signature(args, kwargs)]
+            found.extend([kept, grid(kernel._grid_args(args, kwargs, kept.meta))])
+        return found
 
     def launch() -> Any:
-        if not found:
-            hit = kernel._hits[kernel._call_signature(args, kwargs)]
-            found.append((hit.launcher.launch, grid(kernel._grid_args(args, kwargs, hit.meta))))
-        go, at = found[0]
-        return go(at, args)
+        kept, at = hit()
+        return kept.launcher.launch(at, args)
 
-    return {"call signature": lambda: kernel._call_signature(args, kwargs), "launcher.launch": launch}
+    return {"call signature": lambda: kernel._call_signature(args, kwargs),
+            "tried check": lambda: hit()[0].same(args, kwargs), "launcher.launch": launch}
 
 
 def decorated() -> list[tuple[str, dict[str, Callable[[], Any]]]]:
@@ -304,10 +309,11 @@ def main() -> None:
         if "kept launch" in r:
             r["lookup"] = r["library"] - r["kept launch"]
     parts_table(results, ["library", "lookup", "kept launch", "launcher.go", "static launcher", "torch"])
-    print("\nWhere a decorated kernel's hit goes (us): its call signature alone, its kept launcher's launch alone "
-          "(one call's arguments and grid ready); the rest is the caller's own (the output it allocates, its grid "
-          "function) and the hit's bookkeeping\n")
-    parts_table(results, ["autotuner.autotune hit", "call signature", "launcher.launch", "plain launch", "torch"])
+    print("\nWhere a decorated kernel's hit goes (us): its call signature alone, the check a repeated hit is tried "
+          "with instead, its kept launcher's launch alone (one call's arguments and grid ready); the rest is the "
+          "caller's own (the output it allocates, its grid function) and the hit's bookkeeping\n")
+    parts_table(results, ["autotuner.autotune hit", "call signature", "tried check", "launcher.launch", "plain launch",
+                          "torch"])
     if args.json_out:
         args.json_out.write_text(json.dumps(results, indent=1))
 

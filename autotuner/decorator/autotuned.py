@@ -220,7 +220,10 @@ class Autotuned(Autotuner):
 
     def _grid_args(self, args: tuple[Any, ...], kwargs: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
         """What a grid function is given, as Triton gives it: every argument by name, then the config."""
-        return {**dict(zip(self.arg_names, args, strict=False)), **kwargs, **meta}
+        named = dict(zip(self.arg_names, args, strict=False))  # (updated in place: no dictionary made twice)
+        named.update(kwargs)
+        named.update(meta)
+        return named
 
     def _launch(self, sig: tuple[Any, ...] | None, key: tuple[Any, ...], config: triton.Config,
                 args: tuple[Any, ...], kwargs: dict[str, Any], meta: dict[str, Any], grid: Any) -> Any:

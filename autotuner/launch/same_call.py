@@ -61,24 +61,24 @@ def _aligner(positions: tuple[int, ...]) -> Callable[[tuple[Any, ...]], Any]:
 
 def check(args: tuple[Any, ...], kwargs: Mapping[str, Any] | None = None) -> Check:
     """A check that a later call's (args, kwargs) are like these; `never` where these cannot be checked so (no
-    tensor, an argument neither a tensor nor a plain value, or no TensorGuards here)."""
-    kwargs = kwargs or _NO_KWARGS
-    tensor_at = tuple(i for i, v in enumerate(args) if isinstance(v, torch.Tensor))
+    tensor, an argument neither a tensor nor a plain value, or no TensorGuards here). Keyword arguments count as
+    positions after the positional ones, their names in order."""
+    keys = tuple(kwargs or ())
+    flat = (*args, *kwargs.values()) if kwargs else args
+    tensor_at = tuple(i for i, v in enumerate(flat) if isinstance(v, torch.Tensor))
     if not tensor_at:
         return never
-    other_at = tuple(i for i in range(len(args)) if i not in tensor_at)
-    values = tuple(args[i] for i in other_at)
+    other_at = tuple(i for i in range(len(flat)) if i not in tensor_at)
+    values = tuple(flat[i] for i in other_at)
     types = tuple(map(type, values))
-    keys, kvalues = tuple(kwargs), tuple(kwargs.values())
-    ktypes = tuple(map(type, kvalues))
-    if not (_PLAIN.issuperset(types) and _PLAIN.issuperset(ktypes)):
+    if not _PLAIN.issuperset(types):
         return never
     tensors = _getter(tensor_at)
-    guards = _guards(list(tensors(args)))
+    guards = _guards(list(tensors(flat)))
     if guards is None:
         return never
     aligned = _aligner(tensor_at)
-    align = aligned(args)
+    align = aligned(flat)
     n = len(args)
     checked = guards.check
     if not other_at and not keys and len(tensor_at) == 1:  # one tensor alone (softmax, gelu's x)
@@ -93,15 +93,13 @@ def check(args: tuple[Any, ...], kwargs: Mapping[str, Any] | None = None) -> Che
     def same(a: tuple[Any, ...], kw: Mapping[str, Any] = _NO_KWARGS, /) -> bool:
         if len(a) != n:
             return False
+        if kw or keys:  # the names in order: a value moved to another name is another call
+            if tuple(kw) != keys:
+                return False
+            a = (*a, *kw.values())
         if others is not None:
             o = others(a)
             if tuple(map(type, o)) != types or o != values:  # (types first: 1, 1.0 and True compare equal)
-                return False
-        if kw or keys:  # keys in order, then types, then values: a value moved to another key is another call
-            if tuple(kw) != keys:
-                return False
-            v = tuple(kw.values())
-            if tuple(map(type, v)) != ktypes or v != kvalues:
                 return False
         return checked(*tensors(a)) and aligned(a) == align
 

@@ -231,6 +231,24 @@ def test_a_decorated_hit_that_repeats_is_tried_first_and_a_changing_scalar_stops
     assert floats.same is same_call.never and axpy._tries[0] is None and len(axpy._hits) == 2
 
 
+def test_a_repeated_keyword_call_is_tried_first_and_keeps_no_tensor(db):
+    axpy.cache.clear()
+    refs = []
+    for _ in range(4):
+        x, y, out = torch.randn(64), torch.randn(64), torch.empty(64)
+        axpy[grid](x_ptr=x, y_ptr=y, out_ptr=out, n=64, alpha=2.0)
+        torch.testing.assert_close(out, 2.0 * x + y)
+        refs += [weakref.ref(x), weakref.ref(y), weakref.ref(out)]
+        del x, y, out
+    gc.collect()
+    assert [r for r in refs if r() is not None] == []
+    (kept,) = axpy._hits.values()
+    assert axpy._tries[0] is kept and kept.same is not same_call.never
+    x, out = torch.randn(32), torch.empty(32)  # another shape, by name: turned away, and launched right
+    axpy[grid](x_ptr=x, y_ptr=x, out_ptr=out, n=32, alpha=2.0)
+    torch.testing.assert_close(out, 3.0 * x)
+
+
 def test_a_repeated_library_call_is_tried_first_and_a_misaligned_one_gets_its_own_launch(db):
     library.clear_cache()
     for _ in range(3):

@@ -54,9 +54,18 @@ def test_keywords_moved_between_names_are_another_call():
     assert not same((x,), {"B": 1, "A": True})
 
 
+def test_tensors_given_by_name_are_checked_as_tensors():
+    x, out = torch.randn(16), torch.empty(16)
+    same = same_call.check((x,), {"out": out, "n": 16})
+    assert same((torch.randn(16),), {"out": torch.empty(16), "n": 16})
+    assert not same((x,), {"out": torch.empty(8), "n": 16})
+    assert not same((x,), {"out": torch.empty(16, dtype=torch.float64), "n": 16})
+    assert not same((x,), {"n": 16, "out": out})
+
+
 def test_arguments_it_cannot_check_are_never_passed():
     x = torch.randn(16)
-    for args, kwargs in [((1, 2), {}), ((x, [1, 2]), {}), ((x,), {"y": x}), ((x, object()), {})]:
+    for args, kwargs in [((1, 2), {}), ((x, [1, 2]), {}), ((x,), {"y": [1]}), ((x, object()), {})]:
         same = same_call.check(args, kwargs)
         assert same is same_call.never and not same(args, kwargs)
 
