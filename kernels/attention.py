@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Any
 
 import triton
 import triton.language as tl
-from triton.tools.tensor_descriptor import TensorDescriptor
 
 from kernels._backend import dot_needs_upcast, gpu_index, gpu_properties, sm_count
 from kernels._checks import (
@@ -20,6 +19,7 @@ from kernels._checks import (
     check_same_device,
     check_tensor,
 )
+from kernels._descriptors import Prechecked as TensorDescriptor  # (Triton's, made without the checks prepare made)
 from kernels._descriptors import ensure_allocator
 from kernels._direct import Launcher, new_output  # (_checks.new_output, allocating faster)
 from kernels._torch import lazy

@@ -549,6 +549,25 @@ def test_attention_descriptors_are_made_once_where_the_rows_stack(dtype, device)
             assert result.ok, f"{problem.key} causal={causal}: {result.message}"
 
 
+def test_attentions_host_descriptors_are_tritons_own_made_without_checking_again(device):
+    """The descriptors a kept attention launch makes on every call are Triton's class, equal to those Triton's checked
+    constructor makes; what that constructor would refuse, prepare refused before (a block Triton's checks refuse
+    is taken here without a word)."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    ka = importlib.import_module("kernels.attention")
+    cfg = {"BLOCK_M": 32, "BLOCK_N": 16, "TMA": 1, "num_warps": 1, "num_stages": 2}
+    q = torch.randn(2, 3, 64, 64, device=device.torch_device)
+    made = ka._host_descriptors(cfg, q, q, q, q)
+    checked = [TensorDescriptor(q, [2 * 3 * 64, 64], [64, 1], [block, 64]) for block in (32, 16, 16, 32)]
+    assert [type(d) for d in made] == [TensorDescriptor] * 4 and made == checked
+    with pytest.raises((AssertionError, ValueError)):  # (Triton's versions raise either)
+        TensorDescriptor(q, [384, 64], [64, 1], [3, 64])  # not a power of two
+    from kernels._descriptors import Prechecked
+
+    assert type(Prechecked(q, [384, 64], [64, 1], [3, 64])) is TensorDescriptor
+
+
 def test_state_a_captured_launch_may_use_is_never_freed(device):
     """A CUDA graph that captured a launch keeps using the counters and words it was given: counters outgrown by a
     later launch stay referenced, and a layout's words are the same tensor however many layouts come after."""
