@@ -136,13 +136,20 @@ def gpu_properties(device: Any) -> CudaProperties | None:
     """`cuda_properties` of a tensor's torch device (`gpu_index`), asked of the driver once per device; None for
     the CPU."""
     index = gpu_index(device)
-    return None if index is None else _properties(index)
+    return None if index is None else properties(index)
 
 
-def _properties(index: int) -> CudaProperties:
+def properties(index: int) -> CudaProperties:
+    """`cuda_properties(index)`, asked of the driver once per process (or as `assume_properties` gave them)."""
     if index not in _PROPERTIES:
         _PROPERTIES[index] = cuda_properties(index)
     return _PROPERTIES[index]
+
+
+def assume_properties(index: int, props: CudaProperties) -> None:
+    """Device `index` is taken to be `props` in this process: a compile process told what it compiles for, such as
+    a test's on a machine without that GPU."""
+    _PROPERTIES[index] = props
 
 
 _SMS: dict[int | None, int] = {}
@@ -153,7 +160,7 @@ def sm_count(device: Any) -> int:
     tensor's (the interpreter's) are the CPU's cores, as autotuner.base.device counts them."""
     index = gpu_index(device)
     if index not in _SMS:
-        _SMS[index] = (os.cpu_count() or 1) if index is None else _properties(index).sm_count
+        _SMS[index] = (os.cpu_count() or 1) if index is None else properties(index).sm_count
     return _SMS[index]
 
 
@@ -181,9 +188,11 @@ def interpreting() -> bool:
 def dot_needs_upcast(dtype: object) -> bool:
     """Triton's interpreter multiplies bfloat16 bit patterns in `tl.dot` (triton-lang/triton#11584): kernels take this
     as a constexpr and upcast bfloat16 dot operands under the interpreter only."""
+    if not interpreting():  # (a compile process without torch asks too)
+        return False
     import torch
 
-    return interpreting() and dtype == torch.bfloat16
+    return bool(dtype == torch.bfloat16)
 
 
 select_backend()

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 import threading
 import time
 from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Any
 
-from autotuner.engine.measure import compile_lock, processes
+from autotuner.engine.measure import compile_lock, processes, torch_free
 from autotuner.engine.measure.outcome import Outcome, classify, short_error
 from autotuner.engine.measure.processes import adopt
 from autotuner.engine.measure.trial_process import WorkerSpec, die_with_parent, warm_up
@@ -60,13 +61,16 @@ def _no_stream(device: Any = None) -> int:
 def prepare(kernel: Any) -> None:
     """What a compiled kernel's first launch does before loading it into a CUDA context (Triton's
     `CompiledKernel._init_handles`): its launcher is built (a C module Triton keeps in its cache, which the trial
-    worker then loads instead of building) and its shared memory checked against the device's."""
+    worker then loads instead of building) and its shared memory checked against the device's (as the driver gives
+    it: Triton's own query needs an initialised driver, which this process need not have)."""
     from triton.runtime.driver import driver
     from triton.runtime.errors import OutOfResources
 
+    from kernels._backend import properties
+
     device = driver.active.get_current_device()
     driver.active.launcher_cls(kernel.src, kernel.metadata)
-    max_shared = driver.active.utils.get_device_properties(device)["max_shared_mem"]
+    max_shared = properties(device).smem_per_block
     if kernel.metadata.shared > max_shared:
         raise OutOfResources(kernel.metadata.shared, max_shared, "shared memory")
 
@@ -79,16 +83,16 @@ def _init(spec: WorkerSpec | None, env: dict[str, str] | None = None, device_ind
             os.nice(NICE)
         except OSError:  # pragma: no cover - not allowed here
             pass
-        if device_index is not None or (spec is not None and spec.device_index is not None):
+        index = device_index if device_index is not None else (spec.device_index if spec is not None else None)
+        if index is not None:
             _STATE["device"] = META
+            if torch_free.possible():  # (a process of the pool: spawned, torch never imported)
+                torch_free.start(index)
             compile_only()
         compile_lock.install()  # another worker's pool compiling the same binary is waited for, not repeated
     if spec is None:  # started ahead of its first problem (CompilePool.prestart)
         warm_up(device_index, timing=False, context=False)
         return
-    import torch
-
-    from autotuner.base.device import current_device
     from autotuner.base.registry import import_op, load_plugins
 
     load_plugins(list(spec.plugins))
@@ -96,6 +100,8 @@ def _init(spec: WorkerSpec | None, env: dict[str, str] | None = None, device_ind
     problem = op.problem_from_dict(spec.problem)
     index = spec.device_index
     if index is None:  # the interpreter's
+        from autotuner.base.device import current_device
+
         device = current_device(None).torch_device
     elif _STATE.get("device", META) != META or not _same_target(index):
         device = _with_context(index)
@@ -111,22 +117,27 @@ def _init(spec: WorkerSpec | None, env: dict[str, str] | None = None, device_ind
             raise
         device = _with_context(index)  # inputs that need real memory to be made
         inputs = op.make_inputs(problem, device)
-    _STATE.update(op=op, inputs=inputs, torch=torch, spec=spec)
+    _STATE.update(op=op, inputs=inputs, spec=spec)
 
 
 def _same_target(index: int) -> bool:
     """Whether Triton, compiling for this process's current CUDA device (its target: the compute capability),
     compiles for device `index` (a host's GPUs are alike as a rule: then no context is made to switch to it)."""
-    import torch
-
     from kernels._backend import cuda_properties
 
-    return cuda_properties(int(torch.cuda.current_device())).capability == cuda_properties(index).capability
+    if torch_free.active():
+        current = torch_free.device()
+    else:
+        import torch
+
+        current = int(torch.cuda.current_device())
+    return current == index or cuda_properties(current).capability == cuda_properties(index).capability
 
 
 def _with_context(index: int) -> str:
     """This process makes its CUDA context on device `index`, and makes real inputs and loads what it compiles from
-    now on; returns the torch device they live on."""
+    now on (importing torch, where it compiled without); returns the torch device they live on."""
+    torch_free.leave()
     import torch
 
     torch.cuda.set_device(index)
@@ -142,7 +153,7 @@ def _compile(spec: WorkerSpec, config: dict[str, Any]) -> Outcome | float:
     try:
         _STATE["op"].run(_STATE["inputs"], config)
         if spec.device_index is not None and _STATE["device"] != META:  # (the interpreter runs it without compiling)
-            _STATE["torch"].cuda.synchronize()
+            sys.modules["torch"].cuda.synchronize()
     except Exception as exc:
         status = classify(exc)
         if _STATE.get("device") == META and spec.device_index is not None and not _from_triton(exc):
@@ -177,7 +188,7 @@ class CompilePool:
     def _ensure(self) -> ProcessPoolExecutor:
         with self._lock:
             if self._pool is None:
-                self._pool = ProcessPoolExecutor(self.workers, mp_context=processes.context(), initializer=_init,
+                self._pool = ProcessPoolExecutor(self.workers, mp_context=processes.fresh_context(), initializer=_init,
                                                  initargs=(self.spec, processes.environment(), self.device_index))
             return self._pool
 

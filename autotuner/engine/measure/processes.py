@@ -98,6 +98,13 @@ def context() -> ForkServerContext:
     return cast(ForkServerContext, mp.get_context("forkserver"))
 
 
+def fresh_context() -> Any:
+    """The context of processes that must not come from the fork server, which imports torch: compile-pool processes,
+    which compile without it (autotuner.engine.measure.torch_free), new interpreters ready long before torch's import
+    ends. (`autotuner tune` and `autotuner worker` name their script as the package's __main__, which they skip.)"""
+    return mp.get_context("spawn")
+
+
 _for_children: dict[str, str] = {}
 
 
