@@ -7,11 +7,25 @@ a launch on real tensors finds (tests/integration/test_torch_free_compile.py). M
 from __future__ import annotations
 
 import sys
+from importlib.abc import MetaPathFinder
 from typing import Any
 
 from kernels import _backend, _torch
 
 _STATE: dict[str, Any] = {}
+
+
+class _NoTorch(MetaPathFinder):
+    """torch kept out of this process: Triton 3.6's argument binder imports it where it can (seconds) to tell tensors
+    apart, and takes its own way where it cannot; the kernel modules have their shape-only tensors."""
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
+        if name == "torch" or name.startswith("torch."):
+            raise ModuleNotFoundError(f"{name} is not imported in a process that compiles without torch", name=name)
+        return None
+
+
+_BLOCK = _NoTorch()
 
 
 def possible() -> bool:
@@ -39,6 +53,7 @@ def start(index: int) -> None:
     capability = props.capability
     driver.set_active(_driver_class()(index, GPUTarget("cuda", capability[0] * 10 + capability[1], 32), capability))
     _torch.use_shapes(True)
+    sys.meta_path.insert(0, _BLOCK)
     _backend.COMPILE_ONLY, _backend.META_DEVICE = True, index
     _STATE["index"] = index
 
@@ -51,6 +66,8 @@ def leave() -> None:
     from triton.runtime.driver import driver
 
     _torch.use_shapes(False)
+    if _BLOCK in sys.meta_path:
+        sys.meta_path.remove(_BLOCK)
     driver.reset_active()
     _STATE.clear()
 
