@@ -40,6 +40,13 @@ def test_a_compile_process_without_torch_compiles_what_a_torch_process_finds(tmp
     assert [r["cached"] for r in meta[:-1]] == [True] * len(CASES)  # and found here
 
 
+def test_an_op_whose_module_needs_torch_is_compiled_with_it(tmp_path):
+    """A plugin's module that imports torch (a decorated kernel's, say): the process takes torch and torch's meta
+    tensors from then on, and compiles."""
+    (result,) = _compiles("fallback", tmp_path)
+    assert result == {"compiled": True, "torch": True, "without torch": False}
+
+
 def test_shapes_are_refused_where_torch_is_imported():
     import torch  # noqa: F401
 

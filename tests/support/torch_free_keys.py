@@ -6,7 +6,11 @@ Triton compile the launches ask for: the kernel, its ASTSource hash and options 
 Triton's cache (TRITON_CACHE_DIR) already. The launcher's C module is not built: it needs libcuda, which a machine
 without a GPU lacks (the GPU tier builds it: tests/gpu/test_gpu_compile_pool.py).
 
-    python tests/support/torch_free_keys.py shapes|meta
+    python tests/support/torch_free_keys.py shapes|meta|fallback
+
+`fallback`: a plugin op whose module imports torch (tests/support/paced_op.py), in a process compiling without torch:
+it sets up again with torch (its meta tensors) and compiles; prints whether torch is imported and the process still
+compiles without it.
 """
 
 from __future__ import annotations
@@ -35,6 +39,23 @@ CASES: list[tuple[str, str, str, dict[str, Any]]] = [
     ("attention", "1x2x128x64", "float16", {"BLOCK_M": 64, "BLOCK_N": 64, "TMA": 1, "num_warps": 4,
                                             "num_stages": 2}),
 ]
+
+
+def fallback() -> None:
+    from autotuner.engine.measure import compile_pool, torch_free
+    from autotuner.engine.measure.trial_process import WorkerSpec
+    from kernels import _backend
+
+    _backend.assume_properties(0, _backend.CudaProperties("NVIDIA H100 80GB HBM3", (9, 0), 132, 80 << 30, 232448))
+    compile_pool._STATE["device"] = compile_pool.META
+    torch_free.start(0)
+    compile_pool.compile_only()
+    compile_pool.prepare = _smem_only
+    compile_pool._same_target = lambda index: True  # (torch's current device: there is none here)
+    spec = WorkerSpec("paced", {"n": 4096, "dtype": "float32", "approximate": "tanh"}, ("tests.support.paced_op",), 0)
+    result = compile_pool._compile(spec, {"PAUSE_US": 1000})
+    print(json.dumps({"compiled": isinstance(result, float), "torch": "torch" in sys.modules,
+                      "without torch": torch_free.active()}), flush=True)
 
 
 def main(mode: str) -> None:
@@ -99,4 +120,4 @@ def _backend_smem() -> int:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    fallback() if sys.argv[1] == "fallback" else main(sys.argv[1])

@@ -38,7 +38,8 @@ def compile_only() -> None:
     from triton.runtime.driver import driver
 
     # Triton's launch asks torch for the current stream first thing, which makes the device's CUDA context (slow
-    # alone, slower with fifteen processes at once); a launch that never runs needs none.
+    # alone, slower with fifteen processes at once); a launch that never runs needs none. (A process compiling without
+    # torch has a driver that asks nothing of it: torch_free.)
     driver.active.get_current_stream = _no_stream
 
     def run(self: Any, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> Any:
@@ -90,6 +91,17 @@ def _init(spec: WorkerSpec | None, env: dict[str, str] | None = None, device_ind
                 torch_free.start(index)
             compile_only()
         compile_lock.install()  # another worker's pool compiling the same binary is waited for, not repeated
+    try:
+        _set_up(spec, device_index)
+    except Exception:
+        if not torch_free.active():
+            raise
+        torch_free.leave()  # something there needs torch itself (a plugin's or a decorated kernel's module): with it
+        _set_up(spec, device_index)
+
+
+def _set_up(spec: WorkerSpec | None, device_index: int | None) -> None:
+    """The process's imports, and its problem's inputs (meta tensors, until an op needs real ones)."""
     if spec is None:  # started ahead of its first problem (CompilePool.prestart)
         warm_up(device_index, timing=False, context=False)
         return
@@ -113,8 +125,8 @@ def _init(spec: WorkerSpec | None, env: dict[str, str] | None = None, device_ind
     try:
         inputs = op.make_inputs(problem, device)
     except Exception:
-        if device != META or index is None:
-            raise
+        if device != META or index is None or torch_free.active():
+            raise  # (without torch: `_init` sets up again with it)
         device = _with_context(index)  # inputs that need real memory to be made
         inputs = op.make_inputs(problem, device)
     _STATE.update(op=op, inputs=inputs, spec=spec)
@@ -157,8 +169,11 @@ def _compile(spec: WorkerSpec, config: dict[str, Any]) -> Outcome | float:
     except Exception as exc:
         status = classify(exc)
         if _STATE.get("device") == META and spec.device_index is not None and not _from_triton(exc):
-            _with_context(spec.device_index)  # the op needs real memory: from now on, it has it
-            _init(spec)
+            if torch_free.active():
+                torch_free.leave()  # the shape-only tensors lack what this launch reads: torch's meta tensors then
+            else:
+                _with_context(spec.device_index)  # the op needs real memory: from now on, it has it
+            _set_up(spec, spec.device_index)
             return _compile(spec, config)
         if status in ("compile_error", "out_of_resources", "invalid"):
             return Outcome(status, error=short_error(exc))

@@ -59,16 +59,14 @@ def start(index: int) -> None:
 
 
 def leave() -> None:
-    """Back to torch (imported at the kernel modules' next use) and Triton's own driver: for an op whose launch needs
-    real memory."""
+    """Back to torch, imported at the kernel modules' next use: for an op whose modules, inputs or launch need torch
+    itself. The driver stays (it answers for the device whether torch is imported or not, and loads binaries into the
+    context torch makes where the process needs real memory)."""
     if not _STATE:
         return
-    from triton.runtime.driver import driver
-
     _torch.use_shapes(False)
     if _BLOCK in sys.meta_path:
         sys.meta_path.remove(_BLOCK)
-    driver.reset_active()
     _STATE.clear()
 
 
