@@ -190,6 +190,7 @@ def build(op: TunableOp[Any]) -> Callable[..., Any]:
         else:
             use_torch = False
         _keep(hits, configs, key, launch, cfg, waiting, use_torch, a)
+        state[:] = [None, None]  # (a hit tried first may be the one this key's new answer replaced)
         return launch(*launch_args(a))
 
     functools.update_wrapper(call, face)

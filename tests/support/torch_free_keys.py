@@ -77,8 +77,8 @@ def main(mode: str) -> None:
     if mode == "shapes":
         torch_free.start(0)
     else:  # the same driver, torch's meta tensors
-        from triton.runtime.driver import driver
         from triton.backends.compiler import GPUTarget
+        from triton.runtime.driver import driver
 
         driver.set_active(torch_free._driver_class()(0, GPUTarget("cuda", 90, 32), (9, 0)))
         _backend.COMPILE_ONLY, _backend.META_DEVICE = True, 0

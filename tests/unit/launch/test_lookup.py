@@ -146,6 +146,27 @@ def test_nearest_tuned_problem_then_default(db, use):
     assert seen[-1] == get_op("softmax").space.default(problem, current_device())
 
 
+def test_a_repeated_call_asked_again_launches_the_result_tuned_meanwhile(db, use, monkeypatch):
+    """A nearest answer's launch, repeated (and so tried first, autotuner.launch.same_call), is asked again after
+    recheck_s: the exact result stored meanwhile is what the following calls launch, prepared once."""
+    from autotuner.launch import lookup
+
+    _store_best(db, "16x100", LOOPING)
+    seen = use(db_url=db)
+    x = torch.randn(20, 100)
+    for _ in range(3):
+        autotuner.softmax(x)
+    assert seen[-1] == LOOPING
+    tuned = {"BLOCK_N": 128, "ROWS": 1, "num_warps": 2, "num_stages": 1}
+    _store_best(db, "20x100", tuned)
+    monkeypatch.setattr(lookup, "_now", lambda: float("inf"))  # recheck_s has passed
+    before = len(use.prepared)
+    for _ in range(4):
+        autotuner.softmax(x)
+    assert seen[-4:] == [tuned] * 4
+    assert use.prepared[before:] == [tuned]  # resolved and prepared once: the old answer is not tried again
+
+
 def test_a_dead_service_never_holds_a_launch_up(db, use):
     """A service that accepts connections and never answers: the first miss waits for it once (its short
     timeout), later misses do not ask it again. Counted on the listening socket, not timed: a loaded machine's
