@@ -146,8 +146,14 @@ class Space(Generic[P]):
         # (position, implied value, position of the parameter it varies with, that one's values where it varies)
         bound = [(at[p.name], p.implied, at[p.only_with[0]], frozenset(p.only_with[1]))
                  for p in self.params if p.only_with is not None]
-        return tuple(values for values in itertools.product(*(p.values for p in self.params))
-                     if not any(values[i] != implied and values[j] not in where for i, implied, j, where in bound))
+        # The parameters before the first one a rule names vary freely: the rules are checked on the rest's
+        # combinations once, and each free combination is joined to those that pass (the product's own order).
+        first = min((min(i, j) for i, _, j, _ in bound), default=len(self.params))
+        free = itertools.product(*(p.values for p in self.params[:first]))
+        tail = [values for values in itertools.product(*(p.values for p in self.params[first:]))
+                if not any(values[i - first] != implied and values[j - first] not in where
+                           for i, implied, j, where in bound)]
+        return tuple(head + values for head in free for values in tail)
 
     def violations(self, config: Mapping[str, Any], problem: P, device: DeviceLimits) -> list[str]:
         """Every reason this config cannot run on this problem and device (empty when it is valid)."""

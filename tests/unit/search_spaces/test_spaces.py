@@ -466,3 +466,17 @@ def test_a_built_in_ops_hash_follows_its_code_not_where_it_lives_or_its_docstrin
     finally:
         for name in [n for n in sys.modules if n.rsplit("_", 1)[0] in ("base", "moved", "helper", "helper_moved", "constant")]:
             del sys.modules[name]
+
+
+def test_every_grid_is_the_product_less_the_values_a_parameter_takes_only_with_another():
+    """The grid joins the freely varying leading parameters to the checked combinations of the rest: the same
+    configs, in the same order, as the whole product filtered by the only_with rules."""
+    import itertools
+
+    for op in builtin_ops():
+        params = op.space.params
+        at = {p.name: i for i, p in enumerate(params)}
+        rules = [(at[p.name], p.implied, at[p.only_with[0]], set(p.only_with[1])) for p in params if p.only_with]
+        expected = tuple(v for v in itertools.product(*(p.values for p in params))
+                         if all(v[i] == implied or v[j] in where for i, implied, j, where in rules))
+        assert op.space._grid_values == expected, op.name
