@@ -7,7 +7,6 @@ import functools
 import inspect
 import threading
 from collections.abc import Callable, Mapping
-from operator import itemgetter
 from types import ModuleType
 from typing import Any
 
@@ -100,32 +99,6 @@ def clear_cache() -> None:
         state[:] = [None, None]
 
 
-def _picker(positions: tuple[int, ...]) -> Callable[[tuple[Any, ...]], tuple[Any, ...]]:
-    """The arguments at `positions`, as a tuple (itemgetter gives a bare value for one position)."""
-    if len(positions) == 1:
-        (i,) = positions
-        return lambda a: (a[i],)
-    return itemgetter(*positions)
-
-
-def _aligner(positions: tuple[int, ...]) -> Callable[[tuple[Any, ...]], tuple[int, ...]]:
-    """Each tensor's data pointer modulo 16 (0 for None), written out for up to three tensors: this runs on every
-    call."""
-    if len(positions) == 1:
-        (i,) = positions
-        return lambda a: (a[i].data_ptr() % 16 if a[i] is not None else 0,)
-    if len(positions) == 2:
-        i, j = positions
-        return lambda a: (a[i].data_ptr() % 16 if a[i] is not None else 0,
-                          a[j].data_ptr() % 16 if a[j] is not None else 0)
-    if len(positions) == 3:
-        i, j, k = positions
-        return lambda a: (a[i].data_ptr() % 16 if a[i] is not None else 0,
-                          a[j].data_ptr() % 16 if a[j] is not None else 0,
-                          a[k].data_ptr() % 16 if a[k] is not None else 0)
-    return lambda a: tuple(a[i].data_ptr() % 16 if a[i] is not None else 0 for i in positions)
-
-
 def _keep_binaries(op: TunableOp[Any]) -> None:
     """Every JITFunction of the op's kernel modules: its first launch in a process loads the kept binary instead
     of computing Triton's cache key."""
@@ -145,7 +118,8 @@ def build(op: TunableOp[Any]) -> Callable[..., Any]:
     if torch_op is not None and set(lib.tensors) - set(lib.launch_args):
         raise ValueError(f"{op.name}: a library call with a torch_op launches with every tensor (launch_args)")
     name = lib.name
-    tensors, aligned, launch_args = _picker(lib.tensors), _aligner(lib.tensors), _picker(lib.launch_args)
+    tensors, aligned = same_call.picker(lib.tensors), same_call.aligner(lib.tensors)
+    launch_args = same_call.picker(lib.launch_args)
     params = list(inspect.signature(face).parameters.values())
     tensor_names = [params[i].name for i in lib.tensors]
     every = lib.launch_args == tuple(range(len(params)))  # the launch takes the call's arguments as they are

@@ -4,7 +4,8 @@ kernel keep such a check with each kept launch, and the last one launched is tri
 a loop launching one kernel on like inputs pays one check in C++ (torch's `TensorGuards`, what torch.compile's guards
 run) and a comparison, not the key's tuples and their hash. The check is stricter than the key (requires_grad and
 dispatch keys too): a call it turns away takes the key's path as before, never a wrong launch. Only a hit found
-twice in a row is tried first (`follow`), so calls alternating between keys pay no check that fails."""
+twice in a row is tried first (`follow`), so calls alternating between keys pay no check that fails. The pickers of
+arguments by position (`picker`, `aligner`) serve the check and a library call's key alike."""
 
 from __future__ import annotations
 
@@ -40,23 +41,30 @@ def _guards(tensors: list[torch.Tensor]) -> Any:
         return None
 
 
-def _getter(positions: tuple[int, ...]) -> Callable[[tuple[Any, ...]], tuple[Any, ...]]:
+def picker(positions: tuple[int, ...]) -> Callable[[tuple[Any, ...]], tuple[Any, ...]]:
+    """The arguments at `positions`, as a tuple (itemgetter gives a bare value for one position)."""
     if len(positions) == 1:
         (i,) = positions
         return lambda a: (a[i],)
     return itemgetter(*positions)
 
 
-def _aligner(positions: tuple[int, ...]) -> Callable[[tuple[Any, ...]], Any]:
-    """The data pointers modulo 16 of the tensors at `positions`, written out for one and two: this runs on every
+def aligner(positions: tuple[int, ...]) -> Callable[[tuple[Any, ...]], tuple[int, ...]]:
+    """Each tensor's data pointer modulo 16 (0 for None), written out for up to three tensors: this runs on every
     call."""
     if len(positions) == 1:
         (i,) = positions
-        return lambda a: a[i].data_ptr() % 16
+        return lambda a: (a[i].data_ptr() % 16 if a[i] is not None else 0,)
     if len(positions) == 2:
         i, j = positions
-        return lambda a: (a[i].data_ptr() % 16, a[j].data_ptr() % 16)
-    return lambda a: tuple([a[i].data_ptr() % 16 for i in positions])
+        return lambda a: (a[i].data_ptr() % 16 if a[i] is not None else 0,
+                          a[j].data_ptr() % 16 if a[j] is not None else 0)
+    if len(positions) == 3:
+        i, j, k = positions
+        return lambda a: (a[i].data_ptr() % 16 if a[i] is not None else 0,
+                          a[j].data_ptr() % 16 if a[j] is not None else 0,
+                          a[k].data_ptr() % 16 if a[k] is not None else 0)
+    return lambda a: tuple(a[i].data_ptr() % 16 if a[i] is not None else 0 for i in positions)
 
 
 def check(args: tuple[Any, ...], kwargs: Mapping[str, Any] | None = None) -> Check:
@@ -73,22 +81,22 @@ def check(args: tuple[Any, ...], kwargs: Mapping[str, Any] | None = None) -> Che
     types = tuple(map(type, values))
     if not _PLAIN.issuperset(types):
         return never
-    tensors = _getter(tensor_at)
+    tensors = picker(tensor_at)
     guards = _guards(list(tensors(flat)))
     if guards is None:
         return never
-    aligned = _aligner(tensor_at)
+    aligned = aligner(tensor_at)
     align = aligned(flat)
     n = len(args)
     checked = guards.check
     if not other_at and not keys and len(tensor_at) == 1:  # one tensor alone (softmax, gelu's x)
-        (i,) = tensor_at
+        (i,), (mod16,) = tensor_at, align
 
         def one(a: tuple[Any, ...], kw: Mapping[str, Any] = _NO_KWARGS, /) -> bool:
-            return len(a) == n and not kw and checked(a[i]) and a[i].data_ptr() % 16 == align
+            return len(a) == n and not kw and checked(a[i]) and a[i].data_ptr() % 16 == mod16
 
         return one
-    others = _getter(other_at) if other_at else None
+    others = picker(other_at) if other_at else None
 
     def same(a: tuple[Any, ...], kw: Mapping[str, Any] = _NO_KWARGS, /) -> bool:
         if len(a) != n:
