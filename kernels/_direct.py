@@ -10,6 +10,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 
 from kernels import _checks
 from kernels._backend import interpreting
+from kernels._shapes import contiguous_strides
 from kernels._torch import lazy
 
 if TYPE_CHECKING:
@@ -356,11 +357,7 @@ def new_output(shape: tuple[int, ...] | torch.Size, dtype: torch.dtype, device: 
 def _output_maker(shape: tuple[int, ...], device: torch.device) -> tuple[Any, ...]:
     """How `new_output` makes a contiguous tensor of this shape on this device, given its dtype (the shape as a
     plain tuple of ints and contiguous strides: what torch's strided allocators take)."""
-    strides, step = [], 1
-    for n in reversed(shape):
-        strides.append(step)
-        step *= max(n, 1)
-    size, strides_t = tuple(int(n) for n in shape), tuple(reversed(strides))
+    size, strides_t = tuple(int(n) for n in shape), contiguous_strides(shape)
     device = torch.device(device)  # (a caller may name it)
     allocate = _allocator(device)
     if allocate is None:  # (the meta device, a torch without these allocators)

@@ -41,11 +41,12 @@ class Device:
 META = Device("meta")
 
 
-def _contiguous(shape: tuple[int, ...]) -> tuple[int, ...]:
+def contiguous_strides(shape: Any) -> tuple[int, ...]:
+    """The strides of a new contiguous tensor of this shape, as torch gives them (a dimension of 0 steps as 1)."""
     strides, step = [], 1
     for d in reversed(shape):
         strides.append(step)
-        step *= d
+        step *= max(d, 1)
     return tuple(reversed(strides))
 
 
@@ -54,7 +55,7 @@ class ShapeTensor:
 
     def __init__(self, shape: Any, dtype: DType, strides: Any = None) -> None:
         self.shape = tuple(int(s) for s in shape)
-        self._strides = tuple(strides) if strides is not None else _contiguous(self.shape)
+        self._strides = tuple(strides) if strides is not None else contiguous_strides(self.shape)
         self.dtype = dtype
         self.device = META
 
@@ -84,7 +85,7 @@ class ShapeTensor:
         return 0
 
     def is_contiguous(self) -> bool:
-        return self._strides == _contiguous(self.shape)
+        return self._strides == contiguous_strides(self.shape)
 
     def reshape(self, *shape: Any) -> ShapeTensor:
         dims = list(shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape)

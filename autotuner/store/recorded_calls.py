@@ -9,20 +9,14 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from kernels._shapes import contiguous_strides
+
 Expr = tuple[str, ...]
 ORDER = ("div", "div2", "const")  # where several kinds fit, the simplest that follows the key values explains it
 
 
 def _positive_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and v > 0
-
-
-def _contiguous(shape: list[int]) -> list[int]:
-    strides, step = [], 1
-    for d in reversed(shape):
-        strides.append(step)
-        step *= max(d, 1)
-    return strides[::-1]
 
 
 def _eval(expr: Expr, values: Mapping[str, int], config: Mapping[str, Any], constant: int) -> int:
@@ -54,10 +48,10 @@ def derived_call(call: Mapping[str, Any], old: Mapping[str, Any], new: Mapping[s
     for arg, spec in call["args"].items():
         if "tensor" in spec and a in spec["tensor"]["shape"]:
             t = spec["tensor"]
-            if t["stride"] != _contiguous(t["shape"]):
+            if t["stride"] != list(contiguous_strides(t["shape"])):
                 return None
             shape = [b if d == a else d for d in t["shape"]]
-            args[arg] = {"tensor": {**t, "shape": shape, "stride": _contiguous(shape)}}
+            args[arg] = {"tensor": {**t, "shape": shape, "stride": list(contiguous_strides(shape))}}
         elif arg == name:
             args[arg] = {"value": b}
         else:
