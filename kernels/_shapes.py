@@ -7,6 +7,7 @@ torch after all (autotuner.engine.measure.compile_pool)."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 
@@ -50,14 +51,14 @@ def contiguous_strides(shape: Any) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
-class ShapeTensor:
-    """A tensor's shape, strides, dtype and device (meta), and no memory: its data pointer is 0, 16-byte aligned."""
+class Form:
+    """A tensor's shape, strides, dtype and device without its memory, read as a tensor's are: the base of a tensor
+    recorded without its data (autotuner.decorator.kernel_problem.TensorForm) and of `ShapeTensor`."""
 
-    def __init__(self, shape: Any, dtype: DType, strides: Any = None) -> None:
-        self.shape = tuple(int(s) for s in shape)
-        self._strides = tuple(strides) if strides is not None else contiguous_strides(self.shape)
-        self.dtype = dtype
-        self.device = META
+    __slots__ = ("shape", "_strides", "dtype", "device")
+
+    def __init__(self, shape: Any, strides: Any, dtype: Any, device: Any) -> None:
+        self.shape, self._strides, self.dtype, self.device = shape, strides, dtype, device
 
     def stride(self, dim: int | None = None) -> Any:
         return self._strides if dim is None else self._strides[dim]
@@ -68,15 +69,22 @@ class ShapeTensor:
     def dim(self) -> int:
         return len(self.shape)
 
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+
+class ShapeTensor(Form):
+    """A tensor's shape, strides, dtype and device (meta), and no memory: its data pointer is 0, 16-byte aligned."""
+
+    __slots__ = ()
+
+    def __init__(self, shape: Any, dtype: DType, strides: Any = None) -> None:
+        dims = tuple(int(s) for s in shape)
+        super().__init__(dims, tuple(strides) if strides is not None else contiguous_strides(dims), dtype, META)
+
     @property
     def ndim(self) -> int:
         return len(self.shape)
-
-    def numel(self) -> int:
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n
 
     def element_size(self) -> int:
         return self.dtype.itemsize

@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 
 import torch
 
+from kernels._shapes import Form
 from search_spaces.problem import ProblemBase, ProblemError
 
 _TEXT_CHARS = "A-Za-z0-9_.+-"  # a text value's characters (quoted in a key: `"text"`)
@@ -118,26 +119,14 @@ class KernelProblem(ProblemBase):
         return dict(self.values).get(name, default)
 
 
-class TensorForm:
+class TensorForm(Form):
     """A tensor argument's form without its data (shape, strides, dtype, device): what recording a launch reads,
     so that a recording still waiting on another thread holds no tensor of the launch."""
 
-    __slots__ = ("shape", "_stride", "dtype", "device")
+    __slots__ = ()
 
     def __init__(self, t: torch.Tensor) -> None:
-        self.shape, self._stride, self.dtype, self.device = t.shape, t.stride(), t.dtype, t.device
-
-    def stride(self, dim: int | None = None) -> Any:
-        return self._stride if dim is None else self._stride[dim]
-
-    def size(self, dim: int | None = None) -> Any:
-        return self.shape if dim is None else self.shape[dim]
-
-    def dim(self) -> int:
-        return len(self.shape)
-
-    def numel(self) -> int:
-        return math.prod(self.shape)
+        super().__init__(t.shape, t.stride(), t.dtype, t.device)
 
 
 def forms(named: Mapping[str, Any]) -> dict[str, Any]:
