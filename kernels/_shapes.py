@@ -132,8 +132,8 @@ class ShapesTorch:
     _C = None  # (torch's C allocator: kernels._direct falls back to the plain one)
 
     @staticmethod
-    def device(kind: str, index: int | None = None) -> Device:
-        return Device(kind, index)
+    def device(kind: str | Device, index: int | None = None) -> Device:
+        return kind if isinstance(kind, Device) else Device(kind, index)  # (torch.device(a device) is that device)
 
     @staticmethod
     def empty(*shape: Any, dtype: DType | None = None, device: Any = None) -> ShapeTensor:
