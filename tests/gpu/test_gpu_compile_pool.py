@@ -150,7 +150,7 @@ from autotuner.engine.measure import l2_flush
 def files():
     return sorted(str(p) for p in pathlib.Path(os.environ["TRITON_CACHE_DIR"]).rglob("*") if p.is_file())
 
-thread = threading.Thread(target=l2_flush.compile_ahead, args=(torch.device("cuda", 0),))
+thread = threading.Thread(target=l2_flush.compile_ahead, args=(0,))
 thread.start()
 torch.ones(1, device="cuda:0")  # the context, made meanwhile on the main thread (as a trial worker's warm-up does)
 thread.join()

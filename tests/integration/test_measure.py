@@ -175,6 +175,53 @@ def test_the_problem_is_set_up_in_the_trial_worker_while_the_compile_pool_still_
         kept.close()
 
 
+def test_the_first_configs_compile_while_the_trial_worker_is_still_being_started(monkeypatch):
+    """The tuner's plan waited for the trial worker's process (forked once the fork server has imported torch) before
+    it handed the compile pool its first configs, and the pool's processes were started only after it: now the pool
+    starts on its own and compiles what it is given while the trial worker is still being started, which the
+    problem's set-up alone waits for; a measurer closed meanwhile sets nothing up."""
+    from autotuner.engine.measure.live import KeptProcesses
+    from autotuner.engine.measure.runner import TrialRunner
+
+    release = threading.Event()
+    prestart = TrialRunner.prestart
+
+    def held(self, device_index):  # the fork server still importing
+        release.wait(60)
+        prestart(self, device_index)
+
+    monkeypatch.setattr(TrialRunner, "prestart", held)
+    sm = get_op("softmax")
+    problem = sm.parse_problem("8x64")
+    spec = WorkerSpec("softmax", asdict(problem), (), None)
+    default = sm.space.default(problem, current_device())
+    kept = KeptProcesses()
+    kept.prestart(None, 2)
+    measurer = None
+    try:
+        measurer = LiveMeasurer(spec, 120, 2, kept)  # (returns with the trial worker not started)
+        measurer.compile_ahead([default])
+        compiled = measurer._ahead[config_key(default)].result(120)
+        assert isinstance(compiled, float) and not release.is_set() and not measurer._base.done()
+        release.set()
+        assert measurer.start().status == "ok"
+        assert measurer.measure(default).status == "ok" and measurer.compiles == 1
+        measurer.close()
+        release.clear()
+        kept.close()
+        kept.prestart(None, 2)
+        measurer = LiveMeasurer(spec, 120, 2, kept)
+        threading.Timer(0.5, release.set).start()
+        measurer.close()  # closed before its trial worker was there
+        assert isinstance(measurer._base.exception(10), RuntimeError) and kept.runner.setup_s == {}
+        measurer = None
+    finally:
+        release.set()
+        if measurer is not None:
+            measurer.close()
+        kept.close()
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_the_fork_server_ends_with_its_command_without_tearing_its_interpreter_down(tmp_path):
     """Once the command has ended, its fork server (holding the command's standard output and error) ends at once:

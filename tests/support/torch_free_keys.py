@@ -3,7 +3,7 @@ kernels compile rather than interpret): the built-in ops' configs launched as a 
 an H100 this machine need not have, either without torch (`shapes`: autotuner.engine.measure.torch_free, through the
 pool's own `_init` and `_compile`) or with torch's meta tensors (`meta`, torch imported first). Prints a JSON line per
 Triton compile the launches ask for: the kernel, its ASTSource hash and options hash, and whether that binary was in
-Triton's cache (TRITON_CACHE_DIR) already. The launcher's C module is not built: it needs libcuda, which a machine
+Triton's cache (TRITON_CACHE_DIR) already; then the trial worker's L2 flush kernel (autotuner.engine.measure.l2_flush). The launcher's C module is not built: it needs libcuda, which a machine
 without a GPU lacks (the GPU tier builds it: tests/gpu/test_gpu_compile_pool.py).
 
     python tests/support/torch_free_keys.py shapes|meta|fallback
@@ -103,6 +103,16 @@ def main(mode: str) -> None:
         spec = WorkerSpec(name, asdict(op.parse_problem(shape, dtype)), (), 0)
         result = compile_pool._compile(spec, config)
         assert isinstance(result, float), f"{name} {shape} {config}: {result}"
+    from triton.runtime.driver import driver
+
+    driver.active.launcher_cls = lambda src, metadata: None  # (see the module's docstring)
+    if mode == "meta":  # (a CUDA device to make current: none here; the driver compiles for device 0 anyway)
+        import contextlib
+
+        import torch
+
+        torch.cuda.device = lambda index: contextlib.nullcontext()
+    compile_pool._compile_flush(0)  # the trial worker's L2 flush, as the pool compiles it ahead
     print(json.dumps({"torch": "torch" in sys.modules}), flush=True)
 
 

@@ -190,6 +190,17 @@ def _started() -> None:
     """A no-op task: submitting one per worker makes the pool start them all."""
 
 
+def _compile_flush(index: int) -> None:
+    """The trial worker's L2 flush compiled into Triton's cache (autotuner.engine.measure.l2_flush), so that its start
+    on the device finds it there; a failure leaves the compile to the trial worker, which reports it."""
+    from autotuner.engine.measure.l2_flush import compile_ahead
+
+    try:
+        compile_ahead(index)
+    except Exception:  # noqa: S110 - see above
+        pass
+
+
 class CompilePool:
     def __init__(self, spec: WorkerSpec | None, workers: int, device_index: int | None = None, *,
                  shared: bool = False) -> None:
@@ -208,10 +219,13 @@ class CompilePool:
             return self._pool
 
     def prestart(self) -> None:
-        """Start every process now (each makes its CUDA context), before the first config to compile."""
+        """Start every process now, before the first config to compile, and have one compile the trial worker's L2
+        flush."""
         pool = self._ensure()
         for _ in range(self.workers):
             pool.submit(_started)
+        if self.device_index is not None:
+            pool.submit(_compile_flush, self.device_index)
 
     def submit(self, config: dict[str, Any], spec: WorkerSpec | None = None) -> Future[Outcome | float]:
         """Compile a config of `spec`'s problem (default: the pool's). A shared pool compiles on its own device

@@ -4,14 +4,25 @@ displaces them, then the fill leaves the L2 full of the buffer's lines. Checked 
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-import torch
 import triton
 import triton.language as tl
 
+from kernels import _torch
+
+if TYPE_CHECKING:
+    import torch
+else:
+    torch = _torch.lazy(__name__)  # (a compile process without torch compiles the flush on shape-only tensors)
+
 BLOCK = 4096
 NUM_WARPS = 8  # (the flush's launch and its compile ahead: one binary)
+# Triton specializes an integer argument on its divisibility by 16 and its width alone: every buffer's size is a
+# multiple of 16 that fits in 32 bits, so a compile ahead with this one makes the binary every flush launches.
+ANY_SIZE = (256 << 20) // 4
 _BUFFERS: dict[str, torch.Tensor] = {}
 _FLUSHES: dict[str, Callable[[], None]] = {}
 
@@ -41,16 +52,18 @@ def flush_buffer(device: torch.device) -> torch.Tensor:
     return _BUFFERS[key]
 
 
-def compile_ahead(device: torch.device) -> None:
-    """Compile the flush's kernel for `device` and build its launcher without running it (on meta tensors), so a trial
-    worker does it while its CUDA context is made and its first flush only loads it."""
+def compile_ahead(index: int) -> None:
+    """Compile the flush's kernel for CUDA device `index` and build its launcher without running it (on meta tensors,
+    or shape-only ones in a process without torch), into Triton's cache: a compile-pool process does it as the
+    command starts, a trial worker (finding it there, or compiling it) while its CUDA context is made, and its first
+    flush only loads it."""
     from triton.runtime.driver import driver
 
-    n = _elements(device)
-    grid = _grid(n)
-    meta = [torch.empty(size, dtype=torch.int32, device="meta") for size in (n, grid[0])]
-    with torch.cuda.device(device):  # (a thread's current device is its own)
-        kernel = _read_evict_last.warmup(*meta, n, BLOCK=BLOCK, num_warps=NUM_WARPS, grid=grid)
+    grid = _grid(ANY_SIZE)
+    meta = [torch.empty(size, dtype=torch.int32, device="meta") for size in (ANY_SIZE, grid[0])]
+    # (a thread's current device is its own; a process without torch compiles for its one device)
+    with torch.cuda.device(index) if _torch.imported() else contextlib.nullcontext():
+        kernel = _read_evict_last.warmup(*meta, ANY_SIZE, BLOCK=BLOCK, num_warps=NUM_WARPS, grid=grid)
     driver.active.launcher_cls(kernel.src, kernel.metadata)  # (a C module, built into Triton's cache)
 
 

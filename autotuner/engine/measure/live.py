@@ -59,10 +59,15 @@ class LiveMeasurer:
         # tuner plans the search (`start` takes the result), instead of after the plan, which itself waits for the
         # compile pool's processes to start (benchmarks/tune_time.py's setup phase).
         self._base: Future[Outcome] = Future()
+        self._closing = False
         threading.Thread(target=self._set_up, name="trial-setup", daemon=True).start()
 
     def _set_up(self) -> None:
         try:
+            if self.kept is not None:
+                self.kept.wait_for_runner()  # (a process of its own, not a second one, where one is being started)
+            if self._closing:  # closed while the trial worker was being started: no problem is set up in it
+                raise RuntimeError("the measurer was closed before its trial worker started")
             self._base.set_result(self.runner.baseline())  # (the problem's set-up first: runner._ask)
         except BaseException as exc:  # noqa: BLE001 - raised by start(), in the tuner's thread
             self._base.set_exception(exc)
@@ -192,6 +197,7 @@ class LiveMeasurer:
         for lane in self.more:
             if self._owns_more or lane.in_flight:
                 lane.close(wait=False)
+        self._closing = True
         if not self._base.done():  # stopped before `start` took the set-up: the process is stopped, and the
             self.runner.close(wait=False)  # thread (which answers as soon as its pipe closes) waited for, so that
             wait([self._base], timeout=10)  # no request of this problem reaches a worker's next one
@@ -220,38 +226,51 @@ class KeptProcesses:
         self.shared_pool = shared_pool
         self.pool: CompilePool | None = shared_pool
         self.lanes: list[TrialRunner] = []  # trial workers on the further GPUs of a worker with several
-        self._starting: threading.Thread | None = None
+        self._starting: list[threading.Thread] = []
         self._runner_started = threading.Event()  # the trial worker asked for (set: none is being started)
         self._runner_started.set()
+        self._pool_started = threading.Event()  # the pool started by `prestart` has its processes asked for
+        self._pool_started.set()
 
     def prestart(self, device_index: int | None, compile_workers: int, background: bool = True) -> None:
-        """Start the trial worker and `compile_workers` compile processes before any problem is known, on a thread, all
-        at once, so the search's first configs are compiled when it starts. A problem is handed to them (`for_problem`)
-        once the trial worker is asked for."""
+        """Start the trial worker and `compile_workers` compile processes before any problem is known, on two threads
+        (`background`), so the search's first configs are compiled when it starts. A problem is handed to them
+        (`for_problem`) at once: its first configs compile while the trial worker is still being started."""
         runner = self.runner = TrialRunner(None)
         pool = None
         if compile_workers > 1 and self.shared_pool is None:
             pool = self.pool = CompilePool(None, compile_workers, device_index)
         self._runner_started.clear()
+        self._pool_started.clear()
 
-        def start() -> None:
+        def start_pool() -> None:
+            try:
+                if pool is not None:
+                    pool.prestart()
+            finally:
+                self._pool_started.set()
+
+        def start_runner() -> None:
             try:
                 runner.prestart(device_index)
             finally:
                 self._runner_started.set()
-            if pool is not None:
-                pool.prestart()
 
+        # Each on its own: the trial worker's start waits for the fork server's imports (torch), the pool's processes
+        # are new interpreters without torch, ready long before, and the search's first configs compile meanwhile.
         if background:
-            self._starting = threading.Thread(target=start, name="prestart", daemon=True)
-            self._starting.start()
+            self._starting = [threading.Thread(target=start_pool, name="prestart-pool", daemon=True),
+                              threading.Thread(target=start_runner, name="prestart", daemon=True)]
+            for thread in self._starting:
+                thread.start()
         else:
-            start()
+            start_pool()
+            start_runner()
 
     def _started(self) -> None:
-        if self._starting is not None:
-            self._starting.join()
-            self._starting = None
+        for thread in self._starting:
+            thread.join()
+        self._starting = []
 
     def trial_runner(self, trial_timeout_s: float) -> TrialRunner:
         """The kept trial worker alone (for timing configs checked elsewhere: cross-timing a sweep)."""
@@ -260,16 +279,23 @@ class KeptProcesses:
             self.runner = TrialRunner(None, trial_timeout_s)
         return self.runner
 
+    def wait_for_runner(self) -> None:
+        """Until the trial worker asked for has been started (its process forked, not yet set up); the problem's
+        set-up waits for it, where the plan and the first compiles need not."""
+        self._runner_started.wait()
+
     def for_problem(self, spec: WorkerSpec, trial_timeout_s: float,
                     compile_workers: int) -> tuple[TrialRunner, CompilePool | None]:
-        self._runner_started.wait()  # (the pool's processes may still be starting: tasks wait for them)
+        """The kept trial worker and pool given `spec`'s problem, without waiting for either to have started: the
+        pool queues tasks until its processes are up, and the runner sets the problem up once the prestarted
+        process is there (`use` before `prestart` has ended leaves the problem to set up in it)."""
         if self.runner is None:
             self.runner = TrialRunner(spec, trial_timeout_s)
         self.runner.use(spec, trial_timeout_s)
         if self.shared_pool is not None:
             return self.runner, self.shared_pool if compile_workers > 1 else None
         if compile_workers > 1 and (self.pool is None or self.pool.workers != compile_workers):
-            self._started()
+            self._pool_started.wait()  # (not the trial worker's start, which may wait for the fork server)
             if self.pool is not None:
                 self.pool.reset()
             self.pool = CompilePool(spec, compile_workers, spec.device_index)

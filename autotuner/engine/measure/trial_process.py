@@ -223,12 +223,10 @@ def _before_first_compile(flush_device: int | None) -> threading.Thread:
 
             prepare()
         if flush_device is not None:
-            import torch
-
             from autotuner.engine.measure.l2_flush import compile_ahead
 
             try:
-                compile_ahead(torch.device("cuda", flush_device))
+                compile_ahead(flush_device)
             except Exception:  # noqa: S110 - the first flush compiles it, as before, and reports what fails
                 pass
 
