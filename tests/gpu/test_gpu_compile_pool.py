@@ -168,3 +168,39 @@ def test_the_l2_flush_compiled_ahead_is_the_binary_the_first_flush_launches(tmp_
                          env={**os.environ, "TRITON_CACHE_DIR": str(tmp_path / "cache")})
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["1", "0"], out.stdout
+
+
+POOL_FLUSH = """
+import os, pathlib
+from autotuner.engine.measure.compile_pool import CompilePool
+
+pool = CompilePool(None, 2, 0)
+pool.prestart()  # (its processes spawned without torch; one compiles the trial worker's L2 flush)
+pool.close()  # (waits for the tasks)
+print("torch in the parent:", "torch" in __import__("sys").modules)
+"""
+
+FLUSH_AFTER = """
+import os, pathlib, torch
+from autotuner.engine.measure import l2_flush
+
+def files():
+    return sorted(str(p) for p in pathlib.Path(os.environ["TRITON_CACHE_DIR"]).rglob("*") if p.is_file())
+
+before = files()
+l2_flush.l2_flusher(torch.device("cuda", 0))()
+torch.cuda.synchronize()
+print(sum(p.endswith(".cubin") for p in before), len(set(files()) - set(before)))
+"""
+
+
+def test_the_compile_pool_compiles_the_trial_workers_l2_flush_without_torch(tmp_path):
+    """A prestarted pool (new interpreters that never import torch) compiles the L2 flush as the command starts: the
+    trial worker's first flush then finds the binary and its launcher in Triton's cache and adds nothing to it."""
+    env = {**os.environ, "TRITON_CACHE_DIR": str(tmp_path / "cache")}
+    pool = subprocess.run([sys.executable, "-c", POOL_FLUSH], capture_output=True, text=True, timeout=300, env=env)
+    assert pool.returncode == 0, pool.stderr
+    assert pool.stdout.strip() == "torch in the parent: False", pool.stdout
+    out = subprocess.run([sys.executable, "-c", FLUSH_AFTER], capture_output=True, text=True, timeout=300, env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["1", "0"], out.stdout
