@@ -175,8 +175,9 @@ import os, pathlib
 from autotuner.engine.measure.compile_pool import CompilePool
 
 pool = CompilePool(None, 2, 0)
-pool.prestart()  # (its processes spawned without torch; one compiles the trial worker's L2 flush)
-pool.close()  # (waits for the tasks)
+for task in pool.prestart():  # (its processes spawned without torch; one compiles the trial worker's L2 flush)
+    task.result(240)
+pool.close()
 print("torch in the parent:", "torch" in __import__("sys").modules)
 """
 

@@ -175,6 +175,25 @@ def test_the_problem_is_set_up_in_the_trial_worker_while_the_compile_pool_still_
         kept.close()
 
 
+@pytest.mark.skipif(not hasattr(os, "getpriority"), reason="Unix process priorities")
+def test_a_prestarted_pools_processes_start_at_its_lower_priority():
+    """A pool's processes lowered themselves once their imports were done; started with the command, beside the fork
+    server's import of torch (which the trial worker waits for), they are lowered as they start."""
+    from autotuner.engine.measure import compile_pool
+
+    pool = compile_pool.CompilePool(None, 2)
+    try:
+        tasks = pool.prestart()
+        procs = list(pool._pool._processes.values())
+        lowered = [os.getpriority(os.PRIO_PROCESS, p.pid) for p in procs]  # (before the tasks can have run)
+        for task in tasks:
+            task.result(120)
+        assert len(procs) == 2 and all(n >= compile_pool.NICE for n in lowered), lowered
+        assert all(os.getpriority(os.PRIO_PROCESS, p.pid) == compile_pool.NICE for p in procs)  # (not lowered twice)
+    finally:
+        pool.close()
+
+
 def test_the_first_configs_compile_while_the_trial_worker_is_still_being_started(monkeypatch):
     """The tuner's plan waited for the trial worker's process (forked once the fork server has imported torch) before
     it handed the compile pool its first configs, and the pool's processes were started only after it: now the pool

@@ -22,6 +22,14 @@ NICE = 10
 META = "meta"  # the torch device of a pool process's inputs until an op needs real ones
 
 
+def background(pid: int) -> None:
+    """Process `pid` at the pool's lower priority (NICE), where it is not lower already."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, pid, max(NICE, os.getpriority(os.PRIO_PROCESS, pid)))
+    except OSError:  # pragma: no cover - not allowed here, or the process is gone
+        pass
+
+
 def compile_only() -> None:
     """From now on every Triton launch in this process compiles and does not run: `prepare` (no CUDA context), or a load
     into the context where there is one, so a config over the device's limits fails as at a launch. Running kernels here
@@ -80,10 +88,7 @@ def _init(spec: WorkerSpec | None, env: dict[str, str] | None = None, device_ind
     if env is not None:  # a new process: the parent's environment first
         adopt(env)
         die_with_parent()
-        try:
-            os.nice(NICE)
-        except OSError:  # pragma: no cover - not allowed here
-            pass
+        background(os.getpid())
         index = device_index if device_index is not None else (spec.device_index if spec is not None else None)
         if index is not None:
             _STATE["device"] = META
@@ -218,14 +223,18 @@ class CompilePool:
                                                  initargs=(self.spec, processes.environment(), self.device_index))
             return self._pool
 
-    def prestart(self) -> None:
+    def prestart(self) -> list[Future[None]]:
         """Start every process now, before the first config to compile, and have one compile the trial worker's L2
-        flush."""
+        flush; the tasks doing it. The processes are lowered to the pool's priority as they start, not once their
+        imports are done: a command's processes start at once, and the fork server's import of torch, which the
+        trial worker waits for, must not wait for them."""
         pool = self._ensure()
-        for _ in range(self.workers):
-            pool.submit(_started)
+        tasks = [pool.submit(_started) for _ in range(self.workers)]
         if self.device_index is not None:
-            pool.submit(_compile_flush, self.device_index)
+            tasks.append(pool.submit(_compile_flush, self.device_index))
+        for proc in list(getattr(pool, "_processes", {}).values()):  # (started by the submits)
+            background(proc.pid)
+        return tasks
 
     def submit(self, config: dict[str, Any], spec: WorkerSpec | None = None) -> Future[Outcome | float]:
         """Compile a config of `spec`'s problem (default: the pool's). A shared pool compiles on its own device
