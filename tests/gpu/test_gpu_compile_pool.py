@@ -191,13 +191,14 @@ def files():
 before = files()
 l2_flush.l2_flusher(torch.device("cuda", 0))()
 torch.cuda.synchronize()
-print(sum(p.endswith(".cubin") for p in before), len(set(files()) - set(before)))
+print(sum(p.endswith(".cubin") for p in before), len(set(files()) - set(before)), *sorted(set(files()) - set(before)))
 """
 
 
 def test_the_compile_pool_compiles_the_trial_workers_l2_flush_without_torch(tmp_path):
-    """A prestarted pool (new interpreters that never import torch) compiles the L2 flush as the command starts: the
-    trial worker's first flush then finds the binary and its launcher in Triton's cache and adds nothing to it."""
+    """A prestarted pool (new interpreters that never import torch) compiles the L2 flush as the command starts, and
+    builds Triton's C module over the driver: the trial worker's first flush then finds the binary, its launcher and
+    that module in Triton's cache and adds nothing to it."""
     env = {**os.environ, "TRITON_CACHE_DIR": str(tmp_path / "cache")}
     pool = subprocess.run([sys.executable, "-c", POOL_FLUSH], capture_output=True, text=True, timeout=300, env=env)
     assert pool.returncode == 0, pool.stderr

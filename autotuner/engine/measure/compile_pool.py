@@ -196,14 +196,19 @@ def _started() -> None:
 
 
 def _compile_flush(index: int) -> None:
-    """The trial worker's L2 flush compiled into Triton's cache (autotuner.engine.measure.l2_flush), so that its start
-    on the device finds it there; a failure leaves the compile to the trial worker, which reports it."""
+    """The trial worker's first builds, into Triton's cache, so that its start on the device finds them there: its L2
+    flush (autotuner.engine.measure.l2_flush), and Triton's C module over the CUDA driver, which Triton's driver
+    builds when first made and a process compiling without torch never needs (torch_free); a failure leaves the
+    build to the trial worker, which reports it."""
+    from triton.runtime.driver import driver
+
     from autotuner.engine.measure.l2_flush import compile_ahead
 
-    try:
-        compile_ahead(index)
-    except Exception:  # noqa: S110 - see above
-        pass
+    for build in (compile_ahead, lambda index: driver.active.utils):
+        try:
+            build(index)
+        except Exception:  # noqa: S110, PERF203 - see above
+            pass
 
 
 class CompilePool:
