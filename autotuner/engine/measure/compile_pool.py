@@ -228,13 +228,14 @@ class CompilePool:
                                                  initargs=(self.spec, processes.environment(), self.device_index))
             return self._pool
 
-    def prestart(self) -> list[Future[None]]:
-        """Start every process now, before the first config to compile, and have one compile the trial worker's L2
-        flush; the tasks doing it. The processes are lowered to the pool's priority as they start, not once their
-        imports are done: a command's processes start at once, and the fork server's import of torch, which the
-        trial worker waits for, must not wait for them."""
+    def prestart(self, processes: int | None = None) -> list[Future[None]]:
+        """Start `processes` of the pool's processes now (default: all), before the first config to compile, and have
+        one build the trial worker's first needs (`_compile_flush`); the tasks doing it. The others start as configs
+        come. The processes are lowered to the pool's priority as they start, not once their imports are done: a
+        command's processes start at once, and the fork server's import of torch, which the trial worker waits for,
+        must not wait for them."""
         pool = self._ensure()
-        tasks = [pool.submit(_started) for _ in range(self.workers)]
+        tasks = [pool.submit(_started) for _ in range(min(self.workers, processes or self.workers))]
         if self.device_index is not None:
             tasks.append(pool.submit(_compile_flush, self.device_index))
         for proc in list(getattr(pool, "_processes", {}).values()):  # (started by the submits)

@@ -214,6 +214,12 @@ class LiveMeasurer:
         self.runner.close()
 
 
+# Compile processes a command starts before its problem is known (the rest start as its first configs come): new
+# interpreters importing the ops at once beside the fork server's import of torch, which the trial worker waits for,
+# slowed it by a few tenths of a second.
+EARLY_COMPILE_PROCESSES = 2
+
+
 class KeptProcesses:
     """A trial worker and a compile pool kept from one tuning to the next (an `autotuner worker`'s, one per GPU),
     or started ahead of the first (`autotuner tune`): the next problem is set up in processes that have their
@@ -246,7 +252,7 @@ class KeptProcesses:
         def start_pool() -> None:
             try:
                 if pool is not None:
-                    pool.prestart()
+                    pool.prestart(EARLY_COMPILE_PROCESSES)
             finally:
                 self._pool_started.set()
 
