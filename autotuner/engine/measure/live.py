@@ -214,9 +214,9 @@ class LiveMeasurer:
         self.runner.close()
 
 
-# Compile processes a command starts before its problem is known (the rest start as its first configs come): new
-# interpreters importing the ops at once beside the fork server's import of torch, which the trial worker waits for,
-# slowed it by a few tenths of a second.
+# Compile processes started before the problem is known (the rest start as its first configs come): one builds what
+# the trial worker needs first (compile_pool._compile_flush); a pool's width of new interpreters importing the ops at
+# once, beside the fork server's import of torch, slowed that import, which the trial worker waits for.
 EARLY_COMPILE_PROCESSES = 2
 
 
@@ -239,9 +239,10 @@ class KeptProcesses:
         self._pool_started.set()
 
     def prestart(self, device_index: int | None, compile_workers: int, background: bool = True) -> None:
-        """Start the trial worker and `compile_workers` compile processes before any problem is known, on two threads
-        (`background`), so the search's first configs are compiled when it starts. A problem is handed to them
-        (`for_problem`) at once: its first configs compile while the trial worker is still being started."""
+        """Start the trial worker and a pool of `compile_workers` compile processes before any problem is known, on
+        two threads (`background`): EARLY_COMPILE_PROCESSES of the pool's processes now, the others as configs come.
+        A problem is handed to them (`for_problem`) at once: its first configs compile while the trial worker is
+        still being started."""
         runner = self.runner = TrialRunner(None)
         pool = None
         if compile_workers > 1 and self.shared_pool is None:
