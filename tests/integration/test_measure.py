@@ -175,6 +175,82 @@ def test_the_problem_is_set_up_in_the_trial_worker_while_the_compile_pool_still_
         kept.close()
 
 
+POOL_OF_A_THREAD = """
+import os, sys, threading, time
+from autotuner.engine.measure import compile_pool
+
+pool = compile_pool.CompilePool(None, 2)
+starting = threading.Thread(target=lambda: [task.result(120) for task in pool.prestart()])
+starting.start()
+starting.join()  # (the thread that started the processes, ended once they had set themselves up)
+time.sleep(1)
+pool._ensure().submit(compile_pool._started).result(60)
+print(*[p.pid for p in pool._pool._processes.values()], flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_pools_processes_outlive_the_thread_that_started_them_and_end_with_its_process():
+    """A pool's processes are started by whichever thread submits first (a prestart's, which ends at once). They
+    asked Linux to kill them when their parent died, which is the thread that started a process, not its process:
+    a tune's pool broke whenever that thread ended after its processes were up. They outlive it now, and still end
+    with the process that started them."""
+    proc = subprocess.Popen([sys.executable, "-c", POOL_OF_A_THREAD], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        line = proc.stdout.readline()
+        assert line.strip(), proc.stderr.read() if proc.poll() is not None else "no pids"
+        pids = [int(p) for p in line.split()]
+        assert len(pids) == 2
+    finally:
+        proc.kill()
+        proc.wait(10)
+    deadline = time.monotonic() + 30
+
+    def alive(pid: int) -> bool:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return not _zombie(pid)
+
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(alive(p) for p in pids), pids
+
+
+def test_a_pool_whose_process_died_compiles_the_next_config_in_a_new_one():
+    """A pool process killed (out of memory, say) broke the pool for good: the next config's submit raised, and the
+    tune ended with a traceback. The next submit now starts a new pool."""
+    from autotuner.engine.measure import compile_pool
+
+    sm = get_op("softmax")
+    problem = sm.parse_problem("8x64")
+    spec = WorkerSpec("softmax", asdict(problem), (), None)
+    pool = compile_pool.CompilePool(spec, 2)
+    try:
+        for task in pool.prestart():
+            task.result(120)
+        victim = next(iter(pool._pool._processes.values()))
+        victim.kill()
+        victim.join(10)
+        deadline = time.monotonic() + 30
+        while not pool._pool._broken and time.monotonic() < deadline:  # (its manager thread notices)
+            time.sleep(0.05)
+        assert pool._pool._broken
+        assert isinstance(pool.submit(sm.space.default(problem, current_device())).result(120), float)
+    finally:
+        pool.close()
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return False
+
+
 @pytest.mark.skipif(not hasattr(os, "getpriority"), reason="Unix process priorities")
 def test_a_prestarted_pools_processes_start_at_its_lower_priority():
     """A pool's processes lowered themselves once their imports were done; started with the command, beside the fork

@@ -9,6 +9,7 @@ import sys
 import threading
 import time
 from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from autotuner.engine.measure import compile_lock, processes, torch_free
@@ -87,7 +88,7 @@ def prepare(kernel: Any) -> None:
 def _init(spec: WorkerSpec | None, env: dict[str, str] | None = None, device_index: int | None = None) -> None:
     if env is not None:  # a new process: the parent's environment first
         adopt(env)
-        die_with_parent()
+        die_with_parent(any_thread=True)
         background(os.getpid())
         index = device_index if device_index is not None else (spec.device_index if spec is not None else None)
         if index is not None:
@@ -249,7 +250,11 @@ class CompilePool:
         assert spec is not None, "no problem to compile for yet"
         if self.shared and spec.device_index is not None and spec.device_index != self.device_index:
             spec = dataclasses.replace(spec, device_index=self.device_index)
-        return self._ensure().submit(_compile, spec, config)
+        try:
+            return self._ensure().submit(_compile, spec, config)
+        except BrokenProcessPool:  # a process of it died (killed, out of memory): a new pool takes the config
+            self.reset()
+            return self._ensure().submit(_compile, spec, config)
 
     def result(self, fut: Future[Outcome | float], timeout: float) -> Outcome | float | None:
         """The compile result, or None when the pool failed or ran out of time (the trial worker decides)."""

@@ -140,16 +140,26 @@ class Bench:
             return Outcome("crash", error=short_error(exc))
 
 
-def die_with_parent() -> None:
+def die_with_parent(any_thread: bool = False) -> None:
     """Linux: SIGKILL this process when its parent dies (a worker stuck in a hanging kernel would outlive its run);
-    Ctrl-C is the parent's to handle, so a child prints no traceback of its own."""
+    Ctrl-C is the parent's to handle, so a child prints no traceback of its own. Linux takes the thread that started
+    a process for its parent: a process started from any thread of its parent (`any_thread`: a pool's, started by
+    whichever thread submits first) waits on its parent process instead, on a thread, and ends when it ends."""
     import ctypes
+    import multiprocessing
     import signal
     import sys
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    parent = multiprocessing.parent_process()
+    if any_thread and parent is not None:
 
-    if sys.platform.startswith("linux"):
+        def watch() -> None:
+            parent.join()  # (its sentinel: closed when the parent process ends, whichever thread started this one)
+            os._exit(1)
+
+        threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+    elif sys.platform.startswith("linux"):
         try:
             ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
         except OSError:  # pragma: no cover - no glibc
