@@ -55,8 +55,9 @@ def run(tree: Path, tune: list[str], work: Path, name: str, secret: str, db: str
     wall = time.perf_counter() - t0
     log.write_text(out.stderr)
     log.with_suffix(".json").write_text(out.stdout)
-    if out.returncode != 0:
-        raise SystemExit(f"{tree}: tune failed ({out.returncode}): {out.stderr[-2000:]}")
+    if out.returncode != 0:  # counted and shown; the other runs go on (a tree that fails now and then is a finding)
+        last = out.stderr.strip().splitlines()[-1:] or [""]
+        return {"failed": f"exit {out.returncode}: {last[0][:200]}", "wall_s": wall}
     # (py-spy writes its own lines to standard output around the command's JSON)
     result = json.JSONDecoder().raw_decode(out.stdout[out.stdout.index("{"):])[0] if spy else json.loads(out.stdout)
     return {"wall_s": wall, **{k: result["phases"].get(k, 0.0) for k in PHASES}, "best_ms": result["best_ms"]}
@@ -91,17 +92,25 @@ def main() -> None:
                 done = run(tree, shlex.split(args.tune), work, host, "" if host == "alone" else "s3cret-of-16-bytes", db,
                            args.drop_caches, args.out / f"tune_ab_{label}{r}_{host}.log", args.spy)
                 runs.setdefault((label, host), []).append(done)
+                if "failed" in done:
+                    print(f"{label}{r} {host:6s} FAILED after {done['wall_s']:.2f} s: {done['failed']}", flush=True)
+                    continue
                 print(f"{label}{r} {host:6s} wall {done['wall_s']:6.2f}  " +
                       " ".join(f"{k.removesuffix('_s')}={done[k]:.2f}" for k in PHASES) + f"  best {done['best_ms']:.4f}", flush=True)
             shutil.rmtree(work, ignore_errors=True)
     names = ", ".join(f"{label} = {tree}" for label, tree in zip(string.ascii_uppercase, trees, strict=False))
     print(f"\n{names}; `autotuner tune {args.tune}`, {args.rounds} rounds interleaved")
-    print("| tree | host | walls (s) | mean | setup (mean) | search (mean) |")
-    print("|---|---|---|---|---|---|")
-    for (label, host), each in sorted(runs.items(), key=lambda kv: (hosts.index(kv[0][1]), kv[0][0])):
+    print("| tree | host | walls (s) | mean | setup (mean) | search (mean) | failed |")
+    print("|---|---|---|---|---|---|---|")
+    for (label, host), every in sorted(runs.items(), key=lambda kv: (hosts.index(kv[0][1]), kv[0][0])):
+        each = [d for d in every if "failed" not in d]
+        if not each:
+            print(f"| {label} | {host} | - | - | - | - | {len(every)} |")
+            continue
         walls = [d["wall_s"] for d in each]
         print(f"| {label} | {host} | {' / '.join(f'{w:.2f}' for w in walls)} | {statistics.mean(walls):.2f} | "
-              f"{statistics.mean(d['setup_s'] for d in each):.2f} | {statistics.mean(d['search_s'] for d in each):.2f} |")
+              f"{statistics.mean(d['setup_s'] for d in each):.2f} | {statistics.mean(d['search_s'] for d in each):.2f} | "
+              f"{len(every) - len(each)} |")
 
 
 if __name__ == "__main__":
