@@ -254,12 +254,14 @@ def _zombie(pid: int) -> bool:
 @pytest.mark.skipif(not hasattr(os, "getpriority"), reason="Unix process priorities")
 def test_a_prestarted_pools_processes_start_at_its_lower_priority():
     """A pool's processes lowered themselves once their imports were done; started with the command, beside the fork
-    server's import of torch (which the trial worker waits for), they are lowered as they start."""
+    server's import of torch (which the trial worker waits for), they are lowered as they start, by the prestart or
+    by the submit that starts them."""
     from autotuner.engine.measure import compile_pool
 
     pool = compile_pool.CompilePool(None, 2)
     try:
-        tasks = pool.prestart()
+        tasks = pool.prestart(1)  # one now, the other started by a later submit
+        tasks += [pool._submit(compile_pool._started) for _ in range(2)]
         procs = list(pool._pool._processes.values())
         lowered = [os.getpriority(os.PRIO_PROCESS, p.pid) for p in procs]  # (before the tasks can have run)
         for task in tasks:

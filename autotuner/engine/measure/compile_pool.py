@@ -221,6 +221,7 @@ class CompilePool:
         self.shared = shared  # compiling for the jobs of several GPUs of one type at once, on `device_index`'s
         self._pool: ProcessPoolExecutor | None = None
         self._lock = threading.Lock()  # (prestarted on a thread while the tuner submits its first configs)
+        self._lowered: set[int] = set()  # the processes lowered to the pool's priority (`_submit`)
 
     def _ensure(self) -> ProcessPoolExecutor:
         with self._lock:
@@ -232,16 +233,28 @@ class CompilePool:
     def prestart(self, processes: int | None = None) -> list[Future[None]]:
         """Start `processes` of the pool's processes now (default: all), before the first config to compile, and have
         one build the trial worker's first needs (`_compile_flush`); the tasks doing it. The others start as configs
-        come. The processes are lowered to the pool's priority as they start, not once their imports are done: a
-        command's processes start at once, and the fork server's import of torch, which the trial worker waits for,
-        must not wait for them."""
-        pool = self._ensure()
-        tasks = [pool.submit(_started) for _ in range(min(self.workers, processes or self.workers))]
+        come. Each process is lowered to the pool's priority as it starts, not once its imports are done: a
+        command's processes start beside the fork server's import of torch, which the trial worker waits for."""
+        tasks = [self._submit(_started) for _ in range(min(self.workers, processes or self.workers))]
         if self.device_index is not None:
-            tasks.append(pool.submit(_compile_flush, self.device_index))
-        for proc in list(getattr(pool, "_processes", {}).values()):  # (started by the submits)
-            background(proc.pid)
+            tasks.append(self._submit(_compile_flush, self.device_index))
         return tasks
+
+    def _submit(self, fn: Any, *args: Any) -> Future[Any]:
+        """`fn(*args)` in a process of the pool. A pool broken by a process that died (killed, out of memory) is
+        replaced first; the processes a submit starts are lowered to the pool's priority at once."""
+        try:
+            pool = self._ensure()
+            task = pool.submit(fn, *args)
+        except BrokenProcessPool:
+            self.reset()
+            pool = self._ensure()
+            task = pool.submit(fn, *args)
+        for proc in list(getattr(pool, "_processes", {}).values()):  # (a submit may start one)
+            if proc.pid not in self._lowered:
+                self._lowered.add(proc.pid)
+                background(proc.pid)
+        return task
 
     def submit(self, config: dict[str, Any], spec: WorkerSpec | None = None) -> Future[Outcome | float]:
         """Compile a config of `spec`'s problem (default: the pool's). A shared pool compiles on its own device
@@ -250,11 +263,7 @@ class CompilePool:
         assert spec is not None, "no problem to compile for yet"
         if self.shared and spec.device_index is not None and spec.device_index != self.device_index:
             spec = dataclasses.replace(spec, device_index=self.device_index)
-        try:
-            return self._ensure().submit(_compile, spec, config)
-        except BrokenProcessPool:  # a process of it died (killed, out of memory): a new pool takes the config
-            self.reset()
-            return self._ensure().submit(_compile, spec, config)
+        return self._submit(_compile, spec, config)
 
     def result(self, fut: Future[Outcome | float], timeout: float) -> Outcome | float | None:
         """The compile result, or None when the pool failed or ran out of time (the trial worker decides)."""
