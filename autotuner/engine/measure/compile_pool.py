@@ -205,11 +205,14 @@ def _compile_flush(index: int) -> None:
 
     from autotuner.engine.measure.l2_flush import compile_ahead
 
-    for build in (compile_ahead, lambda index: driver.active.utils):
-        try:
-            build(index)
-        except Exception:  # noqa: S110, PERF203 - see above
-            pass
+    try:
+        compile_ahead(index)
+    except Exception:  # noqa: S110 - see above
+        pass
+    try:
+        driver.active.utils  # noqa: B018  (made at first use: torch_free)
+    except Exception:  # noqa: S110 - see above
+        pass
 
 
 class CompilePool:
@@ -276,6 +279,7 @@ class CompilePool:
     def reset(self) -> None:
         with self._lock:
             pool, self._pool = self._pool, None
+            self._lowered.clear()  # (a new process may take a dead one's pid)
         if pool is not None:
             for proc in list(getattr(pool, "_processes", {}).values()):
                 proc.kill()
