@@ -190,6 +190,7 @@ time.sleep(600)
 """
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux's parent-death signal; reads /proc")
 def test_a_pools_processes_outlive_the_thread_that_started_them_and_end_with_its_process():
     """A pool's processes are started by whichever thread submits first (a prestart's, which ends at once). They
     asked Linux to kill them when their parent died, which is the thread that started a process, not its process:
