@@ -233,12 +233,12 @@ class CompilePool:
                                                  initargs=(self.spec, processes.environment(), self.device_index))
             return self._pool
 
-    def prestart(self, processes: int | None = None) -> list[Future[None]]:
-        """Start `processes` of the pool's processes now (default: all), before the first config to compile, and have
+    def prestart(self, count: int | None = None) -> list[Future[None]]:
+        """Start `count` of the pool's processes now (default: all), before the first config to compile, and have
         one build the trial worker's first needs (`_compile_flush`); the tasks doing it. The others start as configs
         come. Each process is lowered to the pool's priority as it starts, not once its imports are done: a
         command's processes start beside the fork server's import of torch, which the trial worker waits for."""
-        tasks = [self._submit(_started) for _ in range(min(self.workers, processes or self.workers))]
+        tasks = [self._submit(_started) for _ in range(min(self.workers, count or self.workers))]
         if self.device_index is not None:
             tasks.append(self._submit(_compile_flush, self.device_index))
         return tasks
