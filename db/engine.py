@@ -192,15 +192,18 @@ def _create_at_head(conn) -> None:  # type: ignore[no-untyped-def]
 
 def _being_made(engine: Engine) -> bool:
     """Whether a SQLite file that holds tables but no revision is one another process is making now: its tables
-    are this schema's (SQLite commits each CREATE TABLE as it goes), not a foreign database's."""
+    are this schema's (SQLite commits each CREATE TABLE as it goes), not a foreign database's. A file with a
+    revision written is finished: one this autotuner does not know (a newer autotuner's) is refused at once."""
     from db.models import Base
 
     try:
         with engine.connect() as conn:
             tables = set(inspect(conn).get_table_names())
+            stamped = "alembic_version" in tables and conn.execute(
+                text("SELECT count(*) FROM alembic_version")).scalar()
     except (OperationalError, DatabaseError):
         return False
-    return bool(tables) and tables <= {*Base.metadata.tables, "alembic_version"}
+    return bool(tables) and not stamped and tables <= {*Base.metadata.tables, "alembic_version"}
 
 
 def _wait_until_current(engine: Engine) -> bool:

@@ -84,7 +84,7 @@ def test_nearest_prefers_same_n_and_k_for_matmul(url):
     assert store.nearest(op=op, problem=op.parse_problem("100x4096x4096", "bfloat16"), device=GPU) == []
 
 
-def test_sqlite_foreign_file_and_newer_schema_are_refused_untouched(tmp_path):
+def test_sqlite_foreign_file_and_newer_schema_are_refused_untouched(tmp_path, monkeypatch):
     foreign = tmp_path / "foreign.db"
     with sqlite3.connect(foreign) as con:
         con.execute("create table t (x int)")
@@ -100,6 +100,11 @@ def test_sqlite_foreign_file_and_newer_schema_are_refused_untouched(tmp_path):
     with sqlite3.connect(newer) as con:
         con.execute("update alembic_version set version_num = '9999_from_the_future'")
     before = newer.read_bytes()
+
+    def wait(seconds: float) -> None:
+        raise AssertionError("waited for a process making the file: a revision written means it is finished")
+
+    monkeypatch.setattr("db.engine.time.sleep", wait)  # refused at once, not after waiting for a maker
     with pytest.raises(NotAutotunerDatabase, match="newer than this autotuner knows"):
         upgrade(make_engine(f"sqlite:///{newer}"))
     assert newer.read_bytes() == before
