@@ -41,10 +41,16 @@ def _published(parts, sense):
 
 @triton.jit
 def pipe_kernel(x_ptr, y_ptr, words_ptr, n_rows, n_cols, stride_xm, stride_ym, CHUNK, BLOCK_N: tl.constexpr,
-                SPLIT: tl.constexpr, PER: tl.constexpr, EXCHANGE: tl.constexpr, SPIN_LIMIT: tl.constexpr):
-    p = tl.program_id(0)
-    part = tl.program_id(1)
-    n_prog = tl.num_programs(0)
+                SPLIT: tl.constexpr, PER: tl.constexpr, EXCHANGE: tl.constexpr, SPIN_LIMIT: tl.constexpr,
+                PART_FAST: tl.constexpr):
+    if PART_FAST:  # a row's programs next to each other in launch order (grid (SPLIT, rows))
+        p = tl.program_id(1)
+        part = tl.program_id(0)
+        n_prog = tl.num_programs(1)
+    else:
+        p = tl.program_id(0)
+        part = tl.program_id(1)
+        n_prog = tl.num_programs(0)
     start = part * CHUNK
     end = tl.minimum(start + CHUNK, n_cols)
     c = start + tl.arange(0, BLOCK_N)
@@ -85,20 +91,22 @@ def pipe_kernel(x_ptr, y_ptr, words_ptr, n_rows, n_cols, stride_xm, stride_ym, C
             row = nrow
 
 
-def pipe(x, split, per, warps, exchange, words):
+def pipe(x, split, per, warps, exchange, words, part_fast=0):
     n_rows, n_cols = x.shape
     block = triton.next_power_of_2(triton.cdiv(n_cols, split))
     chunk = block
     y = torch.empty_like(x)
-    grid = (n_rows // per, triton.cdiv(n_cols, chunk))
+    grid = (n_rows // per, split)  # parts past the row's end hold nothing: they publish (-inf, 0)
+    launch_grid = grid[::-1] if part_fast else grid
 
     def run():
-        pipe_kernel[grid](x, y, words, n_rows, n_cols, x.stride(0), y.stride(0), chunk, BLOCK_N=block,
-                          SPLIT=grid[1], PER=per, EXCHANGE=exchange, SPIN_LIMIT=256, num_warps=warps,
+        pipe_kernel[launch_grid](x, y, words, n_rows, n_cols, x.stride(0), y.stride(0), chunk, BLOCK_N=block,
+                          SPLIT=grid[1], PER=per, EXCHANGE=exchange, SPIN_LIMIT=256, PART_FAST=part_fast, num_warps=warps,
                           num_stages=1)
         return y
 
     return run, grid
+
 
 
 out = {}
@@ -109,64 +117,42 @@ for shape, dt in (("32x128256", "bfloat16"), ("8x151936", "float32"), ("4x262144
     x = torch.randn(rows, cols, device="cuda", dtype=getattr(torch, dt)) * 4
     ref = torch.softmax(x.float(), -1)
     y = torch.empty_like(x)
-    res = {"copy": timeit(lambda: y.copy_(x)), "torch.softmax": timeit(lambda: torch.softmax(x, -1))}
+    res = {"copy": timeit(lambda: y.copy_(x))}
     cp = res["copy"]
-    # the shipped kernel's SYNC configs at each split (BLOCK_N covering a chunk)
-    for split in (4, 8, 16, 32, 64):
-        block = triton.next_power_of_2(triton.cdiv(cols, split))
-        if not 1024 <= block <= 32768:
-            continue
-        for w in (2, 4, 8, 16):
-            if not 8 <= block // (32 * w) <= 64:
-                continue
-            cfg = {"BLOCK_N": block, "ROWS": 1, "SPLIT": split, "SYNC": 1, "num_warps": w, "num_stages": 1}
-            try:
-                f = sm.prepare(x, cfg)
-                err = (f(x).float() - ref).abs().max().item()
-                res[f"shipped s{split} b{block} w{w}" + (f" ERR {err:.1e}" if err > 2e-2 else "")] = timeit(lambda: f(x))
-            except Exception as exc:  # noqa: BLE001
-                print("shipped", cfg, type(exc).__name__, str(exc)[:120], flush=True)
-    best_by_per = {}
-    for per in (1, 2, 4, 8):
-        if rows % per:
-            continue
-        for split in (2, 4, 8, 16, 32, 64):
+    best = {}
+    for order in (0, 1):
+        for split in (4, 8, 16, 32, 64):
             block = triton.next_power_of_2(triton.cdiv(cols, split))
             if not 1024 <= block <= 32768:
                 continue
             for w in (2, 4, 8, 16):
-                epl = block // (32 * w)  # elements a thread holds per row (twice while the next loads)
-                if not 8 <= epl <= 64 or (rows // per) * triton.cdiv(cols, block) > 8 * SMS:
+                if not 8 <= block // (32 * w) <= 64 or rows * split > 8 * SMS:
                     continue
                 words = torch.zeros(rows * 64, dtype=torch.int64, device="cuda")
                 try:
-                    run, grid = pipe(x, split, per, w, 1, words)
-                    err = (run().float() - ref).abs().max().item()
-                    err = max(err, (run().float() - ref).abs().max().item())
+                    run, grid = pipe(x, split, 1, w, 1, words, order)
+                    err = max((run().float() - ref).abs().max().item() for _ in range(2))
                     t = timeit(run)
                 except Exception as exc:  # noqa: BLE001
-                    print("pipe", per, split, w, type(exc).__name__, str(exc)[:120], flush=True)
+                    print("pipe", order, split, w, type(exc).__name__, str(exc)[:120], flush=True)
                     continue
-                name = f"pipe per{per} s{grid[1]} b{block} w{w} grid{grid[0] * grid[1]}"
+                name = f"order{order} s{split} b{block} w{w}"
                 res[name + (f" ERR {err:.1e}" if err > 2e-2 else "")] = t
-                if err <= 2e-2 and (per not in best_by_per or t < best_by_per[per][0]):
-                    best_by_per[per] = (t, split, w)
-    for per, (t, split, w) in best_by_per.items():  # the bound without the exchange, at each PER's best
-        run, grid = pipe(x, split, per, w, 0, torch.zeros(rows * 64, dtype=torch.int64, device="cuda"))
-        res[f"noexch per{per} s{grid[1]} w{w}"] = timeit(run)
+                if err <= 2e-2 and (order not in best or t < best[order][0]):
+                    best[order] = (t, split, w)
+    nox = {}
+    for order, (t, split, w) in best.items():  # the bound without the exchange, at each order's best
+        run, grid = pipe(x, split, 1, w, 0, torch.zeros(rows * 64, dtype=torch.int64, device="cuda"), order)
+        nox[order] = res[f"noexch order{order} s{split} w{w}"] = timeit(run)
     out[f"{shape}:{dt}"] = res
     print(f"\n## {shape}:{dt} copy {cp:.2f} us", flush=True)
-    for k, v in sorted(res.items(), key=lambda kv: kv[1])[:14]:
+    for k, v in sorted(res.items(), key=lambda kv: kv[1])[:12]:
         print(f"  {k:52s} {v:7.2f} us {cp / v:6.1%}")
-    ship = min((v, k) for k, v in res.items() if k.startswith("shipped") and "ERR" not in k)
-    best = {per: min((v, k) for k, v in res.items() if k.startswith(f"pipe per{per} ") and "ERR" not in k)
-            for per in best_by_per}
-    nox = {k: v for k, v in res.items() if k.startswith("noexch")}
-    table.append((f"{shape} {dt}", cp, ship, best, nox))
-json.dump(out, open(os.path.join(os.environ.get("OUT", "/tmp"), "vocab_pipe.json"), "w"), indent=1)
-print("\n| problem | copy us | shipped SYNC best | pipe PER=1 | PER=2 | PER=4 | PER=8 | no exchange (per PER) |")
-print("|---|---|---|---|---|---|---|---|")
-for name, cp, ship, best, nox in table:
-    cells = [f"{best[p][0]:.2f} ({cp / best[p][0]:.0%})" if p in best else "-" for p in (1, 2, 4, 8)]
-    nx = ", ".join(f"{k.split()[1]} {v:.2f} ({cp / v:.0%})" for k, v in nox.items())
-    print(f"| {name} | {cp:.2f} | {ship[0]:.2f} ({cp / ship[0]:.0%}) {ship[1][8:]} | " + " | ".join(cells) + f" | {nx} |")
+    table.append((f"{shape} {dt}", cp, best, nox))
+json.dump(out, open(os.path.join(os.environ.get("OUT", "/tmp"), "vocab_order.json"), "w"), indent=1)
+print("\n| problem | copy us | rows fastest (now) | a row's parts fastest | no exchange: rows fastest, parts fastest |")
+print("|---|---|---|---|---|")
+for name, cp, best, nox in table:
+    cells = [f"{best[o][0]:.2f} ({cp / best[o][0]:.0%}) s{best[o][1]} w{best[o][2]}" if o in best else "-" for o in (0, 1)]
+    nx = ", ".join(f"{nox[o]:.2f} ({cp / nox[o]:.0%})" for o in nox)
+    print(f"| {name} | {cp:.2f} | " + " | ".join(cells) + f" | {nx} |")
