@@ -13,6 +13,7 @@ import os
 import sys
 from typing import NoReturn
 
+from autotuner.base import bytecode
 from autotuner.engine.measure import processes
 
 
@@ -46,6 +47,7 @@ def main() -> None:
         # commands that name one; a worker imports a job's only where AUTOTUNER_KERNEL_MODULES allows it); before
         # the fork server starts, which hands its children the sys.path it was started with
         sys.path.insert(0, os.getcwd())
+    bytecode.keep()  # before the command's imports and its processes' start, which read the bytecode it keeps
     start_early(sys.argv)
     from pydantic import ValidationError
 
