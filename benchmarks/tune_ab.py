@@ -2,7 +2,7 @@
 
     git archive <commit> | tar x -C old          # the tree to compare with (any ignored folder, carried to the GPU)
     python benchmarks/tune_ab.py old . [more trees] [--rounds 3] [--tune "matmul --M 4096"] [--share] [--drop-caches]
-                                 [--spy 200]
+                                 [--spy 200] [--fresh-bytecode]
 
 Hosts of one device kind differ by seconds in a cold start (torch's import alone 3.4-7.7 s: benchmarks/RESULTS.md),
 so a before/after is only worth reporting from one host, the trees alternating round by round (A, B, C, ... in the
@@ -10,7 +10,9 @@ order given). Each run is a new process with a new Triton cache and a new SQLite
 --json` with the tree first on PYTHONPATH and as the working folder, its stderr and JSON kept in --out. With
 `--share`, each round is three runs per tree, as three fresh hosts sharing compiles would be (alone; the first host
 of a shared database; a second that loads the first's compiles). `--drop-caches` empties the page cache before
-each run (root only), as on a host that has not loaded torch since it booted. `--spy RATE` records each run with
+each run (root only), as on a host that has not loaded torch since it booted. `--fresh-bytecode` empties the
+bytecode autotuner's commands keep (autotuner.base.bytecode: where torch is installed without its own) before each
+run, as on a host where no command ran before. `--spy RATE` records each run with
 py-spy (its collapsed stacks, by process and thread, beside the run's log). Prints one line a run (wall time and
 the phases that matter for a cold start), then each tree's means.
 """
@@ -39,8 +41,21 @@ def drop_caches() -> None:
     Path("/proc/sys/vm/drop_caches").write_text("3\n")
 
 
+def bytecode_folder() -> Path:
+    """The folder autotuner.base.bytecode keeps bytecode in (read here: an older tree has no such module)."""
+    from platformdirs import user_cache_dir
+
+    return Path(user_cache_dir("autotuner", appauthor=False)) / "pycache"
+
+
 def run(tree: Path, tune: list[str], work: Path, name: str, secret: str, db: str, drop: bool, log: Path,
-        spy: int = 0) -> dict:
+        spy: int = 0, fresh_bytecode: bool = False) -> dict:
+    if fresh_bytecode:  # (after the last command's writer, which would fill it again, has ended)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and subprocess.run(["pgrep", "-f", "import compileall, json, os, py_compile"],
+                                                             capture_output=True).returncode == 0:
+            time.sleep(0.2)
+        shutil.rmtree(bytecode_folder(), ignore_errors=True)
     if drop:
         drop_caches()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tree), os.environ.get("PYTHONPATH", "")]),
@@ -72,6 +87,8 @@ def main() -> None:
     ap.add_argument("--drop-caches", action="store_true", help="empty the page cache before each run (root)")
     ap.add_argument("--spy", type=int, default=0, metavar="RATE",
                     help="record each run with py-spy at RATE samples a second (its walls then count py-spy's cost)")
+    ap.add_argument("--fresh-bytecode", action="store_true",
+                    help="empty the bytecode autotuner's commands keep before each run (a host's first command)")
     ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp/out")))
     args = ap.parse_args()
     trees = [t.resolve() for t in args.trees]
@@ -90,7 +107,8 @@ def main() -> None:
             for host in hosts:
                 db = f"sqlite:///{work / 'alone.db'}" if host == "alone" else shared
                 done = run(tree, shlex.split(args.tune), work, host, "" if host == "alone" else "s3cret-of-16-bytes", db,
-                           args.drop_caches, args.out / f"tune_ab_{label}{r}_{host}.log", args.spy)
+                           args.drop_caches, args.out / f"tune_ab_{label}{r}_{host}.log", args.spy,
+                           args.fresh_bytecode)
                 runs.setdefault((label, host), []).append(done)
                 if "failed" in done:
                     print(f"{label}{r} {host:6s} FAILED after {done['wall_s']:.2f} s: {done['failed']}", flush=True)

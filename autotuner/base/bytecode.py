@@ -1,18 +1,20 @@
 """Bytecode for installs that keep none. Where torch was installed without its bytecode (uv's default) and Python may
 not write it (PYTHONDONTWRITEBYTECODE, common in container images; or an install this user cannot write), every process
 that imports torch compiles its two thousand source files again: seconds of each command's start, on the fork server's
-import that a tune's trial worker waits for. There, autotuner's commands keep the bytecode of what they import in its
-cache folder (Python's `sys.pycache_prefix`, inherited by their children through PYTHONPYCACHEPREFIX), never in the
-install; a process started in the background writes torch's and Triton's the first time, since the children that
-import them run under `-B`. An install that keeps its bytecode, a prefix the user set, or AUTOTUNER_BYTECODE_CACHE=0
-leaves everything as it is.
+import that a tune's trial worker waits for. There, autotuner's commands read bytecode from its cache folder (Python's
+`sys.pycache_prefix`, inherited by their children through PYTHONPYCACHEPREFIX), never the install's; what a command
+found none for there is compiled into it after the command exits, by a process left at the lowest priority (torch's
+and Triton's whole packages the first time), so the command itself writes nothing and waits for nothing. An install
+that keeps its bytecode, a prefix the user set, or AUTOTUNER_BYTECODE_CACHE=0 leaves everything as it is.
 
 Imports nothing beyond the standard library and platformdirs: it runs before the command's own imports."""
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -21,14 +23,23 @@ from pathlib import Path
 from kernels._environment import env_flag
 
 SETTING = "AUTOTUNER_BYTECODE_CACHE"
-# What the fork server imports (autotuner.engine.measure.processes.PRELOAD): the first decides, all are written ahead
-WRITTEN_AHEAD = ("torch", "triton", "triton.language")
-_WRITE = ("import os, sys\n"
+# What the fork server imports (autotuner.engine.measure.processes.PRELOAD): the first decides, and the packages of all
+# are compiled whole the first time
+PACKAGES = ("torch", "triton", "triton.language")
+# The process left after a command: the files it found no bytecode for, then (where its stamp is not there yet)
+# the packages' folders, each file compiled as its import would (py_compile: the same header, into the prefix)
+_WRITE = ("import compileall, json, os, py_compile, sys\n"
           "os.nice(19)\n"
-          "sys.dont_write_bytecode = False\n"
-          "for name in sys.argv[2:]:\n"
-          "    __import__(name)\n"
-          "open(sys.argv[1], 'w').close()\n")
+          "job = json.load(sys.stdin)\n"
+          "for path in job['files']:\n"
+          "    try:\n"
+          "        py_compile.compile(path, quiet=2)\n"
+          "    except Exception:\n"
+          "        pass\n"
+          "for path in job['folders']:\n"
+          "    compileall.compile_dir(path, quiet=2)\n"
+          "if job['folders']:\n"
+          "    open(job['stamp'], 'w').close()\n")
 
 
 def folder() -> Path:
@@ -56,13 +67,13 @@ def lacks_bytecode(source: Path) -> bool:
     return sys.dont_write_bytecode or not os.access(source.parent, os.W_OK)
 
 
-def keep(modules: tuple[str, ...] = WRITTEN_AHEAD) -> Path | None:
-    """Called first by a command: where modules[0] is imported from source every time, keep the bytecode of this
-    process and its children in `folder()`, and write `modules`' there in the background if no process has yet.
-    Returns the folder, or None where nothing changed."""
+def keep(packages: tuple[str, ...] = PACKAGES) -> Path | None:
+    """Called first by a command: where packages[0] is imported from source every time, this process and its
+    children read bytecode from `folder()`, and what they miss is written there after this process exits
+    (`write_behind`). Returns the folder, or None where nothing changed."""
     if sys.pycache_prefix is not None or not env_flag(SETTING, default=True):
         return None
-    source = _source(modules[0])
+    source = _source(packages[0])
     if source is None or not lacks_bytecode(source):
         return None
     path = folder()
@@ -72,29 +83,43 @@ def keep(modules: tuple[str, ...] = WRITTEN_AHEAD) -> Path | None:
         return None
     sys.pycache_prefix = str(path)
     os.environ["PYTHONPYCACHEPREFIX"] = str(path)  # the fork server and spawned processes read it from there
-    sys.dont_write_bytecode = False  # this process writes what it imports: into the cache folder, not the install
-    _write_ahead(path, modules)
+    atexit.register(write_behind, path, packages)
     return path
 
 
-def _stamp(path: Path, modules: tuple[str, ...]) -> Path:
-    """The file the writer leaves once it imported `modules` from these sources with this interpreter: another
-    version of any (its source's modification time moves) or another interpreter writes again."""
+def _roots(packages: tuple[str, ...]) -> list[str]:
+    """The top-level packages of these names (asking for a submodule's file would import its package)."""
+    return sorted({name.split(".")[0] for name in packages})
+
+
+def _stamp(path: Path, packages: tuple[str, ...]) -> Path:
+    """The file the writer leaves once it compiled `packages` from these sources for this interpreter: another
+    version of any (its source's modification time moves) or another interpreter compiles them again."""
     parts = [sys.version, sys.executable]
-    for name in modules:
+    for name in _roots(packages):
         source = _source(name)
         parts.append(f"{name}:{source}:{source.stat().st_mtime_ns if source else 0}")
     return path / f"written-{hashlib.sha256(chr(0).join(parts).encode()).hexdigest()[:16]}"
 
 
-def _write_ahead(path: Path, modules: tuple[str, ...]) -> subprocess.Popen[bytes] | None:
-    """A background process at the lowest priority importing `modules` with bytecode written (the first command
-    on this install: later ones find the stamp)."""
-    stamp = _stamp(path, modules)
-    if stamp.exists():
+def write_behind(path: Path, packages: tuple[str, ...]) -> subprocess.Popen[bytes] | None:
+    """At the command's exit: a process at the lowest priority, left running, compiles into `path` the modules this
+    process imported from source without bytecode there, and, until its stamp is there, the whole of `packages`
+    (what the command's children import: their modules are not this process's to list). None: nothing to write."""
+    files = sorted({file for module in list(sys.modules.values())
+                    if isinstance(file := getattr(module, "__file__", None), str) and file.endswith(".py")
+                    and not os.path.exists(importlib.util.cache_from_source(file))})
+    stamp = _stamp(path, packages)
+    folders = [] if stamp.exists() else [str(source.parent) for name in _roots(packages)
+                                         if (source := _source(name)) is not None]
+    if not files and not folders:
         return None
     try:
-        return subprocess.Popen([sys.executable, "-c", _WRITE, str(stamp), *modules], stdin=subprocess.DEVNULL,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        writer = subprocess.Popen([sys.executable, "-c", _WRITE], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL, start_new_session=True)
+        assert writer.stdin is not None
+        writer.stdin.write(json.dumps({"files": files, "folders": folders, "stamp": str(stamp)}).encode())
+        writer.stdin.close()
     except OSError:
         return None
+    return writer

@@ -1,73 +1,94 @@
 """autotuner.base.bytecode in real interpreters: a package installed without bytecode, where Python may not write it
-(PYTHONDONTWRITEBYTECODE), stands for torch as uv installs it into a container image."""
+(PYTHONDONTWRITEBYTECODE), stands for torch as uv installs it into a container image; a module beside it for the
+command's own imports."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGE = "bytecode_probe_pkg"
+PACKAGE, MODULE = "bytecode_probe_pkg", "bytecode_probe_mod"
 
-# A command's start: keep() (the probe package standing for torch), then, once the background writer has left its
-# stamp, a child under -B (as the fork server and spawned processes run) importing the package with -v, which
-# names the file each module's code came from.
-SCRIPT = f"""
-import os, subprocess, sys, time
+# A command: keep() (the probe package standing for torch), then its imports; its exit leaves the writer.
+COMMAND = f"""
+import os, sys
 from autotuner.base import bytecode
 kept = bytecode.keep(({PACKAGE!r},))
 print("kept", kept)
+print("prefix", os.environ.get("PYTHONPYCACHEPREFIX"))
+import {MODULE}
 if kept is not None:
-    stamp = bytecode._stamp(kept, ({PACKAGE!r},))
-    deadline = time.monotonic() + 120
-    while not stamp.exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    print("stamp", stamp.exists())
-    print("again", bytecode._write_ahead(kept, ({PACKAGE!r},)))
-    child = subprocess.run([sys.executable, "-B", "-v", "-c", "import {PACKAGE}"], capture_output=True, text=True)
-    print("child", [line for line in child.stderr.splitlines() if "code object from" in line and {PACKAGE!r} in line])
+    print("stamp", bytecode._stamp(kept, ({PACKAGE!r},)))
 """
 
 
-def _package(tmp_path: Path) -> Path:
-    source = tmp_path / "site"
-    (source / PACKAGE).mkdir(parents=True)
-    (source / PACKAGE / "__init__.py").write_text("VALUE = 42\n")
-    return source
+def _install(base: Path) -> Path:
+    """A package (two modules, one never imported by the command) and a module, with no bytecode."""
+    site = base / "site"
+    (site / PACKAGE).mkdir(parents=True)
+    (site / PACKAGE / "__init__.py").write_text("VALUE = 42\n")
+    (site / PACKAGE / "later.py").write_text("LATER = 1\n")
+    (site / f"{MODULE}.py").write_text("MODULE = 2\n")
+    return site
 
 
-def _run(tmp_path: Path, source: Path, **env: str) -> str:
-    environ = {k: v for k, v in os.environ.items() if k not in ("PYTHONPYCACHEPREFIX", "AUTOTUNER_BYTECODE_CACHE")}
-    environ.update(PYTHONDONTWRITEBYTECODE="1", XDG_CACHE_HOME=str(tmp_path / "cache"),
-                   PYTHONPATH=os.pathsep.join([str(source), str(ROOT)]), **env)
-    done = subprocess.run([sys.executable, "-c", SCRIPT], env=environ, cwd=tmp_path, capture_output=True, text=True,
-                          timeout=300)
+def _env(tmp_path: Path, site: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPYCACHEPREFIX", "AUTOTUNER_BYTECODE_CACHE")}
+    env.update(PYTHONDONTWRITEBYTECODE="1", XDG_CACHE_HOME=str(tmp_path / "cache"),
+               PYTHONPATH=os.pathsep.join([str(site), str(ROOT)]), **extra)
+    return env
+
+
+def _command(tmp_path: Path, site: Path, **extra: str) -> dict[str, str]:
+    done = subprocess.run([sys.executable, "-c", COMMAND], env=_env(tmp_path, site, **extra), cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
-    return done.stdout
+    return dict(line.split(" ", 1) for line in done.stdout.splitlines())
 
 
-def test_a_package_without_bytecode_is_kept_in_the_cache_folder_and_read_by_children_under_dash_b(tmp_path):
-    source = _package(tmp_path)
-    out = _run(tmp_path, source)
+def _wait_for(path: Path) -> None:
+    deadline = time.monotonic() + 120
+    while not path.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert path.exists(), f"the writer left no {path}"
+
+
+def test_what_a_command_imports_without_bytecode_is_kept_after_it_and_read_by_the_next_under_dash_b(tmp_path):
+    site = _install(tmp_path)
     folder = tmp_path / "cache" / "autotuner" / "pycache"
-    assert f"kept {folder}" in out, out
-    assert "stamp True" in out and "again None" in out, out  # written once; the next command starts no writer
-    kept = list(folder.rglob(f"{PACKAGE}/__init__*.pyc"))
-    assert len(kept) == 1, sorted(folder.rglob("*"))
-    assert not (source / PACKAGE / "__pycache__").exists()  # never beside the source
+    first = _command(tmp_path, site)
+    assert first["kept"] == first["prefix"] == str(folder), first
     assert oct(folder.stat().st_mode & 0o777) == oct(0o700)
-    child = out.split("child ", 1)[1]
-    assert str(kept[0]) in child, out  # the child, started with -B, imported the kept bytecode
+    _wait_for(Path(first["stamp"]))  # the writer, left at the first command's exit
+    kept = {p.name.split(".")[0]: p for p in [*folder.rglob(f"{PACKAGE}/*.pyc"), *folder.rglob(f"{MODULE}.*.pyc")]}
+    # the command's own import, and the whole package the first time (a module of it nobody imported yet)
+    assert set(kept) == {MODULE, "__init__", "later"}, sorted(folder.rglob("*"))
+    assert not (site / PACKAGE / "__pycache__").exists() and not (site / "__pycache__").exists()  # never beside
+    # a child as the fork server runs (-B, the prefix inherited): -v names the file each module's code came from
+    child = subprocess.run([sys.executable, "-B", "-v", "-c", f"import {MODULE}, {PACKAGE}.later"],
+                           env=_env(tmp_path, site, PYTHONPYCACHEPREFIX=first["prefix"]), capture_output=True,
+                           text=True, timeout=120)
+    assert child.returncode == 0, child.stderr
+    for name in (MODULE, "later"):
+        assert f"code object from '{kept[name]}'" in child.stderr, child.stderr[-3000:]
+    # the next command finds everything it imports there, and the stamp: no writer
+    code = (f"from autotuner.base import bytecode; kept = bytecode.keep(({PACKAGE!r},)); import {MODULE}; "
+            f"print(bytecode.write_behind(kept, ({PACKAGE!r},)))")
+    again = subprocess.run([sys.executable, "-c", code], env=_env(tmp_path, site), cwd=tmp_path, capture_output=True,
+                           text=True, timeout=120)
+    assert again.returncode == 0 and again.stdout.strip() == "None", (again.stdout, again.stderr)
 
 
 def test_an_install_with_its_bytecode_a_prefix_of_the_users_and_the_setting_off_are_left_alone(tmp_path):
-    source = _package(tmp_path)
-    subprocess.run([sys.executable, "-m", "compileall", "-q", str(source)], check=True)
-    assert "kept None" in _run(tmp_path, source)
-    bare = _package(tmp_path / "bare")
-    assert "kept None" in _run(tmp_path, bare, PYTHONPYCACHEPREFIX=str(tmp_path / "mine"))
-    assert "kept None" in _run(tmp_path, bare, AUTOTUNER_BYTECODE_CACHE="0")
+    site = _install(tmp_path)
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(site / PACKAGE)], check=True)
+    assert _command(tmp_path, site)["kept"] == "None"
+    bare = _install(tmp_path / "bare")
+    assert _command(tmp_path, bare, PYTHONPYCACHEPREFIX=str(tmp_path / "mine"))["kept"] == "None"
+    assert _command(tmp_path, bare, AUTOTUNER_BYTECODE_CACHE="0")["kept"] == "None"
     assert not (tmp_path / "cache" / "autotuner" / "pycache").exists()
-    assert "kept " + str(tmp_path / "cache" / "autotuner" / "pycache") in _run(tmp_path, bare)  # (the same, on)
+    assert _command(tmp_path, bare)["kept"] == str(tmp_path / "cache" / "autotuner" / "pycache")  # (the same, on)
