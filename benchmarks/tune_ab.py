@@ -52,7 +52,9 @@ def run(tree: Path, tune: list[str], work: Path, name: str, secret: str, db: str
         spy: int = 0, fresh_bytecode: bool = False) -> dict:
     if fresh_bytecode:  # (after the last command's writer, which would fill it again, has ended)
         deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and subprocess.run(["pgrep", "-f", "import compileall, json, os, py_compile"],
+        from autotuner.base.bytecode import WRITER  # (this tree's: its writer's first line names its processes)
+
+        while time.monotonic() < deadline and subprocess.run(["pgrep", "-f", WRITER.splitlines()[0]],
                                                              capture_output=True).returncode == 0:
             time.sleep(0.2)
         shutil.rmtree(bytecode_folder(), ignore_errors=True)

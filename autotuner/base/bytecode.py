@@ -1,11 +1,12 @@
 """Bytecode for installs that keep none. Where torch was installed without its bytecode (uv's default) and Python may
 not write it (PYTHONDONTWRITEBYTECODE, common in container images; or an install this user cannot write), every process
 that imports torch compiles its two thousand source files again: seconds of each command's start, on the fork server's
-import that a tune's trial worker waits for. There, autotuner's commands read bytecode from its cache folder (Python's
-`sys.pycache_prefix`, inherited by their children through PYTHONPYCACHEPREFIX), never the install's; what a command
-found none for there is compiled into it after the command exits, by a process left at the lowest priority (torch's
-and Triton's whole packages the first time), so the command itself writes nothing and waits for nothing. An install
-that keeps its bytecode, a prefix the user set, or AUTOTUNER_BYTECODE_CACHE=0 leaves everything as it is.
+import that a tune's trial worker waits for. There, after a command exits, a process left at the lowest priority
+writes the bytecode of what the command and its children import into autotuner's cache folder (never the install),
+and the commands after it read from there (Python's `sys.pycache_prefix`, inherited by their children through
+PYTHONPYCACHEPREFIX). Python then reads bytecode from the folder alone, the standard library's too, so no command reads
+from it before it has been filled once: the first command runs as before and waits for nothing. An install that keeps
+its bytecode, a prefix the user set, or AUTOTUNER_BYTECODE_CACHE=0 leaves everything as it is.
 
 Imports nothing beyond the standard library and platformdirs: it runs before the command's own imports."""
 
@@ -23,23 +24,23 @@ from pathlib import Path
 from kernels._environment import env_flag
 
 SETTING = "AUTOTUNER_BYTECODE_CACHE"
-# What the fork server imports (autotuner.engine.measure.processes.PRELOAD): the first decides, and the packages of all
-# are compiled whole the first time
+# What the fork server imports (autotuner.engine.measure.processes.PRELOAD): the first decides, and the writer imports
+# all of them, writing the bytecode of everything they import in turn (the standard library's and torch's own
+# dependencies included)
 PACKAGES = ("torch", "triton", "triton.language")
-# The process left after a command: the files it found no bytecode for, then (where its stamp is not there yet)
-# the packages' folders, each file compiled as its import would (py_compile: the same header, into the prefix)
-_WRITE = ("import compileall, json, os, py_compile, sys\n"
+# The program of the process left after a command (with the folder as its prefix): the command's own modules that have no bytecode
+# there, compiled as their import would (py_compile: the same header), then the packages imported with bytecode
+# written; the stamp once they imported.
+WRITER = ("import importlib.util, json, os, py_compile, sys\n"
           "os.nice(19)\n"
           "job = json.load(sys.stdin)\n"
           "for path in job['files']:\n"
-          "    try:\n"
+          "    if not os.path.exists(importlib.util.cache_from_source(path)):\n"
           "        py_compile.compile(path, quiet=2)\n"
-          "    except Exception:\n"
-          "        pass\n"
-          "for path in job['folders']:\n"
-          "    compileall.compile_dir(path, quiet=2)\n"
-          "if job['folders']:\n"
-          "    open(job['stamp'], 'w').close()\n")
+          "sys.dont_write_bytecode = False\n"
+          "for name in job['packages']:\n"
+          "    __import__(name)\n"
+          "open(job['stamp'], 'w').close()\n")
 
 
 def folder() -> Path:
@@ -68,9 +69,10 @@ def lacks_bytecode(source: Path) -> bool:
 
 
 def keep(packages: tuple[str, ...] = PACKAGES) -> Path | None:
-    """Called first by a command: where packages[0] is imported from source every time, this process and its
-    children read bytecode from `folder()`, and what they miss is written there after this process exits
-    (`write_behind`). Returns the folder, or None where nothing changed."""
+    """Called first by a command: where packages[0] is imported from source every time, read bytecode from
+    `folder()` in this process and its children once a writer has filled it, and leave a writer at exit
+    (`write_behind`) for what this process imported without bytecode there. Returns the folder read from, or None
+    where nothing is read from it (yet)."""
     if sys.pycache_prefix is not None or not env_flag(SETTING, default=True):
         return None
     source = _source(packages[0])
@@ -81,9 +83,11 @@ def keep(packages: tuple[str, ...] = PACKAGES) -> Path | None:
         path.mkdir(parents=True, exist_ok=True, mode=0o700)  # (bytecode is code: the user's own folder)
     except OSError:
         return None
+    atexit.register(write_behind, path, packages)
+    if not _stamp(path, packages).exists():
+        return None  # the first command: its modules' bytecode beside their sources (the standard library's) stands
     sys.pycache_prefix = str(path)
     os.environ["PYTHONPYCACHEPREFIX"] = str(path)  # the fork server and spawned processes read it from there
-    atexit.register(write_behind, path, packages)
     return path
 
 
@@ -93,8 +97,8 @@ def _roots(packages: tuple[str, ...]) -> list[str]:
 
 
 def _stamp(path: Path, packages: tuple[str, ...]) -> Path:
-    """The file the writer leaves once it compiled `packages` from these sources for this interpreter: another
-    version of any (its source's modification time moves) or another interpreter compiles them again."""
+    """The file the writer leaves once it imported `packages` from these sources with this interpreter, writing their
+    bytecode: another version of any (its source's modification time moves) or another interpreter writes again."""
     parts = [sys.version, sys.executable]
     for name in _roots(packages):
         source = _source(name)
@@ -104,21 +108,23 @@ def _stamp(path: Path, packages: tuple[str, ...]) -> Path:
 
 def write_behind(path: Path, packages: tuple[str, ...]) -> subprocess.Popen[bytes] | None:
     """At the command's exit: a process at the lowest priority, left running, compiles into `path` the modules this
-    process imported from source without bytecode there, and, until its stamp is there, the whole of `packages`
-    (what the command's children import: their modules are not this process's to list). None: nothing to write."""
+    process imported that have no bytecode there, and, until its stamp is there, imports `packages` with bytecode
+    written (what the command's children import: their modules are not this process's to list). None: nothing to
+    write."""
+    stamp = _stamp(path, packages)
+    reading = sys.pycache_prefix == str(path)
     files = sorted({file for module in list(sys.modules.values())
                     if isinstance(file := getattr(module, "__file__", None), str) and file.endswith(".py")
-                    and not os.path.exists(importlib.util.cache_from_source(file))})
-    stamp = _stamp(path, packages)
-    folders = [] if stamp.exists() else [str(source.parent) for name in _roots(packages)
-                                         if (source := _source(name)) is not None]
-    if not files and not folders:
+                    and not (reading and os.path.exists(importlib.util.cache_from_source(file)))})
+    names = [] if stamp.exists() else list(packages)
+    if not files and not names:
         return None
     try:
-        writer = subprocess.Popen([sys.executable, "-c", _WRITE], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.DEVNULL, start_new_session=True)
+        writer = subprocess.Popen([sys.executable, "-c", WRITER], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL, start_new_session=True,
+                                  env={**os.environ, "PYTHONPYCACHEPREFIX": str(path)})
         assert writer.stdin is not None
-        writer.stdin.write(json.dumps({"files": files, "folders": folders, "stamp": str(stamp)}).encode())
+        writer.stdin.write(json.dumps({"files": files, "packages": names, "stamp": str(stamp)}).encode())
         writer.stdin.close()
     except OSError:
         return None
