@@ -11,9 +11,11 @@ caches again, a new process) and, for autotuner, `shared` (a second host: a new 
 same database with AUTOTUNER_COMPILE_SECRET, so compiles come from the first host's). Reported per run: `to tuned`
 (from the process's start until the tuned kernel could launch: the command's exit for autotuner, the end of the first
 call for the others), `first call` (the first call's own time in the process that makes it) and the tuned kernel's
-speed as cuBLAS's time over its own (median of interleaved rounds, L2 flushed; above 1 is faster).
+speed as cuBLAS's time over its own (median of interleaved rounds, L2 flushed; above 1 is faster). On a host whose
+torch has no bytecode, autotuner's commands read the bytecode an earlier command left (autotuner.base.bytecode):
+`--fresh-bytecode` empties it before each of autotuner's runs, so that each is a new host's first command.
 
-    python benchmarks/peers.py [--M 4096 --N 4096 --K 4096] [--dtype float16] [--json-out FILE]
+    python benchmarks/peers.py [--M 4096 --N 4096 --K 4096] [--dtype float16] [--fresh-bytecode] [--json-out FILE]
 """
 
 from __future__ import annotations
@@ -93,6 +95,10 @@ def measure(tuner: str, how: str, dirs: dict[str, str], opts: argparse.Namespace
              "--K", str(opts.K), "--dtype", opts.dtype]
     row: dict[str, Any] = {"tuner": tuner, "how": how}
     if tuner == "autotuner":
+        if opts.fresh_bytecode:
+            from benchmarks.tune_ab import empty_bytecode
+
+            empty_bytecode()
         wall, _ = run([sys.executable, "-m", "autotuner", "tune", "matmul", "--M", str(opts.M), "--N", str(opts.N),
                        "--K", str(opts.K), "--dtype", opts.dtype, "--here"], env)
         row["to_tuned_s"] = wall
@@ -114,6 +120,8 @@ def main() -> None:
     parser.add_argument("--dtype", default="float16")
     parser.add_argument("--tuners", default=",".join(TUNERS))
     parser.add_argument("--child")
+    parser.add_argument("--fresh-bytecode", action="store_true",
+                        help="empty the bytecode autotuner's commands keep before each of its runs")
     parser.add_argument("--json-out", type=Path)
     opts = parser.parse_args()
     if opts.child:

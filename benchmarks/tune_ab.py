@@ -41,23 +41,22 @@ def drop_caches() -> None:
     Path("/proc/sys/vm/drop_caches").write_text("3\n")
 
 
-def bytecode_folder() -> Path:
-    """The folder autotuner.base.bytecode keeps bytecode in (read here: an older tree has no such module)."""
-    from platformdirs import user_cache_dir
+def empty_bytecode() -> None:
+    """Empty the folder this tree's autotuner.base.bytecode keeps bytecode in, once the writers a last command left
+    have ended (they would fill it again): as on a host where no command ran before."""
+    from autotuner.base.bytecode import WRITER, folder  # (this tree's: its writer's first line names its processes)
 
-    return Path(user_cache_dir("autotuner", appauthor=False)) / "pycache"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and subprocess.run(["pgrep", "-f", WRITER.splitlines()[0]],
+                                                         capture_output=True).returncode == 0:
+        time.sleep(0.2)
+    shutil.rmtree(folder(), ignore_errors=True)
 
 
 def run(tree: Path, tune: list[str], work: Path, name: str, secret: str, db: str, drop: bool, log: Path,
         spy: int = 0, fresh_bytecode: bool = False) -> dict:
-    if fresh_bytecode:  # (after the last command's writer, which would fill it again, has ended)
-        deadline = time.monotonic() + 120
-        from autotuner.base.bytecode import WRITER  # (this tree's: its writer's first line names its processes)
-
-        while time.monotonic() < deadline and subprocess.run(["pgrep", "-f", WRITER.splitlines()[0]],
-                                                             capture_output=True).returncode == 0:
-            time.sleep(0.2)
-        shutil.rmtree(bytecode_folder(), ignore_errors=True)
+    if fresh_bytecode:
+        empty_bytecode()
     if drop:
         drop_caches()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tree), os.environ.get("PYTHONPATH", "")]),
