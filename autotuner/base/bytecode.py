@@ -80,8 +80,11 @@ def keep(packages: tuple[str, ...] = PACKAGES) -> Path | None:
         return None
     path = folder()
     try:
-        path.mkdir(parents=True, exist_ok=True, mode=0o700)  # (bytecode is code: the user's own folder)
+        path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        made = path.stat()
     except OSError:
+        return None
+    if made.st_uid != os.getuid() or made.st_mode & 0o022:  # bytecode is code: only a folder no one else may write
         return None
     atexit.register(write_behind, path, packages)
     if not _stamp(path, packages).exists():

@@ -95,5 +95,12 @@ def test_an_install_with_its_bytecode_a_prefix_of_the_users_and_the_setting_off_
     bare = _install(tmp_path / "bare")
     assert _command(tmp_path, bare, PYTHONPYCACHEPREFIX=str(tmp_path / "mine"))["kept"] == "None"
     assert _command(tmp_path, bare, AUTOTUNER_BYTECODE_CACHE="0")["kept"] == "None"
-    assert not (tmp_path / "cache" / "autotuner" / "pycache").exists()
-    assert "stamp" in _command(tmp_path, bare)  # (the same, on: a first command, which leaves a writer)
+    folder = tmp_path / "cache" / "autotuner" / "pycache"
+    assert not folder.exists()
+    folder.mkdir(parents=True)
+    folder.chmod(0o777)  # a folder others may write: their bytecode would run in the commands
+    refused = _command(tmp_path, bare)
+    time.sleep(2)  # (a writer, had one been left, would have written the little there is by now)
+    assert refused["kept"] == "None" and list(folder.iterdir()) == [], sorted(folder.rglob("*"))
+    folder.chmod(0o700)  # the user's own: a first command, which leaves a writer
+    _wait_for(Path(_command(tmp_path, bare)["stamp"]))
