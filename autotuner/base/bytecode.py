@@ -28,9 +28,9 @@ SETTING = "AUTOTUNER_BYTECODE_CACHE"
 # all of them, writing the bytecode of everything they import in turn (the standard library's and torch's own
 # dependencies included)
 PACKAGES = ("torch", "triton", "triton.language")
-# The program of the process left after a command (with the folder as its prefix): the command's own modules that have no bytecode
-# there, compiled as their import would (py_compile: the same header), then the packages imported with bytecode
-# written; the stamp once they imported.
+# The program of the process left after a command (with the folder as its prefix): the command's own modules that
+# have no bytecode there, compiled as their import would (py_compile: the same header), then the packages imported
+# with bytecode written; the stamp once they imported.
 WRITER = ("import importlib.util, json, os, py_compile, sys\n"
           "os.nice(19)\n"
           "job = json.load(sys.stdin)\n"
@@ -73,8 +73,8 @@ def keep(packages: tuple[str, ...] = PACKAGES) -> Path | None:
     `folder()` in this process and its children once a writer has filled it, and leave a writer at exit
     (`write_behind`) for what this process imported without bytecode there. Returns the folder read from, or None
     where nothing is read from it (yet)."""
-    if sys.pycache_prefix is not None or not env_flag(SETTING, default=True):
-        return None
+    if sys.pycache_prefix is not None or not env_flag(SETTING, default=True) or not hasattr(os, "getuid"):
+        return None  # (no owner to check on Windows: left as it is there)
     source = _source(packages[0])
     if source is None or not lacks_bytecode(source):
         return None
