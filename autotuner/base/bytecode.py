@@ -2,8 +2,8 @@
 not write it (PYTHONDONTWRITEBYTECODE, common in container images; or an install this user cannot write), every process
 that imports torch compiles its two thousand source files again: seconds of each command's start, on the fork server's
 import that a tune's trial worker waits for. There, after a command exits, a process left at the lowest priority
-writes the bytecode of what the command and its children import into autotuner's cache folder (never the install),
-and the commands after it read from there (Python's `sys.pycache_prefix`, inherited by their children through
+writes the bytecode of what the command and its children import into autotuner's cache folder (never the install;
+a tree for each installation), and the commands after it read from there (Python's `sys.pycache_prefix`, inherited by their children through
 PYTHONPYCACHEPREFIX). Python then reads bytecode from the folder alone, the standard library's too, so no command reads
 from it before it has been filled once: the first command runs as before and waits for nothing. An install that keeps
 its bytecode, a prefix the user set, or AUTOTUNER_BYTECODE_CACHE=0 leaves everything as it is.
@@ -28,10 +28,12 @@ SETTING = "AUTOTUNER_BYTECODE_CACHE"
 # all of them, writing the bytecode of everything they import in turn (the standard library's and torch's own
 # dependencies included)
 PACKAGES = ("torch", "triton", "triton.language")
-# The program of the process left after a command (with the folder as its prefix): the command's own modules that
+STAMP = "written"  # in a tree: a writer filled it; its modification time: the last command that read the tree
+KEPT_S = 30 * 86400  # a tree no command read for this long (an interpreter or torch replaced) is removed
+# The program of the process left after a command (with the tree as its prefix): the command's own modules that
 # have no bytecode there, compiled as their import would (py_compile: the same header), then the packages imported
-# with bytecode written; the stamp once they imported.
-WRITER = ("import importlib.util, json, os, py_compile, sys\n"
+# with bytecode written; the stamp once they imported; then the trees no command read for KEPT_S.
+WRITER = ("import importlib.util, json, os, py_compile, shutil, sys, time\n"
           "os.nice(19)\n"
           "job = json.load(sys.stdin)\n"
           "for path in job['files']:\n"
@@ -40,7 +42,15 @@ WRITER = ("import importlib.util, json, os, py_compile, sys\n"
           "sys.dont_write_bytecode = False\n"
           "for name in job['packages']:\n"
           "    __import__(name)\n"
-          "open(job['stamp'], 'w').close()\n")
+          "open(job['stamp'], 'a').close()\n"
+          "for entry in os.scandir(job['folder']):\n"
+          "    if entry.is_dir(follow_symlinks=False) and entry.path != job['tree']:\n"
+          "        try:\n"
+          "            last = os.stat(os.path.join(entry.path, 'STAMP')).st_mtime\n"
+          "        except OSError:\n"
+          "            last = entry.stat(follow_symlinks=False).st_mtime\n"
+          "        if last < time.time() - job['kept_s']:\n"
+          "            shutil.rmtree(entry.path, ignore_errors=True)\n").replace("STAMP", STAMP)
 
 
 def folder() -> Path:
@@ -69,26 +79,33 @@ def lacks_bytecode(source: Path) -> bool:
 
 
 def keep(packages: tuple[str, ...] = PACKAGES) -> Path | None:
-    """Called first by a command: where packages[0] is imported from source every time, read bytecode from
-    `folder()` in this process and its children once a writer has filled it, and leave a writer at exit
-    (`write_behind`) for what this process imported without bytecode there. Returns the folder read from, or None
-    where nothing is read from it (yet)."""
+    """Called first by a command: where packages[0] is imported from source every time, read bytecode from this
+    installation's tree of `folder()` (`tree`) in this process and its children once a writer has filled it, and
+    leave a writer at exit (`write_behind`) for what this process imported without bytecode there. Returns the tree
+    read from, or None where nothing is read from one (yet)."""
     if sys.pycache_prefix is not None or not env_flag(SETTING, default=True) or not hasattr(os, "getuid"):
         return None  # (no owner to check on Windows: left as it is there)
     source = _source(packages[0])
     if source is None or not lacks_bytecode(source):
         return None
-    path = folder()
+    base = folder()
     try:
-        path.mkdir(parents=True, exist_ok=True, mode=0o700)
-        made = path.stat()
+        base.mkdir(parents=True, exist_ok=True, mode=0o700)
+        made = base.stat()
+        if made.st_uid != os.getuid() or made.st_mode & 0o022:  # bytecode is code: a folder no one else may write
+            return None
+        path = tree(packages)
+        path.mkdir(exist_ok=True, mode=0o700)
     except OSError:
         return None
-    if made.st_uid != os.getuid() or made.st_mode & 0o022:  # bytecode is code: only a folder no one else may write
-        return None
     atexit.register(write_behind, path, packages)
-    if not _stamp(path, packages).exists():
+    stamp = path / STAMP
+    if not stamp.exists():
         return None  # the first command: its modules' bytecode beside their sources (the standard library's) stands
+    try:
+        os.utime(stamp)  # (read now: a writer removes the trees no command read for long)
+    except OSError:
+        pass
     sys.pycache_prefix = str(path)
     os.environ["PYTHONPYCACHEPREFIX"] = str(path)  # the fork server and spawned processes read it from there
     return path
@@ -99,22 +116,22 @@ def _roots(packages: tuple[str, ...]) -> list[str]:
     return sorted({name.split(".")[0] for name in packages})
 
 
-def _stamp(path: Path, packages: tuple[str, ...]) -> Path:
-    """The file the writer leaves once it imported `packages` from these sources with this interpreter, writing their
-    bytecode: another version of any (its source's modification time moves) or another interpreter writes again."""
+def tree(packages: tuple[str, ...] = PACKAGES) -> Path:
+    """This installation's own tree in `folder()`: this interpreter, its standard library and these packages, as
+    found now. A cache folder that several installations share (a home folder on NFS, hosts of other images) then
+    gives each its own bytecode, never another's to recompile from source; a replaced one starts a new tree."""
     parts = [sys.version, sys.executable]
-    for name in _roots(packages):
-        source = _source(name)
+    for name, source in [("stdlib", Path(os.__file__)), *((name, _source(name)) for name in _roots(packages))]:
         parts.append(f"{name}:{source}:{source.stat().st_mtime_ns if source else 0}")
-    return path / f"written-{hashlib.sha256(chr(0).join(parts).encode()).hexdigest()[:16]}"
+    return folder() / hashlib.sha256(chr(0).join(parts).encode()).hexdigest()[:16]
 
 
 def write_behind(path: Path, packages: tuple[str, ...]) -> subprocess.Popen[bytes] | None:
-    """At the command's exit: a process at the lowest priority, left running, compiles into `path` the modules this
-    process imported that have no bytecode there, and, until its stamp is there, imports `packages` with bytecode
-    written (what the command's children import: their modules are not this process's to list). None: nothing to
-    write."""
-    stamp = _stamp(path, packages)
+    """At the command's exit: a process at the lowest priority, left running, compiles into the tree `path` the
+    modules this process imported that have no bytecode there, and, until its stamp is there, imports `packages`
+    with bytecode written (what the command's children import: their modules are not this process's to list).
+    None: nothing to write."""
+    stamp = path / STAMP
     reading = sys.pycache_prefix == str(path)
     files = sorted({file for module in list(sys.modules.values())
                     if isinstance(file := getattr(module, "__file__", None), str) and file.endswith(".py")
@@ -122,12 +139,14 @@ def write_behind(path: Path, packages: tuple[str, ...]) -> subprocess.Popen[byte
     names = [] if stamp.exists() else list(packages)
     if not files and not names:
         return None
+    job = {"files": files, "packages": names, "stamp": str(stamp), "tree": str(path), "folder": str(path.parent),
+           "kept_s": KEPT_S}
     try:
         writer = subprocess.Popen([sys.executable, "-c", WRITER], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                                   stderr=subprocess.DEVNULL, start_new_session=True,
                                   env={**os.environ, "PYTHONPYCACHEPREFIX": str(path)})
         assert writer.stdin is not None
-        writer.stdin.write(json.dumps({"files": files, "packages": names, "stamp": str(stamp)}).encode())
+        writer.stdin.write(json.dumps(job).encode())
         writer.stdin.close()
     except OSError:
         return None

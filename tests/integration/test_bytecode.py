@@ -22,7 +22,7 @@ print("kept", kept)
 print("prefix", os.environ.get("PYTHONPYCACHEPREFIX"))
 import {MODULE}
 if bytecode.folder().exists():
-    print("stamp", bytecode._stamp(bytecode.folder(), ({PACKAGE!r},)))
+    print("stamp", bytecode.tree(({PACKAGE!r},)) / bytecode.STAMP)
 """
 
 
@@ -72,7 +72,8 @@ def test_a_first_command_runs_as_before_and_leaves_the_bytecode_the_next_ones_re
     assert any(folder.rglob("json/__init__.*.pyc"))  # the standard library's, which it reads from there from now on
     assert not (site / PACKAGE / "__pycache__").exists() and not (site / "__pycache__").exists()  # never beside
     second = _command(tmp_path, site)
-    assert second["kept"] == second["prefix"] == str(folder), second
+    assert second["kept"] == second["prefix"] == str(Path(first["stamp"]).parent), second  # this installation's tree
+    assert Path(second["kept"]).parent == folder
     # a child as the fork server runs (-B, the prefix inherited): -v names the file each module's code came from
     child = subprocess.run([sys.executable, "-B", "-v", "-c", f"import {MODULE}, {PACKAGE}"],
                            env=_env(tmp_path, site, PYTHONPYCACHEPREFIX=second["prefix"]), capture_output=True,
@@ -104,3 +105,23 @@ def test_an_install_with_its_bytecode_a_prefix_of_the_users_and_the_setting_off_
     assert refused["kept"] == "None" and list(folder.iterdir()) == [], sorted(folder.rglob("*"))
     folder.chmod(0o700)  # the user's own: a first command, which leaves a writer
     _wait_for(Path(_command(tmp_path, bare)["stamp"]))
+
+
+def test_a_writer_removes_the_trees_no_command_read_for_a_month(tmp_path):
+    """Installations replaced (torch upgraded, another interpreter) leave trees no command reads again."""
+    site = _install(tmp_path)
+    folder = tmp_path / "cache" / "autotuner" / "pycache"
+    folder.mkdir(parents=True, mode=0o700)
+    month = time.time() - 31 * 86400
+    for name, read in (("old", month), ("recent", time.time() - 86400), ("unstamped", month)):
+        (folder / name).mkdir()
+        if name != "unstamped":
+            (folder / name / "written").touch()
+            os.utime(folder / name / "written", (read, read))
+        os.utime(folder / name, (month, month))
+    first = _command(tmp_path, site)
+    _wait_for(Path(first["stamp"]))
+    deadline = time.monotonic() + 60  # (the writer removes them after its stamp)
+    while ((folder / "old").exists() or (folder / "unstamped").exists()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert sorted(p.name for p in folder.iterdir()) == sorted(["recent", Path(first["stamp"]).parent.name])
