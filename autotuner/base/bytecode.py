@@ -3,10 +3,11 @@ not write it (PYTHONDONTWRITEBYTECODE, common in container images; or an install
 that imports torch compiles its two thousand source files again: seconds of each command's start, on the fork server's
 import that a tune's trial worker waits for. There, after a command exits, a process left at the lowest priority
 writes the bytecode of what the command and its children import into autotuner's cache folder (never the install;
-a tree for each installation), and the commands after it read from there (Python's `sys.pycache_prefix`, inherited by their children through
-PYTHONPYCACHEPREFIX). Python then reads bytecode from the folder alone, the standard library's too, so no command reads
-from it before it has been filled once: the first command runs as before and waits for nothing. An install that keeps
-its bytecode, a prefix the user set, or AUTOTUNER_BYTECODE_CACHE=0 leaves everything as it is.
+a tree for each installation), and the commands after it read from there (Python's `sys.pycache_prefix`, inherited by
+their children through PYTHONPYCACHEPREFIX). Python then reads bytecode from the tree alone, the standard library's
+too, so no command reads from it before it has been filled once: the first command runs as before and waits for
+nothing. An install that keeps its bytecode, a prefix the user set, or AUTOTUNER_BYTECODE_CACHE=0 leaves everything
+as it is.
 
 Imports nothing beyond the standard library and platformdirs: it runs before the command's own imports."""
 
@@ -135,15 +136,17 @@ def write_behind(path: Path, packages: tuple[str, ...]) -> subprocess.Popen[byte
     reading = sys.pycache_prefix == str(path)
     files = sorted({file for module in list(sys.modules.values())
                     if isinstance(file := getattr(module, "__file__", None), str) and file.endswith(".py")
+                    and os.path.isabs(file)
                     and not (reading and os.path.exists(importlib.util.cache_from_source(file)))})
     names = [] if stamp.exists() else list(packages)
     if not files and not names:
         return None
     job = {"files": files, "packages": names, "stamp": str(stamp), "tree": str(path), "folder": str(path.parent),
            "kept_s": KEPT_S}
-    try:
+    try:  # (in the tree: the packages it imports are the installed ones, never a folder of the command's own
+        # working directory of the same name)
         writer = subprocess.Popen([sys.executable, "-c", WRITER], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.DEVNULL, start_new_session=True,
+                                  stderr=subprocess.DEVNULL, start_new_session=True, cwd=path,
                                   env={**os.environ, "PYTHONPYCACHEPREFIX": str(path)})
         assert writer.stdin is not None
         writer.stdin.write(json.dumps(job).encode())
