@@ -29,12 +29,16 @@ SETTING = "AUTOTUNER_BYTECODE_CACHE"
 # all of them, writing the bytecode of everything they import in turn (the standard library's and torch's own
 # dependencies included)
 PACKAGES = ("torch", "triton", "triton.language")
+# Packages compiled whole besides: Triton's compiler imports much of itself (its code generator, Gluon) only when it
+# compiles a kernel, in each compile process, which an import of the package leaves uncompiled
+WHOLE = ("triton",)
 STAMP = "written"  # in a tree: a writer filled it; its modification time: the last command that read the tree
 KEPT_S = 30 * 86400  # a tree no command read for this long (an interpreter or torch replaced) is removed
 # The program of the process left after a command (with the tree as its prefix): the command's own modules that
 # have no bytecode there, compiled as their import would (py_compile: the same header), then the packages imported
-# with bytecode written; the stamp once they imported; then the trees no command read for KEPT_S.
-WRITER = ("import importlib.util, json, os, py_compile, shutil, sys, time\n"
+# with bytecode written and the WHOLE ones' folders compiled; the stamp once they are; then the trees no command read
+# for KEPT_S.
+WRITER = ("import compileall, importlib.util, json, os, py_compile, shutil, sys, time\n"
           "os.nice(19)\n"
           "job = json.load(sys.stdin)\n"
           "for path in job['files']:\n"
@@ -43,6 +47,8 @@ WRITER = ("import importlib.util, json, os, py_compile, shutil, sys, time\n"
           "sys.dont_write_bytecode = False\n"
           "for name in job['packages']:\n"
           "    __import__(name)\n"
+          "for path in job['folders']:\n"
+          "    compileall.compile_dir(path, quiet=2)\n"
           "open(job['stamp'], 'a').close()\n"
           "for entry in os.scandir(job['folder']):\n"
           "    if entry.is_dir(follow_symlinks=False) and entry.path != job['tree']:\n"
@@ -79,7 +85,7 @@ def lacks_bytecode(source: Path) -> bool:
     return sys.dont_write_bytecode or not os.access(source.parent, os.W_OK)
 
 
-def keep(packages: tuple[str, ...] = PACKAGES) -> Path | None:
+def keep(packages: tuple[str, ...] = PACKAGES, whole: tuple[str, ...] = WHOLE) -> Path | None:
     """Called first by a command: where packages[0] is imported from source every time, read bytecode from this
     installation's tree of `folder()` (`tree`) in this process and its children once a writer has filled it, and
     leave a writer at exit (`write_behind`) for what this process imported without bytecode there. Returns the tree
@@ -99,7 +105,7 @@ def keep(packages: tuple[str, ...] = PACKAGES) -> Path | None:
         path.mkdir(exist_ok=True, mode=0o700)
     except OSError:
         return None
-    atexit.register(write_behind, path, packages)
+    atexit.register(write_behind, path, packages, whole)
     stamp = path / STAMP
     if not stamp.exists():
         return None  # the first command: its modules' bytecode beside their sources (the standard library's) stands
@@ -127,11 +133,11 @@ def tree(packages: tuple[str, ...] = PACKAGES) -> Path:
     return folder() / hashlib.sha256(chr(0).join(parts).encode()).hexdigest()[:16]
 
 
-def write_behind(path: Path, packages: tuple[str, ...]) -> subprocess.Popen[bytes] | None:
+def write_behind(path: Path, packages: tuple[str, ...], whole: tuple[str, ...] = ()) -> subprocess.Popen[bytes] | None:
     """At the command's exit: a process at the lowest priority, left running, compiles into the tree `path` the
     modules this process imported that have no bytecode there, and, until its stamp is there, imports `packages`
-    with bytecode written (what the command's children import: their modules are not this process's to list).
-    None: nothing to write."""
+    with bytecode written (what the command's children import: their modules are not this process's to list) and
+    compiles the `whole` packages' folders. None: nothing to write."""
     stamp = path / STAMP
     reading = sys.pycache_prefix == str(path)
     files = sorted({file for module in list(sys.modules.values())
@@ -139,10 +145,12 @@ def write_behind(path: Path, packages: tuple[str, ...]) -> subprocess.Popen[byte
                     and os.path.isabs(file)
                     and not (reading and os.path.exists(importlib.util.cache_from_source(file)))})
     names = [] if stamp.exists() else list(packages)
+    folders = [] if stamp.exists() else [str(source.parent) for name in _roots(whole)
+                                         if (source := _source(name)) is not None and source.name == "__init__.py"]
     if not files and not names:
         return None
-    job = {"files": files, "packages": names, "stamp": str(stamp), "tree": str(path), "folder": str(path.parent),
-           "kept_s": KEPT_S}
+    job = {"files": files, "packages": names, "folders": folders, "stamp": str(stamp), "tree": str(path),
+           "folder": str(path.parent), "kept_s": KEPT_S}
     try:  # (in the tree: the packages it imports are the installed ones, never a folder of the command's own
         # working directory of the same name)
         writer = subprocess.Popen([sys.executable, "-c", WRITER], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,

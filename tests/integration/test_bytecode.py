@@ -17,7 +17,7 @@ PACKAGE, MODULE = "bytecode_probe_pkg", "bytecode_probe_mod"
 COMMAND = f"""
 import os, sys
 from autotuner.base import bytecode
-kept = bytecode.keep(({PACKAGE!r},))
+kept = bytecode.keep(({PACKAGE!r},), whole=({PACKAGE!r},))
 print("kept", kept)
 print("prefix", os.environ.get("PYTHONPYCACHEPREFIX"))
 import {MODULE}
@@ -33,6 +33,7 @@ def _install(base: Path) -> Path:
     (site / PACKAGE).mkdir(parents=True)
     (site / PACKAGE / "__init__.py").write_text("from . import later\n")
     (site / PACKAGE / "later.py").write_text("LATER = 1\n")
+    (site / PACKAGE / "lazy.py").write_text("LAZY = 3\n")  # imported by nobody: a compiler's module of its own time
     (site / f"{MODULE}.py").write_text("MODULE = 2\n")
     return site
 
@@ -67,15 +68,15 @@ def test_a_first_command_runs_as_before_and_leaves_the_bytecode_the_next_ones_re
     assert oct(folder.stat().st_mode & 0o777) == oct(0o700)
     _wait_for(Path(first["stamp"]))  # the writer, left at the first command's exit
     kept = {p.name.split(".")[0]: p for p in [*folder.rglob(f"{PACKAGE}/*.pyc"), *folder.rglob(f"{MODULE}.*.pyc")]}
-    # the command's own import, and what the package imports
-    assert set(kept) == {MODULE, "__init__", "later"}, sorted(folder.rglob("*"))
+    # the command's own import, what the package imports, and the rest of the package (compiled whole)
+    assert set(kept) == {MODULE, "__init__", "later", "lazy"}, sorted(folder.rglob("*"))
     assert any(folder.rglob("json/__init__.*.pyc"))  # the standard library's, which it reads from there from now on
     assert not (site / PACKAGE / "__pycache__").exists() and not (site / "__pycache__").exists()  # never beside
     second = _command(tmp_path, site)
     assert second["kept"] == second["prefix"] == str(Path(first["stamp"]).parent), second  # this installation's tree
     assert Path(second["kept"]).parent == folder
     # a child as the fork server runs (-B, the prefix inherited): -v names the file each module's code came from
-    child = subprocess.run([sys.executable, "-B", "-v", "-c", f"import {MODULE}, {PACKAGE}"],
+    child = subprocess.run([sys.executable, "-B", "-v", "-c", f"import {MODULE}, {PACKAGE}.lazy"],
                            env=_env(tmp_path, site, PYTHONPYCACHEPREFIX=second["prefix"]), capture_output=True,
                            text=True, timeout=120)
     assert child.returncode == 0, child.stderr
