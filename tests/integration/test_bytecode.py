@@ -27,8 +27,8 @@ if bytecode.folder().exists():
 
 
 def _install(base: Path) -> Path:
-    """A package of two modules (never imported by the command itself, as torch is imported by its fork server alone)
-    and a module, with no bytecode."""
+    """A package (never imported by the command itself, as torch is imported by its fork server alone) whose
+    `__init__` imports one module and nobody another, and a module the command imports; no bytecode."""
     site = base / "site"
     (site / PACKAGE).mkdir(parents=True)
     (site / PACKAGE / "__init__.py").write_text("from . import later\n")
