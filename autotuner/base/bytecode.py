@@ -53,11 +53,11 @@ WRITER = ("import compileall, importlib.util, json, os, py_compile, shutil, sys,
           "for entry in os.scandir(job['folder']):\n"
           "    if entry.is_dir(follow_symlinks=False) and entry.path != job['tree']:\n"
           "        try:\n"
-          "            last = os.stat(os.path.join(entry.path, 'STAMP')).st_mtime\n"
+          "            last = os.stat(os.path.join(entry.path, os.path.basename(job['stamp']))).st_mtime\n"
           "        except OSError:\n"
           "            last = entry.stat(follow_symlinks=False).st_mtime\n"
           "        if last < time.time() - job['kept_s']:\n"
-          "            shutil.rmtree(entry.path, ignore_errors=True)\n").replace("STAMP", STAMP)
+          "            shutil.rmtree(entry.path, ignore_errors=True)\n")
 
 
 def folder() -> Path:
@@ -144,9 +144,10 @@ def write_behind(path: Path, packages: tuple[str, ...], whole: tuple[str, ...] =
                     if isinstance(file := getattr(module, "__file__", None), str) and file.endswith(".py")
                     and os.path.isabs(file)
                     and not (reading and os.path.exists(importlib.util.cache_from_source(file)))})
-    names = [] if stamp.exists() else list(packages)
-    folders = [] if stamp.exists() else [str(source.parent) for name in _roots(whole)
-                                         if (source := _source(name)) is not None and source.name == "__init__.py"]
+    filled = stamp.exists()
+    names = [] if filled else list(packages)
+    folders = [] if filled else [str(source.parent) for name in _roots(whole)
+                                 if (source := _source(name)) is not None and source.name == "__init__.py"]
     if not files and not names:
         return None
     job = {"files": files, "packages": names, "folders": folders, "stamp": str(stamp), "tree": str(path),
