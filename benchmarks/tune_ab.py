@@ -2,7 +2,7 @@
 
     git archive <commit> | tar x -C old          # the tree to compare with (any ignored folder, carried to the GPU)
     python benchmarks/tune_ab.py old . [more trees] [--rounds 3] [--tune "matmul --M 4096"] [--share] [--drop-caches]
-                                 [--spy 200] [--fresh-bytecode]
+                                 [--spy 200] [--fresh-bytecode] [--own-bytecode]
 
 Hosts of one device kind differ by seconds in a cold start (torch's import alone 3.4-7.7 s: benchmarks/RESULTS.md),
 so a before/after is only worth reporting from one host, the trees alternating round by round (A, B, C, ... in the
@@ -12,7 +12,8 @@ order given). Each run is a new process with a new Triton cache and a new SQLite
 of a shared database; a second that loads the first's compiles). `--drop-caches` empties the page cache before
 each run (root only), as on a host that has not loaded torch since it booted. `--fresh-bytecode` empties the
 bytecode autotuner's commands keep (autotuner.base.bytecode: where torch is installed without its own) before each
-run, as on a host where no command ran before. `--spy RATE` records each run with
+run, as on a host where no command ran before; `--own-bytecode` keeps each tree's in a folder of its own (its own
+XDG_CACHE_HOME), so that one tree's commands never read bytecode another's wrote. `--spy RATE` records each run with
 py-spy (its collapsed stacks, by process and thread, beside the run's log). Prints one line a run (wall time and
 the phases that matter for a cold start), then each tree's means.
 """
@@ -41,27 +42,30 @@ def drop_caches() -> None:
     Path("/proc/sys/vm/drop_caches").write_text("3\n")
 
 
-def empty_bytecode() -> None:
-    """Empty the folder this tree's autotuner.base.bytecode keeps bytecode in, once the writers a last command left
-    have ended (they would fill it again): as on a host where no command ran before."""
+def empty_bytecode(cache_home: Path | None = None) -> None:
+    """Empty the folder this tree's autotuner.base.bytecode keeps bytecode in (under `cache_home`, where given), once
+    the writers a last command left have ended (they would fill it again): as on a host where no command ran
+    before."""
     from autotuner.base.bytecode import WRITER, folder  # (this tree's: its writer's first line names its processes)
 
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and subprocess.run(["pgrep", "-f", WRITER.splitlines()[0]],
                                                          capture_output=True).returncode == 0:
         time.sleep(0.2)
-    shutil.rmtree(folder(), ignore_errors=True)
+    shutil.rmtree(cache_home / "autotuner" / "pycache" if cache_home else folder(), ignore_errors=True)
 
 
 def run(tree: Path, tune: list[str], work: Path, name: str, secret: str, db: str, drop: bool, log: Path,
-        spy: int = 0, fresh_bytecode: bool = False) -> dict:
+        spy: int = 0, fresh_bytecode: bool = False, cache_home: Path | None = None) -> dict:
     if fresh_bytecode:
-        empty_bytecode()
+        empty_bytecode(cache_home)
     if drop:
         drop_caches()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tree), os.environ.get("PYTHONPATH", "")]),
            "TRITON_CACHE_DIR": str(work / f"triton_{name}"), "AUTOTUNER_KERNEL_CACHE_DIR": str(work / f"kept_{name}"),
            "AUTOTUNER_COMPILE_SECRET": secret, "AUTOTUNER_LOCAL_WORKER": "0"}
+    if cache_home is not None:
+        env["XDG_CACHE_HOME"] = str(cache_home)
     t0 = time.perf_counter()
     command = [sys.executable, "-m", "autotuner", "tune", *tune, "--db", db, "--json"]
     if spy:  # py-spy's samples of the command and its children, collapsed stacks by thread and process
@@ -90,6 +94,8 @@ def main() -> None:
                     help="record each run with py-spy at RATE samples a second (its walls then count py-spy's cost)")
     ap.add_argument("--fresh-bytecode", action="store_true",
                     help="empty the bytecode autotuner's commands keep before each run (a host's first command)")
+    ap.add_argument("--own-bytecode", action="store_true",
+                    help="each tree's commands keep their bytecode apart (an XDG_CACHE_HOME a tree)")
     ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp/out")))
     args = ap.parse_args()
     trees = [t.resolve() for t in args.trees]
@@ -100,6 +106,7 @@ def main() -> None:
             raise SystemExit(f"{tree} is not a source tree of autotuner (no autotuner/__main__.py)")
     args.out.mkdir(parents=True, exist_ok=True)
     hosts = ("alone", "first", "second") if args.share else ("alone",)
+    homes = {tree: Path(tempfile.mkdtemp(prefix="tune_ab_cache_")) if args.own_bytecode else None for tree in trees}
     runs: dict[tuple[str, str], list[dict]] = {}
     for r in range(1, args.rounds + 1):
         for label, tree in zip(string.ascii_uppercase, trees, strict=False):
@@ -109,7 +116,7 @@ def main() -> None:
                 db = f"sqlite:///{work / 'alone.db'}" if host == "alone" else shared
                 done = run(tree, shlex.split(args.tune), work, host, "" if host == "alone" else "s3cret-of-16-bytes", db,
                            args.drop_caches, args.out / f"tune_ab_{label}{r}_{host}.log", args.spy,
-                           args.fresh_bytecode)
+                           args.fresh_bytecode, homes[tree])
                 runs.setdefault((label, host), []).append(done)
                 if "failed" in done:
                     print(f"{label}{r} {host:6s} FAILED after {done['wall_s']:.2f} s: {done['failed']}", flush=True)
