@@ -42,15 +42,21 @@ def drop_caches() -> None:
     Path("/proc/sys/vm/drop_caches").write_text("3\n")
 
 
+# The processes a command leaves to write its bytecode: a fill (autotuner.base.bytecode_fill), or an older tree's
+# writer (its program's first line)
+BYTECODE_WRITERS = ("autotuner/base/bytecode_fill.py", "import compileall, importlib.util, json, os, py_compile")
+
+
 def empty_bytecode(cache_home: Path | None = None) -> None:
-    """Empty the folder this tree's autotuner.base.bytecode keeps bytecode in (under `cache_home`, where given), once
-    the writers a last command left have ended (they would fill it again): as on a host where no command ran
-    before."""
-    from autotuner.base.bytecode import WRITER, folder  # (this tree's: its writer's first line names its processes)
+    """Empty the folder autotuner.base.bytecode keeps bytecode in (under `cache_home`, where given), once the
+    processes a last command left to write there have ended (they would fill it again): as on a host where no
+    command ran before."""
+    from autotuner.base.bytecode import folder
 
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and subprocess.run(["pgrep", "-f", WRITER.splitlines()[0]],
-                                                         capture_output=True).returncode == 0:
+    while time.monotonic() < deadline and any(
+            subprocess.run(["pgrep", "-f", pattern], capture_output=True).returncode == 0
+            for pattern in BYTECODE_WRITERS):
         time.sleep(0.2)
     shutil.rmtree(cache_home / "autotuner" / "pycache" if cache_home else folder(), ignore_errors=True)
 

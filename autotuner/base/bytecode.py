@@ -1,63 +1,43 @@
 """Bytecode for installs that keep none. Where torch was installed without its bytecode (uv's default) and Python may
 not write it (PYTHONDONTWRITEBYTECODE, common in container images; or an install this user cannot write), every process
 that imports torch compiles its two thousand source files again: seconds of each command's start, on the fork server's
-import that a tune's trial worker waits for. There, after a command exits, a process left at the lowest priority
-writes the bytecode of what the command and its children import into autotuner's cache folder (never the install;
-a tree for each installation), and the commands after it read from there (Python's `sys.pycache_prefix`, inherited by
-their children through PYTHONPYCACHEPREFIX). Python then reads bytecode from the tree alone, the standard library's
-too, so no command reads from it before it has been filled once: the first command runs as before and waits for
-nothing. An install that keeps its bytecode, a prefix the user set, or AUTOTUNER_BYTECODE_CACHE=0 leaves everything
-as it is.
+import that a tune's trial worker waits for. There a command reads and writes bytecode in a tree of autotuner's cache
+folder (a tree for each installation; never the install), through Python's `sys.pycache_prefix`, which its children
+inherit as PYTHONPYCACHEPREFIX. Python then reads every module's bytecode from the tree alone, the standard library's
+too, so a tree's first command copies the standard library's bytecode into it (tens of milliseconds) and starts its
+fill (autotuner.base.bytecode_fill): torch, Triton, NumPy and autotuner's own packages compiled whole, then the
+distributions autotuner requires, on every core but two at a low priority, while the command goes on; what the
+command imports before the fill has reached it is compiled as before, and written by the command itself. An install
+that keeps its bytecode, a prefix the user set, or AUTOTUNER_BYTECODE_CACHE=0 leaves everything as it is.
 
 Imports nothing beyond the standard library and platformdirs: it runs before the command's own imports."""
 
 from __future__ import annotations
 
-import atexit
 import hashlib
 import importlib.util
 import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+from autotuner.base import bytecode_fill
 from kernels._environment import env_flag
 
 SETTING = "AUTOTUNER_BYTECODE_CACHE"
-# What the fork server imports (autotuner.engine.measure.processes.PRELOAD): the first decides, and the writer imports
-# all of them, writing the bytecode of everything they import in turn (the standard library's and torch's own
-# dependencies included)
-PACKAGES = ("torch", "triton", "triton.language")
-# Packages compiled whole besides: Triton's compiler imports much of itself (its code generator, Gluon) only when it
-# compiles a kernel, in each compile process, which an import of the package leaves uncompiled
-WHOLE = ("triton",)
-STAMP = "written"  # in a tree: a writer filled it; its modification time: the last command that read the tree
+# What decides (the first: where it keeps no bytecode) and names a tree: what the fork server imports
+# (autotuner.engine.measure.processes.PRELOAD)
+PACKAGES = ("torch", "triton")
+# Filled whole, first: those, NumPy (which torch imports where it is installed) and autotuner's own packages; then
+# the distributions that REQUIRES requires, but below BELOW (torch's own requirements: no command imports them)
+FILLED = ("torch", "triton", "numpy", "autotuner", "kernels", "search_spaces", "db", "api")
+REQUIRES, BELOW = "autotuner", ("torch", "triton")
+STAMP = "written"  # in a tree: a fill ended; its modification time: the last command that read the tree
+FILLING = "filling"  # in a tree: a fill began (when: its modification time)
+FILL_S = 600  # a fill begun this long ago has died: the next command starts another
 KEPT_S = 30 * 86400  # a tree no command read for this long (an interpreter or torch replaced) is removed
-# The program of the process left after a command (with the tree as its prefix): the command's own modules that
-# have no bytecode there, compiled as their import would (py_compile: the same header), then the packages imported
-# with bytecode written and the WHOLE ones' folders compiled; the stamp once they are; then the trees no command read
-# for KEPT_S.
-WRITER = ("import compileall, importlib.util, json, os, py_compile, shutil, sys, time\n"
-          "os.nice(19)\n"
-          "job = json.load(sys.stdin)\n"
-          "for path in job['files']:\n"
-          "    if not os.path.exists(importlib.util.cache_from_source(path)):\n"
-          "        py_compile.compile(path, quiet=2)\n"
-          "sys.dont_write_bytecode = False\n"
-          "for name in job['packages']:\n"
-          "    __import__(name)\n"
-          "for path in job['folders']:\n"
-          "    compileall.compile_dir(path, quiet=2)\n"
-          "open(job['stamp'], 'a').close()\n"
-          "for entry in os.scandir(job['folder']):\n"
-          "    if entry.is_dir(follow_symlinks=False) and entry.path != job['tree']:\n"
-          "        try:\n"
-          "            last = os.stat(os.path.join(entry.path, os.path.basename(job['stamp']))).st_mtime\n"
-          "        except OSError:\n"
-          "            last = entry.stat(follow_symlinks=False).st_mtime\n"
-          "        if last < time.time() - job['kept_s']:\n"
-          "            shutil.rmtree(entry.path, ignore_errors=True)\n")
 
 
 def folder() -> Path:
@@ -85,11 +65,12 @@ def lacks_bytecode(source: Path) -> bool:
     return sys.dont_write_bytecode or not os.access(source.parent, os.W_OK)
 
 
-def keep(packages: tuple[str, ...] = PACKAGES, whole: tuple[str, ...] = WHOLE) -> Path | None:
-    """Called first by a command: where packages[0] is imported from source every time, read bytecode from this
-    installation's tree of `folder()` (`tree`) in this process and its children once a writer has filled it, and
-    leave a writer at exit (`write_behind`) for what this process imported without bytecode there. Returns the tree
-    read from, or None where nothing is read from one (yet)."""
+def keep(packages: tuple[str, ...] = PACKAGES, filled: tuple[str, ...] = FILLED,
+         requires: str | None = REQUIRES) -> Path | None:
+    """Called first by a command: where packages[0] is imported from source every time, read and write bytecode in
+    this installation's tree of `folder()` (`tree`), in this process and its children; in a tree no fill has ended
+    in, copy the standard library's bytecode there and start one (`fill`). Returns the tree, or None where nothing is
+    kept."""
     if sys.pycache_prefix is not None or not env_flag(SETTING, default=True) or not hasattr(os, "getuid"):
         return None  # (no owner to check on Windows: left as it is there)
     source = _source(packages[0])
@@ -105,17 +86,52 @@ def keep(packages: tuple[str, ...] = PACKAGES, whole: tuple[str, ...] = WHOLE) -
         path.mkdir(exist_ok=True, mode=0o700)
     except OSError:
         return None
-    atexit.register(write_behind, path, packages, whole)
     stamp = path / STAMP
-    if not stamp.exists():
-        return None  # the first command: its modules' bytecode beside their sources (the standard library's) stands
-    try:
-        os.utime(stamp)  # (read now: a writer removes the trees no command read for long)
-    except OSError:
-        pass
+    if stamp.exists():
+        try:
+            os.utime(stamp)  # (read now: a fill removes the trees no command read for long)
+        except OSError:
+            pass
+    else:  # the standard library's first (it has its bytecode beside it, which Python no longer reads), then the rest
+        stdlib = os.path.dirname(os.__file__)
+        for file in bytecode_fill.walk(stdlib, bytecode_fill.STDLIB_SKIPPED):
+            bytecode_fill.fill_one(str(path), file, compile_missing=False)
+        fill(path, filled, requires)
     sys.pycache_prefix = str(path)
     os.environ["PYTHONPYCACHEPREFIX"] = str(path)  # the fork server and spawned processes read it from there
+    # and what this process (and what it spawns) compiles is written there, for the next; the fork server, started
+    # with -B by multiprocessing where this process was, writes nothing
+    sys.dont_write_bytecode = False
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     return path
+
+
+def fill(path: Path, filled: tuple[str, ...] = FILLED, requires: str | None = REQUIRES) -> subprocess.Popen[bytes] | None:
+    """Start the fill of the tree `path` (autotuner.base.bytecode_fill), left running past this command; None where
+    another began one less than FILL_S ago, or it could not start."""
+    marker = path / FILLING
+    try:
+        if marker.exists() and marker.stat().st_mtime > time.time() - FILL_S:
+            return None
+        marker.touch()
+    except OSError:
+        return None
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    folders = [str(source.parent) for name in filled
+               if (source := _source(name)) is not None and source.name == "__init__.py"]
+    job = {"tree": str(path), "stamp": str(path / STAMP), "filling": str(marker), "kept_s": KEPT_S,
+           "folders": folders, "requires": requires, "below": list(BELOW), "path": sys.path,
+           "workers": max(1, cores - 2)}
+    try:  # (isolated: no folder of the command's own decides what it imports; its working folder the tree's)
+        process = subprocess.Popen([sys.executable, "-I", "-X", f"pycache_prefix={path}", bytecode_fill.__file__],
+                                   stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                   start_new_session=True, cwd=path)
+        assert process.stdin is not None
+        process.stdin.write(json.dumps(job).encode())
+        process.stdin.close()
+    except OSError:
+        return None
+    return process
 
 
 def _roots(packages: tuple[str, ...]) -> list[str]:
@@ -131,35 +147,3 @@ def tree(packages: tuple[str, ...] = PACKAGES) -> Path:
     for name, source in [("stdlib", Path(os.__file__)), *((name, _source(name)) for name in _roots(packages))]:
         parts.append(f"{name}:{source}:{source.stat().st_mtime_ns if source else 0}")
     return folder() / hashlib.sha256(chr(0).join(parts).encode()).hexdigest()[:16]
-
-
-def write_behind(path: Path, packages: tuple[str, ...], whole: tuple[str, ...] = ()) -> subprocess.Popen[bytes] | None:
-    """At the command's exit: a process at the lowest priority, left running, compiles into the tree `path` the
-    modules this process imported that have no bytecode there, and, until its stamp is there, imports `packages`
-    with bytecode written (what the command's children import: their modules are not this process's to list) and
-    compiles the `whole` packages' folders. None: nothing to write."""
-    stamp = path / STAMP
-    reading = sys.pycache_prefix == str(path)
-    files = sorted({file for module in list(sys.modules.values())
-                    if isinstance(file := getattr(module, "__file__", None), str) and file.endswith(".py")
-                    and os.path.isabs(file)
-                    and not (reading and os.path.exists(importlib.util.cache_from_source(file)))})
-    filled = stamp.exists()
-    names = [] if filled else list(packages)
-    folders = [] if filled else [str(source.parent) for name in _roots(whole)
-                                 if (source := _source(name)) is not None and source.name == "__init__.py"]
-    if not files and not names:
-        return None
-    job = {"files": files, "packages": names, "folders": folders, "stamp": str(stamp), "tree": str(path),
-           "folder": str(path.parent), "kept_s": KEPT_S}
-    try:  # (in the tree: the packages it imports are the installed ones, never a folder of the command's own
-        # working directory of the same name)
-        writer = subprocess.Popen([sys.executable, "-c", WRITER], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.DEVNULL, start_new_session=True, cwd=path,
-                                  env={**os.environ, "PYTHONPYCACHEPREFIX": str(path)})
-        assert writer.stdin is not None
-        writer.stdin.write(json.dumps(job).encode())
-        writer.stdin.close()
-    except OSError:
-        return None
-    return writer

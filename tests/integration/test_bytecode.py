@@ -10,16 +10,19 @@ import sys
 import time
 from pathlib import Path
 
+from autotuner.base import bytecode, bytecode_fill
+
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE, MODULE = "bytecode_probe_pkg", "bytecode_probe_mod"
 
-# A command: keep() (the probe package standing for torch), then its own import; its exit leaves the writer.
+# A command: keep() (the probe package standing for torch, filled whole), then its own import.
 COMMAND = f"""
 import os, sys
 from autotuner.base import bytecode
-kept = bytecode.keep(({PACKAGE!r},), whole=({PACKAGE!r},))
+kept = bytecode.keep(({PACKAGE!r},), filled=({PACKAGE!r},), requires=None)
 print("kept", kept)
 print("prefix", os.environ.get("PYTHONPYCACHEPREFIX"))
+print("writes", not sys.dont_write_bytecode and "PYTHONDONTWRITEBYTECODE" not in os.environ)
 import {MODULE}
 if bytecode.folder().exists():
     print("stamp", bytecode.tree(({PACKAGE!r},)) / bytecode.STAMP)
@@ -56,38 +59,83 @@ def _wait_for(path: Path) -> None:
     deadline = time.monotonic() + 120
     while not path.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert path.exists(), f"the writer left no {path}"
+    assert path.exists(), f"the fill left no {path}"
 
 
-def test_a_first_command_runs_as_before_and_leaves_the_bytecode_the_next_ones_read_under_dash_b(tmp_path):
+def test_a_first_command_reads_the_standard_librarys_bytecode_copied_and_the_rest_as_its_fill_compiles_it(tmp_path):
     site = _install(tmp_path)
     folder = tmp_path / "cache" / "autotuner" / "pycache"
     first = _command(tmp_path, site)
-    # the first command reads nothing from the folder (it would compile the standard library's modules again there)
-    assert first["kept"] == first["prefix"] == "None", first
-    assert oct(folder.stat().st_mode & 0o777) == oct(0o700)
-    _wait_for(Path(first["stamp"]))  # the writer, left at the first command's exit
+    tree = Path(first["stamp"]).parent
+    # the first command reads and writes the tree at once: the standard library's bytecode copied there first
+    assert first["kept"] == first["prefix"] == str(tree) and first["writes"] == "True", first
+    assert tree.parent == folder and oct(folder.stat().st_mode & 0o777) == oct(0o700)
+    json_init = next(Path(os.__file__).parent.glob(f"json/__pycache__/__init__.{sys.implementation.cache_tag}.pyc"))
+    assert (tree / str(json_init.parent.parent).lstrip(os.sep) / json_init.name).read_bytes() == json_init.read_bytes()
+    _wait_for(Path(first["stamp"]))  # the fill, left running past the first command
+    assert not (tree / bytecode.FILLING).exists()
     kept = {p.name.split(".")[0]: p for p in [*folder.rglob(f"{PACKAGE}/*.pyc"), *folder.rglob(f"{MODULE}.*.pyc")]}
-    # the command's own import, what the package imports, and the rest of the package (compiled whole)
+    # the package whole (what it imports, and what nobody does), and the command's own import, which it wrote itself
     assert set(kept) == {MODULE, "__init__", "later", "lazy"}, sorted(folder.rglob("*"))
-    assert any(folder.rglob("json/__init__.*.pyc"))  # the standard library's, which it reads from there from now on
     assert not (site / PACKAGE / "__pycache__").exists() and not (site / "__pycache__").exists()  # never beside
     second = _command(tmp_path, site)
-    assert second["kept"] == second["prefix"] == str(Path(first["stamp"]).parent), second  # this installation's tree
-    assert Path(second["kept"]).parent == folder
+    assert second["kept"] == second["prefix"] == str(tree), second  # this installation's tree
     # a child as the fork server runs (-B, the prefix inherited): -v names the file each module's code came from
-    child = subprocess.run([sys.executable, "-B", "-v", "-c", f"import {MODULE}, {PACKAGE}.lazy"],
+    child = subprocess.run([sys.executable, "-B", "-v", "-c", f"import {MODULE}, {PACKAGE}.lazy, json"],
                            env=_env(tmp_path, site, PYTHONPYCACHEPREFIX=second["prefix"]), capture_output=True,
                            text=True, timeout=120)
     assert child.returncode == 0, child.stderr
     for name in kept:
         assert f"code object from '{kept[name]}'" in child.stderr, child.stderr[-3000:]
-    # a command that finds everything it imported there, and the stamp, leaves no writer
-    code = (f"from autotuner.base import bytecode; kept = bytecode.keep(({PACKAGE!r},)); import {MODULE}; "
-            f"print(bytecode.write_behind(kept, ({PACKAGE!r},)))")
-    again = subprocess.run([sys.executable, "-c", code], env=_env(tmp_path, site), cwd=tmp_path, capture_output=True,
-                           text=True, timeout=120)
-    assert again.returncode == 0 and again.stdout.strip() == "None", (again.stdout, again.stderr)
+    assert f"code object from '{tree / str(json_init.parent.parent).lstrip(os.sep) / json_init.name}'" in child.stderr
+
+
+def test_the_fill_compiles_what_has_no_bytecode_in_the_order_imports_need_it_and_copies_what_has(tmp_path):
+    """A package whose bytecode is beside it (compiled when installed) keeps that bytecode in the tree; the files
+    of a fill's packages come the shallowest first, so that the first stripe of every worker is a package's top."""
+    site = _install(tmp_path)
+    (site / PACKAGE / "deep").mkdir()
+    (site / PACKAGE / "deep" / "__init__.py").write_text("")
+    (site / PACKAGE / "tests").mkdir()  # never imported by a command
+    (site / PACKAGE / "tests" / "test_it.py").write_text("")
+    (site / "beside_pkg").mkdir()
+    (site / "beside_pkg" / "__init__.py").write_text("BESIDE = 4\n")
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(site / "beside_pkg")], check=True)
+    files = bytecode_fill.walk(str(site / PACKAGE))
+    order = bytecode_fill.ordered(files, [str(site / PACKAGE)])
+    assert [Path(p).relative_to(site).as_posix() for p in order] == [
+        f"{PACKAGE}/__init__.py", f"{PACKAGE}/later.py", f"{PACKAGE}/lazy.py", f"{PACKAGE}/deep/__init__.py"]
+    assert bytecode_fill.stripes(order, 3) == [[order[0], order[3]], [order[1]], [order[2]]]
+    tree = tmp_path / "tree"
+    for source in [*order, str(site / "beside_pkg" / "__init__.py")]:
+        bytecode_fill.fill_one(str(tree), source)
+    beside = next((site / "beside_pkg" / "__pycache__").glob("*.pyc"))
+    kept = tree / str(site / "beside_pkg").lstrip(os.sep) / beside.name
+    assert kept.read_bytes() == beside.read_bytes()
+    lazy = tree / str(site / PACKAGE).lstrip(os.sep) / beside.name.replace("__init__", "lazy")
+    assert lazy.exists() and not list(tree.rglob("*.pyc.*")) and not (site / PACKAGE / "__pycache__").exists()
+    # Python reads them from there
+    child = subprocess.run([sys.executable, "-B", "-v", "-c", f"import beside_pkg, {PACKAGE}.lazy"],
+                           env=_env(tmp_path, site, PYTHONPYCACHEPREFIX=str(tree)), capture_output=True, text=True,
+                           timeout=120)
+    assert child.returncode == 0 and f"code object from '{kept}'" in child.stderr and \
+        f"code object from '{lazy}'" in child.stderr, child.stderr[-3000:]
+
+
+def test_the_distributions_a_package_requires_are_filled_but_below_torchs(tmp_path):
+    """A distribution's requirements, found on the command's path, but not those of the ones it names below."""
+    site = tmp_path / "site"
+    for name, requires in (("top", ["middle>=1", "torchlike", "optional; extra == 'x'"]), ("middle", []),
+                           ("torchlike", ["hidden"]), ("hidden", []), ("optional", [])):
+        (site / name).mkdir(parents=True)
+        (site / name / "__init__.py").write_text("")
+        info = site / f"{name}-1.0.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n" +
+                                       "".join(f"Requires-Dist: {r}\n" for r in requires))
+        (info / "RECORD").write_text(f"{name}/__init__.py,,\n{info.name}/METADATA,,\n")
+    found = bytecode_fill.required("top", [str(site)], {"torchlike"})
+    assert sorted(Path(f).parent.name for f in found) == ["middle", "top", "torchlike"]
 
 
 def test_an_install_with_its_bytecode_a_prefix_of_the_users_and_the_setting_off_are_left_alone(tmp_path):
@@ -102,13 +150,13 @@ def test_an_install_with_its_bytecode_a_prefix_of_the_users_and_the_setting_off_
     folder.mkdir(parents=True)
     folder.chmod(0o777)  # a folder others may write: their bytecode would run in the commands
     refused = _command(tmp_path, bare)
-    time.sleep(2)  # (a writer, had one been left, would have written the little there is by now)
+    time.sleep(2)  # (a fill, had one been started, would have written the little there is by now)
     assert refused["kept"] == "None" and list(folder.iterdir()) == [], sorted(folder.rglob("*"))
-    folder.chmod(0o700)  # the user's own: a first command, which leaves a writer
+    folder.chmod(0o700)  # the user's own: a first command, which starts a fill
     _wait_for(Path(_command(tmp_path, bare)["stamp"]))
 
 
-def test_a_writer_removes_the_trees_no_command_read_for_a_month(tmp_path):
+def test_a_fill_removes_the_trees_no_command_read_for_a_month(tmp_path):
     """Installations replaced (torch upgraded, another interpreter) leave trees no command reads again."""
     site = _install(tmp_path)
     folder = tmp_path / "cache" / "autotuner" / "pycache"
@@ -122,7 +170,7 @@ def test_a_writer_removes_the_trees_no_command_read_for_a_month(tmp_path):
         os.utime(folder / name, (month, month))
     first = _command(tmp_path, site)
     _wait_for(Path(first["stamp"]))
-    deadline = time.monotonic() + 60  # (the writer removes them after its stamp)
+    deadline = time.monotonic() + 60  # (the fill removes them after its stamp)
     while ((folder / "old").exists() or (folder / "unstamped").exists()) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert sorted(p.name for p in folder.iterdir()) == sorted(["recent", Path(first["stamp"]).parent.name])

@@ -1,0 +1,139 @@
+"""The fill of a bytecode tree (autotuner.base.bytecode): the bytecode of whole packages, written into the tree on
+every core but two, at a low priority, while the command that started it goes on. Run as a script, in isolated mode
+(`python -I -X pycache_prefix=TREE bytecode_fill.py`), with its job on standard input: it imports the standard
+library alone, so that no folder of the command's (its working folder, PYTHONPATH) decides what it runs.
+
+A module with bytecode beside its source has it copied into the tree (where a prefix is set, Python reads the tree
+alone and would compile it); one without is compiled, with the header Python's own import writes. Each file lands
+whole (written aside, then renamed), so a command reading the tree meanwhile finds a module's bytecode or none.
+The packages go in the order their imports need them: the shallowest files first."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import json
+import os
+import py_compile
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+SKIPPED = {"__pycache__", "test", "tests"}  # folders no command imports from
+# the standard library's folders besides that no command of autotuner's imports
+STDLIB_SKIPPED = SKIPPED | {"idlelib", "tkinter", "turtledemo", "ensurepip", "lib2to3", "site-packages",
+                            "dist-packages"}
+
+
+def in_tree(tree: str, source: str) -> str:
+    """Where Python, with `tree` as its pycache prefix, reads this source's bytecode (as importlib lays it out: the
+    file's name as beside it, under the tree's copy of the source's folder)."""
+    folder = os.path.dirname(source if os.path.isabs(source) else os.path.join(os.getcwd(), source))
+    return os.path.join(tree, folder.lstrip(os.sep), os.path.basename(importlib.util.cache_from_source(source)))
+
+
+def fill_one(tree: str, source: str, compile_missing: bool = True) -> None:
+    """This source's bytecode into the tree, unless there: copied from beside it, else compiled (`compile_missing`)."""
+    target = in_tree(tree, source)
+    if os.path.exists(target):
+        return
+    beside = os.path.join(os.path.dirname(source), "__pycache__", os.path.basename(target))
+    aside = f"{target}.{os.getpid()}"
+    try:
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        if os.path.exists(beside):
+            shutil.copyfile(beside, aside)
+            os.replace(aside, target)
+        elif compile_missing:  # (py_compile writes aside and renames, as the import does)
+            py_compile.compile(source, cfile=target, quiet=2,
+                               invalidation_mode=py_compile.PycInvalidationMode.TIMESTAMP)
+    except OSError:  # (a file that cannot be read or written: its import compiles it, as before)
+        if os.path.exists(aside):
+            os.unlink(aside)
+
+
+def walk(folder: str, skipped: set[str] = SKIPPED) -> list[str]:
+    """Every source file under `folder`, but in `skipped` folders."""
+    found: list[str] = []
+    for root, dirs, files in os.walk(folder):
+        dirs[:] = [d for d in dirs if d not in skipped]
+        found.extend(os.path.join(root, f) for f in files if f.endswith(".py"))
+    return found
+
+
+def required(name: str, path: list[str], below: set[str]) -> list[str]:
+    """The source files of distribution `name` and of those it requires (their own requirements too, but those of
+    the `below` ones: torch's and Triton's, which a command does not import), found on `path`."""
+    files: list[str] = []
+    queue, seen = [name], set()
+    while queue:
+        key = re.split(r"[\s<>=!~;\[(]", queue.pop(0).strip(), maxsplit=1)[0].lower().replace("_", "-")
+        if not key or key in seen:
+            continue
+        seen.add(key)
+        dist = next(iter(importlib.metadata.distributions(name=key, path=path)), None)
+        if dist is None:
+            continue
+        files.extend(str(f.locate()) for f in dist.files or [] if str(f).endswith(".py"))
+        if key not in below:
+            queue.extend(r for r in dist.requires or [] if "extra ==" not in r)
+    return files
+
+
+def ordered(files: list[str], roots: list[str]) -> list[str]:
+    """Each file once, the shallowest under its root first (a package's `__init__` and its top modules before
+    what they import further down)."""
+    def depth(path: str) -> int:
+        root = max((r for r in roots if path.startswith(r + os.sep)), key=len, default=os.path.dirname(path))
+        return path[len(root):].count(os.sep)
+
+    return sorted(dict.fromkeys(files), key=lambda p: (depth(p), p))
+
+
+def stripes(files: list[str], workers: int) -> list[list[str]]:
+    """Each worker a stripe through the order, so that all of them work on its head first."""
+    return [files[i::workers] for i in range(workers) if files[i::workers]]
+
+
+def fill(job: dict) -> None:
+    """The coordinator: the files (`job["folders"]` whole first, then the distributions `job["requires"]` names),
+    a worker process a stripe; then the stamp, the marker of a fill in progress removed, the trees no command read
+    for `job["kept_s"]` removed."""
+    os.nice(10)  # (the command's own processes first; its workers inherit it)
+    tree = job["tree"]
+    first = [f for folder in job["folders"] for f in walk(folder)]
+    rest = required(job["requires"], job["path"], set(job["below"])) if job["requires"] else []
+    files = ordered(first, job["folders"]) + [f for f in ordered(rest, job["path"]) if f not in set(first)]
+    workers = []
+    for stripe in stripes(files, job["workers"]):
+        worker = subprocess.Popen([sys.executable, "-I", "-X", f"pycache_prefix={tree}", __file__, "--worker", tree],
+                                  stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        assert worker.stdin is not None
+        worker.stdin.write(json.dumps(stripe).encode())
+        worker.stdin.close()
+        workers.append(worker)
+    for worker in workers:
+        worker.wait()
+    open(job["stamp"], "a").close()
+    try:
+        os.unlink(job["filling"])
+    except OSError:
+        pass
+    for entry in os.scandir(os.path.dirname(tree)):
+        if entry.is_dir(follow_symlinks=False) and entry.path != tree:
+            try:
+                last = os.stat(os.path.join(entry.path, os.path.basename(job["stamp"]))).st_mtime
+            except OSError:
+                last = entry.stat(follow_symlinks=False).st_mtime
+            if last < time.time() - job["kept_s"]:
+                shutil.rmtree(entry.path, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--worker"]:
+        for source in json.load(sys.stdin):
+            fill_one(sys.argv[2], source)
+    else:
+        fill(json.load(sys.stdin))
