@@ -1,12 +1,13 @@
 """The fill of a bytecode tree (autotuner.base.bytecode): the bytecode of whole packages, written into the tree on
-every core but two, at a low priority, while the command that started it goes on. Run as a script, in isolated mode
+every core but two, at the lowest priority, while the command that started it goes on. Run as a script, in isolated mode
 (`python -I -X pycache_prefix=TREE bytecode_fill.py`), with its job on standard input: it imports the standard
 library alone, so that no folder of the command's (its working folder, PYTHONPATH) decides what it runs.
 
 A module with bytecode beside its source has it copied into the tree (where a prefix is set, Python reads the tree
 alone and would compile it); one without is compiled, with the header Python's own import writes. Each file lands
 whole (written aside, then renamed), so a command reading the tree meanwhile finds a module's bytecode or none.
-The packages go in the order their imports need them: the shallowest files first."""
+The files go in the order imports need them: every package's shallowest files first, so that the command's own
+imports (its command line's packages first) and its fork server's (torch's) are both met early."""
 
 from __future__ import annotations
 
@@ -76,15 +77,18 @@ def required(name: str, path: list[str], below: set[str]) -> list[str]:
         dist = next(iter(importlib.metadata.distributions(name=key, path=path)), None)
         if dist is None:
             continue
-        files.extend(str(f.locate()) for f in dist.files or [] if str(f).endswith(".py"))
+        files.extend(str(f.locate()) for f in dist.files or []
+                     if f.name.endswith(".py") and not SKIPPED.intersection(f.parts))
         if key not in below:
             queue.extend(r for r in dist.requires or [] if "extra ==" not in r)
     return files
 
 
 def ordered(files: list[str], roots: list[str]) -> list[str]:
-    """Each file once, the shallowest under its root first (a package's `__init__` and its top modules before
-    what they import further down)."""
+    """Each file once, the shallowest under the folder it is imported from (`roots`: sys.path's) first: the packages'
+    `__init__` and top modules before what they import further down."""
+    roots = [r for r in roots if os.path.isabs(r)]
+
     def depth(path: str) -> int:
         root = max((r for r in roots if path.startswith(r + os.sep)), key=len, default=os.path.dirname(path))
         return path[len(root):].count(os.sep)
@@ -98,14 +102,15 @@ def stripes(files: list[str], workers: int) -> list[list[str]]:
 
 
 def fill(job: dict) -> None:
-    """The coordinator: the files (`job["folders"]` whole first, then the distributions `job["requires"]` names),
-    a worker process a stripe; then the stamp, the marker of a fill in progress removed, the trees no command read
-    for `job["kept_s"]` removed."""
-    os.nice(10)  # (the command's own processes first; its workers inherit it)
+    """The coordinator: the files (`job["folders"]` whole, and the distributions `job["requires"]` names), a worker
+    process a stripe; then the stamp, the marker of a fill in progress removed, the trees no command read for
+    `job["kept_s"]` removed."""
+    os.nice(19)  # (below the command's own processes, its compile pool's too; its workers inherit it)
     tree = job["tree"]
-    first = [f for folder in job["folders"] for f in walk(folder)]
-    rest = required(job["requires"], job["path"], set(job["below"])) if job["requires"] else []
-    files = ordered(first, job["folders"]) + [f for f in ordered(rest, job["path"]) if f not in set(first)]
+    files = [f for folder in job["folders"] for f in walk(folder)]
+    if job["requires"]:
+        files += required(job["requires"], job["path"], set(job["below"]))
+    files = ordered(files, [*(os.path.dirname(f) for f in job["folders"]), *job["path"]])
     workers = []
     for stripe in stripes(files, job["workers"]):
         worker = subprocess.Popen([sys.executable, "-I", "-X", f"pycache_prefix={tree}", __file__, "--worker", tree],

@@ -102,7 +102,7 @@ def test_the_fill_compiles_what_has_no_bytecode_in_the_order_imports_need_it_and
     (site / "beside_pkg" / "__init__.py").write_text("BESIDE = 4\n")
     subprocess.run([sys.executable, "-m", "compileall", "-q", str(site / "beside_pkg")], check=True)
     files = bytecode_fill.walk(str(site / PACKAGE))
-    order = bytecode_fill.ordered(files, [str(site / PACKAGE)])
+    order = bytecode_fill.ordered(files, [str(site)])
     assert [Path(p).relative_to(site).as_posix() for p in order] == [
         f"{PACKAGE}/__init__.py", f"{PACKAGE}/later.py", f"{PACKAGE}/lazy.py", f"{PACKAGE}/deep/__init__.py"]
     assert bytecode_fill.stripes(order, 3) == [[order[0], order[3]], [order[1]], [order[2]]]
