@@ -123,7 +123,8 @@ def fill(path: Path, filled: tuple[str, ...] = FILLED, requires: str | None = RE
            "folders": folders, "requires": requires, "below": list(BELOW), "path": sys.path,
            "workers": max(1, cores - 2)}
     try:  # (isolated: no folder of the command's own decides what it imports; its working folder the tree's)
-        process = subprocess.Popen([sys.executable, "-I", "-X", f"pycache_prefix={path}", bytecode_fill.__file__],
+        process = subprocess.Popen([sys.executable, "-I", "-S", "-X", f"pycache_prefix={path}",
+                                    bytecode_fill.__file__],
                                    stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                    start_new_session=True, cwd=path)
         assert process.stdin is not None

@@ -1,6 +1,6 @@
 """The fill of a bytecode tree (autotuner.base.bytecode): the bytecode of whole packages, written into the tree on
 every core but two, at the lowest priority, while the command that started it goes on. Run as a script, in isolated mode
-(`python -I -X pycache_prefix=TREE bytecode_fill.py`), with its job on standard input: it imports the standard
+(`python -I -S -X pycache_prefix=TREE bytecode_fill.py`), with its job on standard input: it imports the standard
 library alone, so that no folder of the command's (its working folder, PYTHONPATH) decides what it runs.
 
 A module with bytecode beside its source has it copied into the tree (where a prefix is set, Python reads the tree
@@ -102,24 +102,32 @@ def stripes(files: list[str], workers: int) -> list[list[str]]:
 
 
 def fill(job: dict) -> None:
-    """The coordinator: the files (`job["folders"]` whole, and the distributions `job["requires"]` names), a worker
-    process a stripe; then the stamp, the marker of a fill in progress removed, the trees no command read for
-    `job["kept_s"]` removed."""
+    """The coordinator: a worker process a stripe, started first; then the files, `job["folders"]` whole (what the
+    fork server imports, and autotuner's own), then the distributions `job["requires"]` names, each handed to the
+    workers as soon as listed; then the stamp, the marker of a fill in progress removed, the trees no command read
+    for `job["kept_s"]` removed."""
     os.nice(19)  # (below the command's own processes, its compile pool's too; its workers inherit it)
     tree = job["tree"]
-    files = [f for folder in job["folders"] for f in walk(folder)]
-    if job["requires"]:
-        files += required(job["requires"], job["path"], set(job["below"]))
-    files = ordered(files, [*(os.path.dirname(f) for f in job["folders"]), *job["path"]])
-    workers = []
-    for stripe in stripes(files, job["workers"]):
-        worker = subprocess.Popen([sys.executable, "-I", "-X", f"pycache_prefix={tree}", __file__, "--worker", tree],
-                                  stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        assert worker.stdin is not None
-        worker.stdin.write(json.dumps(stripe).encode())
-        worker.stdin.close()
-        workers.append(worker)
+    workers = [subprocess.Popen([sys.executable, "-I", "-S", "-X", f"pycache_prefix={tree}", __file__, "--worker",
+                                 tree], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                text=True) for _ in range(job["workers"])]
+    roots = [*(os.path.dirname(f) for f in job["folders"]), *job["path"]]
+    first = ordered([f for folder in job["folders"] for f in walk(folder)], roots)
+    rest = required(job["requires"], job["path"], set(job["below"])) if job["requires"] else []
+    for wave in (first, ordered([f for f in rest if f not in set(first)], roots)):
+        for worker, stripe in zip(workers, stripes(wave, len(workers)), strict=False):
+            assert worker.stdin is not None
+            try:
+                worker.stdin.write("".join(f"{path}\n" for path in stripe))
+                worker.stdin.flush()
+            except OSError:  # (a worker that died: its files are compiled by the imports that need them)
+                pass
     for worker in workers:
+        assert worker.stdin is not None
+        try:
+            worker.stdin.close()
+        except OSError:
+            pass
         worker.wait()
     open(job["stamp"], "a").close()
     try:
@@ -137,8 +145,8 @@ def fill(job: dict) -> None:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["--worker"]:
-        for source in json.load(sys.stdin):
-            fill_one(sys.argv[2], source)
+    if sys.argv[1:2] == ["--worker"]:  # its stripes, a path a line, as the coordinator lists them
+        for line in sys.stdin:
+            fill_one(sys.argv[2], line.rstrip("\n"))
     else:
         fill(json.load(sys.stdin))
