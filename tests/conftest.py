@@ -24,8 +24,9 @@ os.environ["XDG_CACHE_HOME"] = str(USER_CACHE)
 # The suite's own decorated kernels live in tests.*: the workers its tests start may import them for a job. What a
 # worker refuses (anything else) is checked where AUTOTUNER_KERNEL_MODULES is left out (tests/integration/test_worker.py).
 os.environ.setdefault("AUTOTUNER_KERNEL_MODULES", "tests")
-# No command of the suite leaves a bytecode writer behind (autotuner.base.bytecode, on where torch was installed
-# without its bytecode): background processes would compete with the tests for the machine's few cores.
+# No command of the suite starts a bytecode fill (autotuner.base.bytecode, on where torch was installed without its
+# bytecode): its processes would compete with the tests for the machine's few cores, and the commands would read
+# and write the user's cache folder.
 # tests/integration/test_bytecode.py turns it on for its own commands.
 os.environ.setdefault("AUTOTUNER_BYTECODE_CACHE", "0")
 

@@ -106,9 +106,9 @@ class Settings(BaseSettings):
     poison_outputs: bool = Field(False, description="Kernel outputs start as NaN, so an unwritten element fails "
                                                     "its check (the test suite sets it)")
     bytecode_cache: bool = Field(True, description="Where torch is installed without bytecode and Python may not "
-                                                   "write it, autotuner's commands read their processes' bytecode "
-                                                   "from the user's cache folder, written after each command "
-                                                   "(autotuner.base.bytecode)")
+                                                   "write it, autotuner's commands read and write their processes' "
+                                                   "bytecode in the user's cache folder, which a host's first "
+                                                   "command fills on its idle cores (autotuner.base.bytecode)")
 
     @property
     def min_free_bytes(self) -> int:
