@@ -16,6 +16,10 @@ from typing import NoReturn
 from autotuner.base import bytecode
 from autotuner.engine.measure import processes
 
+# The commands that run the user's script in this process: it, and what it starts, get Python as the user set it up
+# (no bytecode prefix of autotuner's, PYTHONDONTWRITEBYTECODE kept)
+USERS_CODE = (["run"], ["install"])
+
 
 def start_early(argv: list[str]) -> None:
     """Before anything heavy is imported: hand a `tune` to a worker on this host (autotuner.cli.handoff), or start the
@@ -47,7 +51,8 @@ def main() -> None:
         # commands that name one; a worker imports a job's only where AUTOTUNER_KERNEL_MODULES allows it); before
         # the fork server starts, which hands its children the sys.path it was started with
         sys.path.insert(0, os.getcwd())
-    bytecode.keep()  # before the command's imports and its processes' start, which read the bytecode it keeps
+    if sys.argv[1:2] not in USERS_CODE:
+        bytecode.keep()  # before the command's imports and its processes' start, which read the bytecode it keeps
     start_early(sys.argv)
     from pydantic import ValidationError
 

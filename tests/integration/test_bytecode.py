@@ -174,3 +174,26 @@ def test_a_fill_removes_the_trees_no_command_read_for_a_month(tmp_path):
     while ((folder / "old").exists() or (folder / "unstamped").exists()) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert sorted(p.name for p in folder.iterdir()) == sorted(["recent", Path(first["stamp"]).parent.name])
+
+
+def test_a_command_that_runs_the_users_script_leaves_their_python_as_they_set_it(tmp_path):
+    """`autotuner run` and `install` run the user's script in their process: no prefix of autotuner's, and
+    PYTHONDONTWRITEBYTECODE as the user set it; the other commands keep bytecode (here: `ops`)."""
+    site = _install(tmp_path)
+    script = tmp_path / "script.py"
+    script.write_text("import os, sys\nprint('seen', os.environ.get('PYTHONPYCACHEPREFIX'), sys.pycache_prefix, "
+                      "os.environ.get('PYTHONDONTWRITEBYTECODE'), sys.dont_write_bytecode)\n")
+    cli = ("import sys\nfrom autotuner.base import bytecode\n"
+           f"bytecode.keep.__defaults__ = (({PACKAGE!r},), ({PACKAGE!r},), None)\n"
+           "from autotuner.cli import main\nsys.argv = ['autotuner', *sys.argv[1:]]\nmain()\n")
+    folder = tmp_path / "cache" / "autotuner" / "pycache"
+    for command in (["run", "--", str(script)], ["install", "--", str(script)]):
+        done = subprocess.run([sys.executable, "-c", cli, *command], env=_env(tmp_path, site), cwd=tmp_path,
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        assert "seen None None 1 True" in done.stdout, done.stdout
+        assert not folder.exists()
+    done = subprocess.run([sys.executable, "-c", cli, "ops"], env=_env(tmp_path, site), cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    _wait_for(next(folder.iterdir()) / bytecode.STAMP)
