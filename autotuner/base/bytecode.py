@@ -37,6 +37,9 @@ REQUIRES, BELOW = "autotuner", ("torch", "triton")
 STAMP = "written"  # in a tree: a fill ended; its modification time: the last command that read the tree
 FILLING = "filling"  # in a tree: a fill began (when: its modification time)
 FILL_S = 600  # a fill begun this long ago has died: the next command starts another
+# A fill's workers: every core but two (the command's own process and its fork server), at most this many (a fill is
+# a few thousand files, tens of milliseconds' work each: a process more takes about as long to start)
+FILL_WORKERS = 32
 KEPT_S = 30 * 86400  # a tree no command read for this long (an interpreter or torch replaced) is removed
 
 
@@ -121,7 +124,7 @@ def fill(path: Path, filled: tuple[str, ...] = FILLED, requires: str | None = RE
                if (source := _source(name)) is not None and source.name == "__init__.py"]
     job = {"tree": str(path), "stamp": str(path / STAMP), "filling": str(marker), "kept_s": KEPT_S,
            "folders": folders, "requires": requires, "below": list(BELOW), "path": sys.path,
-           "workers": max(1, cores - 2)}
+           "workers": max(1, min(cores - 2, FILL_WORKERS))}
     try:  # (isolated: no folder of the command's own decides what it imports; its working folder the tree's)
         process = subprocess.Popen([sys.executable, "-I", "-S", "-X", f"pycache_prefix={path}",
                                     bytecode_fill.__file__],
