@@ -38,7 +38,7 @@ STAMP = "written"  # in a tree: a fill ended; its modification time: the last co
 FILLING = "filling"  # in a tree: a fill began (when: its modification time)
 FILL_S = 600  # a fill begun this long ago has died: the next command starts another
 # A fill's workers: every core but two (the command's own process and its fork server), at most this many (a fill is
-# a few thousand files, tens of milliseconds' work each: a process more takes about as long to start)
+# a few thousand files of milliseconds each: past this, a worker's own start is a large part of its share)
 FILL_WORKERS = 32
 KEPT_S = 30 * 86400  # a tree no command read for this long (an interpreter or torch replaced) is removed
 
