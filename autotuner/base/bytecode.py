@@ -6,7 +6,7 @@ folder (a tree for each installation; never the install), through Python's `sys.
 inherit as PYTHONPYCACHEPREFIX. Python then reads every module's bytecode from the tree alone, the standard library's
 too, so a tree's first command copies the standard library's bytecode into it (tens of milliseconds) and starts its
 fill (autotuner.base.bytecode_fill): torch, Triton, NumPy and autotuner's own packages compiled whole, then the
-distributions autotuner requires, on every core but two at a low priority, while the command goes on; what the
+distributions autotuner requires, on every core but two at the lowest priority, while the command goes on; what the
 command imports before the fill has reached it is compiled as before, and written by the command itself. An install
 that keeps its bytecode, a prefix the user set, or AUTOTUNER_BYTECODE_CACHE=0 leaves everything as it is.
 
@@ -109,7 +109,8 @@ def keep(packages: tuple[str, ...] = PACKAGES, filled: tuple[str, ...] = FILLED,
     return path
 
 
-def fill(path: Path, filled: tuple[str, ...] = FILLED, requires: str | None = REQUIRES) -> subprocess.Popen[bytes] | None:
+def fill(path: Path, filled: tuple[str, ...] = FILLED,
+         requires: str | None = REQUIRES) -> subprocess.Popen[bytes] | None:
     """Start the fill of the tree `path` (autotuner.base.bytecode_fill), left running past this command; None where
     another began one less than FILL_S ago, or it could not start."""
     marker = path / FILLING

@@ -114,7 +114,8 @@ def fill(job: dict) -> None:
     roots = [*(os.path.dirname(f) for f in job["folders"]), *job["path"]]
     first = ordered([f for folder in job["folders"] for f in walk(folder)], roots)
     rest = required(job["requires"], job["path"], set(job["below"])) if job["requires"] else []
-    for wave in (first, ordered([f for f in rest if f not in set(first)], roots)):
+    listed = set(first)
+    for wave in (first, ordered([f for f in rest if f not in listed], roots)):
         for worker, stripe in zip(workers, stripes(wave, len(workers)), strict=False):
             assert worker.stdin is not None
             try:
