@@ -25,8 +25,7 @@ os.environ["XDG_CACHE_HOME"] = str(USER_CACHE)
 # worker refuses (anything else) is checked where AUTOTUNER_KERNEL_MODULES is left out (tests/integration/test_worker.py).
 os.environ.setdefault("AUTOTUNER_KERNEL_MODULES", "tests")
 # No command of the suite starts a bytecode fill (autotuner.base.bytecode, on where torch was installed without its
-# bytecode): its processes would compete with the tests for the machine's few cores, and the commands would read
-# and write the user's cache folder.
+# bytecode): its processes would compete with the tests for the machine's few cores.
 # tests/integration/test_bytecode.py turns it on for its own commands.
 os.environ.setdefault("AUTOTUNER_BYTECODE_CACHE", "0")
 
