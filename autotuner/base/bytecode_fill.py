@@ -11,7 +11,6 @@ imports (its command line's packages first) and its fork server's (torch's) are 
 
 from __future__ import annotations
 
-import importlib.metadata
 import importlib.util
 import json
 import os
@@ -67,6 +66,8 @@ def walk(folder: str, skipped: set[str] = SKIPPED) -> list[str]:
 def required(name: str, path: list[str], below: set[str]) -> list[str]:
     """The source files of distribution `name` and of those it requires (their own requirements too, but those of
     the `below` ones: torch's and Triton's, which a command does not import), found on `path`."""
+    import importlib.metadata  # (here: the command that imports this module for `fill_one` has no need of it)
+
     files: list[str] = []
     queue, seen = [name], set()
     while queue:
