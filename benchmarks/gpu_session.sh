@@ -21,6 +21,8 @@
 #              default "matmul --M 4096"; AB_ARGS: more options, e.g. --share --drop-caches --rounds 2)
 #   tunetime   benchmarks/tune_time.py: that, the same through a running worker, an exhaustive run (a landscape)
 #              and the winners against its best (TUNETIME_ARGS: more arguments, e.g. --no-exhaustive)
+#   fill       benchmarks/bytecode_fill.py: a host's first command, when its bytecode fill ended, and the next
+#              command (FILL_ARGS: more arguments, e.g. --rounds 3)
 #   kinds      benchmarks/matmul_kinds.py: the matmul kernel's kinds on one tile against cuBLAS
 #   attkinds   benchmarks/attention_kinds.py: the attention kernel with and without its persistent grid, against SDPA
 #   landscapes exhaustive runs of softmax and layernorm problems (LANDSCAPES: "op shape dtype" items separated by
@@ -81,6 +83,10 @@ if [[ $STEPS == *,overhead,* ]]; then
           --json-out "$OUT/overhead_before$suffix.json" 2>&1 | tee "$OUT/overhead_before$suffix.txt" | tail -14)
     fi
   done
+fi
+if [[ $STEPS == *,fill,* ]]; then
+  step "bytecode fill"
+  python3 benchmarks/bytecode_fill.py ${FILL_ARGS:-} 2>&1 | tee "$OUT/bytecode_fill.txt" | tail -8
 fi
 if [[ $STEPS == *,peers,* ]]; then
   step "peers"
