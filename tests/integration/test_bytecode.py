@@ -197,3 +197,27 @@ def test_a_command_that_runs_the_users_script_leaves_their_python_as_they_set_it
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     _wait_for(next(folder.iterdir()) / bytecode.STAMP)
+
+
+def test_a_fill_begun_lately_is_left_to_finish_and_one_that_died_is_begun_again(tmp_path):
+    """The marker of a fill in progress: a command that finds a recent one starts no second fill (it reads and
+    writes the tree meanwhile); one older than FILL_S stands for a fill that died, and the command starts another."""
+    site = _install(tmp_path)
+    where = subprocess.run([sys.executable, "-c", f"from autotuner.base import bytecode; "
+                            f"print(bytecode.tree(({PACKAGE!r},)))"], env=_env(tmp_path, site), cwd=tmp_path,
+                           capture_output=True, text=True, timeout=120)
+    tree = Path(where.stdout.strip())
+    tree.mkdir(parents=True, mode=0o700)
+    tree.parent.chmod(0o700)
+    marker = tree / bytecode.FILLING
+    marker.touch()
+    first = _command(tmp_path, site)
+    assert first["kept"] == str(tree)
+    time.sleep(2)  # (a fill, had one been started, would have written the little there is by now)
+    assert not (tree / bytecode.STAMP).exists()
+    assert not list(tree.rglob(f"{PACKAGE}/lazy.*.pyc"))  # nobody imports it: only a fill writes it
+    assert list(tree.rglob(f"{MODULE}.*.pyc"))  # the command's own import, written by the command
+    died = time.time() - bytecode.FILL_S - 60
+    os.utime(marker, (died, died))
+    _wait_for(Path(_command(tmp_path, site)["stamp"]))
+    assert list(tree.rglob(f"{PACKAGE}/lazy.*.pyc")) and not marker.exists()
