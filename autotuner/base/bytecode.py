@@ -28,7 +28,8 @@ from kernels._environment import env_flag
 
 SETTING = "AUTOTUNER_BYTECODE_CACHE"
 # What decides (the first: where it keeps no bytecode) and names a tree: what the fork server imports
-# (autotuner.engine.measure.processes.PRELOAD)
+# (autotuner.engine.measure.processes.PRELOAD), top-level packages alone (finding a submodule's file would import
+# its package)
 PACKAGES = ("torch", "triton")
 # Filled whole, first: those, NumPy (which torch imports where it is installed) and autotuner's own packages; then
 # the distributions that REQUIRES requires, but below BELOW (torch's own requirements: no command imports them)
@@ -139,16 +140,11 @@ def fill(path: Path, filled: tuple[str, ...] = FILLED,
     return process
 
 
-def _roots(packages: tuple[str, ...]) -> list[str]:
-    """The top-level packages of these names (asking for a submodule's file would import its package)."""
-    return sorted({name.split(".")[0] for name in packages})
-
-
 def tree(packages: tuple[str, ...] = PACKAGES) -> Path:
     """This installation's own tree in `folder()`: this interpreter, its standard library and these packages, as
     found now. A cache folder that several installations share (a home folder on NFS, hosts of other images) then
     gives each its own bytecode, never another's to recompile from source; a replaced one starts a new tree."""
     parts = [sys.version, sys.executable]
-    for name, source in [("stdlib", Path(os.__file__)), *((name, _source(name)) for name in _roots(packages))]:
+    for name, source in [("stdlib", Path(os.__file__)), *((name, _source(name)) for name in packages)]:
         parts.append(f"{name}:{source}:{source.stat().st_mtime_ns if source else 0}")
     return folder() / hashlib.sha256(chr(0).join(parts).encode()).hexdigest()[:16]
