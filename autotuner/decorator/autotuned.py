@@ -41,14 +41,19 @@ MAX_LAUNCHERS = 256  # launchers kept per kernel (one per call signature); all d
 class Hit:
     """What a call signature launched before needs for its next launch."""
 
-    __slots__ = ("key", "config", "meta", "launcher", "placed", "same")
+    __slots__ = ("key", "config", "meta", "launcher", "placed", "same", "named", "tensors_at")
 
     def __init__(self, key: tuple[Any, ...], config: triton.Config, meta: dict[str, Any], launcher: Launcher,
-                 placed: tuple[str, ...], same: same_call.Check) -> None:
+                 placed: tuple[str, ...], same: same_call.Check, named: dict[str, Any] | None,
+                 tensors_at: tuple[tuple[str, int], ...]) -> None:
         self.key, self.config, self.launcher = key, config, launcher
         self.meta = meta  # the config's meta-parameters and launch options
         self.placed = placed  # keyword arguments launched as positional ones, in order
         self.same = same  # whether a call's arguments are like its first call's
+        # what its first call gave a grid function, its tensors left out (None: `same` never passes), and where that
+        # call's tensors were (name, position among the positional then keyword arguments): a call `same` passed
+        # differs from it in its tensors alone
+        self.named, self.tensors_at = named, tensors_at
 
 
 class Mirror(Protocol):
@@ -153,7 +158,8 @@ class Autotuned(Autotuner):
         config and launcher at once."""
         tries = self._tries
         hit = tries[0]
-        if hit is None or not hit.same(args, kwargs):
+        checked = hit is not None and hit.same(args, kwargs)
+        if hit is None or not checked:
             try:
                 sig = self._call_signature(args, kwargs)
             except TypeError:  # an unhashable argument (or a tensor as a key value): the full path
@@ -165,7 +171,7 @@ class Autotuned(Autotuner):
             hit = found
         if self._recheck and hit.key in self._recheck and self._recheck[hit.key].met():
             return self._run(self._call_signature(args, kwargs), args, kwargs, grid, False)
-        return self._launch_hit(hit, args, kwargs, grid)
+        return self._launch_hit(hit, args, kwargs, grid, checked)
 
     def _run(self, sig: tuple[Any, ...] | None, args: tuple[Any, ...], kwargs: dict[str, Any], grid: Any,
              warmup: bool) -> Any:  # a launch whose call signature (`sig`; None: none, or a warmup) keeps no launcher
@@ -204,7 +210,7 @@ class Autotuned(Autotuner):
                             for k, v in kwargs.items()])
         return tuple(sig)
 
-    def _launch_hit(self, hit: Hit, args: tuple[Any, ...], kwargs: dict[str, Any], grid: Any) -> Any:
+    def _launch_hit(self, hit: Hit, args: tuple[Any, ...], kwargs: dict[str, Any], grid: Any, checked: bool) -> Any:
         config, meta, launcher, placed = hit.config, hit.meta, hit.launcher, hit.placed
         self.best_config = config
         if self.mirror is not None:
@@ -213,7 +219,14 @@ class Autotuned(Autotuner):
             config.pre_hook({**dict(zip(self.arg_names, args, strict=False)), **kwargs, "grid": grid,
                              "warmup": False, **meta})
         if callable(grid):
-            grid = grid(self._grid_args(args, kwargs, meta))
+            if checked and hit.named is not None:  # (a fresh dictionary each call: a grid function may change it)
+                named = hit.named.copy()
+                flat = (*args, *kwargs.values()) if kwargs else args
+                for name, i in hit.tensors_at:
+                    named[name] = flat[i]
+            else:
+                named = self._grid_args(args, kwargs, meta)
+            grid = grid(named)
         if placed:
             args = (*args, *map(kwargs.__getitem__, placed))
         return launcher.launch(grid if type(grid) is tuple else tuple(grid), args)
@@ -243,7 +256,15 @@ class Autotuned(Autotuner):
         if len(self._hits) >= MAX_LAUNCHERS:
             self._forget_launchers()
         launcher = Launcher(self.fn, (), {**rest, **meta})
-        self._hits[sig] = Hit(key, config, meta, launcher, placed, same_call.check(*made))
+        same = same_call.check(*made)
+        names, flat = (*self.arg_names[:len(made[0])], *made[1]), (*made[0], *made[1].values())
+        tensors_at = tuple((k, i) for i, (k, v) in enumerate(zip(names, flat, strict=True))
+                           if isinstance(v, torch.Tensor) and k not in meta)
+        named = None
+        if same is not same_call.never:  # every argument but the tensors a plain value: kept, the tensors not
+            named = self._grid_args(*made, meta)
+            named.update((k, None) for k, _ in tensors_at)
+        self._hits[sig] = Hit(key, config, meta, launcher, placed, same, named, tensors_at)
         if callable(grid):
             grid = grid(self._grid_args(args, rest, meta))
         return launcher.launch(tuple(grid), args)

@@ -249,6 +249,33 @@ def test_a_repeated_keyword_call_is_tried_first_and_keeps_no_tensor(db):
     torch.testing.assert_close(out, 3.0 * x)
 
 
+def test_a_tried_hit_gives_its_grid_function_this_calls_arguments_in_a_dictionary_of_its_own(db):
+    axpy.cache.clear()
+    seen = []
+
+    def recording(meta):
+        seen.append(dict(meta))
+        meta["n"] = -1  # what a grid function changes reaches no later call
+        return (triton.cdiv(64, meta["BLOCK"]),)
+
+    for _ in range(4):
+        x, y, out = torch.randn(64), torch.randn(64), torch.empty(64)
+        axpy[recording](x, y, out, 64, alpha=2.0)
+        torch.testing.assert_close(out, 2.0 * x + y)
+        got = seen[-1]
+        assert (got["x_ptr"], got["y_ptr"], got["out_ptr"]) == (x, y, out) and all(
+            got[k] is v for k, v in (("x_ptr", x), ("y_ptr", y), ("out_ptr", out)))
+        assert got["n"] == 64 and got["alpha"] == 2.0 and got["BLOCK"] in (32, 64, 128)
+    assert axpy._tries[0] is not None and axpy._tries[0].named is not None  # the last two were tried first
+    assert all(list(s) == list(seen[-1]) for s in seen[-4:])  # each launch's (its first one's too): one order
+    gc.collect()
+    refs = [weakref.ref(x), weakref.ref(out)]
+    del x, y, out, got
+    seen.clear()
+    gc.collect()
+    assert [r for r in refs if r() is not None] == []  # what a hit keeps for its grid holds no tensor
+
+
 def test_a_repeated_library_call_is_tried_first_and_a_misaligned_one_gets_its_own_launch(db):
     library.clear_cache()
     for _ in range(3):
