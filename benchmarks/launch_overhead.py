@@ -17,7 +17,7 @@ of back-to-back calls queued behind a sleeping kernel (so the GPU never holds th
     torch            torch's own op
 and for softmax and the tutorial matmul, decorated copies of the same kernel: `@triton.autotune` and
 `@autotuner.autotune`, each on its cache hit (the matmul also with every argument by keyword), beside torch's op
-(torch.softmax, a @ b).
+(torch.softmax, a @ b) and the caller's own part (the same call to a kernel that launches nothing).
 
     python benchmarks/launch_overhead.py [--calls 400] [--rounds 7] [--json-out FILE]
 """
@@ -207,6 +207,17 @@ def hit_parts(kernel: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
             "tried check": lambda: hit()[0].same(args, kwargs), "launcher.launch": launch}
 
 
+class _NoKernel:
+    """`kernel[grid](...)` that launches nothing: a call made as the decorated rows make theirs (the output allocated,
+    the grid function and keyword arguments built) and nothing more, the caller's own part of a hit."""
+
+    def __getitem__(self, grid: Any) -> Callable[..., None]:
+        return self.run
+
+    def run(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
 def decorated() -> list[tuple[str, dict[str, Callable[[], Any]]]]:
     """The same kernels under @triton.autotune and @autotuner.autotune, each on its cache hit."""
     from examples.tutorial_matmul import get_autotune_config
@@ -232,6 +243,8 @@ def decorated() -> list[tuple[str, dict[str, Callable[[], Any]]]]:
         "autotuner.autotune hit": lambda: ours[lambda m: (triton.cdiv(64, m["ROWS"]),)](
             x, torch.empty_like(x), 64, 1024, n_body, 1024, 1024, **fixed),
         "torch": lambda: torch.softmax(x, -1),
+        "caller's own": lambda: _NoKernel()[lambda m: (triton.cdiv(64, m["ROWS"]),)](
+            x, torch.empty_like(x), 64, 1024, n_body, 1024, 1024, **fixed),
         **hit_parts(ours, (x, torch.empty_like(x), 64, 1024, n_body, 1024, 1024), fixed,
                     lambda m: (triton.cdiv(64, m["ROWS"]),)),
     })]
@@ -256,6 +269,7 @@ def decorated() -> list[tuple[str, dict[str, Callable[[], Any]]]]:
         "triton.autotune hit, keywords": lambda: tri_mm[mm_grid](**dict(zip(ours_mm.arg_names, mm_args(), strict=False))),
         "autotuner.autotune hit, keywords": lambda: ours_mm[mm_grid](**dict(zip(ours_mm.arg_names, mm_args(), strict=False))),
         "torch": lambda: a @ b,
+        "caller's own": lambda: _NoKernel()[mm_grid](*mm_args()),
         **hit_parts(ours_mm, mm_args(), {}, mm_grid),
     }))
     return rows
@@ -310,10 +324,11 @@ def main() -> None:
             r["lookup"] = r["library"] - r["kept launch"]
     parts_table(results, ["library", "lookup", "kept launch", "launcher.go", "static launcher", "torch"])
     print("\nWhere a decorated kernel's hit goes (us): its call signature alone, the check a repeated hit is tried "
-          "with instead, its kept launcher's launch alone (one call's arguments and grid ready); the rest is the "
-          "caller's own (the output it allocates, its grid function) and the hit's bookkeeping\n")
-    parts_table(results, ["autotuner.autotune hit", "call signature", "tried check", "launcher.launch", "plain launch",
-                          "torch"])
+          "with instead, its kept launcher's launch alone (one call's arguments and grid ready), and the caller's own "
+          "part (the same call made to a kernel that launches nothing: its output allocated, its arguments and grid "
+          "function built); the rest is the hit's bookkeeping and the grid function's call\n")
+    parts_table(results, ["autotuner.autotune hit", "caller's own", "call signature", "tried check", "launcher.launch",
+                          "plain launch", "torch"])
     if args.json_out:
         args.json_out.write_text(json.dumps(results, indent=1))
 
