@@ -263,8 +263,7 @@ def test_a_tried_hit_gives_its_grid_function_this_calls_arguments_in_a_dictionar
         axpy[recording](x, y, out, 64, alpha=2.0)
         torch.testing.assert_close(out, 2.0 * x + y)
         got = seen[-1]
-        assert (got["x_ptr"], got["y_ptr"], got["out_ptr"]) == (x, y, out) and all(
-            got[k] is v for k, v in (("x_ptr", x), ("y_ptr", y), ("out_ptr", out)))
+        assert all(got[k] is v for k, v in (("x_ptr", x), ("y_ptr", y), ("out_ptr", out)))  # this call's tensors
         assert got["n"] == 64 and got["alpha"] == 2.0 and got["BLOCK"] in (32, 64, 128)
     assert axpy._tries[0] is not None and axpy._tries[0].named is not None  # the last two were tried first
     assert all(list(s) == list(seen[-1]) for s in seen[-4:])  # each launch's (its first one's too): one order
