@@ -50,9 +50,9 @@ class Hit:
         self.meta = meta  # the config's meta-parameters and launch options
         self.placed = placed  # keyword arguments launched as positional ones, in order
         self.same = same  # whether a call's arguments are like its first call's
-        # what its first call gave a grid function, its tensors left out (None: `same` never passes), and where that
-        # call's tensors were (name, position among the positional then keyword arguments): a call `same` passed
-        # differs from it in its tensors alone
+        # what its first call gave a grid function, its tensors left out, and where that call's tensors were (name,
+        # position among the positional then keyword arguments): a call `same` passed differs from it in its tensors
+        # alone (None and (): `same` never passes)
         self.named, self.tensors_at = named, tensors_at
 
 
@@ -257,11 +257,12 @@ class Autotuned(Autotuner):
             self._forget_launchers()
         launcher = Launcher(self.fn, (), {**rest, **meta})
         same = same_call.check(*made)
-        names, flat = (*self.arg_names[:len(made[0])], *made[1]), (*made[0], *made[1].values())
-        tensors_at = tuple((k, i) for i, (k, v) in enumerate(zip(names, flat, strict=True))
-                           if isinstance(v, torch.Tensor) and k not in meta)
-        named = None
+        named: dict[str, Any] | None = None
+        tensors_at: tuple[tuple[str, int], ...] = ()
         if same is not same_call.never:  # every argument but the tensors a plain value: kept, the tensors not
+            names, flat = (*self.arg_names[:len(made[0])], *made[1]), (*made[0], *made[1].values())
+            tensors_at = tuple((k, i) for i, (k, v) in enumerate(zip(names, flat, strict=True))
+                               if isinstance(v, torch.Tensor) and k not in meta)
             named = self._grid_args(*made, meta)
             named.update((k, None) for k, _ in tensors_at)
         self._hits[sig] = Hit(key, config, meta, launcher, placed, same, named, tensors_at)
