@@ -16,8 +16,9 @@ of back-to-back calls queued behind a sleeping kernel (so the GPU never holds th
     checked          the kernel module's launcher with an explicit config (every check on every call)
     torch            torch's own op
 and for softmax and the tutorial matmul, decorated copies of the same kernel: `@triton.autotune` and
-`@autotuner.autotune`, each on its cache hit (the matmul also with every argument by keyword), beside torch's op
-(torch.softmax, a @ b) and the caller's own part (the same call to a kernel that launches nothing).
+`@autotuner.autotune`, each on its cache hit (the matmul also with every argument by keyword, and at three shapes
+in turn), beside torch's op (torch.softmax, a @ b) and the caller's own part (the same call to a kernel that
+launches nothing).
 
     python benchmarks/launch_overhead.py [--calls 400] [--rounds 7] [--json-out FILE]
 """
@@ -272,7 +273,41 @@ def decorated() -> list[tuple[str, dict[str, Callable[[], Any]]]]:
         "caller's own": lambda: _NoKernel()[mm_grid](*mm_args()),
         **hit_parts(ours_mm, mm_args(), {}, mm_grid),
     }))
+    rows.append(("tutorial matmul, 3 shapes in turn (decorated)", in_turn(ours_mm, tri_mm, dt)))
     return rows
+
+
+def in_turn(ours_mm: Any, tri_mm: Any, dt: torch.dtype) -> dict[str, Callable[[], Any]]:
+    """The tutorial matmul called at three shapes in a fixed order, as a model's layers call one kernel: each row
+    takes the next shape at every call (its inputs, and a grid function, made ahead; its output allocated)."""
+    calls = []
+    for m, n, k in ((64, 64, 64), (64, 128, 64), (128, 64, 128)):
+        a, b = torch.randn(m, k, device=DEV, dtype=dt), torch.randn(k, n, device=DEV, dtype=dt)
+
+        def grid(meta: dict[str, Any], m: int = m, n: int = n) -> tuple[int]:
+            return (triton.cdiv(m, meta["BLOCK_SIZE_M"]) * triton.cdiv(n, meta["BLOCK_SIZE_N"]),)
+
+        calls.append((a, b, m, n, k, grid))
+
+    def turning(launch: Callable[..., Any]) -> Callable[[], Any]:
+        turn = [0]
+
+        def call() -> Any:
+            turn[0] = i = (turn[0] + 1) % len(calls)
+            return launch(*calls[i])
+
+        return call
+
+    def decorated(kernel: Any) -> Callable[[], Any]:
+        def launch(a: Any, b: Any, m: int, n: int, k: int, grid: Any) -> Any:
+            c = torch.empty(m, n, device=DEV, dtype=dt)
+            return kernel[grid](a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0),
+                                c.stride(1))
+
+        return turning(launch)
+
+    return {"triton.autotune hit": decorated(tri_mm), "autotuner.autotune hit": decorated(ours_mm),
+            "torch": turning(lambda a, b, *_: a @ b)}
 
 
 def parts_table(results: dict[str, dict[str, float]], parts: list[str]) -> None:

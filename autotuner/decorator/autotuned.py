@@ -41,7 +41,7 @@ MAX_LAUNCHERS = 256  # launchers kept per kernel (one per call signature); all d
 class Hit:
     """What a call signature launched before needs for its next launch."""
 
-    __slots__ = ("key", "config", "meta", "launcher", "placed", "same", "named", "tensors_at")
+    __slots__ = ("key", "config", "meta", "launcher", "placed", "same", "named", "tensors_at", "after", "sure")
 
     def __init__(self, key: tuple[Any, ...], config: triton.Config, meta: dict[str, Any], launcher: Launcher,
                  placed: tuple[str, ...], same: same_call.Check, named: dict[str, Any] | None,
@@ -54,6 +54,8 @@ class Hit:
         # position among the positional then keyword arguments): a call `same` passed differs from it in its tensors
         # alone (None and (): `same` never passes)
         self.named, self.tensors_at = named, tensors_at
+        self.after: Hit | None = None  # the hit found after it last, and whether also the time before (same_call)
+        self.sure = False
 
 
 class Mirror(Protocol):
@@ -169,6 +171,8 @@ class Autotuned(Autotuner):
             if found is None:
                 return self._run(sig, args, kwargs, grid, False)
             hit = found
+        elif tries[1] is not hit:  # (a hit found again after itself: the state is as it was)
+            same_call.passed(tries, hit)
         if self._recheck and hit.key in self._recheck and self._recheck[hit.key].met():
             return self._run(self._call_signature(args, kwargs), args, kwargs, grid, False)
         return self._launch_hit(hit, args, kwargs, grid, checked)
@@ -201,7 +205,7 @@ class Autotuned(Autotuner):
         if kwargs:
             swapped = self._swapped_names
             types = tuple(map(type, kwargs.values()))
-            if swapped.isdisjoint(kwargs) and _PLAIN.issuperset(types):  # constexprs, keys, options: by value
+            if swapped.isdisjoint(kwargs) and same_call.PLAIN.issuperset(types):  # constexprs, keys, options: by value
                 sig += (tuple(kwargs), tuple(kwargs.values()), types)
             else:
                 names = self._fixed_names
@@ -357,9 +361,6 @@ class Autotuned(Autotuner):
         return self.spec.keys.problem(named, call)
 
 
-_PLAIN = frozenset({int, float, bool, str, type(None)})
-
-
 def _typed(value: Any) -> tuple[type, Any]:
     """A constexpr's value as a launcher's key keeps it: with its type, as Triton tells 1, 1.0 and True apart."""
     return type(value), value
@@ -369,7 +370,7 @@ def _value(value: Any) -> tuple[type, Any]:
     """A key argument's or launch option's value as a launcher's key keeps it: a plain value only, never a tensor
     or descriptor, which would key a launcher per tensor and keep each one (TypeError: the full path)."""
     t = type(value)
-    if t not in _PLAIN:
+    if t not in same_call.PLAIN:
         raise TypeError("only a plain value is part of a launcher's key")
     return t, value
 
@@ -385,7 +386,6 @@ def autotune(configs: list[triton.Config] | None = None, key: list[str] | None =
     """Decorate a `@triton.jit` kernel as `triton.autotune(configs, key, ...)` does. `buckets` maps key arguments to how
     their values group ("pow2", or a function to a representative): one stored result per bucket. `use_cuda_graph` and
     `cache_results` are accepted for compatibility."""
-
     if warmup is not None or rep is not None or use_cuda_graph:  # Triton's own warning, from the user's line
         warnings.warn("warmup, rep, and use_cuda_graph parameters are deprecated. See "
                       "https://github.com/triton-lang/triton/pull/4496 for details.", DeprecationWarning, stacklevel=2)

@@ -19,12 +19,14 @@ MAX_ENTRIES = 4096  # input signatures kept per process; past that the cache sta
 
 
 class _Hit:
-    __slots__ = ("launch", "pending", "config", "same")
+    __slots__ = ("launch", "pending", "config", "same", "after", "sure")
 
     def __init__(self, launch: Callable[..., torch.Tensor], pending: Any, config: dict[str, Any],
                  same: same_call.Check) -> None:
         self.launch, self.pending, self.config = launch, pending, config  # pending: None for an exact result
         self.same = same  # whether a call's arguments are like those it was kept for
+        self.after: _Hit | None = None  # the hit found after it last, and whether also the time before (same_call)
+        self.sure = False
 
 
 # per call: (signature, alignment) -> its kept launch, and the signature alone -> the config and whether torch's op
@@ -149,6 +151,8 @@ def build(op: TunableOp[Any]) -> Callable[..., Any]:
         tried = state[0]
         if tried is not None and tried.same(a):
             hit: _Hit | None = tried
+            if state[1] is not tried:  # (a hit found again after itself: the state is as it was)
+                same_call.passed(state, tried)
         else:
             hit = hits.get(keyed(a))
             same_call.follow(state, hit, tried)

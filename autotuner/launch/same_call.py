@@ -3,9 +3,12 @@ strides and 16-byte alignment, its other arguments of the same types and values.
 kernel keep such a check with each kept launch, and the last one launched is tried before the call's key is built:
 a loop launching one kernel on like inputs pays one check in C++ (torch's `TensorGuards`, what torch.compile's guards
 run) and a comparison, not the key's tuples and their hash. The check is stricter than the key (requires_grad and
-dispatch keys too): a call it turns away takes the key's path as before, never a wrong launch. Only a hit found
-twice in a row is tried first (`follow`), so calls alternating between keys pay no check that fails. The pickers of
-arguments by position (`picker`, `aligner`) serve the check and a library call's key alike."""
+dispatch keys too): a call it turns away takes the key's path as before, never a wrong launch. What is tried is the
+hit that followed the last one (`follow`): a call repeated follows itself, and a cycle of calls (a model's layers
+launching one kernel at several shapes, in the same order each step) follows its own order. A hit is tried after
+itself once it followed itself, and after another hit once it followed that one twice in a row, so calls that
+alternate in no fixed order seldom pay a check that fails. The pickers of arguments by position (`picker`,
+`aligner`) serve the check and a library call's key alike."""
 
 from __future__ import annotations
 
@@ -15,7 +18,7 @@ from typing import Any, Protocol
 
 import torch
 
-_PLAIN = frozenset({int, float, bool, str, type(None)})
+PLAIN = frozenset({int, float, bool, str, type(None)})  # what a check compares by value (and a key keeps)
 _NO_KWARGS: Mapping[str, Any] = {}
 
 
@@ -79,7 +82,7 @@ def check(args: tuple[Any, ...], kwargs: Mapping[str, Any] | None = None) -> Che
     other_at = tuple(i for i in range(len(flat)) if i not in tensor_at)
     values = tuple(flat[i] for i in other_at)
     types = tuple(map(type, values))
-    if not _PLAIN.issuperset(types):
+    if not PLAIN.issuperset(types):
         return never
     tensors = picker(tensor_at)
     guards = _guards(list(tensors(flat)))
@@ -114,15 +117,39 @@ def check(args: tuple[Any, ...], kwargs: Mapping[str, Any] | None = None) -> Che
     return same
 
 
-def follow(state: list[Any], hit: Any, tried: Any) -> None:
-    """After a call that looked its key up and found `hit` (an object with a `same` check; None: none kept yet),
-    having tried `tried`'s check first (None: none): `state` is [the hit the next call tries first, the hit this
-    call found]. A hit is tried where the call before found it too, and never again once its check turned away a
-    call of its own key (a requires_grad tensor, a scalar argument that changes with each call)."""
+class Followed(Protocol):
+    """A kept launch as `follow` reads it: its check, the hit found after it last, and whether that one followed it
+    the time before as well."""
+
+    same: Check
+    after: Any
+    sure: bool
+
+
+def follow(state: list[Any], hit: Followed | None, tried: Followed | None) -> None:
+    """After a call that looked its key up and found `hit` (a `Followed`; None: none kept yet), having tried
+    `tried`'s check first (None: none): `state` is [the hit the next call tries first, the hit this call found]. The
+    hit found by the call before learns that `hit` followed it, and the next call tries `hit`'s successor (`passed`).
+    A hit is never tried again once its check turned away a call of its own key (a requires_grad tensor, a scalar
+    argument that changes with each call)."""
     if hit is None:
         state[1] = None
         return
-    if hit is tried:
-        hit.same = never  # (a check, not None: another thread may be about to call the one it read)
-    state[0] = hit if hit is state[1] and hit.same is not never else None
+    before = state[1]
+    if before is not None:
+        if before.after is hit:
+            before.sure = True
+        else:
+            before.after, before.sure = hit, False
+    if tried is not None and tried is hit:
+        tried.same = never  # (a check, not None: another thread may be about to call the one it read)
+    passed(state, hit)
+
+
+def passed(state: list[Any], hit: Followed) -> None:
+    """After a call that found `hit` (by its check, or `follow`'s lookup): the next call tries the hit that followed
+    it, where that is `hit` itself, or another that followed it twice in a row, and is still checked. (For a hit
+    the call before found too, `state` is as this leaves it: a caller skips it then.)"""
+    after = hit.after
+    state[0] = after if after is not None and (after is hit or hit.sure) and after.same is not never else None
     state[1] = hit

@@ -231,6 +231,32 @@ def test_a_decorated_hit_that_repeats_is_tried_first_and_a_changing_scalar_stops
     assert floats.same is same_call.never and axpy._tries[0] is None and len(axpy._hits) == 2
 
 
+def test_calls_in_a_fixed_cycle_of_shapes_are_each_tried_by_the_check_of_the_one_before(db, monkeypatch):
+    axpy.cache.clear()
+    shapes = (64, 32, 48)
+
+    def call(n: int) -> None:
+        x, y, out = torch.randn(n), torch.randn(n), torch.empty(n)
+        axpy[grid](x, y, out, n, 2.0)
+        torch.testing.assert_close(out, 2.0 * x + y)
+
+    # the first round resolves each key (which drops the launches kept), the second keeps a launch for each, the
+    # next two teach each hit, twice, the one that follows it
+    for n in shapes * 4 + shapes[:1]:
+        call(n)
+    hits = {n: axpy._hits[axpy._call_signature((torch.randn(n), torch.randn(n), torch.empty(n), n, 2.0), {})]
+            for n in shapes}
+    signed: list = []
+    real = axpy._call_signature
+    monkeypatch.setattr(axpy, "_call_signature", lambda *a: signed.append(a) or real(*a))
+    for n in shapes[1:] + shapes * 2:
+        assert axpy._tries[0] is hits[n]  # the hit tried is this call's own
+        call(n)
+    assert signed == []  # no call built its signature: the check tried passed each one
+    call(40)  # a shape out of the cycle: the check tried turns it away, its own key launches it
+    assert len(signed) == 1 and all(h.same is not same_call.never for h in hits.values())
+
+
 def test_a_repeated_keyword_call_is_tried_first_and_keeps_no_tensor(db):
     axpy.cache.clear()
     refs = []
@@ -287,10 +313,21 @@ def test_a_repeated_library_call_is_tried_first_and_a_misaligned_one_gets_its_ow
     for _ in range(2):
         torch.testing.assert_close(autotuner.softmax(shifted), torch.softmax(shifted, -1))
     assert len(library._HITS["softmax"]) == 2  # its own kept launch, not the aligned one's
-    for rows in (8, 4, 8, 4):  # alternating keys: nothing tried first
+    hits = library._HITS["softmax"]
+    for rows in (4, 8) * 3:  # two keys in turn: each learns that the other follows it
         x = torch.randn(rows, 32)
         torch.testing.assert_close(autotuner.softmax(x), torch.softmax(x, -1))
-        assert state[0] is None
+    for rows in (4, 8) * 3:  # then each is tried after the other, and its check passes
+        x = torch.randn(rows, 32)
+        assert state[0] is hits[library_key(x)]
+        torch.testing.assert_close(autotuner.softmax(x), torch.softmax(x, -1))
+        assert state[1] is hits[library_key(x)]
+
+
+def library_key(x: torch.Tensor) -> tuple:
+    """The key autotuner.softmax keeps x's launch under (its signature and alignment)."""
+    (found,) = [k for k, hit in library._HITS["softmax"].items() if hit.same((x,))]
+    return found
 
 
 def test_library_calls_keep_no_tensor(db):

@@ -1,6 +1,6 @@
 """The check a kept launch is tried with before a call's key is built (autotuner.launch.same_call): it passes a call
-like the one it was made from, turns away every difference the key would see, keeps no tensor, and is tried only for
-a hit that repeats."""
+like the one it was made from, turns away every difference the key would see, keeps no tensor, and is tried for the
+hit that follows the last one: a hit that repeats, or the next of a cycle of calls in a fixed order."""
 
 from __future__ import annotations
 
@@ -82,18 +82,49 @@ def test_a_check_keeps_no_tensor():
 class _Hit:
     def __init__(self) -> None:
         self.same = same_call.check((torch.randn(4),))
+        self.after: _Hit | None = None
+        self.sure = False
 
 
-def test_only_a_hit_found_twice_in_a_row_is_tried_first():
+def _call(state: list, *hits: _Hit) -> list[bool]:
+    """Calls of these hits' keys in turn, as a launch makes them: the hit `state` holds is tried first (its check
+    passes for a call of its own key), else the key is looked up. Whether each call's tried hit was its own."""
+    tried = []
+    for hit in hits:
+        tried.append(state[0] is hit)
+        if state[0] is hit:
+            if state[1] is not hit:
+                same_call.passed(state, hit)
+        else:
+            same_call.follow(state, hit, state[0])
+    return tried
+
+
+def test_a_hit_found_twice_in_a_row_is_tried_first():
     a, b = _Hit(), _Hit()
     state: list = [None, None]
-    for hit in (a, b, a, b):  # calls alternating between two keys: none is tried
-        same_call.follow(state, hit, state[0])
-        assert state[0] is None
-    same_call.follow(state, b, state[0])
-    assert state[0] is b  # b twice in a row
-    same_call.follow(state, a, b)  # b's check tried and a found by its key
-    assert state == [None, a]
+    assert _call(state, a, a, a, a) == [False, False, True, True]
+    assert state == [a, a]
+    assert _call(state, b) == [False]  # a's check turned b's call away; b was found by its key
+    assert state == [None, b] and a.same is not same_call.never
+
+
+def test_a_cycle_of_calls_is_tried_in_its_order_once_each_step_was_seen_twice():
+    a, b, c = _Hit(), _Hit(), _Hit()
+    state: list = [None, None]
+    assert _call(state, a, b, c, a, b, c) == [False] * 6
+    assert _call(state, a, b, c, a, b, c) == [False] + [True] * 5  # from the third a: b, c, a ... each tried
+    assert state == [a, c] and a.sure and b.sure and c.sure
+
+
+def test_calls_in_no_fixed_order_are_tried_only_where_one_followed_another_twice_in_a_row():
+    a, b, c = _Hit(), _Hit(), _Hit()
+    state: list = [None, None]
+    tried = _call(state, a, b, a, c, a, b, a, c, a, b)  # a is followed by b and c in turn: a's successor never sure
+    assert not any(t for t, hit in zip(tried, (a, b, a, c, a, b, a, c, a, b), strict=True) if hit is not a)
+    assert not a.sure and b.sure and c.sure  # b and c were followed by a every time: a is tried after them
+    assert _call(state, a) == [True]
+    assert state == [None, a]  # after a: nothing sure
 
 
 def test_a_hit_whose_check_turned_away_its_own_key_is_not_tried_again():
