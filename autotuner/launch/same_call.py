@@ -1,6 +1,6 @@
 """Whether a call's arguments are like those of a call made before: its tensors of the same dtypes, devices, shapes,
 strides and 16-byte alignment, its other arguments of the same types and values. A library call and a decorated
-kernel keep such a check with each kept launch, and the last one launched is tried before the call's key is built:
+kernel keep such a check with each kept launch, and one kept launch is tried before the call's key is built:
 a loop launching one kernel on like inputs pays one check in C++ (torch's `TensorGuards`, what torch.compile's guards
 run) and a comparison, not the key's tuples and their hash. The check is stricter than the key (requires_grad and
 dispatch keys too): a call it turns away takes the key's path as before, never a wrong launch. What is tried is the
