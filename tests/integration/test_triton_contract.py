@@ -319,12 +319,12 @@ def test_a_repeated_library_call_is_tried_first_and_a_misaligned_one_gets_its_ow
         torch.testing.assert_close(autotuner.softmax(x), torch.softmax(x, -1))
     for rows in (4, 8) * 3:  # then each is tried after the other, and its check passes
         x = torch.randn(rows, 32)
-        assert state[0] is hits[library_key(x)]
+        assert state[0] is hits[_library_key(x)]
         torch.testing.assert_close(autotuner.softmax(x), torch.softmax(x, -1))
-        assert state[1] is hits[library_key(x)]
+        assert state[1] is hits[_library_key(x)]
 
 
-def library_key(x: torch.Tensor) -> tuple:
+def _library_key(x: torch.Tensor) -> tuple:
     """The key autotuner.softmax keeps x's launch under (its signature and alignment)."""
     (found,) = [k for k, hit in library._HITS["softmax"].items() if hit.same((x,))]
     return found
