@@ -298,7 +298,7 @@ def in_turn(ours_mm: Any, tri_mm: Any, dt: torch.dtype) -> dict[str, Callable[[]
 
         return call
 
-    def decorated(kernel: Any) -> Callable[[], Any]:
+    def hit_of(kernel: Any) -> Callable[[], Any]:
         def launch(a: Any, b: Any, m: int, n: int, k: int, grid: Any) -> Any:
             c = torch.empty(m, n, device=DEV, dtype=dt)
             return kernel[grid](a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0),
@@ -306,7 +306,7 @@ def in_turn(ours_mm: Any, tri_mm: Any, dt: torch.dtype) -> dict[str, Callable[[]
 
         return turning(launch)
 
-    return {"triton.autotune hit": decorated(tri_mm), "autotuner.autotune hit": decorated(ours_mm),
+    return {"triton.autotune hit": hit_of(tri_mm), "autotuner.autotune hit": hit_of(ours_mm),
             "torch": turning(lambda a, b, *_: a @ b)}
 
 
