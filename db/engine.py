@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from sqlalchemy import Engine, create_engine, event, inspect, text
+from sqlalchemy import Connection, Engine, create_engine, event, inspect, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DatabaseError, NoSuchModuleError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
@@ -151,11 +150,15 @@ def schema_state(engine: Engine) -> str:
     """'empty', 'current', 'old' (migratable), or raise NotAutotunerDatabase / DatabaseUnavailable."""
     try:
         with engine.connect() as conn:
-            tables = set(inspect(conn).get_table_names())
-            current = conn.execute(text("SELECT version_num FROM alembic_version")).scalar() \
-                if "alembic_version" in tables else None
+            return _state_of(conn, engine)
     except (OperationalError, DatabaseError) as exc:
         raise DatabaseUnavailable(f"cannot open the database at {engine.url!r}: {exc.orig}") from None
+
+
+def _state_of(conn: Connection, engine: Engine) -> str:
+    tables = set(inspect(conn).get_table_names())
+    current = conn.execute(text("SELECT version_num FROM alembic_version")).scalar() \
+        if "alembic_version" in tables else None
     if not tables:
         return "empty"
     if current is None:
@@ -190,44 +193,11 @@ def _create_at_head(conn) -> None:  # type: ignore[no-untyped-def]
     conn.execute(text("INSERT INTO alembic_version (version_num) VALUES (:v)"), {"v": HEAD})
 
 
-def _being_made(engine: Engine) -> bool:
-    """Whether a SQLite file that holds tables but no revision is one another process is making now: its tables
-    are this schema's (SQLite commits each CREATE TABLE as it goes), not a foreign database's. A file with a
-    revision written is finished: one this autotuner does not know (a newer autotuner's) is refused at once."""
-    from db.models import Base
-
-    try:
-        with engine.connect() as conn:
-            tables = set(inspect(conn).get_table_names())
-            stamped = "alembic_version" in tables and conn.execute(
-                text("SELECT count(*) FROM alembic_version")).scalar()
-    except (OperationalError, DatabaseError):
-        return False
-    return bool(tables) and not stamped and tables <= {*Base.metadata.tables, "alembic_version"}
-
-
-def _wait_until_current(engine: Engine) -> bool:
-    """Wait (up to 30 s) for another process making or migrating this SQLite file to finish."""
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        time.sleep(0.2)
-        try:
-            if schema_state(engine) == "current":
-                return True
-        except NotAutotunerDatabase:
-            continue  # its tables exist but its revision is not written yet
-    return False
-
-
 def upgrade(engine: Engine) -> str:
-    """Bring the schema to the latest revision; returns the state it was found in."""
-    try:
-        state = schema_state(engine)
-    except NotAutotunerDatabase:
-        # a new file another process is making this moment (two commands started at once on a new database)
-        if engine.dialect.name == "sqlite" and _being_made(engine) and _wait_until_current(engine):
-            return "current"
-        raise
+    """Bring the schema to the latest revision; returns the state it was found in. Several processes may start
+    at once on a new or old database: one makes or migrates it, in one transaction under the database's write
+    lock, and the others wait for that lock and find it done, so none ever sees a half-made schema."""
+    state = schema_state(engine)
     if engine.dialect.name == "sqlite":
         # WAL is a property of the file: set only once the file is known to be ours (or new).
         try:
@@ -237,35 +207,37 @@ def upgrade(engine: Engine) -> str:
             pass  # a read-only file keeps its journal mode; reads still work, and a write says what is wrong
     if state == "current":
         return state
-    if engine.dialect.name == "postgresql":
-        from alembic import command
-        from alembic.runtime.migration import MigrationContext
-
-        # Several workers may start at once on a new database: one migrates, the others wait for it.
-        with engine.begin() as conn, db_deadline.without_deadline(conn.connection.dbapi_connection):
-            # a migration may take long on a large database, and other workers wait for it: no timeouts here
-            conn.exec_driver_sql("SET LOCAL statement_timeout = 0")
-            conn.exec_driver_sql("SET LOCAL lock_timeout = 0")
-            conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK})")
-            if not inspect(conn).get_table_names():
-                _create_at_head(conn)
-            elif MigrationContext.configure(conn).get_current_revision() != head_revision():
-                command.upgrade(_alembic_config(conn), "head")
-        return state
     try:
-        with engine.begin() as conn:
-            if state == "empty":
+        with _migration_lock(engine) as conn:
+            now = _state_of(conn, engine)  # what the process that held the lock before this one left
+            if now == "empty":
                 _create_at_head(conn)
-            else:  # Alembic only to migrate an old database: a new one is made from the models
+            elif now == "old":  # Alembic only to migrate an old database: a new one is made from the models
                 from alembic import command
 
                 command.upgrade(_alembic_config(conn), "head")
-    except (OperationalError, DatabaseError):
-        # Another process was migrating the same SQLite file at the same moment; wait for it to finish.
-        if _wait_until_current(engine):
-            return state
-        raise
+    except (OperationalError, DatabaseError) as exc:
+        raise DatabaseUnavailable(f"cannot write the schema of the database at {engine.url!r}: {exc.orig}") from None
     return state
+
+
+@contextmanager
+def _migration_lock(engine: Engine) -> Iterator[Connection]:
+    """A connection in a transaction that holds the database's write lock until it commits: PostgreSQL's advisory
+    lock (no timeouts: a migration may take long on a large database, and other workers wait for it), SQLite's
+    BEGIN IMMEDIATE (its busy timeout bounds the wait). Both make DDL part of the transaction."""
+    if engine.dialect.name == "postgresql":
+        with engine.begin() as conn, db_deadline.without_deadline(conn.connection.dbapi_connection):
+            conn.exec_driver_sql("SET LOCAL statement_timeout = 0")
+            conn.exec_driver_sql("SET LOCAL lock_timeout = 0")
+            conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK})")
+            yield conn
+        return
+    with engine.connect() as conn:
+        # the driver leaves DDL outside any transaction it opens itself: the transaction is begun here by hand
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+        yield conn
+        conn.commit()
 
 
 def make_folder(engine: Engine) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+from contextlib import closing
 
 import pytest
 from sqlalchemy import select, text
@@ -84,7 +85,7 @@ def test_nearest_prefers_same_n_and_k_for_matmul(url):
     assert store.nearest(op=op, problem=op.parse_problem("100x4096x4096", "bfloat16"), device=GPU) == []
 
 
-def test_sqlite_foreign_file_and_newer_schema_are_refused_untouched(tmp_path, monkeypatch):
+def test_sqlite_foreign_file_and_newer_schema_are_refused_untouched(tmp_path):
     foreign = tmp_path / "foreign.db"
     with sqlite3.connect(foreign) as con:
         con.execute("create table t (x int)")
@@ -100,11 +101,6 @@ def test_sqlite_foreign_file_and_newer_schema_are_refused_untouched(tmp_path, mo
     with sqlite3.connect(newer) as con:
         con.execute("update alembic_version set version_num = '9999_from_the_future'")
     before = newer.read_bytes()
-
-    def wait(seconds: float) -> None:
-        raise AssertionError("waited for a process making the file: a revision written means it is finished")
-
-    monkeypatch.setattr("db.engine.time.sleep", wait)  # refused at once, not after waiting for a maker
     with pytest.raises(NotAutotunerDatabase, match="newer than this autotuner knows"):
         upgrade(make_engine(f"sqlite:///{newer}"))
     assert newer.read_bytes() == before
@@ -195,32 +191,67 @@ def test_rejection_rows_of_an_old_database_are_folded_into_counts(url):
         assert sorted(t.status for t in s.scalars(select(Trial))) == ["compile_error", "ok"]
 
 
-def test_a_new_sqlite_file_another_process_is_making_is_waited_for(tmp_path):
-    """SQLite commits each CREATE TABLE as it goes: a process opening a new file while another was making it saw
-    its tables without their revision and refused it as foreign (1 in 60 three-process races, before). Here the
-    other process's state is made by hand: the schema's tables, then, half a second later, the revision."""
+def test_a_schema_being_made_is_never_seen_half_made_and_is_waited_for(tmp_path):
+    """A new database's tables and revision are written in one transaction under SQLite's write lock: another
+    process opening the file meanwhile sees no tables at all, then waits for the lock and finds the schema made
+    (the driver commits each CREATE TABLE on its own unless a transaction is begun by hand; such a process saw
+    the tables without their revision and refused the file as foreign)."""
     import threading
     import time
 
-    from sqlalchemy import create_engine
-
-    from db.engine import HEAD
-    from db.models import Base
+    from db.engine import _create_at_head, _migration_lock
 
     path = tmp_path / "new.db"
-    maker = create_engine(f"sqlite:///{path}")
-    Base.metadata.create_all(maker)
+    maker = make_engine(f"sqlite:///{path}")
+    made, go_on = threading.Event(), threading.Event()
 
-    def finish() -> None:
-        time.sleep(0.5)
-        with maker.begin() as c:
-            c.execute(text("CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL PRIMARY KEY)"))
-            c.execute(text("INSERT INTO alembic_version (version_num) VALUES (:v)"), {"v": HEAD})
+    def make_slowly() -> None:
+        with _migration_lock(maker) as conn:
+            _create_at_head(conn)
+            made.set()
+            go_on.wait(30)
+            time.sleep(0.5)
 
-    done = threading.Thread(target=finish)
-    done.start()
+    thread = threading.Thread(target=make_slowly)
+    thread.start()
     try:
-        Store(f"sqlite:///{path}").ping()  # waits for the revision instead of calling the file foreign
+        assert made.wait(30)
+        with closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as c:
+            assert c.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall() == []
+        go_on.set()
+        started = time.monotonic()
+        Store(f"sqlite:///{path}").ping()  # waits for the maker's commit, then finds the schema current
+        assert time.monotonic() - started >= 0.4
     finally:
-        done.join()
+        go_on.set()
+        thread.join()
         maker.dispose()
+    with closing(sqlite3.connect(path)) as c:
+        assert c.execute("SELECT count(*) FROM alembic_version").fetchone() == (1,)
+
+
+def _open_each(urls: list[str], barrier) -> None:  # type: ignore[no-untyped-def]
+    from db.engine import open_engine
+
+    for url in urls:
+        barrier.wait(60)
+        open_engine(url).dispose()
+
+
+def test_processes_opening_new_databases_at_the_same_moment_all_open_them(tmp_path):
+    """Four processes open each of thirty new files at the same moment (a fleet's workers started together):
+    every open succeeds and every file has its revision once."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    urls = [f"sqlite:///{tmp_path / f'{i}.db'}" for i in range(30)]
+    barrier = ctx.Barrier(4)
+    procs = [ctx.Process(target=_open_each, args=(urls, barrier)) for _ in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(240)
+    assert [p.exitcode for p in procs] == [0, 0, 0, 0]
+    for i in range(30):
+        with closing(sqlite3.connect(tmp_path / f"{i}.db")) as c:
+            assert c.execute("SELECT count(*) FROM alembic_version").fetchone() == (1,)

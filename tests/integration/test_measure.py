@@ -138,9 +138,9 @@ def test_the_problem_is_set_up_in_the_trial_worker_while_the_compile_pool_still_
     release = threading.Event()
     prestart = compile_pool.CompilePool.prestart
 
-    def held(self):  # the pool's processes not started until released
+    def held(self, count=None):  # the pool's processes not started until released
         release.wait(20)
-        prestart(self)
+        return prestart(self, count)
 
     monkeypatch.setattr(compile_pool.CompilePool, "prestart", held)
     sm = get_op("softmax")
