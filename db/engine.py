@@ -194,9 +194,10 @@ def _create_at_head(conn) -> None:  # type: ignore[no-untyped-def]
 
 
 def upgrade(engine: Engine) -> str:
-    """Bring the schema to the latest revision; returns the state it was found in. Several processes may start
-    at once on a new or old database: one makes or migrates it, in one transaction under the database's write
-    lock, and the others wait for that lock and find it done, so none ever sees a half-made schema."""
+    """Bring the schema to the latest revision; returns the state it was found in ('empty', 'old', 'current').
+    Several processes may start at once on a new or old database: one makes or migrates it, in one transaction
+    under the database's write lock, and the others wait for that lock and find it done ('current'), so none ever
+    sees a half-made schema."""
     state = schema_state(engine)
     if engine.dialect.name == "sqlite":
         # WAL is a property of the file: set only once the file is known to be ours (or new).
@@ -218,7 +219,7 @@ def upgrade(engine: Engine) -> str:
                 command.upgrade(_alembic_config(conn), "head")
     except (OperationalError, DatabaseError) as exc:
         raise DatabaseUnavailable(f"cannot write the schema of the database at {engine.url!r}: {exc.orig}") from None
-    return state
+    return now  # "current" where another process made or migrated it meanwhile
 
 
 @contextmanager
