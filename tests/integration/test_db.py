@@ -240,20 +240,30 @@ def _open_each(urls: list[str], barrier) -> None:  # type: ignore[no-untyped-def
         open_engine(url).dispose()
 
 
-def test_processes_opening_new_databases_at_the_same_moment_all_open_them(tmp_path):
-    """Four processes open each of thirty new files at the same moment (a fleet's workers started together):
-    every open succeeds and every file has its revision once."""
+def test_processes_opening_new_and_old_databases_at_the_same_moment_all_open_them(tmp_path):
+    """Four processes open each of thirty new files, then five files at an old revision, at the same moment (a
+    fleet's workers started together): every open succeeds, and every file is at the newest revision once."""
     import multiprocessing
 
+    from alembic import command
+
+    from db.engine import HEAD, _alembic_config
+
+    new = [tmp_path / f"new{i}.db" for i in range(30)]
+    old = [tmp_path / f"old{i}.db" for i in range(5)]
+    for path in old:
+        engine = make_engine(f"sqlite:///{path}")
+        with engine.begin() as conn:
+            command.upgrade(_alembic_config(conn), "0004")
+        engine.dispose()
     ctx = multiprocessing.get_context("spawn")
-    urls = [f"sqlite:///{tmp_path / f'{i}.db'}" for i in range(30)]
     barrier = ctx.Barrier(4)
-    procs = [ctx.Process(target=_open_each, args=(urls, barrier)) for _ in range(4)]
+    procs = [ctx.Process(target=_open_each, args=([f"sqlite:///{p}" for p in new + old], barrier)) for _ in range(4)]
     for p in procs:
         p.start()
     for p in procs:
         p.join(240)
     assert [p.exitcode for p in procs] == [0, 0, 0, 0]
-    for i in range(30):
-        with closing(sqlite3.connect(tmp_path / f"{i}.db")) as c:
-            assert c.execute("SELECT count(*) FROM alembic_version").fetchone() == (1,)
+    for path in new + old:
+        with closing(sqlite3.connect(path)) as c:
+            assert c.execute("SELECT version_num FROM alembic_version").fetchall() == [(HEAD,)]
