@@ -267,3 +267,35 @@ def test_processes_opening_new_and_old_databases_at_the_same_moment_all_open_the
     for path in new + old:
         with closing(sqlite3.connect(path)) as c:
             assert c.execute("SELECT version_num FROM alembic_version").fetchall() == [(HEAD,)]
+
+
+@pytest.mark.postgres
+def test_processes_opening_new_and_old_postgres_databases_at_the_same_moment_all_open_them():
+    """The same on PostgreSQL (its advisory lock): three new databases, then one at an old revision."""
+    import multiprocessing
+    from contextlib import ExitStack
+
+    from alembic import command
+
+    from db.engine import HEAD, _alembic_config
+    from tests.conftest import _fresh_pg_database
+
+    with ExitStack() as stack:
+        urls = [stack.enter_context(_fresh_pg_database()) for _ in range(4)]
+        engine = make_engine(urls[-1])
+        with engine.begin() as conn:
+            command.upgrade(_alembic_config(conn), "0004")
+        engine.dispose()
+        ctx = multiprocessing.get_context("spawn")
+        barrier = ctx.Barrier(4)
+        procs = [ctx.Process(target=_open_each, args=(urls, barrier)) for _ in range(4)]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join(240)
+        assert [p.exitcode for p in procs] == [0, 0, 0, 0]
+        for url in urls:
+            engine = make_engine(url)
+            with engine.connect() as conn:
+                assert conn.execute(text("SELECT version_num FROM alembic_version")).all() == [(HEAD,)]
+            engine.dispose()
