@@ -221,8 +221,10 @@ def test_a_schema_being_made_is_never_seen_half_made_and_is_waited_for(tmp_path)
         started = time.monotonic()
         go_on.set()
         # waits for the maker's commit, then finds the schema made: `autotuner db upgrade` says "already current"
-        assert upgrade(make_engine(f"sqlite:///{path}")) == "current"
+        waiter = make_engine(f"sqlite:///{path}")
+        assert upgrade(waiter) == "current"
         assert time.monotonic() - started >= 0.5
+        waiter.dispose()
     finally:
         go_on.set()
         thread.join()
@@ -240,11 +242,30 @@ def _open_each(urls: list[str], barrier) -> None:  # type: ignore[no-untyped-def
         open_engine(url).dispose()
 
 
+def _opened_at_once(urls: list[str], processes: int = 4) -> list[int | None]:
+    """Each database opened by `processes` new processes at the same moment, one database after another; their
+    exit codes (a process still running after four minutes is killed, and counts as None)."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    barrier = ctx.Barrier(processes)
+    procs = [ctx.Process(target=_open_each, args=(urls, barrier)) for _ in range(processes)]
+    for p in procs:
+        p.start()
+    try:
+        for p in procs:
+            p.join(240)
+        return [p.exitcode for p in procs]
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+                p.join()
+
+
 def test_processes_opening_new_and_old_databases_at_the_same_moment_all_open_them(tmp_path):
     """Four processes open each of thirty new files, then five files at an old revision, at the same moment (a
     fleet's workers started together): every open succeeds, and every file is at the newest revision once."""
-    import multiprocessing
-
     from alembic import command
 
     from db.engine import HEAD, _alembic_config
@@ -256,14 +277,7 @@ def test_processes_opening_new_and_old_databases_at_the_same_moment_all_open_the
         with engine.begin() as conn:
             command.upgrade(_alembic_config(conn), "0004")
         engine.dispose()
-    ctx = multiprocessing.get_context("spawn")
-    barrier = ctx.Barrier(4)
-    procs = [ctx.Process(target=_open_each, args=([f"sqlite:///{p}" for p in new + old], barrier)) for _ in range(4)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(240)
-    assert [p.exitcode for p in procs] == [0, 0, 0, 0]
+    assert _opened_at_once([f"sqlite:///{p}" for p in new + old]) == [0, 0, 0, 0]
     for path in new + old:
         with closing(sqlite3.connect(path)) as c:
             assert c.execute("SELECT version_num FROM alembic_version").fetchall() == [(HEAD,)]
@@ -272,7 +286,6 @@ def test_processes_opening_new_and_old_databases_at_the_same_moment_all_open_the
 @pytest.mark.postgres
 def test_processes_opening_new_and_old_postgres_databases_at_the_same_moment_all_open_them():
     """The same on PostgreSQL (its advisory lock): three new databases, then one at an old revision."""
-    import multiprocessing
     from contextlib import ExitStack
 
     from alembic import command
@@ -286,14 +299,7 @@ def test_processes_opening_new_and_old_postgres_databases_at_the_same_moment_all
         with engine.begin() as conn:
             command.upgrade(_alembic_config(conn), "0004")
         engine.dispose()
-        ctx = multiprocessing.get_context("spawn")
-        barrier = ctx.Barrier(4)
-        procs = [ctx.Process(target=_open_each, args=(urls, barrier)) for _ in range(4)]
-        for p in procs:
-            p.start()
-        for p in procs:
-            p.join(240)
-        assert [p.exitcode for p in procs] == [0, 0, 0, 0]
+        assert _opened_at_once(urls) == [0, 0, 0, 0]
         for url in urls:
             engine = make_engine(url)
             with engine.connect() as conn:
