@@ -38,24 +38,23 @@ KEEP_SPECIALIZATIONS = 4  # launches with an unhashable argument whose specializ
 MAX_LAUNCHERS = 256  # launchers kept per kernel (one per call signature); all dropped when one more is needed
 
 
-class Hit:
-    """What a call signature launched before needs for its next launch."""
+class Hit(same_call.Followed):
+    """What a call signature launched before needs for its next launch; `same`: whether a call's arguments are like
+    its first call's."""
 
-    __slots__ = ("key", "config", "meta", "launcher", "placed", "same", "named", "tensors_at", "after", "sure")
+    __slots__ = ("key", "config", "meta", "launcher", "placed", "named", "tensors_at")
 
     def __init__(self, key: tuple[Any, ...], config: triton.Config, meta: dict[str, Any], launcher: Launcher,
                  placed: tuple[str, ...], same: same_call.Check, named: dict[str, Any] | None,
                  tensors_at: tuple[tuple[str, int], ...]) -> None:
+        super().__init__(same)
         self.key, self.config, self.launcher = key, config, launcher
         self.meta = meta  # the config's meta-parameters and launch options
         self.placed = placed  # keyword arguments launched as positional ones, in order
-        self.same = same  # whether a call's arguments are like its first call's
         # what its first call gave a grid function, its tensors left out, and where that call's tensors were (name,
         # position among the positional then keyword arguments): a call `same` passed differs from it in its tensors
         # alone (None and (): `same` never passes)
         self.named, self.tensors_at = named, tensors_at
-        self.after: Hit | None = None  # the hit found after it last, and whether also the time before (same_call)
-        self.sure = False
 
 
 class Mirror(Protocol):

@@ -18,15 +18,15 @@ from search_spaces.contract import TunableOp
 MAX_ENTRIES = 4096  # input signatures kept per process; past that the cache starts over
 
 
-class _Hit:
-    __slots__ = ("launch", "pending", "config", "same", "after", "sure")
+class _Hit(same_call.Followed):
+    """A kept launch; `same`: whether a call's arguments are like those it was kept for."""
+
+    __slots__ = ("launch", "pending", "config")
 
     def __init__(self, launch: Callable[..., torch.Tensor], pending: Any, config: dict[str, Any],
                  same: same_call.Check) -> None:
+        super().__init__(same)
         self.launch, self.pending, self.config = launch, pending, config  # pending: None for an exact result
-        self.same = same  # whether a call's arguments are like those it was kept for
-        self.after: _Hit | None = None  # the hit found after it last, and whether also the time before (same_call)
-        self.sure = False
 
 
 # per call: (signature, alignment) -> its kept launch, and the signature alone -> the config and whether torch's op

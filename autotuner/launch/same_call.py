@@ -117,13 +117,16 @@ def check(args: tuple[Any, ...], kwargs: Mapping[str, Any] | None = None) -> Che
     return same
 
 
-class Followed(Protocol):
-    """A kept launch as `follow` reads it: its check, the hit found after it last, and whether that one followed it
-    the time before as well."""
+class Followed:
+    """A kept launch as `follow` reads it (the base of a library call's and a decorated kernel's): its check, the
+    hit found after it last, and whether that one followed it the time before as well."""
 
-    same: Check
-    after: Any
-    sure: bool
+    __slots__ = ("same", "after", "sure")
+
+    def __init__(self, same: Check) -> None:
+        self.same = same
+        self.after: Followed | None = None
+        self.sure = False
 
 
 def follow(state: list[Any], hit: Followed | None, tried: Followed | None) -> None:

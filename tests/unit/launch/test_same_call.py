@@ -79,11 +79,9 @@ def test_a_check_keeps_no_tensor():
     assert ref() is None and same((torch.randn(8, 32), 3), {"BLOCK": 32})
 
 
-class _Hit:
+class _Hit(same_call.Followed):
     def __init__(self) -> None:
-        self.same = same_call.check((torch.randn(4),))
-        self.after: _Hit | None = None
-        self.sure = False
+        super().__init__(same_call.check((torch.randn(4),)))
 
 
 def _call(state: list, *hits: _Hit) -> list[bool]:
