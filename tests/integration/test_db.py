@@ -242,6 +242,18 @@ def _open_each(urls: list[str], barrier) -> None:  # type: ignore[no-untyped-def
         open_engine(url).dispose()
 
 
+def _made_at(url: str, revision: str) -> None:
+    """A database at an old revision, made by its migrations."""
+    from alembic import command
+
+    from db.engine import _alembic_config
+
+    engine = make_engine(url)
+    with engine.begin() as conn:
+        command.upgrade(_alembic_config(conn), revision)
+    engine.dispose()
+
+
 def _opened_at_once(urls: list[str], processes: int = 4) -> list[int | None]:
     """Each database opened by `processes` new processes at the same moment, one database after another; their
     exit codes (a process still running after four minutes is killed, and counts as None)."""
@@ -266,17 +278,12 @@ def _opened_at_once(urls: list[str], processes: int = 4) -> list[int | None]:
 def test_processes_opening_new_and_old_databases_at_the_same_moment_all_open_them(tmp_path):
     """Four processes open each of thirty new files, then five files at an old revision, at the same moment (a
     fleet's workers started together): every open succeeds, and every file is at the newest revision once."""
-    from alembic import command
-
-    from db.engine import HEAD, _alembic_config
+    from db.engine import HEAD
 
     new = [tmp_path / f"new{i}.db" for i in range(30)]
     old = [tmp_path / f"old{i}.db" for i in range(5)]
     for path in old:
-        engine = make_engine(f"sqlite:///{path}")
-        with engine.begin() as conn:
-            command.upgrade(_alembic_config(conn), "0004")
-        engine.dispose()
+        _made_at(f"sqlite:///{path}", "0004")
     assert _opened_at_once([f"sqlite:///{p}" for p in new + old]) == [0, 0, 0, 0]
     for path in new + old:
         with closing(sqlite3.connect(path)) as c:
@@ -288,17 +295,12 @@ def test_processes_opening_new_and_old_postgres_databases_at_the_same_moment_all
     """The same on PostgreSQL (its advisory lock): three new databases, then one at an old revision."""
     from contextlib import ExitStack
 
-    from alembic import command
-
-    from db.engine import HEAD, _alembic_config
+    from db.engine import HEAD
     from tests.conftest import _fresh_pg_database
 
     with ExitStack() as stack:
         urls = [stack.enter_context(_fresh_pg_database()) for _ in range(4)]
-        engine = make_engine(urls[-1])
-        with engine.begin() as conn:
-            command.upgrade(_alembic_config(conn), "0004")
-        engine.dispose()
+        _made_at(urls[-1], "0004")
         assert _opened_at_once(urls) == [0, 0, 0, 0]
         for url in urls:
             engine = make_engine(url)
